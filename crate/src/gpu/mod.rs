@@ -1,0 +1,15 @@
+//! The GPU runtime: one context per adapter, checked buffers, cached pipelines,
+//! and pre-built dispatches that a step replays.
+mod buffer;
+mod context;
+mod dispatch;
+mod error;
+mod pipeline;
+mod timer;
+
+pub use buffer::GpuBuffer;
+pub use context::{AdapterSummary, GpuContext};
+pub use dispatch::{grid_1d, Dispatch};
+pub use error::GpuError;
+pub use pipeline::PipelineCache;
+pub use timer::{now_ms, DispatchTimes};

@@ -1,0 +1,45 @@
+// Elementwise kernels over flat f32 arrays. `b` broadcasts with period `nb`
+// (b[i % nb]), which covers bias-like operands repeated over leading dims.
+// One invocation per element; ids fold into y past 65535 workgroups (see grid_1d).
+
+struct Params {
+    n: u32,      // elements of `a` and `out`
+    nb: u32,     // period of `b` (n for same shape, 1 for a scalar)
+    alpha: f32,
+    beta: f32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+const WG: u32 = 256u;
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * WG;
+}
+
+// out = alpha * a + beta * b
+@compute @workgroup_size(256)
+fn add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n) { return; }
+    out[i] = p.alpha * a[i] + p.beta * b[i % p.nb];
+}
+
+// out = alpha * a * b
+@compute @workgroup_size(256)
+fn mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n) { return; }
+    out[i] = p.alpha * a[i] * b[i % p.nb];
+}
+
+// out = alpha * a + beta   (b unbound)
+@compute @workgroup_size(256)
+fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n) { return; }
+    out[i] = p.alpha * a[i] + p.beta;
+}

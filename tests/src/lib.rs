@@ -1,0 +1,68 @@
+//! Shared helpers of the integration tests: one GPU context per test binary, deterministic
+//! data, and tolerance checks that say where two arrays differ.
+use std::sync::OnceLock;
+
+use shardlab::gpu::GpuContext;
+
+/// The process-wide GPU context, or `None` (with the reason printed once) on a machine with
+/// no adapter, so GPU tests skip and say why instead of failing.
+pub fn gpu() -> Option<&'static GpuContext> {
+    static CTX: OnceLock<Option<GpuContext>> = OnceLock::new();
+    CTX.get_or_init(|| match GpuContext::new_blocking() {
+        Ok(ctx) => Some(ctx),
+        Err(e) => {
+            eprintln!("SKIPPED GPU tests: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// Returns the GPU context or returns from the test, printing why it was skipped.
+#[macro_export]
+macro_rules! gpu_or_skip {
+    () => {
+        match $crate::gpu() {
+            Some(ctx) => ctx,
+            None => {
+                eprintln!("skipped: no GPU adapter on this machine");
+                return;
+            }
+        }
+    };
+}
+
+/// Deterministic values in [-1, 1) from a 32-bit LCG (no rand dependency; reproducible).
+pub fn rand_vec(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Asserts |a - b| <= atol + rtol * |b| elementwise, naming the first failing index.
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    let mut worst = (0usize, 0f32);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        assert!(err.is_finite() || g == w, "{what}: non-finite at {i}: got {g}, want {w}");
+        let excess = err - (atol + rtol * w.abs());
+        if excess > worst.1 {
+            worst = (i, excess);
+        }
+    }
+    if worst.1 > 0.0 {
+        let i = worst.0;
+        panic!(
+            "{what}: mismatch at index {i} of {}: got {}, want {} (atol {atol}, rtol {rtol})",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
