@@ -1,0 +1,169 @@
+//! One vector-Jacobian product rule per op: given the cotangents of an instruction's
+//! outputs, emit ops computing the cotangents of its inputs.
+use crate::ir::{Builder, Instr, IrError, Op, ValueId};
+
+type Cts = Vec<Option<ValueId>>;
+
+pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Result<Cts, IrError> {
+    let x = &ins.inputs;
+    let ct0 = cts[0];
+    let Some(ct) = ct0.or_else(|| cts.iter().flatten().next().copied()) else {
+        return Ok(vec![None; x.len()]);
+    };
+    Ok(match &ins.op {
+        Op::Reshape { .. } => vec![Some(b.reshape(ct, &b.shape(x[0])))],
+        Op::Transpose { perm } => {
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            vec![Some(b.transpose(ct, &inv))]
+        }
+        Op::BroadcastInDim { shape, dims } => vec![Some(unbroadcast(b, ct, shape, dims, &b.shape(x[0])))],
+        Op::Split { axis, .. } => {
+            let parts: Vec<ValueId> = ins
+                .outputs
+                .iter()
+                .zip(cts)
+                .map(|(o, c)| c.unwrap_or_else(|| zeros_like(b, *o)))
+                .collect();
+            vec![Some(b.concat(&parts, *axis))]
+        }
+        Op::Concat { axis } => {
+            let sizes: Vec<usize> = x.iter().map(|v| b.shape(*v)[*axis]).collect();
+            b.split(ct, *axis, &sizes).into_iter().map(Some).collect()
+        }
+        Op::Add => vec![Some(ct), Some(sum_to(b, ct, &b.shape(x[1])))],
+        Op::Sub => {
+            let neg = b.scale(ct, -1.0);
+            vec![Some(ct), Some(sum_to(b, neg, &b.shape(x[1])))]
+        }
+        Op::Mul => {
+            let da = b.mul(ct, x[1]);
+            let full = b.mul(ct, x[0]);
+            vec![Some(da), Some(sum_to(b, full, &b.shape(x[1])))]
+        }
+        Op::Scale { alpha } => vec![Some(b.scale(ct, *alpha))],
+        Op::Full { .. } => vec![],
+        Op::DotGeneral {
+            lhs_contract,
+            rhs_contract,
+            lhs_batch,
+            rhs_batch,
+            alpha,
+        } => {
+            let (ls, rs) = (b.shape(x[0]), b.shape(x[1]));
+            let dl = dot_transpose(b, ct, x[1], ls.len(), rs.len(), lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha, true);
+            let dr = dot_transpose(b, ct, x[0], rs.len(), ls.len(), rhs_contract, lhs_contract, rhs_batch, lhs_batch, *alpha, false);
+            vec![Some(dl), Some(dr)]
+        }
+        Op::ReduceSum { axes } => {
+            let shape = b.shape(x[0]);
+            let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+            vec![Some(b.broadcast_in_dim(ct, &shape, &kept))]
+        }
+        Op::Gelu => vec![Some(b.emit1(Op::GeluGrad, &[x[0], ct]))],
+        Op::LayerNorm => {
+            let dy = ct0.unwrap_or_else(|| zeros_like(b, ins.outputs[0]));
+            let (mean, rstd) = (ins.outputs[1], ins.outputs[2]);
+            let g = b.emit(Op::LayerNormGrad, &[dy, x[0], mean, rstd, x[1]]);
+            vec![Some(g[0]), Some(g[1]), Some(g[2])]
+        }
+        Op::SoftmaxCausal => vec![Some(b.emit1(Op::SoftmaxCausalGrad, &[ins.outputs[0], ct]))],
+        Op::CrossEntropy => vec![Some(b.emit1(Op::CrossEntropyGrad, &[x[0], x[1], ct])), None],
+        Op::Gather => {
+            let rows = b.shape(x[0])[0];
+            vec![Some(b.emit1(Op::ScatterAdd { rows }, &[ct, x[1]])), None]
+        }
+        // The mask is the same bits: dropout is its own transpose in x.
+        Op::Dropout { rate } => vec![Some(b.emit1(Op::Dropout { rate: *rate }, &[ct, x[1]])), None],
+        Op::FoldIn { .. } | Op::RandomBits { .. } => vec![None; x.len()],
+        Op::GeluGrad
+        | Op::LayerNormGrad
+        | Op::SoftmaxCausalGrad
+        | Op::CrossEntropyGrad
+        | Op::ScatterAdd { .. }
+        | Op::SgdUpdate { .. }
+        | Op::AdamWUpdate { .. } => {
+            return Err(IrError::new(ins.op.name(), "has no gradient rule (second-order or optimizer op)"));
+        }
+    })
+}
+
+fn zeros_like(b: &mut Builder, v: ValueId) -> ValueId {
+    let shape = b.shape(v);
+    b.emit1(Op::Full { shape, value: 0.0 }, &[])
+}
+
+/// Sums `ct` over its leading dims down to `shape` (the transpose of suffix broadcasting).
+fn sum_to(b: &mut Builder, ct: ValueId, shape: &[usize]) -> ValueId {
+    let cs = b.shape(ct);
+    if cs == shape {
+        return ct;
+    }
+    let lead: Vec<usize> = (0..cs.len() - shape.len()).collect();
+    b.sum(ct, &lead)
+}
+
+/// The transpose of broadcast_in_dim: sum over the broadcast dims, then restore the operand shape.
+fn unbroadcast(b: &mut Builder, ct: ValueId, shape: &[usize], dims: &[usize], operand: &[usize]) -> ValueId {
+    let axes: Vec<usize> = (0..shape.len())
+        .filter(|d| match dims.iter().position(|x| x == d) {
+            None => true,
+            Some(i) => operand[i] == 1 && shape[*d] != 1,
+        })
+        .collect();
+    let s = if axes.is_empty() { ct } else { b.sum(ct, &axes) };
+    if b.shape(s) == operand {
+        s
+    } else {
+        b.reshape(s, operand)
+    }
+}
+
+/// The cotangent of one operand `X` of `dot_general(X, Y)` (or of `Y` with roles swapped):
+/// contract `ct`'s dims that came from `Y`'s free dims with `Y`, batch with batch, then
+/// permute the result into `X`'s dim order.
+#[allow(clippy::too_many_arguments)]
+fn dot_transpose(
+    b: &mut Builder,
+    ct: ValueId,
+    y: ValueId,
+    x_rank: usize,
+    y_rank: usize,
+    x_contract: &[usize],
+    y_contract: &[usize],
+    x_batch: &[usize],
+    y_batch: &[usize],
+    alpha: f32,
+    x_is_lhs: bool,
+) -> ValueId {
+    let nb = x_batch.len();
+    let x_free: Vec<usize> = (0..x_rank).filter(|d| !x_contract.contains(d) && !x_batch.contains(d)).collect();
+    let y_free: Vec<usize> = (0..y_rank).filter(|d| !y_contract.contains(d) && !y_batch.contains(d)).collect();
+    // ct dims: [batch][lhs free][rhs free].
+    let (x_free_at, y_free_at) = if x_is_lhs { (nb, nb + x_free.len()) } else { (nb + y_free.len(), nb) };
+    let ct_contract: Vec<usize> = (0..y_free.len()).map(|j| y_free_at + j).collect();
+    let ct_batch: Vec<usize> = (0..nb).collect();
+    let r = b.dot_general(ct, y, (&ct_contract, &y_free), (&ct_batch, y_batch), alpha);
+    let _ = x_free_at;
+    // r dims: [batch][x free (ct's remaining, in order)][y's remaining = y_contract dims ascending].
+    let mut y_rest: Vec<usize> = y_contract.to_vec();
+    y_rest.sort();
+    let mut perm = vec![0; x_rank];
+    for (i, &d) in x_batch.iter().enumerate() {
+        perm[d] = i;
+    }
+    for (j, &d) in x_free.iter().enumerate() {
+        perm[d] = nb + j;
+    }
+    for (k, &d) in x_contract.iter().enumerate() {
+        let p = y_rest.iter().position(|&yd| yd == y_contract[k]).unwrap();
+        perm[d] = nb + x_free.len() + p;
+    }
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        r
+    } else {
+        b.transpose(r, &perm)
+    }
+}

@@ -1,0 +1,169 @@
+//! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
+//! both run exactly the same decomposition.
+use crate::ir::{numel, strides};
+use crate::kernels::matmul::MatmulShape;
+
+/// dot_general as (optional operand transposes) + one batched matmul whose output layout
+/// (batch, M, N) is dot_general's (batch dims, lhs free dims, rhs free dims).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DotPlan {
+    /// Transpose the lhs into `perm` order first (None: use it as stored).
+    pub lhs_perm: Option<Vec<usize>>,
+    pub rhs_perm: Option<Vec<usize>>,
+    pub shape: MatmulShape,
+}
+
+/// Lays out one operand as batch ++ (free, contract) or batch ++ (contract, free), transposing
+/// only when the stored order is neither. Returns (perm, contract_first).
+fn operand_layout(rank: usize, batch: &[usize], contract: &[usize]) -> (Option<Vec<usize>>, bool) {
+    let free: Vec<usize> = (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect();
+    let free_first: Vec<usize> = batch.iter().chain(&free).chain(contract).copied().collect();
+    let contract_first: Vec<usize> = batch.iter().chain(contract).chain(&free).copied().collect();
+    let identity: Vec<usize> = (0..rank).collect();
+    if free_first == identity {
+        (None, false)
+    } else if contract_first == identity {
+        (None, true)
+    } else {
+        (Some(free_first), false)
+    }
+}
+
+pub fn plan_dot(
+    lhs: &[usize],
+    rhs: &[usize],
+    lhs_contract: &[usize],
+    rhs_contract: &[usize],
+    lhs_batch: &[usize],
+    rhs_batch: &[usize],
+    alpha: f32,
+) -> DotPlan {
+    let (lhs_perm, lhs_contract_first) = operand_layout(lhs.len(), lhs_batch, lhs_contract);
+    let (rhs_perm, rhs_contract_first) = operand_layout(rhs.len(), rhs_batch, rhs_contract);
+    let prod = |shape: &[usize], dims: &[usize]| dims.iter().map(|&d| shape[d]).product::<usize>();
+    let batch = prod(lhs, lhs_batch);
+    let k = prod(lhs, lhs_contract);
+    let m = numel(lhs) / (batch * k).max(1);
+    let n = numel(rhs) / (batch * k).max(1);
+    DotPlan {
+        lhs_perm,
+        rhs_perm,
+        shape: MatmulShape {
+            batch,
+            m,
+            n,
+            k,
+            trans_a: lhs_contract_first,
+            // rhs stored (contract, free) is the plain (K, N) layout.
+            trans_b: !rhs_contract_first,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+            alpha,
+            accumulate: false,
+        },
+    }
+}
+
+/// A strided copy: the arguments of `copy::strided`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CopyPlan {
+    pub shape: Vec<usize>,
+    pub src_offset: usize,
+    pub src_strides: Vec<usize>,
+    pub dst_offset: usize,
+    pub dst_strides: Vec<usize>,
+}
+
+/// out = transpose(x, perm): walk the output in order, read x through permuted strides.
+pub fn plan_transpose(shape: &[usize], perm: &[usize]) -> CopyPlan {
+    let st = strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    CopyPlan {
+        dst_strides: strides(&out_shape),
+        src_strides: perm.iter().map(|&p| st[p]).collect(),
+        shape: out_shape,
+        src_offset: 0,
+        dst_offset: 0,
+    }
+}
+
+/// out = broadcast_in_dim(x, out_shape, dims): stride 0 along repeated dims.
+pub fn plan_broadcast(in_shape: &[usize], out_shape: &[usize], dims: &[usize]) -> CopyPlan {
+    let st = strides(in_shape);
+    let src_strides = (0..out_shape.len())
+        .map(|d| match dims.iter().position(|&x| x == d) {
+            Some(i) if in_shape[i] != 1 => st[i],
+            _ => 0,
+        })
+        .collect();
+    CopyPlan {
+        shape: out_shape.to_vec(),
+        src_offset: 0,
+        src_strides,
+        dst_offset: 0,
+        dst_strides: strides(out_shape),
+}
+}
+
+/// Piece `[start, start+len)` of `axis`: read with an offset into x, write contiguously
+/// (split), or the reverse (concat: `into_whole`).
+pub fn plan_slice(whole: &[usize], axis: usize, start: usize, len: usize, into_whole: bool) -> CopyPlan {
+    let st = strides(whole);
+    let mut piece = whole.to_vec();
+    piece[axis] = len;
+    let (whole_side, piece_side) = ((start * st[axis], st.clone()), (0, strides(&piece)));
+    let ((src_offset, src_strides), (dst_offset, dst_strides)) = if into_whole {
+        (piece_side, whole_side)
+    } else {
+        (whole_side, piece_side)
+    };
+    CopyPlan {
+        shape: piece,
+        src_offset,
+        src_strides,
+        dst_offset,
+        dst_strides,
+    }
+}
+
+/// reduce_sum as (optional transpose moving the reduced axes last) + sum over the middle
+/// of (outer, n, inner).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReducePlan {
+    pub perm: Option<Vec<usize>>,
+    pub outer: usize,
+    pub n: usize,
+    pub inner: usize,
+}
+
+pub fn plan_reduce(shape: &[usize], axes: &[usize]) -> ReducePlan {
+    let mut sorted = axes.to_vec();
+    sorted.sort();
+    let contiguous = sorted.windows(2).all(|w| w[1] == w[0] + 1);
+    if sorted.is_empty() {
+        return ReducePlan {
+            perm: None,
+            outer: numel(shape),
+            n: 1,
+            inner: 1,
+        };
+    }
+    if contiguous {
+        let (lo, hi) = (sorted[0], *sorted.last().unwrap());
+        return ReducePlan {
+            perm: None,
+            outer: shape[..lo].iter().product(),
+            n: shape[lo..=hi].iter().product(),
+            inner: shape[hi + 1..].iter().product(),
+        };
+    }
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !sorted.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(&sorted).copied().collect();
+    ReducePlan {
+        outer: kept.iter().map(|&d| shape[d]).product(),
+        n: sorted.iter().map(|&d| shape[d]).product(),
+        inner: 1,
+        perm: Some(perm),
+    }
+}

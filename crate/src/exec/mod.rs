@@ -1,0 +1,14 @@
+//! Executors: run any program (global or per-device) on the CPU reference or on the GPU.
+mod error;
+mod gpu;
+mod lowering;
+mod reference;
+mod tensor;
+mod trainer;
+
+pub use error::ExecError;
+pub use gpu::GpuExecutor;
+pub use lowering::{plan_dot, DotPlan};
+pub use reference::ReferenceExecutor;
+pub use tensor::Tensor;
+pub use trainer::{Backend, StepStats, Trainer, TrainerOptions};

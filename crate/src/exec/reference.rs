@@ -1,0 +1,206 @@
+use super::lowering::{plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, CopyPlan};
+use super::{ExecError, Tensor};
+use crate::ir::{numel, DType, Op, Program};
+use crate::kernels::optimizer::AdamWHyper;
+use crate::reference as r;
+use crate::rng::{random_bits, Key};
+
+/// Runs any program on the CPU with the reference kernels: the oracle of every GPU test,
+/// and the executor where no GPU adapter exists.
+pub struct ReferenceExecutor;
+
+fn copy(src: &[f32], plan: &CopyPlan, dst: &mut [f32]) {
+    r::copy::strided(
+        src,
+        dst,
+        &plan.shape,
+        plan.src_offset,
+        &plan.src_strides,
+        plan.dst_offset,
+        &plan.dst_strides,
+        false,
+    );
+}
+
+fn transpose(x: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    copy(x, &plan_transpose(shape, perm), &mut out);
+    out
+}
+
+impl ReferenceExecutor {
+    /// Runs `prog` on `inputs` (in `prog.inputs` order) and returns its outputs.
+    /// `step` is the 1-based optimizer step count (AdamW's bias correction).
+    pub fn run(prog: &Program, inputs: &[Tensor], step: u64) -> Result<Vec<Tensor>, ExecError> {
+        if inputs.len() != prog.inputs.len() {
+            return Err(ExecError::Input(format!(
+                "the program takes {} inputs, got {}",
+                prog.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let mut vals: Vec<Option<Tensor>> = vec![None; prog.values.len()];
+        for ((v, _), t) in prog.inputs.iter().zip(inputs) {
+            let info = prog.info(*v);
+            if t.len() != info.numel() {
+                return Err(ExecError::Input(format!(
+                    "input {} needs {} elements, got {}",
+                    info.name.clone().unwrap_or_default(),
+                    info.numel(),
+                    t.len()
+                )));
+            }
+            vals[v.index()] = Some(t.clone());
+        }
+        let last_use = prog.last_uses();
+        for (i, ins) in prog.instrs.iter().enumerate() {
+            let get = |k: usize| vals[ins.inputs[k].index()].as_ref().expect("value defined before use");
+            let shape = |k: usize| prog.shape(ins.inputs[k]);
+            let f = |k: usize| get(k).f32();
+            let out_shape = |k: usize| prog.shape(ins.outputs[k]);
+            let outs: Vec<Tensor> = match &ins.op {
+                Op::Reshape { .. } => vec![get(0).clone()],
+                Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
+                Op::BroadcastInDim { shape: to, dims } => {
+                    let mut out = vec![0.0; numel(to)];
+                    copy(f(0), &plan_broadcast(shape(0), to, dims), &mut out);
+                    vec![Tensor::F32(out)]
+                }
+                Op::Split { axis, sizes } => {
+                    let mut start = 0;
+                    sizes
+                        .iter()
+                        .map(|&len| {
+                            let plan = plan_slice(shape(0), *axis, start, len, false);
+                            start += len;
+                            let mut out = vec![0.0; numel(&plan.shape)];
+                            copy(f(0), &plan, &mut out);
+                            Tensor::F32(out)
+                        })
+                        .collect()
+                }
+                Op::Concat { axis } => {
+                    let whole = out_shape(0);
+                    let mut out = vec![0.0; numel(whole)];
+                    let mut start = 0;
+                    for k in 0..ins.inputs.len() {
+                        let len = shape(k)[*axis];
+                        copy(f(k), &plan_slice(whole, *axis, start, len, true), &mut out);
+                        start += len;
+                    }
+                    vec![Tensor::F32(out)]
+                }
+                Op::Add | Op::Sub => {
+                    let beta = if ins.op == Op::Add { 1.0 } else { -1.0 };
+                    vec![Tensor::F32(r::elementwise::add(f(0), f(1), 1.0, beta))]
+                }
+                Op::Mul => vec![Tensor::F32(r::elementwise::mul(f(0), f(1), 1.0))],
+                Op::Scale { alpha } => vec![Tensor::F32(r::elementwise::scale(f(0), *alpha, 0.0))],
+                Op::Full { shape, value } => vec![Tensor::F32(vec![*value; numel(shape)])],
+                Op::DotGeneral {
+                    lhs_contract,
+                    rhs_contract,
+                    lhs_batch,
+                    rhs_batch,
+                    alpha,
+                } => {
+                    let plan = plan_dot(shape(0), shape(1), lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+                    let a = match &plan.lhs_perm {
+                        Some(p) => transpose(f(0), shape(0), p),
+                        None => f(0).to_vec(),
+                    };
+                    let b = match &plan.rhs_perm {
+                        Some(p) => transpose(f(1), shape(1), p),
+                        None => f(1).to_vec(),
+                    };
+                    let mut c = vec![0.0; numel(out_shape(0))];
+                    r::matmul::matmul(&plan.shape, &a, &b, None, &mut c);
+                    vec![Tensor::F32(c)]
+                }
+                Op::ReduceSum { axes } => {
+                    let plan = plan_reduce(shape(0), axes);
+                    let x = match &plan.perm {
+                        Some(p) => transpose(f(0), shape(0), p),
+                        None => f(0).to_vec(),
+                    };
+                    vec![Tensor::F32(r::reduce::sum_axis(&x, plan.outer, plan.n, plan.inner))]
+                }
+                Op::Gelu => vec![Tensor::F32(r::gelu::forward(f(0)))],
+                Op::GeluGrad => vec![Tensor::F32(r::gelu::backward(f(0), f(1)))],
+                Op::LayerNorm => {
+                    let c = *shape(0).last().unwrap();
+                    let (y, mean, rstd) = r::layernorm::forward(f(0), f(1), f(2), f(0).len() / c, c);
+                    vec![Tensor::F32(y), Tensor::F32(mean), Tensor::F32(rstd)]
+                }
+                Op::LayerNormGrad => {
+                    let c = *shape(1).last().unwrap();
+                    let (dx, dg, db) = r::layernorm::backward(f(0), f(1), f(2), f(3), f(4), f(1).len() / c, c);
+                    vec![Tensor::F32(dx), Tensor::F32(dg), Tensor::F32(db)]
+                }
+                Op::SoftmaxCausal => {
+                    let t = *shape(0).last().unwrap();
+                    vec![Tensor::F32(r::softmax::causal_forward(f(0), f(0).len() / t, t))]
+                }
+                Op::SoftmaxCausalGrad => {
+                    let t = *shape(0).last().unwrap();
+                    vec![Tensor::F32(r::softmax::causal_backward(f(0), f(1), f(0).len() / t, t))]
+                }
+                Op::CrossEntropy => {
+                    let v = *shape(0).last().unwrap();
+                    vec![Tensor::F32(r::crossentropy::forward(f(0), get(1).u32(), f(0).len() / v, v))]
+                }
+                Op::CrossEntropyGrad => {
+                    let v = *shape(0).last().unwrap();
+                    vec![Tensor::F32(r::crossentropy::backward(f(0), get(1).u32(), f(2), f(0).len() / v, v))]
+                }
+                Op::Gather => {
+                    let c = shape(0)[1];
+                    let ids = get(1).u32();
+                    vec![Tensor::F32(r::embedding::forward(f(0), ids, ids.len(), c))]
+                }
+                Op::ScatterAdd { rows } => {
+                    let c = *shape(0).last().unwrap();
+                    let ids = get(1).u32();
+                    vec![Tensor::F32(r::embedding::backward(f(0), ids, ids.len(), *rows, c))]
+                }
+                Op::FoldIn { data } => {
+                    let k = get(0).u32();
+                    vec![Tensor::U32(Key([k[0], k[1]]).fold_in(*data).0.to_vec())]
+                }
+                Op::RandomBits { shape, layout } => {
+                    let k = get(0).u32();
+                    vec![Tensor::U32(random_bits(Key([k[0], k[1]]), *layout, shape))]
+                }
+                Op::Dropout { rate } => vec![Tensor::F32(r::dropout::apply(f(0), get(1).u32(), *rate))],
+                Op::SgdUpdate { lr } => {
+                    let mut p = f(0).to_vec();
+                    r::optimizer::sgd(&mut p, f(1), *lr);
+                    vec![Tensor::F32(p)]
+                }
+                Op::AdamWUpdate { lr, b1, b2, eps, wd } => {
+                    let mut hyper = AdamWHyper::at(*lr, step as u32).map_err(|e| ExecError::Input(e.to_string()))?;
+                    (hyper.b1, hyper.b2, hyper.eps) = (*b1, *b2, *eps);
+                    let (mut p, mut m, mut v) = (f(0).to_vec(), f(2).to_vec(), f(3).to_vec());
+                    r::optimizer::adamw(&mut p, f(1), &mut m, &mut v, &hyper, *wd);
+                    vec![Tensor::F32(p), Tensor::F32(m), Tensor::F32(v)]
+                }
+            };
+            for (o, t) in ins.outputs.iter().zip(outs) {
+                debug_assert_eq!(t.len(), prog.info(*o).numel(), "{} output size", ins.op.name());
+                debug_assert_eq!(matches!(t, Tensor::U32(_)), prog.info(*o).dtype == DType::U32);
+                vals[o.index()] = Some(t);
+            }
+            // Free what no later instruction reads, so peak memory stays that of the program.
+            for v in &ins.inputs {
+                if last_use[v.index()] == Some(i) {
+                    vals[v.index()] = None;
+                }
+            }
+        }
+        Ok(prog
+            .outputs
+            .iter()
+            .map(|v| vals[v.index()].clone().expect("output defined"))
+            .collect())
+    }
+}

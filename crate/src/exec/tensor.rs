@@ -1,0 +1,48 @@
+/// A host-side array of 4-byte elements: what goes into and comes out of a program.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tensor {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+impl Tensor {
+    pub fn len(&self) -> usize {
+        match self {
+            Tensor::F32(v) => v.len(),
+            Tensor::U32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn f32(&self) -> &[f32] {
+        match self {
+            Tensor::F32(v) => v,
+            Tensor::U32(_) => panic!("expected an f32 tensor"),
+        }
+    }
+
+    pub fn u32(&self) -> &[u32] {
+        match self {
+            Tensor::U32(v) => v,
+            Tensor::F32(_) => panic!("expected a u32 tensor"),
+        }
+    }
+
+    pub fn into_f32(self) -> Vec<f32> {
+        match self {
+            Tensor::F32(v) => v,
+            Tensor::U32(v) => v.into_iter().map(|x| x as f32).collect(),
+        }
+    }
+
+    /// The first element as f32 (a scalar loss).
+    pub fn scalar(&self) -> f32 {
+        match self {
+            Tensor::F32(v) => v[0],
+            Tensor::U32(v) => v[0] as f32,
+        }
+    }
+}

@@ -1,0 +1,241 @@
+use super::{DType, Instr, IrError, Op, Program, Role, RngLayout, ValueId, ValueInfo};
+
+/// Traces a program: each method appends one instruction and returns its result.
+///
+/// Model code reads like jax.numpy. Shape errors do not interrupt tracing: the first one is
+/// kept and returned by [`Builder::finish`], so a bad configuration gives one clear message.
+#[derive(Default)]
+pub struct Builder {
+    prog: Program,
+    error: Option<IrError>,
+}
+
+impl Builder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Continues tracing into an existing program (autodiff appends the backward pass).
+    pub fn from_program(prog: Program) -> Self {
+        Self { prog, error: None }
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.prog
+    }
+
+    pub fn info(&self, v: ValueId) -> &ValueInfo {
+        self.prog.info(v)
+    }
+
+    pub fn shape(&self, v: ValueId) -> Vec<usize> {
+        self.prog.shape(v).to_vec()
+    }
+
+    fn new_value(&mut self, info: ValueInfo) -> ValueId {
+        self.prog.values.push(info);
+        ValueId(self.prog.values.len() as u32 - 1)
+    }
+
+    pub fn input(&mut self, name: &str, shape: &[usize], dtype: DType, role: Role) -> ValueId {
+        let v = self.new_value(ValueInfo {
+            shape: shape.to_vec(),
+            dtype,
+            name: Some(name.to_string()),
+        });
+        self.prog.inputs.push((v, role));
+        v
+    }
+
+    pub fn set_name(&mut self, v: ValueId, name: &str) {
+        self.prog.values[v.index()].name = Some(name.to_string());
+    }
+
+    pub fn output(&mut self, v: ValueId) -> usize {
+        self.prog.outputs.push(v);
+        self.prog.outputs.len() - 1
+    }
+
+    /// Marks output `output` as the updated value of input `input` (buffer donation).
+    pub fn donate(&mut self, output: usize, input: usize) {
+        self.prog.donations.push((output, input));
+    }
+
+    pub fn error(&self) -> Option<&IrError> {
+        self.error.as_ref()
+    }
+
+    pub fn finish(self) -> Result<Program, IrError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.prog),
+        }
+    }
+
+    /// Appends `op` and returns its outputs.
+    pub fn emit(&mut self, op: Op, inputs: &[ValueId]) -> Vec<ValueId> {
+        let infos: Vec<&ValueInfo> = inputs.iter().map(|v| self.prog.info(*v)).collect();
+        let outs = match op.infer(&infos) {
+            Ok(outs) => outs,
+            Err(e) => {
+                // Keep tracing with a stand-in so one bad shape yields one error, not a panic.
+                let stand_in = infos.first().map(|i| (*i).clone()).unwrap_or(ValueInfo {
+                    shape: vec![],
+                    dtype: DType::F32,
+                    name: None,
+                });
+                self.error.get_or_insert(e);
+                let n = match &op {
+                    Op::Split { sizes, .. } => sizes.len(),
+                    Op::LayerNorm | Op::LayerNormGrad | Op::AdamWUpdate { .. } => 3,
+                    _ => 1,
+                };
+                vec![stand_in; n]
+            }
+        };
+        let outputs: Vec<ValueId> = outs.into_iter().map(|info| self.new_value(info)).collect();
+        self.prog.instrs.push(Instr {
+            op,
+            inputs: inputs.to_vec(),
+            outputs: outputs.clone(),
+        });
+        outputs
+    }
+
+    pub fn emit1(&mut self, op: Op, inputs: &[ValueId]) -> ValueId {
+        self.emit(op, inputs)[0]
+    }
+
+    // ---- jax.numpy-like surface ----
+
+    pub fn add(&mut self, a: ValueId, b: ValueId) -> ValueId {
+        self.emit1(Op::Add, &[a, b])
+    }
+
+    pub fn sub(&mut self, a: ValueId, b: ValueId) -> ValueId {
+        self.emit1(Op::Sub, &[a, b])
+    }
+
+    pub fn mul(&mut self, a: ValueId, b: ValueId) -> ValueId {
+        self.emit1(Op::Mul, &[a, b])
+    }
+
+    pub fn scale(&mut self, a: ValueId, alpha: f32) -> ValueId {
+        self.emit1(Op::Scale { alpha }, &[a])
+    }
+
+    pub fn reshape(&mut self, a: ValueId, shape: &[usize]) -> ValueId {
+        self.emit1(Op::Reshape { shape: shape.to_vec() }, &[a])
+    }
+
+    pub fn transpose(&mut self, a: ValueId, perm: &[usize]) -> ValueId {
+        self.emit1(Op::Transpose { perm: perm.to_vec() }, &[a])
+    }
+
+    pub fn broadcast_in_dim(&mut self, a: ValueId, shape: &[usize], dims: &[usize]) -> ValueId {
+        self.emit1(
+            Op::BroadcastInDim {
+                shape: shape.to_vec(),
+                dims: dims.to_vec(),
+            },
+            &[a],
+        )
+    }
+
+    pub fn split(&mut self, a: ValueId, axis: usize, sizes: &[usize]) -> Vec<ValueId> {
+        self.emit(
+            Op::Split {
+                axis,
+                sizes: sizes.to_vec(),
+            },
+            &[a],
+        )
+    }
+
+    pub fn concat(&mut self, parts: &[ValueId], axis: usize) -> ValueId {
+        self.emit1(Op::Concat { axis }, parts)
+    }
+
+    pub fn dot_general(
+        &mut self,
+        a: ValueId,
+        b: ValueId,
+        contract: (&[usize], &[usize]),
+        batch: (&[usize], &[usize]),
+        alpha: f32,
+    ) -> ValueId {
+        self.emit1(
+            Op::DotGeneral {
+                lhs_contract: contract.0.to_vec(),
+                rhs_contract: contract.1.to_vec(),
+                lhs_batch: batch.0.to_vec(),
+                rhs_batch: batch.1.to_vec(),
+                alpha,
+            },
+            &[a, b],
+        )
+    }
+
+    /// `x @ w` contracting x's last axis with w's first (w is [in, out]).
+    pub fn matmul(&mut self, x: ValueId, w: ValueId) -> ValueId {
+        let last = self.shape(x).len().saturating_sub(1);
+        self.dot_general(x, w, (&[last], &[0]), (&[], &[]), 1.0)
+    }
+
+    pub fn sum(&mut self, a: ValueId, axes: &[usize]) -> ValueId {
+        self.emit1(Op::ReduceSum { axes: axes.to_vec() }, &[a])
+    }
+
+    /// Mean over every element: a scalar.
+    pub fn mean(&mut self, a: ValueId) -> ValueId {
+        let rank = self.shape(a).len();
+        let n = self.info(a).numel();
+        let s = self.sum(a, &(0..rank).collect::<Vec<_>>());
+        self.scale(s, 1.0 / n as f32)
+    }
+
+    pub fn gelu(&mut self, x: ValueId) -> ValueId {
+        self.emit1(Op::Gelu, &[x])
+    }
+
+    pub fn layer_norm(&mut self, x: ValueId, gamma: ValueId, beta: ValueId) -> ValueId {
+        self.emit(Op::LayerNorm, &[x, gamma, beta])[0]
+    }
+
+    pub fn softmax_causal(&mut self, s: ValueId) -> ValueId {
+        self.emit1(Op::SoftmaxCausal, &[s])
+    }
+
+    pub fn cross_entropy(&mut self, logits: ValueId, targets: ValueId) -> ValueId {
+        self.emit1(Op::CrossEntropy, &[logits, targets])
+    }
+
+    /// `table[ids]` (jnp.take along axis 0).
+    pub fn take(&mut self, table: ValueId, ids: ValueId) -> ValueId {
+        self.emit1(Op::Gather, &[table, ids])
+    }
+
+    pub fn fold_in(&mut self, key: ValueId, data: u32) -> ValueId {
+        self.emit1(Op::FoldIn { data }, &[key])
+    }
+
+    pub fn random_bits(&mut self, key: ValueId, shape: &[usize], layout: RngLayout) -> ValueId {
+        self.emit1(
+            Op::RandomBits {
+                shape: shape.to_vec(),
+                layout,
+            },
+            &[key],
+        )
+    }
+
+    /// Inverted dropout with a mask drawn from `key` (identity at rate 0).
+    pub fn dropout(&mut self, x: ValueId, key: ValueId, rate: f32, layout: RngLayout) -> ValueId {
+        if rate == 0.0 {
+            return x;
+        }
+        let shape = self.shape(x);
+        let bits = self.random_bits(key, &shape, layout);
+        self.emit1(Op::Dropout { rate }, &[x, bits])
+    }
+}

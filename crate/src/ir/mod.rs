@@ -1,0 +1,14 @@
+//! The IR: programs on global (or, after partitioning, local) shapes, in SSA form,
+//! built by tracing Rust code against a small jax.numpy-like [`Builder`].
+mod builder;
+mod error;
+mod op;
+mod print;
+mod program;
+mod shape;
+
+pub use builder::Builder;
+pub use error::IrError;
+pub use op::{Op, RngLayout};
+pub use program::{DType, Instr, Program, Role, ValueId, ValueInfo};
+pub use shape::{fmt_shape, numel, strides};

@@ -1,0 +1,374 @@
+use super::{DType, IrError, ValueInfo};
+
+pub use crate::rng::RngLayout;
+
+/// The primitive ops. Shape rules live in [`Op::infer`]; gradient rules in `autodiff`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    // --- structure (no arithmetic) ---
+    Reshape { shape: Vec<usize> },
+    Transpose { perm: Vec<usize> },
+    /// Operand dim i becomes output dim `dims[i]`; other output dims repeat.
+    BroadcastInDim { shape: Vec<usize>, dims: Vec<usize> },
+    /// Splits `axis` into pieces of `sizes` (several outputs).
+    Split { axis: usize, sizes: Vec<usize> },
+    Concat { axis: usize },
+
+    // --- elementwise; the second operand's shape may be a suffix of the first's (broadcast) ---
+    Add,
+    Sub,
+    Mul,
+    Scale { alpha: f32 },
+    /// An f32 array filled with `value` (the loss seed, a missing cotangent).
+    Full { shape: Vec<usize>, value: f32 },
+
+    // --- contraction (jax.lax.dot_general); output dims: batch, lhs free, rhs free ---
+    DotGeneral {
+        lhs_contract: Vec<usize>,
+        rhs_contract: Vec<usize>,
+        lhs_batch: Vec<usize>,
+        rhs_batch: Vec<usize>,
+        /// Folded into the product (attention's 1/sqrt(Dh)).
+        alpha: f32,
+    },
+    /// Sum over `axes` (removed from the shape).
+    ReduceSum { axes: Vec<usize> },
+
+    // --- transformer ops, with their backward as ops of their own (custom VJPs) ---
+    Gelu,
+    /// (x, dy) -> dx
+    GeluGrad,
+    /// (x, gamma, beta) -> (y, mean, rstd), over the last axis.
+    LayerNorm,
+    /// (dy, x, mean, rstd, gamma) -> (dx, dgamma, dbeta)
+    LayerNormGrad,
+    /// Softmax over the last axis with causal masking (query index = second-to-last axis).
+    SoftmaxCausal,
+    /// (p, dp) -> ds
+    SoftmaxCausalGrad,
+    /// (logits (..., V), targets (...) u32) -> per-position loss (...).
+    CrossEntropy,
+    /// (logits, targets, dloss) -> dlogits
+    CrossEntropyGrad,
+    /// (table (V, C), ids (...) u32) -> (..., C)
+    Gather,
+    /// (dout (..., C), ids (...)) -> (V, C) with V = `rows`; the transpose of Gather.
+    ScatterAdd { rows: usize },
+
+    // --- randomness ---
+    /// key (2 x u32) -> key: `jax.random.fold_in`.
+    FoldIn { data: u32 },
+    /// key -> u32 bits of `shape`, as `jax.random.bits` in `layout`.
+    RandomBits { shape: Vec<usize>, layout: RngLayout },
+    /// (x, bits) -> x * keep / (1 - rate), keep = uniform(bits) < 1 - rate.
+    /// Its own transpose: the backward applies the same mask to dy.
+    Dropout { rate: f32 },
+
+    // --- optimizers (update in place: outputs are donated inputs) ---
+    /// (p, g) -> p - lr * g
+    SgdUpdate { lr: f32 },
+    /// (p, g, m, v) -> (p', m', v'); the step count comes from the executor.
+    AdamWUpdate { lr: f32, b1: f32, b2: f32, eps: f32, wd: f32 },
+}
+
+fn f32s(shape: Vec<usize>) -> ValueInfo {
+    ValueInfo {
+        shape,
+        dtype: DType::F32,
+        name: None,
+    }
+}
+
+fn u32s(shape: Vec<usize>) -> ValueInfo {
+    ValueInfo {
+        shape,
+        dtype: DType::U32,
+        name: None,
+    }
+}
+
+fn is_suffix(small: &[usize], big: &[usize]) -> bool {
+    small.len() <= big.len() && big[big.len() - small.len()..] == *small
+}
+
+impl Op {
+    /// The printed name, in jaxpr/HLO spelling.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Reshape { .. } => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::BroadcastInDim { .. } => "broadcast_in_dim",
+            Op::Split { .. } => "split",
+            Op::Concat { .. } => "concatenate",
+            Op::Add => "add",
+            Op::Sub => "sub",
+            Op::Mul => "mul",
+            Op::Scale { .. } => "scale",
+            Op::Full { .. } => "full",
+            Op::DotGeneral { .. } => "dot_general",
+            Op::ReduceSum { .. } => "reduce_sum",
+            Op::Gelu => "gelu",
+            Op::GeluGrad => "gelu_grad",
+            Op::LayerNorm => "layer_norm",
+            Op::LayerNormGrad => "layer_norm_grad",
+            Op::SoftmaxCausal => "softmax_causal",
+            Op::SoftmaxCausalGrad => "softmax_causal_grad",
+            Op::CrossEntropy => "cross_entropy",
+            Op::CrossEntropyGrad => "cross_entropy_grad",
+            Op::Gather => "gather",
+            Op::ScatterAdd { .. } => "scatter_add",
+            Op::FoldIn { .. } => "random_fold_in",
+            Op::RandomBits { .. } => "random_bits",
+            Op::Dropout { .. } => "dropout",
+            Op::SgdUpdate { .. } => "sgd_update",
+            Op::AdamWUpdate { .. } => "adamw_update",
+        }
+    }
+
+    /// Attributes as printed after the operands (`contracting=([2],[0])`).
+    pub fn attrs(&self) -> String {
+        match self {
+            Op::Reshape { shape } => format!("shape={shape:?}"),
+            Op::Transpose { perm } => format!("permutation={perm:?}"),
+            Op::BroadcastInDim { shape, dims } => format!("shape={shape:?} broadcast_dimensions={dims:?}"),
+            Op::Split { axis, sizes } => format!("axis={axis} sizes={sizes:?}"),
+            Op::Concat { axis } => format!("dimension={axis}"),
+            Op::Scale { alpha } => format!("alpha={alpha}"),
+            Op::Full { shape, value } => format!("shape={shape:?} value={value}"),
+            Op::DotGeneral {
+                lhs_contract,
+                rhs_contract,
+                lhs_batch,
+                rhs_batch,
+                alpha,
+            } => {
+                let mut s = format!("contracting=({lhs_contract:?},{rhs_contract:?})");
+                if !lhs_batch.is_empty() {
+                    s += &format!(" batch=({lhs_batch:?},{rhs_batch:?})");
+                }
+                if *alpha != 1.0 {
+                    s += &format!(" alpha={alpha}");
+                }
+                s
+            }
+            Op::ReduceSum { axes } => format!("axes={axes:?}"),
+            Op::ScatterAdd { rows } => format!("rows={rows}"),
+            Op::FoldIn { data } => format!("data={data}"),
+            Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
+            Op::Dropout { rate } => format!("rate={rate}"),
+            Op::SgdUpdate { lr } => format!("lr={lr}"),
+            Op::AdamWUpdate { lr, wd, .. } => format!("lr={lr} wd={wd}"),
+            _ => String::new(),
+        }
+    }
+
+    /// Output types from input types, or an error saying what does not fit.
+    pub fn infer(&self, ins: &[&ValueInfo]) -> Result<Vec<ValueInfo>, IrError> {
+        let name = self.name();
+        let err = |m: String| Err(IrError::new(name, m));
+        let want = |n: usize| -> Result<(), IrError> {
+            if ins.len() != n {
+                return Err(IrError::new(name, format!("takes {n} operands, got {}", ins.len())));
+            }
+            Ok(())
+        };
+        let s = |i: usize| ins[i].shape.clone();
+        match self {
+            Op::Reshape { shape } => {
+                want(1)?;
+                if super::numel(shape) != ins[0].numel() {
+                    return err(format!("cannot reshape {:?} to {:?}", ins[0].shape, shape));
+                }
+                Ok(vec![ValueInfo { shape: shape.clone(), dtype: ins[0].dtype, name: None }])
+            }
+            Op::Transpose { perm } => {
+                want(1)?;
+                let mut sorted = perm.clone();
+                sorted.sort();
+                if sorted != (0..ins[0].shape.len()).collect::<Vec<_>>() {
+                    return err(format!("{perm:?} is not a permutation of rank {}", ins[0].shape.len()));
+                }
+                let shape = perm.iter().map(|&p| ins[0].shape[p]).collect();
+                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+            }
+            Op::BroadcastInDim { shape, dims } => {
+                want(1)?;
+                if dims.len() != ins[0].shape.len() || dims.windows(2).any(|w| w[0] >= w[1]) {
+                    return err(format!("dims {dims:?} do not map operand rank {}", ins[0].shape.len()));
+                }
+                for (i, &d) in dims.iter().enumerate() {
+                    if d >= shape.len() || (ins[0].shape[i] != shape[d] && ins[0].shape[i] != 1) {
+                        return err(format!("operand {:?} does not broadcast to {shape:?}", ins[0].shape));
+                    }
+                }
+                Ok(vec![ValueInfo { shape: shape.clone(), dtype: ins[0].dtype, name: None }])
+            }
+            Op::Split { axis, sizes } => {
+                want(1)?;
+                if *axis >= ins[0].shape.len() || sizes.iter().sum::<usize>() != ins[0].shape[*axis] {
+                    return err(format!("sizes {sizes:?} do not split axis {axis} of {:?}", ins[0].shape));
+                }
+                Ok(sizes
+                    .iter()
+                    .map(|&n| {
+                        let mut sh = s(0);
+                        sh[*axis] = n;
+                        ValueInfo { shape: sh, dtype: ins[0].dtype, name: None }
+                    })
+                    .collect())
+            }
+            Op::Concat { axis } => {
+                if ins.is_empty() {
+                    return err("needs at least one operand".into());
+                }
+                let mut shape = s(0);
+                if *axis >= shape.len() {
+                    return err(format!("axis {axis} out of range for {shape:?}"));
+                }
+                shape[*axis] = 0;
+                for v in ins {
+                    let mut a = v.shape.clone();
+                    let mut b = ins[0].shape.clone();
+                    a[*axis] = 0;
+                    b[*axis] = 0;
+                    if a != b {
+                        return err(format!("{:?} and {:?} differ off axis {axis}", v.shape, ins[0].shape));
+                    }
+                    shape[*axis] += v.shape[*axis];
+                }
+                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+            }
+            Op::Add | Op::Sub | Op::Mul => {
+                want(2)?;
+                if !is_suffix(&ins[1].shape, &ins[0].shape) {
+                    return err(format!("shapes {:?} and {:?} do not broadcast", ins[0].shape, ins[1].shape));
+                }
+                Ok(vec![f32s(s(0))])
+            }
+            Op::Full { shape, .. } => {
+                want(0)?;
+                Ok(vec![f32s(shape.clone())])
+            }
+            Op::Scale { .. } | Op::Gelu => {
+                want(1)?;
+                Ok(vec![f32s(s(0))])
+            }
+            Op::GeluGrad => {
+                want(2)?;
+                if ins[0].shape != ins[1].shape {
+                    return err("x and dy shapes differ".into());
+                }
+                Ok(vec![f32s(s(0))])
+            }
+            Op::DotGeneral {
+                lhs_contract,
+                rhs_contract,
+                lhs_batch,
+                rhs_batch,
+                ..
+            } => {
+                want(2)?;
+                let (l, r) = (&ins[0].shape, &ins[1].shape);
+                if lhs_contract.len() != rhs_contract.len() || lhs_batch.len() != rhs_batch.len() {
+                    return err("contracting and batch dimension lists must pair up".into());
+                }
+                for (&a, &b) in lhs_contract.iter().zip(rhs_contract).chain(lhs_batch.iter().zip(rhs_batch)) {
+                    if a >= l.len() || b >= r.len() || l[a] != r[b] {
+                        return err(format!("dimension {a} of {l:?} does not match dimension {b} of {r:?}"));
+                    }
+                }
+                let mut shape: Vec<usize> = lhs_batch.iter().map(|&d| l[d]).collect();
+                shape.extend((0..l.len()).filter(|d| !lhs_contract.contains(d) && !lhs_batch.contains(d)).map(|d| l[d]));
+                shape.extend((0..r.len()).filter(|d| !rhs_contract.contains(d) && !rhs_batch.contains(d)).map(|d| r[d]));
+                Ok(vec![f32s(shape)])
+            }
+            Op::ReduceSum { axes } => {
+                want(1)?;
+                if axes.iter().any(|&a| a >= ins[0].shape.len()) {
+                    return err(format!("axes {axes:?} out of range for {:?}", ins[0].shape));
+                }
+                let shape = (0..ins[0].shape.len()).filter(|d| !axes.contains(d)).map(|d| ins[0].shape[d]).collect();
+                Ok(vec![f32s(shape)])
+            }
+            Op::LayerNorm => {
+                want(3)?;
+                let c = *ins[0].shape.last().unwrap_or(&0);
+                if ins[1].shape != [c] || ins[2].shape != [c] {
+                    return err(format!("gamma/beta must be [{c}]"));
+                }
+                let rows = ins[0].shape[..ins[0].shape.len() - 1].to_vec();
+                Ok(vec![f32s(s(0)), f32s(rows.clone()), f32s(rows)])
+            }
+            Op::LayerNormGrad => {
+                want(5)?;
+                Ok(vec![f32s(s(1)), f32s(s(4)), f32s(s(4))])
+            }
+            Op::SoftmaxCausal => {
+                want(1)?;
+                let r = ins[0].shape.len();
+                if r < 2 || ins[0].shape[r - 1] != ins[0].shape[r - 2] {
+                    return err(format!("needs a [..., T, T] operand, got {:?}", ins[0].shape));
+                }
+                Ok(vec![f32s(s(0))])
+            }
+            Op::SoftmaxCausalGrad => {
+                want(2)?;
+                Ok(vec![f32s(s(0))])
+            }
+            Op::CrossEntropy => {
+                want(2)?;
+                let l = &ins[0].shape;
+                if ins[1].dtype != DType::U32 || ins[1].shape[..] != l[..l.len() - 1] {
+                    return err(format!("targets must be u32{:?}", &l[..l.len() - 1]));
+                }
+                Ok(vec![f32s(ins[1].shape.clone())])
+            }
+            Op::CrossEntropyGrad => {
+                want(3)?;
+                Ok(vec![f32s(s(0))])
+            }
+            Op::Gather => {
+                want(2)?;
+                if ins[0].shape.len() != 2 || ins[1].dtype != DType::U32 {
+                    return err("takes a (V, C) table and u32 ids".into());
+                }
+                let mut shape = s(1);
+                shape.push(ins[0].shape[1]);
+                Ok(vec![f32s(shape)])
+            }
+            Op::ScatterAdd { rows } => {
+                want(2)?;
+                Ok(vec![f32s(vec![*rows, *ins[0].shape.last().unwrap_or(&0)])])
+            }
+            Op::FoldIn { .. } => {
+                want(1)?;
+                Ok(vec![u32s(vec![2])])
+            }
+            Op::RandomBits { shape, .. } => {
+                want(1)?;
+                if ins[0].dtype != DType::U32 || ins[0].shape != [2] {
+                    return err("takes a key: u32[2]".into());
+                }
+                Ok(vec![u32s(shape.clone())])
+            }
+            Op::Dropout { rate } => {
+                want(2)?;
+                if !(0.0..1.0).contains(rate) {
+                    return err(format!("rate {rate} must be in [0, 1)"));
+                }
+                if ins[1].shape != ins[0].shape || ins[1].dtype != DType::U32 {
+                    return err("bits must be u32 of the operand's shape".into());
+                }
+                Ok(vec![f32s(s(0))])
+            }
+            Op::SgdUpdate { .. } => {
+                want(2)?;
+                Ok(vec![f32s(s(0))])
+            }
+            Op::AdamWUpdate { .. } => {
+                want(4)?;
+                Ok(vec![f32s(s(0)), f32s(s(0)), f32s(s(0))])
+            }
+        }
+    }
+}

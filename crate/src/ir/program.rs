@@ -1,0 +1,105 @@
+use super::Op;
+
+/// An SSA value: defined once, by a program input or by one instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+impl ValueId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    U32,
+}
+
+impl DType {
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::U32 => "u32",
+        }
+    }
+}
+
+/// What a program input stands for, so executors know what to feed and keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Parameter `index` of MODEL.md's list.
+    Param(usize),
+    /// Optimizer state slot `slot` (0 = AdamW m, 1 = AdamW v) of parameter `param`.
+    OptState { param: usize, slot: usize },
+    /// Token ids fed to the model (B, T).
+    Tokens,
+    /// Next-token targets (B, T).
+    Targets,
+    /// The step's PRNG key (2 x u32).
+    RngKey,
+    /// Anything else (tests, hand-built programs).
+    Other,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueInfo {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    /// A readable name (`wte`, `h0.w_qkv`, `dwte`); printed beside the SSA number.
+    pub name: Option<String>,
+}
+
+impl ValueInfo {
+    pub fn numel(&self) -> usize {
+        super::numel(&self.shape)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instr {
+    pub op: Op,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+}
+
+/// A whole program: typed values, inputs with roles, instructions in order, outputs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    pub values: Vec<ValueInfo>,
+    pub inputs: Vec<(ValueId, Role)>,
+    pub instrs: Vec<Instr>,
+    pub outputs: Vec<ValueId>,
+    /// (output position, input position) pairs whose buffers may be shared: the output
+    /// is the updated input (jit's donated arguments), e.g. a parameter after its update.
+    pub donations: Vec<(usize, usize)>,
+}
+
+impl Program {
+    pub fn info(&self, v: ValueId) -> &ValueInfo {
+        &self.values[v.index()]
+    }
+
+    pub fn shape(&self, v: ValueId) -> &[usize] {
+        &self.values[v.index()].shape
+    }
+
+    /// The input with this role, if any.
+    pub fn input_with_role(&self, role: &Role) -> Option<ValueId> {
+        self.inputs.iter().find(|(_, r)| r == role).map(|(v, _)| *v)
+    }
+
+    /// For every value, the index of the last instruction that reads it (outputs live to the end).
+    pub fn last_uses(&self) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.values.len()];
+        for (i, ins) in self.instrs.iter().enumerate() {
+            for v in &ins.inputs {
+                last[v.index()] = Some(i);
+            }
+        }
+        for v in &self.outputs {
+            last[v.index()] = Some(usize::MAX);
+        }
+        last
+    }
+}

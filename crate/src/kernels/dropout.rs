@@ -1,0 +1,35 @@
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    keep: f32,
+    pad: [u32; 2],
+}
+
+/// `out = keep ? x / (1 - rate) : 0` with keep from JAX-style random `bits` (n elements):
+/// the forward of dropout, and (applied to dy with the same bits) its backward.
+pub async fn apply(
+    ctx: &GpuContext,
+    x: &GpuBuffer,
+    bits: &GpuBuffer,
+    out: &GpuBuffer,
+    n: usize,
+    rate: f32,
+) -> Result<Dispatch, GpuError> {
+    if !(0.0..1.0).contains(&rate) {
+        return Err(GpuError::Invalid(format!("dropout rate {rate} must be in [0, 1)")));
+    }
+    let pipeline = ctx.pipeline("dropout", "apply").await?;
+    let label = format!("dropout n={n}");
+    let u = ctx.uniform(&label, &Params { n: n as u32, keep: 1.0 - rate, pad: [0; 2] });
+    let bind_group = ctx.bind(&label, &pipeline, &[(0, &x.buffer), (1, &bits.buffer), (2, &out.buffer), (3, &u)]);
+    Ok(Dispatch {
+        label,
+        pipeline,
+        bind_group,
+        workgroups: grid_1d(n, 256),
+        uniforms: vec![u],
+    })
+}

@@ -1,0 +1,189 @@
+use super::params::SplitMix64;
+use super::{GptConfig, ModelError};
+
+/// One batch: inputs `tokens[:, 0:T]` and targets `tokens[:, 1:T+1]`, row-major (B, T).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    pub inputs: Vec<u32>,  // (B, T)
+    pub targets: Vec<u32>, // (B, T)
+}
+
+/// Where training data comes from (`--data`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DataSource {
+    /// MODEL.md's `data = formula`: the same batch every step.
+    Formula,
+    /// A run of symbols, a separator, then the same run again.
+    Copy,
+    /// A run of symbols, a separator, then the run reversed.
+    Reverse,
+    /// Equations `a + b = (a+b) mod p`, packed end to end.
+    ModAdd,
+    /// Character-level text (the file's contents).
+    Text(String),
+}
+
+impl DataSource {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DataSource::Formula => "formula",
+            DataSource::Copy => "copy",
+            DataSource::Reverse => "reverse",
+            DataSource::ModAdd => "modadd",
+            DataSource::Text(_) => "text",
+        }
+    }
+
+    /// Reads `--text FILE`, rejecting what cannot be a character corpus.
+    pub fn from_text_file(path: &str) -> Result<Self, ModelError> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError(format!("cannot read --text {path}: {e}")))?;
+        if bytes.is_empty() {
+            return Err(ModelError(format!("--text {path} is empty: give a text file with some prose in it")));
+        }
+        if bytes.contains(&0) {
+            return Err(ModelError(format!("--text {path} looks binary (it has NUL bytes): give a UTF-8 text file")));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ModelError(format!("--text {path} is not valid UTF-8: give a UTF-8 text file")))?;
+        Ok(DataSource::Text(text))
+    }
+}
+
+/// A data source bound to a configuration: checked once, then yields batches by step.
+pub struct Dataset {
+    source: DataSource,
+    batch: usize,
+    seq: usize,
+    vocab: usize,
+    seed: u64,
+    /// Text: the distinct characters (token id = position) and the encoded corpus.
+    chars: Vec<char>,
+    corpus: Vec<u32>,
+}
+
+/// Symbols of the copy/reverse tasks: a small alphabet, so the unpredictable first half
+/// costs little and the learnable second half dominates the loss.
+const TASK_SYMBOLS: usize = 8;
+const MODADD_MAX_P: usize = 97;
+
+impl Dataset {
+    pub fn new(source: DataSource, cfg: &GptConfig, seed: u64) -> Result<Self, ModelError> {
+        let (b, t, v) = (cfg.batch, cfg.seq, cfg.vocab);
+        let mut chars = vec![];
+        let mut corpus = vec![];
+        match &source {
+            DataSource::Formula => {}
+            DataSource::Copy | DataSource::Reverse => {
+                if v < 3 {
+                    return Err(ModelError(format!(
+                        "--vocab {v} is too small for --data {}: it needs at least 3 tokens (use --vocab 16)",
+                        source.name()
+                    )));
+                }
+                if t < 3 {
+                    return Err(ModelError(format!("--seq {t} is too short for --data {}: use --seq 8 or more", source.name())));
+                }
+            }
+            DataSource::ModAdd => {
+                if v < 4 {
+                    return Err(ModelError(format!("--vocab {v} is too small for --data modadd: it needs at least 4 (use --vocab 16)")));
+                }
+                if t < 4 {
+                    return Err(ModelError(format!("--seq {t} is too short for --data modadd: use --seq 8 or more")));
+                }
+            }
+            DataSource::Text(text) => {
+                let mut set: Vec<char> = text.chars().collect();
+                set.sort_unstable();
+                set.dedup();
+                if set.len() > v {
+                    return Err(ModelError(format!(
+                        "--vocab {v} is too small for this text: it has {} distinct characters (use --vocab {})",
+                        set.len(),
+                        set.len()
+                    )));
+                }
+                corpus = text.chars().map(|c| set.binary_search(&c).unwrap() as u32).collect();
+                if corpus.len() < t + 2 {
+                    return Err(ModelError(format!(
+                        "the text has {} characters, too short for --seq {t}: give at least {} characters or lower --seq",
+                        corpus.len(),
+                        t + 2
+                    )));
+                }
+                chars = set;
+            }
+        }
+        Ok(Self {
+            source,
+            batch: b,
+            seq: t,
+            vocab: v,
+            seed,
+            chars,
+            corpus,
+        })
+    }
+
+    /// The characters of a text corpus (token id = index), for decoding samples.
+    pub fn chars(&self) -> &[char] {
+        &self.chars
+    }
+
+    /// The batch of step `step` (the formula batch ignores `step`).
+    pub fn batch(&self, step: u64) -> Batch {
+        let (b, t) = (self.batch, self.seq);
+        let mut rng = SplitMix64(self.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rows = Vec::with_capacity(b * (t + 1));
+        for row in 0..b {
+            rows.extend(self.row(row, &mut rng));
+        }
+        let mut inputs = Vec::with_capacity(b * t);
+        let mut targets = Vec::with_capacity(b * t);
+        for r in rows.chunks(t + 1) {
+            inputs.extend_from_slice(&r[..t]);
+            targets.extend_from_slice(&r[1..]);
+        }
+        Batch { inputs, targets }
+    }
+
+    /// One row of T+1 tokens.
+    fn row(&self, b: usize, rng: &mut SplitMix64) -> Vec<u32> {
+        let (t, v) = (self.seq, self.vocab);
+        let n = t + 1;
+        match &self.source {
+            DataSource::Formula => (0..n).map(|t| ((7 * b + 3 * t * t + 1) % v) as u32).collect(),
+            DataSource::Copy | DataSource::Reverse => {
+                // symbols 1..=k, separator 0
+                let k = TASK_SYMBOLS.min(v - 1);
+                let half = (n - 1) / 2;
+                let run: Vec<u32> = (0..half).map(|_| 1 + (rng.next_u64() % k as u64) as u32).collect();
+                let mut second = run.clone();
+                if self.source == DataSource::Reverse {
+                    second.reverse();
+                }
+                let mut row = run;
+                row.push(0);
+                row.extend(second);
+                row.resize(n, 0);
+                row
+            }
+            DataSource::ModAdd => {
+                // tokens: numbers 0..p, then '+' = p, '=' = p + 1
+                let p = (v - 2).min(MODADD_MAX_P);
+                let mut row = Vec::with_capacity(n + 5);
+                while row.len() < n {
+                    let a = rng.next_u64() % p as u64;
+                    let c = rng.next_u64() % p as u64;
+                    row.extend([a as u32, p as u32, c as u32, p as u32 + 1, ((a + c) % p as u64) as u32]);
+                }
+                row.truncate(n);
+                row
+            }
+            DataSource::Text(_) => {
+                let start = (rng.next_u64() % (self.corpus.len() - n + 1) as u64) as usize;
+                self.corpus[start..start + n].to_vec()
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The MODEL.md transformer, traced into IR programs: configuration, parameters and
+//! their deterministic init, the forward pass, the train step, and the data.
+mod config;
+mod data;
+mod gpt;
+mod params;
+mod train_step;
+
+pub use config::{GptConfig, ModelError, Optimizer};
+pub use data::{Batch, DataSource, Dataset};
+pub use gpt::{forward_loss, Activations};
+pub use params::{init_params, param_specs, Init, ParamSpec};
+pub use train_step::{eval_program, train_step_program, TrainStep};

@@ -1,0 +1,118 @@
+use super::gpt::{forward_loss, Activations};
+use super::{param_specs, GptConfig, ModelError, Optimizer};
+use crate::autodiff::grad;
+use crate::ir::{Builder, DType, Op, Program, Role, RngLayout, ValueId};
+
+/// The whole train step as one program, and where its pieces are.
+///
+/// Inputs: params, optimizer state (m then v per param, AdamW only), tokens, targets, key.
+/// Outputs: loss (at the parameters before the update), then updated params and state,
+/// each donated to its input (updated in place, like jit with donated arguments).
+#[derive(Clone, Debug)]
+pub struct TrainStep {
+    pub program: Program,
+    pub config: GptConfig,
+    pub optimizer: Optimizer,
+}
+
+fn param_inputs(b: &mut Builder, cfg: &GptConfig) -> Vec<ValueId> {
+    param_specs(cfg)
+        .iter()
+        .map(|p| b.input(&p.name, &p.shape, DType::F32, Role::Param(p.index)))
+        .collect()
+}
+
+fn data_inputs(b: &mut Builder, cfg: &GptConfig) -> (ValueId, ValueId, ValueId) {
+    let tokens = b.input("tokens", &[cfg.batch, cfg.seq], DType::U32, Role::Tokens);
+    let targets = b.input("targets", &[cfg.batch, cfg.seq], DType::U32, Role::Targets);
+    let key = b.input("key", &[2], DType::U32, Role::RngKey);
+    (tokens, targets, key)
+}
+
+/// Forward and loss only (for the loss after the last update, and evaluation).
+pub fn eval_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program, ModelError> {
+    cfg.validate()?;
+    let mut b = Builder::new();
+    let params = param_inputs(&mut b, cfg);
+    let (tokens, targets, key) = data_inputs(&mut b, cfg);
+    let acts = Activations {
+        params: &params,
+        tokens,
+        targets,
+        key,
+        rng_layout,
+    };
+    let loss = forward_loss(&mut b, cfg, &acts);
+    b.output(loss);
+    b.finish().map_err(|e| ModelError(format!("cannot build the model: {e}")))
+}
+
+/// Forward, loss, gradients (reverse-mode autodiff of the traced forward) and update.
+pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout) -> Result<TrainStep, ModelError> {
+    cfg.validate()?;
+    let specs = param_specs(cfg);
+    let mut b = Builder::new();
+    let params = param_inputs(&mut b, cfg);
+    let state: Vec<[ValueId; 2]> = match opt {
+        Optimizer::Sgd { .. } => vec![],
+        Optimizer::AdamW { .. } => specs
+            .iter()
+            .map(|p| {
+                [0, 1].map(|slot| {
+                    let name = format!("{}.{}", p.name, ["m", "v"][slot]);
+                    b.input(&name, &p.shape, DType::F32, Role::OptState { param: p.index, slot })
+                })
+            })
+            .collect(),
+    };
+    let (tokens, targets, key) = data_inputs(&mut b, cfg);
+    let acts = Activations {
+        params: &params,
+        tokens,
+        targets,
+        key,
+        rng_layout,
+    };
+    let loss = forward_loss(&mut b, cfg, &acts);
+    let grads = grad(&mut b, loss, &params).map_err(|e| ModelError(format!("cannot differentiate the model: {e}")))?;
+    for (g, p) in grads.iter().zip(&specs) {
+        b.set_name(*g, &format!("d{}", p.name));
+    }
+
+    b.output(loss);
+    let n = specs.len();
+    for (i, p) in specs.iter().enumerate() {
+        match opt {
+            Optimizer::Sgd { lr } => {
+                let new_p = b.emit1(Op::SgdUpdate { lr }, &[params[i], grads[i]]);
+                b.set_name(new_p, &format!("{}'", p.name));
+                let out = b.output(new_p);
+                b.donate(out, i);
+            }
+            Optimizer::AdamW { lr } => {
+                let wd = if p.decays() { 0.01 } else { 0.0 };
+                let op = Op::AdamWUpdate {
+                    lr,
+                    b1: 0.9,
+                    b2: 0.999,
+                    eps: 1e-8,
+                    wd,
+                };
+                let outs = b.emit(op, &[params[i], grads[i], state[i][0], state[i][1]]);
+                b.set_name(outs[0], &format!("{}'", p.name));
+                let o = b.output(outs[0]);
+                b.donate(o, i);
+                let o = b.output(outs[1]);
+                b.donate(o, n + 2 * i);
+                let o = b.output(outs[2]);
+                b.donate(o, n + 2 * i + 1);
+            }
+        }
+    }
+    let program = b.finish().map_err(|e| ModelError(format!("cannot build the train step: {e}")))?;
+    Ok(TrainStep {
+        program,
+        config: cfg.clone(),
+        optimizer: opt,
+    })
+}
