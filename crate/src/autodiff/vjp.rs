@@ -77,7 +77,50 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         }
         // The mask is the same bits: dropout is its own transpose in x.
         Op::Dropout { rate } => vec![Some(b.emit1(Op::Dropout { rate: *rate }, &[ct, x[1]])), None],
-        Op::FoldIn { .. } | Op::RandomBits { .. } => vec![None; x.len()],
+        Op::FoldIn { .. } | Op::FoldInAxisIndex { .. } | Op::RandomBits { .. } => vec![None; x.len()],
+        // psum's transpose is pvary: an invariant cotangent reaches every device unchanged.
+        Op::Psum { .. } => vec![Some(ct)],
+        Op::AllGather { axes, group, axis, tiled } => vec![Some(b.emit1(
+            Op::PsumScatter {
+                axes: axes.clone(),
+                group: *group,
+                scatter_dimension: *axis,
+                tiled: *tiled,
+            },
+            &[ct],
+        ))],
+        Op::PsumScatter {
+            axes,
+            group,
+            scatter_dimension,
+            tiled,
+        } => vec![Some(b.emit1(
+            Op::AllGather {
+                axes: axes.clone(),
+                group: *group,
+                axis: *scatter_dimension,
+                tiled: *tiled,
+            },
+            &[ct],
+        ))],
+        Op::Ppermute { axis, perm } => {
+            let inverse = perm.iter().map(|&(s, d)| (d, s)).collect();
+            vec![Some(b.emit1(Op::Ppermute { axis: axis.clone(), perm: inverse }, &[ct]))]
+        }
+        Op::AllToAll {
+            axes,
+            group,
+            split_axis,
+            concat_axis,
+        } => vec![Some(b.emit1(
+            Op::AllToAll {
+                axes: axes.clone(),
+                group: *group,
+                split_axis: *concat_axis,
+                concat_axis: *split_axis,
+            },
+            &[ct],
+        ))],
         Op::GeluGrad
         | Op::LayerNormGrad
         | Op::SoftmaxCausalGrad

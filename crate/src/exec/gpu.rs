@@ -320,6 +320,12 @@ impl GpuExecutor {
                 one(k::random::random_bits(ctx, x(0), y(0), *layout, &[block], k::random::KeyMode::Shared).await?)
             }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
+            Op::Psum { .. }
+            | Op::AllGather { .. }
+            | Op::PsumScatter { .. }
+            | Op::Ppermute { .. }
+            | Op::AllToAll { .. }
+            | Op::FoldInAxisIndex { .. } => return Err(unsupported("collectives need a program with a mesh")),
             Op::SgdUpdate { lr } => {
                 let _ = lr;
                 let hyper = &self.sgd_hyper.as_ref().expect("made in new").0;

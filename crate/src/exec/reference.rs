@@ -172,6 +172,18 @@ impl ReferenceExecutor {
                     vec![Tensor::U32(random_bits(Key([k[0], k[1]]), *layout, shape))]
                 }
                 Op::Dropout { rate } => vec![Tensor::F32(r::dropout::apply(f(0), get(1).u32(), *rate))],
+                Op::Psum { .. }
+                | Op::AllGather { .. }
+                | Op::PsumScatter { .. }
+                | Op::Ppermute { .. }
+                | Op::AllToAll { .. }
+                | Op::FoldInAxisIndex { .. } => {
+                    return Err(ExecError::Unsupported {
+                        op: ins.op.name().into(),
+                        executor: "reference",
+                        why: "collectives need a program with a mesh".into(),
+                    })
+                }
                 Op::SgdUpdate { lr } => {
                     let mut p = f(0).to_vec();
                     r::optimizer::sgd(&mut p, f(1), *lr);

@@ -5,6 +5,7 @@ use crate::gpu::{now_ms, GpuContext};
 use crate::ir::{Program, Role, RngLayout};
 use crate::model::{
     eval_program, init_params, param_specs, train_step_program, Batch, DataSource, Dataset, GptConfig, Init, Optimizer,
+    TrainStep,
 };
 use crate::rng::Key;
 
@@ -34,6 +35,16 @@ pub struct StepStats {
     pub step_ms: f64,
 }
 
+/// Where one step's time went, measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepProfile {
+    /// Wall time of the forward, backward and update dispatches, each run and awaited alone.
+    pub phases_ms: [f64; 3],
+    /// GPU time of each forward and backward dispatch from timestamp queries, as (instruction, ms); None
+    /// where the adapter has no timestamps or its timestamps are implausible.
+    pub per_dispatch: Option<Vec<(usize, f64)>>,
+}
+
 enum State {
     Reference {
         params: Vec<Vec<f32>>,
@@ -50,7 +61,7 @@ enum State {
 pub struct Trainer {
     opts: TrainerOptions,
     dataset: Dataset,
-    step_program: Program,
+    step: TrainStep,
     state: State,
     steps_done: u64,
 }
@@ -78,7 +89,7 @@ impl Trainer {
         Ok(Self {
             opts,
             dataset,
-            step_program: step.program,
+            step,
             state,
             steps_done: 0,
         })
@@ -90,7 +101,12 @@ impl Trainer {
 
     /// The train-step program (forward, backward, update) this trainer runs.
     pub fn program(&self) -> &Program {
-        &self.step_program
+        &self.step.program
+    }
+
+    /// The train step with its forward / backward / update boundaries.
+    pub fn train_step(&self) -> &TrainStep {
+        &self.step
     }
 
     pub fn steps_done(&self) -> u64 {
@@ -127,6 +143,16 @@ impl Trainer {
 
     /// Runs one train step: returns the loss before the update.
     pub async fn step(&mut self) -> Result<StepStats, ExecError> {
+        Ok(self.run_step(false).await?.0)
+    }
+
+    /// Like [`Trainer::step`], but measures where the time goes (see [`StepProfile`]).
+    pub async fn profile_step(&mut self) -> Result<(StepStats, Option<StepProfile>), ExecError> {
+        self.run_step(true).await
+    }
+
+    async fn run_step(&mut self, profile: bool) -> Result<(StepStats, Option<StepProfile>), ExecError> {
+        let mut prof = None;
         let batch = self.dataset.batch(self.steps_done);
         let data = self.data_inputs(&batch, self.key(self.steps_done));
         let update = self.steps_done + 1;
@@ -135,7 +161,7 @@ impl Trainer {
             State::Reference { params, opt_state } => {
                 let mut inputs: Vec<Tensor> = params.iter().chain(opt_state.iter()).map(|p| Tensor::F32(p.clone())).collect();
                 inputs.extend(data);
-                let mut outs = ReferenceExecutor::run(&self.step_program, &inputs, update)?.into_iter();
+                let mut outs = ReferenceExecutor::run(&self.step.program, &inputs, update)?.into_iter();
                 let loss = outs.next().expect("loss").scalar();
                 let n = params.len();
                 let mut rest: Vec<Vec<f32>> = outs.map(Tensor::into_f32).collect();
@@ -158,7 +184,11 @@ impl Trainer {
                     exec.write_input(ctx, first_data + k, t)?;
                 }
                 exec.set_step(ctx, update)?;
-                exec.submit(ctx);
+                if profile {
+                    prof = Some(Self::profile(ctx, exec, &self.step).await?);
+                } else {
+                    exec.submit(ctx);
+                }
                 exec.read_output(ctx, 0).await?.scalar()
             }
         };
@@ -170,11 +200,41 @@ impl Trainer {
                 self.steps_done - 1
             )));
         }
-        Ok(StepStats {
+        let stats = StepStats {
             step: self.steps_done - 1,
             loss,
             step_ms,
-        })
+        };
+        Ok((stats, prof))
+    }
+
+    /// Runs the step's dispatches phase by phase (waiting after each, so each phase's wall
+    /// time is its own), then once more with timestamp queries for per-dispatch GPU times.
+    async fn profile(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> Result<StepProfile, ExecError> {
+        let instrs = exec.dispatch_instrs();
+        let first_at = |instr: usize| instrs.iter().position(|&i| i >= instr).unwrap_or(instrs.len());
+        let bounds = [0, first_at(step.forward_end), first_at(step.backward_end), instrs.len()];
+        let mut phases_ms = [0.0; 3];
+        for p in 0..3 {
+            let t0 = now_ms();
+            ctx.run(&exec.dispatches()[bounds[p]..bounds[p + 1]]);
+            ctx.finish().await?;
+            phases_ms[p] = now_ms() - t0;
+        }
+        // Forward and backward write no parameters, so they can run again under timestamp
+        // queries without changing the step. Some drivers (lavapipe) report pass timestamps
+        // far below the wall time: those are dropped rather than shown.
+        let per_dispatch = match ctx.run_timed(&exec.dispatches()[..bounds[2]]).await? {
+            Some(t) if t.total_ms() >= 0.5 * (phases_ms[0] + phases_ms[1]) => Some(
+                t.per_dispatch
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, ms))| (instrs[i], *ms))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        Ok(StepProfile { phases_ms, per_dispatch })
     }
 
     /// Current parameters, in MODEL.md order.

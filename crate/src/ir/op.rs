@@ -64,6 +64,21 @@ pub enum Op {
     /// Its own transpose: the backward applies the same mask to dy.
     Dropout { rate: f32 },
 
+    // --- collectives (per-device programs; jax.lax names; `group` = devices per group) ---
+    /// All-reduce: every device gets the sum over its group along `axes`.
+    Psum { axes: Vec<String>, group: usize },
+    /// Concatenates (tiled) or stacks (untiled) the group's blocks along `axis`.
+    AllGather { axes: Vec<String>, group: usize, axis: usize, tiled: bool },
+    /// Reduce-scatter: psum, then member j keeps chunk j of `scatter_dimension`.
+    PsumScatter { axes: Vec<String>, group: usize, scatter_dimension: usize, tiled: bool },
+    /// Collective permute along `axis`: (source, destination) positions in each group.
+    Ppermute { axis: String, perm: Vec<(usize, usize)> },
+    /// Splits `split_axis` into `group` chunks, sends chunk j to member j, concatenates
+    /// the received chunks along `concat_axis`.
+    AllToAll { axes: Vec<String>, group: usize, split_axis: usize, concat_axis: usize },
+    /// key -> fold_in(key, axis_index(axes)): a different key on every device along `axes`.
+    FoldInAxisIndex { axes: Vec<String> },
+
     // --- optimizers (update in place: outputs are donated inputs) ---
     /// (p, g) -> p - lr * g
     SgdUpdate { lr: f32 },
@@ -84,6 +99,13 @@ fn u32s(shape: Vec<usize>) -> ValueInfo {
         shape,
         dtype: DType::U32,
         name: None,
+    }
+}
+
+fn axes_text(axes: &[String]) -> String {
+    match axes {
+        [one] => format!("'{one}'"),
+        many => format!("({})", many.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(",")),
     }
 }
 
@@ -120,6 +142,12 @@ impl Op {
             Op::FoldIn { .. } => "random_fold_in",
             Op::RandomBits { .. } => "random_bits",
             Op::Dropout { .. } => "dropout",
+            Op::Psum { .. } => "psum",
+            Op::AllGather { .. } => "all_gather",
+            Op::PsumScatter { .. } => "psum_scatter",
+            Op::Ppermute { .. } => "ppermute",
+            Op::AllToAll { .. } => "all_to_all",
+            Op::FoldInAxisIndex { .. } => "random_fold_in",
             Op::SgdUpdate { .. } => "sgd_update",
             Op::AdamWUpdate { .. } => "adamw_update",
         }
@@ -156,6 +184,22 @@ impl Op {
             Op::FoldIn { data } => format!("data={data}"),
             Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
             Op::Dropout { rate } => format!("rate={rate}"),
+            Op::Psum { axes, .. } => format!("axes={}", axes_text(axes)),
+            Op::AllGather { axes, axis, tiled, .. } => format!("axes={} axis={axis} tiled={tiled}", axes_text(axes)),
+            Op::PsumScatter {
+                axes,
+                scatter_dimension,
+                tiled,
+                ..
+            } => format!("axes={} scatter_dimension={scatter_dimension} tiled={tiled}", axes_text(axes)),
+            Op::Ppermute { axis, perm } => format!("axis='{axis}' perm={perm:?}"),
+            Op::AllToAll {
+                axes,
+                split_axis,
+                concat_axis,
+                ..
+            } => format!("axes={} split_axis={split_axis} concat_axis={concat_axis}", axes_text(axes)),
+            Op::FoldInAxisIndex { axes } => format!("data=axis_index({})", axes_text(axes)),
             Op::SgdUpdate { lr } => format!("lr={lr}"),
             Op::AdamWUpdate { lr, wd, .. } => format!("lr={lr} wd={wd}"),
             _ => String::new(),
@@ -360,6 +404,66 @@ impl Op {
                     return err("bits must be u32 of the operand's shape".into());
                 }
                 Ok(vec![f32s(s(0))])
+            }
+            Op::Psum { .. } | Op::Ppermute { .. } => {
+                want(1)?;
+                Ok(vec![ValueInfo { shape: s(0), dtype: ins[0].dtype, name: None }])
+            }
+            Op::AllGather { group, axis, tiled, .. } => {
+                want(1)?;
+                let mut shape = s(0);
+                if *axis > shape.len() || (*tiled && *axis == shape.len()) {
+                    return err(format!("axis {axis} out of range for {shape:?}"));
+                }
+                if *tiled {
+                    shape[*axis] *= group;
+                } else {
+                    shape.insert(*axis, *group);
+                }
+                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+            }
+            Op::PsumScatter {
+                group,
+                scatter_dimension: d,
+                tiled,
+                ..
+            } => {
+                want(1)?;
+                let mut shape = s(0);
+                if *d >= shape.len() {
+                    return err(format!("scatter_dimension {d} out of range for {shape:?}"));
+                }
+                if *tiled {
+                    if shape[*d] % group != 0 {
+                        return err(format!("dimension {d} of size {} is not divisible by the group of {group}", shape[*d]));
+                    }
+                    shape[*d] /= group;
+                } else {
+                    if shape[*d] != *group {
+                        return err(format!("untiled: dimension {d} must equal the group size {group}"));
+                    }
+                    shape.remove(*d);
+                }
+                Ok(vec![f32s(shape)])
+            }
+            Op::AllToAll {
+                group,
+                split_axis,
+                concat_axis,
+                ..
+            } => {
+                want(1)?;
+                let mut shape = s(0);
+                if *split_axis >= shape.len() || *concat_axis >= shape.len() || shape[*split_axis] % group != 0 {
+                    return err(format!("cannot split axis {split_axis} of {shape:?} into {group}"));
+                }
+                shape[*split_axis] /= group;
+                shape[*concat_axis] *= group;
+                Ok(vec![f32s(shape)])
+            }
+            Op::FoldInAxisIndex { .. } => {
+                want(1)?;
+                Ok(vec![u32s(vec![2])])
             }
             Op::SgdUpdate { .. } => {
                 want(2)?;

@@ -1,14 +1,16 @@
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::rng::keep_scale;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     n: u32,
     keep: f32,
-    pad: [u32; 2],
+    scale: f32,
+    pad: u32,
 }
 
-/// `out = keep ? x / (1 - rate) : 0` with keep from JAX-style random `bits` (n elements):
+/// `out = keep ? x * keep_scale : 0` with keep from JAX-style random `bits` (n elements):
 /// the forward of dropout, and (applied to dy with the same bits) its backward.
 pub async fn apply(
     ctx: &GpuContext,
@@ -23,7 +25,7 @@ pub async fn apply(
     }
     let pipeline = ctx.pipeline("dropout", "apply").await?;
     let label = format!("dropout n={n}");
-    let u = ctx.uniform(&label, &Params { n: n as u32, keep: 1.0 - rate, pad: [0; 2] });
+    let u = ctx.uniform(&label, &Params { n: n as u32, keep: 1.0 - rate, scale: keep_scale(1.0 - rate), pad: 0 });
     let bind_group = ctx.bind(&label, &pipeline, &[(0, &x.buffer), (1, &bits.buffer), (2, &out.buffer), (3, &u)]);
     Ok(Dispatch {
         label,

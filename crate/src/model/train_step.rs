@@ -11,6 +11,10 @@ use crate::ir::{Builder, DType, Op, Program, Role, RngLayout, ValueId};
 #[derive(Clone, Debug)]
 pub struct TrainStep {
     pub program: Program,
+    /// Instructions `[0, forward_end)` are the forward pass and loss, `[forward_end,
+    /// backward_end)` the backward pass, the rest the optimizer update.
+    pub forward_end: usize,
+    pub backward_end: usize,
     pub config: GptConfig,
     pub optimizer: Optimizer,
 }
@@ -74,12 +78,14 @@ pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout
         rng_layout,
     };
     let loss = forward_loss(&mut b, cfg, &acts);
+    let forward_end = b.program().instrs.len();
     let grads = grad(&mut b, loss, &params).map_err(|e| ModelError(format!("cannot differentiate the model: {e}")))?;
     for (g, p) in grads.iter().zip(&specs) {
         b.set_name(*g, &format!("d{}", p.name));
     }
 
     b.output(loss);
+    let backward_end = b.program().instrs.len();
     let n = specs.len();
     for (i, p) in specs.iter().enumerate() {
         match opt {
@@ -112,6 +118,8 @@ pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout
     let program = b.finish().map_err(|e| ModelError(format!("cannot build the train step: {e}")))?;
     Ok(TrainStep {
         program,
+        forward_end,
+        backward_end,
         config: cfg.clone(),
         optimizer: opt,
     })

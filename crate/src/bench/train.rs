@@ -1,0 +1,100 @@
+//! `shardlab bench train`: steps/s, tokens/s, and where a step's time goes.
+use std::sync::Arc;
+
+use crate::exec::{Backend, ExecError, Trainer, TrainerOptions};
+use crate::gpu::GpuContext;
+use crate::ir::RngLayout;
+use crate::model::{DataSource, GptConfig, Init, Optimizer};
+use crate::profile::{category, Category};
+
+/// The two configurations `bench train` reports.
+pub fn configs() -> Vec<(&'static str, GptConfig)> {
+    vec![
+        ("tiny", GptConfig::tiny()),
+        (
+            "small",
+            GptConfig {
+                layers: 2,
+                d_model: 128,
+                heads: 4,
+                seq: 64,
+                batch: 8,
+                vocab: 256,
+                tied: false,
+                dropout: 0.0,
+            },
+        ),
+    ]
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TrainBench {
+    pub config: String,
+    pub params: usize,
+    pub steps: usize,
+    /// Median wall time of a whole step (submit to loss read back), measured.
+    pub ms_per_step: f64,
+    pub steps_per_s: f64,
+    pub tokens_per_s: f64,
+    /// Wall time of each phase run alone, measured.
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+    pub update_ms: f64,
+    /// GPU time by category (matmul, attention, rng, collectives, optimizer, other) from
+    /// timestamp queries; None where the adapter has none or they are implausible.
+    pub categories_ms: Option<Vec<(String, f64)>>,
+    pub dispatches_per_step: usize,
+    pub peak_bytes: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Trains `cfg` for `steps` measured steps (after 2 warm-up steps) with AdamW.
+pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usize) -> Result<TrainBench, ExecError> {
+    let opts = TrainerOptions {
+        config: cfg.clone(),
+        optimizer: Optimizer::AdamW { lr: 1e-3 },
+        init: Init::Formula,
+        data: DataSource::Copy,
+        seed: 0,
+        rng_layout: RngLayout::Partitionable,
+    };
+    let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;
+    for _ in 0..2 {
+        t.step().await?;
+    }
+    let mut wall = vec![];
+    for _ in 0..steps.max(1) {
+        wall.push(t.step().await?.step_ms);
+    }
+    let ms = median(wall);
+    let (_, profile) = t.profile_step().await?;
+    let profile = profile.expect("GPU runs are profiled");
+    let ts = t.train_step();
+    let categories_ms = profile.per_dispatch.as_ref().map(|times| {
+        let mut cats = vec![0.0f64; Category::ALL.len()];
+        for &(instr, ms) in times {
+            let c = category(&ts.program.instrs[instr]);
+            cats[Category::ALL.iter().position(|x| *x == c).unwrap()] += ms;
+        }
+        cats[Category::ALL.iter().position(|x| *x == Category::Optimizer).unwrap()] += profile.phases_ms[2];
+        Category::ALL.iter().zip(&cats).map(|(c, ms)| (c.name().to_string(), *ms)).collect()
+    });
+    Ok(TrainBench {
+        config: name.to_string(),
+        params: cfg.num_params(),
+        steps,
+        ms_per_step: ms,
+        steps_per_s: 1e3 / ms,
+        tokens_per_s: (cfg.batch * cfg.seq) as f64 * 1e3 / ms,
+        forward_ms: profile.phases_ms[0],
+        backward_ms: profile.phases_ms[1],
+        update_ms: profile.phases_ms[2],
+        categories_ms,
+        dispatches_per_step: t.dispatches_per_step(),
+        peak_bytes: t.peak_bytes().unwrap_or(0),
+    })
+}

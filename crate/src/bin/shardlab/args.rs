@@ -1,0 +1,134 @@
+//! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
+use clap::ValueEnum;
+use shardlab::ir::RngLayout;
+use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum InitArg {
+    Formula,
+    Random,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+pub enum DataArg {
+    Formula,
+    Copy,
+    Reverse,
+    Modadd,
+    Text,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum OptArg {
+    Sgd,
+    Adamw,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RngArg {
+    Original,
+    Partitionable,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 2)]
+    pub layers: usize,
+    /// Width of the residual stream (d).
+    #[arg(long = "d-model", default_value_t = 64)]
+    pub d_model: usize,
+    /// Attention heads (must divide d-model).
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Sequence length T.
+    #[arg(long, default_value_t = 32)]
+    pub seq: usize,
+    /// Batch size B.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Vocabulary size V.
+    #[arg(long, default_value_t = 32)]
+    pub vocab: usize,
+    /// Share the LM head with the token embedding.
+    #[arg(long)]
+    pub tied: bool,
+    /// Dropout rate (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub dropout: f32,
+    /// Parameter init: MODEL.md's formula, or seeded random.
+    #[arg(long, value_enum, default_value_t = InitArg::Random)]
+    pub init: InitArg,
+    /// Training data.
+    #[arg(long, value_enum, default_value_t = DataArg::Copy)]
+    pub data: DataArg,
+    /// Text file for --data text (character level).
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<String>,
+    /// Optimizer.
+    #[arg(long, value_enum, default_value_t = OptArg::Adamw)]
+    pub opt: OptArg,
+    /// Learning rate (default: 0.1 for sgd, 3e-3 for adamw).
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Seed of the random init, the data and dropout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Random-bit layout of dropout (JAX's jax_threefry_partitionable False / True).
+    #[arg(long, value_enum, default_value_t = RngArg::Partitionable)]
+    pub rng: RngArg,
+}
+
+impl ModelArgs {
+    pub fn config(&self) -> GptConfig {
+        GptConfig {
+            layers: self.layers,
+            d_model: self.d_model,
+            heads: self.heads,
+            seq: self.seq,
+            batch: self.batch,
+            vocab: self.vocab,
+            tied: self.tied,
+            dropout: self.dropout,
+        }
+    }
+
+    pub fn init(&self) -> Init {
+        match self.init {
+            InitArg::Formula => Init::Formula,
+            InitArg::Random => Init::Random { seed: self.seed },
+        }
+    }
+
+    pub fn optimizer(&self) -> Result<Optimizer, String> {
+        let lr = self.lr;
+        if let Some(lr) = lr {
+            if !(lr.is_finite() && lr > 0.0) {
+                return Err(format!("--lr {lr} must be a positive number"));
+            }
+        }
+        Ok(match self.opt {
+            OptArg::Sgd => Optimizer::Sgd { lr: lr.unwrap_or(0.1) },
+            OptArg::Adamw => Optimizer::AdamW { lr: lr.unwrap_or(3e-3) },
+        })
+    }
+
+    pub fn data(&self) -> Result<DataSource, String> {
+        match (self.data, &self.text) {
+            (DataArg::Text, Some(path)) => DataSource::from_text_file(path).map_err(|e| e.to_string()),
+            (DataArg::Text, None) => Err("--data text needs --text FILE".into()),
+            (_, Some(_)) => Err("--text FILE is only used with --data text: add --data text".into()),
+            (DataArg::Formula, None) => Ok(DataSource::Formula),
+            (DataArg::Copy, None) => Ok(DataSource::Copy),
+            (DataArg::Reverse, None) => Ok(DataSource::Reverse),
+            (DataArg::Modadd, None) => Ok(DataSource::ModAdd),
+        }
+    }
+
+    pub fn rng_layout(&self) -> RngLayout {
+        match self.rng {
+            RngArg::Original => RngLayout::Original,
+            RngArg::Partitionable => RngLayout::Partitionable,
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Launchers of shaders/random.wgsl: JAX-exact Threefry random bits and dropout.
+//!
+//! One launch covers every simulated device: `blocks[d]` is the block of the global array
+//! that device d makes, written to elements `d * n_block ..` of the output (`[device, local]`).
+//! * partitionable layout, sharded: each device's own block;
+//! * original layout, as JAX's partitioner runs it: every block is `Block::full` (each device
+//!   makes the whole global array), then the executor slices;
+//! * one device: `&[Block::full(shape)]`.
+//!
+//! The key is a small storage buffer (2 words, or 2 per device with [`KeyMode::PerDevice`],
+//! e.g. `fold_in(key, axis_index)` in shard_map) that the host rewrites every step with
+//! `ctx.write`, so a [`Dispatch`] is built once and replayed.
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::rng::{keep_prob, keep_scale, Block, RngLayout};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n_global: u32,
+    n_block: u32,
+    n_dev: u32,
+    rng_layout: u32,
+    keep: f32,
+    key_stride: u32,
+    scale: f32,
+    pad: u32,
+    block_size: [u32; 4],
+    global_stride: [u32; 4],
+}
+
+/// Whether all devices of a launch share one key or each has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMode {
+    /// `key` holds one pair `[k0, k1]` used by every device.
+    Shared,
+    /// `key` holds `[device, 2]`: device d uses `key[2d], key[2d + 1]`.
+    PerDevice,
+}
+
+/// Canonical rank-4 form of equal-size blocks: merged dims, strides, and per-device starts.
+struct Canonical {
+    n_global: u32,
+    n_block: u32,
+    block_size: [u32; 4],
+    global_stride: [u32; 4],
+    offsets: Vec<u32>, // (n_dev, 4)
+}
+
+/// The largest global array a launch can index with 32-bit counters (JAX's original layout
+/// also changes its scheme from 2^32 - 1 elements on).
+const MAX_GLOBAL: u64 = u32::MAX as u64 - 1;
+
+fn canonicalize(what: &str, blocks: &[Block]) -> Result<Canonical, GpuError> {
+    let first = blocks
+        .first()
+        .ok_or_else(|| GpuError::Invalid(format!("{what}: no blocks given; give one block per device")))?;
+    for (d, b) in blocks.iter().enumerate() {
+        if b.global_shape() != first.global_shape() || b.size() != first.size() {
+            return Err(GpuError::Invalid(format!(
+                "{what}: block {d} is {:?} of global {:?}, block 0 is {:?} of {:?}; all devices need equal blocks",
+                b.size(),
+                b.global_shape(),
+                first.size(),
+                first.global_shape()
+            )));
+        }
+    }
+    let n_global = first.global_numel();
+    if n_global > MAX_GLOBAL {
+        return Err(GpuError::Invalid(format!(
+            "{what}: global array of {n_global} elements; the GPU generator supports at most {MAX_GLOBAL}"
+        )));
+    }
+    let n_block = first.numel();
+    if (n_block as u64) * (blocks.len() as u64) > u32::MAX as u64 {
+        return Err(GpuError::Invalid(format!(
+            "{what}: {} devices x {n_block} elements exceed 2^32 invocations; split the launch",
+            blocks.len()
+        )));
+    }
+    // Merge each dim into the one outside it while it is whole (saves index arithmetic and
+    // brings any rank down to at most 4 when blocks cut few dims).
+    let mut global: Vec<u64> = Vec::new();
+    let mut size: Vec<u64> = Vec::new();
+    let mut starts: Vec<Vec<u64>> = vec![Vec::new(); blocks.len()];
+    for dim in 0..first.global_shape().len() {
+        let g = first.global_shape()[dim] as u64;
+        let s = first.size()[dim] as u64;
+        let whole = s == g;
+        if whole && !global.is_empty() {
+            let last = global.len() - 1;
+            global[last] *= g;
+            size[last] *= g;
+            for (st, b) in starts.iter_mut().zip(blocks) {
+                st[last] = st[last] * g + b.start()[dim] as u64;
+            }
+        } else {
+            global.push(g);
+            size.push(s);
+            for (st, b) in starts.iter_mut().zip(blocks) {
+                st.push(b.start()[dim] as u64);
+            }
+        }
+    }
+    if global.len() > 4 {
+        return Err(GpuError::Invalid(format!(
+            "{what}: blocks {:?} of {:?} cut {} dims; the kernel handles blocks cutting at most 4",
+            first.size(),
+            first.global_shape(),
+            global.len()
+        )));
+    }
+    let pad = 4 - global.len();
+    let mut block_size = [1u32; 4];
+    let mut global_shape = [1u64; 4];
+    for d in 0..global.len() {
+        block_size[pad + d] = size[d] as u32;
+        global_shape[pad + d] = global[d];
+    }
+    let mut global_stride = [1u32; 4];
+    for d in (0..3).rev() {
+        global_stride[d] = global_stride[d + 1] * global_shape[d + 1] as u32;
+    }
+    let mut offsets = vec![0u32; 4 * blocks.len()];
+    for (dev, st) in starts.iter().enumerate() {
+        for d in 0..st.len() {
+            offsets[4 * dev + pad + d] = st[d] as u32;
+        }
+    }
+    Ok(Canonical {
+        n_global: n_global as u32,
+        n_block: n_block as u32,
+        block_size,
+        global_stride,
+        offsets,
+    })
+}
+
+fn check_len(what: &str, buf: &GpuBuffer, need: usize) -> Result<(), GpuError> {
+    if buf.len < need {
+        return Err(GpuError::Invalid(format!(
+            "{what}: buffer `{}` holds {} elements, the launch needs {need}",
+            buf.name, buf.len
+        )));
+    }
+    Ok(())
+}
+
+/// Builds one launch of `entry`; `io` are the bindings besides key, offsets and params.
+#[allow(clippy::too_many_arguments)]
+async fn launch(
+    ctx: &GpuContext,
+    entry: &str,
+    key: &GpuBuffer,
+    io: &[(u32, &GpuBuffer)],
+    layout: RngLayout,
+    blocks: &[Block],
+    keys: KeyMode,
+    keep: f32,
+) -> Result<Dispatch, GpuError> {
+    let c = canonicalize(entry, blocks)?;
+    let n_dev = blocks.len();
+    let key_stride = match keys {
+        KeyMode::Shared => 0,
+        KeyMode::PerDevice => 2,
+    };
+    check_len(entry, key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
+    for (_, b) in io {
+        check_len(entry, b, n_dev * c.n_block as usize)?;
+    }
+    let pipeline = ctx.pipeline("random", entry).await?;
+    let label = format!("{entry} {layout:?} {n_dev}x{}", c.n_block);
+    let params = Params {
+        n_global: c.n_global,
+        n_block: c.n_block,
+        n_dev: n_dev as u32,
+        rng_layout: match layout {
+            RngLayout::Original => 0,
+            RngLayout::Partitionable => 1,
+        },
+        keep,
+        key_stride,
+        scale: keep_scale(keep),
+        pad: 0,
+        block_size: c.block_size,
+        global_stride: c.global_stride,
+    };
+    let u = ctx.uniform(&label, &params);
+    let offsets = ctx.upload(&format!("{label} offsets"), &c.offsets)?;
+    let mut entries: Vec<(u32, &wgpu::Buffer)> = vec![(0, &key.buffer), (4, &offsets.buffer), (5, &u)];
+    entries.extend(io.iter().map(|(i, b)| (*i, &b.buffer)));
+    let bind_group = ctx.bind(&label, &pipeline, &entries);
+    Ok(Dispatch {
+        label,
+        pipeline,
+        bind_group,
+        workgroups: grid_1d(n_dev * c.n_block as usize, 256),
+        uniforms: vec![u, offsets.buffer],
+    })
+}
+
+/// `bits[d] = jax.random.bits(key, global_shape, uint32)[blocks[d]]`, bits `(n_dev, n_block)` u32.
+pub async fn random_bits(
+    ctx: &GpuContext,
+    key: &GpuBuffer,
+    bits: &GpuBuffer,
+    layout: RngLayout,
+    blocks: &[Block],
+    keys: KeyMode,
+) -> Result<Dispatch, GpuError> {
+    launch(ctx, "random_bits", key, &[(2, bits)], layout, blocks, keys, 1.0).await
+}
+
+fn dropout_keep(what: &str, rate: f32, a: &GpuBuffer, b: &GpuBuffer) -> Result<f32, GpuError> {
+    if a.buffer == b.buffer {
+        return Err(GpuError::Invalid(format!(
+            "{what}: input and output are the same buffer `{}`; WebGPU forbids that aliasing, use two buffers",
+            a.name
+        )));
+    }
+    keep_prob(rate).map_err(|e| GpuError::Invalid(format!("{what}: {e}")))
+}
+
+/// `out = keep ? x * (1 / (1 - rate)) : 0`, keep = `bernoulli(key, 1 - rate, global_shape)[block]`
+/// exactly as JAX draws it in `layout`: flax's Dropout bit for bit (its `x / keep_prob` is a
+/// multiplication by the reciprocal once XLA compiles it). x, out: `(n_dev, n_block)`.
+#[allow(clippy::too_many_arguments)]
+pub async fn dropout_forward(
+    ctx: &GpuContext,
+    x: &GpuBuffer,
+    key: &GpuBuffer,
+    out: &GpuBuffer,
+    layout: RngLayout,
+    blocks: &[Block],
+    keys: KeyMode,
+    rate: f32,
+) -> Result<Dispatch, GpuError> {
+    let keep = dropout_keep("dropout_forward", rate, x, out)?;
+    launch(
+        ctx,
+        "dropout_forward",
+        key,
+        &[(1, x), (3, out)],
+        layout,
+        blocks,
+        keys,
+        keep,
+    )
+    .await
+}
+
+/// `dx = keep ? dout * (1 / (1 - rate)) : 0`, regenerating the forward's mask from the same key
+/// (no mask is stored). dout, dx: `(n_dev, n_block)`.
+#[allow(clippy::too_many_arguments)]
+pub async fn dropout_backward(
+    ctx: &GpuContext,
+    dout: &GpuBuffer,
+    key: &GpuBuffer,
+    dx: &GpuBuffer,
+    layout: RngLayout,
+    blocks: &[Block],
+    keys: KeyMode,
+    rate: f32,
+) -> Result<Dispatch, GpuError> {
+    let keep = dropout_keep("dropout_backward", rate, dout, dx)?;
+    launch(
+        ctx,
+        "dropout_backward",
+        key,
+        &[(1, dout), (3, dx)],
+        layout,
+        blocks,
+        keys,
+        keep,
+    )
+    .await
+}
+
+/// `out[d] = jax.random.fold_in(key[d], data[d])` for each of `data.len()` devices: keys
+/// `(n_dev, 2)` u32 (`KeyMode::Shared`: every device folds the one key).
+pub async fn fold_in(
+    ctx: &GpuContext,
+    key: &GpuBuffer,
+    out: &GpuBuffer,
+    data: &[u32],
+    keys: KeyMode,
+) -> Result<Dispatch, GpuError> {
+    let n_dev = data.len();
+    let key_stride = match keys {
+        KeyMode::Shared => 0,
+        KeyMode::PerDevice => 2,
+    };
+    check_len("fold_in", key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
+    check_len("fold_in", out, 2 * n_dev)?;
+    let pipeline = ctx.pipeline("random", "fold_in").await?;
+    let label = format!("fold_in {n_dev}x{data:?}");
+    let params = Params {
+        n_global: 0,
+        n_block: 0,
+        n_dev: n_dev as u32,
+        rng_layout: 0,
+        keep: 1.0,
+        key_stride,
+        scale: 1.0,
+        pad: 0,
+        block_size: [0; 4],
+        global_stride: [0; 4],
+    };
+    let u = ctx.uniform(&label, &params);
+    let data = ctx.upload(&format!("{label} data"), data)?;
+    let bind_group = ctx.bind(
+        &label,
+        &pipeline,
+        &[(0, &key.buffer), (2, &out.buffer), (4, &data.buffer), (5, &u)],
+    );
+    Ok(Dispatch {
+        label,
+        pipeline,
+        bind_group,
+        workgroups: grid_1d(n_dev, 64),
+        uniforms: vec![u, data.buffer],
+    })
+}

@@ -1,0 +1,94 @@
+//! The `shardlab` command line as a user meets it: JSON lines, one-line errors, exit code 2.
+use std::process::Command;
+
+fn shardlab(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlab"))
+        .args(args)
+        .env("WGPU_BACKEND", std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()))
+        .output()
+        .expect("run shardlab");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const TINY: &[&str] = &["--layers", "1", "--d-model", "16", "--heads", "2", "--seq", "8", "--batch", "2", "--vocab", "16"];
+
+#[test]
+fn train_json_prints_one_line_per_step_then_done() {
+    let mut args = vec!["train", "--cpu", "--json", "--steps", "3"];
+    args.extend_from_slice(TINY);
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    for (k, l) in lines[..3].iter().enumerate() {
+        assert_eq!(l["step"], k as u64);
+        assert!(l["loss"].as_f64().unwrap() > 0.0 && l["step_ms"].as_f64().is_some());
+    }
+    assert_eq!(lines[3]["done"], true);
+    assert_eq!(lines[3]["steps"], 3);
+    assert!(lines[3]["final_loss"].as_f64().unwrap() < lines[0]["loss"].as_f64().unwrap());
+}
+
+#[test]
+fn impossible_configurations_exit_2_with_one_line_naming_the_fix() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["train", "--cpu", "--d-model", "30", "--heads", "4"], "--heads"),
+        (&["train", "--cpu", "--data", "text"], "--text FILE"),
+        (&["train", "--cpu", "--vocab", "2", "--data", "copy"], "--vocab"),
+        (&["train", "--cpu", "--lr=-1"], "--lr"),
+        (&["train", "--cpu", "--steps", "0"], "--steps"),
+        (&["train", "--cpu", "--dropout", "1.5"], "--dropout"),
+        (&["train", "--no-such-flag"], "--no-such-flag"),
+    ];
+    for (args, needle) in cases {
+        let (code, _, err) = shardlab(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: error should mention {needle}: {err}");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
+
+#[test]
+fn text_files_that_cannot_be_a_corpus_are_rejected_clearly() {
+    let dir = std::env::temp_dir().join(format!("shardlab-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let binary = dir.join("blob.bin");
+    std::fs::write(&binary, [0u8, 159, 146, 150, 0, 1]).unwrap();
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "hi").unwrap();
+    for (path, needle) in [(&empty, "empty"), (&binary, "binary"), (&short, "too short")] {
+        let mut args = vec!["train", "--cpu", "--data", "text", "--text", path.to_str().unwrap()];
+        args.extend_from_slice(TINY);
+        let (code, _, err) = shardlab(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(needle), "{}: {err}", path.display());
+    }
+    let ok = dir.join("ok.txt");
+    std::fs::write(&ok, "the quick brown fox jumps over the lazy dog. ".repeat(4)).unwrap();
+    let args = [
+        "train", "--cpu", "--json", "--steps", "2", "--data", "text", "--text", ok.to_str().unwrap(), "--layers", "1",
+        "--d-model", "16", "--heads", "2", "--seq", "8", "--batch", "2", "--vocab", "32",
+    ];
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"done\":true"));
+}
+
+#[test]
+fn inspect_prints_a_readable_train_step_program() {
+    let mut args = vec!["inspect"];
+    args.extend_from_slice(TINY);
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("dot_general("), "{out}");
+    assert!(out.contains("contracting=("));
+    assert!(out.contains("adamw_update("));
+    assert!(out.contains("# h0.qkv") || out.contains("h0.qkv"));
+    assert!(out.contains("FLOPs per step"));
+}

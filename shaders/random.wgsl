@@ -1,0 +1,148 @@
+// JAX's Threefry-2x32 random bits and dropout, bit-exact with crate/src/rng.
+//
+// One launch serves every simulated device: device d generates one block of the global
+// array (block start in offsets[4d..4d+4], the same block size for all) into elements
+// [d * n_block, (d + 1) * n_block) of its output, with the key pair at key[d * key_stride]
+// (key_stride 0: one key shared by all devices). Shapes arrive canonicalized to rank 4.
+// The key lives in a storage buffer the host rewrites each step, so a launch is replayed.
+//
+// Layouts (see crate/src/rng): original (0): element g of the flattened global array of
+// n_global elements is output (g < h ? 0 : 1) of the hash of the counter pair (j, j + h),
+// h = ceil(n_global / 2), j = g mod h (a count past the end is 0). Partitionable (1):
+// element g is the xor of both outputs of the hash of the pair (0, g).
+
+struct Params {
+    n_global: u32,              // elements of the global array (< 2^32 - 1)
+    n_block: u32,               // elements of each device's block
+    n_dev: u32,                 // devices (blocks) in this launch
+    rng_layout: u32,            // 0 original, 1 partitionable
+    keep: f32,                  // dropout keep probability 1 - rate
+    key_stride: u32,            // words between devices' keys: 0 (shared) or 2
+    scale: f32,                 // dropout scale 1 / keep, rounded on the host (as XLA does)
+    pad0: u32,
+    block_size: vec4<u32>,      // block extent per canonical dim (outermost first)
+    global_stride: vec4<u32>,   // row-major strides of the canonical global shape
+}
+
+@group(0) @binding(0) var<storage, read> key: array<u32>;          // (n_dev or 1, 2)
+@group(0) @binding(1) var<storage, read> x: array<f32>;            // (n_dev, n_block)
+@group(0) @binding(2) var<storage, read_write> bits: array<u32>;   // (n_dev, n_block)
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;      // (n_dev, n_block)
+@group(0) @binding(4) var<storage, read> offsets: array<u32>;      // (n_dev, 4) block starts
+@group(0) @binding(5) var<uniform> p: Params;
+
+const WG: u32 = 256u;
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * WG;
+}
+
+fn rotl(v: u32, r: u32) -> u32 {
+    return (v << r) | (v >> (32u - r));
+}
+
+// Four Threefry rounds with rotation amounts r.
+fn group4(v: vec2<u32>, r: vec4<u32>) -> vec2<u32> {
+    var a = v.x;
+    var b = v.y;
+    a = a + b; b = rotl(b, r.x) ^ a;
+    a = a + b; b = rotl(b, r.y) ^ a;
+    a = a + b; b = rotl(b, r.z) ^ a;
+    a = a + b; b = rotl(b, r.w) ^ a;
+    return vec2<u32>(a, b);
+}
+
+// Threefry-2x32, 20 rounds (JAX's _threefry2x32_lowering, unrolled).
+fn threefry(k0: u32, k1: u32, c0: u32, c1: u32) -> vec2<u32> {
+    let k2 = k0 ^ k1 ^ 0x1BD11BDAu;
+    let ra = vec4<u32>(13u, 15u, 26u, 6u);
+    let rb = vec4<u32>(17u, 29u, 16u, 24u);
+    var v = vec2<u32>(c0 + k0, c1 + k1);
+    v = group4(v, ra); v = vec2<u32>(v.x + k1, v.y + k2 + 1u);
+    v = group4(v, rb); v = vec2<u32>(v.x + k2, v.y + k0 + 2u);
+    v = group4(v, ra); v = vec2<u32>(v.x + k0, v.y + k1 + 3u);
+    v = group4(v, rb); v = vec2<u32>(v.x + k1, v.y + k2 + 4u);
+    v = group4(v, ra); v = vec2<u32>(v.x + k2, v.y + k0 + 5u);
+    return v;
+}
+
+// The random bits of element l of device d's block.
+fn bits_at(d: u32, l: u32) -> u32 {
+    // Block-local multi-index (unrolled for lavapipe), then the global row-major index.
+    let bs = p.block_size;
+    let st = p.global_stride;
+    let o = 4u * d;
+    let i3 = l % bs.w;
+    var r = l / bs.w;
+    let i2 = r % bs.z;
+    r = r / bs.z;
+    let i1 = r % bs.y;
+    let i0 = r / bs.y;
+    let g = (offsets[o] + i0) * st.x + (offsets[o + 1u] + i1) * st.y
+        + (offsets[o + 2u] + i2) * st.z + (offsets[o + 3u] + i3) * st.w;
+    let k0 = key[d * p.key_stride];
+    let k1 = key[d * p.key_stride + 1u];
+    if (p.rng_layout == 1u) {
+        let y2 = threefry(k0, k1, 0u, g);
+        return y2.x ^ y2.y;
+    }
+    let h = p.n_global - p.n_global / 2u;
+    let first = g < h;
+    let j = select(g - h, g, first);
+    let c1 = select(0u, j + h, j + h < p.n_global);
+    let y2 = threefry(k0, k1, j, c1);
+    return select(y2.y, y2.x, first);
+}
+
+// JAX's float32 uniform in [0, 1): 23 random mantissa bits on 1.0, minus 1.
+fn uniform01(b: u32) -> f32 {
+    return bitcast<f32>((b >> 9u) | 0x3f800000u) - 1.0;
+}
+
+// Dropout of one element: keep ~ bernoulli(keep) from the element's bits, scaled by 1/keep
+// (a multiplication, as XLA computes flax's x / keep_prob).
+fn dropout_at(i: u32, v: f32) -> f32 {
+    let d = i / p.n_block;
+    let kept = uniform01(bits_at(d, i - d * p.n_block)) < p.keep;
+    if (kept) {
+        return v * p.scale;
+    }
+    return 0.0;
+}
+
+// bits = jax.random.bits(key, global shape, uint32)[block] for every device
+@compute @workgroup_size(256)
+fn random_bits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n_dev * p.n_block) { return; }
+    let d = i / p.n_block;
+    bits[i] = bits_at(d, i - d * p.n_block);
+}
+
+// y = keep ? x * (1 / keep_prob) : 0
+@compute @workgroup_size(256)
+fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n_dev * p.n_block) { return; }
+    y[i] = dropout_at(i, x[i]);
+}
+
+// dx = keep ? dout * (1 / keep_prob) : 0, regenerating the forward's mask (x holds dout, y dx)
+@compute @workgroup_size(256)
+fn dropout_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n_dev * p.n_block) { return; }
+    y[i] = dropout_at(i, x[i]);
+}
+
+// out[2d .. 2d + 2] = jax.random.fold_in(key of device d, offsets[d]): the key of a
+// dropout site (data = site), or of a device (data = axis_index). Keys in `bits`.
+@compute @workgroup_size(64)
+fn fold_in(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let d = gid.x;
+    if (d >= p.n_dev) { return; }
+    let kb = d * p.key_stride;
+    let v = threefry(key[kb], key[kb + 1u], 0u, offsets[d]);
+    bits[2u * d] = v.x;
+    bits[2u * d + 1u] = v.y;
+}
