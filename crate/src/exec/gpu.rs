@@ -307,8 +307,8 @@ impl GpuExecutor {
                 one(k::crossentropy::backward(ctx, x(0), x(1), x(2), y(0), n_in(0) / v, v).await?)
             }
             Op::Gather => {
-                let c = shape(0)[1];
-                one(k::embedding::forward(ctx, x(0), x(1), y(0), n_in(1), c).await?)
+                let (v, c) = (shape(0)[0], shape(0)[1]);
+                one(k::embedding::forward_rows(ctx, x(0), x(1), y(0), n_in(1), v, c).await?)
             }
             Op::ScatterAdd { rows } => {
                 let c = *shape(0).last().unwrap();

@@ -1,0 +1,145 @@
+//! Strided copy (shaders/copy.wgsl): one kernel for transpose, slice, concat and broadcast.
+use super::reduce::{launch, need};
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+
+/// The highest rank [`strided`] accepts.
+pub const MAX_RANK: usize = 6;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    shape: [u32; 8],
+    src_strides: [u32; 8],
+    dst_strides: [u32; 8],
+    total: u32,
+    src_offset: u32,
+    dst_offset: u32,
+    src_outer: u32,
+    dst_outer: u32,
+    _pad: [u32; 3],
+}
+
+/// (shape, src strides, dst strides) with unit axes dropped and adjacent axes merged where
+/// they are contiguous in both src and dst: the same elements, in the same order, in as few
+/// axes as possible (at least 1).
+fn collapse(shape: &[usize], src: &[usize], dst: &[usize]) -> Vec<(usize, usize, usize)> {
+    let mut axes: Vec<(usize, usize, usize)> = Vec::new();
+    for a in 0..shape.len() {
+        if shape[a] == 1 {
+            continue;
+        }
+        match axes.last_mut() {
+            Some((e, s, d)) if *s == shape[a] * src[a] && *d == shape[a] * dst[a] => {
+                *e *= shape[a];
+                *s = src[a];
+                *d = dst[a];
+            }
+            _ => axes.push((shape[a], src[a], dst[a])),
+        }
+    }
+    if axes.is_empty() {
+        axes.push((1, 0, 0));
+    }
+    axes
+}
+
+/// For every multi-index i over `shape` (rank 0..=6):
+/// `dst[dst_offset + Σ i_k*dst_strides_k] (= or +=) src[src_offset + Σ i_k*src_strides_k]`.
+/// Stride 0 in `src_strides` broadcasts. Transpose = permuted source strides; slice = source
+/// offset and strides; concat = one copy into each slice of dst.
+///
+/// Requirement: no two multi-indices may address the same dst element, or writes race
+/// (and `accumulate` would lose updates). A dst stride 0 over an extent > 1 is rejected;
+/// other overlapping dst layouts are the caller's to avoid. src and dst must be different
+/// buffers.
+#[allow(clippy::too_many_arguments)]
+pub async fn strided(
+    ctx: &GpuContext,
+    src: &GpuBuffer,
+    dst: &GpuBuffer,
+    shape: &[usize],
+    src_offset: usize,
+    src_strides: &[usize],
+    dst_offset: usize,
+    dst_strides: &[usize],
+    accumulate: bool,
+) -> Result<Dispatch, GpuError> {
+    let k = "copy::strided";
+    let rank = shape.len();
+    if rank > MAX_RANK {
+        return Err(GpuError::Invalid(format!(
+            "{k}: rank {rank} is over {MAX_RANK}; merge adjacent axes that are contiguous in both src and dst"
+        )));
+    }
+    if src_strides.len() != rank || dst_strides.len() != rank {
+        return Err(GpuError::Invalid(format!(
+            "{k}: shape has rank {rank} but src_strides has {} and dst_strides {} entries; give one stride per axis",
+            src_strides.len(),
+            dst_strides.len()
+        )));
+    }
+    if let Some(a) = (0..rank).find(|&a| shape[a] > 1 && dst_strides[a] == 0) {
+        return Err(GpuError::Invalid(format!(
+            "{k}: dst stride 0 on axis {a} (extent {}) makes several elements write one dst element; reduce with \
+             reduce::sum_axis instead",
+            shape[a]
+        )));
+    }
+    let overflow = || {
+        GpuError::Invalid(format!(
+            "{k}: shape {shape:?} with these strides overflows the index range"
+        ))
+    };
+    let total = shape
+        .iter()
+        .try_fold(1usize, |t, &e| t.checked_mul(e))
+        .ok_or_else(overflow)?;
+    if total > u32::MAX as usize {
+        return Err(overflow());
+    }
+    // The highest index each side touches must lie inside its buffer.
+    let last = |offset: usize, strides: &[usize]| -> Result<usize, GpuError> {
+        shape.iter().zip(strides).try_fold(offset, |acc, (&e, &s)| {
+            e.saturating_sub(1)
+                .checked_mul(s)
+                .and_then(|x| acc.checked_add(x))
+                .ok_or_else(overflow)
+        })
+    };
+    if total > 0 {
+        need(k, "src", src, last(src_offset, src_strides)? + 1)?;
+        need(k, "dst", dst, last(dst_offset, dst_strides)? + 1)?;
+    }
+    // Right-align the collapsed axes into the kernel's 6; padding axes have extent 1.
+    let axes = collapse(shape, src_strides, dst_strides);
+    let mut params = Params {
+        shape: [1; 8],
+        src_strides: [0; 8],
+        dst_strides: [0; 8],
+        total: total as u32,
+        src_offset: src_offset as u32,
+        dst_offset: dst_offset as u32,
+        src_outer: axes[0].1 as u32,
+        dst_outer: axes[0].2 as u32,
+        _pad: [0; 3],
+    };
+    for (a, &(e, s, d)) in axes.iter().enumerate() {
+        let slot = MAX_RANK - axes.len() + a;
+        params.shape[slot] = e as u32;
+        params.src_strides[slot] = s as u32;
+        params.dst_strides[slot] = d as u32;
+    }
+    let entry = format!("{}_{}", if accumulate { "accumulate" } else { "copy" }, axes.len());
+    let label = format!("{entry} {shape:?} src {src_offset}+{src_strides:?} dst {dst_offset}+{dst_strides:?}");
+    launch(
+        ctx,
+        "copy",
+        &entry,
+        label,
+        &[(0, src), (1, dst)],
+        &params,
+        2,
+        grid_1d(total, 256),
+    )
+    .await
+}

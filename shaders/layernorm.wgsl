@@ -1,0 +1,168 @@
+// LayerNorm over the last axis (MODEL.md): x (rows, C) ->
+//   out = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + 1e-5), biased variance,
+// saving mean and rstd (rows) for the backward.
+// Row kernels come in two variants (see RowStrategy): `*_row` runs one invocation per row
+// (fast on CPU drivers such as lavapipe), `*_wg` one 256-wide workgroup per row reducing in
+// workgroup memory (long rows on GPUs). Row ids fold into y past 65535 workgroups.
+// Bindings are unique within the module; each entry point uses a subset.
+
+struct Params {
+    rows: u32,
+    c: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;            // (rows, C)
+@group(0) @binding(1) var<storage, read> gamma: array<f32>;        // (C)
+@group(0) @binding(2) var<storage, read> beta: array<f32>;         // (C)
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;    // (rows, C)
+@group(0) @binding(4) var<storage, read_write> mean: array<f32>;   // (rows)
+@group(0) @binding(5) var<storage, read_write> rstd: array<f32>;   // (rows)
+@group(0) @binding(6) var<storage, read> dout: array<f32>;         // (rows, C)
+@group(0) @binding(7) var<storage, read> mean_in: array<f32>;      // (rows)
+@group(0) @binding(8) var<storage, read> rstd_in: array<f32>;      // (rows)
+@group(0) @binding(9) var<storage, read_write> dx: array<f32>;     // (rows, C)
+@group(0) @binding(10) var<storage, read_write> dgamma: array<f32>; // (C)
+@group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;  // (C)
+@group(0) @binding(12) var<uniform> p: Params;
+
+const WG: u32 = 256u;
+const EPS: f32 = 1e-5;
+
+var<workgroup> red: array<f32, 256>;
+
+// Sum of `v` over the workgroup. Call from uniform control flow only.
+fn wg_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red[lid] += red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier(); // `red` is reused by the next call
+    return total;
+}
+
+@compute @workgroup_size(64)
+fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= p.rows) { return; }
+    let base = r * p.c;
+    var s = 0.0;
+    for (var j = 0u; j < p.c; j++) { s += x[base + j]; }
+    let m = s / f32(p.c);
+    // Two passes (mean, then squared deviations): no cancellation for rows far from 0.
+    var v = 0.0;
+    for (var j = 0u; j < p.c; j++) {
+        let d = x[base + j] - m;
+        v += d * d;
+    }
+    let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
+    for (var j = 0u; j < p.c; j++) {
+        out[base + j] = (x[base + j] - m) * rs * gamma[j] + beta[j];
+    }
+    mean[r] = m;
+    rstd[r] = rs;
+}
+
+@compute @workgroup_size(256)
+fn forward_wg(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let r = wid.x + wid.y * nwg.x; // uniform: the early return keeps barriers uniform
+    if (r >= p.rows) { return; }
+    let base = r * p.c;
+    var s = 0.0;
+    for (var j = lid; j < p.c; j += WG) { s += x[base + j]; }
+    let m = wg_sum(lid, s) / f32(p.c);
+    var v = 0.0;
+    for (var j = lid; j < p.c; j += WG) {
+        let d = x[base + j] - m;
+        v += d * d;
+    }
+    let rs = 1.0 / sqrt(wg_sum(lid, v) / f32(p.c) + EPS);
+    for (var j = lid; j < p.c; j += WG) {
+        out[base + j] = (x[base + j] - m) * rs * gamma[j] + beta[j];
+    }
+    if (lid == 0u) {
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+}
+
+// dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)),  dnorm = dout * gamma,
+// xhat = (x - mean) * rstd.
+@compute @workgroup_size(64)
+fn backward_dx_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= p.rows) { return; }
+    let base = r * p.c;
+    let m = mean_in[r];
+    let rs = rstd_in[r];
+    var a = 0.0;
+    var b = 0.0;
+    for (var j = 0u; j < p.c; j++) {
+        let dn = dout[base + j] * gamma[j];
+        a += dn;
+        b += dn * (x[base + j] - m) * rs;
+    }
+    a /= f32(p.c);
+    b /= f32(p.c);
+    for (var j = 0u; j < p.c; j++) {
+        let dn = dout[base + j] * gamma[j];
+        let xhat = (x[base + j] - m) * rs;
+        dx[base + j] = rs * (dn - a - xhat * b);
+    }
+}
+
+@compute @workgroup_size(256)
+fn backward_dx_wg(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let r = wid.x + wid.y * nwg.x;
+    if (r >= p.rows) { return; }
+    let base = r * p.c;
+    let m = mean_in[r];
+    let rs = rstd_in[r];
+    var a = 0.0;
+    var b = 0.0;
+    for (var j = lid; j < p.c; j += WG) {
+        let dn = dout[base + j] * gamma[j];
+        a += dn;
+        b += dn * (x[base + j] - m) * rs;
+    }
+    a = wg_sum(lid, a) / f32(p.c);
+    b = wg_sum(lid, b) / f32(p.c);
+    for (var j = lid; j < p.c; j += WG) {
+        let dn = dout[base + j] * gamma[j];
+        let xhat = (x[base + j] - m) * rs;
+        dx[base + j] = rs * (dn - a - xhat * b);
+    }
+}
+
+// dgamma = sum over rows of dout * xhat, dbeta = sum over rows of dout. One invocation per
+// column looping over rows in order: deterministic, and adjacent invocations read adjacent
+// floats.
+@compute @workgroup_size(256)
+fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let j = gid.x + gid.y * nwg.x * WG;
+    if (j >= p.c) { return; }
+    var dg = 0.0;
+    var db = 0.0;
+    for (var r = 0u; r < p.rows; r++) {
+        let i = r * p.c + j;
+        let d = dout[i];
+        dg += d * (x[i] - mean_in[r]) * rstd_in[r];
+        db += d;
+    }
+    dgamma[j] = dg;
+    dbeta[j] = db;
+}
