@@ -89,7 +89,7 @@ impl GpuExecutor {
         for (i, ins) in program.instrs.iter().enumerate() {
             let mut sc = Scratch::default();
             match &ins.op {
-                Op::Reshape { .. } => {
+                Op::Reshape { .. } | Op::Pvary { .. } => {
                     let s = value_slot[ins.inputs[0].index()];
                     plan.retain(s);
                     value_slot[ins.outputs[0].index()] = s;
@@ -207,7 +207,7 @@ impl GpuExecutor {
         };
         let one = |d: Dispatch| vec![d];
         Ok(match &ins.op {
-            Op::Reshape { .. } => vec![],
+            Op::Reshape { .. } | Op::Pvary { .. } => vec![],
             Op::Transpose { perm } => {
                 if prog.info(ins.inputs[0]).dtype != DType::F32 {
                     return Err(unsupported("only f32 arrays are transposed on the GPU"));

@@ -45,4 +45,22 @@ impl Tensor {
             Tensor::U32(v) => v[0] as f32,
         }
     }
+
+    /// Block `d` of `devices` equal blocks (`[device, local...]` layout).
+    pub fn block(&self, d: usize, devices: usize) -> Tensor {
+        let n = self.len() / devices;
+        match self {
+            Tensor::F32(v) => Tensor::F32(v[d * n..(d + 1) * n].to_vec()),
+            Tensor::U32(v) => Tensor::U32(v[d * n..(d + 1) * n].to_vec()),
+        }
+    }
+
+    /// Blocks one after another (all of one dtype).
+    pub fn concat<'a>(blocks: impl Iterator<Item = &'a Tensor>) -> Tensor {
+        let blocks: Vec<&Tensor> = blocks.collect();
+        match blocks.first() {
+            Some(Tensor::U32(_)) => Tensor::U32(blocks.iter().flat_map(|b| b.u32().iter().copied()).collect()),
+            _ => Tensor::F32(blocks.iter().flat_map(|b| b.f32().iter().copied()).collect()),
+        }
+    }
 }

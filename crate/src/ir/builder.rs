@@ -1,4 +1,5 @@
 use super::{DType, Instr, IrError, Op, Program, Role, RngLayout, ValueId, ValueInfo};
+use crate::sharding::Mesh;
 
 /// Traces a program: each method appends one instruction and returns its result.
 ///
@@ -18,6 +19,17 @@ impl Builder {
     /// Continues tracing into an existing program (autodiff appends the backward pass).
     pub fn from_program(prog: Program) -> Self {
         Self { prog, error: None }
+    }
+
+    /// Traces a per-device program over `mesh` (shard_map's body): collectives available.
+    pub fn with_mesh(mesh: Mesh) -> Self {
+        let mut b = Self::new();
+        b.prog.mesh = Some(mesh);
+        b
+    }
+
+    pub fn mesh(&self) -> Option<&Mesh> {
+        self.prog.mesh.as_ref()
     }
 
     pub fn program(&self) -> &Program {
@@ -237,5 +249,106 @@ impl Builder {
         let shape = self.shape(x);
         let bits = self.random_bits(key, &shape, layout);
         self.emit1(Op::Dropout { rate }, &[x, bits])
+    }
+
+    // ---- collectives (jax.lax), inside a program with a mesh ----
+
+    /// Devices per group along `axes`, recording an error (and returning 1) without a mesh
+    /// or for an unknown axis.
+    fn group(&mut self, op: &str, axes: &[&str]) -> usize {
+        let size = match &self.prog.mesh {
+            None => Err(format!("{op} needs a mesh: trace the body with Builder::with_mesh")),
+            Some(m) => m.axes_size(axes).map_err(|e| e.to_string()),
+        };
+        match size {
+            Ok(g) => g,
+            Err(e) => {
+                self.error.get_or_insert(IrError::new(op, e));
+                1
+            }
+        }
+    }
+
+    fn names(axes: &[&str]) -> Vec<String> {
+        axes.iter().map(|a| a.to_string()).collect()
+    }
+
+    /// `jax.lax.psum`: the sum over the group along `axes` (an all-reduce).
+    pub fn psum(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
+        let group = self.group("psum", axes);
+        self.emit1(Op::Psum { axes: Self::names(axes), group }, &[x])
+    }
+
+    /// `jax.lax.pmean`: psum divided by the group size.
+    pub fn pmean(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
+        let group = self.group("pmean", axes);
+        let s = self.psum(x, axes);
+        self.scale(s, 1.0 / group as f32)
+    }
+
+    /// `jax.lax.all_gather(x, axes, axis=axis, tiled=tiled)`.
+    pub fn all_gather(&mut self, x: ValueId, axes: &[&str], axis: usize, tiled: bool) -> ValueId {
+        let group = self.group("all_gather", axes);
+        self.emit1(
+            Op::AllGather {
+                axes: Self::names(axes),
+                group,
+                axis,
+                tiled,
+            },
+            &[x],
+        )
+    }
+
+    /// `jax.lax.psum_scatter(x, axes, scatter_dimension=d, tiled=tiled)` (a reduce-scatter).
+    pub fn psum_scatter(&mut self, x: ValueId, axes: &[&str], scatter_dimension: usize, tiled: bool) -> ValueId {
+        let group = self.group("psum_scatter", axes);
+        self.emit1(
+            Op::PsumScatter {
+                axes: Self::names(axes),
+                group,
+                scatter_dimension,
+                tiled,
+            },
+            &[x],
+        )
+    }
+
+    /// `jax.lax.ppermute(x, axis, perm)` (a collective permute).
+    pub fn ppermute(&mut self, x: ValueId, axis: &str, perm: &[(usize, usize)]) -> ValueId {
+        self.group("ppermute", &[axis]);
+        self.emit1(
+            Op::Ppermute {
+                axis: axis.to_string(),
+                perm: perm.to_vec(),
+            },
+            &[x],
+        )
+    }
+
+    /// `jax.lax.all_to_all(x, axes, split_axis, concat_axis, tiled=True)`.
+    pub fn all_to_all(&mut self, x: ValueId, axes: &[&str], split_axis: usize, concat_axis: usize) -> ValueId {
+        let group = self.group("all_to_all", axes);
+        self.emit1(
+            Op::AllToAll {
+                axes: Self::names(axes),
+                group,
+                split_axis,
+                concat_axis,
+            },
+            &[x],
+        )
+    }
+
+    /// `jax.lax.pvary`: the identity whose transpose is a psum (Megatron's `f` operator).
+    pub fn pvary(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
+        self.group("pvary", axes);
+        self.emit1(Op::Pvary { axes: Self::names(axes) }, &[x])
+    }
+
+    /// `jax.random.fold_in(key, jax.lax.axis_index(axes))`.
+    pub fn fold_in_axis_index(&mut self, key: ValueId, axes: &[&str]) -> ValueId {
+        self.group("axis_index", axes);
+        self.emit1(Op::FoldInAxisIndex { axes: Self::names(axes) }, &[key])
     }
 }

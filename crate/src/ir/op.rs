@@ -76,6 +76,9 @@ pub enum Op {
     /// Splits `split_axis` into `group` chunks, sends chunk j to member j, concatenates
     /// the received chunks along `concat_axis`.
     AllToAll { axes: Vec<String>, group: usize, split_axis: usize, concat_axis: usize },
+    /// Identity on values, marking an invariant value as varying along `axes` (jax.lax.pvary):
+    /// its transpose is a psum, so gradients reaching a replicated value are summed.
+    Pvary { axes: Vec<String> },
     /// key -> fold_in(key, axis_index(axes)): a different key on every device along `axes`.
     FoldInAxisIndex { axes: Vec<String> },
 
@@ -148,6 +151,7 @@ impl Op {
             Op::Ppermute { .. } => "ppermute",
             Op::AllToAll { .. } => "all_to_all",
             Op::FoldInAxisIndex { .. } => "random_fold_in",
+            Op::Pvary { .. } => "pvary",
             Op::SgdUpdate { .. } => "sgd_update",
             Op::AdamWUpdate { .. } => "adamw_update",
         }
@@ -184,7 +188,7 @@ impl Op {
             Op::FoldIn { data } => format!("data={data}"),
             Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
             Op::Dropout { rate } => format!("rate={rate}"),
-            Op::Psum { axes, .. } => format!("axes={}", axes_text(axes)),
+            Op::Psum { axes, .. } | Op::Pvary { axes } => format!("axes={}", axes_text(axes)),
             Op::AllGather { axes, axis, tiled, .. } => format!("axes={} axis={axis} tiled={tiled}", axes_text(axes)),
             Op::PsumScatter {
                 axes,
@@ -405,7 +409,7 @@ impl Op {
                 }
                 Ok(vec![f32s(s(0))])
             }
-            Op::Psum { .. } | Op::Ppermute { .. } => {
+            Op::Psum { .. } | Op::Ppermute { .. } | Op::Pvary { .. } => {
                 want(1)?;
                 Ok(vec![ValueInfo { shape: s(0), dtype: ins[0].dtype, name: None }])
             }

@@ -1,4 +1,5 @@
 use super::Op;
+use crate::sharding::Mesh;
 
 /// An SSA value: defined once, by a program input or by one instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -73,9 +74,17 @@ pub struct Program {
     /// (output position, input position) pairs whose buffers may be shared: the output
     /// is the updated input (jit's donated arguments), e.g. a parameter after its update.
     pub donations: Vec<(usize, usize)>,
+    /// A per-device (SPMD) program runs on every device of this mesh, on local shapes;
+    /// None for a program on global shapes (one device).
+    pub mesh: Option<Mesh>,
 }
 
 impl Program {
+    /// Devices the program runs on (1 without a mesh).
+    pub fn devices(&self) -> usize {
+        self.mesh.as_ref().map_or(1, |m| m.devices())
+    }
+
     pub fn info(&self, v: ValueId) -> &ValueInfo {
         &self.values[v.index()]
     }

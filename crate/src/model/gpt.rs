@@ -9,6 +9,45 @@ pub struct Activations<'a> {
     pub targets: ValueId, // (B, T) u32
     pub key: ValueId,     // u32[2]
     pub rng_layout: RngLayout,
+    /// How this program's shapes relate to the model's (one device: `Local::of(cfg)`).
+    pub local: Local,
+}
+
+/// The sizes one device sees (the MLP width follows its local w_fc), and the tensor-parallel axis if the model is split Megatron
+/// style: heads and the MLP's hidden units divided over `tp`, with a psum after the
+/// row-parallel projections and a pvary (psum in the backward) before the column-parallel ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Local {
+    pub batch: usize,
+    pub heads: usize,
+    pub tp: Option<String>,
+}
+
+impl Local {
+    /// The whole model on one device.
+    pub fn of(cfg: &GptConfig) -> Self {
+        Self {
+            batch: cfg.batch,
+            heads: cfg.heads,
+            tp: None,
+        }
+    }
+}
+
+/// Column-parallel input: under tensor parallelism the replicated activation becomes varying.
+fn col_in(b: &mut Builder, a: &Activations, x: ValueId) -> ValueId {
+    match &a.local.tp {
+        Some(tp) => b.pvary(x, &[tp]),
+        None => x,
+    }
+}
+
+/// Row-parallel output: partial sums over the tensor-parallel group are added up.
+fn row_out(b: &mut Builder, a: &Activations, y: ValueId) -> ValueId {
+    match &a.local.tp {
+        Some(tp) => b.psum(y, &[tp]),
+        None => y,
+    }
 }
 
 /// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site).
@@ -28,7 +67,7 @@ fn linear(b: &mut Builder, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
 
 /// Traces MODEL.md's forward pass and mean cross-entropy; returns the scalar loss.
 pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
-    let (bsz, t, d, h) = (cfg.batch, cfg.seq, cfg.d_model, cfg.heads);
+    let (bsz, t, d, h) = (a.local.batch, cfg.seq, cfg.d_model, a.local.heads);
     let dh = cfg.head_dim();
     let p = a.params;
 
@@ -43,6 +82,9 @@ pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueI
 
         // attention
         let hn = b.layer_norm(x, ln1_g, ln1_b);
+        let hn = col_in(b, a, hn);
+        let w_qkv = b.reshape(w_qkv, &[d, 3 * h * dh]); // columns: (3, H, Dh)
+        let b_qkv = b.reshape(b_qkv, &[3 * h * dh]);
         let qkv = linear(b, hn, w_qkv, b_qkv); // (B, T, 3C)
         b.set_name(qkv, &format!("h{l}.qkv"));
         let qkv = b.reshape(qkv, &[bsz, t, 3, h, dh]);
@@ -56,17 +98,22 @@ pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueI
         let att = dropout(b, cfg, a, att, l, 0);
         let y = b.dot_general(att, v, (&[3], &[2]), (&[0, 1], &[0, 1]), 1.0); // (B, H, T, Dh)
         let y = b.transpose(y, &[0, 2, 1, 3]); // (B, T, H, Dh)
-        let y = b.reshape(y, &[bsz, t, d]);
-        let y = linear(b, y, w_proj, b_proj);
+        let y = b.reshape(y, &[bsz, t, h * dh]);
+        let y = b.matmul(y, w_proj);
+        let y = row_out(b, a, y);
+        let y = b.add(y, b_proj);
         let y = dropout(b, cfg, a, y, l, 1);
         x = b.add(x, y);
         b.set_name(x, &format!("h{l}.x_att"));
 
         // MLP
         let hn = b.layer_norm(x, ln2_g, ln2_b);
+        let hn = col_in(b, a, hn);
         let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
         let f = b.gelu(f);
-        let f = linear(b, f, w_out, b_out);
+        let f = b.matmul(f, w_out);
+        let f = row_out(b, a, f);
+        let f = b.add(f, b_out);
         let f = dropout(b, cfg, a, f, l, 2);
         x = b.add(x, f);
         b.set_name(x, &format!("h{l}.x_mlp"));

@@ -8,6 +8,6 @@ mod train_step;
 
 pub use config::{GptConfig, ModelError, Optimizer};
 pub use data::{Batch, DataSource, Dataset};
-pub use gpt::{forward_loss, Activations};
+pub use gpt::{forward_loss, Activations, Local};
 pub use params::{init_params, param_specs, Init, ParamSpec};
 pub use train_step::{eval_program, train_step_program, TrainStep};

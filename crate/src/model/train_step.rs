@@ -1,4 +1,4 @@
-use super::gpt::{forward_loss, Activations};
+use super::gpt::{forward_loss, Activations, Local};
 use super::{param_specs, GptConfig, ModelError, Optimizer};
 use crate::autodiff::grad;
 use crate::ir::{Builder, DType, Op, Program, Role, RngLayout, ValueId};
@@ -45,6 +45,7 @@ pub fn eval_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program, M
         targets,
         key,
         rng_layout,
+        local: Local::of(cfg),
     };
     let loss = forward_loss(&mut b, cfg, &acts);
     b.output(loss);
@@ -76,6 +77,7 @@ pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout
         targets,
         key,
         rng_layout,
+        local: Local::of(cfg),
     };
     let loss = forward_loss(&mut b, cfg, &acts);
     let forward_end = b.program().instrs.len();
