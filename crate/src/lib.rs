@@ -1,5 +1,15 @@
 //! shardlab: a training sandbox for sharded transformers on simulated devices.
+pub mod autodiff;
+pub mod bench;
+pub mod exec;
 pub mod gpu;
+pub mod ir;
 pub mod kernels;
+pub mod model;
+pub mod partition;
+pub mod profile;
 pub mod reference;
+pub mod rng;
+pub mod selftest;
 pub mod shaders;
+pub mod sharding;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use shardlab::exec::{Backend, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 
@@ -39,6 +39,7 @@ fn options(g: &Value) -> TrainerOptions {
         data: DataSource::Formula,
         seed: 0,
         rng_layout: RngLayout::Partitionable,
+        parallel: Parallel::None,
     }
 }
 

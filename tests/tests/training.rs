@@ -2,7 +2,7 @@
 //! train step reuses its dispatches instead of re-creating pipelines.
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
@@ -25,6 +25,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
         data: DataSource::Copy,
         seed: 1,
         rng_layout: RngLayout::Partitionable,
+        parallel: Parallel::None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `shardlab bench train`: steps/s, tokens/s, and where a step's time goes.
 use std::sync::Arc;
 
-use crate::exec::{Backend, ExecError, Trainer, TrainerOptions};
+use crate::exec::{Backend, ExecError, Parallel, Trainer, TrainerOptions};
 use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
@@ -61,6 +61,7 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
         data: DataSource::Copy,
         seed: 0,
         rng_layout: RngLayout::Partitionable,
+        parallel: Parallel::None,
     };
     let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;
     for _ in 0..2 {

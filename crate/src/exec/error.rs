@@ -3,6 +3,7 @@ use thiserror::Error;
 use crate::gpu::GpuError;
 use crate::ir::IrError;
 use crate::model::ModelError;
+use crate::partition::PartitionError;
 
 /// Why a program could not run.
 #[derive(Debug, Error, Clone)]
@@ -13,6 +14,8 @@ pub enum ExecError {
     Ir(#[from] IrError),
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
     #[error("{0}")]
     Input(String),
     #[error("{op} is not supported by the {executor} executor: {why}")]

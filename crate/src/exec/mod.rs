@@ -11,4 +11,4 @@ pub use gpu::GpuExecutor;
 pub use lowering::{plan_dot, DotPlan};
 pub use reference::ReferenceExecutor;
 pub use tensor::Tensor;
-pub use trainer::{Backend, StepProfile, StepStats, Trainer, TrainerOptions};
+pub use trainer::{Backend, Parallel, StepProfile, StepStats, Trainer, TrainerOptions};

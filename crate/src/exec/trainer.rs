@@ -7,13 +7,28 @@ use crate::model::{
     eval_program, init_params, param_specs, train_step_program, Batch, DataSource, Dataset, GptConfig, Init, Optimizer,
     TrainStep,
 };
+use crate::partition::{shard_map_train_step, DropoutKey, Strategy};
 use crate::rng::Key;
+use crate::sharding::Mesh;
 
 /// Which executor runs the programs.
 #[derive(Clone)]
 pub enum Backend {
     Gpu(Arc<GpuContext>),
     Reference,
+}
+
+/// How the step is partitioned over simulated devices.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Parallel {
+    /// The global program on one device.
+    None,
+    /// A hand-written shard_map body.
+    ShardMap {
+        strategy: Strategy,
+        mesh: Mesh,
+        dropout_key: DropoutKey,
+    },
 }
 
 /// Everything `shardlab train` chooses.
@@ -25,6 +40,7 @@ pub struct TrainerOptions {
     pub data: DataSource,
     pub seed: u64,
     pub rng_layout: RngLayout,
+    pub parallel: Parallel,
 }
 
 /// One finished step: the loss at the parameters before the update, and its wall time.
@@ -40,24 +56,20 @@ pub struct StepStats {
 pub struct StepProfile {
     /// Wall time of the forward, backward and update dispatches, each run and awaited alone.
     pub phases_ms: [f64; 3],
-    /// GPU time of each forward and backward dispatch from timestamp queries, as (instruction, ms); None
-    /// where the adapter has no timestamps or its timestamps are implausible.
+    /// GPU time of each forward and backward dispatch from timestamp queries, as
+    /// (instruction, ms); None where the adapter has no timestamps or they are implausible.
     pub per_dispatch: Option<Vec<(usize, f64)>>,
 }
 
 enum State {
-    Reference {
-        params: Vec<Vec<f32>>,
-        opt_state: Vec<Vec<f32>>,
-    },
-    Gpu {
-        ctx: Arc<GpuContext>,
-        exec: GpuExecutor,
-    },
+    /// The persistent inputs (params, optimizer state) in the program's device layout.
+    Reference { state: Vec<Tensor> },
+    Gpu { ctx: Arc<GpuContext>, exec: GpuExecutor },
 }
 
-/// Trains the model one step at a time on either executor; the state (parameters and
-/// optimizer moments) lives where the executor runs (GPU buffers, updated in place).
+/// Trains the model one step at a time on either executor, on one device or sharded; the
+/// state (parameters and optimizer moments) lives where the executor runs (on the GPU:
+/// buffers updated in place) in the program's `[device, local...]` layout.
 pub struct Trainer {
     opts: TrainerOptions,
     dataset: Dataset,
@@ -70,18 +82,30 @@ impl Trainer {
     pub async fn new(backend: Backend, opts: TrainerOptions) -> Result<Self, ExecError> {
         let cfg = &opts.config;
         let dataset = Dataset::new(opts.data.clone(), cfg, opts.seed)?;
-        let step = train_step_program(cfg, opts.optimizer, opts.rng_layout)?;
+        let step = match &opts.parallel {
+            Parallel::None => train_step_program(cfg, opts.optimizer, opts.rng_layout)?,
+            Parallel::ShardMap {
+                strategy,
+                mesh,
+                dropout_key,
+            } => shard_map_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, *dropout_key)?,
+        };
         let params = init_params(cfg, opts.init);
-        let opt_state: Vec<Vec<f32>> = params
+        let globals: Vec<Tensor> = params
             .iter()
-            .flat_map(|p| std::iter::repeat_n(vec![0.0; p.len()], opts.optimizer.slots()))
+            .map(|p| Tensor::F32(p.clone()))
+            .chain(params.iter().flat_map(|p| std::iter::repeat_n(Tensor::F32(vec![0.0; p.len()]), opts.optimizer.slots())))
             .collect();
+        let mut state = Vec::with_capacity(globals.len());
+        for (pos, g) in globals.into_iter().enumerate() {
+            state.push(shard(&step.program, pos, g)?);
+        }
         let state = match backend {
-            Backend::Reference => State::Reference { params, opt_state },
+            Backend::Reference => State::Reference { state },
             Backend::Gpu(ctx) => {
                 let exec = GpuExecutor::new(&ctx, step.program.clone()).await?;
-                for (i, p) in params.into_iter().chain(opt_state).enumerate() {
-                    exec.write_input(&ctx, i, &Tensor::F32(p))?;
+                for (i, t) in state.iter().enumerate() {
+                    exec.write_input(&ctx, i, t)?;
                 }
                 State::Gpu { ctx, exec }
             }
@@ -121,7 +145,8 @@ impl Trainer {
         }
     }
 
-    /// Bytes the step holds at once on the GPU (None on the reference executor).
+    /// Bytes the step holds at once on the GPU, all simulated devices together (None on
+    /// the reference executor).
     pub fn peak_bytes(&self) -> Option<u64> {
         match &self.state {
             State::Gpu { exec, .. } => Some(exec.peak_bytes()),
@@ -133,12 +158,16 @@ impl Trainer {
         Key::from_seed(self.opts.seed as i64).fold_in(step as u32)
     }
 
-    fn data_inputs(&self, batch: &Batch, key: Key) -> [Tensor; 3] {
-        [
+    /// Tokens, targets and key in the program's device layout.
+    fn data_inputs(&self, batch: &Batch, key: Key) -> Result<Vec<Tensor>, ExecError> {
+        let prog = &self.step.program;
+        let first = prog.inputs.iter().position(|(_, r)| *r == Role::Tokens).expect("tokens input");
+        let globals = [
             Tensor::U32(batch.inputs.clone()),
             Tensor::U32(batch.targets.clone()),
             Tensor::U32(key.0.to_vec()),
-        ]
+        ];
+        globals.into_iter().enumerate().map(|(k, g)| shard(prog, first + k, g)).collect()
     }
 
     /// Runs one train step: returns the loss before the update.
@@ -154,34 +183,23 @@ impl Trainer {
     async fn run_step(&mut self, profile: bool) -> Result<(StepStats, Option<StepProfile>), ExecError> {
         let mut prof = None;
         let batch = self.dataset.batch(self.steps_done);
-        let data = self.data_inputs(&batch, self.key(self.steps_done));
+        let data = self.data_inputs(&batch, self.key(self.steps_done))?;
         let update = self.steps_done + 1;
         let t0 = now_ms();
         let loss = match &mut self.state {
-            State::Reference { params, opt_state } => {
-                let mut inputs: Vec<Tensor> = params.iter().chain(opt_state.iter()).map(|p| Tensor::F32(p.clone())).collect();
+            State::Reference { state } => {
+                let mut inputs = state.clone();
                 inputs.extend(data);
-                let mut outs = ReferenceExecutor::run(&self.step.program, &inputs, update)?.into_iter();
-                let loss = outs.next().expect("loss").scalar();
-                let n = params.len();
-                let mut rest: Vec<Vec<f32>> = outs.map(Tensor::into_f32).collect();
-                // outputs: params (SGD) or (p, m, v) per param (AdamW)
-                if opt_state.is_empty() {
-                    *params = rest;
-                } else {
-                    for (i, chunk) in rest.chunks_mut(3).enumerate() {
-                        params[i] = std::mem::take(&mut chunk[0]);
-                        opt_state[2 * i] = std::mem::take(&mut chunk[1]);
-                        opt_state[2 * i + 1] = std::mem::take(&mut chunk[2]);
-                    }
-                    debug_assert_eq!(params.len(), n);
+                let outs = ReferenceExecutor::run(&self.step.program, &inputs, update)?;
+                for &(out, input) in &self.step.program.donations {
+                    state[input] = outs[out].clone();
                 }
-                loss
+                outs[0].scalar()
             }
             State::Gpu { ctx, exec } => {
-                let first_data = exec.input_position(&Role::Tokens).expect("tokens input");
+                let first = exec.input_position(&Role::Tokens).expect("tokens input");
                 for (k, t) in data.iter().enumerate() {
-                    exec.write_input(ctx, first_data + k, t)?;
+                    exec.write_input(ctx, first + k, t)?;
                 }
                 exec.set_step(ctx, update)?;
                 if profile {
@@ -209,7 +227,7 @@ impl Trainer {
     }
 
     /// Runs the step's dispatches phase by phase (waiting after each, so each phase's wall
-    /// time is its own), then once more with timestamp queries for per-dispatch GPU times.
+    /// time is its own), then forward and backward again under timestamp queries.
     async fn profile(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> Result<StepProfile, ExecError> {
         let instrs = exec.dispatch_instrs();
         let first_at = |instr: usize| instrs.iter().position(|&i| i >= instr).unwrap_or(instrs.len());
@@ -237,18 +255,18 @@ impl Trainer {
         Ok(StepProfile { phases_ms, per_dispatch })
     }
 
-    /// Current parameters, in MODEL.md order.
+    /// Current parameters, global, in MODEL.md order.
     pub async fn params(&self) -> Result<Vec<Vec<f32>>, ExecError> {
-        match &self.state {
-            State::Reference { params, .. } => Ok(params.clone()),
-            State::Gpu { ctx, exec } => {
-                let mut out = vec![];
-                for i in 0..param_specs(&self.opts.config).len() {
-                    out.push(exec.read_input(ctx, i).await?);
-                }
-                Ok(out)
-            }
+        let prog = &self.step.program;
+        let mut out = vec![];
+        for i in 0..param_specs(&self.opts.config).len() {
+            let local = match &self.state {
+                State::Reference { state } => state[i].f32().to_vec(),
+                State::Gpu { ctx, exec } => exec.read_input(ctx, i).await?,
+            };
+            out.push(unshard(prog, i, &local)?);
         }
+        Ok(out)
     }
 
     /// The loss at the current parameters on the batch of the next step (no update), on the
@@ -256,9 +274,40 @@ impl Trainer {
     pub async fn eval_loss(&self) -> Result<f32, ExecError> {
         let prog = eval_program(&self.opts.config, self.opts.rng_layout)?;
         let batch = self.dataset.batch(self.steps_done);
+        let key = self.key(self.steps_done);
         let mut inputs: Vec<Tensor> = self.params().await?.into_iter().map(Tensor::F32).collect();
-        inputs.extend(self.data_inputs(&batch, self.key(self.steps_done)));
+        inputs.extend([
+            Tensor::U32(batch.inputs.clone()),
+            Tensor::U32(batch.targets.clone()),
+            Tensor::U32(key.0.to_vec()),
+        ]);
         let outs = ReferenceExecutor::run(&prog, &inputs, 0)?;
         Ok(outs[0].scalar())
     }
+}
+
+/// A global host array laid out as input `pos` of `prog` wants it: `[device, local...]`.
+fn shard(prog: &Program, pos: usize, global: Tensor) -> Result<Tensor, ExecError> {
+    if prog.mesh.is_none() {
+        return Ok(global);
+    }
+    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
+    let local = prog.shape(prog.inputs[pos].0);
+    let shape = prog.global_shape(local, &sharding.spec);
+    let err = |e: crate::sharding::ShardingError| ExecError::Input(e.to_string());
+    Ok(match global {
+        Tensor::F32(v) => Tensor::F32(sharding.shard(&v, &shape).map_err(err)?),
+        Tensor::U32(v) => Tensor::U32(sharding.shard(&v, &shape).map_err(err)?),
+    })
+}
+
+/// The global array of input `pos` from its devices' blocks.
+fn unshard(prog: &Program, pos: usize, blocks: &[f32]) -> Result<Vec<f32>, ExecError> {
+    if prog.mesh.is_none() {
+        return Ok(blocks.to_vec());
+    }
+    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
+    let local = prog.shape(prog.inputs[pos].0);
+    let shape = prog.global_shape(local, &sharding.spec);
+    sharding.unshard(blocks, &shape).map_err(|e| ExecError::Input(e.to_string()))
 }

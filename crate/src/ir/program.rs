@@ -1,5 +1,5 @@
 use super::Op;
-use crate::sharding::Mesh;
+use crate::sharding::{Mesh, NamedSharding, PartitionSpec, ShardingError};
 
 /// An SSA value: defined once, by a program input or by one instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,12 +77,40 @@ pub struct Program {
     /// A per-device (SPMD) program runs on every device of this mesh, on local shapes;
     /// None for a program on global shapes (one device).
     pub mesh: Option<Mesh>,
+    /// With a mesh: how each input (in `inputs` order) and output is laid out over it, as
+    /// shard_map's in_specs / out_specs (or jit's shardings) say.
+    pub in_specs: Vec<PartitionSpec>,
+    pub out_specs: Vec<PartitionSpec>,
 }
 
 impl Program {
     /// Devices the program runs on (1 without a mesh).
     pub fn devices(&self) -> usize {
         self.mesh.as_ref().map_or(1, |m| m.devices())
+    }
+
+    /// The sharding of input `pos` (replicated without a mesh or spec).
+    pub fn input_sharding(&self, pos: usize) -> Result<NamedSharding, ShardingError> {
+        let mesh = self.mesh.clone().unwrap_or(Mesh::new(&[])?);
+        let spec = self.in_specs.get(pos).cloned().unwrap_or_else(PartitionSpec::replicated);
+        NamedSharding::new(mesh, spec)
+    }
+
+    /// The sharding of output `pos`.
+    pub fn output_sharding(&self, pos: usize) -> Result<NamedSharding, ShardingError> {
+        let mesh = self.mesh.clone().unwrap_or(Mesh::new(&[])?);
+        let spec = self.out_specs.get(pos).cloned().unwrap_or_else(PartitionSpec::replicated);
+        NamedSharding::new(mesh, spec)
+    }
+
+    /// The global shape of a value of local shape `local` laid out by `spec` over the mesh.
+    pub fn global_shape(&self, local: &[usize], spec: &PartitionSpec) -> Vec<usize> {
+        let Some(mesh) = &self.mesh else { return local.to_vec() };
+        local
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| n * spec.dim_axes(d).iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>())
+            .collect()
     }
 
     pub fn info(&self, v: ValueId) -> &ValueInfo {

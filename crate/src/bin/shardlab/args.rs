@@ -1,5 +1,8 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::ValueEnum;
+use shardlab::exec::Parallel;
+use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::sharding::Mesh;
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 
@@ -130,5 +133,84 @@ impl ModelArgs {
             RngArg::Original => RngLayout::Original,
             RngArg::Partitionable => RngLayout::Partitionable,
         }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+pub enum ModeArg {
+    /// The global program on one device.
+    Single,
+    /// A hand-written per-device body with explicit collectives (jax.shard_map).
+    #[value(name = "shard_map")]
+    ShardMap,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum StrategyArg {
+    Dp,
+    Fsdp,
+    Tp,
+    #[value(name = "dp_tp")]
+    DpTp,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum DropoutKeyArg {
+    /// The same key on every device (masks repeat across "dp" shards).
+    Same,
+    /// fold_in(key, axis_index("dp")).
+    #[value(name = "fold_in")]
+    FoldIn,
+}
+
+/// How the step is partitioned over simulated devices.
+#[derive(clap::Args, Clone)]
+pub struct ParallelArgs {
+    /// Partitioning mode.
+    #[arg(long, value_enum, default_value_t = ModeArg::Single)]
+    pub mode: ModeArg,
+    /// Parallelism strategy (with --mode shard_map).
+    #[arg(long, value_enum, default_value_t = StrategyArg::Dp)]
+    pub strategy: StrategyArg,
+    /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2, dp=2,tp=2).
+    #[arg(long)]
+    pub mesh: Option<String>,
+    /// Dropout keys in shard_map mode.
+    #[arg(long = "dropout-key", value_enum, default_value_t = DropoutKeyArg::Same)]
+    pub dropout_key: DropoutKeyArg,
+}
+
+impl ParallelArgs {
+    pub fn parallel(&self) -> Result<Parallel, String> {
+        if self.mode == ModeArg::Single {
+            if self.mesh.is_some() {
+                return Err("--mesh needs --mode shard_map".into());
+            }
+            return Ok(Parallel::None);
+        }
+        let strategy = match self.strategy {
+            StrategyArg::Dp => Strategy::Dp,
+            StrategyArg::Fsdp => Strategy::Fsdp,
+            StrategyArg::Tp => Strategy::Tp,
+            StrategyArg::DpTp => Strategy::DpTp,
+        };
+        let text = self.mesh.clone().unwrap_or_else(|| {
+            match strategy {
+                Strategy::Dp | Strategy::Fsdp => "dp=4",
+                Strategy::Tp => "tp=2",
+                Strategy::DpTp => "dp=2,tp=2",
+            }
+            .to_string()
+        });
+        let mesh = Mesh::parse(&text).map_err(|e| format!("--mesh {text}: {e}"))?;
+        let dropout_key = match self.dropout_key {
+            DropoutKeyArg::Same => DropoutKey::Same,
+            DropoutKeyArg::FoldIn => DropoutKey::FoldIn,
+        };
+        Ok(Parallel::ShardMap {
+            strategy,
+            mesh,
+            dropout_key,
+        })
     }
 }

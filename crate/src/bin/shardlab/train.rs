@@ -6,12 +6,14 @@ use std::sync::Arc;
 use shardlab::exec::{Backend, Trainer, TrainerOptions};
 use shardlab::gpu::GpuContext;
 
-use crate::args::ModelArgs;
+use crate::args::{ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
     /// Number of optimizer updates.
     #[arg(long, default_value_t = 200)]
     pub steps: u64,
@@ -31,6 +33,7 @@ pub fn run(args: Args) -> Result<(), String> {
         data: args.model.data()?,
         seed: args.model.seed,
         rng_layout: args.model.rng_layout(),
+        parallel: args.parallel.parallel()?,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if args.steps == 0 {

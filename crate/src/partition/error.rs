@@ -1,0 +1,26 @@
+use thiserror::Error;
+
+use crate::ir::IrError;
+use crate::model::ModelError;
+use crate::sharding::ShardingError;
+
+/// A partitioning that cannot be done, with what to change.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum PartitionError {
+    #[error("{0}")]
+    Sharding(#[from] ShardingError),
+    #[error("{0}")]
+    Ir(#[from] IrError),
+    #[error("{0}")]
+    Model(#[from] ModelError),
+    #[error("{what}: {why}")]
+    Invalid { what: String, why: String },
+    /// check_vma: an out_spec claims replication along an axis the value varies over.
+    #[error("out_specs[{output}] = {spec} says `{value}` is replicated along mesh axis '{axis}', but it varies along '{axis}': reduce it over '{axis}' (psum / pmean / all_gather) or name '{axis}' in its out_spec")]
+    Vma {
+        output: usize,
+        value: String,
+        axis: String,
+        spec: String,
+    },
+}

@@ -1,0 +1,11 @@
+//! Partitioning: from a program on global shapes to one per-device (SPMD) program.
+//! shard_map mode: the body is written per device with explicit collectives.
+mod error;
+mod shard_map;
+mod strategies;
+mod vma;
+
+pub use error::PartitionError;
+pub use shard_map::{shard_map, Arg};
+pub use strategies::{shard_map_train_step, DropoutKey, Strategy};
+pub use vma::{check_out_specs, varying_axes};

@@ -1,0 +1,281 @@
+//! Hand-written shard_map train steps: the per-device bodies a JAX user would write for
+//! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism, and both on a 2-D mesh.
+use super::{shard_map, Arg, PartitionError};
+use crate::autodiff::grad;
+use crate::ir::{DType, Op, Role, RngLayout, ValueId};
+use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, Optimizer, ParamSpec, TrainStep};
+use crate::sharding::{Mesh, PartitionSpec};
+
+/// How the train step is split over the mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Params replicated, batch split over "dp", pmean of the gradients.
+    Dp,
+    /// Params and optimizer state split over "dp": all_gather before use, psum_scatter of grads.
+    Fsdp,
+    /// Megatron over "tp": attention heads and MLP columns split, psum after the row-parallel
+    /// projections.
+    Tp,
+    /// Both, on a 2-D mesh {dp, tp}.
+    DpTp,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Dp => "dp",
+            Strategy::Fsdp => "fsdp",
+            Strategy::Tp => "tp",
+            Strategy::DpTp => "dp_tp",
+        }
+    }
+
+    /// The mesh axes the strategy needs.
+    pub fn axes(self) -> &'static [&'static str] {
+        match self {
+            Strategy::Dp | Strategy::Fsdp => &["dp"],
+            Strategy::Tp => &["tp"],
+            Strategy::DpTp => &["dp", "tp"],
+        }
+    }
+}
+
+/// Dropout keys in shard_map mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropoutKey {
+    /// The same key on every device (the seed's body): masks repeat across "dp" shards.
+    Same,
+    /// `fold_in(key, axis_index("dp"))`: a different mask on every data-parallel shard.
+    FoldIn,
+}
+
+fn p(entries: &[Option<&str>]) -> PartitionSpec {
+    PartitionSpec::from_axes(entries)
+}
+
+/// (view shape, spec) of a parameter under `strategy`. Under tensor parallelism w_qkv and
+/// b_qkv are split per head, so their columns are viewed as (3, H, Dh) (a row-major view:
+/// the same data) and split along H.
+fn param_layout(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> (Vec<usize>, PartitionSpec) {
+    let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
+    let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
+    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
+    if tp {
+        let s = Some("tp");
+        match leaf {
+            "w_qkv" => return (vec![d, 3, h, dh], p(&[None, None, s, None])),
+            "b_qkv" => return (vec![3, h, dh], p(&[None, s, None])),
+            "w_proj" | "w_out" => return (ps.shape.clone(), p(&[s, None])),
+            "w_fc" => return (ps.shape.clone(), p(&[None, s])),
+            "b_fc" => return (ps.shape.clone(), p(&[s])),
+            _ => {}
+        }
+    }
+    if strategy == Strategy::Fsdp {
+        let dp = mesh.axis_size("dp").unwrap_or(1);
+        if ps.shape[0] % dp == 0 {
+            let mut spec = vec![Some("dp")];
+            spec.extend(std::iter::repeat_n(None, ps.shape.len() - 1));
+            return (ps.shape.clone(), p(&spec));
+        }
+    }
+    (ps.shape.clone(), PartitionSpec::replicated())
+}
+
+/// Checks the mesh has the strategy's axes and the model splits evenly over them.
+fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<(), PartitionError> {
+    for axis in strategy.axes() {
+        mesh.axis_size(axis).map_err(|_| PartitionError::Invalid {
+            what: format!("--strategy {}", strategy.name()),
+            why: format!("needs a mesh axis '{axis}': use e.g. --mesh {}", example_mesh(strategy)),
+        })?;
+    }
+    let size = |a: &str| mesh.axis_size(a).unwrap_or(1);
+    if strategy.axes().contains(&"dp") && cfg.batch % size("dp") != 0 {
+        return Err(PartitionError::Invalid {
+            what: format!("--batch {}", cfg.batch),
+            why: format!("is not divisible by mesh axis 'dp' of size {}: use a batch that is a multiple of it", size("dp")),
+        });
+    }
+    if strategy.axes().contains(&"tp") {
+        let tp = size("tp");
+        if cfg.heads % tp != 0 {
+            return Err(PartitionError::Invalid {
+                what: format!("--heads {}", cfg.heads),
+                why: format!("is not divisible by mesh axis 'tp' of size {tp}: tensor parallelism splits heads"),
+            });
+        }
+        if (4 * cfg.d_model) % tp != 0 {
+            return Err(PartitionError::Invalid {
+                what: format!("--d-model {}", cfg.d_model),
+                why: format!("4*d_model is not divisible by 'tp' of size {tp}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn example_mesh(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::Dp | Strategy::Fsdp => "dp=4",
+        Strategy::Tp => "tp=2",
+        Strategy::DpTp => "dp=2,tp=2",
+    }
+}
+
+/// The whole train step as a shard_map'ed per-device program: forward on local shapes,
+/// gradients by autodiff (through the collectives), the reduction of gradients the strategy
+/// needs, and the optimizer update on each device's own shard.
+pub fn shard_map_train_step(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    strategy: Strategy,
+    mesh: &Mesh,
+    dropout_key: DropoutKey,
+) -> Result<TrainStep, PartitionError> {
+    cfg.validate()?;
+    check(cfg, strategy, mesh)?;
+    let specs = param_specs(cfg);
+    let layouts: Vec<(Vec<usize>, PartitionSpec)> = specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
+    // Collectives over an axis of size 1 are kept: they are no-ops, but the program stays
+    // the same shape for every mesh size and check_vma sees the reductions.
+    let has_dp = strategy.axes().contains(&"dp");
+    let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
+    let batch_spec = if has_dp { p(&[Some("dp"), None]) } else { p(&[None, None]) };
+
+    let mut args: Vec<Arg> = specs
+        .iter()
+        .zip(&layouts)
+        .map(|(ps, (shape, spec))| Arg {
+            name: ps.name.clone(),
+            global_shape: shape.clone(),
+            dtype: DType::F32,
+            role: Role::Param(ps.index),
+            spec: spec.clone(),
+        })
+        .collect();
+    for (ps, (shape, spec)) in specs.iter().zip(&layouts) {
+        for slot in 0..opt.slots() {
+            args.push(Arg {
+                name: format!("{}.{}", ps.name, ["m", "v"][slot]),
+                global_shape: shape.clone(),
+                dtype: DType::F32,
+                role: Role::OptState { param: ps.index, slot },
+                spec: spec.clone(),
+            });
+        }
+    }
+    for (name, role) in [("tokens", Role::Tokens), ("targets", Role::Targets)] {
+        args.push(Arg {
+            name: name.into(),
+            global_shape: vec![cfg.batch, cfg.seq],
+            dtype: DType::U32,
+            role,
+            spec: batch_spec.clone(),
+        });
+    }
+    args.push(Arg {
+        name: "key".into(),
+        global_shape: vec![2],
+        dtype: DType::U32,
+        role: Role::RngKey,
+        spec: PartitionSpec::replicated(),
+    });
+
+    let n = specs.len();
+    let mut out_specs = vec![PartitionSpec::replicated()];
+    for (_, spec) in &layouts {
+        out_specs.push(spec.clone());
+        for _ in 0..opt.slots() {
+            out_specs.push(spec.clone());
+        }
+    }
+
+    let mut marks = (0, 0);
+    let program = shard_map(mesh, &args, &out_specs, |b, vals| {
+        let params = &vals[..n];
+        let state = &vals[n..n + n * opt.slots()];
+        let (tokens, targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
+
+        // FSDP: gather each sharded parameter before use (its transpose reduce-scatters the grad).
+        let full: Vec<ValueId> = params
+            .iter()
+            .zip(&layouts)
+            .map(|(&v, (_, spec))| if spec.uses_axis("dp") { b.all_gather(v, &["dp"], 0, true) } else { v })
+            .collect();
+        let key = if dropout_key == DropoutKey::FoldIn && has_dp { b.fold_in_axis_index(key, &["dp"]) } else { key };
+        let tp = if strategy.axes().contains(&"tp") { mesh.axis_size("tp")? } else { 1 };
+        let local = Local {
+            batch: cfg.batch / dp,
+            heads: cfg.heads / tp,
+            tp: (tp > 1 || strategy.axes().contains(&"tp")).then(|| "tp".to_string()),
+        };
+        let acts = Activations {
+            params: &full,
+            tokens,
+            targets,
+            key,
+            rng_layout,
+            local,
+        };
+        let local_loss = forward_loss(b, cfg, &acts);
+        marks.0 = b.program().instrs.len();
+        // The global loss is the mean of the devices' local means: differentiate loss/dp so
+        // that summing the gradients over "dp" gives the mean.
+        let scaled = if has_dp { b.scale(local_loss, 1.0 / dp as f32) } else { local_loss };
+        let mut grads = grad(b, scaled, params)?;
+        for (g, (_, spec)) in grads.iter_mut().zip(&layouts) {
+            // Gradients of parameters replicated over "dp" are the explicit all-reduce of the
+            // data-parallel body; dp-sharded ones were reduce-scattered by the all_gather's transpose.
+            if has_dp && !spec.uses_axis("dp") {
+                *g = b.psum(*g, &["dp"]);
+            }
+        }
+        for (g, ps) in grads.iter().zip(&specs) {
+            b.set_name(*g, &format!("d{}", ps.name));
+        }
+        let loss = if has_dp { b.pmean(local_loss, &["dp"]) } else { local_loss };
+        b.set_name(loss, "loss");
+        marks.1 = b.program().instrs.len();
+
+        let mut outs = vec![loss];
+        for (i, ps) in specs.iter().enumerate() {
+            match opt {
+                Optimizer::Sgd { lr } => {
+                    let np = b.emit1(Op::SgdUpdate { lr }, &[params[i], grads[i]]);
+                    b.set_name(np, &format!("{}'", ps.name));
+                    b.donate(outs.len(), i);
+                    outs.push(np);
+                }
+                Optimizer::AdamW { lr } => {
+                    let wd = if ps.decays() { 0.01 } else { 0.0 };
+                    let op = Op::AdamWUpdate {
+                        lr,
+                        b1: 0.9,
+                        b2: 0.999,
+                        eps: 1e-8,
+                        wd,
+                    };
+                    let o = b.emit(op, &[params[i], grads[i], state[2 * i], state[2 * i + 1]]);
+                    b.set_name(o[0], &format!("{}'", ps.name));
+                    for (k, v) in o.into_iter().enumerate() {
+                        let input = if k == 0 { i } else { n + 2 * i + (k - 1) };
+                        b.donate(outs.len(), input);
+                        outs.push(v);
+                    }
+                }
+            }
+        }
+        Ok(outs)
+    })?;
+    Ok(TrainStep {
+        program,
+        forward_end: marks.0,
+        backward_end: marks.1,
+        config: cfg.clone(),
+        optimizer: opt,
+    })
+}

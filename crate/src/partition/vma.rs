@@ -1,0 +1,58 @@
+//! Varying manual axes (JAX's `vma`, checked by shard_map's `check_vma`): for every value of
+//! a per-device program, the mesh axes along which it may differ between devices.
+use std::collections::BTreeSet;
+
+use super::PartitionError;
+use crate::ir::{Op, Program};
+
+/// The varying axes of every value: inputs vary along the axes of their in_spec; collectives
+/// remove (psum, all_gather) or add (psum_scatter, all_to_all, pvary, axis_index) axes;
+/// every other op varies along the union of its operands' axes.
+pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
+    let mut vma: Vec<BTreeSet<String>> = vec![BTreeSet::new(); prog.values.len()];
+    for (pos, (v, _)) in prog.inputs.iter().enumerate() {
+        if let Some(spec) = prog.in_specs.get(pos) {
+            vma[v.index()] = spec.mesh_axes().into_iter().map(String::from).collect();
+        }
+    }
+    for ins in &prog.instrs {
+        let mut axes: BTreeSet<String> = ins.inputs.iter().flat_map(|v| vma[v.index()].iter().cloned()).collect();
+        match &ins.op {
+            Op::Psum { axes: a, .. } | Op::AllGather { axes: a, .. } => {
+                for x in a {
+                    axes.remove(x);
+                }
+            }
+            Op::PsumScatter { axes: a, .. }
+            | Op::AllToAll { axes: a, .. }
+            | Op::Pvary { axes: a }
+            | Op::FoldInAxisIndex { axes: a } => axes.extend(a.iter().cloned()),
+            Op::Ppermute { axis, .. } => {
+                axes.insert(axis.clone());
+            }
+            _ => {}
+        }
+        for o in &ins.outputs {
+            vma[o.index()] = axes.clone();
+        }
+    }
+    vma
+}
+
+/// shard_map's `check_vma`: every output must vary only along axes its out_spec names.
+pub fn check_out_specs(prog: &Program) -> Result<(), PartitionError> {
+    let vma = varying_axes(prog);
+    for (k, v) in prog.outputs.iter().enumerate() {
+        let Some(spec) = prog.out_specs.get(k) else { continue };
+        let allowed = spec.mesh_axes();
+        if let Some(axis) = vma[v.index()].iter().find(|a| !allowed.contains(&a.as_str())) {
+            return Err(PartitionError::Vma {
+                output: k,
+                value: prog.info(*v).name.clone().unwrap_or_else(|| v.to_string()),
+                axis: axis.clone(),
+                spec: spec.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
