@@ -1,21 +1,24 @@
 // LayerNorm over the last axis (MODEL.md): x (rows, C) ->
 //   out = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + 1e-5), biased variance,
 // saving mean and rstd (rows) for the backward.
+// With D simulated devices the rows of device d are [d * R, (d + 1) * R), R = rows / D, and
+// gamma, beta, dgamma, dbeta are (D, C): each row reads its device's gamma and beta, and each
+// device's dgamma and dbeta sum over its own rows only. D = 1 is the plain layernorm.
 // Row kernels come in two variants (see RowStrategy): `*_row` runs one invocation per row
 // (fast on CPU drivers such as lavapipe), `*_wg` one 256-wide workgroup per row reducing in
 // workgroup memory (long rows on GPUs). Row ids fold into y past 65535 workgroups.
 // Bindings are unique within the module; each entry point uses a subset.
 
 struct Params {
-    rows: u32,
+    rows: u32,     // all devices' rows
     c: u32,
-    _pad0: u32,
-    _pad1: u32,
+    rpd: u32,      // rows per device, R
+    devices: u32,  // D
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;            // (rows, C)
-@group(0) @binding(1) var<storage, read> gamma: array<f32>;        // (C)
-@group(0) @binding(2) var<storage, read> beta: array<f32>;         // (C)
+@group(0) @binding(1) var<storage, read> gamma: array<f32>;        // (D, C)
+@group(0) @binding(2) var<storage, read> beta: array<f32>;         // (D, C)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;    // (rows, C)
 @group(0) @binding(4) var<storage, read_write> mean: array<f32>;   // (rows)
 @group(0) @binding(5) var<storage, read_write> rstd: array<f32>;   // (rows)
@@ -23,8 +26,8 @@ struct Params {
 @group(0) @binding(7) var<storage, read> mean_in: array<f32>;      // (rows)
 @group(0) @binding(8) var<storage, read> rstd_in: array<f32>;      // (rows)
 @group(0) @binding(9) var<storage, read_write> dx: array<f32>;     // (rows, C)
-@group(0) @binding(10) var<storage, read_write> dgamma: array<f32>; // (C)
-@group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;  // (C)
+@group(0) @binding(10) var<storage, read_write> dgamma: array<f32>; // (D, C)
+@group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;  // (D, C)
 @group(0) @binding(12) var<uniform> p: Params;
 
 const WG: u32 = 256u;
@@ -47,11 +50,17 @@ fn wg_sum(lid: u32, v: f32) -> f32 {
     return total;
 }
 
+// Offset of row r's device block in gamma, beta (D, C).
+fn param_base(r: u32) -> u32 {
+    return (r / p.rpd) * p.c;
+}
+
 @compute @workgroup_size(64)
 fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= p.rows) { return; }
     let base = r * p.c;
+    let pb = param_base(r);
     var s = 0.0;
     for (var j = 0u; j < p.c; j++) { s += x[base + j]; }
     let m = s / f32(p.c);
@@ -63,7 +72,7 @@ fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     }
     let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
     for (var j = 0u; j < p.c; j++) {
-        out[base + j] = (x[base + j] - m) * rs * gamma[j] + beta[j];
+        out[base + j] = (x[base + j] - m) * rs * gamma[pb + j] + beta[pb + j];
     }
     mean[r] = m;
     rstd[r] = rs;
@@ -78,6 +87,7 @@ fn forward_wg(
     let r = wid.x + wid.y * nwg.x; // uniform: the early return keeps barriers uniform
     if (r >= p.rows) { return; }
     let base = r * p.c;
+    let pb = param_base(r);
     var s = 0.0;
     for (var j = lid; j < p.c; j += WG) { s += x[base + j]; }
     let m = wg_sum(lid, s) / f32(p.c);
@@ -88,7 +98,7 @@ fn forward_wg(
     }
     let rs = 1.0 / sqrt(wg_sum(lid, v) / f32(p.c) + EPS);
     for (var j = lid; j < p.c; j += WG) {
-        out[base + j] = (x[base + j] - m) * rs * gamma[j] + beta[j];
+        out[base + j] = (x[base + j] - m) * rs * gamma[pb + j] + beta[pb + j];
     }
     if (lid == 0u) {
         mean[r] = m;
@@ -103,19 +113,20 @@ fn backward_dx_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= p.rows) { return; }
     let base = r * p.c;
+    let pb = param_base(r);
     let m = mean_in[r];
     let rs = rstd_in[r];
     var a = 0.0;
     var b = 0.0;
     for (var j = 0u; j < p.c; j++) {
-        let dn = dout[base + j] * gamma[j];
+        let dn = dout[base + j] * gamma[pb + j];
         a += dn;
         b += dn * (x[base + j] - m) * rs;
     }
     a /= f32(p.c);
     b /= f32(p.c);
     for (var j = 0u; j < p.c; j++) {
-        let dn = dout[base + j] * gamma[j];
+        let dn = dout[base + j] * gamma[pb + j];
         let xhat = (x[base + j] - m) * rs;
         dx[base + j] = rs * (dn - a - xhat * b);
     }
@@ -130,39 +141,42 @@ fn backward_dx_wg(
     let r = wid.x + wid.y * nwg.x;
     if (r >= p.rows) { return; }
     let base = r * p.c;
+    let pb = param_base(r);
     let m = mean_in[r];
     let rs = rstd_in[r];
     var a = 0.0;
     var b = 0.0;
     for (var j = lid; j < p.c; j += WG) {
-        let dn = dout[base + j] * gamma[j];
+        let dn = dout[base + j] * gamma[pb + j];
         a += dn;
         b += dn * (x[base + j] - m) * rs;
     }
     a = wg_sum(lid, a) / f32(p.c);
     b = wg_sum(lid, b) / f32(p.c);
     for (var j = lid; j < p.c; j += WG) {
-        let dn = dout[base + j] * gamma[j];
+        let dn = dout[base + j] * gamma[pb + j];
         let xhat = (x[base + j] - m) * rs;
         dx[base + j] = rs * (dn - a - xhat * b);
     }
 }
 
-// dgamma = sum over rows of dout * xhat, dbeta = sum over rows of dout. One invocation per
-// column looping over rows in order: deterministic, and adjacent invocations read adjacent
-// floats.
+// dgamma = sum over rows of dout * xhat, dbeta = sum over rows of dout, per device. One
+// invocation per (device, column) looping over that device's rows in order: deterministic,
+// and adjacent invocations read adjacent floats.
 @compute @workgroup_size(256)
 fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let j = gid.x + gid.y * nwg.x * WG;
-    if (j >= p.c) { return; }
+    let e = gid.x + gid.y * nwg.x * WG; // (device, column) = dgamma's index
+    if (e >= p.devices * p.c) { return; }
+    let d = e / p.c;
+    let j = e % p.c;
     var dg = 0.0;
     var db = 0.0;
-    for (var r = 0u; r < p.rows; r++) {
+    for (var r = d * p.rpd; r < (d + 1u) * p.rpd; r++) {
         let i = r * p.c + j;
-        let d = dout[i];
-        dg += d * (x[i] - mean_in[r]) * rstd_in[r];
-        db += d;
+        let g = dout[i];
+        dg += g * (x[i] - mean_in[r]) * rstd_in[r];
+        db += g;
     }
-    dgamma[j] = dg;
-    dbeta[j] = db;
+    dgamma[e] = dg;
+    dbeta[e] = db;
 }

@@ -80,10 +80,13 @@ struct Scratch {
 impl GpuExecutor {
     pub async fn new(ctx: &GpuContext, program: Program) -> Result<Self, ExecError> {
         let last_use = program.last_uses();
+        // Every value holds all devices' local blocks: `[device, local...]`.
+        let devices = program.devices();
+        let numel = |v: crate::ir::ValueId| devices * program.info(v).numel();
         let mut plan = SlotPlan::default();
         let mut value_slot = vec![NONE; program.values.len()];
         for (v, _) in &program.inputs {
-            value_slot[v.index()] = plan.new_slot(program.info(*v).numel(), true);
+            value_slot[v.index()] = plan.new_slot(numel(*v), true);
         }
         let mut scratch: Vec<Scratch> = Vec::with_capacity(program.instrs.len());
         for (i, ins) in program.instrs.iter().enumerate() {
@@ -128,14 +131,14 @@ impl GpuExecutor {
                             _ => unreachable!(),
                         };
                         if lhs_perm {
-                            sc.lhs = Some(plan.take(program.info(ins.inputs[0]).numel()));
+                            sc.lhs = Some(plan.take(numel(ins.inputs[0])));
                         }
                         if rhs_perm {
-                            sc.rhs = Some(plan.take(program.info(ins.inputs[1]).numel()));
+                            sc.rhs = Some(plan.take(numel(ins.inputs[1])));
                         }
                     }
                     for o in &ins.outputs {
-                        value_slot[o.index()] = plan.take(program.info(*o).numel());
+                        value_slot[o.index()] = plan.take(numel(*o));
                     }
                     for s in [sc.lhs, sc.rhs].into_iter().flatten() {
                         plan.release(s);
@@ -187,8 +190,20 @@ impl GpuExecutor {
         &self.slots[self.value_slot[v.index()]]
     }
 
-    async fn copy(ctx: &GpuContext, src: &GpuBuffer, dst: &GpuBuffer, p: &CopyPlan) -> Result<Dispatch, ExecError> {
-        Ok(k::copy::strided(ctx, src, dst, &p.shape, p.src_offset, &p.src_strides, p.dst_offset, &p.dst_strides, false).await?)
+    /// A strided copy of every device's block at once: the plan gains a leading device
+    /// dimension stepping by each side's block size.
+    async fn copy(
+        ctx: &GpuContext,
+        src: &GpuBuffer,
+        dst: &GpuBuffer,
+        p: &CopyPlan,
+        devices: usize,
+        blocks: (usize, usize),
+    ) -> Result<Dispatch, ExecError> {
+        let shape: Vec<usize> = std::iter::once(devices).chain(p.shape.iter().copied()).collect();
+        let src_strides: Vec<usize> = std::iter::once(blocks.0).chain(p.src_strides.iter().copied()).collect();
+        let dst_strides: Vec<usize> = std::iter::once(blocks.1).chain(p.dst_strides.iter().copied()).collect();
+        Ok(k::copy::strided(ctx, src, dst, &shape, p.src_offset, &src_strides, p.dst_offset, &dst_strides, false).await?)
     }
 
     /// The dispatches of instruction `i`.
@@ -198,8 +213,13 @@ impl GpuExecutor {
         let x = |k: usize| self.buf(ins.inputs[k]);
         let y = |k: usize| self.buf(ins.outputs[k]);
         let shape = |k: usize| prog.shape(ins.inputs[k]).to_vec();
-        let n_in = |k: usize| prog.info(ins.inputs[k]).numel();
-        let n_out = ins.outputs.first().map_or(0, |o| prog.info(*o).numel());
+        let devices = prog.devices();
+        let n_in = |k: usize| devices * prog.info(ins.inputs[k]).numel();
+        let n_out = devices * ins.outputs.first().map_or(0, |o| prog.info(*o).numel());
+        // Local sizes; kernels get all devices' counts (`devices * ...`).
+        let local_in = |k: usize| prog.info(ins.inputs[k]).numel();
+        let local_out = |k: usize| prog.info(ins.outputs[k]).numel();
+        let mesh = prog.mesh.clone();
         let unsupported = |why: &str| ExecError::Unsupported {
             op: ins.op.name().into(),
             executor: "GPU",
@@ -212,16 +232,17 @@ impl GpuExecutor {
                 if prog.info(ins.inputs[0]).dtype != DType::F32 {
                     return Err(unsupported("only f32 arrays are transposed on the GPU"));
                 }
-                one(Self::copy(ctx, x(0), y(0), &plan_transpose(&shape(0), perm)).await?)
+                one(Self::copy(ctx, x(0), y(0), &plan_transpose(&shape(0), perm), devices, (local_in(0), local_out(0))).await?)
             }
             Op::BroadcastInDim { shape: to, dims } => {
-                one(Self::copy(ctx, x(0), y(0), &plan_broadcast(&shape(0), to, dims)).await?)
+                one(Self::copy(ctx, x(0), y(0), &plan_broadcast(&shape(0), to, dims), devices, (local_in(0), local_out(0))).await?)
             }
             Op::Split { axis, sizes } => {
                 let mut ds = vec![];
                 let mut start = 0;
                 for (k, &len) in sizes.iter().enumerate() {
-                    ds.push(Self::copy(ctx, x(0), y(k), &plan_slice(&shape(0), *axis, start, len, false)).await?);
+                    let plan = plan_slice(&shape(0), *axis, start, len, false);
+                    ds.push(Self::copy(ctx, x(0), y(k), &plan, devices, (local_in(0), local_out(k))).await?);
                     start += len;
                 }
                 ds
@@ -232,7 +253,8 @@ impl GpuExecutor {
                 let mut start = 0;
                 for k in 0..ins.inputs.len() {
                     let len = shape(k)[*axis];
-                    ds.push(Self::copy(ctx, x(k), y(0), &plan_slice(&whole, *axis, start, len, true)).await?);
+                    let plan = plan_slice(&whole, *axis, start, len, true);
+                    ds.push(Self::copy(ctx, x(k), y(0), &plan, devices, (local_in(k), local_out(0))).await?);
                     start += len;
                 }
                 ds
@@ -243,7 +265,7 @@ impl GpuExecutor {
                     Op::Sub => (k::elementwise::Binary::Add, -1.0),
                     _ => (k::elementwise::Binary::Mul, 0.0),
                 };
-                one(k::elementwise::binary(ctx, kind, x(0), x(1), y(0), n_in(0), n_in(1), 1.0, beta).await?)
+                one(k::elementwise::binary_devices(ctx, kind, x(0), x(1), y(0), n_in(0), local_in(1), 1.0, beta, devices).await?)
             }
             Op::Scale { alpha } => one(k::elementwise::scale(ctx, x(0), y(0), n_in(0), *alpha, 0.0).await?),
             Op::Full { value, .. } => one(k::elementwise::fill(ctx, y(0), n_out, *value).await?),
@@ -259,14 +281,19 @@ impl GpuExecutor {
                 let mut a = x(0);
                 let mut b = x(1);
                 if let (Some(perm), Some(s)) = (&p.lhs_perm, sc.lhs) {
-                    ds.push(Self::copy(ctx, a, &self.slots[s], &plan_transpose(&shape(0), perm)).await?);
+                    let plan = plan_transpose(&shape(0), perm);
+                    ds.push(Self::copy(ctx, a, &self.slots[s], &plan, devices, (local_in(0), local_in(0))).await?);
                     a = &self.slots[s];
                 }
                 if let (Some(perm), Some(s)) = (&p.rhs_perm, sc.rhs) {
-                    ds.push(Self::copy(ctx, b, &self.slots[s], &plan_transpose(&shape(1), perm)).await?);
+                    let plan = plan_transpose(&shape(1), perm);
+                    ds.push(Self::copy(ctx, b, &self.slots[s], &plan, devices, (local_in(1), local_in(1))).await?);
                     b = &self.slots[s];
                 }
-                ds.extend(k::matmul::matmul(ctx, &p.shape, a, b, None, y(0)).await?);
+                // Every device's batch of matrices is contiguous: devices multiply the batch.
+                let mut shape = p.shape.clone();
+                shape.batch *= devices;
+                ds.extend(k::matmul::matmul(ctx, &shape, a, b, None, y(0)).await?);
                 ds
             }
             Op::ReduceSum { axes } => {
@@ -274,21 +301,23 @@ impl GpuExecutor {
                 let mut ds = vec![];
                 let mut src = x(0);
                 if let (Some(perm), Some(s)) = (&p.perm, sc.lhs) {
-                    ds.push(Self::copy(ctx, src, &self.slots[s], &plan_transpose(&shape(0), perm)).await?);
+                    let plan = plan_transpose(&shape(0), perm);
+                    ds.push(Self::copy(ctx, src, &self.slots[s], &plan, devices, (local_in(0), local_in(0))).await?);
                     src = &self.slots[s];
                 }
-                ds.push(k::reduce::sum_axis(ctx, src, y(0), p.outer, p.n, p.inner).await?);
+                ds.push(k::reduce::sum_axis(ctx, src, y(0), devices * p.outer, p.n, p.inner).await?);
                 ds
             }
             Op::Gelu => one(k::gelu::forward(ctx, x(0), y(0), n_in(0)).await?),
             Op::GeluGrad => one(k::gelu::backward(ctx, x(0), x(1), y(0), n_in(0)).await?),
             Op::LayerNorm => {
                 let c = *shape(0).last().unwrap();
-                one(k::layernorm::forward(ctx, x(0), x(1), x(2), y(0), y(1), y(2), n_in(0) / c, c).await?)
+                one(k::layernorm::forward_devices(ctx, x(0), x(1), x(2), y(0), y(1), y(2), n_in(0) / c, c, devices).await?)
             }
             Op::LayerNormGrad => {
                 let c = *shape(1).last().unwrap();
-                k::layernorm::backward(ctx, x(0), x(1), x(2), x(3), x(4), y(0), y(1), y(2), n_in(1) / c, c).await?
+                k::layernorm::backward_devices(ctx, x(0), x(1), x(2), x(3), x(4), y(0), y(1), y(2), n_in(1) / c, c, devices)
+                    .await?
             }
             Op::SoftmaxCausal => {
                 let t = *shape(0).last().unwrap();
@@ -308,16 +337,21 @@ impl GpuExecutor {
             }
             Op::Gather => {
                 let (v, c) = (shape(0)[0], shape(0)[1]);
-                one(k::embedding::forward_rows(ctx, x(0), x(1), y(0), n_in(1), v, c).await?)
+                one(k::embedding::forward_devices(ctx, x(0), x(1), y(0), n_in(1), v, c, devices).await?)
             }
             Op::ScatterAdd { rows } => {
                 let c = *shape(0).last().unwrap();
-                one(k::embedding::backward(ctx, x(0), x(1), y(0), n_in(1), *rows, c).await?)
+                one(k::embedding::backward_devices(ctx, x(0), x(1), y(0), n_in(1), *rows, c, devices).await?)
             }
-            Op::FoldIn { data } => one(k::random::fold_in(ctx, x(0), y(0), &[*data], k::random::KeyMode::Shared).await?),
+            // Keys are values like any other: one per device (`[device, 2]`).
+            Op::FoldIn { data } => {
+                one(k::random::fold_in(ctx, x(0), y(0), &vec![*data; devices], k::random::KeyMode::PerDevice).await?)
+            }
             Op::RandomBits { shape: s, layout } => {
-                let block = Block::full(s);
-                one(k::random::random_bits(ctx, x(0), y(0), *layout, &[block], k::random::KeyMode::Shared).await?)
+                // Each device draws the local-shape array from its own key (shard_map's
+                // semantics; with equal keys the draws repeat across devices).
+                let blocks = vec![Block::full(s); devices];
+                one(k::random::random_bits(ctx, x(0), y(0), *layout, &blocks, k::random::KeyMode::PerDevice).await?)
             }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
             Op::Psum { .. }
@@ -325,7 +359,10 @@ impl GpuExecutor {
             | Op::PsumScatter { .. }
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }
-            | Op::FoldInAxisIndex { .. } => return Err(unsupported("collectives need a program with a mesh")),
+            | Op::FoldInAxisIndex { .. } => {
+                let mesh = mesh.as_ref().ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
+                one(Self::collective(ctx, mesh, &ins.op, x(0), y(0), &shape(0)).await?)
+            }
             Op::SgdUpdate { lr } => {
                 let _ = lr;
                 let hyper = &self.sgd_hyper.as_ref().expect("made in new").0;
@@ -339,6 +376,46 @@ impl GpuExecutor {
                 let hyper = &self.adamw_hyper.as_ref().expect("made in new").0;
                 one(k::optimizer::adamw(ctx, x(0), x(1), x(2), x(3), hyper, n_in(0), *wd).await?)
             }
+        })
+    }
+
+    /// One collective over all devices' blocks (`local` is the operand's local shape).
+    async fn collective(
+        ctx: &GpuContext,
+        mesh: &crate::sharding::Mesh,
+        op: &Op,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        local: &[usize],
+    ) -> Result<Dispatch, ExecError> {
+        use k::collectives as c;
+        fn strs(a: &[String]) -> Vec<&str> {
+            a.iter().map(String::as_str).collect()
+        }
+        Ok(match op {
+            Op::Psum { axes, .. } => c::psum(ctx, mesh, &strs(axes), x, y, local).await?,
+            Op::AllGather { axes, axis, tiled, .. } => c::all_gather(ctx, mesh, &strs(axes), x, y, local, *axis, *tiled).await?,
+            Op::PsumScatter {
+                axes,
+                scatter_dimension,
+                tiled,
+                ..
+            } => c::psum_scatter(ctx, mesh, &strs(axes), x, y, local, *scatter_dimension, *tiled).await?,
+            Op::Ppermute { axis, perm } => c::ppermute(ctx, mesh, &[axis.as_str()], x, y, local, perm).await?,
+            Op::AllToAll {
+                axes,
+                split_axis,
+                concat_axis,
+                ..
+            } => c::all_to_all(ctx, mesh, &strs(axes), x, y, local, *split_axis, *concat_axis, true).await?,
+            Op::FoldInAxisIndex { axes } => {
+                let data: Vec<u32> = (0..mesh.devices())
+                    .map(|d| mesh.axes_index(d, &strs(axes)).map(|i| i as u32))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| ExecError::Input(e.to_string()))?;
+                k::random::fold_in(ctx, x, y, &data, k::random::KeyMode::PerDevice).await?
+            }
+            _ => unreachable!("not a collective"),
         })
     }
 
@@ -393,11 +470,11 @@ impl GpuExecutor {
     pub fn write_input(&self, ctx: &GpuContext, pos: usize, t: &Tensor) -> Result<(), ExecError> {
         let (v, _) = &self.program.inputs[pos];
         let info = self.program.info(*v);
-        if t.len() != info.numel() {
+        let n = self.program.devices() * info.numel();
+        if t.len() != n {
             return Err(ExecError::Input(format!(
-                "input {} needs {} elements, got {}",
+                "input {} needs {n} elements (all devices' blocks), got {}",
                 info.name.clone().unwrap_or_default(),
-                info.numel(),
                 t.len()
             )));
         }
@@ -436,7 +513,7 @@ impl GpuExecutor {
         let v = self.program.outputs[pos];
         let info = self.program.info(v);
         let buf = self.buf(v);
-        let n = info.numel();
+        let n = self.program.devices() * info.numel();
         Ok(match info.dtype {
             DType::F32 => {
                 let mut d = ctx.read::<f32>(buf).await?;
@@ -455,7 +532,7 @@ impl GpuExecutor {
     pub async fn read_input(&self, ctx: &GpuContext, pos: usize) -> Result<Vec<f32>, ExecError> {
         let (v, _) = self.program.inputs[pos];
         let mut d = ctx.read::<f32>(self.buf(v)).await?;
-        d.truncate(self.program.info(v).numel());
+        d.truncate(self.program.devices() * self.program.info(v).numel());
         Ok(d)
     }
 }
