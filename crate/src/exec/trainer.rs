@@ -255,6 +255,36 @@ impl Trainer {
         Ok(StepProfile { phases_ms, per_dispatch })
     }
 
+    /// Wall time of the step's collective dispatches run alone (GPU only): what the measured
+    /// step time spends simulating communication rather than computing.
+    pub async fn collectives_ms(&self) -> Result<Option<f64>, ExecError> {
+        let State::Gpu { ctx, exec } = &self.state else { return Ok(None) };
+        let prog = &self.step.program;
+        let picked: Vec<&crate::gpu::Dispatch> = exec
+            .dispatches()
+            .iter()
+            .zip(exec.dispatch_instrs())
+            .filter(|(_, &i)| crate::profile::category(&prog.instrs[i]) == crate::profile::Category::Collectives)
+            .map(|(d, _)| d)
+            .collect();
+        if picked.is_empty() {
+            return Ok(Some(0.0));
+        }
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            for d in &picked {
+                d.encode(&mut pass);
+            }
+        }
+        // Collectives read and write only their own buffers' values, which the next real step
+        // recomputes before use, so running them again leaves training unchanged.
+        let t0 = now_ms();
+        ctx.queue.submit([encoder.finish()]);
+        ctx.finish().await?;
+        Ok(Some(now_ms() - t0))
+    }
+
     /// Current parameters, global, in MODEL.md order.
     pub async fn params(&self) -> Result<Vec<Vec<f32>>, ExecError> {
         let prog = &self.step.program;

@@ -19,7 +19,22 @@ impl Program {
     /// `%12 = dot_general(%3, %7) contracting=([2],[0]) : f32[8,16,64]  # h0.qkv`.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        for (v, role) in &self.inputs {
+        let vma = self.mesh.as_ref().map(|_| crate::partition::varying_axes(self));
+        // Per-device programs: inputs show their sharding, other values the mesh axes
+        // along which devices hold different data (shard_map's varying axes).
+        let sharding = |v: ValueId| -> String {
+            let Some(vma) = &vma else { return String::new() };
+            let axes: Vec<&str> = vma[v.index()].iter().map(String::as_str).collect();
+            if axes.is_empty() {
+                " {replicated}".into()
+            } else {
+                format!(" {{varies along {}}}", axes.join(","))
+            }
+        };
+        if let Some(mesh) = &self.mesh {
+            out += &format!("# per-device program on {mesh}; shapes are local\n");
+        }
+        for (pos, (v, role)) in self.inputs.iter().enumerate() {
             let role = match role {
                 Role::Param(i) => format!("param {i}"),
                 Role::OptState { param, slot } => format!("optimizer state {slot} of param {param}"),
@@ -29,7 +44,11 @@ impl Program {
                 Role::Other => "input".into(),
             };
             let name = self.info(*v).name.clone().unwrap_or_default();
-            out += &format!("{v} = parameter {name} : {}  # {role}\n", self.type_of(*v));
+            let spec = match (self.mesh.is_some(), self.in_specs.get(pos)) {
+                (true, Some(spec)) => format!(" sharding={spec}"),
+                _ => String::new(),
+            };
+            out += &format!("{v} = parameter {name} : {}{spec}  # {role}\n", self.type_of(*v));
         }
         for ins in &self.instrs {
             let lhs: Vec<String> = ins.outputs.iter().map(|v| v.to_string()).collect();
@@ -42,6 +61,9 @@ impl Program {
                 line += &attrs;
             }
             line += &format!(" : {}", types.join(", "));
+            if let Some(o) = ins.outputs.first() {
+                line += &sharding(*o);
+            }
             let names: Vec<String> = ins.outputs.iter().filter_map(|v| self.info(*v).name.clone()).collect();
             if !names.is_empty() {
                 line += &format!("  # {}", names.join(", "));

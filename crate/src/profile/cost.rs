@@ -43,6 +43,10 @@ pub fn category(ins: &Instr) -> Category {
         Op::SoftmaxCausal | Op::SoftmaxCausalGrad => Category::Attention,
         Op::FoldIn { .. } | Op::RandomBits { .. } | Op::Dropout { .. } => Category::Rng,
         Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => Category::Optimizer,
+        Op::Psum { .. } | Op::AllGather { .. } | Op::PsumScatter { .. } | Op::Ppermute { .. } | Op::AllToAll { .. } => {
+            Category::Collectives
+        }
+        Op::FoldInAxisIndex { .. } => Category::Rng,
         _ => Category::Other,
     }
 }

@@ -1,7 +1,9 @@
-//! What a program costs: FLOPs, memory, random bits and op categories, read off the
-//! program (modelled), and per-op GPU times (measured by the executor).
+//! What a program costs: FLOPs, memory, random bits, collectives and op categories, read
+//! off the program (modelled), and the alpha-beta model of interconnects.
 mod cost;
+mod interconnect;
 mod summary;
 
 pub use cost::{category, instr_flops, Category};
-pub use summary::{summarize, ProgramSummary};
+pub use interconnect::{preset, CollectiveKind, Interconnect, PRESETS};
+pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};

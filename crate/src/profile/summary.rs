@@ -1,12 +1,36 @@
-use super::cost::{bytes, instr_flops};
-use crate::ir::{Op, Program, Role};
+use std::collections::BTreeMap;
 
-/// The modelled costs of one program, as `shardlab inspect` reports them.
+use super::cost::{bytes, instr_flops};
+use super::interconnect::{CollectiveKind, Interconnect};
+use crate::ir::{Op, Program, Role};
+use crate::partition::varying_axes;
+
+/// One collective of a program, for counts, bytes and the modelled time.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CollectiveUse {
+    pub instr: usize,
+    pub kind: CollectiveKind,
+    /// Size of the full array the collective reduces or assembles (per group).
+    pub bytes: u64,
+    /// Devices per group.
+    pub group: usize,
+}
+
+/// Count and bytes of one collective kind.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct KindTotals {
+    pub count: usize,
+    pub bytes: u64,
+}
+
+/// The modelled costs of one (per-device) program, as `shardlab inspect` reports them.
+/// All numbers are per device: the program's shapes are a device's local shapes.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ProgramSummary {
+    pub devices: usize,
     pub instructions: usize,
     pub flops: u64,
-    /// Random bits generated per run (elements of every random_bits op).
+    /// Random bits generated per step (elements of every random_bits op x 32).
     pub rng_bits: u64,
     pub params_bytes: u64,
     pub optimizer_state_bytes: u64,
@@ -14,12 +38,67 @@ pub struct ProgramSummary {
     /// liveness over the program order.
     pub activations_bytes: u64,
     pub total_bytes: u64,
+    pub collectives: Vec<CollectiveUse>,
+    /// Things a reader should know, e.g. dropout masks repeating across data-parallel shards.
+    pub warnings: Vec<String>,
 }
 
-/// Walks `prog` once: FLOPs, random bits, and memory by liveness (reshapes alias their
-/// operand; in-place updates reuse their parameter's memory).
+impl ProgramSummary {
+    /// Count and bytes per collective kind (every kind present, zero if unused).
+    pub fn collective_totals(&self) -> BTreeMap<&'static str, KindTotals> {
+        let mut out: BTreeMap<&'static str, KindTotals> =
+            CollectiveKind::ALL.iter().map(|k| (k.hlo_name(), KindTotals::default())).collect();
+        for c in &self.collectives {
+            let t = out.get_mut(c.kind.hlo_name()).expect("every kind");
+            t.count += 1;
+            t.bytes += c.bytes;
+        }
+        out
+    }
+
+    /// Modelled time of all collectives on `net`, in milliseconds.
+    pub fn collectives_ms(&self, net: &Interconnect) -> f64 {
+        self.collectives.iter().map(|c| net.collective_seconds(c.kind, c.bytes, c.group)).sum::<f64>() * 1e3
+    }
+
+    /// Modelled step time on real devices: `compute_ms_per_device` (measured) plus the
+    /// collectives on `net` (modelled), with no overlap.
+    pub fn modelled_step_ms(&self, compute_ms_per_device: f64, net: &Interconnect) -> f64 {
+        compute_ms_per_device + self.collectives_ms(net)
+    }
+}
+
+fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
+    let ins = &prog.instrs[i];
+    if crate::profile::category(ins) != crate::profile::Category::Collectives {
+        return None;
+    }
+    let in_bytes = bytes(prog.shape(ins.inputs[0]));
+    let out_bytes = bytes(prog.shape(ins.outputs[0]));
+    let (kind, bytes, group) = match &ins.op {
+        Op::Psum { group, .. } => (CollectiveKind::AllReduce, in_bytes, *group),
+        Op::AllGather { group, .. } => (CollectiveKind::AllGather, out_bytes, *group),
+        Op::PsumScatter { group, .. } => (CollectiveKind::ReduceScatter, in_bytes, *group),
+        Op::AllToAll { group, .. } => (CollectiveKind::AllToAll, in_bytes, *group),
+        Op::Ppermute { axis, .. } => {
+            let g = prog.mesh.as_ref().and_then(|m| m.axis_size(axis).ok()).unwrap_or(1);
+            (CollectiveKind::CollectivePermute, in_bytes, g)
+        }
+        _ => return None,
+    };
+    Some(CollectiveUse {
+        instr: i,
+        kind,
+        bytes,
+        group,
+    })
+}
+
+/// Walks `prog` once: FLOPs, random bits, collectives, memory by liveness (reshapes alias
+/// their operand; in-place updates reuse their parameter's memory), and warnings.
 pub fn summarize(prog: &Program) -> ProgramSummary {
     let mut s = ProgramSummary {
+        devices: prog.devices(),
         instructions: prog.instrs.len(),
         ..Default::default()
     };
@@ -31,7 +110,7 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
             Role::OptState { .. } => s.optimizer_state_bytes += b,
             _ => {}
         }
-        pinned[v.index()] = matches!(role, Role::Param(_) | Role::OptState { .. });
+        pinned[v.index()] = true;
     }
     let last = prog.last_uses();
     let data_bytes: u64 = prog
@@ -48,7 +127,11 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
         if let Op::RandomBits { shape, .. } = &ins.op {
             s.rng_bits += 32 * shape.iter().product::<usize>() as u64;
         }
-        let aliases = matches!(ins.op, Op::Reshape { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. });
+        s.collectives.extend(collective_use(prog, i));
+        let aliases = matches!(
+            ins.op,
+            Op::Reshape { .. } | Op::Pvary { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
+        );
         for o in &ins.outputs {
             if aliases {
                 owns[o.index()] = false;
@@ -62,7 +145,7 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
                 Some(l) => l == i && ins.inputs.contains(v),
                 None => ins.outputs.contains(v),
             };
-            if dead && owns[v.index()] && !pinned[v.index()] && !prog.inputs.iter().any(|(x, _)| x == v) {
+            if dead && owns[v.index()] && !pinned[v.index()] {
                 live -= bytes(prog.shape(*v));
                 owns[v.index()] = false;
             }
@@ -70,5 +153,29 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
     }
     s.activations_bytes = peak;
     s.total_bytes = s.params_bytes + s.optimizer_state_bytes + s.activations_bytes;
+    s.warnings = rng_warnings(prog);
     s
+}
+
+/// Dropout masks drawn from a key that is the same on every device along an axis, applied
+/// to data that differs along it: the masks repeat across those shards.
+fn rng_warnings(prog: &Program) -> Vec<String> {
+    let Some(mesh) = &prog.mesh else { return vec![] };
+    let vma = varying_axes(prog);
+    let mut out = vec![];
+    for ins in &prog.instrs {
+        let Op::Dropout { .. } = ins.op else { continue };
+        let (x, bits) = (ins.inputs[0], ins.inputs[1]);
+        for (axis, size) in mesh.axes() {
+            if *size > 1 && vma[x.index()].contains(axis) && !vma[bits.index()].contains(axis) {
+                let msg = format!(
+                    "dropout masks repeat across '{axis}' shards: every device draws with the same key; use fold_in(key, axis_index('{axis}')) (--dropout-key fold_in)"
+                );
+                if !out.contains(&msg) {
+                    out.push(msg);
+                }
+            }
+        }
+    }
+    out
 }

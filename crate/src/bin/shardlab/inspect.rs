@@ -1,46 +1,138 @@
-//! `shardlab inspect`: prints the train-step program, one line per op, and what it costs.
-use shardlab::model::train_step_program;
-use shardlab::profile::summarize;
+//! `shardlab inspect`: the (per-device) train-step program, one line per op with each
+//! value's sharding, and what it costs: FLOPs, collectives, random bits, memory per device,
+//! dispatches, the measured step time on this machine and the modelled time on N real devices.
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use crate::args::ModelArgs;
+use shardlab::exec::{Backend, Trainer, TrainerOptions};
+use shardlab::gpu::GpuContext;
+use shardlab::profile::{summarize, PRESETS};
+
+use crate::args::{ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Print one JSON object (the summary and the program text) instead of text.
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+    /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Measure on the CPU reference executor (also used when there is no GPU adapter).
+    #[arg(long)]
+    pub cpu: bool,
+    /// Steps measured for the step time (after one warm-up step).
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let cfg = args.model.config();
-    let step = train_step_program(&cfg, args.model.optimizer()?, args.model.rng_layout()).map_err(|e| e.to_string())?;
-    let s = summarize(&step.program);
+    let opts = TrainerOptions {
+        config: args.model.config(),
+        optimizer: args.model.optimizer()?,
+        init: args.model.init(),
+        data: args.model.data()?,
+        seed: args.model.seed,
+        rng_layout: args.model.rng_layout(),
+        parallel: args.parallel.parallel()?,
+    };
+    opts.config.validate().map_err(|e| e.to_string())?;
+    let (backend, device) = if args.cpu {
+        (Backend::Reference, "CPU reference executor".to_string())
+    } else {
+        match GpuContext::new_blocking() {
+            Ok(ctx) => {
+                let name = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
+                (Backend::Gpu(Arc::new(ctx)), name)
+            }
+            Err(e) => {
+                eprintln!("note: {e}; measuring on the CPU reference executor");
+                (Backend::Reference, "CPU reference executor".to_string())
+            }
+        }
+    };
+    pollster::block_on(inspect(backend, device, opts, &args)).map_err(|e| e.to_string())
+}
+
+async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &Args) -> Result<(), shardlab::exec::ExecError> {
+    let mut t = Trainer::new(backend, opts).await?;
+    let s = summarize(t.program());
+    t.step().await?;
+    let mut times = vec![];
+    for _ in 0..args.steps.max(1) {
+        times.push(t.step().await?.step_ms);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let step_ms = times[times.len() / 2];
+    let collectives_ms = t.collectives_ms().await?.unwrap_or(0.0);
+    // Compute per device, as the SPMD program runs it: the measured step minus its simulated
+    // communication, divided among the devices that shared this one GPU.
+    let compute_ms = (step_ms - collectives_ms).max(0.0) / s.devices as f64;
+    let modelled: BTreeMap<&str, f64> = PRESETS.iter().map(|p| (p.name, s.modelled_step_ms(compute_ms, p))).collect();
+    let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
+
     if args.json {
+        let totals = s.collective_totals();
         let v = serde_json::json!({
-            "instructions": s.instructions,
-            "flops_per_device": s.flops,
+            "devices": s.devices,
+            "collectives": totals,
             "rng_bits_per_device": s.rng_bits,
+            "flops_per_device": s.flops,
             "peak_bytes_per_device": {
                 "params": s.params_bytes,
                 "optimizer_state": s.optimizer_state_bytes,
                 "activations": s.activations_bytes,
                 "total": s.total_bytes,
             },
-            "program": step.program.to_text(),
+            "dispatches": dispatches,
+            "measured_step_ms": step_ms,
+            "measured_on": device,
+            "compute_ms_per_device": compute_ms,
+            "modelled_ms": modelled,
+            "warnings": s.warnings,
+            "program": t.program().to_text(),
         });
         println!("{v}");
         return Ok(());
     }
-    print!("{}", step.program);
+    let ts = t.train_step();
+    print!("{}", t.program());
     println!();
-    println!("# {} instructions ({} forward, {} backward, {} update)", s.instructions, step.forward_end, step.backward_end - step.forward_end, s.instructions - step.backward_end);
-    println!("# FLOPs per step: {:.3e} (modelled)", s.flops as f64);
-    println!("# random bits per step: {}", s.rng_bits);
     println!(
-        "# memory: params {} B, optimizer state {} B, activations peak {} B, total {} B (modelled, by liveness)",
+        "# {} devices, {} instructions ({} forward, {} backward, {} update)",
+        s.devices,
+        s.instructions,
+        ts.forward_end,
+        ts.backward_end - ts.forward_end,
+        s.instructions - ts.backward_end
+    );
+    println!("# FLOPs per device per step: {:.3e}", s.flops as f64);
+    println!("# random bits per device per step: {}", s.rng_bits);
+    for (kind, k) in s.collective_totals() {
+        if k.count > 0 {
+            println!("# {kind}: {} ops, {} bytes", k.count, k.bytes);
+        }
+    }
+    println!(
+        "# memory per device: params {} B, optimizer state {} B, activations (peak) {} B, total {} B",
         s.params_bytes, s.optimizer_state_bytes, s.activations_bytes, s.total_bytes
     );
+    if let Some(d) = dispatches {
+        println!("# GPU dispatches per step: {d}");
+    }
+    println!("# measured on {device}: {step_ms:.2} ms per step (all simulated devices), of which collectives {collectives_ms:.2} ms");
+    for p in PRESETS {
+        println!(
+            "# modelled on {} real devices over {}: {:.3} ms per step ({compute_ms:.3} ms compute + {:.3} ms collectives)",
+            s.devices,
+            p.label,
+            modelled[p.name],
+            s.collectives_ms(&p)
+        );
+    }
+    for w in &s.warnings {
+        println!("# warning: {w}");
+    }
     Ok(())
 }
