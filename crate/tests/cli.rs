@@ -82,7 +82,7 @@ fn text_files_that_cannot_be_a_corpus_are_rejected_clearly() {
 
 #[test]
 fn inspect_prints_a_readable_train_step_program() {
-    let mut args = vec!["inspect"];
+    let mut args = vec!["inspect", "--cpu", "--steps", "1"];
     args.extend_from_slice(TINY);
     let (code, out, err) = shardlab(&args);
     assert_eq!(code, 0, "{err}");
@@ -90,5 +90,44 @@ fn inspect_prints_a_readable_train_step_program() {
     assert!(out.contains("contracting=("));
     assert!(out.contains("adamw_update("));
     assert!(out.contains("# h0.qkv") || out.contains("h0.qkv"));
-    assert!(out.contains("FLOPs per step"));
+    assert!(out.contains("FLOPs per device per step"));
+    assert!(out.contains("measured on") && out.contains("modelled on 1 real devices"));
+}
+
+#[test]
+fn inspect_json_reports_collectives_memory_and_modelled_times_for_shard_map() {
+    let mut args = vec!["inspect", "--json", "--cpu", "--steps", "1", "--mode", "shard_map", "--strategy", "fsdp", "--mesh", "dp=2"];
+    args.extend_from_slice(TINY);
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["devices"], 2);
+    assert!(v["collectives"]["all-gather"]["count"].as_u64().unwrap() > 0);
+    assert!(v["collectives"]["reduce-scatter"]["bytes"].as_u64().unwrap() > 0);
+    for k in ["params", "optimizer_state", "activations", "total"] {
+        assert!(v["peak_bytes_per_device"][k].as_u64().is_some(), "{k}");
+    }
+    assert!(v["flops_per_device"].as_u64().unwrap() > 0);
+    assert!(v["rng_bits_per_device"].as_u64().is_some());
+    for p in ["tpu_v4_ici", "h100_nvlink", "pcie4_x16"] {
+        assert!(v["modelled_ms"][p].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert!(v["program"].as_str().unwrap().contains("psum_scatter("));
+}
+
+#[test]
+fn shard_map_flags_that_do_not_fit_exit_2_naming_the_fix() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["train", "--cpu", "--mode", "shard_map", "--strategy", "dp", "--mesh", "tp=2"], "'dp'"),
+        (&["train", "--cpu", "--mode", "shard_map", "--strategy", "dp", "--mesh", "dp=3"], "--batch"),
+        (&["train", "--cpu", "--mode", "shard_map", "--strategy", "tp", "--mesh", "tp=3"], "--heads"),
+        (&["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=0"], "--mesh"),
+        (&["train", "--cpu", "--mesh", "dp=2"], "--mode shard_map"),
+    ];
+    for (args, needle) in cases {
+        let (code, _, err) = shardlab(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: should mention {needle}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
