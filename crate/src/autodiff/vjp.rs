@@ -77,7 +77,9 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         }
         // The mask is the same bits: dropout is its own transpose in x.
         Op::Dropout { rate } => vec![Some(b.emit1(Op::Dropout { rate: *rate }, &[ct, x[1]])), None],
-        Op::FoldIn { .. } | Op::FoldInAxisIndex { .. } | Op::RandomBits { .. } => vec![None; x.len()],
+        Op::FoldIn { .. } | Op::FoldInAxisIndex { .. } | Op::RandomBits { .. } | Op::RandomBitsBlock { .. } => {
+            vec![None; x.len()]
+        }
         // psum's transpose is pvary: an invariant cotangent reaches every device unchanged.
         Op::Psum { .. } => vec![Some(ct)],
         Op::Pvary { axes } => {
@@ -133,6 +135,10 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         | Op::SgdUpdate { .. }
         | Op::AdamWUpdate { .. } => {
             return Err(IrError::new(ins.op.name(), "has no gradient rule (second-order or optimizer op)"));
+        }
+        // Inserted by jit's partitioner after differentiation; programs are differentiated before.
+        Op::ShardSlice { .. } => {
+            return Err(IrError::new(ins.op.name(), "has no gradient rule: differentiate the global program before jit"));
         }
     })
 }

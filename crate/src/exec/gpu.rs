@@ -353,6 +353,22 @@ impl GpuExecutor {
                 let blocks = vec![Block::full(s); devices];
                 one(k::random::random_bits(ctx, x(0), y(0), *layout, &blocks, k::random::KeyMode::PerDevice).await?)
             }
+            Op::RandomBitsBlock { global, spec, layout, .. } => {
+                let mesh = mesh.as_ref().ok_or_else(|| unsupported("a per-device block needs a program with a mesh"))?;
+                let err = |e: String| ExecError::Input(e);
+                let sharding = crate::sharding::NamedSharding::new(mesh.clone(), spec.clone())
+                    .map_err(|e| err(e.to_string()))?;
+                let mut blocks = Vec::with_capacity(devices);
+                for d in 0..devices {
+                    let ranges = sharding.device_indices(d, global).map_err(|e| err(e.to_string()))?;
+                    blocks.push(Block::new(global, &ranges).map_err(|e| err(e.to_string()))?);
+                }
+                one(k::random::random_bits(ctx, x(0), y(0), *layout, &blocks, k::random::KeyMode::PerDevice).await?)
+            }
+            Op::ShardSlice { dim, axes, parts } => {
+                let mesh = mesh.as_ref().ok_or_else(|| unsupported("a per-device slice needs a program with a mesh"))?;
+                one(Self::shard_slice(ctx, mesh, x(0), y(0), &shape(0), *dim, axes, *parts).await?)
+            }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
             Op::Psum { .. }
             | Op::AllGather { .. }
@@ -377,6 +393,44 @@ impl GpuExecutor {
                 one(k::optimizer::adamw(ctx, x(0), x(1), x(2), x(3), hyper, n_in(0), *wd).await?)
             }
         })
+    }
+
+    /// Every device keeps chunk `axes_index(axes)` of dimension `dim` of its block: one strided
+    /// copy over `[mesh axes..., outer, chunk, inner]`, where the chunk offset is linear in the
+    /// device's mesh coordinates.
+    #[allow(clippy::too_many_arguments)]
+    async fn shard_slice(
+        ctx: &GpuContext,
+        mesh: &crate::sharding::Mesh,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        local: &[usize],
+        dim: usize,
+        axes: &[String],
+        parts: usize,
+    ) -> Result<Dispatch, ExecError> {
+        let outer: usize = local[..dim].iter().product();
+        let inner: usize = local[dim + 1..].iter().product();
+        let (n, len) = (local[dim], local[dim] / parts);
+        let (src_block, dst_block) = (outer * n * inner, outer * len * inner);
+        let sizes = mesh.shape();
+        let mut shape = sizes.clone();
+        let (mut src_strides, mut dst_strides) = (vec![], vec![]);
+        for (k, (name, _)) in mesh.axes().iter().enumerate() {
+            let later: usize = sizes[k + 1..].iter().product();
+            // The chunk index is axes_index(axes): this axis's coordinate times the sizes of
+            // the axes after it in `axes`.
+            let weight = match axes.iter().position(|a| a == name) {
+                Some(p) => axes[p + 1..].iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>(),
+                None => 0,
+            };
+            src_strides.push(src_block * later + weight * len * inner);
+            dst_strides.push(dst_block * later);
+        }
+        shape.extend([outer, len, inner]);
+        src_strides.extend([n * inner, inner, 1]);
+        dst_strides.extend([len * inner, inner, 1]);
+        Ok(k::copy::strided(ctx, x, y, &shape, 0, &src_strides, 0, &dst_strides, false).await?)
     }
 
     /// One collective over all devices' blocks (`local` is the operand's local shape).

@@ -1,10 +1,10 @@
 use super::lowering::{plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, CopyPlan};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
-use crate::sharding::Mesh;
+use crate::sharding::{Mesh, NamedSharding};
 use crate::kernels::optimizer::AdamWHyper;
 use crate::reference as r;
-use crate::rng::{random_bits, Key};
+use crate::rng::{random_bits, random_bits_block, Block, Key};
 
 /// Runs any program on the CPU with the reference kernels: the oracle of every GPU test,
 /// and the executor where no GPU adapter exists.
@@ -114,7 +114,22 @@ fn is_collective(op: &Op) -> bool {
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }
             | Op::FoldInAxisIndex { .. }
+            | Op::ShardSlice { .. }
+            | Op::RandomBitsBlock { .. }
     )
+}
+
+/// Chunk `chunk` of `parts` equal chunks of dimension `dim` of a row-major array (any dtype).
+fn slice_chunk<T: Copy>(x: &[T], shape: &[usize], dim: usize, parts: usize, chunk: usize) -> Vec<T> {
+    let outer: usize = shape[..dim].iter().product();
+    let inner: usize = shape[dim + 1..].iter().product();
+    let (n, len) = (shape[dim], shape[dim] / parts);
+    let mut out = Vec::with_capacity(outer * len * inner);
+    for o in 0..outer {
+        let start = (o * n + chunk * len) * inner;
+        out.extend_from_slice(&x[start..start + len * inner]);
+    }
+    out
 }
 
 /// A collective over all devices' blocks at once, by the reference twins.
@@ -155,6 +170,29 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
                 .flat_map(|(d, &i)| Key([k[2 * d], k[2 * d + 1]]).fold_in(i).0)
                 .collect();
             Tensor::U32(keys)
+        }
+        Op::ShardSlice { dim, axes, parts } => {
+            let n = numel(local);
+            let mut blocks = vec![];
+            for d in 0..mesh.devices() {
+                let chunk = mesh.axes_index(d, &strs(axes)).map_err(err)?;
+                blocks.push(match x.block(d, mesh.devices()) {
+                    Tensor::F32(v) => Tensor::F32(slice_chunk(&v[..n], local, *dim, *parts, chunk)),
+                    Tensor::U32(v) => Tensor::U32(slice_chunk(&v[..n], local, *dim, *parts, chunk)),
+                });
+            }
+            Tensor::concat(blocks.iter())
+        }
+        Op::RandomBitsBlock { global, spec, layout, .. } => {
+            let sharding = NamedSharding::new(mesh.clone(), spec.clone()).map_err(err)?;
+            let k = x.u32();
+            let mut bits = vec![];
+            for d in 0..mesh.devices() {
+                let ranges = sharding.device_indices(d, global).map_err(err)?;
+                let block = Block::new(global, &ranges).map_err(|e| ExecError::Input(e.to_string()))?;
+                bits.extend(random_bits_block(Key([k[2 * d], k[2 * d + 1]]), *layout, &block));
+            }
+            Tensor::U32(bits)
         }
         _ => unreachable!(),
     };
@@ -286,11 +324,13 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
             | Op::PsumScatter { .. }
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }
-            | Op::FoldInAxisIndex { .. } => {
+            | Op::FoldInAxisIndex { .. }
+            | Op::ShardSlice { .. }
+            | Op::RandomBitsBlock { .. } => {
                 return Err(ExecError::Unsupported {
                     op: ins.op.name().into(),
                     executor: "reference",
-                    why: "collectives need a program with a mesh".into(),
+                    why: "collectives and per-device slices need a program with a mesh".into(),
                 })
             }
             Op::SgdUpdate { lr } => {

@@ -7,7 +7,7 @@ use crate::model::{
     eval_program, init_params, param_specs, train_step_program, Batch, DataSource, Dataset, GptConfig, Init, Optimizer,
     TrainStep,
 };
-use crate::partition::{shard_map_train_step, DropoutKey, Strategy};
+use crate::partition::{auto_train_step, shard_map_train_step, DropoutKey, Strategy};
 use crate::rng::Key;
 use crate::sharding::Mesh;
 
@@ -29,6 +29,9 @@ pub enum Parallel {
         mesh: Mesh,
         dropout_key: DropoutKey,
     },
+    /// jit with shardings: the global step, partitioned automatically from the strategy's
+    /// in/out shardings (the RNG layout is `TrainerOptions::rng_layout`).
+    Auto { strategy: Strategy, mesh: Mesh },
 }
 
 /// Everything `shardlab train` chooses.
@@ -89,6 +92,9 @@ impl Trainer {
                 mesh,
                 dropout_key,
             } => shard_map_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, *dropout_key)?,
+            Parallel::Auto { strategy, mesh } => {
+                auto_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh)?.0
+            }
         };
         let params = init_params(cfg, opts.init);
         let globals: Vec<Tensor> = params

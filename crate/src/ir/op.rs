@@ -81,6 +81,17 @@ pub enum Op {
     Pvary { axes: Vec<String> },
     /// key -> fold_in(key, axis_index(axes)): a different key on every device along `axes`.
     FoldInAxisIndex { axes: Vec<String> },
+    /// Dynamic-slice from replicated to sharded (jit's partitioner inserts it): every device
+    /// keeps chunk `axes_index(axes)` of `parts` equal chunks of dimension `dim`.
+    ShardSlice { dim: usize, axes: Vec<String>, parts: usize },
+    /// key -> each device's block of `jax.random.bits(key, global)` (a partitionable layout),
+    /// the global array split as `spec` says; `shape` is the local block shape.
+    RandomBitsBlock {
+        global: Vec<usize>,
+        spec: crate::sharding::PartitionSpec,
+        shape: Vec<usize>,
+        layout: RngLayout,
+    },
 
     // --- optimizers (update in place: outputs are donated inputs) ---
     /// (p, g) -> p - lr * g
@@ -151,6 +162,8 @@ impl Op {
             Op::Ppermute { .. } => "ppermute",
             Op::AllToAll { .. } => "all_to_all",
             Op::FoldInAxisIndex { .. } => "random_fold_in",
+            Op::ShardSlice { .. } => "dynamic_slice",
+            Op::RandomBitsBlock { .. } => "random_bits",
             Op::Pvary { .. } => "pvary",
             Op::SgdUpdate { .. } => "sgd_update",
             Op::AdamWUpdate { .. } => "adamw_update",
@@ -204,6 +217,12 @@ impl Op {
                 ..
             } => format!("axes={} split_axis={split_axis} concat_axis={concat_axis}", axes_text(axes)),
             Op::FoldInAxisIndex { axes } => format!("data=axis_index({})", axes_text(axes)),
+            Op::ShardSlice { dim, axes, parts } => {
+                format!("dimension={dim} index=axis_index({}) of {parts}", axes_text(axes))
+            }
+            Op::RandomBitsBlock {
+                global, spec, layout, ..
+            } => format!("global_shape={global:?} block={spec} layout={}", format!("{layout:?}").to_lowercase()),
             Op::SgdUpdate { lr } => format!("lr={lr}"),
             Op::AdamWUpdate { lr, wd, .. } => format!("lr={lr} wd={wd}"),
             _ => String::new(),
@@ -468,6 +487,25 @@ impl Op {
             Op::FoldInAxisIndex { .. } => {
                 want(1)?;
                 Ok(vec![u32s(vec![2])])
+            }
+            Op::ShardSlice { dim, parts, .. } => {
+                want(1)?;
+                let mut shape = s(0);
+                if *dim >= shape.len() || *parts == 0 || shape[*dim] % parts != 0 {
+                    return err(format!("cannot cut dimension {dim} of {shape:?} into {parts} equal chunks"));
+                }
+                shape[*dim] /= parts;
+                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+            }
+            Op::RandomBitsBlock { shape, global, .. } => {
+                want(1)?;
+                if ins[0].dtype != DType::U32 || ins[0].shape != [2] {
+                    return err("takes a key: u32[2]".into());
+                }
+                if shape.len() != global.len() || shape.iter().zip(global).any(|(l, g)| *l == 0 || g % l != 0) {
+                    return err(format!("block {shape:?} does not tile the global shape {global:?}"));
+                }
+                Ok(vec![u32s(shape.clone())])
             }
             Op::SgdUpdate { .. } => {
                 want(2)?;

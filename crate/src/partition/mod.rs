@@ -1,10 +1,12 @@
 //! Partitioning: from a program on global shapes to one per-device (SPMD) program.
 //! shard_map mode: the body is written per device with explicit collectives.
+pub mod auto;
 mod error;
 mod shard_map;
 mod strategies;
 mod vma;
 
+pub use auto::{auto_train_step, jit, jit_with_constraints, AutoProgram};
 pub use error::PartitionError;
 pub use shard_map::{shard_map, Arg};
 pub use strategies::{shard_map_train_step, DropoutKey, Strategy};

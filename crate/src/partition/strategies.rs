@@ -58,7 +58,7 @@ fn p(entries: &[Option<&str>]) -> PartitionSpec {
 /// (view shape, spec) of a parameter under `strategy`. Under tensor parallelism w_qkv and
 /// b_qkv are split per head, so their columns are viewed as (3, H, Dh) (a row-major view:
 /// the same data) and split along H.
-fn param_layout(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> (Vec<usize>, PartitionSpec) {
+pub(crate) fn param_layout(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> (Vec<usize>, PartitionSpec) {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
     let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
     let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
@@ -85,7 +85,7 @@ fn param_layout(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec
 }
 
 /// Checks the mesh has the strategy's axes and the model splits evenly over them.
-fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<(), PartitionError> {
+pub(crate) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<(), PartitionError> {
     for axis in strategy.axes() {
         mesh.axis_size(axis).map_err(|_| PartitionError::Invalid {
             what: format!("--strategy {}", strategy.name()),

@@ -30,6 +30,8 @@ pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
             Op::Ppermute { axis, .. } => {
                 axes.insert(axis.clone());
             }
+            Op::ShardSlice { axes: a, .. } => axes.extend(a.iter().cloned()),
+            Op::RandomBitsBlock { spec, .. } => axes.extend(spec.mesh_axes().into_iter().map(String::from)),
             _ => {}
         }
         for o in &ins.outputs {

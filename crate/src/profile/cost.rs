@@ -41,7 +41,7 @@ pub fn category(ins: &Instr) -> Category {
         Op::DotGeneral { lhs_batch, .. } if !lhs_batch.is_empty() => Category::Attention,
         Op::DotGeneral { .. } => Category::Matmul,
         Op::SoftmaxCausal | Op::SoftmaxCausalGrad => Category::Attention,
-        Op::FoldIn { .. } | Op::RandomBits { .. } | Op::Dropout { .. } => Category::Rng,
+        Op::FoldIn { .. } | Op::RandomBits { .. } | Op::RandomBitsBlock { .. } | Op::Dropout { .. } => Category::Rng,
         Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => Category::Optimizer,
         Op::Psum { .. } | Op::AllGather { .. } | Op::PsumScatter { .. } | Op::Ppermute { .. } | Op::AllToAll { .. } => {
             Category::Collectives

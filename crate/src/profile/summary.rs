@@ -124,7 +124,9 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
     let mut owns = vec![true; prog.values.len()];
     for (i, ins) in prog.instrs.iter().enumerate() {
         s.flops += instr_flops(prog, ins);
-        if let Op::RandomBits { shape, .. } = &ins.op {
+        // Bits each device generates: the whole shape of a random_bits, only its own block
+        // of a partitioned one.
+        if let Op::RandomBits { shape, .. } | Op::RandomBitsBlock { shape, .. } = &ins.op {
             s.rng_bits += 32 * shape.iter().product::<usize>() as u64;
         }
         s.collectives.extend(collective_use(prog, i));

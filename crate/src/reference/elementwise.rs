@@ -12,3 +12,8 @@ pub fn mul(a: &[f32], b: &[f32], alpha: f32) -> Vec<f32> {
 pub fn scale(a: &[f32], alpha: f32, beta: f32) -> Vec<f32> {
     a.iter().map(|&x| alpha * x + beta).collect()
 }
+
+/// out = value
+pub fn fill(n: usize, value: f32) -> Vec<f32> {
+    vec![value; n]
+}

@@ -1,0 +1,158 @@
+//! `shardlab bench kernels`: matmul GFLOP/s (the autotuned variant beside the naive kernel and the CPU
+//! reference, measured in the same run) and GB/s of an elementwise and a softmax kernel.
+use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::kernels::elementwise::{binary, Binary};
+use crate::kernels::matmul::{choose_variant, matmul_variant, time_dispatches, MatmulShape};
+use crate::kernels::softmax;
+use crate::reference;
+
+/// The square matmul sizes of the report.
+pub const MATMUL_SIZES: [usize; 3] = [256, 512, 1024];
+
+/// One matmul row; serializes exactly as
+/// `{"kernel":"matmul","n":1024,"variant":"...","gflops":..,"naive_gflops":..,"cpu_gflops":..}`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MatmulBench {
+    pub kernel: &'static str,
+    pub n: usize,
+    /// The variant the autotuner chose for this shape on this adapter.
+    pub variant: &'static str,
+    pub gflops: f64,
+    pub naive_gflops: f64,
+    /// `reference::matmul` (matrixmultiply, one thread) on the same problem.
+    pub cpu_gflops: f64,
+}
+
+/// One memory-bound kernel row: bytes read plus bytes written per run, over the run's time.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BandwidthBench {
+    pub kernel: &'static str,
+    /// What ran, e.g. `add n=16777216` or `causal_forward rows=4096 t=1024`.
+    pub shape: String,
+    pub bytes: u64,
+    pub ms: f64,
+    pub gbps: f64,
+}
+
+/// C = A @ B at n x n x n: the autotuned variant, the naive kernel and the CPU reference. Both GPU results
+/// are checked against the CPU's, so a fast wrong kernel fails the benchmark instead of topping it.
+pub async fn matmul_square(ctx: &GpuContext, n: usize) -> Result<MatmulBench, GpuError> {
+    let s = MatmulShape::new(1, n, n, n);
+    let a_data = noise(n * n, 1);
+    let b_data = noise(n * n, 2);
+    let a = ctx.upload("bench A", &a_data)?;
+    let b = ctx.upload("bench B", &b_data)?;
+    let c = ctx.zeros("bench C", n * n)?;
+
+    let mut want = vec![0f32; n * n];
+    let cpu_ms = cpu_ms(500.0, || {
+        let t0 = now_ms();
+        reference::matmul::matmul(&s, &a_data, &b_data, None, &mut want);
+        now_ms() - t0
+    });
+
+    let variant = choose_variant(ctx, &s).await?;
+    let chosen = matmul_variant(ctx, variant, &s, &a, &b, None, &c).await?;
+    let chosen_ms = gpu_ms(ctx, &chosen, 1000.0).await?;
+    check(ctx, &c, &want, variant, n).await?;
+
+    let naive = matmul_variant(ctx, "naive", &s, &a, &b, None, &c).await?;
+    ctx.write(&c, &vec![0f32; n * n]);
+    let naive_ms = gpu_ms(ctx, &naive, 1000.0).await?;
+    check(ctx, &c, &want, "naive", n).await?;
+
+    let gflops = |ms: f64| s.flops() / (ms * 1e6);
+    Ok(MatmulBench {
+        kernel: "matmul",
+        n,
+        variant,
+        gflops: gflops(chosen_ms),
+        naive_gflops: gflops(naive_ms),
+        cpu_gflops: gflops(cpu_ms),
+    })
+}
+
+/// out = a + b over `n` floats (the largest of 16M and what one binding may hold).
+pub async fn elementwise_add(ctx: &GpuContext) -> Result<BandwidthBench, GpuError> {
+    let limit = (ctx.summary.max_storage_buffer_binding_size / 4) as usize;
+    let n = (1usize << 24).min(limit);
+    let a = ctx.upload("bench a", &noise(n, 3))?;
+    let b = ctx.upload("bench b", &noise(n, 4))?;
+    let out = ctx.zeros("bench out", n)?;
+    let d = binary(ctx, Binary::Add, &a, &b, &out, n, n, 1.0, 1.0).await?;
+    let ms = gpu_ms(ctx, std::slice::from_ref(&d), 1000.0).await?;
+    Ok(bandwidth("elementwise", format!("add n={n}"), 12 * n as u64, ms))
+}
+
+/// Causal softmax of (rows, t) attention scores.
+pub async fn causal_softmax(ctx: &GpuContext, rows: usize, t: usize) -> Result<BandwidthBench, GpuError> {
+    let s = ctx.upload("bench scores", &noise(rows * t, 5))?;
+    let p = ctx.zeros("bench probs", rows * t)?;
+    let d = softmax::causal_forward(ctx, &s, &p, rows, t).await?;
+    let ms = gpu_ms(ctx, std::slice::from_ref(&d), 1000.0).await?;
+    Ok(bandwidth(
+        "softmax",
+        format!("causal_forward rows={rows} t={t}"),
+        8 * (rows * t) as u64,
+        ms,
+    ))
+}
+
+fn bandwidth(kernel: &'static str, shape: String, bytes: u64, ms: f64) -> BandwidthBench {
+    BandwidthBench {
+        kernel,
+        shape,
+        bytes,
+        ms,
+        gbps: bytes as f64 / (ms * 1e6),
+    }
+}
+
+/// Best time of `dispatches` after one warm-up run, over as many runs as `budget_ms` allows (2 to 10: a 2 s
+/// kernel runs three times in all). The best, not the mean: on a shared machine other work only adds time.
+async fn gpu_ms(ctx: &GpuContext, dispatches: &[Dispatch], budget_ms: f64) -> Result<f64, GpuError> {
+    let warm = time_dispatches(ctx, dispatches).await?;
+    let mut best = f64::INFINITY;
+    for _ in 0..reps(budget_ms, warm) {
+        best = best.min(time_dispatches(ctx, dispatches).await?);
+    }
+    Ok(best)
+}
+
+/// As [`gpu_ms`] for a CPU function that returns its own time.
+fn cpu_ms(budget_ms: f64, mut run: impl FnMut() -> f64) -> f64 {
+    let warm = run();
+    (0..reps(budget_ms, warm)).map(|_| run()).fold(f64::INFINITY, f64::min)
+}
+
+fn reps(budget_ms: f64, warm_ms: f64) -> usize {
+    ((budget_ms / warm_ms.max(1e-3)) as usize).clamp(2, 10)
+}
+
+async fn check(ctx: &GpuContext, c: &GpuBuffer, want: &[f32], variant: &str, n: usize) -> Result<(), GpuError> {
+    let got: Vec<f32> = ctx.read(c).await?;
+    let bad = got.iter().zip(want).position(|(g, w)| !close(*g, *w, 1e-2, 1e-3));
+    match bad {
+        None => Ok(()),
+        Some(i) => Err(GpuError::Invalid(format!(
+            "bench: matmul variant {variant} at n={n} differs from the CPU reference at {i}: {} vs {}",
+            got[i], want[i]
+        ))),
+    }
+}
+
+/// Deterministic values in [-1, 1) from a 32-bit LCG.
+fn noise(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// |got - want| <= atol + rtol * |want|; NaN is never close.
+fn close(got: f32, want: f32, atol: f32, rtol: f32) -> bool {
+    (got - want).abs() <= atol + rtol * want.abs()
+}

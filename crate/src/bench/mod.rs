@@ -1,0 +1,3 @@
+//! Measurements behind `shardlab bench ...`: each returns plain structs (serializable); the CLI prints them.
+pub mod kernels;
+pub mod train;

@@ -1,0 +1,69 @@
+//! `shardlab bench kernels [--json]`: prints each measurement of shardlab::bench::kernels as it completes.
+use std::io::Write;
+
+use shardlab::bench::kernels::{causal_softmax, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES};
+use shardlab::gpu::GpuContext;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Softmax problem: 4096 rows of 1024 scores (4 x 1024 queries of a 1024-token causal window).
+const SOFTMAX_ROWS: usize = 4096;
+const SOFTMAX_T: usize = 1024;
+
+pub fn run(args: Args) -> Result<(), String> {
+    let ctx = GpuContext::new_blocking().map_err(|e| e.to_string())?;
+    let out = |line: String| {
+        println!("{line}");
+        let _ = std::io::stdout().flush();
+    };
+    if !args.json {
+        let s = &ctx.summary;
+        out(format!(
+            "adapter: {} ({}, {}, {})",
+            s.name, s.backend, s.device_type, s.driver
+        ));
+        out(format!(
+            "{:<8} {:>5}  {:<8} {:>9} {:>14} {:>12} {:>9}",
+            "kernel", "n", "variant", "GFLOP/s", "naive GFLOP/s", "CPU GFLOP/s", "x naive"
+        ));
+    }
+    for n in MATMUL_SIZES {
+        let r = pollster::block_on(matmul_square(&ctx, n)).map_err(|e| e.to_string())?;
+        if args.json {
+            out(json_line(&r));
+        } else {
+            out(format!(
+                "{:<8} {:>5}  {:<8} {:>9.2} {:>14.2} {:>12.2} {:>8.1}x",
+                r.kernel,
+                r.n,
+                r.variant,
+                r.gflops,
+                r.naive_gflops,
+                r.cpu_gflops,
+                r.gflops / r.naive_gflops
+            ));
+        }
+    }
+    let print_bandwidth = |r: BandwidthBench| {
+        if args.json {
+            out(json_line(&r));
+        } else {
+            out(format!(
+                "{:<12} {:<36} {:>8.2} GB/s  ({:.2} ms)",
+                r.kernel, r.shape, r.gbps, r.ms
+            ));
+        }
+    };
+    print_bandwidth(pollster::block_on(elementwise_add(&ctx)).map_err(|e| e.to_string())?);
+    print_bandwidth(pollster::block_on(causal_softmax(&ctx, SOFTMAX_ROWS, SOFTMAX_T)).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+fn json_line<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}

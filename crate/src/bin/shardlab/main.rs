@@ -1,0 +1,48 @@
+//! The `shardlab` command line. One module per subcommand; each `run` returns a one-line error that
+//! main prints before exiting with status 2 (clap does the same for bad flags).
+mod args;
+mod bench;
+mod info;
+mod inspect;
+mod train;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "shardlab", version, about = "A training sandbox for sharded transformers on simulated devices")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the GPU adapter, its features and key limits.
+    Info(info::Args),
+    /// Train the model (one device for now).
+    Train(train::Args),
+    /// Print the train-step program and what it costs.
+    Inspect(inspect::Args),
+    /// Measure kernels on this adapter.
+    #[command(subcommand)]
+    Bench(bench::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => info::run(args),
+        Command::Train(args) => train::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Bench(command) => bench::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

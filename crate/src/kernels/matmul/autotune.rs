@@ -1,0 +1,183 @@
+//! The matmul autotuner: at the first matmul of a shape class on an adapter, time every variant the
+//! adapter supports on a small representative problem of that class, keep the fastest one whose result
+//! matches the naive kernel's, and cache the choice in `ctx.tuning`. Async throughout: in the browser it
+//! awaits the GPU instead of blocking.
+use super::variants::{build, shape_supports, Variant};
+use super::MatmulShape;
+use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
+
+/// Work (batch*m*n*k) below which a matmul is "small", and "medium"; above, "large".
+const SMALL_WORK: usize = 1 << 18;
+const MEDIUM_WORK: usize = 1 << 24;
+
+/// A `ctx.tuning` key whose variant, when set, is used for every matmul class.
+pub const PIN_KEY: &str = "matmul/*";
+
+/// The autotuner's cache key for `s`: size x alignment x transposes x batched, e.g.
+/// `matmul/large/aligned/nn/single`.
+pub fn class_key(s: &MatmulShape) -> String {
+    let work = s.batch * s.m * s.n * s.k;
+    let size = if work < SMALL_WORK {
+        "small"
+    } else if work < MEDIUM_WORK {
+        "medium"
+    } else {
+        "large"
+    };
+    let aligned = if aligned(s) { "aligned" } else { "unaligned" };
+    let t = |x: bool| if x { 't' } else { 'n' };
+    let batched = if s.batch > 1 { "batched" } else { "single" };
+    format!("matmul/{size}/{aligned}/{}{}/{batched}", t(s.trans_a), t(s.trans_b))
+}
+
+fn aligned(s: &MatmulShape) -> bool {
+    s.m.is_multiple_of(16) && s.n.is_multiple_of(16) && s.k.is_multiple_of(16)
+}
+
+/// The problem timed for `s`'s class: small enough to tune in well under a second on lavapipe.
+fn representative(s: &MatmulShape) -> MatmulShape {
+    let work = s.batch * s.m * s.n * s.k;
+    let d = if work < SMALL_WORK {
+        32
+    } else if work < MEDIUM_WORK {
+        128
+    } else {
+        256
+    };
+    let (batch, d) = if s.batch > 1 { (8, d / 2) } else { (1, d) };
+    let (m, n, k) = if aligned(s) { (d, d, d) } else { (d - 3, d + 5, d - 1) };
+    MatmulShape {
+        trans_a: s.trans_a,
+        trans_b: s.trans_b,
+        ..MatmulShape::new(batch, m, n, k)
+    }
+}
+
+/// The variant the launcher uses for `s` on this adapter: the tuned choice of its class (tuning it now
+/// if this is the class's first matmul), or, when that variant cannot take this shape (limits), the first
+/// of block8, tiled, naive that can.
+pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<&'static str, GpuError> {
+    let key = class_key(s);
+    // `PIN_KEY` overrides every class (benchmarks and tests that compare programs).
+    let cached = ctx
+        .tuning
+        .lock()
+        .ok()
+        .and_then(|t| t.get(PIN_KEY).or_else(|| t.get(&key)).cloned());
+    let name = match cached {
+        Some(name) => name,
+        None => {
+            let name = tune(ctx, &representative(s)).await?.name().to_string();
+            if let Ok(mut t) = ctx.tuning.lock() {
+                t.insert(key, name.clone());
+            }
+            name
+        }
+    };
+    let tuned = Variant::from_name(&name).unwrap_or(Variant::Naive);
+    let order = [tuned, Variant::Block8, Variant::Tiled, Variant::Naive];
+    let v = order
+        .into_iter()
+        .find(|v| shape_supports(ctx, *v, s).is_ok())
+        .unwrap_or(Variant::Naive);
+    Ok(v.name())
+}
+
+/// Times every supported variant on `rep` and returns the fastest verified one (naive if none beats it).
+async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> {
+    let a_data = pattern(rep.a_len(), 1);
+    let b_data = pattern(rep.b_len(), 2);
+    let bias_data = pattern(rep.n, 3);
+    let a = ctx.upload("tune A", &a_data)?;
+    let b = ctx.upload("tune B", &b_data)?;
+    let bias = ctx.upload("tune bias", &bias_data)?;
+    let c = ctx.zeros("tune C", rep.c_len())?;
+
+    let naive = build(ctx, Variant::Naive, rep, &a, &b, Some(&bias), &c).await?;
+    time_dispatches(ctx, &naive).await?;
+    let want: Vec<f32> = ctx.read(&c).await?;
+    let mut best = (Variant::Naive, best_time(ctx, &naive).await?);
+
+    for v in Variant::ALL.into_iter().filter(|v| *v != Variant::Naive) {
+        if shape_supports(ctx, v, rep).is_err() {
+            continue;
+        }
+        // A variant that fails to compile, errs or computes wrong is skipped, never chosen.
+        let Ok(ms) = try_variant(ctx, v, rep, &a, &b, &bias, &c, &want).await else {
+            continue;
+        };
+        if ms < best.1 {
+            best = (v, ms);
+        }
+    }
+    Ok(best.0)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn try_variant(
+    ctx: &GpuContext,
+    v: Variant,
+    rep: &MatmulShape,
+    a: &GpuBuffer,
+    b: &GpuBuffer,
+    bias: &GpuBuffer,
+    c: &GpuBuffer,
+    want: &[f32],
+) -> Result<f64, GpuError> {
+    let d = build(ctx, v, rep, a, b, Some(bias), c).await?;
+    ctx.write(c, &vec![0f32; c.len]);
+    time_dispatches(ctx, &d).await?;
+    let got: Vec<f32> = ctx.read(c).await?;
+    let wrong = got.iter().zip(want).position(|(g, w)| !close(*g, *w, 1e-3, 1e-3));
+    if let Some(i) = wrong {
+        return Err(GpuError::Invalid(format!(
+            "{} differs from naive at {i}: {} vs {}",
+            v.name(),
+            got[i],
+            want[i]
+        )));
+    }
+    best_time(ctx, &d).await
+}
+
+/// Best of up to three runs (one when a run is slow), after the caller's warm-up run.
+async fn best_time(ctx: &GpuContext, d: &[Dispatch]) -> Result<f64, GpuError> {
+    let first = time_dispatches(ctx, d).await?;
+    let mut best = first;
+    if first < 20.0 {
+        for _ in 0..2 {
+            best = best.min(time_dispatches(ctx, d).await?);
+        }
+    }
+    Ok(best)
+}
+
+/// Milliseconds `dispatches` take: GPU time from timestamp queries where the adapter has them and they are
+/// plausible, else the wall time from submit until the queue is done. A CPU adapter's wall time is its
+/// GPU time, and lavapipe's timestamps do not span the work (0.02 ms reported for a 200 ms matmul).
+pub async fn time_dispatches(ctx: &GpuContext, dispatches: &[Dispatch]) -> Result<f64, GpuError> {
+    let t0 = now_ms();
+    if ctx.summary.timestamp_query && ctx.summary.device_type != "Cpu" {
+        let gpu = ctx.run_timed(dispatches).await?;
+        let wall = now_ms() - t0;
+        return Ok(match gpu {
+            Some(t) if t.total_ms() >= 0.5 * wall || wall - t.total_ms() < 2.0 => t.total_ms(),
+            _ => wall,
+        });
+    }
+    ctx.run(dispatches);
+    ctx.finish().await?;
+    Ok(now_ms() - t0)
+}
+
+/// Deterministic values in [-0.5, 0.5) (no random-number dependency).
+fn pattern(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 104729) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+/// |got - want| <= atol + rtol * |want|; NaN is never close.
+fn close(got: f32, want: f32, atol: f32, rtol: f32) -> bool {
+    (got - want).abs() <= atol + rtol * want.abs()
+}

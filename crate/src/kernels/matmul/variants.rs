@@ -1,0 +1,455 @@
+//! The matmul variants: what each needs from the adapter and the shape, and how each is launched.
+//! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
+//! unaligned sizes: naive and tiled by bounds checks, block8 and tex16 by packing the operands into
+//! zero-padded layouts first (one `pack` dispatch per operand, replayed every step).
+use std::sync::Arc;
+
+use super::MatmulShape;
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+
+/// A matmul kernel design (see shaders/matmul.wgsl and shaders/matmul_tex.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// One output per invocation: the baseline, runs anywhere.
+    Naive,
+    /// 64x64 tile per workgroup through workgroup memory, 4x4 per invocation: the classic GPU kernel.
+    Tiled,
+    /// 8x8 register block per invocation from packed storage buffers.
+    Block8,
+    /// 16x16 register block per invocation from read-only rgba32float storage textures.
+    Tex16,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [Variant::Naive, Variant::Tiled, Variant::Block8, Variant::Tex16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Naive => "naive",
+            Variant::Tiled => "tiled",
+            Variant::Block8 => "block8",
+            Variant::Tex16 => "tex16",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == name)
+    }
+
+    /// (multiple M and N are padded to, multiple K is padded to) for the packed variants.
+    fn padding(self) -> Option<(usize, usize)> {
+        match self {
+            Variant::Block8 => Some((8, 4)),
+            Variant::Tex16 => Some((16, 2)),
+            Variant::Naive | Variant::Tiled => None,
+        }
+    }
+
+    fn shader(self) -> &'static str {
+        match self {
+            Variant::Tex16 => "matmul_tex",
+            _ => "matmul",
+        }
+    }
+}
+
+/// The uniform of every matmul entry point (shaders' `Params`).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32,
+    a_si: u32,
+    a_sk: u32,
+    b_sk: u32,
+    b_sj: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
+    alpha: f32,
+    mp4: u32,
+    np4: u32,
+    kp: u32,
+    pad: u32,
+}
+
+/// The uniform of a `pack` dispatch (shaders' `Pack`).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Pack {
+    rows: u32,
+    k: u32,
+    rows4: u32,
+    kp: u32,
+    sr: u32,
+    sk: u32,
+    stride: u32,
+    pad: u32,
+}
+
+const FLAG_ACCUMULATE: u32 = 1;
+const FLAG_BIAS: u32 = 2;
+const TEX_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba32Float;
+
+/// Whether this adapter can run `v` at all; the reason when not.
+pub(crate) fn adapter_supports(ctx: &GpuContext, v: Variant) -> Result<(), String> {
+    let limits = ctx.device.limits();
+    match v {
+        Variant::Naive | Variant::Block8 => Ok(()),
+        Variant::Tiled => {
+            if limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_storage_size < 8192 {
+                Err("tiled needs 256 invocations and 8 KiB of workgroup memory per workgroup".into())
+            } else {
+                Ok(())
+            }
+        }
+        Variant::Tex16 => {
+            let f = ctx.adapter.get_texture_format_features(TEX_FORMAT);
+            let needs = wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY
+                | wgpu::TextureFormatFeatureFlags::STORAGE_WRITE_ONLY;
+            if f.flags.contains(needs) && f.allowed_usages.contains(wgpu::TextureUsages::STORAGE_BINDING) {
+                Ok(())
+            } else {
+                Err("tex16 needs read-only and write-only rgba32float storage textures".into())
+            }
+        }
+    }
+}
+
+/// Whether `v` can run shape `s` within this adapter's limits; the reason when not.
+pub(crate) fn shape_supports(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> Result<(), String> {
+    adapter_supports(ctx, v)?;
+    let limits = ctx.device.limits();
+    let max_groups = limits.max_compute_workgroups_per_dimension as usize;
+    let over = |what: &str, n: usize, limit: usize| {
+        Err(format!(
+            "{} for {}: {what} {n} is over this adapter's limit of {limit}",
+            v.name(),
+            s.describe()
+        ))
+    };
+    let groups = match v {
+        Variant::Naive => [s.n.div_ceil(16), s.m.div_ceil(16), s.batch],
+        Variant::Tiled => [s.n.div_ceil(64), s.m.div_ceil(64), s.batch],
+        Variant::Block8 | Variant::Tex16 => [1, 1, s.batch],
+    };
+    for g in groups {
+        if g > max_groups {
+            return over("workgroups in one dimension", g, max_groups);
+        }
+    }
+    if let Some((mn, kq)) = v.padding() {
+        let (mp, np, kp) = (
+            s.m.next_multiple_of(mn),
+            s.n.next_multiple_of(mn),
+            s.k.next_multiple_of(kq),
+        );
+        let (la, lb) = packed_items(s);
+        if v == Variant::Tex16 {
+            let dim = limits.max_texture_dimension_2d as usize;
+            let sizes = [
+                ("texture width (M/4)", mp / 4),
+                ("texture width (N/4)", np / 4),
+                ("texture height (batch x K)", la.max(lb) * kp),
+            ];
+            for (what, n) in sizes {
+                let n = non_power_of_two(n);
+                if n > dim {
+                    return over(what, n, dim);
+                }
+            }
+        } else {
+            for (name, elems) in [("packed A", la * kp * mp), ("packed B", lb * kp * np)] {
+                ctx.check_size(name, elems as u64 * 4)
+                    .map_err(|e| format!("{}: {e}", v.name()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Packed batch items of A and B: one when the operand is broadcast.
+fn packed_items(s: &MatmulShape) -> (usize, usize) {
+    let l = |stride: usize| if stride == 0 { 1 } else { s.batch };
+    (l(s.stride_a), l(s.stride_b))
+}
+
+/// Whether C can be written as vec4 (the `_v4` entry points).
+fn store_v4(s: &MatmulShape) -> bool {
+    s.n.is_multiple_of(4) && (s.batch == 1 || s.stride_c.is_multiple_of(4))
+}
+
+/// The dispatches of variant `v` for `s`: pack passes first (if any), then the matmul.
+pub(crate) async fn build(
+    ctx: &GpuContext,
+    v: Variant,
+    s: &MatmulShape,
+    a: &GpuBuffer,
+    b: &GpuBuffer,
+    bias: Option<&GpuBuffer>,
+    c: &GpuBuffer,
+) -> Result<Vec<Dispatch>, GpuError> {
+    s.check(a.len, b.len, bias.map(|x| x.len), c.len)
+        .map_err(GpuError::Invalid)?;
+    if c.buffer == a.buffer || c.buffer == b.buffer || bias.is_some_and(|x| x.buffer == c.buffer) {
+        return Err(GpuError::Invalid(format!(
+            "matmul {}: C (`{}`) is also an input; WebGPU forbids a written buffer bound twice, use another output buffer",
+            s.describe(),
+            c.name
+        )));
+    }
+    shape_supports(ctx, v, s).map_err(GpuError::Invalid)?;
+    let v4 = store_v4(s) && v.padding().is_some();
+    let entry = match (v, v4) {
+        (Variant::Naive, _) => "naive",
+        (Variant::Tiled, _) => "tiled",
+        (Variant::Block8, false) => "block8",
+        (Variant::Block8, true) => "block8_v4",
+        (Variant::Tex16, false) => "tex16",
+        (Variant::Tex16, true) => "tex16_v4",
+    };
+    let main = ctx.pipeline(v.shader(), entry).await?;
+    let pack = match v.padding() {
+        Some(_) => Some(ctx.pipeline(v.shader(), "pack").await?),
+        None => None,
+    };
+    let label = format!("matmul.{} {}", v.name(), s.describe());
+    // Resources are created synchronously inside one error scope, so a refusal comes back here as a value.
+    let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let planned = plan(ctx, v, s, a, b, bias, c, v4, main, pack, &label);
+    if let Some(e) = scope.pop().await {
+        return Err(GpuError::from_wgpu(&label, e));
+    }
+    planned
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    ctx: &GpuContext,
+    v: Variant,
+    s: &MatmulShape,
+    a: &GpuBuffer,
+    b: &GpuBuffer,
+    bias: Option<&GpuBuffer>,
+    c: &GpuBuffer,
+    v4: bool,
+    main: Arc<wgpu::ComputePipeline>,
+    pack: Option<Arc<wgpu::ComputePipeline>>,
+    label: &str,
+) -> Result<Vec<Dispatch>, GpuError> {
+    let (a_si, a_sk) = s.a_strides();
+    let (b_sk, b_sj) = s.b_strides();
+    // With one batch item the strides are never used: keep them out of the u32 range checks.
+    let stride = |x: usize| if s.batch == 1 { 0 } else { x as u32 };
+    let (mp, np, kp) = match v.padding() {
+        Some((mn, kq)) => (
+            s.m.next_multiple_of(mn),
+            s.n.next_multiple_of(mn),
+            s.k.next_multiple_of(kq),
+        ),
+        None => (s.m, s.n, s.k),
+    };
+    let params = Params {
+        m: s.m as u32,
+        n: s.n as u32,
+        k: s.k as u32,
+        flags: if s.accumulate { FLAG_ACCUMULATE } else { 0 } | if bias.is_some() { FLAG_BIAS } else { 0 },
+        a_si: a_si as u32,
+        a_sk: a_sk as u32,
+        b_sk: b_sk as u32,
+        b_sj: b_sj as u32,
+        stride_a: stride(s.stride_a),
+        stride_b: stride(s.stride_b),
+        stride_c: stride(s.stride_c),
+        alpha: s.alpha,
+        mp4: (mp / 4) as u32,
+        np4: (np / 4) as u32,
+        kp: kp as u32,
+        pad: 0,
+    };
+    let u = ctx.uniform(label, &params);
+    // Kernels that read a bias only when flagged still bind one: a 1-element stand-in.
+    let no_bias;
+    let bias_buf = match bias {
+        Some(x) => &x.buffer,
+        None => {
+            no_bias = ctx.zeros("matmul no-bias", 1)?;
+            &no_bias.buffer
+        }
+    };
+    let c_binding = if v4 { 9 } else { 3 };
+
+    let Some(pack) = pack else {
+        let groups = match v {
+            Variant::Tiled => [s.n.div_ceil(64) as u32, s.m.div_ceil(64) as u32, s.batch as u32],
+            _ => [s.n.div_ceil(16) as u32, s.m.div_ceil(16) as u32, s.batch as u32],
+        };
+        let bg = bind(
+            ctx,
+            label,
+            &main,
+            &[
+                (0, buf(&a.buffer)),
+                (1, buf(&b.buffer)),
+                (2, buf(bias_buf)),
+                (3, buf(&c.buffer)),
+                (4, buf(&u)),
+            ],
+        );
+        return Ok(vec![Dispatch {
+            label: label.to_string(),
+            pipeline: main,
+            bind_group: bg,
+            workgroups: groups,
+            uniforms: vec![u, bias_buf.clone()],
+        }]);
+    };
+
+    // Packed operands: A as A^T rows (K, Mp), B as rows (K, Np), per batch item unless broadcast.
+    let (la, lb) = packed_items(s);
+    let operands = [
+        ("A", a, s.m, mp, a_si, a_sk, s.stride_a, la),
+        ("B", b, s.n, np, b_sj, b_sk, s.stride_b, lb),
+    ];
+    let mut dispatches = Vec::with_capacity(3);
+    let mut packed: Vec<wgpu::BindingResource> = Vec::new();
+    let mut keep: Vec<wgpu::Buffer> = Vec::new();
+    let mut views: Vec<wgpu::TextureView> = Vec::new();
+    for (name, src, rows, rows_p, sr, sk, src_stride, nl) in operands {
+        let pk = Pack {
+            rows: rows as u32,
+            k: s.k as u32,
+            rows4: (rows_p / 4) as u32,
+            kp: kp as u32,
+            sr: sr as u32,
+            sk: sk as u32,
+            stride: if nl == 1 { 0 } else { src_stride as u32 },
+            pad: 0,
+        };
+        let plabel = format!("{label} pack {name}");
+        let pu = ctx.uniform(&plabel, &pk);
+        let mut groups = grid_1d(rows_p / 4 * kp, 64);
+        groups[2] = nl as u32;
+        if v == Variant::Tex16 {
+            let view = texture(ctx, &plabel, rows_p / 4, nl * kp);
+            let bg = bind(
+                ctx,
+                &plabel,
+                &pack,
+                &[
+                    (0, buf(&src.buffer)),
+                    (5, buf(&pu)),
+                    (6, wgpu::BindingResource::TextureView(&view)),
+                ],
+            );
+            dispatches.push(Dispatch {
+                label: plabel,
+                pipeline: pack.clone(),
+                bind_group: bg,
+                workgroups: groups,
+                uniforms: vec![pu],
+            });
+            views.push(view);
+        } else {
+            let dst = ctx.zeros(&plabel, nl * kp * rows_p)?; // (items, Kp, rows padded)
+            let bg = bind(
+                ctx,
+                &plabel,
+                &pack,
+                &[(0, buf(&src.buffer)), (5, buf(&pu)), (6, buf(&dst.buffer))],
+            );
+            dispatches.push(Dispatch {
+                label: plabel,
+                pipeline: pack.clone(),
+                bind_group: bg,
+                workgroups: groups,
+                uniforms: vec![pu],
+            });
+            keep.push(dst.buffer);
+        }
+    }
+    if v == Variant::Tex16 {
+        packed.extend(views.iter().map(wgpu::BindingResource::TextureView));
+    } else {
+        packed.extend(keep.iter().map(buf));
+    }
+    let nblocks = (mp / v.padding().map_or(1, |p| p.0)) * (np / v.padding().map_or(1, |p| p.0));
+    let mut groups = grid_1d(nblocks, 64);
+    groups[2] = s.batch as u32;
+    let mut entries = vec![(2, buf(bias_buf)), (c_binding, buf(&c.buffer)), (4, buf(&u))];
+    entries.push((7, packed[0].clone()));
+    entries.push((8, packed[1].clone()));
+    let bg = bind(ctx, label, &main, &entries);
+    let mut uniforms = vec![u, bias_buf.clone()];
+    uniforms.extend(keep.iter().cloned()); // the packed buffers live as long as the dispatch
+    dispatches.push(Dispatch {
+        label: label.to_string(),
+        pipeline: main,
+        bind_group: bg,
+        workgroups: groups,
+        uniforms,
+    });
+    Ok(dispatches)
+}
+
+fn buf(b: &wgpu::Buffer) -> wgpu::BindingResource<'_> {
+    b.as_entire_binding()
+}
+
+/// A bind group for group 0 of `pipeline` from buffers and texture views (auto layout: exactly the used bindings).
+fn bind(
+    ctx: &GpuContext,
+    label: &str,
+    pipeline: &wgpu::ComputePipeline,
+    entries: &[(u32, wgpu::BindingResource)],
+) -> wgpu::BindGroup {
+    let layout = pipeline.get_bind_group_layout(0);
+    let entries: Vec<wgpu::BindGroupEntry> = entries
+        .iter()
+        .map(|(binding, resource)| wgpu::BindGroupEntry {
+            binding: *binding,
+            resource: resource.clone(),
+        })
+        .collect();
+    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &layout,
+        entries: &entries,
+    })
+}
+
+/// An rgba32float storage texture of at least `width` x `height` texels and its view; the bind groups that
+/// use the view keep the texture alive.
+fn texture(ctx: &GpuContext, label: &str, width: usize, height: usize) -> wgpu::TextureView {
+    let t = ctx.device.create_texture(&wgpu::TextureDescriptor {
+        label: Some(label),
+        size: wgpu::Extent3d {
+            width: non_power_of_two(width) as u32,
+            height: non_power_of_two(height) as u32,
+            depth_or_array_layers: 1,
+        },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: TEX_FORMAT,
+        usage: wgpu::TextureUsages::STORAGE_BINDING,
+        view_formats: &[],
+    });
+    t.create_view(&wgpu::TextureViewDescriptor {
+        label: Some(label),
+        ..Default::default()
+    })
+}
+
+/// `x`, or the next size that is not a power of two. lavapipe compiles a shader once per combination of
+/// "is a power of two" of each bound image's width and height (~1 s for tex16); one fixed answer keeps
+/// it to one compile. The texels beyond `x` are never read.
+fn non_power_of_two(x: usize) -> usize {
+    let mut y = x.max(1);
+    while y.is_power_of_two() {
+        y += 1;
+    }
+    y
+}

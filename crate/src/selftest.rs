@@ -1,0 +1,688 @@
+//! The kernel self-test that the page (and native tests) run on whatever adapter they get:
+//! (a) every `@compute` entry point of every shader becomes a pipeline, each error kept with its
+//! shader and entry name (Chrome's compiler rejects some WGSL that naga accepts); (b) every kernel
+//! matches its CPU twin in [`crate::reference`] on a small odd-sized input. Async throughout, so it
+//! runs in the browser, where nothing may block.
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::Serialize;
+
+use crate::gpu::{now_ms, AdapterSummary, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::kernels::elementwise::Binary;
+use crate::kernels::random::KeyMode;
+use crate::rng::{Block, Key, RngLayout};
+use crate::{kernels, reference, shaders};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// Not applicable on this adapter (a shader enabling an extension it lacks).
+    Skip,
+}
+
+/// One pipeline creation: `shader::entry`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineCheck {
+    pub shader: String,
+    pub entry: String,
+    pub status: Status,
+    /// The compiler's error, or why the pipeline was skipped.
+    pub message: Option<String>,
+}
+
+/// One kernel run against its CPU twin.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelCheck {
+    pub name: String,
+    /// The input it ran on, e.g. `rows=5, C=33`.
+    pub shape: String,
+    pub status: Status,
+    /// Largest |gpu - cpu| over all outputs; None when the kernel failed to run.
+    pub max_abs_error: Option<f32>,
+    pub tolerance: f32,
+    pub message: Option<String>,
+    pub ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SelfTestReport {
+    pub adapter: AdapterSummary,
+    pub pipelines: Vec<PipelineCheck>,
+    pub kernels: Vec<KernelCheck>,
+    /// No pipeline and no kernel failed.
+    pub passed: bool,
+    pub ms: f64,
+}
+
+impl SelfTestReport {
+    /// One line per failed item, naming it and its error.
+    pub fn failures(&self) -> Vec<String> {
+        let pipelines = self.pipelines.iter().filter(|p| p.status == Status::Fail).map(|p| {
+            format!(
+                "pipeline {}::{}: {}",
+                p.shader,
+                p.entry,
+                p.message.as_deref().unwrap_or("failed")
+            )
+        });
+        let kernels = self.kernels.iter().filter(|k| k.status == Status::Fail).map(|k| {
+            format!(
+                "kernel {} ({}): {}",
+                k.name,
+                k.shape,
+                k.message.as_deref().unwrap_or("failed")
+            )
+        });
+        pipelines.chain(kernels).collect()
+    }
+}
+
+/// What one kernel check produced: GPU output and CPU reference (several outputs concatenated),
+/// compared within the case's tolerance, or bit for bit; or why the check does not apply here.
+pub enum Outcome {
+    Close { got: Vec<f32>, want: Vec<f32> },
+    Exact { got: Vec<u32>, want: Vec<u32> },
+    Skipped(String),
+}
+
+type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Outcome, GpuError>> + 'a>>;
+type CheckFn = for<'a> fn(&'a GpuContext) -> CheckFuture<'a>;
+
+/// One row of the kernel table: a name, the input it runs on, an absolute tolerance, and the check.
+pub struct KernelCase {
+    pub name: &'static str,
+    pub shape: &'static str,
+    pub tolerance: f32,
+    pub check: CheckFn,
+}
+
+const fn case(name: &'static str, shape: &'static str, tolerance: f32, check: CheckFn) -> KernelCase {
+    KernelCase {
+        name,
+        shape,
+        tolerance,
+        check,
+    }
+}
+
+/// Every kernel the self-test runs, one line each: add a kernel here with a check function below.
+#[rustfmt::skip]
+pub const KERNELS: &[KernelCase] = &[
+    case("elementwise add", "n=1023, b period 31", 1e-6, |c| Box::pin(elementwise_add(c))),
+    case("elementwise mul", "n=1023, b period 1", 1e-6, |c| Box::pin(elementwise_mul(c))),
+    case("elementwise scale", "n=1023", 1e-6, |c| Box::pin(elementwise_scale(c))),
+    case("matmul naive", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "naive"))),
+    case("matmul tiled", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "tiled"))),
+    case("matmul block8", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "block8"))),
+    case("matmul tex16", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "tex16"))),
+    case("layernorm forward", "rows=5, C=67", 1e-4, |c| Box::pin(layernorm_forward(c))),
+    case("layernorm backward", "rows=5, C=67", 1e-4, |c| Box::pin(layernorm_backward(c))),
+    case("gelu forward", "n=1023, |x| <= 8", 1e-5, |c| Box::pin(gelu_forward(c))),
+    case("gelu backward", "n=1023, |x| <= 8", 1e-5, |c| Box::pin(gelu_backward(c))),
+    case("causal softmax forward", "rows=2x17, T=17", 1e-5, |c| Box::pin(softmax_forward(c))),
+    case("causal softmax backward", "rows=2x17, T=17", 1e-5, |c| Box::pin(softmax_backward(c))),
+    case("cross-entropy forward", "rows=7, V=65", 1e-4, |c| Box::pin(crossentropy_forward(c))),
+    case("cross-entropy backward", "rows=7, V=65", 1e-5, |c| Box::pin(crossentropy_backward(c))),
+    case("embedding forward", "N=17, V=13, C=33", 0.0, |c| Box::pin(embedding_forward(c))),
+    case("embedding backward", "N=17, V=13, C=33", 1e-5, |c| Box::pin(embedding_backward(c))),
+    case("sum over an axis", "(3, 17, 65) over axis 1", 1e-5, |c| Box::pin(sum_axis(c))),
+    case("strided copy (transpose)", "(17, 33) -> (33, 17)", 0.0, |c| Box::pin(copy_transpose(c))),
+    case("random bits (original layout)", "(3, 67) u32", 0.0, |c| Box::pin(random_bits(c, RngLayout::Original))),
+    case("random bits (partitionable)", "(3, 67) u32", 0.0, |c| Box::pin(random_bits(c, RngLayout::Partitionable))),
+    case("dropout forward", "(3, 67), rate 0.25", 1e-6, |c| Box::pin(dropout(c, false))),
+    case("dropout backward", "(3, 67), rate 0.25", 1e-6, |c| Box::pin(dropout(c, true))),
+    case("dropout from bits", "n=201, rate 0.1", 1e-6, |c| Box::pin(dropout_apply(c))),
+    case("SGD update", "n=1023", 1e-6, |c| Box::pin(sgd(c))),
+    case("AdamW update", "n=1023, step 2", 1e-6, |c| Box::pin(adamw(c))),
+    case("psum", COLLECTIVE_SHAPE, 1e-6, |c| Box::pin(collective(c, "psum"))),
+    case("pmean", COLLECTIVE_SHAPE, 1e-6, |c| Box::pin(collective(c, "pmean"))),
+    case("all_gather", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "all_gather"))),
+    case("psum_scatter", COLLECTIVE_SHAPE, 1e-6, |c| Box::pin(collective(c, "psum_scatter"))),
+    case("ppermute", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "ppermute"))),
+    case("all_to_all", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "all_to_all"))),
+    case("axis_index", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "axis_index"))),
+];
+
+/// Runs the whole self-test: every pipeline, then every kernel of [`KERNELS`].
+pub async fn run(ctx: &GpuContext) -> SelfTestReport {
+    let start = now_ms();
+    let mut pipelines = Vec::new();
+    for (shader, src) in shaders::ALL {
+        pipelines.extend(check_shader(ctx, shader, src).await);
+    }
+    let mut kernels = Vec::new();
+    for case in KERNELS {
+        kernels.push(check_kernel(ctx, case).await);
+    }
+    let passed = pipelines.iter().all(|p| p.status != Status::Fail) && kernels.iter().all(|k| k.status != Status::Fail);
+    SelfTestReport {
+        adapter: ctx.summary.clone(),
+        pipelines,
+        kernels,
+        passed,
+        ms: now_ms() - start,
+    }
+}
+
+/// A pipeline for every entry point of one shader; an extension the adapter lacks skips them.
+pub async fn check_shader(ctx: &GpuContext, shader: &str, src: &str) -> Vec<PipelineCheck> {
+    let entries = shaders::entry_points(src);
+    let item = |entry: &str, status, message: Option<String>| PipelineCheck {
+        shader: shader.to_string(),
+        entry: entry.to_string(),
+        status,
+        message,
+    };
+    if entries.is_empty() {
+        return vec![item("-", Status::Fail, Some("no @compute entry point found".into()))];
+    }
+    let missing: Vec<&str> = shaders::enables(src)
+        .into_iter()
+        .filter(|e| !adapter_has(ctx, e))
+        .collect();
+    let mut out = Vec::new();
+    for entry in entries {
+        if !missing.is_empty() {
+            out.push(item(
+                entry,
+                Status::Skip,
+                Some(format!("this adapter lacks {}", missing.join(", "))),
+            ));
+            continue;
+        }
+        out.push(check_pipeline(ctx, shader, entry).await);
+    }
+    out
+}
+
+/// Creates (or finds in the cache) one pipeline, keeping its error.
+pub async fn check_pipeline(ctx: &GpuContext, shader: &str, entry: &str) -> PipelineCheck {
+    let result = ctx.pipeline(shader, entry).await;
+    PipelineCheck {
+        shader: shader.to_string(),
+        entry: entry.to_string(),
+        status: if result.is_ok() { Status::Pass } else { Status::Fail },
+        message: result.err().map(|e| e.to_string()),
+    }
+}
+
+fn adapter_has(ctx: &GpuContext, extension: &str) -> bool {
+    match extension {
+        "f16" => ctx.summary.shader_f16,
+        "subgroups" => ctx.summary.subgroups,
+        _ => false,
+    }
+}
+
+async fn check_kernel(ctx: &GpuContext, case: &KernelCase) -> KernelCheck {
+    let start = now_ms();
+    let result = (case.check)(ctx).await;
+    let ms = now_ms() - start;
+    let compare = |err: f32, n_got: usize, n_want: usize| {
+        if err <= case.tolerance {
+            (Status::Pass, Some(err), None)
+        } else if n_got != n_want {
+            (Status::Fail, None, Some(format!("{n_got} outputs, expected {n_want}")))
+        } else {
+            let msg = format!("max abs error {err:e} over tolerance {:e}", case.tolerance);
+            (Status::Fail, Some(err), Some(msg))
+        }
+    };
+    let (status, max_abs_error, message) = match result {
+        Ok(Outcome::Close { got, want }) => compare(max_abs_error(&got, &want), got.len(), want.len()),
+        Ok(Outcome::Exact { got, want }) => compare(max_abs_diff_u32(&got, &want), got.len(), want.len()),
+        Ok(Outcome::Skipped(why)) => (Status::Skip, None, Some(why)),
+        Err(e) => (Status::Fail, None, Some(e.to_string())),
+    };
+    KernelCheck {
+        name: case.name.to_string(),
+        shape: case.shape.to_string(),
+        status,
+        max_abs_error,
+        tolerance: case.tolerance,
+        message,
+        ms,
+    }
+}
+
+/// Largest |got - want|; infinite when the lengths differ or any value is NaN or infinite
+/// (unless both sides hold the same infinity), so a broken kernel can never pass.
+pub fn max_abs_error(got: &[f32], want: &[f32]) -> f32 {
+    if got.len() != want.len() {
+        return f32::INFINITY;
+    }
+    got.iter().zip(want).fold(0.0f32, |worst, (&g, &w)| {
+        let err = if g == w { 0.0 } else { (g - w).abs() };
+        if err.is_nan() {
+            f32::INFINITY
+        } else {
+            worst.max(err)
+        }
+    })
+}
+
+/// Largest |got - want| of integer outputs (random bits), as f32; infinite on a length mismatch.
+pub fn max_abs_diff_u32(got: &[u32], want: &[u32]) -> f32 {
+    if got.len() != want.len() {
+        return f32::INFINITY;
+    }
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| g.abs_diff(w) as f32)
+        .fold(0.0, f32::max)
+}
+
+/// Deterministic values in [-1, 1) (the same LCG as the integration tests' `rand_vec`).
+pub fn rand_vec(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Submits `dispatches` in order, then reads each of `outputs` back, concatenated.
+async fn run_and_read(ctx: &GpuContext, dispatches: &[Dispatch], outputs: &[&GpuBuffer]) -> Result<Vec<f32>, GpuError> {
+    if !dispatches.is_empty() {
+        ctx.run(dispatches);
+    }
+    let mut got = Vec::new();
+    for out in outputs {
+        got.extend(ctx.read::<f32>(out).await?);
+    }
+    Ok(got)
+}
+
+// ---- kernel checks: each uploads a small input, runs the kernel, and returns (gpu, cpu) ----
+
+/// Integer ids in 0..v from deterministic values.
+fn ids(n: usize, v: usize, seed: u32) -> Vec<u32> {
+    rand_vec(n, seed)
+        .iter()
+        .map(|x| (((x + 1.0) * 0.5 * v as f32) as usize).min(v - 1) as u32)
+        .collect()
+}
+
+fn close(got: Vec<f32>, want: Vec<f32>) -> Result<Outcome, GpuError> {
+    Ok(Outcome::Close { got, want })
+}
+
+async fn elementwise_binary(ctx: &GpuContext, op: Binary, nb: usize) -> Result<Outcome, GpuError> {
+    let n = 1023;
+    let (a, b) = (rand_vec(n, 1), rand_vec(nb, 2));
+    let ga = ctx.upload("selftest a", &a)?;
+    let gb = ctx.upload("selftest b", &b)?;
+    let out = ctx.zeros("selftest out", n)?;
+    let d = kernels::elementwise::binary(ctx, op, &ga, &gb, &out, n, nb, 0.5, -2.0).await?;
+    let want = match op {
+        Binary::Add => reference::elementwise::add(&a, &b, 0.5, -2.0),
+        Binary::Mul => reference::elementwise::mul(&a, &b, 0.5),
+    };
+    close(run_and_read(ctx, &[d], &[&out]).await?, want)
+}
+
+async fn elementwise_add(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    elementwise_binary(ctx, Binary::Add, 31).await
+}
+
+async fn elementwise_mul(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    elementwise_binary(ctx, Binary::Mul, 1).await
+}
+
+async fn elementwise_scale(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let n = 1023;
+    let a = rand_vec(n, 3);
+    let ga = ctx.upload("selftest a", &a)?;
+    let out = ctx.zeros("selftest out", n)?;
+    let d = kernels::elementwise::scale(ctx, &ga, &out, n, -1.5, 0.25).await?;
+    close(
+        run_and_read(ctx, &[d], &[&out]).await?,
+        reference::elementwise::scale(&a, -1.5, 0.25),
+    )
+}
+
+const MATMUL_SHAPE: &str = "2 x (17, 65) @ (33, 65)^T + bias, alpha 0.5";
+
+/// One named matmul variant on a batched, transposed, biased odd shape (skipped where the
+/// adapter lacks what the variant needs).
+async fn matmul(ctx: &GpuContext, variant: &'static str) -> Result<Outcome, GpuError> {
+    use kernels::matmul::{matmul_variant, variants, MatmulShape};
+    if !variants(ctx).contains(&variant) {
+        return Ok(Outcome::Skipped(format!(
+            "this adapter does not support the {variant} variant"
+        )));
+    }
+    let s = MatmulShape {
+        trans_b: true,
+        alpha: 0.5,
+        ..MatmulShape::new(2, 17, 33, 65)
+    };
+    let (a, b, bias) = (rand_vec(s.a_len(), 4), rand_vec(s.b_len(), 5), rand_vec(s.n, 6));
+    let ga = ctx.upload("selftest a", &a)?;
+    let gb = ctx.upload("selftest b", &b)?;
+    let gbias = ctx.upload("selftest bias", &bias)?;
+    let c = ctx.zeros("selftest c", s.c_len())?;
+    let ds = matmul_variant(ctx, variant, &s, &ga, &gb, Some(&gbias), &c).await?;
+    let mut want = vec![0.0; s.c_len()];
+    reference::matmul::matmul(&s, &a, &b, Some(&bias), &mut want);
+    close(run_and_read(ctx, &ds, &[&c]).await?, want)
+}
+
+const LN: (usize, usize) = (5, 67); // (rows, C)
+
+async fn layernorm_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (rows, c) = LN;
+    let x: Vec<f32> = rand_vec(rows * c, 7).iter().map(|v| 3.0 * v + 1.0).collect();
+    let (gamma, beta) = (rand_vec(c, 8), rand_vec(c, 9));
+    let (out, mean, rstd) = (
+        ctx.zeros("out", rows * c)?,
+        ctx.zeros("mean", rows)?,
+        ctx.zeros("rstd", rows)?,
+    );
+    let (gx, gg, gb) = (
+        ctx.upload("x", &x)?,
+        ctx.upload("gamma", &gamma)?,
+        ctx.upload("beta", &beta)?,
+    );
+    let d = kernels::layernorm::forward(ctx, &gx, &gg, &gb, &out, &mean, &rstd, rows, c).await?;
+    let (want, want_mean, want_rstd) = reference::layernorm::forward(&x, &gamma, &beta, rows, c);
+    let got = run_and_read(ctx, &[d], &[&out, &mean, &rstd]).await?;
+    close(got, [want, want_mean, want_rstd].concat())
+}
+
+async fn layernorm_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (rows, c) = LN;
+    let x = rand_vec(rows * c, 10);
+    let (gamma, dout) = (rand_vec(c, 11), rand_vec(rows * c, 12));
+    let (_, mean, rstd) = reference::layernorm::forward(&x, &gamma, &vec![0.0; c], rows, c);
+    let (want_dx, want_dg, want_db) = reference::layernorm::backward(&dout, &x, &mean, &rstd, &gamma, rows, c);
+    let (gdout, gx, gg) = (
+        ctx.upload("dout", &dout)?,
+        ctx.upload("x", &x)?,
+        ctx.upload("gamma", &gamma)?,
+    );
+    let (gmean, grstd) = (ctx.upload("mean", &mean)?, ctx.upload("rstd", &rstd)?);
+    let (dx, dg, db) = (
+        ctx.zeros("dx", rows * c)?,
+        ctx.zeros("dgamma", c)?,
+        ctx.zeros("dbeta", c)?,
+    );
+    let ds = kernels::layernorm::backward(ctx, &gdout, &gx, &gmean, &grstd, &gg, &dx, &dg, &db, rows, c).await?;
+    let got = run_and_read(ctx, &ds, &[&dx, &dg, &db]).await?;
+    close(got, [want_dx, want_dg, want_db].concat())
+}
+
+fn gelu_input(n: usize) -> Vec<f32> {
+    rand_vec(n, 13).iter().map(|v| 8.0 * v).collect()
+}
+
+async fn gelu_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let n = 1023;
+    let x = gelu_input(n);
+    let (gx, out) = (ctx.upload("x", &x)?, ctx.zeros("out", n)?);
+    let d = kernels::gelu::forward(ctx, &gx, &out, n).await?;
+    close(run_and_read(ctx, &[d], &[&out]).await?, reference::gelu::forward(&x))
+}
+
+async fn gelu_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let n = 1023;
+    let (x, dout) = (gelu_input(n), rand_vec(n, 14));
+    let (gx, gd, dx) = (ctx.upload("x", &x)?, ctx.upload("dout", &dout)?, ctx.zeros("dx", n)?);
+    let d = kernels::gelu::backward(ctx, &gx, &gd, &dx, n).await?;
+    close(
+        run_and_read(ctx, &[d], &[&dx]).await?,
+        reference::gelu::backward(&x, &dout),
+    )
+}
+
+const SOFTMAX: (usize, usize) = (2 * 17, 17); // (rows = B*H*T, T)
+
+async fn softmax_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (rows, t) = SOFTMAX;
+    let s: Vec<f32> = rand_vec(rows * t, 15).iter().map(|v| 8.0 * v).collect();
+    // Stale values where the mask is must be overwritten with 0.
+    let (gs, p) = (ctx.upload("s", &s)?, ctx.upload("p", &vec![9.0f32; rows * t])?);
+    let d = kernels::softmax::causal_forward(ctx, &gs, &p, rows, t).await?;
+    close(
+        run_and_read(ctx, &[d], &[&p]).await?,
+        reference::softmax::causal_forward(&s, rows, t),
+    )
+}
+
+async fn softmax_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (rows, t) = SOFTMAX;
+    let s: Vec<f32> = rand_vec(rows * t, 16).iter().map(|v| 4.0 * v).collect();
+    let p = reference::softmax::causal_forward(&s, rows, t);
+    let dp = rand_vec(rows * t, 17);
+    let (gp, gdp, ds) = (
+        ctx.upload("p", &p)?,
+        ctx.upload("dp", &dp)?,
+        ctx.upload("ds", &vec![9.0f32; rows * t])?,
+    );
+    let d = kernels::softmax::causal_backward(ctx, &gp, &gdp, &ds, rows, t).await?;
+    close(
+        run_and_read(ctx, &[d], &[&ds]).await?,
+        reference::softmax::causal_backward(&p, &dp, rows, t),
+    )
+}
+
+const CE: (usize, usize) = (7, 65); // (rows, V)
+
+fn ce_inputs() -> (Vec<f32>, Vec<u32>) {
+    let (rows, v) = CE;
+    (
+        rand_vec(rows * v, 18).iter().map(|x| 4.0 * x).collect(),
+        ids(rows, v, 19),
+    )
+}
+
+async fn crossentropy_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (rows, v) = CE;
+    let (logits, targets) = ce_inputs();
+    let (gl, gt, losses) = (
+        ctx.upload("logits", &logits)?,
+        ctx.upload("targets", &targets)?,
+        ctx.zeros("losses", rows)?,
+    );
+    let d = kernels::crossentropy::forward(ctx, &gl, &gt, &losses, rows, v).await?;
+    let want = reference::crossentropy::forward(&logits, &targets, rows, v);
+    close(run_and_read(ctx, &[d], &[&losses]).await?, want)
+}
+
+async fn crossentropy_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (rows, v) = CE;
+    let (logits, targets) = ce_inputs();
+    let dlosses = rand_vec(rows, 20);
+    let (gl, gt, gdl) = (
+        ctx.upload("logits", &logits)?,
+        ctx.upload("targets", &targets)?,
+        ctx.upload("dlosses", &dlosses)?,
+    );
+    let dlogits = ctx.zeros("dlogits", rows * v)?;
+    let d = kernels::crossentropy::backward(ctx, &gl, &gt, &gdl, &dlogits, rows, v).await?;
+    let want = reference::crossentropy::backward(&logits, &targets, &dlosses, rows, v);
+    close(run_and_read(ctx, &[d], &[&dlogits]).await?, want)
+}
+
+const EMB: (usize, usize, usize) = (17, 13, 33); // (N, V, C)
+
+async fn embedding_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (n, v, c) = EMB;
+    let (table, id) = (rand_vec(v * c, 21), ids(n, v, 22));
+    let (gtable, gids, out) = (
+        ctx.upload("table", &table)?,
+        ctx.upload("ids", &id)?,
+        ctx.zeros("out", n * c)?,
+    );
+    let d = kernels::embedding::forward(ctx, &gtable, &gids, &out, n, c).await?;
+    close(
+        run_and_read(ctx, &[d], &[&out]).await?,
+        reference::embedding::forward(&table, &id, n, c),
+    )
+}
+
+async fn embedding_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (n, v, c) = EMB;
+    let (dout, id) = (rand_vec(n * c, 23), ids(n, v, 24));
+    let (gdout, gids) = (ctx.upload("dout", &dout)?, ctx.upload("ids", &id)?);
+    let dtable = ctx.upload("dtable", &vec![7.0f32; v * c])?; // must be overwritten, not accumulated
+    let d = kernels::embedding::backward(ctx, &gdout, &gids, &dtable, n, v, c).await?;
+    close(
+        run_and_read(ctx, &[d], &[&dtable]).await?,
+        reference::embedding::backward(&dout, &id, n, v, c),
+    )
+}
+
+async fn sum_axis(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (outer, n, inner) = (3, 17, 65);
+    let x = rand_vec(outer * n * inner, 25);
+    let (gx, out) = (ctx.upload("x", &x)?, ctx.upload("out", &vec![7.0f32; outer * inner])?);
+    let d = kernels::reduce::sum_axis(ctx, &gx, &out, outer, n, inner).await?;
+    close(
+        run_and_read(ctx, &[d], &[&out]).await?,
+        reference::reduce::sum_axis(&x, outer, n, inner),
+    )
+}
+
+async fn copy_transpose(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (r, c) = (17, 33);
+    let src = rand_vec(r * c, 26);
+    let (gsrc, gdst) = (ctx.upload("src", &src)?, ctx.zeros("dst", r * c)?);
+    let d = kernels::copy::strided(ctx, &gsrc, &gdst, &[r, c], 0, &[c, 1], 0, &[1, r], false).await?;
+    let mut want = vec![0.0; r * c];
+    reference::copy::strided(&src, &mut want, &[r, c], 0, &[c, 1], 0, &[1, r], false);
+    close(run_and_read(ctx, &[d], &[&gdst]).await?, want)
+}
+
+const RNG_SHAPE: [usize; 2] = [3, 67];
+
+fn rng_key(ctx: &GpuContext) -> Result<(Key, GpuBuffer), GpuError> {
+    let key = Key::from_seed(42).fold_in(7);
+    Ok((key, ctx.upload("key", &key.0)?))
+}
+
+async fn random_bits(ctx: &GpuContext, layout: RngLayout) -> Result<Outcome, GpuError> {
+    let (key, gkey) = rng_key(ctx)?;
+    let block = Block::full(&RNG_SHAPE);
+    let bits = ctx.zeros("bits", block.numel())?;
+    let d = kernels::random::random_bits(ctx, &gkey, &bits, layout, &[block], KeyMode::Shared).await?;
+    ctx.run(&[d]);
+    let got = ctx.read::<u32>(&bits).await?;
+    Ok(Outcome::Exact {
+        got,
+        want: reference::random::random_bits(key, layout, &RNG_SHAPE),
+    })
+}
+
+/// Dropout (forward, or backward regenerating the mask) of the partitionable layout.
+async fn dropout(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError> {
+    let (key, gkey) = rng_key(ctx)?;
+    let (layout, rate, block) = (RngLayout::Partitionable, 0.25, Block::full(&RNG_SHAPE));
+    let x = rand_vec(block.numel(), 27);
+    let (gx, out) = (ctx.upload("x", &x)?, ctx.zeros("out", block.numel())?);
+    let blocks = [block.clone()];
+    let d = if backward {
+        kernels::random::dropout_backward(ctx, &gx, &gkey, &out, layout, &blocks, KeyMode::Shared, rate).await?
+    } else {
+        kernels::random::dropout_forward(ctx, &gx, &gkey, &out, layout, &blocks, KeyMode::Shared, rate).await?
+    };
+    let want = if backward {
+        reference::random::dropout_backward(&x, key, layout, &block, rate)
+    } else {
+        reference::random::dropout_forward(&x, key, layout, &block, rate)
+    }
+    .map_err(|e| GpuError::Invalid(e.to_string()))?;
+    close(run_and_read(ctx, &[d], &[&out]).await?, want)
+}
+
+async fn dropout_apply(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let (n, rate) = (201, 0.1);
+    let x = rand_vec(n, 28);
+    let bits = reference::random::random_bits(Key::from_seed(3), RngLayout::Partitionable, &[n]);
+    let (gx, gbits, out) = (ctx.upload("x", &x)?, ctx.upload("bits", &bits)?, ctx.zeros("out", n)?);
+    let d = kernels::dropout::apply(ctx, &gx, &gbits, &out, n, rate).await?;
+    close(
+        run_and_read(ctx, &[d], &[&out]).await?,
+        reference::dropout::apply(&x, &bits, rate),
+    )
+}
+
+async fn sgd(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let n = 1023;
+    let (mut p, g) = (rand_vec(n, 29), rand_vec(n, 30));
+    let (param, grad) = (ctx.upload("param", &p)?, ctx.upload("grad", &g)?);
+    let hyper = ctx.upload("hyper", &kernels::optimizer::sgd_hyper(0.1))?;
+    let d = kernels::optimizer::sgd(ctx, &param, &grad, &hyper, n).await?;
+    reference::optimizer::sgd(&mut p, &g, 0.1);
+    close(run_and_read(ctx, &[d], &[&param]).await?, p)
+}
+
+/// Two AdamW steps with weight decay (the second sees non-zero moments).
+async fn adamw(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    use kernels::optimizer::{AdamWHyper, ADAMW_HYPER_LEN, ADAMW_WEIGHT_DECAY};
+    let n = 1023;
+    let mut p = rand_vec(n, 31);
+    let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
+    let (param, grad) = (ctx.upload("param", &p)?, ctx.zeros("grad", n)?);
+    let (gm, gv, hyper) = (
+        ctx.zeros("m", n)?,
+        ctx.zeros("v", n)?,
+        ctx.zeros("hyper", ADAMW_HYPER_LEN)?,
+    );
+    let d = kernels::optimizer::adamw(ctx, &param, &grad, &gm, &gv, &hyper, n, ADAMW_WEIGHT_DECAY).await?;
+    for step in 1..=2u32 {
+        let g = rand_vec(n, 31 + step);
+        let h = AdamWHyper::at(1e-2, step)?;
+        ctx.write(&grad, &g);
+        ctx.write(&hyper, &h.words());
+        ctx.run(std::slice::from_ref(&d));
+        reference::optimizer::adamw(&mut p, &g, &mut m, &mut v, &h, ADAMW_WEIGHT_DECAY);
+    }
+    let got = run_and_read(ctx, &[], &[&param, &gm, &gv]).await?;
+    close(got, [p, m, v].concat())
+}
+
+const COLLECTIVE_SHAPE: &str = "2x4 mesh over tp, local (3, 8) on 8 devices";
+
+/// One collective on a dp=2, tp=4 mesh over tp against its twin: all_gather, psum_scatter and
+/// all_to_all along dimension 1, ppermute as a cyclic shift.
+async fn collective(ctx: &GpuContext, op: &'static str) -> Result<Outcome, GpuError> {
+    use kernels::collectives as k;
+    use reference::collectives as r;
+    let mesh = crate::sharding::Mesh::new(&[("dp", 2), ("tp", 4)])?;
+    let (axes, shape, perm) = (&["tp"][..], [3, 8], [(0, 1), (1, 2), (2, 3), (3, 0)]);
+    if op == "axis_index" {
+        let out = ctx.zeros("axis index", mesh.devices())?;
+        let d = k::axis_index(ctx, &mesh, axes, &out).await?;
+        ctx.run(&[d]);
+        let got = ctx.read::<u32>(&out).await?;
+        return Ok(Outcome::Exact {
+            got,
+            want: r::axis_index(&mesh, axes)?,
+        });
+    }
+    let x = rand_vec(mesh.devices() * 24, 40);
+    let want = match op {
+        "psum" => r::psum(&mesh, axes, &x, &shape),
+        "pmean" => r::pmean(&mesh, axes, &x, &shape),
+        "all_gather" => r::all_gather(&mesh, axes, &x, &shape, 1, true),
+        "psum_scatter" => r::psum_scatter(&mesh, axes, &x, &shape, 1, true),
+        "ppermute" => r::ppermute(&mesh, axes, &x, &shape, &perm),
+        _ => r::all_to_all(&mesh, axes, &x, &shape, 1, 0, true),
+    }?;
+    let (gx, out) = (ctx.upload("x", &x)?, ctx.zeros("out", want.len())?);
+    let d = match op {
+        "psum" => k::psum(ctx, &mesh, axes, &gx, &out, &shape).await?,
+        "pmean" => k::pmean(ctx, &mesh, axes, &gx, &out, &shape).await?,
+        "all_gather" => k::all_gather(ctx, &mesh, axes, &gx, &out, &shape, 1, true).await?,
+        "psum_scatter" => k::psum_scatter(ctx, &mesh, axes, &gx, &out, &shape, 1, true).await?,
+        "ppermute" => k::ppermute(ctx, &mesh, axes, &gx, &out, &shape, &perm).await?,
+        _ => k::all_to_all(ctx, &mesh, axes, &gx, &out, &shape, 1, 0, true).await?,
+    };
+    close(run_and_read(ctx, &[d], &[&out]).await?, want)
+}

@@ -1,0 +1,257 @@
+// Matmul on storage buffers: C = alpha * op(A) @ op(B) (+ bias) (+ C), batched.
+// op(A)[i, k] = a[stride_a * z + i * a_si + k * a_sk] and op(B)[k, j] = b[stride_b * z + k * b_sk + j * b_sj]:
+// the element strides cover A and A^T (and B, B^T) alike; a batch stride of 0 broadcasts one matrix.
+// Variants (kernels/matmul times them per adapter and shape class and keeps the fastest):
+//   naive   one output per invocation, A and B read in place: the baseline, any shape
+//   tiled   64x64 tile per workgroup staged in workgroup memory, 4x4 outputs per invocation: the classic GPU kernel
+//   block8  8x8 outputs per invocation from operands that `pack` copied into zero-padded (K, M) and (K, N)
+//           vec4 rows: no bounds checks in the inner loop, no workgroup memory (fast where loads are costly)
+// Entry points ending in `_v4` store C as vec4 (N and stride_c multiples of 4).
+// Binding numbers are unique in the file (each entry point binds a subset; pipelines use auto layout).
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32,    // 1: add the old C (accumulate), 2: add bias[j]
+    a_si: u32,     // element strides of op(A)[i, k]
+    a_sk: u32,
+    b_sk: u32,     // element strides of op(B)[k, j]
+    b_sj: u32,
+    stride_a: u32, // elements between batch items (0: broadcast)
+    stride_b: u32,
+    stride_c: u32,
+    alpha: f32,
+    mp4: u32,      // packed operands (block8): vec4s per k-row of A^T (M padded / 4) and of B (N padded / 4)
+    np4: u32,
+    kp: u32,       // packed k-rows per batch item (K padded)
+    pad: u32,
+}
+
+// `pack`: packed[z, k, r4] = vec4(X[4 r4 + q, k] for q in 0..4), zero past rows or k.
+struct Pack {
+    rows: u32,   // M of A, or N of B
+    k: u32,
+    rows4: u32,  // vec4s per packed k-row
+    kp: u32,     // packed k-rows per batch item
+    sr: u32,     // element strides of X[r, k] in the source
+    sk: u32,
+    stride: u32, // source elements between batch items
+    pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;      // (batch, M, K) or (batch, K, M); also pack's source
+@group(0) @binding(1) var<storage, read> b: array<f32>;      // (batch, K, N) or (batch, N, K)
+@group(0) @binding(2) var<storage, read> bias: array<f32>;   // (N)
+@group(0) @binding(3) var<storage, read_write> c: array<f32>; // (batch, M, N)
+@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(5) var<uniform> pk: Pack;
+@group(0) @binding(6) var<storage, read_write> packed: array<vec4<f32>>; // pack's output
+@group(0) @binding(7) var<storage, read> pa: array<vec4<f32>>;  // (items, Kp, Mp/4): A^T packed
+@group(0) @binding(8) var<storage, read> pb: array<vec4<f32>>;  // (items, Kp, Np/4): B packed
+@group(0) @binding(9) var<storage, read_write> c4: array<vec4<f32>>; // C as vec4 (the `_v4` entry points)
+
+// ---- epilogue: alpha, bias, accumulate, bounds ----
+
+fn finish(x: f32, col: u32, idx: u32) -> f32 {
+    var y = p.alpha * x;
+    if ((p.flags & 2u) != 0u) { y += bias[col]; }
+    if ((p.flags & 1u) != 0u) { y += c[idx]; }
+    return y;
+}
+
+// C[z, row, col .. col+3] from v, skipping what lies outside (M, N).
+fn store4(cb: u32, row: u32, col: u32, v: vec4<f32>) {
+    if (row >= p.m) { return; }
+    let i = cb + row * p.n + col;
+    if (col < p.n) { c[i] = finish(v.x, col, i); }
+    if (col + 1u < p.n) { c[i + 1u] = finish(v.y, col + 1u, i + 1u); }
+    if (col + 2u < p.n) { c[i + 2u] = finish(v.z, col + 2u, i + 2u); }
+    if (col + 3u < p.n) { c[i + 3u] = finish(v.w, col + 3u, i + 3u); }
+}
+
+// As store4, as one vec4 store: N, stride_c and col are multiples of 4.
+fn store4_v4(cb: u32, row: u32, col: u32, v: vec4<f32>) {
+    if (row >= p.m || col >= p.n) { return; }
+    let i = (cb + row * p.n + col) / 4u;
+    var y = p.alpha * v;
+    if ((p.flags & 2u) != 0u) { y += vec4(bias[col], bias[col + 1u], bias[col + 2u], bias[col + 3u]); }
+    if ((p.flags & 1u) != 0u) { y += c4[i]; }
+    c4[i] = y;
+}
+
+// ---- naive ----
+
+@compute @workgroup_size(16, 16)
+fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let j = gid.x;
+    let i = gid.y;
+    let z = gid.z;
+    if (i >= p.m || j >= p.n) { return; }
+    var ia = z * p.stride_a + i * p.a_si;
+    var ib = z * p.stride_b + j * p.b_sj;
+    var acc = 0.0;
+    for (var kk = 0u; kk < p.k; kk++) {
+        acc += a[ia] * b[ib];
+        ia += p.a_sk;
+        ib += p.b_sk;
+    }
+    let idx = z * p.stride_c + i * p.n + j;
+    c[idx] = finish(acc, j, idx);
+}
+
+// ---- tiled: 64x64 per workgroup of 16x16, K in steps of 16 through workgroup memory ----
+
+var<workgroup> tile_a: array<vec4<f32>, 256>; // [kk * 16 + r4] = A[row0 + 4 r4 .. +3, k0 + kk]
+var<workgroup> tile_b: array<vec4<f32>, 256>; // [kk * 16 + c4] = B[k0 + kk, col0 + 4 c4 .. +3]
+
+fn load_a(base: u32, i: u32, kk: u32) -> f32 {
+    if (i < p.m && kk < p.k) { return a[base + i * p.a_si + kk * p.a_sk]; }
+    return 0.0;
+}
+
+fn load_b(base: u32, kk: u32, j: u32) -> f32 {
+    if (kk < p.k && j < p.n) { return b[base + kk * p.b_sk + j * p.b_sj]; }
+    return 0.0;
+}
+
+@compute @workgroup_size(16, 16)
+fn tiled(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let t = lid.y * 16u + lid.x;
+    let row0 = wid.y * 64u;
+    let col0 = wid.x * 64u;
+    let z = wid.z;
+    let abase = z * p.stride_a;
+    let bbase = z * p.stride_b;
+    let lk = t / 16u;        // this invocation loads k-row lk of both tiles,
+    let l4 = (t % 16u) * 4u; // rows (of A) or columns (of B) l4 .. l4+3
+    var acc0 = vec4(0.0);
+    var acc1 = vec4(0.0);
+    var acc2 = vec4(0.0);
+    var acc3 = vec4(0.0);
+    for (var k0 = 0u; k0 < p.k; k0 += 16u) {
+        let ka = k0 + lk;
+        let r = row0 + l4;
+        tile_a[t] = vec4(load_a(abase, r, ka), load_a(abase, r + 1u, ka), load_a(abase, r + 2u, ka),
+                         load_a(abase, r + 3u, ka));
+        let cl = col0 + l4;
+        tile_b[t] = vec4(load_b(bbase, ka, cl), load_b(bbase, ka, cl + 1u), load_b(bbase, ka, cl + 2u),
+                         load_b(bbase, ka, cl + 3u));
+        workgroupBarrier();
+        for (var kk = 0u; kk < 16u; kk++) {
+            let av = tile_a[kk * 16u + lid.y];
+            let bv = tile_b[kk * 16u + lid.x];
+            acc0 += av.x * bv;
+            acc1 += av.y * bv;
+            acc2 += av.z * bv;
+            acc3 += av.w * bv;
+        }
+        workgroupBarrier();
+    }
+    let row = row0 + lid.y * 4u;
+    let col = col0 + lid.x * 4u;
+    let cb = z * p.stride_c;
+    store4(cb, row, col, acc0);
+    store4(cb, row + 1u, col, acc1);
+    store4(cb, row + 2u, col, acc2);
+    store4(cb, row + 3u, col, acc3);
+}
+
+// ---- pack: an operand into zero-padded vec4 k-rows (for block8) ----
+
+fn pack_value(base: u32, r: u32, kk: u32) -> f32 {
+    if (r >= pk.rows || kk >= pk.k) { return 0.0; }
+    return a[base + r * pk.sr + kk * pk.sk];
+}
+
+@compute @workgroup_size(64)
+fn pack(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = gid.x + gid.y * nwg.x * 64u;
+    let per_item = pk.rows4 * pk.kp;
+    if (id >= per_item) { return; }
+    let kk = id / pk.rows4;
+    let r = (id % pk.rows4) * 4u;
+    let base = gid.z * pk.stride;
+    packed[gid.z * per_item + id] = vec4(pack_value(base, r, kk), pack_value(base, r + 1u, kk),
+                                          pack_value(base, r + 2u, kk), pack_value(base, r + 3u, kk));
+}
+
+// ---- block8: one 8x8 block of C per invocation; adjacent invocations take adjacent column blocks ----
+
+// acc[2 i + j][r] = C[row0 + 4 i + r, col0 + 4 j .. +3]; indexed with constants only, so it stays in registers.
+var<private> acc: array<mat4x4<f32>, 4>;
+
+fn outer(x: vec4<f32>, y: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4(y * x.x, y * x.y, y * x.z, y * x.w);
+}
+
+fn block8_k(ia: u32, ib: u32) {
+    let a0 = pa[ia];
+    let a1 = pa[ia + 1u];
+    let b0 = pb[ib];
+    let b1 = pb[ib + 1u];
+    acc[0] += outer(a0, b0);
+    acc[1] += outer(a0, b1);
+    acc[2] += outer(a1, b0);
+    acc[3] += outer(a1, b1);
+}
+
+// Accumulates the block of invocation `id` of batch item z; returns (row0, col0), or row0 = M when idle.
+fn block8_body(id: u32, z: u32) -> vec2<u32> {
+    let nbc = p.np4 / 2u;
+    if (id >= (p.mp4 / 2u) * nbc) { return vec2(p.m, 0u); }
+    let r4 = id / nbc * 2u;
+    let c4 = id % nbc * 2u;
+    var ia = select(z, 0u, p.stride_a == 0u) * p.kp * p.mp4 + r4;
+    var ib = select(z, 0u, p.stride_b == 0u) * p.kp * p.np4 + c4;
+    // kp is a multiple of 4: unrolled by hand (a loop bound by naga would not be unrolled by the driver).
+    for (var kk = 0u; kk < p.kp; kk += 4u) {
+        block8_k(ia, ib);
+        block8_k(ia + p.mp4, ib + p.np4);
+        block8_k(ia + 2u * p.mp4, ib + 2u * p.np4);
+        block8_k(ia + 3u * p.mp4, ib + 3u * p.np4);
+        ia += 4u * p.mp4;
+        ib += 4u * p.np4;
+    }
+    return vec2(r4 * 4u, c4 * 4u);
+}
+
+@compute @workgroup_size(64)
+fn block8(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let rc = block8_body(gid.x + gid.y * nwg.x * 64u, gid.z);
+    if (rc.x >= p.m) { return; }
+    let cb = gid.z * p.stride_c;
+    let r = rc.x;
+    let cl = rc.y;
+    let m0 = acc[0];
+    let m1 = acc[1];
+    let m2 = acc[2];
+    let m3 = acc[3];
+    store4(cb, r, cl, m0[0]); store4(cb, r + 1u, cl, m0[1]); store4(cb, r + 2u, cl, m0[2]); store4(cb, r + 3u, cl, m0[3]);
+    store4(cb, r, cl + 4u, m1[0]); store4(cb, r + 1u, cl + 4u, m1[1]);
+    store4(cb, r + 2u, cl + 4u, m1[2]); store4(cb, r + 3u, cl + 4u, m1[3]);
+    store4(cb, r + 4u, cl, m2[0]); store4(cb, r + 5u, cl, m2[1]); store4(cb, r + 6u, cl, m2[2]); store4(cb, r + 7u, cl, m2[3]);
+    store4(cb, r + 4u, cl + 4u, m3[0]); store4(cb, r + 5u, cl + 4u, m3[1]);
+    store4(cb, r + 6u, cl + 4u, m3[2]); store4(cb, r + 7u, cl + 4u, m3[3]);
+}
+
+@compute @workgroup_size(64)
+fn block8_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let rc = block8_body(gid.x + gid.y * nwg.x * 64u, gid.z);
+    if (rc.x >= p.m) { return; }
+    let cb = gid.z * p.stride_c;
+    let r = rc.x;
+    let cl = rc.y;
+    let m0 = acc[0];
+    let m1 = acc[1];
+    let m2 = acc[2];
+    let m3 = acc[3];
+    store4_v4(cb, r, cl, m0[0]); store4_v4(cb, r + 1u, cl, m0[1]);
+    store4_v4(cb, r + 2u, cl, m0[2]); store4_v4(cb, r + 3u, cl, m0[3]);
+    store4_v4(cb, r, cl + 4u, m1[0]); store4_v4(cb, r + 1u, cl + 4u, m1[1]);
+    store4_v4(cb, r + 2u, cl + 4u, m1[2]); store4_v4(cb, r + 3u, cl + 4u, m1[3]);
+    store4_v4(cb, r + 4u, cl, m2[0]); store4_v4(cb, r + 5u, cl, m2[1]);
+    store4_v4(cb, r + 6u, cl, m2[2]); store4_v4(cb, r + 7u, cl, m2[3]);
+    store4_v4(cb, r + 4u, cl + 4u, m3[0]); store4_v4(cb, r + 5u, cl + 4u, m3[1]);
+    store4_v4(cb, r + 6u, cl + 4u, m3[2]); store4_v4(cb, r + 7u, cl + 4u, m3[3]);
+}

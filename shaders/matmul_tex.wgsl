@@ -1,0 +1,179 @@
+// Matmul through read-only rgba32float storage textures: C = alpha * op(A) @ op(B) (+ bias) (+ C), batched.
+// A separate file from matmul.wgsl because some WebGPU implementations lack read-only storage textures: a
+// module that fails there must not take the other variants down with it.
+//   pack   op(A) (as A^T) or op(B) into a texture, batch items stacked in y: texel (x, z * Kp + k) =
+//          X[4x .. 4x+3, k] of batch item z, zero past the matrix (M, N padded to 16, K to 2). One plain 2D
+//          texture, never an array: lavapipe compiles a shader per texture target it meets.
+//   tex16  one 16x16 block of C per invocation, no workgroup memory, no barriers. On lavapipe a texel load is
+//          inline while a storage-buffer load is a per-lane loop with bounds checks, so this is the fastest
+//          there (see shared/notes/lavapipe-kernels.md); on GPUs its 64 accumulators per invocation cost
+//          occupancy, and the autotuner decides.
+// Entry points ending in `_v4` store C as vec4 (N and stride_c multiples of 4).
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32,    // 1: add the old C (accumulate), 2: add bias[j]
+    a_si: u32,     // (unused here: pack has its own strides)
+    a_sk: u32,
+    b_sk: u32,
+    b_sj: u32,
+    stride_a: u32, // elements between batch items (0: broadcast: one item in the texture)
+    stride_b: u32,
+    stride_c: u32,
+    alpha: f32,
+    mp4: u32,      // texels per k-row of A^T (M padded / 4) and of B (N padded / 4)
+    np4: u32,
+    kp: u32,       // k-rows (K padded to even)
+    pad: u32,
+}
+
+struct Pack {
+    rows: u32,   // M of A, or N of B
+    k: u32,
+    rows4: u32,  // texels per k-row
+    kp: u32,     // k-rows per batch item
+    sr: u32,     // element strides of X[r, k] in the source
+    sk: u32,
+    stride: u32, // source elements between batch items
+    pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> src: array<f32>;    // pack's source: A or B
+@group(0) @binding(2) var<storage, read> bias: array<f32>;   // (N)
+@group(0) @binding(3) var<storage, read_write> c: array<f32>; // (batch, M, N)
+@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(5) var<uniform> pk: Pack;
+@group(0) @binding(6) var packed: texture_storage_2d<rgba32float, write>;
+@group(0) @binding(7) var at: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = A[4x .. 4x+3, k]
+@group(0) @binding(8) var bt: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = B[k, 4x .. 4x+3]
+@group(0) @binding(9) var<storage, read_write> c4: array<vec4<f32>>; // C as vec4 (the `_v4` entry point)
+
+// ---- pack ----
+
+fn pack_value(base: u32, r: u32, kk: u32) -> f32 {
+    if (r >= pk.rows || kk >= pk.k) { return 0.0; }
+    return src[base + r * pk.sr + kk * pk.sk];
+}
+
+@compute @workgroup_size(64)
+fn pack(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = gid.x + gid.y * nwg.x * 64u;
+    if (id >= pk.rows4 * pk.kp) { return; }
+    let kk = id / pk.rows4;
+    let x = id % pk.rows4;
+    let r = x * 4u;
+    let base = gid.z * pk.stride;
+    let v = vec4(pack_value(base, r, kk), pack_value(base, r + 1u, kk), pack_value(base, r + 2u, kk),
+                 pack_value(base, r + 3u, kk));
+    textureStore(packed, vec2(x, gid.z * pk.kp + kk), v);
+}
+
+// ---- tex16 ----
+
+// m[4 i + j][r] = C[row0 + 4 i + r, col0 + 4 j .. +3]; indexed with constants only, so it stays in registers.
+var<private> m: array<mat4x4<f32>, 16>;
+
+fn outer(x: vec4<f32>, y: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4(y * x.x, y * x.y, y * x.z, y * x.w);
+}
+
+fn kstep(r4: u32, c4: u32, ka: u32, kb: u32) {
+    let a0 = textureLoad(at, vec2(r4, ka));
+    let a1 = textureLoad(at, vec2(r4 + 1u, ka));
+    let a2 = textureLoad(at, vec2(r4 + 2u, ka));
+    let a3 = textureLoad(at, vec2(r4 + 3u, ka));
+    let b0 = textureLoad(bt, vec2(c4, kb));
+    let b1 = textureLoad(bt, vec2(c4 + 1u, kb));
+    let b2 = textureLoad(bt, vec2(c4 + 2u, kb));
+    let b3 = textureLoad(bt, vec2(c4 + 3u, kb));
+    m[0] += outer(a0, b0); m[1] += outer(a0, b1); m[2] += outer(a0, b2); m[3] += outer(a0, b3);
+    m[4] += outer(a1, b0); m[5] += outer(a1, b1); m[6] += outer(a1, b2); m[7] += outer(a1, b3);
+    m[8] += outer(a2, b0); m[9] += outer(a2, b1); m[10] += outer(a2, b2); m[11] += outer(a2, b3);
+    m[12] += outer(a3, b0); m[13] += outer(a3, b1); m[14] += outer(a3, b2); m[15] += outer(a3, b3);
+}
+
+// Accumulates the block of invocation `id` of batch item z; returns (row0, col0), or row0 = M when idle.
+// Adjacent invocations take adjacent column blocks, so they share the A texels.
+fn tex16_body(id: u32, z: u32) -> vec2<u32> {
+    let nbc = p.np4 / 4u;
+    if (id >= (p.mp4 / 4u) * nbc) { return vec2(p.m, 0u); }
+    let r4 = id / nbc * 4u;
+    let c4 = id % nbc * 4u;
+    let ka = select(z, 0u, p.stride_a == 0u) * p.kp; // first texel row of this item's A^T and B
+    let kb = select(z, 0u, p.stride_b == 0u) * p.kp;
+    for (var kk = 0u; kk < p.kp; kk += 2u) {
+        kstep(r4, c4, ka + kk, kb + kk);
+        kstep(r4, c4, ka + kk + 1u, kb + kk + 1u);
+    }
+    return vec2(r4 * 4u, c4 * 4u);
+}
+
+fn finish(x: f32, col: u32, idx: u32) -> f32 {
+    var y = p.alpha * x;
+    if ((p.flags & 2u) != 0u) { y += bias[col]; }
+    if ((p.flags & 1u) != 0u) { y += c[idx]; }
+    return y;
+}
+
+// Rows row .. row+3, columns col .. col+3 of C from v, skipping what lies outside (M, N).
+fn store_block(cb: u32, row: u32, col: u32, v: mat4x4<f32>) {
+    for (var r = 0u; r < 4u; r++) {
+        if (row + r < p.m) {
+            let i = cb + (row + r) * p.n + col;
+            let x = v[r];
+            if (col < p.n) { c[i] = finish(x.x, col, i); }
+            if (col + 1u < p.n) { c[i + 1u] = finish(x.y, col + 1u, i + 1u); }
+            if (col + 2u < p.n) { c[i + 2u] = finish(x.z, col + 2u, i + 2u); }
+            if (col + 3u < p.n) { c[i + 3u] = finish(x.w, col + 3u, i + 3u); }
+        }
+    }
+}
+
+// As store_block, as vec4 stores: N, stride_c and col are multiples of 4.
+fn store_block_v4(cb: u32, row: u32, col: u32, v: mat4x4<f32>) {
+    if (col >= p.n) { return; }
+    var bv = vec4(0.0);
+    if ((p.flags & 2u) != 0u) { bv = vec4(bias[col], bias[col + 1u], bias[col + 2u], bias[col + 3u]); }
+    for (var r = 0u; r < 4u; r++) {
+        if (row + r < p.m) {
+            let i = (cb + (row + r) * p.n + col) / 4u;
+            var y = p.alpha * v[r] + bv;
+            if ((p.flags & 1u) != 0u) { y += c4[i]; }
+            c4[i] = y;
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn tex16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let rc = tex16_body(gid.x + gid.y * nwg.x * 64u, gid.z);
+    if (rc.x >= p.m) { return; }
+    let cb = gid.z * p.stride_c;
+    // Unrolled: m is indexed with constants only.
+    store_block(cb, rc.x, rc.y, m[0]); store_block(cb, rc.x, rc.y + 4u, m[1]);
+    store_block(cb, rc.x, rc.y + 8u, m[2]); store_block(cb, rc.x, rc.y + 12u, m[3]);
+    store_block(cb, rc.x + 4u, rc.y, m[4]); store_block(cb, rc.x + 4u, rc.y + 4u, m[5]);
+    store_block(cb, rc.x + 4u, rc.y + 8u, m[6]); store_block(cb, rc.x + 4u, rc.y + 12u, m[7]);
+    store_block(cb, rc.x + 8u, rc.y, m[8]); store_block(cb, rc.x + 8u, rc.y + 4u, m[9]);
+    store_block(cb, rc.x + 8u, rc.y + 8u, m[10]); store_block(cb, rc.x + 8u, rc.y + 12u, m[11]);
+    store_block(cb, rc.x + 12u, rc.y, m[12]); store_block(cb, rc.x + 12u, rc.y + 4u, m[13]);
+    store_block(cb, rc.x + 12u, rc.y + 8u, m[14]); store_block(cb, rc.x + 12u, rc.y + 12u, m[15]);
+}
+
+@compute @workgroup_size(64)
+fn tex16_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let rc = tex16_body(gid.x + gid.y * nwg.x * 64u, gid.z);
+    if (rc.x >= p.m) { return; }
+    let cb = gid.z * p.stride_c;
+    // Unrolled: m is indexed with constants only.
+    store_block_v4(cb, rc.x, rc.y, m[0]); store_block_v4(cb, rc.x, rc.y + 4u, m[1]);
+    store_block_v4(cb, rc.x, rc.y + 8u, m[2]); store_block_v4(cb, rc.x, rc.y + 12u, m[3]);
+    store_block_v4(cb, rc.x + 4u, rc.y, m[4]); store_block_v4(cb, rc.x + 4u, rc.y + 4u, m[5]);
+    store_block_v4(cb, rc.x + 4u, rc.y + 8u, m[6]); store_block_v4(cb, rc.x + 4u, rc.y + 12u, m[7]);
+    store_block_v4(cb, rc.x + 8u, rc.y, m[8]); store_block_v4(cb, rc.x + 8u, rc.y + 4u, m[9]);
+    store_block_v4(cb, rc.x + 8u, rc.y + 8u, m[10]); store_block_v4(cb, rc.x + 8u, rc.y + 12u, m[11]);
+    store_block_v4(cb, rc.x + 12u, rc.y, m[12]); store_block_v4(cb, rc.x + 12u, rc.y + 4u, m[13]);
+    store_block_v4(cb, rc.x + 12u, rc.y + 8u, m[14]); store_block_v4(cb, rc.x + 12u, rc.y + 12u, m[15]);
+}

@@ -1,0 +1,274 @@
+//! Every matmul variant and the autotuned launcher against the CPU reference (itself checked against
+//! plain f64 loops), on odd shapes, batches with strides and broadcast, transposes, bias, alpha and
+//! accumulate, and the shapes of MODEL.md's tiny model.
+use shardlab::gpu::GpuContext;
+use shardlab::kernels::matmul::{class_key, matmul, matmul_variant, variants, MatmulShape};
+use shardlab::model::GptConfig;
+use shardlab::reference::matmul as reference;
+use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
+
+const ODD: &[(usize, usize, usize)] = &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (65, 17, 3)];
+const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+
+/// The operands of one test case: inputs, an optional bias and the C that accumulate adds to.
+struct Case {
+    s: MatmulShape,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    c0: Vec<f32>,
+}
+
+impl Case {
+    fn new(s: MatmulShape, with_bias: bool, seed: u32) -> Self {
+        Case {
+            a: rand_vec(s.a_len(), seed),
+            b: rand_vec(s.b_len(), seed + 1),
+            bias: with_bias.then(|| rand_vec(s.n, seed + 2)),
+            c0: rand_vec(s.c_len(), seed + 3),
+            s,
+        }
+    }
+
+    fn want(&self) -> Vec<f32> {
+        let mut c = self.c0.clone();
+        reference::matmul(&self.s, &self.a, &self.b, self.bias.as_deref(), &mut c);
+        c
+    }
+
+    /// Runs `variant` (None: the autotuned launcher) and returns C.
+    fn run(&self, ctx: &GpuContext, variant: Option<&str>) -> Vec<f32> {
+        let a = ctx.upload("a", &self.a).unwrap();
+        let b = ctx.upload("b", &self.b).unwrap();
+        let bias = self.bias.as_ref().map(|x| ctx.upload("bias", x).unwrap());
+        let c = ctx.upload("c", &self.c0).unwrap();
+        let d = pollster::block_on(async {
+            match variant {
+                Some(v) => matmul_variant(ctx, v, &self.s, &a, &b, bias.as_ref(), &c).await,
+                None => matmul(ctx, &self.s, &a, &b, bias.as_ref(), &c).await,
+            }
+        })
+        .unwrap_or_else(|e| panic!("{variant:?} {}: {e}", self.s.describe()));
+        ctx.run(&d);
+        ctx.read_blocking::<f32>(&c).unwrap()
+    }
+
+    fn check(&self, ctx: &GpuContext, variant: Option<&str>) {
+        let what = format!(
+            "{} {} bias={} {:?}",
+            variant.unwrap_or("autotuned"),
+            self.s.describe(),
+            self.bias.is_some(),
+            self.s
+        );
+        assert_close(&what, &self.run(ctx, variant), &self.want(), 1e-4, 1e-4);
+    }
+}
+
+fn shape(batch: usize, m: usize, n: usize, k: usize, ta: bool, tb: bool) -> MatmulShape {
+    MatmulShape {
+        trans_a: ta,
+        trans_b: tb,
+        ..MatmulShape::new(batch, m, n, k)
+    }
+}
+
+/// C = op(A) @ op(B) in f64 with explicit indexing: the oracle's oracle.
+fn loops_f64(s: &MatmulShape, a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &mut [f32]) {
+    for z in 0..s.batch {
+        for i in 0..s.m {
+            for j in 0..s.n {
+                let mut acc = 0f64;
+                for kk in 0..s.k {
+                    let x = if s.trans_a {
+                        a[z * s.stride_a + kk * s.m + i]
+                    } else {
+                        a[z * s.stride_a + i * s.k + kk]
+                    };
+                    let y = if s.trans_b {
+                        b[z * s.stride_b + j * s.k + kk]
+                    } else {
+                        b[z * s.stride_b + kk * s.n + j]
+                    };
+                    acc += x as f64 * y as f64;
+                }
+                let idx = z * s.stride_c + i * s.n + j;
+                let old = if s.accumulate { c[idx] as f64 } else { 0.0 };
+                c[idx] = (s.alpha as f64 * acc + bias.map_or(0.0, |x| x[j] as f64) + old) as f32;
+            }
+        }
+    }
+}
+
+#[test]
+fn reference_matmul_matches_f64_loops_with_every_flag() {
+    for &(m, n, k) in ODD {
+        for (ta, tb) in TRANSPOSES {
+            let mut s = shape(3, m, n, k, ta, tb);
+            s.stride_a = 0;
+            s.stride_b += 2;
+            s.stride_c += 1;
+            s.alpha = -0.75;
+            s.accumulate = true;
+            let case = Case::new(s, true, 7);
+            let mut want = case.c0.clone();
+            loops_f64(&s, &case.a, &case.b, case.bias.as_deref(), &mut want);
+            assert_close(&format!("reference {}", s.describe()), &case.want(), &want, 1e-5, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn every_variant_matches_reference_on_odd_shapes_and_transposes() {
+    let ctx = gpu_or_skip!();
+    let names = variants(ctx);
+    assert!(
+        names.contains(&"naive"),
+        "naive must be supported everywhere: {names:?}"
+    );
+    for v in names {
+        for &(m, n, k) in ODD {
+            for (ta, tb) in TRANSPOSES {
+                Case::new(shape(1, m, n, k, ta, tb), false, 11).check(ctx, Some(v));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_variant_applies_bias_alpha_and_accumulate() {
+    let ctx = gpu_or_skip!();
+    for v in variants(ctx) {
+        // (n % 4 == 0 takes the vec4 store path of the packed variants, the others the scalar one)
+        for &(m, n, k) in &[(3, 5, 7), (17, 32, 65), (33, 36, 16)] {
+            for (with_bias, alpha, accumulate) in [(true, 1.0, false), (false, 0.5, true), (true, -2.0, true)] {
+                let mut s = shape(1, m, n, k, false, true);
+                s.alpha = alpha;
+                s.accumulate = accumulate;
+                Case::new(s, with_bias, 23).check(ctx, Some(v));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_variant_handles_batches_with_strides_and_broadcast() {
+    let ctx = gpu_or_skip!();
+    for v in variants(ctx) {
+        for (ta, tb) in TRANSPOSES {
+            for &(m, n, k) in &[(3, 5, 7), (17, 16, 9)] {
+                // Padded batch strides: items do not touch, the gaps must stay as they were.
+                let mut s = shape(3, m, n, k, ta, tb);
+                s.stride_a += 5;
+                s.stride_b += 3;
+                s.stride_c += 4;
+                Case::new(s, true, 31).check(ctx, Some(v));
+                // One B for every item (weights), then one A for every item.
+                let mut s = shape(4, m, n, k, ta, tb);
+                s.stride_b = 0;
+                Case::new(s, false, 37).check(ctx, Some(v));
+                let mut s = shape(2, m, n, k, ta, tb);
+                s.stride_a = 0;
+                s.accumulate = true;
+                Case::new(s, true, 41).check(ctx, Some(v));
+            }
+        }
+    }
+}
+
+/// The matmuls of a forward and backward step of MODEL.md's tiny model.
+fn tiny_model_shapes() -> Vec<MatmulShape> {
+    let cfg = GptConfig::tiny();
+    let (bt, d, v, t, dh) = (cfg.batch * cfg.seq, cfg.d_model, cfg.vocab, cfg.seq, cfg.head_dim());
+    let bh = cfg.batch * cfg.heads;
+    let mut shapes = Vec::new();
+    for out in [3 * d, d, 4 * d, v] {
+        shapes.push(shape(1, bt, out, d, false, false)); // x @ W (+ b)
+        shapes.push(shape(1, bt, d, out, false, true)); // dx = dy @ W^T
+        let mut dw = shape(1, d, out, bt, true, false); // dW += x^T @ dy
+        dw.accumulate = true;
+        shapes.push(dw);
+    }
+    shapes.push(shape(1, 4 * bt, d, 4 * d, false, false)); // the MLP down projection's input is 4d wide
+    let mut scores = shape(bh, t, t, dh, false, true); // q @ k^T / sqrt(Dh)
+    scores.alpha = 1.0 / (dh as f32).sqrt();
+    shapes.push(scores);
+    shapes.push(shape(bh, t, dh, t, false, false)); // a @ v
+    shapes.push(shape(bh, t, t, dh, false, true)); // da = dout @ v^T
+    shapes.push(shape(bh, t, dh, t, true, false)); // dv = a^T @ dout
+    shapes
+}
+
+#[test]
+fn every_variant_matches_reference_on_tiny_model_shapes() {
+    let ctx = gpu_or_skip!();
+    for v in variants(ctx) {
+        for s in tiny_model_shapes() {
+            Case::new(s, !s.trans_a && !s.trans_b && s.batch == 1, 43).check(ctx, Some(v));
+        }
+    }
+}
+
+#[test]
+fn autotuned_matmul_is_right_for_every_shape_class() {
+    let ctx = gpu_or_skip!();
+    let mut classes = std::collections::BTreeSet::new();
+    for (ta, tb) in TRANSPOSES {
+        for &(batch, m, n, k) in &[
+            (1, 16, 16, 16),
+            (1, 5, 7, 3),
+            (1, 64, 128, 64),
+            (1, 63, 129, 65),
+            (1, 256, 256, 256),
+            (1, 255, 257, 259),
+            (4, 16, 32, 16),
+            (3, 9, 17, 5),
+            (8, 64, 64, 32),
+            (2, 100, 200, 50),
+        ] {
+            let mut s = shape(batch, m, n, k, ta, tb);
+            if batch > 1 {
+                s.stride_b = 0;
+            }
+            Case::new(s, true, 53).check(ctx, None);
+            classes.insert(class_key(&s));
+        }
+    }
+    let tuned = ctx.tuning.lock().unwrap().clone();
+    for key in &classes {
+        let v = tuned
+            .get(key)
+            .unwrap_or_else(|| panic!("class {key} was not tuned: {tuned:?}"));
+        assert!(
+            variants(ctx).contains(&v.as_str()),
+            "class {key} chose {v}, not a variant of this adapter"
+        );
+    }
+    assert!(classes.len() >= 24, "shapes cover only {} classes", classes.len());
+    eprintln!("autotuner choices: {tuned:#?}");
+}
+
+#[test]
+fn matmul_rejects_bad_operands_with_a_message() {
+    let ctx = gpu_or_skip!();
+    let s = shape(2, 4, 5, 6, false, false);
+    let a = ctx.zeros("a", s.a_len() - 1).unwrap();
+    let b = ctx.zeros("b", s.b_len()).unwrap();
+    let c = ctx.zeros("c", s.c_len()).unwrap();
+    let err = |r: Result<Vec<_>, shardlab::gpu::GpuError>| r.err().expect("should fail").to_string();
+    let msg = err(pollster::block_on(matmul(ctx, &s, &a, &b, None, &c)));
+    assert!(msg.contains("A holds") && msg.contains("needs"), "{msg}");
+    let a = ctx.zeros("a", s.a_len()).unwrap();
+    let msg = err(pollster::block_on(matmul_variant(ctx, "fastest", &s, &a, &b, None, &c)));
+    assert!(msg.contains("unknown matmul variant") && msg.contains("naive"), "{msg}");
+    let sq = shape(1, 4, 4, 4, false, false);
+    let msg = err(pollster::block_on(matmul_variant(ctx, "naive", &sq, &a, &b, None, &a)));
+    assert!(msg.contains("also an input"), "{msg}");
+    let mut overlap = s;
+    overlap.stride_c = 3;
+    let msg = err(pollster::block_on(matmul(ctx, &overlap, &a, &b, None, &c)));
+    assert!(msg.contains("overlap"), "{msg}");
+    let empty = shape(1, 0, 4, 4, false, false);
+    let msg = err(pollster::block_on(matmul(ctx, &empty, &a, &b, None, &c)));
+    assert!(msg.contains("empty shape"), "{msg}");
+}
