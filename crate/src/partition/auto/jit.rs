@@ -1,0 +1,470 @@
+//! `jit(program, mesh, in_shardings, out_shardings)`: propagate shardings over the global
+//! program, then lower it to one per-device (SPMD) program on local shapes, inserting a
+//! collective or a slice wherever a value's layout differs from what its consumer needs.
+use std::collections::{BTreeMap, HashMap};
+
+use super::assign::{dims_of_spec, spec_of_dims, Dims, Sharding};
+use super::propagate::{assignment, propagate};
+use crate::ir::{Builder, Op, Program, RngLayout, ValueId};
+use crate::sharding::{Mesh, NamedSharding, PartitionSpec};
+
+use super::super::PartitionError;
+
+/// One op the partitioner inserted, for the inspector.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Inserted {
+    /// Its instruction index in the SPMD program.
+    pub instr: usize,
+    /// The inserted op (`all_gather`, `psum`, `psum_scatter`, `all_to_all`, `dynamic_slice`,
+    /// `random_bits`).
+    pub op: String,
+    /// The instruction of the global program that needed it (None: a program output).
+    pub source_instr: Option<usize>,
+    /// That instruction's op name (or `output`).
+    pub source_op: String,
+    /// The value moved (its name, or `%n` in the global program).
+    pub value: String,
+    /// Why: the layouts before and after, and the rule that asked for it.
+    pub rule: String,
+}
+
+/// A partitioned program: the per-device program and what the partitioner inserted.
+#[derive(Clone, Debug)]
+pub struct AutoProgram {
+    /// Runs on every device of the mesh, on local shapes; `in_specs` are the in_shardings.
+    pub program: Program,
+    pub inserted: Vec<Inserted>,
+    /// The propagated sharding of every value of the global program (by ValueId).
+    pub global_shardings: Vec<PartitionSpec>,
+    /// For every instruction of the global program, where its lowering starts in `program`.
+    pub instr_starts: Vec<usize>,
+}
+
+impl AutoProgram {
+    /// How many of the inserted ops are `op`.
+    pub fn count(&self, op: &str) -> usize {
+        self.inserted.iter().filter(|r| r.op == op).count()
+    }
+
+    /// One line per inserted op: `%12 all_gather of h0.w_fc for dot_general (#40): ...`.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        for r in &self.inserted {
+            let at = r.source_instr.map(|i| format!(" (#{i})")).unwrap_or_default();
+            out += &format!(
+                "[{}] {} of {} for {}{at}: {}\n",
+                r.instr, r.op, r.value, r.source_op, r.rule
+            );
+        }
+        out
+    }
+}
+
+/// `jax.jit(f, in_shardings, out_shardings)` of a global program (see [`jit_with_constraints`]).
+pub fn jit(
+    program: &Program,
+    mesh: &Mesh,
+    in_shardings: &[PartitionSpec],
+    out_shardings: &[Option<PartitionSpec>],
+) -> Result<AutoProgram, PartitionError> {
+    jit_with_constraints(program, mesh, in_shardings, out_shardings, &BTreeMap::new())
+}
+
+fn local_shape(mesh: &Mesh, global: &[usize], dims: &Dims) -> Vec<usize> {
+    global
+        .iter()
+        .zip(dims)
+        .map(|(&n, axes)| n / axes.iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>())
+        .collect()
+}
+
+fn invalid(what: String, why: impl ToString) -> PartitionError {
+    PartitionError::Invalid {
+        what,
+        why: why.to_string(),
+    }
+}
+
+/// jit with `with_sharding_constraint`s: each value of `constraints` is pinned to its spec
+/// (propagation never changes it, and the lowering lays it out so right where it is made).
+pub fn jit_with_constraints(
+    program: &Program,
+    mesh: &Mesh,
+    in_shardings: &[PartitionSpec],
+    out_shardings: &[Option<PartitionSpec>],
+    constraints: &BTreeMap<ValueId, PartitionSpec>,
+) -> Result<AutoProgram, PartitionError> {
+    if program.mesh.is_some() {
+        return Err(invalid(
+            "jit".into(),
+            "takes a program on global shapes, not a per-device program",
+        ));
+    }
+    if in_shardings.len() != program.inputs.len() || out_shardings.len() != program.outputs.len() {
+        return Err(invalid(
+            "jit".into(),
+            format!(
+                "the program has {} inputs and {} outputs, but {} in_shardings and {} out_shardings were given",
+                program.inputs.len(),
+                program.outputs.len(),
+                in_shardings.len(),
+                out_shardings.len()
+            ),
+        ));
+    }
+    let name = |v: ValueId| program.info(v).name.clone().unwrap_or_else(|| v.to_string());
+    let check = |what: String, v: ValueId, spec: &PartitionSpec| -> Result<(), PartitionError> {
+        let s = NamedSharding::new(mesh.clone(), spec.clone()).map_err(|e| invalid(what.clone(), e))?;
+        s.shard_shape(program.shape(v)).map_err(|e| invalid(what, e))?;
+        Ok(())
+    };
+    let mut fixed: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
+    for ((v, _), spec) in program.inputs.iter().zip(in_shardings) {
+        check(
+            format!("in_sharding {spec} of `{}` {:?}", name(*v), program.shape(*v)),
+            *v,
+            spec,
+        )?;
+        fixed.insert(*v, spec.clone());
+    }
+    for (k, (v, spec)) in program.outputs.iter().zip(out_shardings).enumerate() {
+        if let Some(spec) = spec {
+            check(format!("out_shardings[{k}] {spec} of `{}`", name(*v)), *v, spec)?;
+            if fixed.get(v).is_some_and(|s| s != spec) {
+                return Err(invalid(
+                    format!("out_shardings[{k}] of `{}`", name(*v)),
+                    "conflicts with its in_sharding",
+                ));
+            }
+            fixed.insert(*v, spec.clone());
+        }
+    }
+    for (v, spec) in constraints {
+        if v.index() >= program.values.len() {
+            return Err(invalid(
+                format!("with_sharding_constraint on {v}"),
+                "no such value in the program",
+            ));
+        }
+        check(format!("with_sharding_constraint {spec} on `{}`", name(*v)), *v, spec)?;
+        if fixed.get(v).is_some_and(|s| s != spec) {
+            return Err(invalid(
+                format!("with_sharding_constraint {spec} on `{}`", name(*v)),
+                "conflicts with the sharding given for it as an input or output",
+            ));
+        }
+        fixed.insert(*v, spec.clone());
+    }
+    let prop = propagate(program, mesh, &fixed)?;
+
+    let mut l = Lowering {
+        b: Builder::with_mesh(mesh.clone()),
+        mesh: mesh.clone(),
+        actual: vec![None; program.values.len()],
+        cache: HashMap::new(),
+        inserted: vec![],
+        names: program
+            .values
+            .iter()
+            .enumerate()
+            .map(|(v, _)| name(ValueId(v as u32)))
+            .collect(),
+    };
+    for ((v, role), spec) in program.inputs.iter().zip(in_shardings) {
+        let info = program.info(*v);
+        let dims = dims_of_spec(spec, info.shape.len());
+        let local = local_shape(mesh, &info.shape, &dims);
+        let nv = l.b.input(&name(*v), &local, info.dtype, role.clone());
+        l.actual[v.index()] = Some((nv, Sharding { dims, partial: vec![] }));
+    }
+    let mut instr_starts = Vec::with_capacity(program.instrs.len());
+    let known: Vec<Option<Dims>> = prop.shardings.iter().cloned().map(Some).collect();
+    for (i, ins) in program.instrs.iter().enumerate() {
+        instr_starts.push(l.b.program().instrs.len());
+        let rule = &prop.rules[i];
+        let a = assignment(program, mesh, rule, i, &known, true);
+        let cause = |k: usize| format!("operand {k} of {}", ins.op.name());
+        // Ops linear in their one operand carry partial sums through (the all-reduce moves
+        // to where a consumer needs the sum, so a weight gradient's transpose can still be
+        // reduce-scattered into the optimizer's shard).
+        let linear = matches!(ins.op, Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. });
+        let mut carried: Vec<String> = vec![];
+        let mut operands = Vec::with_capacity(ins.inputs.len());
+        for (k, v) in ins.inputs.iter().enumerate() {
+            let want = a.project(rule, &rule.operands[k]);
+            if linear {
+                carried = l.actual[v.index()]
+                    .as_ref()
+                    .map(|(_, s)| s.partial.clone())
+                    .unwrap_or_default();
+            }
+            operands.push(l.reshard(*v, &want, linear, Some(i), ins.op.name(), &cause(k))?);
+        }
+        let mut results: Vec<Sharding> = (0..ins.outputs.len()).map(|r| a.result(rule, r)).collect();
+        for r in &mut results {
+            r.partial.extend(carried.iter().cloned());
+        }
+        let locals: Vec<Vec<usize>> = ins
+            .outputs
+            .iter()
+            .zip(&results)
+            .map(|(o, s)| local_shape(mesh, program.shape(*o), &s.dims))
+            .collect();
+        let outs = match &ins.op {
+            Op::RandomBits { shape, layout } => {
+                vec![l.random_bits(i, ins.outputs[0], operands[0], shape, *layout, &results[0])?]
+            }
+            op => l.b.emit(local_op(op, &locals), &operands),
+        };
+        if let Some(e) = l.b.error() {
+            return Err(invalid(format!("jit: lowering `{}` (#{i})", ins.op.name()), e));
+        }
+        for ((o, nv), s) in ins.outputs.iter().zip(outs).zip(results) {
+            if let Some(n) = &program.info(*o).name {
+                l.b.set_name(nv, n);
+            }
+            l.actual[o.index()] = Some((nv, s));
+            if let Some(spec) = constraints.get(o) {
+                let dims = dims_of_spec(spec, program.shape(*o).len());
+                let pinned = l.reshard(
+                    *o,
+                    &dims,
+                    false,
+                    Some(i),
+                    "with_sharding_constraint",
+                    "with_sharding_constraint",
+                )?;
+                l.actual[o.index()] = Some((pinned, Sharding { dims, partial: vec![] }));
+            }
+        }
+    }
+    let mut out_specs = vec![];
+    for (k, v) in program.outputs.iter().enumerate() {
+        let dims = match &out_shardings[k] {
+            Some(spec) => dims_of_spec(spec, program.shape(*v).len()),
+            None => prop.shardings[v.index()].clone(),
+        };
+        let nv = l.reshard(*v, &dims, false, None, "output", &format!("out_shardings[{k}]"))?;
+        l.b.output(nv);
+        out_specs.push(spec_of_dims(&dims));
+    }
+    let mut spmd = l.b.finish()?;
+    spmd.in_specs = in_shardings.to_vec();
+    // An output can reuse its input's buffer only when both are laid out alike.
+    spmd.donations = program
+        .donations
+        .iter()
+        .copied()
+        .filter(|&(o, i)| {
+            let rank = program.shape(program.outputs[o]).len();
+            dims_of_spec(&out_specs[o], rank) == dims_of_spec(&in_shardings[i], rank)
+        })
+        .collect();
+    spmd.out_specs = out_specs;
+    Ok(AutoProgram {
+        program: spmd,
+        inserted: l.inserted,
+        global_shardings: prop.shardings.iter().map(|d| spec_of_dims(d)).collect(),
+        instr_starts,
+    })
+}
+
+/// The op on local shapes: ops whose attributes carry a shape get their result's local one.
+fn local_op(op: &Op, locals: &[Vec<usize>]) -> Op {
+    match op {
+        Op::Reshape { .. } => Op::Reshape {
+            shape: locals[0].clone(),
+        },
+        Op::BroadcastInDim { dims, .. } => Op::BroadcastInDim {
+            shape: locals[0].clone(),
+            dims: dims.clone(),
+        },
+        Op::Full { value, .. } => Op::Full {
+            shape: locals[0].clone(),
+            value: *value,
+        },
+        other => other.clone(),
+    }
+}
+
+struct Lowering {
+    b: Builder,
+    mesh: Mesh,
+    /// Per global value: its SPMD value and how that is laid out (maybe partial sums).
+    actual: Vec<Option<(ValueId, Sharding)>>,
+    /// Resharded copies already made: (global value, wanted dims, partial kept) -> SPMD value.
+    cache: HashMap<(ValueId, Dims, bool), ValueId>,
+    inserted: Vec<Inserted>,
+    names: Vec<String>,
+}
+
+fn strs(axes: &[String]) -> Vec<&str> {
+    axes.iter().map(String::as_str).collect()
+}
+
+impl Lowering {
+    fn record(&mut self, op: &str, source: Option<usize>, source_op: &str, v: ValueId, rule: String) {
+        self.inserted.push(Inserted {
+            instr: self.b.program().instrs.len() - 1,
+            op: op.to_string(),
+            source_instr: source,
+            source_op: source_op.to_string(),
+            value: self.names[v.index()].clone(),
+            rule,
+        });
+    }
+
+    /// Global value `v` laid out as `want` (no partial sums unless `keep_partial`): the
+    /// collectives and slices that take it there from where it is, each recorded.
+    fn reshard(
+        &mut self,
+        v: ValueId,
+        want: &Dims,
+        keep_partial: bool,
+        source: Option<usize>,
+        source_op: &str,
+        why: &str,
+    ) -> Result<ValueId, PartitionError> {
+        let (mut x, from) = self.actual[v.index()].clone().expect("operands are lowered before use");
+        if from.dims == *want && (from.partial.is_empty() || keep_partial) {
+            return Ok(x);
+        }
+        if let Some(&c) = self.cache.get(&(v, want.clone(), keep_partial)) {
+            return Ok(c);
+        }
+        let kept = if keep_partial { from.partial.clone() } else { vec![] };
+        let target = Sharding {
+            dims: want.clone(),
+            partial: kept,
+        }
+        .text();
+        let mut cur = from.clone();
+        let rec = |l: &mut Self, op: &str, what: String| {
+            let rule = format!("{what}: {} -> {target} for {why}", from.text());
+            l.record(op, source, source_op, v, rule);
+        };
+        // 1. Partial sums: reduce-scatter into a dim the consumer wants split over those axes,
+        //    all-reduce the rest.
+        if !cur.partial.is_empty() && !keep_partial {
+            for d in 0..want.len() {
+                let have = cur.dims[d].clone();
+                if want[d].len() > have.len() && want[d][..have.len()] == have[..] {
+                    let extra: Vec<String> = want[d][have.len()..].to_vec();
+                    if extra.iter().all(|a| cur.partial.contains(a)) {
+                        x = self.b.psum_scatter(x, &strs(&extra), d, true);
+                        rec(
+                            self,
+                            "psum_scatter",
+                            format!("reduce-scatter of partial sums into dim {d}"),
+                        );
+                        cur.dims[d] = want[d].clone();
+                        cur.partial.retain(|a| !extra.contains(a));
+                    }
+                }
+            }
+            if !cur.partial.is_empty() {
+                let axes = std::mem::take(&mut cur.partial);
+                x = self.b.psum(x, &strs(&axes));
+                rec(self, "psum", "all-reduce of partial sums".into());
+            }
+        }
+        // 2. One axis moving between dims: all-to-all.
+        for d1 in 0..want.len() {
+            for d2 in 0..want.len() {
+                let Some(a) = cur.dims[d1].last().cloned() else {
+                    continue;
+                };
+                if d1 == d2 || want[d1][..] != cur.dims[d1][..cur.dims[d1].len() - 1] {
+                    continue;
+                }
+                let mut moved = cur.dims[d2].clone();
+                moved.push(a.clone());
+                if want[d2] == moved {
+                    x = self.b.all_to_all(x, &[a.as_str()], d2, d1);
+                    rec(self, "all_to_all", format!("'{a}' moves from dim {d1} to dim {d2}"));
+                    cur.dims[d1].pop();
+                    cur.dims[d2] = moved;
+                }
+            }
+        }
+        // 3. All-gather the axes a dim has beyond what the consumer wants there.
+        for d in 0..want.len() {
+            let common = cur.dims[d].iter().zip(&want[d]).take_while(|(a, b)| a == b).count();
+            if common < cur.dims[d].len() {
+                let axes: Vec<String> = cur.dims[d][common..].to_vec();
+                x = self.b.all_gather(x, &strs(&axes), d, true);
+                rec(self, "all_gather", format!("all-gather of dim {d}"));
+                cur.dims[d].truncate(common);
+            }
+        }
+        // 4. Dynamic-slice: each device keeps its block of a dim the consumer wants split.
+        for d in 0..want.len() {
+            if cur.dims[d].len() < want[d].len() {
+                let axes: Vec<String> = want[d][cur.dims[d].len()..].to_vec();
+                let parts = self.mesh.axes_size(&strs(&axes))?;
+                x = self.b.emit1(Op::ShardSlice { dim: d, axes, parts }, &[x]);
+                rec(self, "dynamic_slice", format!("dynamic-slice of dim {d}"));
+                cur.dims[d] = want[d].clone();
+            }
+        }
+        if let Some(e) = self.b.error() {
+            return Err(invalid(
+                format!("jit: resharding `{}` for {why}", self.names[v.index()]),
+                e,
+            ));
+        }
+        self.cache.insert((v, want.clone(), keep_partial), x);
+        Ok(x)
+    }
+
+    /// random_bits laid out as `s`. Partitionable: each device makes only its block.
+    /// Original: an element's bits depend on the global size through counters spread over
+    /// the whole array, so (as XLA does) every device makes the global bits and slices.
+    fn random_bits(
+        &mut self,
+        i: usize,
+        v: ValueId,
+        key: ValueId,
+        global: &[usize],
+        layout: RngLayout,
+        s: &Sharding,
+    ) -> Result<ValueId, PartitionError> {
+        let sharded = s.dims.iter().any(|d| !d.is_empty());
+        if sharded && layout == RngLayout::Partitionable {
+            let spec = spec_of_dims(&s.dims);
+            let shape = local_shape(&self.mesh, global, &s.dims);
+            return Ok(self.b.emit1(
+                Op::RandomBitsBlock {
+                    global: global.to_vec(),
+                    spec,
+                    shape,
+                    layout,
+                },
+                &[key],
+            ));
+        }
+        let full = self.b.emit1(
+            Op::RandomBits {
+                shape: global.to_vec(),
+                layout,
+            },
+            &[key],
+        );
+        if !sharded {
+            return Ok(full);
+        }
+        self.record(
+            "random_bits",
+            Some(i),
+            "random_bits",
+            v,
+            format!(
+                "original layout: every device generates the global {global:?} bits (replicated), then slices its block of {}",
+                s.text()
+            ),
+        );
+        self.actual[v.index()] = Some((full, Sharding::replicated(global.len())));
+        let why = "random_bits in the original layout";
+        self.reshard(v, &s.dims, false, Some(i), "random_bits", why)
+    }
+}

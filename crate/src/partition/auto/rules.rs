@@ -1,0 +1,304 @@
+//! One sharding rule per op (as Shardy's `OpShardingRule`): every dimension of every operand
+//! and result is a list of *factors* (major first); tensors that share a factor must shard it
+//! the same way. A factor that an operand has and a result lacks is summed over by the op
+//! (dot_general's contracting dims, reduce_sum's axes, scatter_add's indices): sharding it
+//! leaves the result a partial sum. Factors an op cannot split (the normalized axis of
+//! layer_norm, softmax's rows and columns, the vocabulary of cross_entropy and gather) are
+//! `NeedReplication`.
+use crate::ir::{Op, Program};
+
+use super::super::PartitionError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FactorKind {
+    /// May be sharded: each device computes its block of it.
+    Pass,
+    /// Must be replicated on every tensor that has it.
+    NeedReplication,
+}
+
+/// The factors of one op: per operand and result, per dimension, factor indices (major first).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpRule {
+    pub sizes: Vec<usize>,
+    pub kinds: Vec<FactorKind>,
+    pub operands: Vec<Vec<Vec<usize>>>,
+    pub results: Vec<Vec<Vec<usize>>>,
+}
+
+impl OpRule {
+    fn factor(&mut self, size: usize, kind: FactorKind) -> usize {
+        self.sizes.push(size);
+        self.kinds.push(kind);
+        self.sizes.len() - 1
+    }
+
+    /// New factors for every dim of `shape` (`need` picks the ones that need replication).
+    fn dims(&mut self, shape: &[usize], need: impl Fn(usize) -> bool) -> Vec<Vec<usize>> {
+        (0..shape.len())
+            .map(|d| {
+                let kind = if need(d) {
+                    FactorKind::NeedReplication
+                } else {
+                    FactorKind::Pass
+                };
+                vec![self.factor(shape[d], kind)]
+            })
+            .collect()
+    }
+
+    /// The tensors of the op, operands first: `(is_result, index)`.
+    pub fn tensors(&self) -> impl Iterator<Item = &Vec<Vec<usize>>> {
+        self.operands.iter().chain(&self.results)
+    }
+
+    /// Whether a result (rather than an operand) has factor `f`.
+    pub fn in_result(&self, r: usize, f: usize) -> bool {
+        self.results[r].iter().any(|d| d.contains(&f))
+    }
+
+    pub fn in_operands(&self, f: usize) -> bool {
+        self.operands.iter().flatten().any(|d| d.contains(&f))
+    }
+}
+
+/// The rule of instruction `i` of `prog` (a global program).
+pub fn rule_of(prog: &Program, i: usize) -> Result<OpRule, PartitionError> {
+    let ins = &prog.instrs[i];
+    let ins_shapes: Vec<&[usize]> = ins.inputs.iter().map(|v| prog.shape(*v)).collect();
+    let out_shapes: Vec<&[usize]> = ins.outputs.iter().map(|v| prog.shape(*v)).collect();
+    op_rule(&ins.op, &ins_shapes, &out_shapes)
+}
+
+/// The sharding rule of `op` on operands and results of these (global) shapes.
+pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, PartitionError> {
+    let mut r = OpRule::default();
+    let never = |_: usize| false;
+    match op {
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Scale { .. }
+        | Op::Gelu
+        | Op::GeluGrad
+        | Op::Dropout { .. }
+        | Op::SgdUpdate { .. }
+        | Op::AdamWUpdate { .. } => elementwise(&mut r, ins, outs),
+        Op::Full { .. } => r.results = vec![r.dims(outs[0], never)],
+        Op::Reshape { .. } => reshape(&mut r, ins[0], outs[0]),
+        Op::Transpose { perm } => {
+            let f = r.dims(ins[0], never);
+            r.results = vec![perm.iter().map(|&p| f[p].clone()).collect()];
+            r.operands = vec![f];
+        }
+        Op::BroadcastInDim { dims, .. } => {
+            let f = r.dims(outs[0], never);
+            let operand = dims
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| if ins[0][i] == outs[0][d] { f[d].clone() } else { vec![] })
+                .collect();
+            r.operands = vec![operand];
+            r.results = vec![f];
+        }
+        Op::Split { axis, .. } => {
+            let f = r.dims(ins[0], |d| d == *axis);
+            r.results = outs
+                .iter()
+                .map(|s| {
+                    let mut g = f.clone();
+                    g[*axis] = vec![r.factor(s[*axis], FactorKind::NeedReplication)];
+                    g
+                })
+                .collect();
+            r.operands = vec![f];
+        }
+        Op::Concat { axis } => {
+            let f = r.dims(outs[0], |d| d == *axis);
+            r.operands = ins
+                .iter()
+                .map(|s| {
+                    let mut g = f.clone();
+                    g[*axis] = vec![r.factor(s[*axis], FactorKind::NeedReplication)];
+                    g
+                })
+                .collect();
+            r.results = vec![f];
+        }
+        Op::DotGeneral {
+            lhs_contract,
+            rhs_contract,
+            lhs_batch,
+            rhs_batch,
+            ..
+        } => dot_general(&mut r, ins, (lhs_contract, rhs_contract), (lhs_batch, rhs_batch)),
+        Op::ReduceSum { axes } => {
+            let f = r.dims(ins[0], never);
+            r.results = vec![(0..ins[0].len())
+                .filter(|d| !axes.contains(d))
+                .map(|d| f[d].clone())
+                .collect()];
+            r.operands = vec![f];
+        }
+        Op::LayerNorm => {
+            // (x (rows.., C), gamma (C), beta (C)) -> (y, mean (rows..), rstd (rows..))
+            let c = ins[0].len() - 1;
+            let x = r.dims(ins[0], |d| d == c);
+            let rows = x[..c].to_vec();
+            r.operands = vec![x.clone(), vec![x[c].clone()], vec![x[c].clone()]];
+            r.results = vec![x, rows.clone(), rows];
+        }
+        Op::LayerNormGrad => {
+            // (dy, x, mean, rstd, gamma) -> (dx, dgamma, dbeta): dgamma/dbeta sum over the rows.
+            let c = ins[0].len() - 1;
+            let x = r.dims(ins[0], |d| d == c);
+            let rows = x[..c].to_vec();
+            let col = vec![x[c].clone()];
+            r.operands = vec![x.clone(), x.clone(), rows.clone(), rows, col.clone()];
+            r.results = vec![x, col.clone(), col];
+        }
+        Op::SoftmaxCausal | Op::SoftmaxCausalGrad => {
+            // The causal mask needs the global query and key indices: the last two dims whole.
+            let n = ins[0].len();
+            let f = r.dims(ins[0], |d| d + 2 >= n);
+            r.operands = vec![f.clone(); ins.len()];
+            r.results = vec![f];
+        }
+        Op::CrossEntropy | Op::CrossEntropyGrad => {
+            // (logits (rows.., V), targets (rows..)[, dloss (rows..)]) -> loss (rows..) | dlogits
+            let v = ins[0].len() - 1;
+            let l = r.dims(ins[0], |d| d == v);
+            let rows = l[..v].to_vec();
+            let mut operands = vec![l.clone(), rows.clone()];
+            if ins.len() == 3 {
+                operands.push(rows.clone());
+            }
+            r.operands = operands;
+            r.results = vec![if matches!(op, Op::CrossEntropy) { rows } else { l }];
+        }
+        Op::Gather => {
+            // (table (V, C), ids (idx..)) -> (idx.., C): a row lookup needs the whole vocabulary.
+            let table = r.dims(ins[0], |d| d == 0);
+            let ids = r.dims(ins[1], never);
+            let mut out = ids.clone();
+            out.push(table[1].clone());
+            r.operands = vec![table, ids];
+            r.results = vec![out];
+        }
+        Op::ScatterAdd { .. } => {
+            // (dout (idx.., C), ids (idx..)) -> (V, C): the indices are summed over.
+            let n = ins[0].len() - 1;
+            let dout = r.dims(ins[0], never);
+            let rows = r.factor(outs[0][0], FactorKind::NeedReplication);
+            r.results = vec![vec![vec![rows], dout[n].clone()]];
+            r.operands = vec![dout.clone(), dout[..n].to_vec()];
+        }
+        Op::FoldIn { .. } => {
+            let k = r.dims(ins[0], |_| true);
+            r.results = vec![r.dims(outs[0], |_| true)];
+            r.operands = vec![k];
+        }
+        Op::RandomBits { .. } => {
+            // Result-only factors: the lowering decides how each device gets its block.
+            r.operands = vec![r.dims(ins[0], |_| true)];
+            r.results = vec![r.dims(outs[0], never)];
+        }
+        Op::Psum { .. }
+        | Op::AllGather { .. }
+        | Op::PsumScatter { .. }
+        | Op::Ppermute { .. }
+        | Op::AllToAll { .. }
+        | Op::Pvary { .. }
+        | Op::FoldInAxisIndex { .. }
+        | Op::ShardSlice { .. }
+        | Op::RandomBitsBlock { .. } => {
+            return Err(PartitionError::Invalid {
+                what: format!("jit: `{}`", op.name()),
+                why:
+                    "is a per-device op; jit takes a program on global shapes (use shard_map for explicit collectives)"
+                        .into(),
+            })
+        }
+    }
+    Ok(r)
+}
+
+/// Same-shape operands and results; an operand of lower rank is a suffix (broadcast) of them.
+fn elementwise(r: &mut OpRule, ins: &[&[usize]], outs: &[&[usize]]) {
+    let f = r.dims(outs[0], |_| false);
+    r.operands = ins.iter().map(|s| f[f.len() - s.len()..].to_vec()).collect();
+    r.results = vec![f; outs.len()];
+}
+
+/// Batch dims shared by both operands and the result, free dims by one operand and the
+/// result, contracting dims by both operands only (summed: a sharded one leaves a partial sum).
+fn dot_general(r: &mut OpRule, ins: &[&[usize]], contract: (&[usize], &[usize]), batch: (&[usize], &[usize])) {
+    let (l, rr) = (ins[0], ins[1]);
+    let mut lhs = vec![vec![]; l.len()];
+    let mut rhs = vec![vec![]; rr.len()];
+    let mut out = vec![];
+    for (&a, &b) in batch.0.iter().zip(batch.1) {
+        let f = r.factor(l[a], FactorKind::Pass);
+        (lhs[a], rhs[b]) = (vec![f], vec![f]);
+        out.push(vec![f]);
+    }
+    for (&a, &b) in contract.0.iter().zip(contract.1) {
+        let f = r.factor(l[a], FactorKind::Pass);
+        (lhs[a], rhs[b]) = (vec![f], vec![f]);
+    }
+    for d in (0..l.len()).filter(|d| !contract.0.contains(d) && !batch.0.contains(d)) {
+        let f = r.factor(l[d], FactorKind::Pass);
+        lhs[d] = vec![f];
+        out.push(vec![f]);
+    }
+    for d in (0..rr.len()).filter(|d| !contract.1.contains(d) && !batch.1.contains(d)) {
+        let f = r.factor(rr[d], FactorKind::Pass);
+        rhs[d] = vec![f];
+        out.push(vec![f]);
+    }
+    r.operands = vec![lhs, rhs];
+    r.results = vec![out];
+}
+
+/// Splits and merges of dims as common factors: `[B, T, 3C] -> [B, T, 3, H, Dh]` gives the
+/// operand's last dim the factors (3, H, Dh). Where sizes do not divide each other the rest
+/// of both shapes gets factors of their own that must stay replicated.
+fn reshape(r: &mut OpRule, from: &[usize], to: &[usize]) {
+    let mut a = vec![vec![]; from.len()];
+    let mut b = vec![vec![]; to.len()];
+    let (mut i, mut j) = (0, 0);
+    let (mut ra, mut rb) = (from.first().copied().unwrap_or(1), to.first().copied().unwrap_or(1));
+    loop {
+        while i < from.len() && ra == 1 {
+            i += 1;
+            ra = from.get(i).copied().unwrap_or(1);
+        }
+        while j < to.len() && rb == 1 {
+            j += 1;
+            rb = to.get(j).copied().unwrap_or(1);
+        }
+        if i >= from.len() || j >= to.len() {
+            break;
+        }
+        let size = if ra % rb == 0 {
+            rb
+        } else if rb % ra == 0 {
+            ra
+        } else {
+            for (k, d) in a.iter_mut().enumerate().skip(i) {
+                d.push(r.factor(from[k], FactorKind::NeedReplication));
+            }
+            for (k, d) in b.iter_mut().enumerate().skip(j) {
+                d.push(r.factor(to[k], FactorKind::NeedReplication));
+            }
+            break;
+        };
+        let f = r.factor(size, FactorKind::Pass);
+        a[i].push(f);
+        b[j].push(f);
+        ra /= size;
+        rb /= size;
+    }
+    r.operands = vec![a];
+    r.results = vec![b];
+}

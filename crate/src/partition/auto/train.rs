@@ -1,0 +1,71 @@
+//! The train step of a strategy in automatic mode: the global step (forward, autodiff
+//! backward, update) under jit, with the strategy expressed only through shardings.
+use super::jit::{jit, AutoProgram};
+use crate::ir::{RngLayout, Role};
+use crate::model::{param_specs, train_step_program, GptConfig, Optimizer, ParamSpec, TrainStep};
+use crate::partition::strategies::{check, param_layout};
+use crate::partition::{PartitionError, Strategy};
+use crate::sharding::{Mesh, PartitionSpec};
+
+/// The in_sharding of a parameter under `strategy`: shard_map mode's specs, except that
+/// w_qkv and b_qkv keep their stored shapes (columns split over "tp"; the partitioner
+/// reshards where the model views them per head).
+pub fn auto_param_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
+    let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
+    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
+    match leaf {
+        "w_qkv" if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
+        "b_qkv" if tp => PartitionSpec::from_axes(&[Some("tp")]),
+        _ => param_layout(cfg, strategy, mesh, ps).1,
+    }
+}
+
+/// jit of the global train step with the strategy's shardings: params and optimizer state
+/// as [`auto_param_spec`] says (outputs laid out like their inputs), tokens and targets
+/// split over "dp" when the strategy has it, the key and the loss replicated.
+pub fn auto_train_step(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    strategy: Strategy,
+    mesh: &Mesh,
+) -> Result<(TrainStep, AutoProgram), PartitionError> {
+    check(cfg, strategy, mesh)?;
+    let global = train_step_program(cfg, opt, rng_layout)?;
+    let specs = param_specs(cfg);
+    let pspec: Vec<PartitionSpec> = specs
+        .iter()
+        .map(|ps| auto_param_spec(cfg, strategy, mesh, ps))
+        .collect();
+    let batch = if strategy.axes().contains(&"dp") {
+        PartitionSpec::from_axes(&[Some("dp"), None])
+    } else {
+        PartitionSpec::replicated()
+    };
+    let in_shardings: Vec<PartitionSpec> = global
+        .program
+        .inputs
+        .iter()
+        .map(|(_, role)| match role {
+            Role::Param(i) | Role::OptState { param: i, .. } => pspec[*i].clone(),
+            Role::Tokens | Role::Targets => batch.clone(),
+            _ => PartitionSpec::replicated(),
+        })
+        .collect();
+    let mut out_shardings = vec![Some(PartitionSpec::replicated())];
+    for spec in &pspec {
+        for _ in 0..1 + opt.slots() {
+            out_shardings.push(Some(spec.clone()));
+        }
+    }
+    let auto = jit(&global.program, mesh, &in_shardings, &out_shardings)?;
+    let start = |i: usize| auto.instr_starts.get(i).copied().unwrap_or(auto.program.instrs.len());
+    let step = TrainStep {
+        program: auto.program.clone(),
+        forward_end: start(global.forward_end),
+        backward_end: start(global.backward_end),
+        config: cfg.clone(),
+        optimizer: opt,
+    };
+    Ok((step, auto))
+}
