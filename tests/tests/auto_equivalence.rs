@@ -34,6 +34,7 @@ fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
         seed: 0,
         rng_layout: RngLayout::Partitionable,
         parallel,
+        combine_all_reduces: false,
     }
 }
 
@@ -54,6 +55,7 @@ fn check_cases(backend: Backend, opt: Optimizer, cases: &[(Strategy, &str)]) {
         let parallel = Parallel::Auto {
             strategy,
             mesh: Mesh::parse(mesh).unwrap(),
+            specs: vec![],
         };
         let (losses, params) = run(&backend, options(parallel, opt));
         let what = format!("auto {} on {mesh}", strategy.name());
@@ -130,6 +132,7 @@ fn auto_dropout_on_the_gpu_matches_the_reference_in_both_layouts() {
             Parallel::Auto {
                 strategy: Strategy::Dp,
                 mesh: Mesh::parse("dp=4").unwrap(),
+                specs: vec![],
             },
             Optimizer::Sgd { lr: 0.1 },
         );
@@ -209,6 +212,7 @@ fn auto_dropout_matches_one_device_in_both_layouts() {
         auto.parallel = Parallel::Auto {
             strategy: Strategy::Dp,
             mesh: Mesh::parse("dp=4").unwrap(),
+            specs: vec![],
         };
         let (losses, params) = run(&Backend::Reference, auto);
         for (a, b) in losses.iter().zip(&want_losses) {

@@ -40,6 +40,7 @@ fn options(g: &Value) -> TrainerOptions {
         seed: 0,
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
+        combine_all_reduces: false,
     }
 }
 

@@ -49,6 +49,7 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
                 mesh: Mesh::parse(mesh).unwrap(),
                 dropout_key: DropoutKey::FoldIn,
             },
+            combine_all_reduces: false,
         };
         pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts)).unwrap().dispatches_per_step()
     };

@@ -28,6 +28,7 @@ fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
         seed: 0,
         rng_layout: RngLayout::Partitionable,
         parallel,
+        combine_all_reduces: false,
     }
 }
 

@@ -26,6 +26,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
         seed: 1,
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
+        combine_all_reduces: false,
     }
 }
 

@@ -81,7 +81,8 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             vec![None; x.len()]
         }
         // psum's transpose is pvary: an invariant cotangent reaches every device unchanged.
-        Op::Psum { .. } => vec![Some(ct)],
+        // Per operand of a combined psum: absent cotangents stay absent.
+        Op::Psum { .. } => cts.to_vec(),
         Op::Pvary { axes } => {
             let group = b.mesh().map_or(1, |m| m.axes_size(&axes.iter().map(String::as_str).collect::<Vec<_>>()).unwrap_or(1));
             vec![Some(b.emit1(Op::Psum { axes: axes.clone(), group }, &[ct]))]

@@ -1,3 +1,4 @@
 //! Measurements behind `shardlab bench ...`: each returns plain structs (serializable); the CLI prints them.
+pub mod compare;
 pub mod kernels;
 pub mod train;

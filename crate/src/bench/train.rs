@@ -62,6 +62,7 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
         seed: 0,
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
+        combine_all_reduces: false,
     };
     let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;
     for _ in 0..2 {

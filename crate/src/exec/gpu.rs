@@ -370,8 +370,17 @@ impl GpuExecutor {
                 one(Self::shard_slice(ctx, mesh, x(0), y(0), &shape(0), *dim, axes, *parts).await?)
             }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
-            Op::Psum { .. }
-            | Op::AllGather { .. }
+            // A combined psum: one psum dispatch per operand (the simulated devices share one
+            // GPU, so fusing the buffers would save nothing; the profile counts one collective).
+            Op::Psum { .. } => {
+                let mesh = mesh.as_ref().ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
+                let mut ds = Vec::with_capacity(ins.inputs.len());
+                for k in 0..ins.inputs.len() {
+                    ds.push(Self::collective(ctx, mesh, &ins.op, x(k), y(k), &shape(k)).await?);
+                }
+                ds
+            }
+            Op::AllGather { .. }
             | Op::PsumScatter { .. }
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }

@@ -132,15 +132,38 @@ fn slice_chunk<T: Copy>(x: &[T], shape: &[usize], dim: usize, parts: usize, chun
     out
 }
 
+/// A data-moving collective (no arithmetic) on either dtype: u32 arrays (token ids that jit
+/// reshards) travel as f32 bit patterns through the f32 twins, which only copy them.
+fn move_bits<E>(x: &Tensor, f: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>) -> Result<Tensor, E> {
+    Ok(match x {
+        Tensor::F32(v) => Tensor::F32(f(v)?),
+        Tensor::U32(v) => {
+            let bits: Vec<f32> = v.iter().map(|&u| f32::from_bits(u)).collect();
+            Tensor::U32(f(&bits)?.into_iter().map(f32::to_bits).collect())
+        }
+    })
+}
+
 /// A collective over all devices' blocks at once, by the reference twins.
 fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>]) -> Result<Vec<Tensor>, ExecError> {
     let x = vals[ins.inputs[0].index()].as_ref().expect("defined");
     let local = prog.shape(ins.inputs[0]);
     let err = |e: crate::sharding::ShardingError| ExecError::Input(e.to_string());
     let out = match &ins.op {
-        Op::Psum { axes, .. } => Tensor::F32(r::collectives::psum(mesh, &strs(axes), x.f32(), local).map_err(err)?),
+        // A combined psum: each operand reduced alone (one collective on real hardware).
+        Op::Psum { axes, .. } => {
+            return ins
+                .inputs
+                .iter()
+                .map(|v| {
+                    let x = vals[v.index()].as_ref().expect("defined");
+                    let y = r::collectives::psum(mesh, &strs(axes), x.f32(), prog.shape(*v)).map_err(err)?;
+                    Ok(Tensor::F32(y))
+                })
+                .collect()
+        }
         Op::AllGather { axes, axis, tiled, .. } => {
-            Tensor::F32(r::collectives::all_gather(mesh, &strs(axes), x.f32(), local, *axis, *tiled).map_err(err)?)
+            move_bits(x, |v| r::collectives::all_gather(mesh, &strs(axes), v, local, *axis, *tiled)).map_err(err)?
         }
         Op::PsumScatter {
             axes,
@@ -151,16 +174,15 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
             r::collectives::psum_scatter(mesh, &strs(axes), x.f32(), local, *scatter_dimension, *tiled).map_err(err)?,
         ),
         Op::Ppermute { axis, perm } => {
-            Tensor::F32(r::collectives::ppermute(mesh, &[axis.as_str()], x.f32(), local, perm).map_err(err)?)
+            move_bits(x, |v| r::collectives::ppermute(mesh, &[axis.as_str()], v, local, perm)).map_err(err)?
         }
         Op::AllToAll {
             axes,
             split_axis,
             concat_axis,
             ..
-        } => Tensor::F32(
-            r::collectives::all_to_all(mesh, &strs(axes), x.f32(), local, *split_axis, *concat_axis, true).map_err(err)?,
-        ),
+        } => move_bits(x, |v| r::collectives::all_to_all(mesh, &strs(axes), v, local, *split_axis, *concat_axis, true))
+            .map_err(err)?,
         Op::FoldInAxisIndex { axes } => {
             let idx = r::collectives::axis_index(mesh, &strs(axes)).map_err(err)?;
             let k = x.u32();

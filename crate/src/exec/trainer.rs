@@ -7,9 +7,10 @@ use crate::model::{
     eval_program, init_params, param_specs, train_step_program, Batch, DataSource, Dataset, GptConfig, Init, Optimizer,
     TrainStep,
 };
-use crate::partition::{auto_train_step, shard_map_train_step, DropoutKey, Strategy};
+use crate::partition::auto::auto_train_step_with_specs;
+use crate::partition::{combine_train_step, shard_map_train_step, DropoutKey, Strategy};
 use crate::rng::Key;
-use crate::sharding::Mesh;
+use crate::sharding::{Mesh, PartitionSpec};
 
 /// Which executor runs the programs.
 #[derive(Clone)]
@@ -31,7 +32,12 @@ pub enum Parallel {
     },
     /// jit with shardings: the global step, partitioned automatically from the strategy's
     /// in/out shardings (the RNG layout is `TrainerOptions::rng_layout`).
-    Auto { strategy: Strategy, mesh: Mesh },
+    Auto {
+        strategy: Strategy,
+        mesh: Mesh,
+        /// Per-parameter specs overriding the strategy's (`--spec name=P(...)`).
+        specs: Vec<(String, PartitionSpec)>,
+    },
 }
 
 /// Everything `shardlab train` chooses.
@@ -44,6 +50,9 @@ pub struct TrainerOptions {
     pub seed: u64,
     pub rng_layout: RngLayout,
     pub parallel: Parallel,
+    /// Run the all-reduce combiner on the step ([`crate::partition::combine_all_reduces`]):
+    /// psums over the same axes with no reader in between become one collective.
+    pub combine_all_reduces: bool,
 }
 
 /// One finished step: the loss at the parameters before the update, and its wall time.
@@ -92,10 +101,11 @@ impl Trainer {
                 mesh,
                 dropout_key,
             } => shard_map_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, *dropout_key)?,
-            Parallel::Auto { strategy, mesh } => {
-                auto_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh)?.0
+            Parallel::Auto { strategy, mesh, specs } => {
+                auto_train_step_with_specs(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?.0
             }
         };
+        let step = if opts.combine_all_reduces { combine_train_step(&step) } else { step };
         let params = init_params(cfg, opts.init);
         let globals: Vec<Tensor> = params
             .iter()

@@ -100,6 +100,7 @@ impl Builder {
                 let n = match &op {
                     Op::Split { sizes, .. } => sizes.len(),
                     Op::LayerNorm | Op::LayerNormGrad | Op::AdamWUpdate { .. } => 3,
+                    Op::Psum { .. } => inputs.len().max(1),
                     _ => 1,
                 };
                 vec![stand_in; n]
@@ -277,6 +278,13 @@ impl Builder {
     pub fn psum(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
         let group = self.group("psum", axes);
         self.emit1(Op::Psum { axes: Self::names(axes), group }, &[x])
+    }
+
+    /// `jax.lax.psum` of several arrays at once: one all-reduce with N operands and N results
+    /// (HLO's tuple all-reduce), as the all-reduce combiner makes.
+    pub fn psum_many(&mut self, xs: &[ValueId], axes: &[&str]) -> Vec<ValueId> {
+        let group = self.group("psum", axes);
+        self.emit(Op::Psum { axes: Self::names(axes), group }, xs)
     }
 
     /// `jax.lax.pmean`: psum divided by the group size.

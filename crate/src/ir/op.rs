@@ -65,7 +65,9 @@ pub enum Op {
     Dropout { rate: f32 },
 
     // --- collectives (per-device programs; jax.lax names; `group` = devices per group) ---
-    /// All-reduce: every device gets the sum over its group along `axes`.
+    /// All-reduce: every device gets the sum over its group along `axes`. Variadic, as HLO's
+    /// tuple all-reduce: N operands give N outputs, reduced as one collective (the combiner
+    /// merges independent psums over the same axes into one).
     Psum { axes: Vec<String>, group: usize },
     /// Concatenates (tiled) or stacks (untiled) the group's blocks along `axis`.
     AllGather { axes: Vec<String>, group: usize, axis: usize, tiled: bool },
@@ -428,7 +430,13 @@ impl Op {
                 }
                 Ok(vec![f32s(s(0))])
             }
-            Op::Psum { .. } | Op::Ppermute { .. } | Op::Pvary { .. } => {
+            Op::Psum { .. } => {
+                if ins.is_empty() {
+                    return err("needs at least one operand".into());
+                }
+                Ok(ins.iter().map(|v| ValueInfo { shape: v.shape.clone(), dtype: v.dtype, name: None }).collect())
+            }
+            Op::Ppermute { .. } | Op::Pvary { .. } => {
                 want(1)?;
                 Ok(vec![ValueInfo { shape: s(0), dtype: ins[0].dtype, name: None }])
             }
@@ -482,7 +490,8 @@ impl Op {
                 }
                 shape[*split_axis] /= group;
                 shape[*concat_axis] *= group;
-                Ok(vec![f32s(shape)])
+                // Moves data: token ids stay u32 (jit reshards integer arrays with it too).
+                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
             }
             Op::FoldInAxisIndex { .. } => {
                 want(1)?;

@@ -6,7 +6,7 @@ use super::PartitionError;
 use crate::ir::{Op, Program};
 
 /// The varying axes of every value: inputs vary along the axes of their in_spec; collectives
-/// remove (psum, all_gather) or add (psum_scatter, all_to_all, pvary, axis_index) axes;
+/// remove (psum, per operand; all_gather) or add (psum_scatter, all_to_all, pvary, axis_index) axes;
 /// every other op varies along the union of its operands' axes.
 pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
     let mut vma: Vec<BTreeSet<String>> = vec![BTreeSet::new(); prog.values.len()];
@@ -16,9 +16,16 @@ pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
         }
     }
     for ins in &prog.instrs {
+        // A combined psum reduces each operand alone: output k varies as operand k, less `axes`.
+        if let Op::Psum { axes, .. } = &ins.op {
+            for (x, o) in ins.inputs.iter().zip(&ins.outputs) {
+                vma[o.index()] = vma[x.index()].iter().filter(|a| !axes.contains(a)).cloned().collect();
+            }
+            continue;
+        }
         let mut axes: BTreeSet<String> = ins.inputs.iter().flat_map(|v| vma[v.index()].iter().cloned()).collect();
         match &ins.op {
-            Op::Psum { axes: a, .. } | Op::AllGather { axes: a, .. } => {
+            Op::AllGather { axes: a, .. } => {
                 for x in a {
                     axes.remove(x);
                 }

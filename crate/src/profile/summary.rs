@@ -10,16 +10,22 @@ use crate::partition::varying_axes;
 pub struct CollectiveUse {
     pub instr: usize,
     pub kind: CollectiveKind,
-    /// Size of the full array the collective reduces or assembles (per group).
+    /// Size of the full arrays the collective reduces or assembles (per group); a combined
+    /// all-reduce moves the sum of its operands' sizes.
     pub bytes: u64,
     /// Devices per group.
     pub group: usize,
+    /// Arrays it moves: more than one for a combined all-reduce (HLO's tuple all-reduce).
+    pub operands: usize,
 }
 
 /// Count and bytes of one collective kind.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct KindTotals {
+    /// Collectives issued (a combined all-reduce counts once): what pays the latency.
     pub count: usize,
+    /// Arrays moved: the count the collectives would have without combining.
+    pub operands: usize,
     pub bytes: u64,
 }
 
@@ -51,6 +57,7 @@ impl ProgramSummary {
         for c in &self.collectives {
             let t = out.get_mut(c.kind.hlo_name()).expect("every kind");
             t.count += 1;
+            t.operands += c.operands;
             t.bytes += c.bytes;
         }
         out
@@ -76,7 +83,10 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     let in_bytes = bytes(prog.shape(ins.inputs[0]));
     let out_bytes = bytes(prog.shape(ins.outputs[0]));
     let (kind, bytes, group) = match &ins.op {
-        Op::Psum { group, .. } => (CollectiveKind::AllReduce, in_bytes, *group),
+        Op::Psum { group, .. } => {
+            let all: u64 = ins.inputs.iter().map(|v| bytes(prog.shape(*v))).sum();
+            (CollectiveKind::AllReduce, all, *group)
+        }
         Op::AllGather { group, .. } => (CollectiveKind::AllGather, out_bytes, *group),
         Op::PsumScatter { group, .. } => (CollectiveKind::ReduceScatter, in_bytes, *group),
         Op::AllToAll { group, .. } => (CollectiveKind::AllToAll, in_bytes, *group),
@@ -91,6 +101,7 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
         kind,
         bytes,
         group,
+        operands: ins.inputs.len(),
     })
 }
 

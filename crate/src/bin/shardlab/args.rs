@@ -2,7 +2,7 @@
 use clap::ValueEnum;
 use shardlab::exec::Parallel;
 use shardlab::partition::{DropoutKey, Strategy};
-use shardlab::sharding::Mesh;
+use shardlab::sharding::{Mesh, PartitionSpec};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 
@@ -77,9 +77,20 @@ pub struct ModelArgs {
     /// Seed of the random init, the data and dropout.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Random-bit layout of dropout (JAX's jax_threefry_partitionable False / True).
-    #[arg(long, value_enum, default_value_t = RngArg::Partitionable)]
-    pub rng: RngArg,
+    /// Random-bit layout of dropout (JAX's jax_threefry_partitionable False / True);
+    /// default partitionable (original with --preset seed).
+    #[arg(long, value_enum)]
+    pub rng: Option<RngArg>,
+    /// A named setup: `seed` is the JAX report's data-parallel run (dp on 8 devices, dropout
+    /// 0.1, original RNG layout, layers 2, d-model 128, heads 4, seq 64, batch 32, vocab 256).
+    /// It replaces the model flags and the strategy; --rng, --mesh, --mode and --steps still apply.
+    #[arg(long, value_enum)]
+    pub preset: Option<PresetArg>,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+pub enum PresetArg {
+    Seed,
 }
 
 impl ModelArgs {
@@ -129,9 +140,26 @@ impl ModelArgs {
     }
 
     pub fn rng_layout(&self) -> RngLayout {
-        match self.rng {
-            RngArg::Original => RngLayout::Original,
-            RngArg::Partitionable => RngLayout::Partitionable,
+        match (self.rng, self.preset) {
+            (Some(RngArg::Original), _) | (None, Some(PresetArg::Seed)) => RngLayout::Original,
+            (Some(RngArg::Partitionable), _) | (None, None) => RngLayout::Partitionable,
+        }
+    }
+
+    /// Applies `--preset` to the model flags and the parallelism flags.
+    pub fn apply_preset(&mut self, parallel: &mut ParallelArgs) {
+        if self.preset == Some(PresetArg::Seed) {
+            (self.layers, self.d_model, self.heads, self.seq, self.batch, self.vocab) = (2, 128, 4, 64, 32, 256);
+            self.dropout = 0.1;
+            self.tied = false;
+            self.init = InitArg::Random;
+            self.data = DataArg::Copy;
+            self.text = None;
+            parallel.strategy = StrategyArg::Dp;
+            parallel.mesh.get_or_insert_with(|| "dp=8".into());
+            if parallel.mode == ModeArg::Single {
+                parallel.mode = ModeArg::ShardMap;
+            }
         }
     }
 }
@@ -143,6 +171,8 @@ pub enum ModeArg {
     /// A hand-written per-device body with explicit collectives (jax.shard_map).
     #[value(name = "shard_map")]
     ShardMap,
+    /// The global program partitioned automatically from shardings (jax.jit with shardings).
+    Auto,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -169,7 +199,7 @@ pub struct ParallelArgs {
     /// Partitioning mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Single)]
     pub mode: ModeArg,
-    /// Parallelism strategy (with --mode shard_map).
+    /// Parallelism strategy (with --mode shard_map or auto).
     #[arg(long, value_enum, default_value_t = StrategyArg::Dp)]
     pub strategy: StrategyArg,
     /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2, dp=2,tp=2).
@@ -178,13 +208,50 @@ pub struct ParallelArgs {
     /// Dropout keys in shard_map mode.
     #[arg(long = "dropout-key", value_enum, default_value_t = DropoutKeyArg::Same)]
     pub dropout_key: DropoutKeyArg,
+    /// With --mode auto: a parameter's sharding, overriding the strategy's, e.g.
+    /// --spec 'w_fc=P(None,"tp")' (repeatable; a block parameter's short name applies to every block).
+    #[arg(long = "spec", value_name = "NAME=SPEC")]
+    pub specs: Vec<String>,
+    /// Merge independent all-reduces into one (XLA's all-reduce combiner).
+    #[arg(long = "combine-all-reduces")]
+    pub combine_all_reduces: bool,
+    /// With --mode auto: a file of NAME=SPEC lines (# starts a comment).
+    #[arg(long = "spec-file", value_name = "FILE")]
+    pub spec_file: Option<String>,
 }
 
 impl ParallelArgs {
+    /// `--spec` and `--spec-file` entries, parsed.
+    fn spec_overrides(&self) -> Result<Vec<(String, PartitionSpec)>, String> {
+        let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
+        if let Some(path) = &self.spec_file {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read --spec-file {path}: {e}"))?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if !line.is_empty() {
+                    lines.push((format!("--spec-file {path} line {}", n + 1), line.to_string()));
+                }
+            }
+        }
+        lines
+            .into_iter()
+            .map(|(origin, entry)| {
+                let (name, spec) = entry
+                    .split_once('=')
+                    .ok_or_else(|| format!("{origin}: `{entry}` is not NAME=SPEC, e.g. w_fc=P(None,'tp')"))?;
+                let spec = PartitionSpec::parse(spec.trim()).map_err(|e| format!("{origin}: {e}"))?;
+                Ok((name.trim().to_string(), spec))
+            })
+            .collect()
+    }
+
     pub fn parallel(&self) -> Result<Parallel, String> {
+        if self.mode != ModeArg::Auto && (!self.specs.is_empty() || self.spec_file.is_some()) {
+            return Err("--spec and --spec-file need --mode auto".into());
+        }
         if self.mode == ModeArg::Single {
             if self.mesh.is_some() {
-                return Err("--mesh needs --mode shard_map".into());
+                return Err("--mesh needs --mode shard_map or --mode auto".into());
             }
             return Ok(Parallel::None);
         }
@@ -207,6 +274,13 @@ impl ParallelArgs {
             DropoutKeyArg::Same => DropoutKey::Same,
             DropoutKeyArg::FoldIn => DropoutKey::FoldIn,
         };
+        if self.mode == ModeArg::Auto {
+            return Ok(Parallel::Auto {
+                strategy,
+                mesh,
+                specs: self.spec_overrides()?,
+            });
+        }
         Ok(Parallel::ShardMap {
             strategy,
             mesh,

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
+use shardlab::partition::auto::auto_train_step_with_specs;
 use shardlab::gpu::GpuContext;
 use shardlab::profile::{summarize, PRESETS};
 
@@ -27,7 +28,8 @@ pub struct Args {
     pub steps: usize,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(mut args: Args) -> Result<(), String> {
+    args.model.apply_preset(&mut args.parallel);
     let opts = TrainerOptions {
         config: args.model.config(),
         optimizer: args.model.optimizer()?,
@@ -36,6 +38,7 @@ pub fn run(args: Args) -> Result<(), String> {
         seed: args.model.seed,
         rng_layout: args.model.rng_layout(),
         parallel: args.parallel.parallel()?,
+        combine_all_reduces: args.parallel.combine_all_reduces,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     let (backend, device) = if args.cpu {
@@ -56,6 +59,15 @@ pub fn run(args: Args) -> Result<(), String> {
 }
 
 async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &Args) -> Result<(), shardlab::exec::ExecError> {
+    // In automatic mode, also what the partitioner inserted and why.
+    let inserted = match &opts.parallel {
+        Parallel::Auto { strategy, mesh, specs } => {
+            let (_, auto) =
+                auto_train_step_with_specs(&opts.config, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?;
+            Some(auto.inserted)
+        }
+        _ => None,
+    };
     let mut t = Trainer::new(backend, opts).await?;
     let s = summarize(t.program());
     t.step().await?;
@@ -91,6 +103,7 @@ async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &
             "compute_ms_per_device": compute_ms,
             "modelled_ms": modelled,
             "warnings": s.warnings,
+            "inserted": inserted,
             "program": t.program().to_text(),
         });
         println!("{v}");
@@ -130,6 +143,13 @@ async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &
             modelled[p.name],
             s.collectives_ms(&p)
         );
+    }
+    if let Some(inserted) = &inserted {
+        println!("# inserted by the partitioner ({}): [instruction] op of value for consumer: rule", inserted.len());
+        for r in inserted {
+            let at = r.source_instr.map(|i| format!(" (#{i})")).unwrap_or_default();
+            println!("#   [{}] {} of {} for {}{at}: {}", r.instr, r.op, r.value, r.source_op, r.rule);
+        }
     }
     for w in &s.warnings {
         println!("# warning: {w}");

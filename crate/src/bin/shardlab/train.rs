@@ -25,7 +25,8 @@ pub struct Args {
     pub cpu: bool,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(mut args: Args) -> Result<(), String> {
+    args.model.apply_preset(&mut args.parallel);
     let opts = TrainerOptions {
         config: args.model.config(),
         optimizer: args.model.optimizer()?,
@@ -34,6 +35,7 @@ pub fn run(args: Args) -> Result<(), String> {
         seed: args.model.seed,
         rng_layout: args.model.rng_layout(),
         parallel: args.parallel.parallel()?,
+        combine_all_reduces: args.parallel.combine_all_reduces,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if args.steps == 0 {

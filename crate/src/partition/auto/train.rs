@@ -30,13 +30,49 @@ pub fn auto_train_step(
     strategy: Strategy,
     mesh: &Mesh,
 ) -> Result<(TrainStep, AutoProgram), PartitionError> {
+    auto_train_step_with_specs(cfg, opt, rng_layout, strategy, mesh, &[])
+}
+
+/// [`auto_train_step`] with per-parameter specs overriding the strategy's (`--spec
+/// w_fc=P(None,'tp')`): a name matches a parameter's full name (`h0.w_fc`) or, for block
+/// parameters, its name in every block (`w_fc`). Specs the partitioner cannot honour are
+/// errors naming the parameter.
+pub fn auto_train_step_with_specs(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    strategy: Strategy,
+    mesh: &Mesh,
+    overrides: &[(String, PartitionSpec)],
+) -> Result<(TrainStep, AutoProgram), PartitionError> {
     check(cfg, strategy, mesh)?;
     let global = train_step_program(cfg, opt, rng_layout)?;
     let specs = param_specs(cfg);
-    let pspec: Vec<PartitionSpec> = specs
+    let mut pspec: Vec<PartitionSpec> = specs
         .iter()
         .map(|ps| auto_param_spec(cfg, strategy, mesh, ps))
         .collect();
+    for (name, spec) in overrides {
+        let leaf = |ps: &ParamSpec| ps.name.rsplit('.').next().map(str::to_string).unwrap_or_default();
+        let hits: Vec<usize> = specs.iter().filter(|ps| ps.name == *name || leaf(ps) == *name).map(|ps| ps.index).collect();
+        if hits.is_empty() {
+            let names: Vec<String> = specs.iter().map(leaf).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            return Err(PartitionError::Invalid {
+                what: format!("--spec {name}={spec}"),
+                why: format!("there is no parameter `{name}`; parameters are {}", names.join(", ")),
+            });
+        }
+        for i in hits {
+            let ps = &specs[i];
+            crate::sharding::NamedSharding::new(mesh.clone(), spec.clone())
+                .and_then(|s| s.shard_shape(&ps.shape))
+                .map_err(|e| PartitionError::Invalid {
+                    what: format!("--spec {name}={spec} for parameter `{}` {:?}", ps.name, ps.shape),
+                    why: e.to_string(),
+                })?;
+            pspec[i] = spec.clone();
+        }
+    }
     let batch = if strategy.axes().contains(&"dp") {
         PartitionSpec::from_axes(&[Some("dp"), None])
     } else {

@@ -1,4 +1,5 @@
 //! `shardlab bench <what>`: one module per measurement.
+mod compare;
 mod kernels;
 mod train;
 
@@ -8,6 +9,8 @@ use clap::Subcommand;
 pub enum Command {
     /// Matmul GFLOP/s (autotuned variant vs naive vs CPU) and elementwise / softmax GB/s.
     Kernels(kernels::Args),
+    /// Automatic vs shard_map train steps, interleaved: {"auto_ms","shard_map_ms","ratio"}.
+    Compare(compare::Args),
     /// Train-step speed: steps/s, tokens/s, forward / backward / update split, dispatches.
     Train(train::Args),
 }
@@ -16,5 +19,6 @@ pub fn run(command: Command) -> Result<(), String> {
     match command {
         Command::Kernels(args) => kernels::run(args),
         Command::Train(args) => train::run(args),
+        Command::Compare(args) => compare::run(args),
     }
 }

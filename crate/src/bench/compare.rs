@@ -1,0 +1,82 @@
+//! `shardlab bench compare`: the automatic and the shard_map train steps of the same model,
+//! strategy and mesh, run interleaved in one process (alternating after warm-up; medians),
+//! so that noise on a shared machine hits both alike.
+use crate::exec::{Backend, ExecError, Parallel, Trainer, TrainerOptions};
+use crate::partition::DropoutKey;
+use crate::profile::summarize;
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Comparison {
+    /// Median wall time of one step of each program on this machine (all simulated devices).
+    pub auto_ms: f64,
+    pub shard_map_ms: f64,
+    /// auto_ms / shard_map_ms.
+    pub ratio: f64,
+    pub devices: usize,
+    /// Random bits each device generates per step, in each program.
+    pub auto_rng_bits_per_device: u64,
+    pub shard_map_rng_bits_per_device: u64,
+    pub auto_all_reduces: usize,
+    pub shard_map_all_reduces: usize,
+    pub steps: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Builds both trainers from `opts` (whose `parallel` names the strategy and mesh) and
+/// alternates `steps` steps of each after 2 warm-up steps each.
+pub async fn compare(backend: Backend, opts: &TrainerOptions, steps: usize) -> Result<Comparison, ExecError> {
+    let (strategy, mesh) = match &opts.parallel {
+        Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => (*strategy, mesh.clone()),
+        Parallel::None => {
+            return Err(ExecError::Input(
+                "bench compare needs a strategy and mesh: use --preset seed or --strategy and --mesh".into(),
+            ))
+        }
+    };
+    let mut auto_opts = opts.clone();
+    auto_opts.parallel = Parallel::Auto {
+        strategy,
+        mesh: mesh.clone(),
+        specs: match &opts.parallel {
+            Parallel::Auto { specs, .. } => specs.clone(),
+            _ => vec![],
+        },
+    };
+    let mut sm_opts = opts.clone();
+    sm_opts.parallel = Parallel::ShardMap {
+        strategy,
+        mesh,
+        dropout_key: match &opts.parallel {
+            Parallel::ShardMap { dropout_key, .. } => *dropout_key,
+            _ => DropoutKey::Same,
+        },
+    };
+    let mut auto = Trainer::new(backend.clone(), auto_opts).await?;
+    let mut sm = Trainer::new(backend, sm_opts).await?;
+    for _ in 0..2 {
+        auto.step().await?;
+        sm.step().await?;
+    }
+    let (mut a, mut s) = (vec![], vec![]);
+    for _ in 0..steps.max(1) {
+        a.push(auto.step().await?.step_ms);
+        s.push(sm.step().await?.step_ms);
+    }
+    let (sa, ss) = (summarize(auto.program()), summarize(sm.program()));
+    let (auto_ms, shard_map_ms) = (median(a), median(s));
+    Ok(Comparison {
+        auto_ms,
+        shard_map_ms,
+        ratio: auto_ms / shard_map_ms,
+        devices: sa.devices,
+        auto_rng_bits_per_device: sa.rng_bits,
+        shard_map_rng_bits_per_device: ss.rng_bits,
+        auto_all_reduces: sa.collective_totals()["all-reduce"].count,
+        shard_map_all_reduces: ss.collective_totals()["all-reduce"].count,
+        steps,
+    })
+}

@@ -1,0 +1,65 @@
+//! `shardlab bench compare [--preset seed] [--rng original|partitionable] [--json]`: automatic
+//! vs shard_map steps of the same strategy, interleaved in one process; medians.
+use std::sync::Arc;
+
+use shardlab::bench::compare::compare;
+use shardlab::exec::{Backend, TrainerOptions};
+use shardlab::gpu::GpuContext;
+
+use crate::args::{ModelArgs, ParallelArgs};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+    /// Measured steps of each program (after 2 warm-up steps each).
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// One JSON object: {"auto_ms":..,"shard_map_ms":..,"ratio":..,...}.
+    #[arg(long)]
+    pub json: bool,
+    /// Run on the CPU reference executor.
+    #[arg(long)]
+    pub cpu: bool,
+}
+
+pub fn run(mut args: Args) -> Result<(), String> {
+    args.model.apply_preset(&mut args.parallel);
+    if args.parallel.mode == crate::args::ModeArg::Single {
+        // Both modes run anyway; the mode flag only matters for which specs apply.
+        args.parallel.mode = crate::args::ModeArg::ShardMap;
+    }
+    let opts = TrainerOptions {
+        config: args.model.config(),
+        optimizer: args.model.optimizer()?,
+        init: args.model.init(),
+        data: args.model.data()?,
+        seed: args.model.seed,
+        rng_layout: args.model.rng_layout(),
+        parallel: args.parallel.parallel()?,
+        combine_all_reduces: args.parallel.combine_all_reduces,
+    };
+    opts.config.validate().map_err(|e| e.to_string())?;
+    let backend = if args.cpu {
+        Backend::Reference
+    } else {
+        Backend::Gpu(Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?))
+    };
+    let c = pollster::block_on(compare(backend, &opts, args.steps)).map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{}", serde_json::to_string(&c).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "automatic (jit with shardings): {:.2} ms/step   shard_map: {:.2} ms/step   ratio auto/shard_map: {:.2}",
+            c.auto_ms, c.shard_map_ms, c.ratio
+        );
+        println!(
+            "random bits per device: auto {} vs shard_map {}; all-reduces: auto {} vs shard_map {}",
+            c.auto_rng_bits_per_device, c.shard_map_rng_bits_per_device, c.auto_all_reduces, c.shard_map_all_reduces
+        );
+        println!("(measured on this machine, {} simulated devices, medians of {} interleaved steps)", c.devices, c.steps);
+    }
+    Ok(())
+}
