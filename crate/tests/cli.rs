@@ -4,7 +4,10 @@ use std::process::Command;
 fn shardlab(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_shardlab"))
         .args(args)
-        .env("WGPU_BACKEND", std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()))
+        .env(
+            "WGPU_BACKEND",
+            std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()),
+        )
         .output()
         .expect("run shardlab");
     (
@@ -14,7 +17,20 @@ fn shardlab(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-const TINY: &[&str] = &["--layers", "1", "--d-model", "16", "--heads", "2", "--seq", "8", "--batch", "2", "--vocab", "16"];
+const TINY: &[&str] = &[
+    "--layers",
+    "1",
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--seq",
+    "8",
+    "--batch",
+    "2",
+    "--vocab",
+    "16",
+];
 
 #[test]
 fn train_json_prints_one_line_per_step_then_done() {
@@ -72,8 +88,27 @@ fn text_files_that_cannot_be_a_corpus_are_rejected_clearly() {
     let ok = dir.join("ok.txt");
     std::fs::write(&ok, "the quick brown fox jumps over the lazy dog. ".repeat(4)).unwrap();
     let args = [
-        "train", "--cpu", "--json", "--steps", "2", "--data", "text", "--text", ok.to_str().unwrap(), "--layers", "1",
-        "--d-model", "16", "--heads", "2", "--seq", "8", "--batch", "2", "--vocab", "32",
+        "train",
+        "--cpu",
+        "--json",
+        "--steps",
+        "2",
+        "--data",
+        "text",
+        "--text",
+        ok.to_str().unwrap(),
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq",
+        "8",
+        "--batch",
+        "2",
+        "--vocab",
+        "32",
     ];
     let (code, out, err) = shardlab(&args);
     assert_eq!(code, 0, "{err}");
@@ -96,7 +131,19 @@ fn inspect_prints_a_readable_train_step_program() {
 
 #[test]
 fn inspect_json_reports_collectives_memory_and_modelled_times_for_shard_map() {
-    let mut args = vec!["inspect", "--json", "--cpu", "--steps", "1", "--mode", "shard_map", "--strategy", "fsdp", "--mesh", "dp=2"];
+    let mut args = vec![
+        "inspect",
+        "--json",
+        "--cpu",
+        "--steps",
+        "1",
+        "--mode",
+        "shard_map",
+        "--strategy",
+        "fsdp",
+        "--mesh",
+        "dp=2",
+    ];
     args.extend_from_slice(TINY);
     let (code, out, err) = shardlab(&args);
     assert_eq!(code, 0, "{err}");
@@ -118,9 +165,45 @@ fn inspect_json_reports_collectives_memory_and_modelled_times_for_shard_map() {
 #[test]
 fn shard_map_flags_that_do_not_fit_exit_2_naming_the_fix() {
     let cases: &[(&[&str], &str)] = &[
-        (&["train", "--cpu", "--mode", "shard_map", "--strategy", "dp", "--mesh", "tp=2"], "'dp'"),
-        (&["train", "--cpu", "--mode", "shard_map", "--strategy", "dp", "--mesh", "dp=3"], "--batch"),
-        (&["train", "--cpu", "--mode", "shard_map", "--strategy", "tp", "--mesh", "tp=3"], "--heads"),
+        (
+            &[
+                "train",
+                "--cpu",
+                "--mode",
+                "shard_map",
+                "--strategy",
+                "dp",
+                "--mesh",
+                "tp=2",
+            ],
+            "'dp'",
+        ),
+        (
+            &[
+                "train",
+                "--cpu",
+                "--mode",
+                "shard_map",
+                "--strategy",
+                "dp",
+                "--mesh",
+                "dp=3",
+            ],
+            "--batch",
+        ),
+        (
+            &[
+                "train",
+                "--cpu",
+                "--mode",
+                "shard_map",
+                "--strategy",
+                "tp",
+                "--mesh",
+                "tp=3",
+            ],
+            "--heads",
+        ),
         (&["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=0"], "--mesh"),
         (&["train", "--cpu", "--mesh", "dp=2"], "--mode shard_map"),
     ];

@@ -50,7 +50,10 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32)
     let mut worst = (0usize, 0f32);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g - w).abs();
-        assert!(err.is_finite() || g == w, "{what}: non-finite at {i}: got {g}, want {w}");
+        assert!(
+            err.is_finite() || g == w,
+            "{what}: non-finite at {i}: got {g}, want {w}"
+        );
         let excess = err - (atol + rtol * w.abs());
         if excess > worst.1 {
             worst = (i, excess);

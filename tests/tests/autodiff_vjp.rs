@@ -2,7 +2,7 @@
 //! f(x) = sum(op(x) * w) with fixed random w, so the cotangent reaching the op is generic.
 use shardlab::autodiff::grad;
 use shardlab::exec::{ReferenceExecutor, Tensor};
-use shardlab::ir::{Builder, DType, Op, Role, RngLayout, ValueId};
+use shardlab::ir::{Builder, DType, Op, RngLayout, Role, ValueId};
 use shardlab_tests::rand_vec;
 
 /// Builds f(inputs) = sum(body(inputs) * w); checks d f / d input k for every f32 input.
@@ -19,7 +19,12 @@ fn check_vjp(what: &str, inputs: &[(&[usize], DType)], body: impl Fn(&mut Builde
     let yw = b.mul(y, w);
     let all: Vec<usize> = (0..ys.len()).collect();
     let f = b.sum(yw, &all);
-    let wrt: Vec<ValueId> = vals.iter().zip(inputs).filter(|(_, (_, dt))| *dt == DType::F32).map(|(v, _)| *v).collect();
+    let wrt: Vec<ValueId> = vals
+        .iter()
+        .zip(inputs)
+        .filter(|(_, (_, dt))| *dt == DType::F32)
+        .map(|(v, _)| *v)
+        .collect();
     let grads = grad(&mut b, f, &wrt).unwrap();
     b.output(f);
     for g in &grads {
@@ -52,7 +57,11 @@ fn check_vjp(what: &str, inputs: &[(&[usize], DType)], body: impl Fn(&mut Builde
         let analytic = out[gi].f32().to_vec();
         let n = analytic.len();
         // Probe a spread of coordinates (all of them for small inputs).
-        let probes: Vec<usize> = if n <= 24 { (0..n).collect() } else { (0..24).map(|j| j * n / 24).collect() };
+        let probes: Vec<usize> = if n <= 24 {
+            (0..n).collect()
+        } else {
+            (0..24).map(|j| j * n / 24).collect()
+        };
         for &j in &probes {
             let eps = 1e-2f32;
             let mut plus = feed.clone();
@@ -79,7 +88,9 @@ const F: DType = DType::F32;
 fn structural_op_gradients_match_finite_differences() {
     check_vjp("reshape", &[(&[2, 6], F)], |b, x| b.reshape(x[0], &[3, 4]));
     check_vjp("transpose", &[(&[2, 3, 4], F)], |b, x| b.transpose(x[0], &[2, 0, 1]));
-    check_vjp("broadcast_in_dim", &[(&[3, 1], F)], |b, x| b.broadcast_in_dim(x[0], &[2, 3, 4], &[1, 2]));
+    check_vjp("broadcast_in_dim", &[(&[3, 1], F)], |b, x| {
+        b.broadcast_in_dim(x[0], &[2, 3, 4], &[1, 2])
+    });
     check_vjp("split", &[(&[2, 5], F)], |b, x| {
         let p = b.split(x[0], 1, &[2, 3]);
         let s = b.scale(p[0], 3.0);
@@ -87,16 +98,22 @@ fn structural_op_gradients_match_finite_differences() {
         let t = b.reshape(t, &[2, 1]);
         b.concat(&[s, t], 1)
     });
-    check_vjp("concat", &[(&[2, 2], F), (&[2, 3], F)], |b, x| b.concat(&[x[0], x[1]], 1));
+    check_vjp("concat", &[(&[2, 2], F), (&[2, 3], F)], |b, x| {
+        b.concat(&[x[0], x[1]], 1)
+    });
 }
 
 #[test]
 fn elementwise_gradients_match_finite_differences() {
     check_vjp("add broadcast", &[(&[2, 3, 4], F), (&[4], F)], |b, x| b.add(x[0], x[1]));
     check_vjp("sub broadcast", &[(&[3, 4], F), (&[3, 4], F)], |b, x| b.sub(x[0], x[1]));
-    check_vjp("mul broadcast", &[(&[2, 3, 4], F), (&[3, 4], F)], |b, x| b.mul(x[0], x[1]));
+    check_vjp("mul broadcast", &[(&[2, 3, 4], F), (&[3, 4], F)], |b, x| {
+        b.mul(x[0], x[1])
+    });
     check_vjp("scale", &[(&[5], F)], |b, x| b.scale(x[0], -2.5));
-    check_vjp("reduce_sum non-contiguous", &[(&[2, 3, 4], F)], |b, x| b.sum(x[0], &[0, 2]));
+    check_vjp("reduce_sum non-contiguous", &[(&[2, 3, 4], F)], |b, x| {
+        b.sum(x[0], &[0, 2])
+    });
     check_vjp("mean", &[(&[3, 4], F)], |b, x| b.mean(x[0]));
 }
 
@@ -106,9 +123,11 @@ fn dot_general_gradients_match_finite_differences() {
     check_vjp("x @ w^T", &[(&[2, 3, 4], F), (&[5, 4], F)], |b, x| {
         b.dot_general(x[0], x[1], (&[2], &[1]), (&[], &[]), 1.0)
     });
-    check_vjp("batched attention scores", &[(&[2, 2, 3, 4], F), (&[2, 2, 3, 4], F)], |b, x| {
-        b.dot_general(x[0], x[1], (&[3], &[3]), (&[0, 1], &[0, 1]), 0.5)
-    });
+    check_vjp(
+        "batched attention scores",
+        &[(&[2, 2, 3, 4], F), (&[2, 2, 3, 4], F)],
+        |b, x| b.dot_general(x[0], x[1], (&[3], &[3]), (&[0, 1], &[0, 1]), 0.5),
+    );
     check_vjp("two contracting dims", &[(&[2, 3, 4], F), (&[2, 3, 5], F)], |b, x| {
         b.dot_general(x[0], x[1], (&[0, 1], &[0, 1]), (&[], &[]), 1.0)
     });
@@ -120,10 +139,16 @@ fn dot_general_gradients_match_finite_differences() {
 #[test]
 fn transformer_op_gradients_match_finite_differences() {
     check_vjp("gelu", &[(&[3, 5], F)], |b, x| b.gelu(x[0]));
-    check_vjp("layer_norm", &[(&[3, 6], F), (&[6], F), (&[6], F)], |b, x| b.layer_norm(x[0], x[1], x[2]));
+    check_vjp("layer_norm", &[(&[3, 6], F), (&[6], F), (&[6], F)], |b, x| {
+        b.layer_norm(x[0], x[1], x[2])
+    });
     check_vjp("softmax_causal", &[(&[2, 4, 4], F)], |b, x| b.softmax_causal(x[0]));
-    check_vjp("cross_entropy", &[(&[2, 3, 5], F), (&[2, 3], DType::U32)], |b, x| b.cross_entropy(x[0], x[1]));
-    check_vjp("gather", &[(&[5, 3], F), (&[2, 3], DType::U32)], |b, x| b.take(x[0], x[1]));
+    check_vjp("cross_entropy", &[(&[2, 3, 5], F), (&[2, 3], DType::U32)], |b, x| {
+        b.cross_entropy(x[0], x[1])
+    });
+    check_vjp("gather", &[(&[5, 3], F), (&[2, 3], DType::U32)], |b, x| {
+        b.take(x[0], x[1])
+    });
 }
 
 #[test]

@@ -58,7 +58,12 @@ fn run(backend: Backend, g: &Value) -> (Vec<f32>, Vec<Vec<f32>>) {
 }
 
 fn check(what: &str, g: &Value, losses: &[f32], params: &[Vec<f32>], param_rtol: f64) {
-    let want: Vec<f64> = g["losses"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let want: Vec<f64> = g["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
     for (k, (&got, &w)) in losses.iter().zip(&want).enumerate() {
         assert!(
             (got as f64 - w).abs() <= 1e-5,
@@ -72,8 +77,14 @@ fn check(what: &str, g: &Value, losses: &[f32], params: &[Vec<f32>], param_rtol:
         let sumsq: f64 = params[i].iter().map(|&x| (x as f64) * (x as f64)).sum();
         let (ws, wq) = (p["sum"].as_f64().unwrap(), p["sumsq"].as_f64().unwrap());
         let name = p["name"].as_str().unwrap();
-        assert!((sumsq - wq).abs() <= param_rtol * wq.abs() + 1e-6, "{what}: {name} sum of squares {sumsq} vs JAX {wq}");
-        assert!((sum - ws).abs() <= param_rtol * (wq.sqrt() * 10.0) + 1e-5, "{what}: {name} sum {sum} vs JAX {ws}");
+        assert!(
+            (sumsq - wq).abs() <= param_rtol * wq.abs() + 1e-6,
+            "{what}: {name} sum of squares {sumsq} vs JAX {wq}"
+        );
+        assert!(
+            (sum - ws).abs() <= param_rtol * (wq.sqrt() * 10.0) + 1e-5,
+            "{what}: {name} sum {sum} vs JAX {ws}"
+        );
     }
 }
 

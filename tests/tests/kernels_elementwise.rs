@@ -18,10 +18,22 @@ fn elementwise_kernels_match_reference_on_odd_sizes() {
             ctx.read_blocking::<f32>(&out).unwrap()
         };
         let d = pollster::block_on(binary(ctx, Binary::Add, &ga, &gb, &out, n, nb, 0.5, -2.0)).unwrap();
-        assert_close(&format!("add n={n}"), &run(d), &reference::add(&a, &b, 0.5, -2.0), 1e-6, 1e-6);
+        assert_close(
+            &format!("add n={n}"),
+            &run(d),
+            &reference::add(&a, &b, 0.5, -2.0),
+            1e-6,
+            1e-6,
+        );
         let d = pollster::block_on(binary(ctx, Binary::Mul, &ga, &gb, &out, n, nb, 3.0, 0.0)).unwrap();
         assert_close(&format!("mul n={n}"), &run(d), &reference::mul(&a, &b, 3.0), 1e-6, 1e-6);
         let d = pollster::block_on(scale(ctx, &ga, &out, n, -1.5, 0.25)).unwrap();
-        assert_close(&format!("scale n={n}"), &run(d), &reference::scale(&a, -1.5, 0.25), 1e-6, 1e-6);
+        assert_close(
+            &format!("scale n={n}"),
+            &run(d),
+            &reference::scale(&a, -1.5, 0.25),
+            1e-6,
+            1e-6,
+        );
     }
 }

@@ -26,16 +26,29 @@ fn cfg(dropout: f32) -> GptConfig {
 
 fn step(strategy: Strategy, mesh: &str, key: DropoutKey, dropout: f32) -> shardlab::model::TrainStep {
     let mesh = Mesh::parse(mesh).unwrap();
-    shard_map_train_step(&cfg(dropout), Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable, strategy, &mesh, key).unwrap()
+    shard_map_train_step(
+        &cfg(dropout),
+        Optimizer::AdamW { lr: 1e-3 },
+        RngLayout::Partitionable,
+        strategy,
+        &mesh,
+        key,
+    )
+    .unwrap()
 }
 
 #[test]
 fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
-    let Some(_) = shardlab_tests::gpu() else { return eprintln!("skipped: no GPU adapter") };
+    let Some(_) = shardlab_tests::gpu() else {
+        return eprintln!("skipped: no GPU adapter");
+    };
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     // The autotuner may pick matmul variants with a packing pass for some shape classes and
     // not others; the device count must not change the count, so compare with one variant.
-    ctx.tuning.lock().unwrap().insert(shardlab::kernels::matmul::PIN_KEY.into(), "block8".into());
+    ctx.tuning
+        .lock()
+        .unwrap()
+        .insert(shardlab::kernels::matmul::PIN_KEY.into(), "block8".into());
     let count = |mesh: &str| {
         let opts = TrainerOptions {
             config: cfg(0.1),
@@ -51,7 +64,9 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
             },
             combine_all_reduces: false,
         };
-        pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts)).unwrap().dispatches_per_step()
+        pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts))
+            .unwrap()
+            .dispatches_per_step()
     };
     let (one, eight) = (count("dp=1"), count("dp=8"));
     assert!(one > 50, "suspiciously few dispatches: {one}");
@@ -65,8 +80,15 @@ fn fsdp_holds_one_nth_of_dp_params_and_optimizer_state_per_device() {
         let dp = summarize(&step(Strategy::Dp, &mesh, DropoutKey::Same, 0.0).program);
         let fsdp = summarize(&step(Strategy::Fsdp, &mesh, DropoutKey::Same, 0.0).program);
         assert_eq!(fsdp.params_bytes * n as u64, dp.params_bytes, "params on {n} devices");
-        assert_eq!(fsdp.optimizer_state_bytes * n as u64, dp.optimizer_state_bytes, "state on {n} devices");
-        assert!(fsdp.activations_bytes < dp.activations_bytes + dp.params_bytes, "gathered params are transient");
+        assert_eq!(
+            fsdp.optimizer_state_bytes * n as u64,
+            dp.optimizer_state_bytes,
+            "state on {n} devices"
+        );
+        assert!(
+            fsdp.activations_bytes < dp.activations_bytes + dp.params_bytes,
+            "gathered params are transient"
+        );
     }
 }
 
@@ -75,11 +97,18 @@ fn collectives_are_counted_per_kind_for_each_strategy() {
     let totals = |s: Strategy, mesh: &str| summarize(&step(s, mesh, DropoutKey::Same, 0.0).program).collective_totals();
     let n_params = shardlab::model::param_specs(&cfg(0.0)).len();
     let dp = totals(Strategy::Dp, "dp=4");
-    assert_eq!(dp["all-reduce"].count, n_params + 1, "one per gradient and one for the loss");
+    assert_eq!(
+        dp["all-reduce"].count,
+        n_params + 1,
+        "one per gradient and one for the loss"
+    );
     assert_eq!(dp["all-gather"].count, 0);
     let fsdp = totals(Strategy::Fsdp, "dp=4");
     assert_eq!(fsdp["all-gather"].count, n_params, "every parameter is gathered");
-    assert_eq!(fsdp["reduce-scatter"].count, n_params, "every gradient is reduce-scattered");
+    assert_eq!(
+        fsdp["reduce-scatter"].count, n_params,
+        "every gradient is reduce-scattered"
+    );
     assert_eq!(fsdp["all-gather"].bytes, fsdp["reduce-scatter"].bytes);
     let tp = totals(Strategy::Tp, "tp=2");
     // Per layer: a psum after each row-parallel projection (2) and one in the backward of
@@ -90,7 +119,11 @@ fn collectives_are_counted_per_kind_for_each_strategy() {
 #[test]
 fn same_key_dropout_is_flagged_and_fold_in_clears_it() {
     let same = summarize(&step(Strategy::Dp, "dp=4", DropoutKey::Same, 0.1).program);
-    assert!(same.warnings.iter().any(|w| w.contains("repeat across 'dp'")), "{:?}", same.warnings);
+    assert!(
+        same.warnings.iter().any(|w| w.contains("repeat across 'dp'")),
+        "{:?}",
+        same.warnings
+    );
     let folded = summarize(&step(Strategy::Dp, "dp=4", DropoutKey::FoldIn, 0.1).program);
     assert!(folded.warnings.is_empty(), "{:?}", folded.warnings);
     assert_eq!(same.rng_bits, folded.rng_bits, "both draw local-shape masks");

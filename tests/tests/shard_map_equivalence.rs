@@ -93,7 +93,10 @@ fn every_strategy_matches_one_device_on_the_gpu() {
         eprintln!("skipped: no GPU adapter");
         return;
     }
-    check_all(Backend::Gpu(Arc::new(GpuContext::new_blocking().unwrap())), Optimizer::Sgd { lr: 0.1 });
+    check_all(
+        Backend::Gpu(Arc::new(GpuContext::new_blocking().unwrap())),
+        Optimizer::Sgd { lr: 0.1 },
+    );
 }
 
 #[test]
@@ -119,5 +122,8 @@ fn out_spec_claiming_replication_of_a_varying_value_is_rejected_before_running()
     let msg = err.to_string();
     assert!(msg.contains("doubled") && msg.contains("'dp'"), "{msg}");
     // Reducing over "dp" makes the same out_spec valid.
-    shard_map(&mesh, &args, &[PartitionSpec::replicated()], |b, v| Ok(vec![b.psum(v[0], &["dp"])])).unwrap();
+    shard_map(&mesh, &args, &[PartitionSpec::replicated()], |b, v| {
+        Ok(vec![b.psum(v[0], &["dp"])])
+    })
+    .unwrap();
 }

@@ -42,9 +42,15 @@ fn tiny_model_learns_the_copy_task_on_the_gpu() {
         }
         let last = t.eval_loss().await.unwrap();
         let chance = (16f32).ln();
-        assert!((first - chance).abs() < 0.5, "initial loss {first} should be near log(V) = {chance}");
+        assert!(
+            (first - chance).abs() < 0.5,
+            "initial loss {first} should be near log(V) = {chance}"
+        );
         // Half of each row is a copy of the other half: the floor is about 0.5 * ln(8) = 1.04.
-        assert!(last < 0.55 * chance, "after 200 steps the loss is {last}, not well below log(V) = {chance}");
+        assert!(
+            last < 0.55 * chance,
+            "after 200 steps the loss is {last}, not well below log(V) = {chance}"
+        );
     });
 }
 
@@ -61,7 +67,10 @@ fn training_with_dropout_learns_and_keeps_pipelines_cached() {
         }
         assert_eq!(ctx.pipelines.len(), pipelines, "steps must not create pipelines");
         let last = t.eval_loss().await.unwrap();
-        assert!(last < first - 0.3, "with dropout 0.1 the loss went from {first} to {last}");
+        assert!(
+            last < first - 0.3,
+            "with dropout 0.1 the loss went from {first} to {last}"
+        );
     });
 }
 
@@ -74,7 +83,10 @@ fn dropout_training_matches_the_reference_executor_bit_for_bit_masks() {
         let mut cpu = Trainer::new(Backend::Reference, copy_task(0.2)).await.unwrap();
         for _ in 0..3 {
             let (g, c) = (gpu.step().await.unwrap().loss, cpu.step().await.unwrap().loss);
-            assert!((g - c).abs() < 1e-4, "GPU loss {g} vs reference {c}: dropout masks must agree");
+            assert!(
+                (g - c).abs() < 1e-4,
+                "GPU loss {g} vs reference {c}: dropout masks must agree"
+            );
         }
     });
 }

@@ -8,13 +8,22 @@ use crate::ir::{Builder, IrError, Op, ValueId};
 /// (zeros where `loss` does not depend on it).
 pub fn grad(b: &mut Builder, loss: ValueId, wrt: &[ValueId]) -> Result<Vec<ValueId>, IrError> {
     if !b.shape(loss).is_empty() {
-        return Err(IrError::new("grad", format!("loss must be a scalar, got {:?}", b.shape(loss))));
+        return Err(IrError::new(
+            "grad",
+            format!("loss must be a scalar, got {:?}", b.shape(loss)),
+        ));
     }
     let forward_len = b.program().instrs.len();
     let needed = needs_grad(b, wrt, forward_len);
 
     let mut cts: HashMap<ValueId, ValueId> = HashMap::new();
-    let one = b.emit1(Op::Full { shape: vec![], value: 1.0 }, &[]);
+    let one = b.emit1(
+        Op::Full {
+            shape: vec![],
+            value: 1.0,
+        },
+        &[],
+    );
     b.set_name(one, "dloss");
     cts.insert(loss, one);
 

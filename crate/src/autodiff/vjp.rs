@@ -53,8 +53,32 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             alpha,
         } => {
             let (ls, rs) = (b.shape(x[0]), b.shape(x[1]));
-            let dl = dot_transpose(b, ct, x[1], ls.len(), rs.len(), lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha, true);
-            let dr = dot_transpose(b, ct, x[0], rs.len(), ls.len(), rhs_contract, lhs_contract, rhs_batch, lhs_batch, *alpha, false);
+            let dl = dot_transpose(
+                b,
+                ct,
+                x[1],
+                ls.len(),
+                rs.len(),
+                lhs_contract,
+                rhs_contract,
+                lhs_batch,
+                rhs_batch,
+                *alpha,
+                true,
+            );
+            let dr = dot_transpose(
+                b,
+                ct,
+                x[0],
+                rs.len(),
+                ls.len(),
+                rhs_contract,
+                lhs_contract,
+                rhs_batch,
+                lhs_batch,
+                *alpha,
+                false,
+            );
             vec![Some(dl), Some(dr)]
         }
         Op::ReduceSum { axes } => {
@@ -84,10 +108,24 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         // Per operand of a combined psum: absent cotangents stay absent.
         Op::Psum { .. } => cts.to_vec(),
         Op::Pvary { axes } => {
-            let group = b.mesh().map_or(1, |m| m.axes_size(&axes.iter().map(String::as_str).collect::<Vec<_>>()).unwrap_or(1));
-            vec![Some(b.emit1(Op::Psum { axes: axes.clone(), group }, &[ct]))]
+            let group = b.mesh().map_or(1, |m| {
+                m.axes_size(&axes.iter().map(String::as_str).collect::<Vec<_>>())
+                    .unwrap_or(1)
+            });
+            vec![Some(b.emit1(
+                Op::Psum {
+                    axes: axes.clone(),
+                    group,
+                },
+                &[ct],
+            ))]
         }
-        Op::AllGather { axes, group, axis, tiled } => vec![Some(b.emit1(
+        Op::AllGather {
+            axes,
+            group,
+            axis,
+            tiled,
+        } => vec![Some(b.emit1(
             Op::PsumScatter {
                 axes: axes.clone(),
                 group: *group,
@@ -112,7 +150,13 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         ))],
         Op::Ppermute { axis, perm } => {
             let inverse = perm.iter().map(|&(s, d)| (d, s)).collect();
-            vec![Some(b.emit1(Op::Ppermute { axis: axis.clone(), perm: inverse }, &[ct]))]
+            vec![Some(b.emit1(
+                Op::Ppermute {
+                    axis: axis.clone(),
+                    perm: inverse,
+                },
+                &[ct],
+            ))]
         }
         Op::AllToAll {
             axes,
@@ -135,11 +179,17 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         | Op::ScatterAdd { .. }
         | Op::SgdUpdate { .. }
         | Op::AdamWUpdate { .. } => {
-            return Err(IrError::new(ins.op.name(), "has no gradient rule (second-order or optimizer op)"));
+            return Err(IrError::new(
+                ins.op.name(),
+                "has no gradient rule (second-order or optimizer op)",
+            ));
         }
         // Inserted by jit's partitioner after differentiation; programs are differentiated before.
         Op::ShardSlice { .. } => {
-            return Err(IrError::new(ins.op.name(), "has no gradient rule: differentiate the global program before jit"));
+            return Err(IrError::new(
+                ins.op.name(),
+                "has no gradient rule: differentiate the global program before jit",
+            ));
         }
     })
 }
@@ -193,10 +243,18 @@ fn dot_transpose(
     x_is_lhs: bool,
 ) -> ValueId {
     let nb = x_batch.len();
-    let x_free: Vec<usize> = (0..x_rank).filter(|d| !x_contract.contains(d) && !x_batch.contains(d)).collect();
-    let y_free: Vec<usize> = (0..y_rank).filter(|d| !y_contract.contains(d) && !y_batch.contains(d)).collect();
+    let x_free: Vec<usize> = (0..x_rank)
+        .filter(|d| !x_contract.contains(d) && !x_batch.contains(d))
+        .collect();
+    let y_free: Vec<usize> = (0..y_rank)
+        .filter(|d| !y_contract.contains(d) && !y_batch.contains(d))
+        .collect();
     // ct dims: [batch][lhs free][rhs free].
-    let (x_free_at, y_free_at) = if x_is_lhs { (nb, nb + x_free.len()) } else { (nb + y_free.len(), nb) };
+    let (x_free_at, y_free_at) = if x_is_lhs {
+        (nb, nb + x_free.len())
+    } else {
+        (nb + y_free.len(), nb)
+    };
     let ct_contract: Vec<usize> = (0..y_free.len()).map(|j| y_free_at + j).collect();
     let ct_batch: Vec<usize> = (0..nb).collect();
     let r = b.dot_general(ct, y, (&ct_contract, &y_free), (&ct_batch, y_batch), alpha);

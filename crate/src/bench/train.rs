@@ -83,7 +83,11 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
             cats[Category::ALL.iter().position(|x| *x == c).unwrap()] += ms;
         }
         cats[Category::ALL.iter().position(|x| *x == Category::Optimizer).unwrap()] += profile.phases_ms[2];
-        Category::ALL.iter().zip(&cats).map(|(c, ms)| (c.name().to_string(), *ms)).collect()
+        Category::ALL
+            .iter()
+            .zip(&cats)
+            .map(|(c, ms)| (c.name().to_string(), *ms))
+            .collect()
     });
     Ok(TrainBench {
         config: name.to_string(),

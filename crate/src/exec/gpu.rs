@@ -45,7 +45,12 @@ impl SlotPlan {
 
     /// Best fit among free slots (the smallest that holds `n`, else the largest, grown).
     fn take(&mut self, n: usize) -> usize {
-        let fits = self.free.iter().enumerate().filter(|(_, &s)| self.caps[s] >= n).min_by_key(|(_, &s)| self.caps[s]);
+        let fits = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| self.caps[s] >= n)
+            .min_by_key(|(_, &s)| self.caps[s]);
         let pick = fits.or_else(|| self.free.iter().enumerate().max_by_key(|(_, &s)| self.caps[s]));
         match pick {
             Some((i, &s)) => {
@@ -127,7 +132,9 @@ impl GpuExecutor {
                                 );
                                 (p.lhs_perm.is_some(), p.rhs_perm.is_some())
                             }
-                            Op::ReduceSum { axes } => (plan_reduce(program.shape(ins.inputs[0]), axes).perm.is_some(), false),
+                            Op::ReduceSum { axes } => {
+                                (plan_reduce(program.shape(ins.inputs[0]), axes).perm.is_some(), false)
+                            }
                             _ => unreachable!(),
                         };
                         if lhs_perm {
@@ -147,10 +154,20 @@ impl GpuExecutor {
             }
             scratch.push(sc);
             // Dead after this instruction: its operands' last reads, and outputs nobody reads.
-            let mut dead: Vec<usize> = ins.inputs.iter().filter(|v| last_use[v.index()] == Some(i)).map(|v| v.index()).collect();
+            let mut dead: Vec<usize> = ins
+                .inputs
+                .iter()
+                .filter(|v| last_use[v.index()] == Some(i))
+                .map(|v| v.index())
+                .collect();
             dead.sort();
             dead.dedup();
-            dead.extend(ins.outputs.iter().filter(|o| last_use[o.index()].is_none()).map(|o| o.index()));
+            dead.extend(
+                ins.outputs
+                    .iter()
+                    .filter(|o| last_use[o.index()].is_none())
+                    .map(|o| o.index()),
+            );
             for v in dead {
                 plan.release(value_slot[v]);
             }
@@ -203,7 +220,18 @@ impl GpuExecutor {
         let shape: Vec<usize> = std::iter::once(devices).chain(p.shape.iter().copied()).collect();
         let src_strides: Vec<usize> = std::iter::once(blocks.0).chain(p.src_strides.iter().copied()).collect();
         let dst_strides: Vec<usize> = std::iter::once(blocks.1).chain(p.dst_strides.iter().copied()).collect();
-        Ok(k::copy::strided(ctx, src, dst, &shape, p.src_offset, &src_strides, p.dst_offset, &dst_strides, false).await?)
+        Ok(k::copy::strided(
+            ctx,
+            src,
+            dst,
+            &shape,
+            p.src_offset,
+            &src_strides,
+            p.dst_offset,
+            &dst_strides,
+            false,
+        )
+        .await?)
     }
 
     /// The dispatches of instruction `i`.
@@ -232,11 +260,25 @@ impl GpuExecutor {
                 if prog.info(ins.inputs[0]).dtype != DType::F32 {
                     return Err(unsupported("only f32 arrays are transposed on the GPU"));
                 }
-                one(Self::copy(ctx, x(0), y(0), &plan_transpose(&shape(0), perm), devices, (local_in(0), local_out(0))).await?)
+                one(Self::copy(
+                    ctx,
+                    x(0),
+                    y(0),
+                    &plan_transpose(&shape(0), perm),
+                    devices,
+                    (local_in(0), local_out(0)),
+                )
+                .await?)
             }
-            Op::BroadcastInDim { shape: to, dims } => {
-                one(Self::copy(ctx, x(0), y(0), &plan_broadcast(&shape(0), to, dims), devices, (local_in(0), local_out(0))).await?)
-            }
+            Op::BroadcastInDim { shape: to, dims } => one(Self::copy(
+                ctx,
+                x(0),
+                y(0),
+                &plan_broadcast(&shape(0), to, dims),
+                devices,
+                (local_in(0), local_out(0)),
+            )
+            .await?),
             Op::Split { axis, sizes } => {
                 let mut ds = vec![];
                 let mut start = 0;
@@ -265,7 +307,19 @@ impl GpuExecutor {
                     Op::Sub => (k::elementwise::Binary::Add, -1.0),
                     _ => (k::elementwise::Binary::Mul, 0.0),
                 };
-                one(k::elementwise::binary_devices(ctx, kind, x(0), x(1), y(0), n_in(0), local_in(1), 1.0, beta, devices).await?)
+                one(k::elementwise::binary_devices(
+                    ctx,
+                    kind,
+                    x(0),
+                    x(1),
+                    y(0),
+                    n_in(0),
+                    local_in(1),
+                    1.0,
+                    beta,
+                    devices,
+                )
+                .await?)
             }
             Op::Scale { alpha } => one(k::elementwise::scale(ctx, x(0), y(0), n_in(0), *alpha, 0.0).await?),
             Op::Full { value, .. } => one(k::elementwise::fill(ctx, y(0), n_out, *value).await?),
@@ -276,7 +330,15 @@ impl GpuExecutor {
                 rhs_batch,
                 alpha,
             } => {
-                let p = plan_dot(&shape(0), &shape(1), lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+                let p = plan_dot(
+                    &shape(0),
+                    &shape(1),
+                    lhs_contract,
+                    rhs_contract,
+                    lhs_batch,
+                    rhs_batch,
+                    *alpha,
+                );
                 let mut ds = vec![];
                 let mut a = x(0);
                 let mut b = x(1);
@@ -312,12 +374,28 @@ impl GpuExecutor {
             Op::GeluGrad => one(k::gelu::backward(ctx, x(0), x(1), y(0), n_in(0)).await?),
             Op::LayerNorm => {
                 let c = *shape(0).last().unwrap();
-                one(k::layernorm::forward_devices(ctx, x(0), x(1), x(2), y(0), y(1), y(2), n_in(0) / c, c, devices).await?)
+                one(
+                    k::layernorm::forward_devices(ctx, x(0), x(1), x(2), y(0), y(1), y(2), n_in(0) / c, c, devices)
+                        .await?,
+                )
             }
             Op::LayerNormGrad => {
                 let c = *shape(1).last().unwrap();
-                k::layernorm::backward_devices(ctx, x(0), x(1), x(2), x(3), x(4), y(0), y(1), y(2), n_in(1) / c, c, devices)
-                    .await?
+                k::layernorm::backward_devices(
+                    ctx,
+                    x(0),
+                    x(1),
+                    x(2),
+                    x(3),
+                    x(4),
+                    y(0),
+                    y(1),
+                    y(2),
+                    n_in(1) / c,
+                    c,
+                    devices,
+                )
+                .await?
             }
             Op::SoftmaxCausal => {
                 let t = *shape(0).last().unwrap();
@@ -353,11 +431,15 @@ impl GpuExecutor {
                 let blocks = vec![Block::full(s); devices];
                 one(k::random::random_bits(ctx, x(0), y(0), *layout, &blocks, k::random::KeyMode::PerDevice).await?)
             }
-            Op::RandomBitsBlock { global, spec, layout, .. } => {
-                let mesh = mesh.as_ref().ok_or_else(|| unsupported("a per-device block needs a program with a mesh"))?;
+            Op::RandomBitsBlock {
+                global, spec, layout, ..
+            } => {
+                let mesh = mesh
+                    .as_ref()
+                    .ok_or_else(|| unsupported("a per-device block needs a program with a mesh"))?;
                 let err = |e: String| ExecError::Input(e);
-                let sharding = crate::sharding::NamedSharding::new(mesh.clone(), spec.clone())
-                    .map_err(|e| err(e.to_string()))?;
+                let sharding =
+                    crate::sharding::NamedSharding::new(mesh.clone(), spec.clone()).map_err(|e| err(e.to_string()))?;
                 let mut blocks = Vec::with_capacity(devices);
                 for d in 0..devices {
                     let ranges = sharding.device_indices(d, global).map_err(|e| err(e.to_string()))?;
@@ -366,14 +448,18 @@ impl GpuExecutor {
                 one(k::random::random_bits(ctx, x(0), y(0), *layout, &blocks, k::random::KeyMode::PerDevice).await?)
             }
             Op::ShardSlice { dim, axes, parts } => {
-                let mesh = mesh.as_ref().ok_or_else(|| unsupported("a per-device slice needs a program with a mesh"))?;
+                let mesh = mesh
+                    .as_ref()
+                    .ok_or_else(|| unsupported("a per-device slice needs a program with a mesh"))?;
                 one(Self::shard_slice(ctx, mesh, x(0), y(0), &shape(0), *dim, axes, *parts).await?)
             }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
             // A combined psum: one psum dispatch per operand (the simulated devices share one
             // GPU, so fusing the buffers would save nothing; the profile counts one collective).
             Op::Psum { .. } => {
-                let mesh = mesh.as_ref().ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
+                let mesh = mesh
+                    .as_ref()
+                    .ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
                 let mut ds = Vec::with_capacity(ins.inputs.len());
                 for k in 0..ins.inputs.len() {
                     ds.push(Self::collective(ctx, mesh, &ins.op, x(k), y(k), &shape(k)).await?);
@@ -385,7 +471,9 @@ impl GpuExecutor {
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }
             | Op::FoldInAxisIndex { .. } => {
-                let mesh = mesh.as_ref().ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
+                let mesh = mesh
+                    .as_ref()
+                    .ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
                 one(Self::collective(ctx, mesh, &ins.op, x(0), y(0), &shape(0)).await?)
             }
             Op::SgdUpdate { lr } => {
@@ -430,7 +518,10 @@ impl GpuExecutor {
             // The chunk index is axes_index(axes): this axis's coordinate times the sizes of
             // the axes after it in `axes`.
             let weight = match axes.iter().position(|a| a == name) {
-                Some(p) => axes[p + 1..].iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>(),
+                Some(p) => axes[p + 1..]
+                    .iter()
+                    .map(|a| mesh.axis_size(a).unwrap_or(1))
+                    .product::<usize>(),
                 None => 0,
             };
             src_strides.push(src_block * later + weight * len * inner);
@@ -457,7 +548,9 @@ impl GpuExecutor {
         }
         Ok(match op {
             Op::Psum { axes, .. } => c::psum(ctx, mesh, &strs(axes), x, y, local).await?,
-            Op::AllGather { axes, axis, tiled, .. } => c::all_gather(ctx, mesh, &strs(axes), x, y, local, *axis, *tiled).await?,
+            Op::AllGather { axes, axis, tiled, .. } => {
+                c::all_gather(ctx, mesh, &strs(axes), x, y, local, *axis, *tiled).await?
+            }
             Op::PsumScatter {
                 axes,
                 scatter_dimension,

@@ -16,7 +16,9 @@ pub struct DotPlan {
 /// Lays out one operand as batch ++ (free, contract) or batch ++ (contract, free), transposing
 /// only when the stored order is neither. Returns (perm, contract_first).
 fn operand_layout(rank: usize, batch: &[usize], contract: &[usize]) -> (Option<Vec<usize>>, bool) {
-    let free: Vec<usize> = (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect();
+    let free: Vec<usize> = (0..rank)
+        .filter(|d| !batch.contains(d) && !contract.contains(d))
+        .collect();
     let free_first: Vec<usize> = batch.iter().chain(&free).chain(contract).copied().collect();
     let contract_first: Vec<usize> = batch.iter().chain(contract).chain(&free).copied().collect();
     let identity: Vec<usize> = (0..rank).collect();
@@ -103,7 +105,7 @@ pub fn plan_broadcast(in_shape: &[usize], out_shape: &[usize], dims: &[usize]) -
         src_strides,
         dst_offset: 0,
         dst_strides: strides(out_shape),
-}
+    }
 }
 
 /// Piece `[start, start+len)` of `axis`: read with an offset into x, write contiguously

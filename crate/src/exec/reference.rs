@@ -1,10 +1,10 @@
 use super::lowering::{plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, CopyPlan};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
-use crate::sharding::{Mesh, NamedSharding};
 use crate::kernels::optimizer::AdamWHyper;
 use crate::reference as r;
 use crate::rng::{random_bits, random_bits_block, Block, Key};
+use crate::sharding::{Mesh, NamedSharding};
 
 /// Runs any program on the CPU with the reference kernels: the oracle of every GPU test,
 /// and the executor where no GPU adapter exists.
@@ -62,7 +62,11 @@ impl ReferenceExecutor {
             let outs = match prog.mesh.as_ref().filter(|_| is_collective(&ins.op)) {
                 Some(mesh) => collective(prog, ins, mesh, &vals)?,
                 None if devices == 1 => {
-                    let ins_vals: Vec<&Tensor> = ins.inputs.iter().map(|v| vals[v.index()].as_ref().expect("defined")).collect();
+                    let ins_vals: Vec<&Tensor> = ins
+                        .inputs
+                        .iter()
+                        .map(|v| vals[v.index()].as_ref().expect("defined"))
+                        .collect();
                     eval_local(prog, ins, &ins_vals, step)?
                 }
                 None => {
@@ -82,7 +86,12 @@ impl ReferenceExecutor {
                 }
             };
             for (o, t) in ins.outputs.iter().zip(outs) {
-                debug_assert_eq!(t.len(), devices * prog.info(*o).numel(), "{} output size", ins.op.name());
+                debug_assert_eq!(
+                    t.len(),
+                    devices * prog.info(*o).numel(),
+                    "{} output size",
+                    ins.op.name()
+                );
                 debug_assert_eq!(matches!(t, Tensor::U32(_)), prog.info(*o).dtype == DType::U32);
                 vals[o.index()] = Some(t);
             }
@@ -162,9 +171,10 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
                 })
                 .collect()
         }
-        Op::AllGather { axes, axis, tiled, .. } => {
-            move_bits(x, |v| r::collectives::all_gather(mesh, &strs(axes), v, local, *axis, *tiled)).map_err(err)?
-        }
+        Op::AllGather { axes, axis, tiled, .. } => move_bits(x, |v| {
+            r::collectives::all_gather(mesh, &strs(axes), v, local, *axis, *tiled)
+        })
+        .map_err(err)?,
         Op::PsumScatter {
             axes,
             scatter_dimension,
@@ -181,8 +191,10 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
             split_axis,
             concat_axis,
             ..
-        } => move_bits(x, |v| r::collectives::all_to_all(mesh, &strs(axes), v, local, *split_axis, *concat_axis, true))
-            .map_err(err)?,
+        } => move_bits(x, |v| {
+            r::collectives::all_to_all(mesh, &strs(axes), v, local, *split_axis, *concat_axis, true)
+        })
+        .map_err(err)?,
         Op::FoldInAxisIndex { axes } => {
             let idx = r::collectives::axis_index(mesh, &strs(axes)).map_err(err)?;
             let k = x.u32();
@@ -205,7 +217,9 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
             }
             Tensor::concat(blocks.iter())
         }
-        Op::RandomBitsBlock { global, spec, layout, .. } => {
+        Op::RandomBitsBlock {
+            global, spec, layout, ..
+        } => {
             let sharding = NamedSharding::new(mesh.clone(), spec.clone()).map_err(err)?;
             let k = x.u32();
             let mut bits = vec![];
@@ -228,144 +242,163 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
     let f = |k: usize| get(k).f32();
     let out_shape = |k: usize| prog.shape(ins.outputs[k]);
     Ok(match &ins.op {
-            Op::Reshape { .. } | Op::Pvary { .. } => vec![get(0).clone()],
-            Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
-            Op::BroadcastInDim { shape: to, dims } => {
-                let mut out = vec![0.0; numel(to)];
-                copy(f(0), &plan_broadcast(shape(0), to, dims), &mut out);
-                vec![Tensor::F32(out)]
-            }
-            Op::Split { axis, sizes } => {
-                let mut start = 0;
-                sizes
-                    .iter()
-                    .map(|&len| {
-                        let plan = plan_slice(shape(0), *axis, start, len, false);
-                        start += len;
-                        let mut out = vec![0.0; numel(&plan.shape)];
-                        copy(f(0), &plan, &mut out);
-                        Tensor::F32(out)
-                    })
-                    .collect()
-            }
-            Op::Concat { axis } => {
-                let whole = out_shape(0);
-                let mut out = vec![0.0; numel(whole)];
-                let mut start = 0;
-                for k in 0..ins.inputs.len() {
-                    let len = shape(k)[*axis];
-                    copy(f(k), &plan_slice(whole, *axis, start, len, true), &mut out);
+        Op::Reshape { .. } | Op::Pvary { .. } => vec![get(0).clone()],
+        Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
+        Op::BroadcastInDim { shape: to, dims } => {
+            let mut out = vec![0.0; numel(to)];
+            copy(f(0), &plan_broadcast(shape(0), to, dims), &mut out);
+            vec![Tensor::F32(out)]
+        }
+        Op::Split { axis, sizes } => {
+            let mut start = 0;
+            sizes
+                .iter()
+                .map(|&len| {
+                    let plan = plan_slice(shape(0), *axis, start, len, false);
                     start += len;
-                }
-                vec![Tensor::F32(out)]
+                    let mut out = vec![0.0; numel(&plan.shape)];
+                    copy(f(0), &plan, &mut out);
+                    Tensor::F32(out)
+                })
+                .collect()
+        }
+        Op::Concat { axis } => {
+            let whole = out_shape(0);
+            let mut out = vec![0.0; numel(whole)];
+            let mut start = 0;
+            for k in 0..ins.inputs.len() {
+                let len = shape(k)[*axis];
+                copy(f(k), &plan_slice(whole, *axis, start, len, true), &mut out);
+                start += len;
             }
-            Op::Add | Op::Sub => {
-                let beta = if ins.op == Op::Add { 1.0 } else { -1.0 };
-                vec![Tensor::F32(r::elementwise::add(f(0), f(1), 1.0, beta))]
-            }
-            Op::Mul => vec![Tensor::F32(r::elementwise::mul(f(0), f(1), 1.0))],
-            Op::Scale { alpha } => vec![Tensor::F32(r::elementwise::scale(f(0), *alpha, 0.0))],
-            Op::Full { shape, value } => vec![Tensor::F32(vec![*value; numel(shape)])],
-            Op::DotGeneral {
+            vec![Tensor::F32(out)]
+        }
+        Op::Add | Op::Sub => {
+            let beta = if ins.op == Op::Add { 1.0 } else { -1.0 };
+            vec![Tensor::F32(r::elementwise::add(f(0), f(1), 1.0, beta))]
+        }
+        Op::Mul => vec![Tensor::F32(r::elementwise::mul(f(0), f(1), 1.0))],
+        Op::Scale { alpha } => vec![Tensor::F32(r::elementwise::scale(f(0), *alpha, 0.0))],
+        Op::Full { shape, value } => vec![Tensor::F32(vec![*value; numel(shape)])],
+        Op::DotGeneral {
+            lhs_contract,
+            rhs_contract,
+            lhs_batch,
+            rhs_batch,
+            alpha,
+        } => {
+            let plan = plan_dot(
+                shape(0),
+                shape(1),
                 lhs_contract,
                 rhs_contract,
                 lhs_batch,
                 rhs_batch,
-                alpha,
-            } => {
-                let plan = plan_dot(shape(0), shape(1), lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
-                let a = match &plan.lhs_perm {
-                    Some(p) => transpose(f(0), shape(0), p),
-                    None => f(0).to_vec(),
-                };
-                let b = match &plan.rhs_perm {
-                    Some(p) => transpose(f(1), shape(1), p),
-                    None => f(1).to_vec(),
-                };
-                let mut c = vec![0.0; numel(out_shape(0))];
-                r::matmul::matmul(&plan.shape, &a, &b, None, &mut c);
-                vec![Tensor::F32(c)]
-            }
-            Op::ReduceSum { axes } => {
-                let plan = plan_reduce(shape(0), axes);
-                let x = match &plan.perm {
-                    Some(p) => transpose(f(0), shape(0), p),
-                    None => f(0).to_vec(),
-                };
-                vec![Tensor::F32(r::reduce::sum_axis(&x, plan.outer, plan.n, plan.inner))]
-            }
-            Op::Gelu => vec![Tensor::F32(r::gelu::forward(f(0)))],
-            Op::GeluGrad => vec![Tensor::F32(r::gelu::backward(f(0), f(1)))],
-            Op::LayerNorm => {
-                let c = *shape(0).last().unwrap();
-                let (y, mean, rstd) = r::layernorm::forward(f(0), f(1), f(2), f(0).len() / c, c);
-                vec![Tensor::F32(y), Tensor::F32(mean), Tensor::F32(rstd)]
-            }
-            Op::LayerNormGrad => {
-                let c = *shape(1).last().unwrap();
-                let (dx, dg, db) = r::layernorm::backward(f(0), f(1), f(2), f(3), f(4), f(1).len() / c, c);
-                vec![Tensor::F32(dx), Tensor::F32(dg), Tensor::F32(db)]
-            }
-            Op::SoftmaxCausal => {
-                let t = *shape(0).last().unwrap();
-                vec![Tensor::F32(r::softmax::causal_forward(f(0), f(0).len() / t, t))]
-            }
-            Op::SoftmaxCausalGrad => {
-                let t = *shape(0).last().unwrap();
-                vec![Tensor::F32(r::softmax::causal_backward(f(0), f(1), f(0).len() / t, t))]
-            }
-            Op::CrossEntropy => {
-                let v = *shape(0).last().unwrap();
-                vec![Tensor::F32(r::crossentropy::forward(f(0), get(1).u32(), f(0).len() / v, v))]
-            }
-            Op::CrossEntropyGrad => {
-                let v = *shape(0).last().unwrap();
-                vec![Tensor::F32(r::crossentropy::backward(f(0), get(1).u32(), f(2), f(0).len() / v, v))]
-            }
-            Op::Gather => {
-                let c = shape(0)[1];
-                let ids = get(1).u32();
-                vec![Tensor::F32(r::embedding::forward(f(0), ids, ids.len(), c))]
-            }
-            Op::ScatterAdd { rows } => {
-                let c = *shape(0).last().unwrap();
-                let ids = get(1).u32();
-                vec![Tensor::F32(r::embedding::backward(f(0), ids, ids.len(), *rows, c))]
-            }
-            Op::FoldIn { data } => {
-                let k = get(0).u32();
-                vec![Tensor::U32(Key([k[0], k[1]]).fold_in(*data).0.to_vec())]
-            }
-            Op::RandomBits { shape, layout } => {
-                let k = get(0).u32();
-                vec![Tensor::U32(random_bits(Key([k[0], k[1]]), *layout, shape))]
-            }
-            Op::Dropout { rate } => vec![Tensor::F32(r::dropout::apply(f(0), get(1).u32(), *rate))],
-            Op::Psum { .. }
-            | Op::AllGather { .. }
-            | Op::PsumScatter { .. }
-            | Op::Ppermute { .. }
-            | Op::AllToAll { .. }
-            | Op::FoldInAxisIndex { .. }
-            | Op::ShardSlice { .. }
-            | Op::RandomBitsBlock { .. } => {
-                return Err(ExecError::Unsupported {
-                    op: ins.op.name().into(),
-                    executor: "reference",
-                    why: "collectives and per-device slices need a program with a mesh".into(),
-                })
-            }
-            Op::SgdUpdate { lr } => {
-                let mut p = f(0).to_vec();
-                r::optimizer::sgd(&mut p, f(1), *lr);
-                vec![Tensor::F32(p)]
-            }
-            Op::AdamWUpdate { lr, b1, b2, eps, wd } => {
-                let mut hyper = AdamWHyper::at(*lr, step as u32).map_err(|e| ExecError::Input(e.to_string()))?;
-                (hyper.b1, hyper.b2, hyper.eps) = (*b1, *b2, *eps);
-                let (mut p, mut m, mut v) = (f(0).to_vec(), f(2).to_vec(), f(3).to_vec());
-                r::optimizer::adamw(&mut p, f(1), &mut m, &mut v, &hyper, *wd);
-                vec![Tensor::F32(p), Tensor::F32(m), Tensor::F32(v)]
-            }
-        })
+                *alpha,
+            );
+            let a = match &plan.lhs_perm {
+                Some(p) => transpose(f(0), shape(0), p),
+                None => f(0).to_vec(),
+            };
+            let b = match &plan.rhs_perm {
+                Some(p) => transpose(f(1), shape(1), p),
+                None => f(1).to_vec(),
+            };
+            let mut c = vec![0.0; numel(out_shape(0))];
+            r::matmul::matmul(&plan.shape, &a, &b, None, &mut c);
+            vec![Tensor::F32(c)]
+        }
+        Op::ReduceSum { axes } => {
+            let plan = plan_reduce(shape(0), axes);
+            let x = match &plan.perm {
+                Some(p) => transpose(f(0), shape(0), p),
+                None => f(0).to_vec(),
+            };
+            vec![Tensor::F32(r::reduce::sum_axis(&x, plan.outer, plan.n, plan.inner))]
+        }
+        Op::Gelu => vec![Tensor::F32(r::gelu::forward(f(0)))],
+        Op::GeluGrad => vec![Tensor::F32(r::gelu::backward(f(0), f(1)))],
+        Op::LayerNorm => {
+            let c = *shape(0).last().unwrap();
+            let (y, mean, rstd) = r::layernorm::forward(f(0), f(1), f(2), f(0).len() / c, c);
+            vec![Tensor::F32(y), Tensor::F32(mean), Tensor::F32(rstd)]
+        }
+        Op::LayerNormGrad => {
+            let c = *shape(1).last().unwrap();
+            let (dx, dg, db) = r::layernorm::backward(f(0), f(1), f(2), f(3), f(4), f(1).len() / c, c);
+            vec![Tensor::F32(dx), Tensor::F32(dg), Tensor::F32(db)]
+        }
+        Op::SoftmaxCausal => {
+            let t = *shape(0).last().unwrap();
+            vec![Tensor::F32(r::softmax::causal_forward(f(0), f(0).len() / t, t))]
+        }
+        Op::SoftmaxCausalGrad => {
+            let t = *shape(0).last().unwrap();
+            vec![Tensor::F32(r::softmax::causal_backward(f(0), f(1), f(0).len() / t, t))]
+        }
+        Op::CrossEntropy => {
+            let v = *shape(0).last().unwrap();
+            vec![Tensor::F32(r::crossentropy::forward(
+                f(0),
+                get(1).u32(),
+                f(0).len() / v,
+                v,
+            ))]
+        }
+        Op::CrossEntropyGrad => {
+            let v = *shape(0).last().unwrap();
+            vec![Tensor::F32(r::crossentropy::backward(
+                f(0),
+                get(1).u32(),
+                f(2),
+                f(0).len() / v,
+                v,
+            ))]
+        }
+        Op::Gather => {
+            let c = shape(0)[1];
+            let ids = get(1).u32();
+            vec![Tensor::F32(r::embedding::forward(f(0), ids, ids.len(), c))]
+        }
+        Op::ScatterAdd { rows } => {
+            let c = *shape(0).last().unwrap();
+            let ids = get(1).u32();
+            vec![Tensor::F32(r::embedding::backward(f(0), ids, ids.len(), *rows, c))]
+        }
+        Op::FoldIn { data } => {
+            let k = get(0).u32();
+            vec![Tensor::U32(Key([k[0], k[1]]).fold_in(*data).0.to_vec())]
+        }
+        Op::RandomBits { shape, layout } => {
+            let k = get(0).u32();
+            vec![Tensor::U32(random_bits(Key([k[0], k[1]]), *layout, shape))]
+        }
+        Op::Dropout { rate } => vec![Tensor::F32(r::dropout::apply(f(0), get(1).u32(), *rate))],
+        Op::Psum { .. }
+        | Op::AllGather { .. }
+        | Op::PsumScatter { .. }
+        | Op::Ppermute { .. }
+        | Op::AllToAll { .. }
+        | Op::FoldInAxisIndex { .. }
+        | Op::ShardSlice { .. }
+        | Op::RandomBitsBlock { .. } => {
+            return Err(ExecError::Unsupported {
+                op: ins.op.name().into(),
+                executor: "reference",
+                why: "collectives and per-device slices need a program with a mesh".into(),
+            })
+        }
+        Op::SgdUpdate { lr } => {
+            let mut p = f(0).to_vec();
+            r::optimizer::sgd(&mut p, f(1), *lr);
+            vec![Tensor::F32(p)]
+        }
+        Op::AdamWUpdate { lr, b1, b2, eps, wd } => {
+            let mut hyper = AdamWHyper::at(*lr, step as u32).map_err(|e| ExecError::Input(e.to_string()))?;
+            (hyper.b1, hyper.b2, hyper.eps) = (*b1, *b2, *eps);
+            let (mut p, mut m, mut v) = (f(0).to_vec(), f(2).to_vec(), f(3).to_vec());
+            r::optimizer::adamw(&mut p, f(1), &mut m, &mut v, &hyper, *wd);
+            vec![Tensor::F32(p), Tensor::F32(m), Tensor::F32(v)]
+        }
+    })
 }

@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::{ExecError, GpuExecutor, ReferenceExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
-use crate::ir::{Program, Role, RngLayout};
+use crate::ir::{Program, RngLayout, Role};
 use crate::model::{
     eval_program, init_params, param_specs, train_step_program, Batch, DataSource, Dataset, GptConfig, Init, Optimizer,
     TrainStep,
@@ -75,8 +75,13 @@ pub struct StepProfile {
 
 enum State {
     /// The persistent inputs (params, optimizer state) in the program's device layout.
-    Reference { state: Vec<Tensor> },
-    Gpu { ctx: Arc<GpuContext>, exec: GpuExecutor },
+    Reference {
+        state: Vec<Tensor>,
+    },
+    Gpu {
+        ctx: Arc<GpuContext>,
+        exec: GpuExecutor,
+    },
 }
 
 /// Trains the model one step at a time on either executor, on one device or sharded; the
@@ -105,12 +110,20 @@ impl Trainer {
                 auto_train_step_with_specs(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?.0
             }
         };
-        let step = if opts.combine_all_reduces { combine_train_step(&step) } else { step };
+        let step = if opts.combine_all_reduces {
+            combine_train_step(&step)
+        } else {
+            step
+        };
         let params = init_params(cfg, opts.init);
         let globals: Vec<Tensor> = params
             .iter()
             .map(|p| Tensor::F32(p.clone()))
-            .chain(params.iter().flat_map(|p| std::iter::repeat_n(Tensor::F32(vec![0.0; p.len()]), opts.optimizer.slots())))
+            .chain(
+                params
+                    .iter()
+                    .flat_map(|p| std::iter::repeat_n(Tensor::F32(vec![0.0; p.len()]), opts.optimizer.slots())),
+            )
             .collect();
         let mut state = Vec::with_capacity(globals.len());
         for (pos, g) in globals.into_iter().enumerate() {
@@ -177,13 +190,21 @@ impl Trainer {
     /// Tokens, targets and key in the program's device layout.
     fn data_inputs(&self, batch: &Batch, key: Key) -> Result<Vec<Tensor>, ExecError> {
         let prog = &self.step.program;
-        let first = prog.inputs.iter().position(|(_, r)| *r == Role::Tokens).expect("tokens input");
+        let first = prog
+            .inputs
+            .iter()
+            .position(|(_, r)| *r == Role::Tokens)
+            .expect("tokens input");
         let globals = [
             Tensor::U32(batch.inputs.clone()),
             Tensor::U32(batch.targets.clone()),
             Tensor::U32(key.0.to_vec()),
         ];
-        globals.into_iter().enumerate().map(|(k, g)| shard(prog, first + k, g)).collect()
+        globals
+            .into_iter()
+            .enumerate()
+            .map(|(k, g)| shard(prog, first + k, g))
+            .collect()
     }
 
     /// Runs one train step: returns the loss before the update.
@@ -268,13 +289,18 @@ impl Trainer {
             ),
             _ => None,
         };
-        Ok(StepProfile { phases_ms, per_dispatch })
+        Ok(StepProfile {
+            phases_ms,
+            per_dispatch,
+        })
     }
 
     /// Wall time of the step's collective dispatches run alone (GPU only): what the measured
     /// step time spends simulating communication rather than computing.
     pub async fn collectives_ms(&self) -> Result<Option<f64>, ExecError> {
-        let State::Gpu { ctx, exec } = &self.state else { return Ok(None) };
+        let State::Gpu { ctx, exec } = &self.state else {
+            return Ok(None);
+        };
         let prog = &self.step.program;
         let picked: Vec<&crate::gpu::Dispatch> = exec
             .dispatches()
@@ -355,5 +381,7 @@ fn unshard(prog: &Program, pos: usize, blocks: &[f32]) -> Result<Vec<f32>, ExecE
     let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
     let local = prog.shape(prog.inputs[pos].0);
     let shape = prog.global_shape(local, &sharding.spec);
-    sharding.unshard(blocks, &shape).map_err(|e| ExecError::Input(e.to_string()))
+    sharding
+        .unshard(blocks, &shape)
+        .map_err(|e| ExecError::Input(e.to_string()))
 }

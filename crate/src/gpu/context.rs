@@ -112,7 +112,9 @@ impl GpuContext {
                     return Ok(a);
                 }
             }
-            return Err(GpuError::NoAdapter(format!("no adapter name contains `{name}` (WGPU_ADAPTER_NAME)")));
+            return Err(GpuError::NoAdapter(format!(
+                "no adapter name contains `{name}` (WGPU_ADAPTER_NAME)"
+            )));
         }
         instance
             .request_adapter(&wgpu::RequestAdapterOptions {
@@ -134,7 +136,10 @@ impl GpuContext {
         if let Some(reason) = self.lost.lock().ok().and_then(|l| l.clone()) {
             return Err(GpuError::DeviceLost(reason));
         }
-        let mut errs = self.errors.lock().map_err(|_| GpuError::Invalid("error sink poisoned".into()))?;
+        let mut errs = self
+            .errors
+            .lock()
+            .map_err(|_| GpuError::Invalid("error sink poisoned".into()))?;
         if errs.is_empty() {
             Ok(())
         } else {
@@ -209,7 +214,12 @@ impl GpuContext {
 
     /// A bind group for group 0 of `pipeline`: `(binding, buffer)` pairs. Pipelines use auto
     /// layout, which holds only the bindings the entry point uses: bind exactly those.
-    pub fn bind(&self, label: &str, pipeline: &wgpu::ComputePipeline, buffers: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
+    pub fn bind(
+        &self,
+        label: &str,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
         let layout = pipeline.get_bind_group_layout(0);
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
@@ -298,7 +308,8 @@ impl GpuContext {
             let _ = tx.send(());
         });
         self.poll_wait();
-        rx.await.map_err(|_| GpuError::DeviceLost("the queue was dropped".into()))?;
+        rx.await
+            .map_err(|_| GpuError::DeviceLost("the queue was dropped".into()))?;
         self.check()
     }
 

@@ -1,4 +1,4 @@
-use super::{DType, Instr, IrError, Op, Program, Role, RngLayout, ValueId, ValueInfo};
+use super::{DType, Instr, IrError, Op, Program, RngLayout, Role, ValueId, ValueInfo};
 use crate::sharding::Mesh;
 
 /// Traces a program: each method appends one instruction and returns its result.
@@ -277,14 +277,26 @@ impl Builder {
     /// `jax.lax.psum`: the sum over the group along `axes` (an all-reduce).
     pub fn psum(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
         let group = self.group("psum", axes);
-        self.emit1(Op::Psum { axes: Self::names(axes), group }, &[x])
+        self.emit1(
+            Op::Psum {
+                axes: Self::names(axes),
+                group,
+            },
+            &[x],
+        )
     }
 
     /// `jax.lax.psum` of several arrays at once: one all-reduce with N operands and N results
     /// (HLO's tuple all-reduce), as the all-reduce combiner makes.
     pub fn psum_many(&mut self, xs: &[ValueId], axes: &[&str]) -> Vec<ValueId> {
         let group = self.group("psum", axes);
-        self.emit(Op::Psum { axes: Self::names(axes), group }, xs)
+        self.emit(
+            Op::Psum {
+                axes: Self::names(axes),
+                group,
+            },
+            xs,
+        )
     }
 
     /// `jax.lax.pmean`: psum divided by the group size.
@@ -351,12 +363,22 @@ impl Builder {
     /// `jax.lax.pvary`: the identity whose transpose is a psum (Megatron's `f` operator).
     pub fn pvary(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
         self.group("pvary", axes);
-        self.emit1(Op::Pvary { axes: Self::names(axes) }, &[x])
+        self.emit1(
+            Op::Pvary {
+                axes: Self::names(axes),
+            },
+            &[x],
+        )
     }
 
     /// `jax.random.fold_in(key, jax.lax.axis_index(axes))`.
     pub fn fold_in_axis_index(&mut self, key: ValueId, axes: &[&str]) -> ValueId {
         self.group("axis_index", axes);
-        self.emit1(Op::FoldInAxisIndex { axes: Self::names(axes) }, &[key])
+        self.emit1(
+            Op::FoldInAxisIndex {
+                axes: Self::names(axes),
+            },
+            &[key],
+        )
     }
 }

@@ -6,21 +6,38 @@ pub use crate::rng::RngLayout;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     // --- structure (no arithmetic) ---
-    Reshape { shape: Vec<usize> },
-    Transpose { perm: Vec<usize> },
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Transpose {
+        perm: Vec<usize>,
+    },
     /// Operand dim i becomes output dim `dims[i]`; other output dims repeat.
-    BroadcastInDim { shape: Vec<usize>, dims: Vec<usize> },
+    BroadcastInDim {
+        shape: Vec<usize>,
+        dims: Vec<usize>,
+    },
     /// Splits `axis` into pieces of `sizes` (several outputs).
-    Split { axis: usize, sizes: Vec<usize> },
-    Concat { axis: usize },
+    Split {
+        axis: usize,
+        sizes: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
 
     // --- elementwise; the second operand's shape may be a suffix of the first's (broadcast) ---
     Add,
     Sub,
     Mul,
-    Scale { alpha: f32 },
+    Scale {
+        alpha: f32,
+    },
     /// An f32 array filled with `value` (the loss seed, a missing cotangent).
-    Full { shape: Vec<usize>, value: f32 },
+    Full {
+        shape: Vec<usize>,
+        value: f32,
+    },
 
     // --- contraction (jax.lax.dot_general); output dims: batch, lhs free, rhs free ---
     DotGeneral {
@@ -32,7 +49,9 @@ pub enum Op {
         alpha: f32,
     },
     /// Sum over `axes` (removed from the shape).
-    ReduceSum { axes: Vec<usize> },
+    ReduceSum {
+        axes: Vec<usize>,
+    },
 
     // --- transformer ops, with their backward as ops of their own (custom VJPs) ---
     Gelu,
@@ -53,39 +72,77 @@ pub enum Op {
     /// (table (V, C), ids (...) u32) -> (..., C)
     Gather,
     /// (dout (..., C), ids (...)) -> (V, C) with V = `rows`; the transpose of Gather.
-    ScatterAdd { rows: usize },
+    ScatterAdd {
+        rows: usize,
+    },
 
     // --- randomness ---
     /// key (2 x u32) -> key: `jax.random.fold_in`.
-    FoldIn { data: u32 },
+    FoldIn {
+        data: u32,
+    },
     /// key -> u32 bits of `shape`, as `jax.random.bits` in `layout`.
-    RandomBits { shape: Vec<usize>, layout: RngLayout },
+    RandomBits {
+        shape: Vec<usize>,
+        layout: RngLayout,
+    },
     /// (x, bits) -> x * keep / (1 - rate), keep = uniform(bits) < 1 - rate.
     /// Its own transpose: the backward applies the same mask to dy.
-    Dropout { rate: f32 },
+    Dropout {
+        rate: f32,
+    },
 
     // --- collectives (per-device programs; jax.lax names; `group` = devices per group) ---
     /// All-reduce: every device gets the sum over its group along `axes`. Variadic, as HLO's
     /// tuple all-reduce: N operands give N outputs, reduced as one collective (the combiner
     /// merges independent psums over the same axes into one).
-    Psum { axes: Vec<String>, group: usize },
+    Psum {
+        axes: Vec<String>,
+        group: usize,
+    },
     /// Concatenates (tiled) or stacks (untiled) the group's blocks along `axis`.
-    AllGather { axes: Vec<String>, group: usize, axis: usize, tiled: bool },
+    AllGather {
+        axes: Vec<String>,
+        group: usize,
+        axis: usize,
+        tiled: bool,
+    },
     /// Reduce-scatter: psum, then member j keeps chunk j of `scatter_dimension`.
-    PsumScatter { axes: Vec<String>, group: usize, scatter_dimension: usize, tiled: bool },
+    PsumScatter {
+        axes: Vec<String>,
+        group: usize,
+        scatter_dimension: usize,
+        tiled: bool,
+    },
     /// Collective permute along `axis`: (source, destination) positions in each group.
-    Ppermute { axis: String, perm: Vec<(usize, usize)> },
+    Ppermute {
+        axis: String,
+        perm: Vec<(usize, usize)>,
+    },
     /// Splits `split_axis` into `group` chunks, sends chunk j to member j, concatenates
     /// the received chunks along `concat_axis`.
-    AllToAll { axes: Vec<String>, group: usize, split_axis: usize, concat_axis: usize },
+    AllToAll {
+        axes: Vec<String>,
+        group: usize,
+        split_axis: usize,
+        concat_axis: usize,
+    },
     /// Identity on values, marking an invariant value as varying along `axes` (jax.lax.pvary):
     /// its transpose is a psum, so gradients reaching a replicated value are summed.
-    Pvary { axes: Vec<String> },
+    Pvary {
+        axes: Vec<String>,
+    },
     /// key -> fold_in(key, axis_index(axes)): a different key on every device along `axes`.
-    FoldInAxisIndex { axes: Vec<String> },
+    FoldInAxisIndex {
+        axes: Vec<String>,
+    },
     /// Dynamic-slice from replicated to sharded (jit's partitioner inserts it): every device
     /// keeps chunk `axes_index(axes)` of `parts` equal chunks of dimension `dim`.
-    ShardSlice { dim: usize, axes: Vec<String>, parts: usize },
+    ShardSlice {
+        dim: usize,
+        axes: Vec<String>,
+        parts: usize,
+    },
     /// key -> each device's block of `jax.random.bits(key, global)` (a partitionable layout),
     /// the global array split as `spec` says; `shape` is the local block shape.
     RandomBitsBlock {
@@ -97,9 +154,17 @@ pub enum Op {
 
     // --- optimizers (update in place: outputs are donated inputs) ---
     /// (p, g) -> p - lr * g
-    SgdUpdate { lr: f32 },
+    SgdUpdate {
+        lr: f32,
+    },
     /// (p, g, m, v) -> (p', m', v'); the step count comes from the executor.
-    AdamWUpdate { lr: f32, b1: f32, b2: f32, eps: f32, wd: f32 },
+    AdamWUpdate {
+        lr: f32,
+        b1: f32,
+        b2: f32,
+        eps: f32,
+        wd: f32,
+    },
 }
 
 fn f32s(shape: Vec<usize>) -> ValueInfo {
@@ -121,7 +186,10 @@ fn u32s(shape: Vec<usize>) -> ValueInfo {
 fn axes_text(axes: &[String]) -> String {
     match axes {
         [one] => format!("'{one}'"),
-        many => format!("({})", many.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(",")),
+        many => format!(
+            "({})",
+            many.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(",")
+        ),
     }
 }
 
@@ -210,21 +278,30 @@ impl Op {
                 scatter_dimension,
                 tiled,
                 ..
-            } => format!("axes={} scatter_dimension={scatter_dimension} tiled={tiled}", axes_text(axes)),
+            } => format!(
+                "axes={} scatter_dimension={scatter_dimension} tiled={tiled}",
+                axes_text(axes)
+            ),
             Op::Ppermute { axis, perm } => format!("axis='{axis}' perm={perm:?}"),
             Op::AllToAll {
                 axes,
                 split_axis,
                 concat_axis,
                 ..
-            } => format!("axes={} split_axis={split_axis} concat_axis={concat_axis}", axes_text(axes)),
+            } => format!(
+                "axes={} split_axis={split_axis} concat_axis={concat_axis}",
+                axes_text(axes)
+            ),
             Op::FoldInAxisIndex { axes } => format!("data=axis_index({})", axes_text(axes)),
             Op::ShardSlice { dim, axes, parts } => {
                 format!("dimension={dim} index=axis_index({}) of {parts}", axes_text(axes))
             }
             Op::RandomBitsBlock {
                 global, spec, layout, ..
-            } => format!("global_shape={global:?} block={spec} layout={}", format!("{layout:?}").to_lowercase()),
+            } => format!(
+                "global_shape={global:?} block={spec} layout={}",
+                format!("{layout:?}").to_lowercase()
+            ),
             Op::SgdUpdate { lr } => format!("lr={lr}"),
             Op::AdamWUpdate { lr, wd, .. } => format!("lr={lr} wd={wd}"),
             _ => String::new(),
@@ -248,7 +325,11 @@ impl Op {
                 if super::numel(shape) != ins[0].numel() {
                     return err(format!("cannot reshape {:?} to {:?}", ins[0].shape, shape));
                 }
-                Ok(vec![ValueInfo { shape: shape.clone(), dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape: shape.clone(),
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::Transpose { perm } => {
                 want(1)?;
@@ -258,7 +339,11 @@ impl Op {
                     return err(format!("{perm:?} is not a permutation of rank {}", ins[0].shape.len()));
                 }
                 let shape = perm.iter().map(|&p| ins[0].shape[p]).collect();
-                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::BroadcastInDim { shape, dims } => {
                 want(1)?;
@@ -270,19 +355,30 @@ impl Op {
                         return err(format!("operand {:?} does not broadcast to {shape:?}", ins[0].shape));
                     }
                 }
-                Ok(vec![ValueInfo { shape: shape.clone(), dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape: shape.clone(),
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::Split { axis, sizes } => {
                 want(1)?;
                 if *axis >= ins[0].shape.len() || sizes.iter().sum::<usize>() != ins[0].shape[*axis] {
-                    return err(format!("sizes {sizes:?} do not split axis {axis} of {:?}", ins[0].shape));
+                    return err(format!(
+                        "sizes {sizes:?} do not split axis {axis} of {:?}",
+                        ins[0].shape
+                    ));
                 }
                 Ok(sizes
                     .iter()
                     .map(|&n| {
                         let mut sh = s(0);
                         sh[*axis] = n;
-                        ValueInfo { shape: sh, dtype: ins[0].dtype, name: None }
+                        ValueInfo {
+                            shape: sh,
+                            dtype: ins[0].dtype,
+                            name: None,
+                        }
                     })
                     .collect())
             }
@@ -305,12 +401,19 @@ impl Op {
                     }
                     shape[*axis] += v.shape[*axis];
                 }
-                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::Add | Op::Sub | Op::Mul => {
                 want(2)?;
                 if !is_suffix(&ins[1].shape, &ins[0].shape) {
-                    return err(format!("shapes {:?} and {:?} do not broadcast", ins[0].shape, ins[1].shape));
+                    return err(format!(
+                        "shapes {:?} and {:?} do not broadcast",
+                        ins[0].shape, ins[1].shape
+                    ));
                 }
                 Ok(vec![f32s(s(0))])
             }
@@ -341,14 +444,26 @@ impl Op {
                 if lhs_contract.len() != rhs_contract.len() || lhs_batch.len() != rhs_batch.len() {
                     return err("contracting and batch dimension lists must pair up".into());
                 }
-                for (&a, &b) in lhs_contract.iter().zip(rhs_contract).chain(lhs_batch.iter().zip(rhs_batch)) {
+                for (&a, &b) in lhs_contract
+                    .iter()
+                    .zip(rhs_contract)
+                    .chain(lhs_batch.iter().zip(rhs_batch))
+                {
                     if a >= l.len() || b >= r.len() || l[a] != r[b] {
                         return err(format!("dimension {a} of {l:?} does not match dimension {b} of {r:?}"));
                     }
                 }
                 let mut shape: Vec<usize> = lhs_batch.iter().map(|&d| l[d]).collect();
-                shape.extend((0..l.len()).filter(|d| !lhs_contract.contains(d) && !lhs_batch.contains(d)).map(|d| l[d]));
-                shape.extend((0..r.len()).filter(|d| !rhs_contract.contains(d) && !rhs_batch.contains(d)).map(|d| r[d]));
+                shape.extend(
+                    (0..l.len())
+                        .filter(|d| !lhs_contract.contains(d) && !lhs_batch.contains(d))
+                        .map(|d| l[d]),
+                );
+                shape.extend(
+                    (0..r.len())
+                        .filter(|d| !rhs_contract.contains(d) && !rhs_batch.contains(d))
+                        .map(|d| r[d]),
+                );
                 Ok(vec![f32s(shape)])
             }
             Op::ReduceSum { axes } => {
@@ -356,7 +471,10 @@ impl Op {
                 if axes.iter().any(|&a| a >= ins[0].shape.len()) {
                     return err(format!("axes {axes:?} out of range for {:?}", ins[0].shape));
                 }
-                let shape = (0..ins[0].shape.len()).filter(|d| !axes.contains(d)).map(|d| ins[0].shape[d]).collect();
+                let shape = (0..ins[0].shape.len())
+                    .filter(|d| !axes.contains(d))
+                    .map(|d| ins[0].shape[d])
+                    .collect();
                 Ok(vec![f32s(shape)])
             }
             Op::LayerNorm => {
@@ -434,11 +552,22 @@ impl Op {
                 if ins.is_empty() {
                     return err("needs at least one operand".into());
                 }
-                Ok(ins.iter().map(|v| ValueInfo { shape: v.shape.clone(), dtype: v.dtype, name: None }).collect())
+                Ok(ins
+                    .iter()
+                    .map(|v| ValueInfo {
+                        shape: v.shape.clone(),
+                        dtype: v.dtype,
+                        name: None,
+                    })
+                    .collect())
             }
             Op::Ppermute { .. } | Op::Pvary { .. } => {
                 want(1)?;
-                Ok(vec![ValueInfo { shape: s(0), dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape: s(0),
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::AllGather { group, axis, tiled, .. } => {
                 want(1)?;
@@ -451,7 +580,11 @@ impl Op {
                 } else {
                     shape.insert(*axis, *group);
                 }
-                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::PsumScatter {
                 group,
@@ -466,7 +599,10 @@ impl Op {
                 }
                 if *tiled {
                     if shape[*d] % group != 0 {
-                        return err(format!("dimension {d} of size {} is not divisible by the group of {group}", shape[*d]));
+                        return err(format!(
+                            "dimension {d} of size {} is not divisible by the group of {group}",
+                            shape[*d]
+                        ));
                     }
                     shape[*d] /= group;
                 } else {
@@ -491,7 +627,11 @@ impl Op {
                 shape[*split_axis] /= group;
                 shape[*concat_axis] *= group;
                 // Moves data: token ids stay u32 (jit reshards integer arrays with it too).
-                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::FoldInAxisIndex { .. } => {
                 want(1)?;
@@ -501,10 +641,16 @@ impl Op {
                 want(1)?;
                 let mut shape = s(0);
                 if *dim >= shape.len() || *parts == 0 || shape[*dim] % parts != 0 {
-                    return err(format!("cannot cut dimension {dim} of {shape:?} into {parts} equal chunks"));
+                    return err(format!(
+                        "cannot cut dimension {dim} of {shape:?} into {parts} equal chunks"
+                    ));
                 }
                 shape[*dim] /= parts;
-                Ok(vec![ValueInfo { shape, dtype: ins[0].dtype, name: None }])
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
             }
             Op::RandomBitsBlock { shape, global, .. } => {
                 want(1)?;

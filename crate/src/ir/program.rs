@@ -92,14 +92,22 @@ impl Program {
     /// The sharding of input `pos` (replicated without a mesh or spec).
     pub fn input_sharding(&self, pos: usize) -> Result<NamedSharding, ShardingError> {
         let mesh = self.mesh.clone().unwrap_or(Mesh::new(&[])?);
-        let spec = self.in_specs.get(pos).cloned().unwrap_or_else(PartitionSpec::replicated);
+        let spec = self
+            .in_specs
+            .get(pos)
+            .cloned()
+            .unwrap_or_else(PartitionSpec::replicated);
         NamedSharding::new(mesh, spec)
     }
 
     /// The sharding of output `pos`.
     pub fn output_sharding(&self, pos: usize) -> Result<NamedSharding, ShardingError> {
         let mesh = self.mesh.clone().unwrap_or(Mesh::new(&[])?);
-        let spec = self.out_specs.get(pos).cloned().unwrap_or_else(PartitionSpec::replicated);
+        let spec = self
+            .out_specs
+            .get(pos)
+            .cloned()
+            .unwrap_or_else(PartitionSpec::replicated);
         NamedSharding::new(mesh, spec)
     }
 
@@ -109,7 +117,13 @@ impl Program {
         local
             .iter()
             .enumerate()
-            .map(|(d, &n)| n * spec.dim_axes(d).iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>())
+            .map(|(d, &n)| {
+                n * spec
+                    .dim_axes(d)
+                    .iter()
+                    .map(|a| mesh.axis_size(a).unwrap_or(1))
+                    .product::<usize>()
+            })
             .collect()
     }
 

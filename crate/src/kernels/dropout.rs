@@ -25,8 +25,20 @@ pub async fn apply(
     }
     let pipeline = ctx.pipeline("dropout", "apply").await?;
     let label = format!("dropout n={n}");
-    let u = ctx.uniform(&label, &Params { n: n as u32, keep: 1.0 - rate, scale: keep_scale(1.0 - rate), pad: 0 });
-    let bind_group = ctx.bind(&label, &pipeline, &[(0, &x.buffer), (1, &bits.buffer), (2, &out.buffer), (3, &u)]);
+    let u = ctx.uniform(
+        &label,
+        &Params {
+            n: n as u32,
+            keep: 1.0 - rate,
+            scale: keep_scale(1.0 - rate),
+            pad: 0,
+        },
+    );
+    let bind_group = ctx.bind(
+        &label,
+        &pipeline,
+        &[(0, &x.buffer), (1, &bits.buffer), (2, &out.buffer), (3, &u)],
+    );
     Ok(Dispatch {
         label,
         pipeline,

@@ -38,10 +38,14 @@ impl DataSource {
     pub fn from_text_file(path: &str) -> Result<Self, ModelError> {
         let bytes = std::fs::read(path).map_err(|e| ModelError(format!("cannot read --text {path}: {e}")))?;
         if bytes.is_empty() {
-            return Err(ModelError(format!("--text {path} is empty: give a text file with some prose in it")));
+            return Err(ModelError(format!(
+                "--text {path} is empty: give a text file with some prose in it"
+            )));
         }
         if bytes.contains(&0) {
-            return Err(ModelError(format!("--text {path} looks binary (it has NUL bytes): give a UTF-8 text file")));
+            return Err(ModelError(format!(
+                "--text {path} looks binary (it has NUL bytes): give a UTF-8 text file"
+            )));
         }
         let text = String::from_utf8(bytes)
             .map_err(|_| ModelError(format!("--text {path} is not valid UTF-8: give a UTF-8 text file")))?;
@@ -81,15 +85,22 @@ impl Dataset {
                     )));
                 }
                 if t < 3 {
-                    return Err(ModelError(format!("--seq {t} is too short for --data {}: use --seq 8 or more", source.name())));
+                    return Err(ModelError(format!(
+                        "--seq {t} is too short for --data {}: use --seq 8 or more",
+                        source.name()
+                    )));
                 }
             }
             DataSource::ModAdd => {
                 if v < 4 {
-                    return Err(ModelError(format!("--vocab {v} is too small for --data modadd: it needs at least 4 (use --vocab 16)")));
+                    return Err(ModelError(format!(
+                        "--vocab {v} is too small for --data modadd: it needs at least 4 (use --vocab 16)"
+                    )));
                 }
                 if t < 4 {
-                    return Err(ModelError(format!("--seq {t} is too short for --data modadd: use --seq 8 or more")));
+                    return Err(ModelError(format!(
+                        "--seq {t} is too short for --data modadd: use --seq 8 or more"
+                    )));
                 }
             }
             DataSource::Text(text) => {

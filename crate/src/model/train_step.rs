@@ -1,7 +1,7 @@
 use super::gpt::{forward_loss, Activations, Local};
 use super::{param_specs, GptConfig, ModelError, Optimizer};
 use crate::autodiff::grad;
-use crate::ir::{Builder, DType, Op, Program, Role, RngLayout, ValueId};
+use crate::ir::{Builder, DType, Op, Program, RngLayout, Role, ValueId};
 
 /// The whole train step as one program, and where its pieces are.
 ///
@@ -49,7 +49,8 @@ pub fn eval_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program, M
     };
     let loss = forward_loss(&mut b, cfg, &acts);
     b.output(loss);
-    b.finish().map_err(|e| ModelError(format!("cannot build the model: {e}")))
+    b.finish()
+        .map_err(|e| ModelError(format!("cannot build the model: {e}")))
 }
 
 /// Forward, loss, gradients (reverse-mode autodiff of the traced forward) and update.
@@ -117,7 +118,9 @@ pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout
             }
         }
     }
-    let program = b.finish().map_err(|e| ModelError(format!("cannot build the train step: {e}")))?;
+    let program = b
+        .finish()
+        .map_err(|e| ModelError(format!("cannot build the train step: {e}")))?;
     Ok(TrainStep {
         program,
         forward_end,

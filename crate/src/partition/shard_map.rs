@@ -30,10 +30,12 @@ pub fn shard_map(
             what: format!("in_spec of `{}`", a.name),
             why: e.to_string(),
         })?;
-        let local = sharding.shard_shape(&a.global_shape).map_err(|e| PartitionError::Invalid {
-            what: format!("`{}` {:?} with {}", a.name, a.global_shape, a.spec),
-            why: e.to_string(),
-        })?;
+        let local = sharding
+            .shard_shape(&a.global_shape)
+            .map_err(|e| PartitionError::Invalid {
+                what: format!("`{}` {:?} with {}", a.name, a.global_shape, a.spec),
+                why: e.to_string(),
+            })?;
         vals.push(b.input(&a.name, &local, a.dtype, a.role.clone()));
         in_specs.push(a.spec.clone());
     }
@@ -41,7 +43,11 @@ pub fn shard_map(
     if outs.len() != out_specs.len() {
         return Err(PartitionError::Invalid {
             what: "out_specs".into(),
-            why: format!("the body returns {} values but {} out_specs were given", outs.len(), out_specs.len()),
+            why: format!(
+                "the body returns {} values but {} out_specs were given",
+                outs.len(),
+                out_specs.len()
+            ),
         });
     }
     for v in &outs {

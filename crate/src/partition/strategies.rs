@@ -2,7 +2,7 @@
 //! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism, and both on a 2-D mesh.
 use super::{shard_map, Arg, PartitionError};
 use crate::autodiff::grad;
-use crate::ir::{DType, Op, Role, RngLayout, ValueId};
+use crate::ir::{DType, Op, RngLayout, Role, ValueId};
 use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, Optimizer, ParamSpec, TrainStep};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -58,7 +58,12 @@ fn p(entries: &[Option<&str>]) -> PartitionSpec {
 /// (view shape, spec) of a parameter under `strategy`. Under tensor parallelism w_qkv and
 /// b_qkv are split per head, so their columns are viewed as (3, H, Dh) (a row-major view:
 /// the same data) and split along H.
-pub(crate) fn param_layout(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> (Vec<usize>, PartitionSpec) {
+pub(crate) fn param_layout(
+    cfg: &GptConfig,
+    strategy: Strategy,
+    mesh: &Mesh,
+    ps: &ParamSpec,
+) -> (Vec<usize>, PartitionSpec) {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
     let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
     let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
@@ -96,7 +101,10 @@ pub(crate) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<
     if strategy.axes().contains(&"dp") && cfg.batch % size("dp") != 0 {
         return Err(PartitionError::Invalid {
             what: format!("--batch {}", cfg.batch),
-            why: format!("is not divisible by mesh axis 'dp' of size {}: use a batch that is a multiple of it", size("dp")),
+            why: format!(
+                "is not divisible by mesh axis 'dp' of size {}: use a batch that is a multiple of it",
+                size("dp")
+            ),
         });
     }
     if strategy.axes().contains(&"tp") {
@@ -139,12 +147,17 @@ pub fn shard_map_train_step(
     cfg.validate()?;
     check(cfg, strategy, mesh)?;
     let specs = param_specs(cfg);
-    let layouts: Vec<(Vec<usize>, PartitionSpec)> = specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
+    let layouts: Vec<(Vec<usize>, PartitionSpec)> =
+        specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
     // Collectives over an axis of size 1 are kept: they are no-ops, but the program stays
     // the same shape for every mesh size and check_vma sees the reductions.
     let has_dp = strategy.axes().contains(&"dp");
     let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
-    let batch_spec = if has_dp { p(&[Some("dp"), None]) } else { p(&[None, None]) };
+    let batch_spec = if has_dp {
+        p(&[Some("dp"), None])
+    } else {
+        p(&[None, None])
+    };
 
     let mut args: Vec<Arg> = specs
         .iter()
@@ -204,10 +217,24 @@ pub fn shard_map_train_step(
         let full: Vec<ValueId> = params
             .iter()
             .zip(&layouts)
-            .map(|(&v, (_, spec))| if spec.uses_axis("dp") { b.all_gather(v, &["dp"], 0, true) } else { v })
+            .map(|(&v, (_, spec))| {
+                if spec.uses_axis("dp") {
+                    b.all_gather(v, &["dp"], 0, true)
+                } else {
+                    v
+                }
+            })
             .collect();
-        let key = if dropout_key == DropoutKey::FoldIn && has_dp { b.fold_in_axis_index(key, &["dp"]) } else { key };
-        let tp = if strategy.axes().contains(&"tp") { mesh.axis_size("tp")? } else { 1 };
+        let key = if dropout_key == DropoutKey::FoldIn && has_dp {
+            b.fold_in_axis_index(key, &["dp"])
+        } else {
+            key
+        };
+        let tp = if strategy.axes().contains(&"tp") {
+            mesh.axis_size("tp")?
+        } else {
+            1
+        };
         let local = Local {
             batch: cfg.batch / dp,
             heads: cfg.heads / tp,
@@ -225,7 +252,11 @@ pub fn shard_map_train_step(
         marks.0 = b.program().instrs.len();
         // The global loss is the mean of the devices' local means: differentiate loss/dp so
         // that summing the gradients over "dp" gives the mean.
-        let scaled = if has_dp { b.scale(local_loss, 1.0 / dp as f32) } else { local_loss };
+        let scaled = if has_dp {
+            b.scale(local_loss, 1.0 / dp as f32)
+        } else {
+            local_loss
+        };
         let mut grads = grad(b, scaled, params)?;
         for (g, (_, spec)) in grads.iter_mut().zip(&layouts) {
             // Gradients of parameters replicated over "dp" are the explicit all-reduce of the
@@ -237,7 +268,11 @@ pub fn shard_map_train_step(
         for (g, ps) in grads.iter().zip(&specs) {
             b.set_name(*g, &format!("d{}", ps.name));
         }
-        let loss = if has_dp { b.pmean(local_loss, &["dp"]) } else { local_loss };
+        let loss = if has_dp {
+            b.pmean(local_loss, &["dp"])
+        } else {
+            local_loss
+        };
         b.set_name(loss, "loss");
         marks.1 = b.program().instrs.len();
 

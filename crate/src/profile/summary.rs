@@ -52,8 +52,10 @@ pub struct ProgramSummary {
 impl ProgramSummary {
     /// Count and bytes per collective kind (every kind present, zero if unused).
     pub fn collective_totals(&self) -> BTreeMap<&'static str, KindTotals> {
-        let mut out: BTreeMap<&'static str, KindTotals> =
-            CollectiveKind::ALL.iter().map(|k| (k.hlo_name(), KindTotals::default())).collect();
+        let mut out: BTreeMap<&'static str, KindTotals> = CollectiveKind::ALL
+            .iter()
+            .map(|k| (k.hlo_name(), KindTotals::default()))
+            .collect();
         for c in &self.collectives {
             let t = out.get_mut(c.kind.hlo_name()).expect("every kind");
             t.count += 1;
@@ -65,7 +67,11 @@ impl ProgramSummary {
 
     /// Modelled time of all collectives on `net`, in milliseconds.
     pub fn collectives_ms(&self, net: &Interconnect) -> f64 {
-        self.collectives.iter().map(|c| net.collective_seconds(c.kind, c.bytes, c.group)).sum::<f64>() * 1e3
+        self.collectives
+            .iter()
+            .map(|c| net.collective_seconds(c.kind, c.bytes, c.group))
+            .sum::<f64>()
+            * 1e3
     }
 
     /// Modelled step time on real devices: `compute_ms_per_device` (measured) plus the

@@ -1,6 +1,9 @@
 /// out = alpha * a + beta * b[i % b.len()]
 pub fn add(a: &[f32], b: &[f32], alpha: f32, beta: f32) -> Vec<f32> {
-    a.iter().enumerate().map(|(i, &x)| alpha * x + beta * b[i % b.len()]).collect()
+    a.iter()
+        .enumerate()
+        .map(|(i, &x)| alpha * x + beta * b[i % b.len()])
+        .collect()
 }
 
 /// out = alpha * a * b[i % b.len()]

@@ -1,10 +1,10 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::ValueEnum;
 use shardlab::exec::Parallel;
-use shardlab::partition::{DropoutKey, Strategy};
-use shardlab::sharding::{Mesh, PartitionSpec};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::sharding::{Mesh, PartitionSpec};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum InitArg {

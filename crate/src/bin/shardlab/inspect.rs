@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
-use shardlab::partition::auto::auto_train_step_with_specs;
 use shardlab::gpu::GpuContext;
+use shardlab::partition::auto::auto_train_step_with_specs;
 use shardlab::profile::{summarize, PRESETS};
 
 use crate::args::{ModelArgs, ParallelArgs};
@@ -58,7 +58,12 @@ pub fn run(mut args: Args) -> Result<(), String> {
     pollster::block_on(inspect(backend, device, opts, &args)).map_err(|e| e.to_string())
 }
 
-async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &Args) -> Result<(), shardlab::exec::ExecError> {
+async fn inspect(
+    backend: Backend,
+    device: String,
+    opts: TrainerOptions,
+    args: &Args,
+) -> Result<(), shardlab::exec::ExecError> {
     // In automatic mode, also what the partitioner inserted and why.
     let inserted = match &opts.parallel {
         Parallel::Auto { strategy, mesh, specs } => {
@@ -81,7 +86,10 @@ async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &
     // Compute per device, as the SPMD program runs it: the measured step minus its simulated
     // communication, divided among the devices that shared this one GPU.
     let compute_ms = (step_ms - collectives_ms).max(0.0) / s.devices as f64;
-    let modelled: BTreeMap<&str, f64> = PRESETS.iter().map(|p| (p.name, s.modelled_step_ms(compute_ms, p))).collect();
+    let modelled: BTreeMap<&str, f64> = PRESETS
+        .iter()
+        .map(|p| (p.name, s.modelled_step_ms(compute_ms, p)))
+        .collect();
     let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
 
     if args.json {
@@ -145,10 +153,16 @@ async fn inspect(backend: Backend, device: String, opts: TrainerOptions, args: &
         );
     }
     if let Some(inserted) = &inserted {
-        println!("# inserted by the partitioner ({}): [instruction] op of value for consumer: rule", inserted.len());
+        println!(
+            "# inserted by the partitioner ({}): [instruction] op of value for consumer: rule",
+            inserted.len()
+        );
         for r in inserted {
             let at = r.source_instr.map(|i| format!(" (#{i})")).unwrap_or_default();
-            println!("#   [{}] {} of {} for {}{at}: {}", r.instr, r.op, r.value, r.source_op, r.rule);
+            println!(
+                "#   [{}] {} of {} for {}{at}: {}",
+                r.instr, r.op, r.value, r.source_op, r.rule
+            );
         }
     }
     for w in &s.warnings {

@@ -11,7 +11,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "shardlab", version, about = "A training sandbox for sharded transformers on simulated devices")]
+#[command(
+    name = "shardlab",
+    version,
+    about = "A training sandbox for sharded transformers on simulated devices"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -49,7 +49,12 @@ pub fn run(mut args: Args) -> Result<(), String> {
     pollster::block_on(train(backend, opts, args.steps, args.json)).map_err(|e| e.to_string())
 }
 
-async fn train(backend: Backend, opts: TrainerOptions, steps: u64, json: bool) -> Result<(), shardlab::exec::ExecError> {
+async fn train(
+    backend: Backend,
+    opts: TrainerOptions,
+    steps: u64,
+    json: bool,
+) -> Result<(), shardlab::exec::ExecError> {
     let mut trainer = Trainer::new(backend, opts).await?;
     let tty = !json && std::io::stderr().is_terminal();
     let mut err = std::io::stderr();
@@ -58,7 +63,10 @@ async fn train(backend: Backend, opts: TrainerOptions, steps: u64, json: bool) -
         let s = trainer.step().await?;
         last_ms = s.step_ms;
         if json {
-            println!("{{\"step\":{},\"loss\":{},\"step_ms\":{:.3}}}", s.step, s.loss, s.step_ms);
+            println!(
+                "{{\"step\":{},\"loss\":{},\"step_ms\":{:.3}}}",
+                s.step, s.loss, s.step_ms
+            );
         } else if tty {
             let done = s.step + 1;
             let width = 30;

@@ -54,9 +54,18 @@ pub fn auto_train_step_with_specs(
         .collect();
     for (name, spec) in overrides {
         let leaf = |ps: &ParamSpec| ps.name.rsplit('.').next().map(str::to_string).unwrap_or_default();
-        let hits: Vec<usize> = specs.iter().filter(|ps| ps.name == *name || leaf(ps) == *name).map(|ps| ps.index).collect();
+        let hits: Vec<usize> = specs
+            .iter()
+            .filter(|ps| ps.name == *name || leaf(ps) == *name)
+            .map(|ps| ps.index)
+            .collect();
         if hits.is_empty() {
-            let names: Vec<String> = specs.iter().map(leaf).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            let names: Vec<String> = specs
+                .iter()
+                .map(leaf)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
             return Err(PartitionError::Invalid {
                 what: format!("--spec {name}={spec}"),
                 why: format!("there is no parameter `{name}`; parameters are {}", names.join(", ")),

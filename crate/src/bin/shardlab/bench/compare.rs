@@ -59,7 +59,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
             "random bits per device: auto {} vs shard_map {}; all-reduces: auto {} vs shard_map {}",
             c.auto_rng_bits_per_device, c.shard_map_rng_bits_per_device, c.auto_all_reduces, c.shard_map_all_reduces
         );
-        println!("(measured on this machine, {} simulated devices, medians of {} interleaved steps)", c.devices, c.steps);
+        println!(
+            "(measured on this machine, {} simulated devices, medians of {} interleaved steps)",
+            c.devices, c.steps
+        );
     }
     Ok(())
 }
