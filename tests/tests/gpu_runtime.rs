@@ -26,9 +26,6 @@ fn upload_then_readback_round_trips() {
 #[test]
 fn unknown_shader_is_an_error_not_a_panic() {
     let ctx = gpu_or_skip!();
-    let err = ctx
-        .pipeline_blocking("no_such_shader", "main")
-        .err()
-        .expect("must fail");
+    let err = ctx.pipeline_blocking("no_such_shader", "main").expect_err("must fail");
     assert!(err.to_string().contains("no_such_shader"));
 }

@@ -196,7 +196,7 @@ impl GpuExecutor {
         };
         for i in 0..exec.program.instrs.len() {
             let ds = exec.lower(ctx, i, &scratch[i]).await?;
-            exec.dispatch_instr.extend(std::iter::repeat(i).take(ds.len()));
+            exec.dispatch_instr.extend(std::iter::repeat_n(i, ds.len()));
             exec.dispatches.extend(ds);
         }
         ctx.check()?;
@@ -353,7 +353,7 @@ impl GpuExecutor {
                     b = &self.slots[s];
                 }
                 // Every device's batch of matrices is contiguous: devices multiply the batch.
-                let mut shape = p.shape.clone();
+                let mut shape = p.shape;
                 shape.batch *= devices;
                 ds.extend(k::matmul::matmul(ctx, &shape, a, b, None, y(0)).await?);
                 ds

@@ -162,12 +162,12 @@ impl GpuContext {
                 limit: limits.max_buffer_size,
             });
         }
-        if bytes > limits.max_storage_buffer_binding_size as u64 {
+        if bytes > limits.max_storage_buffer_binding_size {
             return Err(GpuError::TooLarge {
                 name: name.into(),
                 bytes,
                 limit_name: "max_storage_buffer_binding_size",
-                limit: limits.max_storage_buffer_binding_size as u64,
+                limit: limits.max_storage_buffer_binding_size,
             });
         }
         Ok(())
@@ -196,7 +196,7 @@ impl GpuContext {
 
     /// Overwrites a buffer's contents from the host (queued; ordered before later submits).
     pub fn write<T: bytemuck::Pod>(&self, buf: &GpuBuffer, data: &[T]) {
-        debug_assert!(data.len() * std::mem::size_of::<T>() <= buf.bytes() as usize);
+        debug_assert!(std::mem::size_of_val(data) <= buf.bytes() as usize);
         if !data.is_empty() {
             self.queue.write_buffer(&buf.buffer, 0, bytemuck::cast_slice(data));
         }

@@ -74,7 +74,7 @@ impl GptConfig {
                 return Err(ModelError(format!("{flag} must be at least 1")));
             }
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             return Err(ModelError(format!(
                 "--d-model {} is not divisible by --heads {}: choose heads that divide d_model (e.g. --heads {})",
                 self.d_model,
@@ -98,5 +98,5 @@ impl GptConfig {
 }
 
 fn largest_divisor_at_most(n: usize, k: usize) -> usize {
-    (1..=k.min(n)).rev().find(|d| n % d == 0).unwrap_or(1)
+    (1..=k.min(n)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1)
 }

@@ -80,7 +80,7 @@ pub(crate) fn param_layout(
     }
     if strategy == Strategy::Fsdp {
         let dp = mesh.axis_size("dp").unwrap_or(1);
-        if ps.shape[0] % dp == 0 {
+        if ps.shape[0].is_multiple_of(dp) {
             let mut spec = vec![Some("dp")];
             spec.extend(std::iter::repeat_n(None, ps.shape.len() - 1));
             return (ps.shape.clone(), p(&spec));
@@ -98,7 +98,7 @@ pub(crate) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<
         })?;
     }
     let size = |a: &str| mesh.axis_size(a).unwrap_or(1);
-    if strategy.axes().contains(&"dp") && cfg.batch % size("dp") != 0 {
+    if strategy.axes().contains(&"dp") && !cfg.batch.is_multiple_of(size("dp")) {
         return Err(PartitionError::Invalid {
             what: format!("--batch {}", cfg.batch),
             why: format!(
@@ -109,13 +109,13 @@ pub(crate) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<
     }
     if strategy.axes().contains(&"tp") {
         let tp = size("tp");
-        if cfg.heads % tp != 0 {
+        if !cfg.heads.is_multiple_of(tp) {
             return Err(PartitionError::Invalid {
                 what: format!("--heads {}", cfg.heads),
                 why: format!("is not divisible by mesh axis 'tp' of size {tp}: tensor parallelism splits heads"),
             });
         }
-        if (4 * cfg.d_model) % tp != 0 {
+        if !(4 * cfg.d_model).is_multiple_of(tp) {
             return Err(PartitionError::Invalid {
                 what: format!("--d-model {}", cfg.d_model),
                 why: format!("4*d_model is not divisible by 'tp' of size {tp}"),

@@ -91,7 +91,7 @@ impl Assignment {
                 continue;
             }
             let parts: usize = axes.iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product();
-            if rule.kinds[f] == FactorKind::Pass && rule.sizes[f] % parts == 0 {
+            if rule.kinds[f] == FactorKind::Pass && rule.sizes[f].is_multiple_of(parts) {
                 self.axes[f] = axes.clone();
             }
         }
