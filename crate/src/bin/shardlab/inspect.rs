@@ -132,7 +132,12 @@ async fn inspect(
     println!("# random bits per device per step: {}", s.rng_bits);
     for (kind, k) in s.collective_totals() {
         if k.count > 0 {
-            println!("# {kind}: {} ops, {} bytes", k.count, k.bytes);
+            let arrays = if k.operands != k.count {
+                format!(" carrying {} arrays (combined)", k.operands)
+            } else {
+                String::new()
+            };
+            println!("# {kind}: {} ops{arrays}, {} bytes", k.count, k.bytes);
         }
     }
     println!(
