@@ -2,6 +2,7 @@
 pub mod autodiff;
 pub mod bench;
 pub mod exec;
+pub mod export;
 pub mod gpu;
 pub mod ir;
 pub mod kernels;

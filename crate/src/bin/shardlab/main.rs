@@ -2,6 +2,7 @@
 //! main prints before exiting with status 2 (clap does the same for bad flags).
 mod args;
 mod bench;
+mod export;
 mod info;
 mod inspect;
 mod train;
@@ -32,6 +33,9 @@ enum Command {
     /// Measure kernels on this adapter.
     #[command(subcommand)]
     Bench(bench::Command),
+    /// Write the experiment as a script for another framework (`export jax`).
+    #[command(subcommand)]
+    Export(export::Command),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Bench(command) => bench::run(command),
+        Command::Export(command) => export::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,60 @@
+//! `shardlab export jax`: the experiment `train` would run, as a standalone JAX script.
+use clap::Subcommand;
+use shardlab::exec::TrainerOptions;
+
+use crate::args::{ModelArgs, ParallelArgs};
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// A runnable JAX script with the same model, init, data, optimizer, mesh and
+    /// partitioning (jit shardings or the shard_map body) as `train` with these flags.
+    Jax(JaxArgs),
+}
+
+#[derive(clap::Args)]
+pub struct JaxArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+    /// Number of optimizer updates the script runs.
+    #[arg(long, default_value_t = 200)]
+    pub steps: u64,
+    /// Write the script to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<String>,
+    /// Accepted so that `train`'s command line works unchanged (the script always prints JSON lines).
+    #[arg(long, hide = true)]
+    pub json: bool,
+    /// Accepted so that `train`'s command line works unchanged (the script picks its devices).
+    #[arg(long, hide = true)]
+    pub cpu: bool,
+}
+
+pub fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Jax(args) => jax(args),
+    }
+}
+
+fn jax(mut args: JaxArgs) -> Result<(), String> {
+    args.model.apply_preset(&mut args.parallel);
+    let opts = TrainerOptions {
+        config: args.model.config(),
+        optimizer: args.model.optimizer()?,
+        init: args.model.init(),
+        data: args.model.data()?,
+        seed: args.model.seed,
+        rng_layout: args.model.rng_layout(),
+        parallel: args.parallel.parallel()?,
+        combine_all_reduces: args.parallel.combine_all_reduces,
+    };
+    let script = shardlab::export::jax_script(&opts, args.steps).map_err(|e| e.to_string())?;
+    match &args.output {
+        Some(path) => std::fs::write(path, script).map_err(|e| format!("cannot write -o {path}: {e}")),
+        None => {
+            print!("{script}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,28 @@
+
+
+# ---------------------------------------------- automatic partitioning: jit with shardings
+# The global step, unchanged; the strategy is only the in/out shardings below. XLA's SPMD
+# partitioner inserts the collectives (shardlab's --mode auto does the same).
+
+# in_shardings of the parameters (and of their optimizer state); outputs keep them.
+{{PARAM_SPECS}}
+BATCH_SPEC = {{BATCH_SPEC}}  # tokens and targets
+
+
+def make_train_step(params, opt_state):
+    mesh = make_mesh()
+    param_shardings = [NamedSharding(mesh, PARAM_SPECS[name]) for name, _ in param_shapes()]
+    state_shardings = () if OPTIMIZER == "sgd" else (param_shardings, param_shardings)
+    batch = NamedSharding(mesh, BATCH_SPEC)
+    replicated = NamedSharding(mesh, P())
+    step = jax.jit(
+        global_train_step,
+        in_shardings=(param_shardings, state_shardings, batch, batch, replicated, replicated),
+        out_shardings=(replicated, param_shardings, state_shardings),
+        donate_argnums=(0, 1),
+    )
+    return step, jax.device_put(params, param_shardings), jax.device_put(opt_state, state_shardings)
+
+
+def global_params(params):
+    return params

@@ -1,0 +1,287 @@
+//! The JAX script of a training run: Python templates (header, model, one per mode, main
+//! loop) with the experiment's settings substituted in.
+use std::fmt::Write;
+
+use super::ExportError;
+use crate::exec::{Parallel, TrainerOptions};
+use crate::ir::{Program, RngLayout, Role};
+use crate::model::{param_specs, train_step_program, DataSource, Dataset, Init, Optimizer};
+use crate::partition::auto::auto_train_step_with_specs;
+use crate::partition::{shard_map_train_step, DropoutKey, Strategy};
+use crate::sharding::PartitionSpec;
+
+const HEADER: &str = include_str!("header.py");
+const MODEL: &str = include_str!("model.py");
+const SINGLE: &str = include_str!("single.py");
+const AUTO: &str = include_str!("auto.py");
+const SHARD_MAP: &str = include_str!("shard_map.py");
+const MAIN: &str = include_str!("main.py");
+
+/// A standalone Python script that runs `steps` updates of the experiment `opts` describes
+/// under JAX: plain jit on one device, jit with in/out shardings (`Parallel::Auto`), or the
+/// strategy's shard_map body with explicit collectives (`Parallel::ShardMap`). It prints
+/// `{"step":k,"loss":L}` per step and `{"done":true,"steps":n,"final_loss":L}` like
+/// `shardlab train --json`. Options that `shardlab train` would reject are errors here too.
+pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportError> {
+    if steps == 0 {
+        return Err(ExportError("--steps must be at least 1".into()));
+    }
+    let lr = opts.optimizer.lr();
+    if !(lr.is_finite() && lr > 0.0) {
+        return Err(ExportError(format!("--lr {lr} must be a positive number")));
+    }
+    let cfg = &opts.config;
+    cfg.validate().map_err(|e| ExportError(e.to_string()))?;
+    Dataset::new(opts.data.clone(), cfg, opts.seed).map_err(|e| ExportError(e.to_string()))?;
+    // The program `shardlab train` would run: it checks the mesh and specs the same way, and
+    // its in_specs are the shardings written into the script.
+    let err = |e: &dyn std::fmt::Display| ExportError(e.to_string());
+    let names: Vec<String> = param_specs(cfg).into_iter().map(|p| p.name).collect();
+    let (mode, program) = match &opts.parallel {
+        Parallel::None => (
+            SINGLE.to_string(),
+            train_step_program(cfg, opts.optimizer, opts.rng_layout)
+                .map_err(|e| err(&e))?
+                .program,
+        ),
+        Parallel::ShardMap {
+            strategy,
+            mesh,
+            dropout_key,
+        } => {
+            let step = shard_map_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, *dropout_key)
+                .map_err(|e| err(&e))?;
+            (
+                shard_map_section(&step.program, &names, *strategy, *dropout_key),
+                step.program,
+            )
+        }
+        Parallel::Auto { strategy, mesh, specs } => {
+            let (step, _) = auto_train_step_with_specs(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)
+                .map_err(|e| err(&e))?;
+            (auto_section(&step.program, &names), step.program)
+        }
+    };
+    let header = HEADER
+        .replace("{{SUMMARY}}", &summary(opts, steps))
+        .replace("{{SETTINGS}}", &settings(opts, &program, steps));
+    let script = [header.as_str(), MODEL, mode.as_str(), MAIN].concat();
+    debug_assert!(!script.contains("{{"), "a template placeholder was left unfilled");
+    Ok(script)
+}
+
+/// The top-of-file constants, plain Python literals (numpy is not imported yet).
+fn settings(opts: &TrainerOptions, program: &Program, steps: u64) -> String {
+    let cfg = &opts.config;
+    let py_bool = |b: bool| if b { "True" } else { "False" };
+    let (init, init_seed) = match opts.init {
+        Init::Formula => ("formula", 0),
+        Init::Random { seed } => ("random", seed),
+    };
+    let (optimizer, lr) = match opts.optimizer {
+        Optimizer::Sgd { lr } => ("sgd", lr),
+        Optimizer::AdamW { lr } => ("adamw", lr),
+    };
+    let text = match &opts.data {
+        // A JSON string is a valid Python string literal (serde_json leaves non-ASCII as is).
+        DataSource::Text(t) => serde_json::to_string(t).expect("a string serializes"),
+        _ => "None".into(),
+    };
+    let mesh_axes = match &program.mesh {
+        None => "()".to_string(),
+        Some(mesh) => py_tuple(mesh.axes().iter().map(|(n, s)| format!("(\"{n}\", {s})")).collect()),
+    };
+    let mut s = String::new();
+    let mut line = |l: String| {
+        s.push_str(&l);
+        s.push('\n');
+    };
+    line(format!("LAYERS = {}", cfg.layers));
+    line(format!("D_MODEL = {}", cfg.d_model));
+    line(format!("HEADS = {}", cfg.heads));
+    line(format!("SEQ = {}  # T", cfg.seq));
+    line(format!("BATCH = {}  # B, the global batch", cfg.batch));
+    line(format!("VOCAB = {}", cfg.vocab));
+    line(format!("TIED = {}  # the LM head shares wte", py_bool(cfg.tied)));
+    line(format!("DROPOUT = {:?}  # rate, a float32", cfg.dropout));
+    line(format!(
+        "INIT = \"{init}\"  # formula (MODEL.md) or random (seeded N(0, 0.02))"
+    ));
+    line(format!("INIT_SEED = {init_seed}"));
+    line(format!(
+        "DATA = \"{}\"  # formula, copy, reverse, modadd or text",
+        opts.data.name()
+    ));
+    line(format!("TEXT = {text}  # the corpus of DATA = \"text\""));
+    line(format!("OPTIMIZER = \"{optimizer}\"  # sgd or adamw"));
+    line(format!("LR = {lr:?}  # a float32"));
+    line(format!("SEED = {}  # of the data and of the dropout keys", opts.seed));
+    line(format!(
+        "RNG_PARTITIONABLE = {}  # jax_threefry_partitionable",
+        py_bool(opts.rng_layout == RngLayout::Partitionable)
+    ));
+    line(format!("STEPS = {steps}"));
+    line(format!(
+        "MESH_AXES = {mesh_axes}  # (name, size) per mesh axis; () for one device"
+    ));
+    s.trim_end().to_string()
+}
+
+/// One paragraph for the docstring: what this script runs.
+fn summary(opts: &TrainerOptions, steps: u64) -> String {
+    let cfg = &opts.config;
+    let mode = match &opts.parallel {
+        Parallel::None => "One device (plain jit).".to_string(),
+        Parallel::ShardMap {
+            strategy,
+            mesh,
+            dropout_key,
+        } => format!(
+            "shard_map: strategy {} on the mesh {}, dropout keys {}.",
+            strategy.name(),
+            mesh_text(mesh),
+            match dropout_key {
+                DropoutKey::Same => "the same on every device",
+                DropoutKey::FoldIn => "fold_in(key, axis_index('dp'))",
+            }
+        ),
+        Parallel::Auto { strategy, mesh, specs } => format!(
+            "Automatic partitioning (jit with shardings): strategy {} on the mesh {}{}.",
+            strategy.name(),
+            mesh_text(mesh),
+            if specs.is_empty() {
+                String::new()
+            } else {
+                format!(", with {} --spec override(s)", specs.len())
+            }
+        ),
+    };
+    let opt = match opts.optimizer {
+        Optimizer::Sgd { lr } => format!("SGD lr {lr}"),
+        Optimizer::AdamW { lr } => format!("AdamW lr {lr}"),
+    };
+    let init = match opts.init {
+        Init::Formula => "formula".to_string(),
+        Init::Random { seed } => format!("random (seed {seed})"),
+    };
+    let mut s = format!(
+        "{mode}\nModel: layers {}, d_model {}, heads {}, seq {}, batch {}, vocab {}{}, dropout {}.\n\
+         Init {init}; data {}; {opt}; seed {}; RNG layout {}; {steps} steps.",
+        cfg.layers,
+        cfg.d_model,
+        cfg.heads,
+        cfg.seq,
+        cfg.batch,
+        cfg.vocab,
+        if cfg.tied { ", tied head" } else { "" },
+        cfg.dropout,
+        opts.data.name(),
+        opts.seed,
+        match opts.rng_layout {
+            RngLayout::Original => "original",
+            RngLayout::Partitionable => "partitionable",
+        },
+    );
+    if opts.combine_all_reduces {
+        s.push_str("\n(--combine-all-reduces has no line here: XLA runs its own all-reduce combiner.)");
+    }
+    s
+}
+
+/// `dp=2,tp=2`, as `--mesh` takes it.
+fn mesh_text(mesh: &crate::sharding::Mesh) -> String {
+    let axes: Vec<String> = mesh.axes().iter().map(|(n, s)| format!("{n}={s}")).collect();
+    axes.join(",")
+}
+
+/// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings.
+fn auto_section(program: &Program, names: &[String]) -> String {
+    let mut specs = String::from("PARAM_SPECS = {\n");
+    for (pos, (_, role)) in program.inputs.iter().enumerate() {
+        if let Role::Param(i) = role {
+            let _ = writeln!(specs, "    \"{}\": {},", names[*i], py_spec(&program.in_specs[pos]));
+        }
+    }
+    specs.push('}');
+    AUTO.replace("{{PARAM_SPECS}}", &specs)
+        .replace("{{BATCH_SPEC}}", &py_spec(&tokens_spec(program)))
+}
+
+/// The section for `Parallel::ShardMap`: the strategy's body with its layouts.
+fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dropout_key: DropoutKey) -> String {
+    let mut layout = String::from("PARAM_LAYOUT = {\n");
+    for (pos, (value, role)) in program.inputs.iter().enumerate() {
+        if let Role::Param(i) = role {
+            let spec = &program.in_specs[pos];
+            let shape = program.global_shape(program.shape(*value), spec);
+            let shape = py_tuple(shape.iter().map(|n| n.to_string()).collect());
+            let _ = writeln!(layout, "    \"{}\": ({shape}, {}),", names[*i], py_spec(spec));
+        }
+    }
+    layout.push('}');
+    let axis = |a: &str| {
+        if strategy.axes().contains(&a) {
+            format!("\"{a}\"")
+        } else {
+            "None".into()
+        }
+    };
+    let doc = match strategy {
+        Strategy::Dp => "parameters replicated, the batch split over \"dp\",\n# gradients all-reduced (psum).",
+        Strategy::Fsdp => {
+            "parameters and optimizer state split over \"dp\" (ZeRO-3):\n# all_gather before use, \
+             psum_scatter of the gradients."
+        }
+        Strategy::Tp => {
+            "Megatron over \"tp\": attention heads and MLP columns split,\n# psum after the \
+             row-parallel projections."
+        }
+        Strategy::DpTp => "dp and Megatron tp together on the 2-D mesh {dp, tp}.",
+    };
+    let key = match dropout_key {
+        DropoutKey::Same => "\"same\"",
+        DropoutKey::FoldIn => "\"fold_in\"",
+    };
+    SHARD_MAP
+        .replace("{{STRATEGY}}", strategy.name())
+        .replace("{{STRATEGY_DOC}}", doc)
+        .replace("{{PARAM_LAYOUT}}", &layout)
+        .replace("{{DP_AXIS}}", &axis("dp"))
+        .replace("{{TP_AXIS}}", &axis("tp"))
+        .replace("{{DROPOUT_KEY}}", key)
+}
+
+fn tokens_spec(program: &Program) -> PartitionSpec {
+    program
+        .inputs
+        .iter()
+        .position(|(_, r)| *r == Role::Tokens)
+        .and_then(|pos| program.in_specs.get(pos).cloned())
+        .unwrap_or_else(PartitionSpec::replicated)
+}
+
+/// `P("dp", None)`, `P(("dp", "tp"),)`, `P()`.
+fn py_spec(spec: &PartitionSpec) -> String {
+    let entries: Vec<String> = spec
+        .entries()
+        .iter()
+        .map(|axes| match axes.len() {
+            0 => "None".to_string(),
+            1 => format!("\"{}\"", axes[0]),
+            _ => py_tuple(axes.iter().map(|a| format!("\"{a}\"")).collect()),
+        })
+        .collect();
+    if entries.iter().all(|e| e == "None") {
+        return "P()".into();
+    }
+    format!("P({})", entries.join(", "))
+}
+
+/// A Python tuple literal: `()`, `(x,)`, `(x, y)`.
+fn py_tuple(items: Vec<String>) -> String {
+    match items.len() {
+        0 => "()".into(),
+        1 => format!("({},)", items[0]),
+        _ => format!("({})", items.join(", ")),
+    }
+}

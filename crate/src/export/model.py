@@ -1,0 +1,265 @@
+
+DH = D_MODEL // HEADS  # head dim
+LN_EPS = 1e-5
+MASK_VALUE = -1e30
+GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment
+U64 = (1 << 64) - 1
+
+
+# ----------------------------------------------------------- parameters, in MODEL.md order
+
+
+def param_shapes():
+    """(name, shape) of every parameter; the list position is MODEL.md's param_index."""
+    d, v, t = D_MODEL, VOCAB, SEQ
+    shapes = [("wte", (v, d)), ("wpe", (t, d))]
+    for layer in range(LAYERS):
+        block = [
+            ("ln1_g", (d,)), ("ln1_b", (d,)), ("w_qkv", (d, 3 * d)), ("b_qkv", (3 * d,)),
+            ("w_proj", (d, d)), ("b_proj", (d,)), ("ln2_g", (d,)), ("ln2_b", (d,)),
+            ("w_fc", (d, 4 * d)), ("b_fc", (4 * d,)), ("w_out", (4 * d, d)), ("b_out", (d,)),
+        ]
+        shapes += [(f"h{layer}.{name}", shape) for name, shape in block]
+    shapes += [("lnf_g", (d,)), ("lnf_b", (d,))]
+    if not TIED:
+        shapes.append(("w_head", (d, v)))
+    return shapes
+
+
+class SplitMix64:
+    """shardlab's generator for the random init and the synthetic data."""
+
+    def __init__(self, state):
+        self.state = state & U64
+
+    def next_u64(self):
+        self.state = (self.state + GAMMA) & U64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & U64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & U64
+        return z ^ (z >> 31)
+
+    def normals(self, count):
+        """`count` Box-Muller normals (float64), each from two uniforms: the same numbers as
+        `count` calls of shardlab's SplitMix64::normal, computed in one vectorized go."""
+        k = np.arange(1, 2 * count + 1, dtype=np.uint64)
+        z = np.uint64(self.state) + k * np.uint64(GAMMA)  # wraps modulo 2^64
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+        self.state = (self.state + 2 * count * GAMMA) & U64
+        u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+        u1, u2 = u[0::2], u[1::2]
+        return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+
+
+def init_params():
+    """Initial parameters (numpy float32) in MODEL.md order. 1-D: gains 1, biases 0.
+    formula: W[i, j] = 0.02 sin(1.3 i + 0.7 j + param_index) in float64, rounded.
+    random: N(0, 0.02) from SplitMix64(INIT_SEED), residual projections (w_proj, w_out)
+    scaled by 1/sqrt(2 layers), drawn in parameter order, 2-D parameters only."""
+    rng = SplitMix64(INIT_SEED)
+    params = []
+    with np.errstate(over="ignore"):
+        for index, (name, shape) in enumerate(param_shapes()):
+            if len(shape) == 1:
+                w = np.full(shape, 1.0 if name.endswith("_g") else 0.0, dtype=np.float32)
+            elif INIT == "formula":
+                i = np.arange(shape[0], dtype=np.float64)[:, None]
+                j = np.arange(shape[1], dtype=np.float64)[None, :]
+                w = (0.02 * np.sin(1.3 * i + 0.7 * j + float(index))).astype(np.float32)
+            else:
+                residual = name.endswith("w_proj") or name.endswith("w_out")
+                std = 0.02 / math.sqrt(2.0 * LAYERS) if residual else 0.02
+                w = (rng.normals(math.prod(shape)) * std).astype(np.float32).reshape(shape)
+            params.append(w)
+    return params
+
+
+def init_opt_state(params):
+    """AdamW: (m, v), zeros like every parameter; SGD: no state."""
+    if OPTIMIZER == "sgd":
+        return ()
+    return ([np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params])
+
+
+# ----------------------------------------------------------------------------------- data
+
+TASK_SYMBOLS = 8  # copy / reverse: symbols 1..8, separator 0
+MODADD_MAX_P = 97
+
+
+class Dataset:
+    """The batch of each step, as shardlab's Dataset makes it (step k's generator is
+    SplitMix64(SEED ^ k * GAMMA); rows are drawn in order from it)."""
+
+    def __init__(self):
+        self.corpus = None
+        if DATA == "text":
+            chars = sorted(set(TEXT))  # token id = position among the distinct characters
+            ids = {c: i for i, c in enumerate(chars)}
+            self.corpus = np.array([ids[c] for c in TEXT], dtype=np.int32)
+
+    def batch(self, step):
+        """(inputs, targets), int32 (B, T): tokens[:, 0:T] and tokens[:, 1:T+1]."""
+        rng = SplitMix64(SEED ^ ((step * GAMMA) & U64))
+        tokens = np.array([self.row(b, rng) for b in range(BATCH)], dtype=np.int32)  # (B, T+1)
+        return tokens[:, :SEQ], tokens[:, 1:]
+
+    def row(self, b, rng):
+        n, v = SEQ + 1, VOCAB
+        if DATA == "formula":  # the same batch every step
+            return [(7 * b + 3 * t * t + 1) % v for t in range(n)]
+        if DATA in ("copy", "reverse"):
+            k = min(TASK_SYMBOLS, v - 1)
+            run = [1 + rng.next_u64() % k for _ in range((n - 1) // 2)]
+            second = run[::-1] if DATA == "reverse" else run
+            return (run + [0] + second + [0] * n)[:n]
+        if DATA == "modadd":  # a + b = (a+b) mod p, packed; '+' = p, '=' = p + 1
+            p = min(v - 2, MODADD_MAX_P)
+            row = []
+            while len(row) < n:
+                a, c = rng.next_u64() % p, rng.next_u64() % p
+                row += [a, p, c, p + 1, (a + c) % p]
+            return row[:n]
+        start = rng.next_u64() % (len(self.corpus) - n + 1)  # text: a random window
+        return self.corpus[start : start + n].tolist()
+
+
+# -------------------------------------------------------------------------------- forward
+
+
+def layer_norm(x, g, b):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)  # biased
+    return (x - mean) / jnp.sqrt(var + LN_EPS) * g + b
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def dropout(x, key, site):
+    """Inverted dropout; site 3*layer + s (s: 0 attention probabilities, 1 attention output,
+    2 MLP output) has the key fold_in(step key, site). The mask is drawn for x's shape (the
+    local shape inside shard_map)."""
+    if DROPOUT == 0.0:
+        return x
+    keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
+    keep = jax.random.bernoulli(jax.random.fold_in(key, site), keep_prob, x.shape)
+    return jnp.where(keep, x * (np.float32(1.0) / keep_prob), 0.0)
+
+
+def column_parallel_input(x, tp_axis):
+    """Megatron: the replicated activation enters column-parallel weights as a varying value
+    (its transpose sums the gradient over the tensor-parallel group)."""
+    return x if tp_axis is None else jax.lax.pcast(x, tp_axis, to="varying")
+
+
+def row_parallel_output(y, tp_axis):
+    """Megatron: partial products of row-parallel weights are summed over the group."""
+    return y if tp_axis is None else jax.lax.psum(y, tp_axis)
+
+
+def forward_loss(params, tokens, targets, key, tp_axis=None):
+    """MODEL.md's forward pass and mean cross-entropy. Shapes come from the arrays, so the
+    same code runs on global arrays (jit) and on one device's blocks (shard_map): with
+    tensor parallelism w_qkv is (d, 3, H/tp, Dh) and b_qkv (3, H/tp, Dh)."""
+    bsz, t = tokens.shape
+    wte, wpe = params[0], params[1]
+    x = wte[tokens] + wpe[:t]  # (B, T, d)
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
+    for layer in range(LAYERS):
+        (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj,
+         ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = params[2 + 12 * layer : 2 + 12 * (layer + 1)]
+        # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
+        h = column_parallel_input(layer_norm(x, ln1_g, ln1_b), tp_axis)
+        qkv = h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1)  # (B, T, 3 * H * Dh)
+        heads = qkv.shape[-1] // (3 * DH)
+        q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
+        s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
+        a = jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1)
+        a = dropout(a, key, 3 * layer + 0)
+        y = jnp.einsum("bhij,bhjd->bhid", a, v).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
+        y = row_parallel_output(y @ w_proj, tp_axis) + b_proj
+        x = x + dropout(y, key, 3 * layer + 1)
+        # MLP
+        h = column_parallel_input(layer_norm(x, ln2_g, ln2_b), tp_axis)
+        f = gelu(h @ w_fc + b_fc)
+        f = row_parallel_output(f @ w_out, tp_axis) + b_out
+        x = x + dropout(f, key, 3 * layer + 2)
+    base = 2 + 12 * LAYERS
+    x = layer_norm(x, params[base], params[base + 1])
+    logits = x @ (wte.T if TIED else params[base + 2])  # (B, T, V), no bias
+    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
+
+
+# ----------------------------------------------------------------------------- optimizers
+
+B1, B2, EPS, WEIGHT_DECAY = np.float32(0.9), np.float32(0.999), np.float32(1e-8), np.float32(0.01)
+
+
+def adamw_hyper(t):
+    """Bias corrections 1 - b1^t, 1 - b2^t of update t (from 1), as float32 scalars."""
+    if OPTIMIZER == "sgd":
+        return np.zeros(2, np.float32)
+    pow1, pow2 = np.float32(float(B1) ** t), np.float32(float(B2) ** t)
+    return np.array([np.float32(1.0) - pow1, np.float32(1.0) - pow2], np.float32)
+
+
+def apply_updates(params, grads, opt_state, hyper):
+    """SGD: p -= lr g. AdamW (optax's order): m = (1-b1) g + b1 m, v = (1-b2) g^2 + b2 v,
+    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only."""
+    lr = np.float32(LR)
+    if OPTIMIZER == "sgd":
+        return [p - lr * g for p, g in zip(params, grads)], opt_state
+    one_minus_b1, one_minus_b2 = np.float32(1.0 - 0.9), np.float32(1.0 - 0.999)
+    new_p, new_m, new_v = [], [], []
+    for (name, shape), p, g, m, v in zip(param_shapes(), params, grads, *opt_state):
+        m = one_minus_b1 * g + B1 * m
+        v = one_minus_b2 * (g * g) + B2 * v
+        mhat, vhat = m / hyper[0], v / hyper[1]
+        wd = WEIGHT_DECAY if len(shape) == 2 else np.float32(0.0)
+        new_p.append(p - lr * (mhat / (jnp.sqrt(vhat) + EPS) + wd * p))
+        new_m.append(m)
+        new_v.append(v)
+    return new_p, (new_m, new_v)
+
+
+def global_train_step(params, opt_state, tokens, targets, key, hyper):
+    """The whole step on global arrays: loss at the current parameters, gradients, update."""
+    loss, grads = jax.value_and_grad(forward_loss)(params, tokens, targets, key)
+    params, opt_state = apply_updates(params, grads, opt_state, hyper)
+    return loss, params, opt_state
+
+
+# ------------------------------------------------------------------------- keys and mesh
+
+
+def step_key(step):
+    """fold_in(PRNGKey(SEED), step) as raw uint32[2] key data (PRNGKey keeps the low 32
+    bits of the seed)."""
+    root = jnp.array([0, SEED & 0xFFFFFFFF], dtype=jnp.uint32)
+    return jax.random.fold_in(root, step)
+
+
+def make_mesh():
+    """The mesh over the first MESH_DEVICES devices, row-major like shardlab's device ids;
+    the CPU's (simulated) devices when there are too few accelerators."""
+    devices = jax.devices()
+    if len(devices) < MESH_DEVICES:
+        cpus = jax.devices("cpu")
+        if len(cpus) < MESH_DEVICES:
+            sys.exit(
+                f"error: the mesh needs {MESH_DEVICES} devices but there are {len(devices)}: "
+                f"run with XLA_FLAGS=--xla_force_host_platform_device_count={MESH_DEVICES} "
+                "to simulate them on the CPU"
+            )
+        if devices[0].platform != "cpu":
+            print(f"note: {len(devices)} {devices[0].platform} devices are too few for the mesh; "
+                  f"using {MESH_DEVICES} simulated CPU devices", file=sys.stderr)
+        devices = cpus
+    names = tuple(name for name, _ in MESH_AXES)
+    shape = tuple(size for _, size in MESH_AXES)
+    return Mesh(np.array(devices[:MESH_DEVICES]).reshape(shape), names)

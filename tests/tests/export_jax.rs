@@ -1,0 +1,381 @@
+//! `shardlab export jax`: the exported script runs under JAX (8 simulated CPU devices) and its
+//! losses match shardlab's reference executor; the script text has the partitioning written
+//! out (NamedSharding / shard_map with explicit collectives).
+use std::process::Command;
+
+use serde_json::Value;
+use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
+use shardlab::export::jax_script;
+use shardlab::ir::RngLayout;
+use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::sharding::{Mesh, PartitionSpec};
+
+const STEPS: u64 = 5;
+
+fn golden() -> Value {
+    let path = format!("{}/fixtures/golden_tiny.json", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// tests/fixtures/golden_tiny.json's experiment: formula init and data, SGD lr 0.1.
+fn golden_options(parallel: Parallel) -> TrainerOptions {
+    let g = golden();
+    let c = &g["config"];
+    let u = |k: &str| c[k].as_u64().unwrap() as usize;
+    assert_eq!(g["optimizer"]["name"], "sgd");
+    TrainerOptions {
+        config: GptConfig {
+            layers: u("layers"),
+            d_model: u("d_model"),
+            heads: u("heads"),
+            seq: u("seq"),
+            batch: u("batch"),
+            vocab: u("vocab"),
+            tied: c["tied"].as_bool().unwrap(),
+            dropout: 0.0,
+        },
+        optimizer: Optimizer::Sgd {
+            lr: g["optimizer"]["lr"].as_f64().unwrap() as f32,
+        },
+        init: Init::Formula,
+        data: DataSource::Formula,
+        seed: 0,
+        rng_layout: RngLayout::Partitionable,
+        parallel,
+        combine_all_reduces: false,
+    }
+}
+
+/// The golden experiment with the batch raised to 8, so that it splits over 8 devices.
+fn golden_batch8(parallel: Parallel) -> TrainerOptions {
+    let mut o = golden_options(parallel);
+    o.config.batch = 8;
+    o
+}
+
+fn mesh(text: &str) -> Mesh {
+    Mesh::parse(text).unwrap()
+}
+
+fn shard_map(strategy: Strategy, m: &str) -> Parallel {
+    Parallel::ShardMap {
+        strategy,
+        mesh: mesh(m),
+        dropout_key: DropoutKey::Same,
+    }
+}
+
+fn auto(strategy: Strategy, m: &str) -> Parallel {
+    Parallel::Auto {
+        strategy,
+        mesh: mesh(m),
+        specs: vec![],
+    }
+}
+
+/// shardlab's losses on the reference executor: before each update, then the final eval.
+fn shardlab_losses(opts: &TrainerOptions, steps: u64) -> Vec<f64> {
+    pollster::block_on(async {
+        let mut t = Trainer::new(Backend::Reference, opts.clone()).await.unwrap();
+        let mut losses = vec![];
+        for _ in 0..steps {
+            losses.push(t.step().await.unwrap().loss as f64);
+        }
+        losses.push(t.eval_loss().await.unwrap() as f64);
+        losses
+    })
+}
+
+/// Why JAX cannot run here, or None when `python3 -c "import jax"` works.
+fn jax_missing() -> Option<String> {
+    match Command::new("python3").args(["-c", "import jax"]).output() {
+        Err(e) => Some(format!("python3 cannot be started ({e})")),
+        Ok(o) if !o.status.success() => Some("JAX is not installed for python3".into()),
+        Ok(_) => None,
+    }
+}
+
+macro_rules! jax_or_skip {
+    () => {
+        if let Some(why) = jax_missing() {
+            eprintln!("skipped: {why}; `pip install jax` to run the exported script in this test");
+            return;
+        }
+    };
+}
+
+fn write_script(name: &str, script: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("shardlab-export-jax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.py"));
+    std::fs::write(&path, script).unwrap();
+    path
+}
+
+/// Runs the script on 8 simulated CPU devices; returns its step losses then its final loss,
+/// after checking the JSON lines' shape.
+fn run_script(name: &str, script: &str, steps: u64) -> Vec<f64> {
+    let path = write_script(name, script);
+    let out = Command::new("python3")
+        .arg(&path)
+        .env("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+        .env("JAX_PLATFORMS", "cpu")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name}: the script failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: `{l}` is not JSON: {e}")))
+        .collect();
+    assert_eq!(
+        lines.len() as u64,
+        steps + 1,
+        "{name}: one line per step and a done line:\n{stdout}"
+    );
+    let mut losses = vec![];
+    for (k, line) in lines[..steps as usize].iter().enumerate() {
+        assert_eq!(line["step"].as_u64(), Some(k as u64), "{name}: {line}");
+        losses.push(
+            line["loss"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: no loss in {line}")),
+        );
+    }
+    let done = &lines[steps as usize];
+    assert_eq!(done["done"], true, "{name}: {done}");
+    assert_eq!(done["steps"].as_u64(), Some(steps), "{name}: {done}");
+    losses.push(done["final_loss"].as_f64().unwrap());
+    losses
+}
+
+#[track_caller]
+fn assert_losses_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: loss {k} is {g} under JAX but {w} in shardlab (|diff| {:.2e} > {tol:e})\nJAX:      {got:?}\nshardlab: {want:?}",
+            (g - w).abs()
+        );
+    }
+}
+
+fn script_matches_shardlab(name: &str, opts: &TrainerOptions) -> Vec<f64> {
+    let script = jax_script(opts, STEPS).unwrap();
+    let jax = run_script(name, &script, STEPS);
+    assert_losses_close(name, &jax, &shardlab_losses(opts, STEPS), 1e-4);
+    jax
+}
+
+#[test]
+fn exported_single_device_script_reproduces_the_golden_losses_under_jax() {
+    jax_or_skip!();
+    let jax = script_matches_shardlab("single", &golden_options(Parallel::None));
+    // losses[k] of the fixture is the loss after k updates: the steps' losses, then the final one.
+    let want: Vec<f64> = golden()["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_losses_close("single vs golden_tiny.json", &jax, &want, 1e-4);
+}
+
+#[test]
+fn exported_shard_map_dp_script_on_8_devices_matches_shardlab() {
+    jax_or_skip!();
+    script_matches_shardlab("shard_map_dp8", &golden_batch8(shard_map(Strategy::Dp, "dp=8")));
+}
+
+#[test]
+fn exported_shard_map_fsdp_script_on_4_devices_matches_shardlab() {
+    jax_or_skip!();
+    script_matches_shardlab("shard_map_fsdp4", &golden_batch8(shard_map(Strategy::Fsdp, "dp=4")));
+}
+
+#[test]
+fn exported_auto_dp_script_on_8_devices_matches_shardlab() {
+    jax_or_skip!();
+    script_matches_shardlab("auto_dp8", &golden_batch8(auto(Strategy::Dp, "dp=8")));
+}
+
+#[test]
+fn exported_dp_tp_scripts_with_dropout_and_adamw_match_shardlab_in_both_modes() {
+    jax_or_skip!();
+    // The dropout masks match too: same key scheme, same bit layout, same bernoulli.
+    for (name, parallel, layout) in [
+        (
+            "shard_map_dp_tp_dropout",
+            shard_map(Strategy::DpTp, "dp=2,tp=4"),
+            RngLayout::Partitionable,
+        ),
+        (
+            "auto_dp_tp_dropout",
+            auto(Strategy::DpTp, "dp=2,tp=4"),
+            RngLayout::Original,
+        ),
+    ] {
+        let mut opts = golden_options(parallel);
+        opts.config.dropout = 0.1;
+        opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+        opts.rng_layout = layout;
+        opts.seed = 3;
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+#[test]
+fn exported_scripts_are_valid_python() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 cannot be started");
+        return;
+    }
+    let mut cases: Vec<(String, TrainerOptions)> = vec![("single".into(), golden_options(Parallel::None))];
+    for s in [Strategy::Dp, Strategy::Fsdp, Strategy::Tp, Strategy::DpTp] {
+        let m = if s == Strategy::DpTp { "dp=2,tp=2" } else { "dp=2" };
+        let m = if s == Strategy::Tp { "tp=2" } else { m };
+        cases.push((format!("shard_map_{}", s.name()), golden_options(shard_map(s, m))));
+        cases.push((format!("auto_{}", s.name()), golden_options(auto(s, m))));
+    }
+    let mut text = golden_options(Parallel::None);
+    text.config.vocab = 80;
+    text.data = DataSource::Text("A \"quoted\" line\\ with ünïcode ✓,\nand a tab\there.\u{1}".into());
+    text.init = Init::Random { seed: 7 };
+    text.optimizer = Optimizer::AdamW { lr: 3e-3 };
+    cases.push(("text_random_adamw".into(), text));
+    for (name, opts) in cases {
+        let path = write_script(&format!("syntax_{name}"), &jax_script(&opts, 3).unwrap());
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import ast, sys; ast.parse(open(sys.argv[1], encoding='utf-8').read())",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: not valid Python: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn shard_map_script_writes_the_body_with_explicit_collectives() {
+    let fsdp = jax_script(&golden_options(shard_map(Strategy::Fsdp, "dp=2")), STEPS).unwrap();
+    for needle in [
+        "jax.shard_map(",
+        "in_specs=(param_specs, state_specs, BATCH_SPEC, BATCH_SPEC, P(), P())",
+        "out_specs=(P(), param_specs, state_specs)",
+        "jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True)",
+        "jax.lax.psum_scatter(g, DP_AXIS, scatter_dimension=0, tiled=True)",
+        "jax.lax.psum(g, DP_AXIS)",
+        "jax.lax.pmean(loss, DP_AXIS)",
+        "\"wte\": ((64, 32), P(\"dp\", None)),",
+        "\"h0.ln1_g\": ((32,), P(\"dp\")),",
+        "DP_AXIS = \"dp\"",
+        "TP_AXIS = None",
+        "MESH_AXES = ((\"dp\", 2),)",
+        "xla_force_host_platform_device_count",
+    ] {
+        assert!(fsdp.contains(needle), "the fsdp script lacks `{needle}`:\n{fsdp}");
+    }
+    let dp = jax_script(&golden_batch8(shard_map(Strategy::Dp, "dp=8")), STEPS).unwrap();
+    assert!(dp.contains("\"wte\": ((64, 32), P()),"), "dp replicates the parameters");
+    // Megatron: w_qkv viewed per head and split over "tp"; psum after the row-parallel matmuls.
+    let tp = jax_script(&golden_options(shard_map(Strategy::Tp, "tp=2")), STEPS).unwrap();
+    for needle in [
+        "\"h0.w_qkv\": ((32, 3, 4, 8), P(None, None, \"tp\", None)),",
+        "\"h0.w_fc\": ((32, 128), P(None, \"tp\")),",
+        "\"h0.w_out\": ((128, 32), P(\"tp\", None)),",
+        "TP_AXIS = \"tp\"",
+        "DP_AXIS = None",
+        "jax.lax.psum(y, tp_axis)",
+        "jax.lax.pcast(x, tp_axis, to=\"varying\")",
+    ] {
+        assert!(tp.contains(needle), "the tp script lacks `{needle}`:\n{tp}");
+    }
+    assert!(!tp.contains("in_shardings="), "shard_map mode writes no jit shardings");
+}
+
+#[test]
+fn auto_script_writes_the_jit_shardings_of_the_strategy_and_overrides() {
+    let mut opts = golden_options(Parallel::Auto {
+        strategy: Strategy::DpTp,
+        mesh: mesh("dp=2,tp=2"),
+        specs: vec![("w_head".into(), PartitionSpec::from_axes(&[None, Some("tp")]))],
+    });
+    opts.rng_layout = RngLayout::Original;
+    let s = jax_script(&opts, STEPS).unwrap();
+    for needle in [
+        "NamedSharding(mesh, PARAM_SPECS[name])",
+        "in_shardings=(param_shardings, state_shardings, batch, batch, replicated, replicated)",
+        "out_shardings=(replicated, param_shardings, state_shardings)",
+        // auto mode keeps w_qkv's stored shape: its columns split over "tp"
+        "\"h0.w_qkv\": P(None, \"tp\"),",
+        "\"h0.w_proj\": P(\"tp\", None),",
+        "\"w_head\": P(None, \"tp\"),",
+        "\"wte\": P(),",
+        "BATCH_SPEC = P(\"dp\", None)",
+        "MESH_AXES = ((\"dp\", 2), (\"tp\", 2))",
+        "RNG_PARTITIONABLE = False",
+        "jax.config.update(\"jax_threefry_partitionable\", RNG_PARTITIONABLE)",
+    ] {
+        assert!(s.contains(needle), "the auto script lacks `{needle}`:\n{s}");
+    }
+    assert!(!s.contains("jax.shard_map("), "auto mode writes no shard_map body");
+}
+
+#[test]
+fn single_device_script_uses_plain_jit_and_the_options() {
+    let mut opts = golden_options(Parallel::None);
+    opts.init = Init::Random { seed: 42 };
+    opts.data = DataSource::ModAdd;
+    opts.optimizer = Optimizer::AdamW { lr: 3e-3 };
+    opts.config.dropout = 0.25;
+    opts.seed = 9;
+    let s = jax_script(&opts, 17).unwrap();
+    for needle in [
+        "jax.jit(global_train_step, donate_argnums=(0, 1))",
+        "MESH_AXES = ()",
+        "INIT = \"random\"",
+        "INIT_SEED = 42",
+        "DATA = \"modadd\"",
+        "OPTIMIZER = \"adamw\"",
+        "LR = 0.003",
+        "DROPOUT = 0.25",
+        "SEED = 9",
+        "STEPS = 17",
+        "RNG_PARTITIONABLE = True",
+    ] {
+        assert!(s.contains(needle), "the script lacks `{needle}`");
+    }
+    assert!(!s.contains("in_shardings=") && !s.contains("jax.shard_map("));
+}
+
+#[test]
+fn export_rejects_what_train_rejects_with_a_fix() {
+    let err = jax_script(&golden_options(Parallel::None), 0).unwrap_err().to_string();
+    assert!(err.contains("--steps"), "{err}");
+    let err = jax_script(&golden_options(shard_map(Strategy::Tp, "dp=2")), 3)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--mesh tp=2"), "{err}");
+    // golden_tiny's batch of 2 does not split over 8 devices
+    let err = jax_script(&golden_options(auto(Strategy::Dp, "dp=8")), 3)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--batch 2"), "{err}");
+    let mut opts = golden_options(Parallel::None);
+    opts.data = DataSource::Text("tiny".into());
+    let err = jax_script(&opts, 3).unwrap_err().to_string();
+    assert!(err.contains("too short"), "{err}");
+}
