@@ -220,14 +220,38 @@ fn export_jax_writes_a_python_script_for_the_same_run() {
     let dir = std::env::temp_dir().join(format!("shardlab-cli-export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("run.py");
-    let mut args = vec!["export", "jax", "--mode", "shard_map", "--strategy", "dp", "--mesh", "dp=2", "--steps", "3"];
+    let mut args = vec![
+        "export",
+        "jax",
+        "--mode",
+        "shard_map",
+        "--strategy",
+        "dp",
+        "--mesh",
+        "dp=2",
+        "--steps",
+        "3",
+    ];
     args.extend_from_slice(TINY);
     args.extend_from_slice(&["-o", out.to_str().unwrap()]);
     let (code, _, err) = shardlab(&args);
     assert_eq!(code, 0, "{err}");
     let script = std::fs::read_to_string(&out).unwrap();
-    assert!(script.contains("shard_map") && script.contains("psum"), "{}", &script[..300.min(script.len())]);
-    let (code, _, err) = shardlab(&["export", "jax", "--mode", "shard_map", "--strategy", "tp", "--mesh", "dp=2"]);
+    assert!(
+        script.contains("shard_map") && script.contains("psum"),
+        "{}",
+        &script[..300.min(script.len())]
+    );
+    let (code, _, err) = shardlab(&[
+        "export",
+        "jax",
+        "--mode",
+        "shard_map",
+        "--strategy",
+        "tp",
+        "--mesh",
+        "dp=2",
+    ]);
     assert_eq!(code, 2, "a mesh without 'tp' must be refused: {err}");
     assert!(err.contains("tp"), "{err}");
 }

@@ -90,3 +90,33 @@ fn dropout_training_matches_the_reference_executor_bit_for_bit_masks() {
         }
     });
 }
+
+#[test]
+fn a_profiled_step_reports_the_same_loss_as_a_plain_step() {
+    let _ = gpu_or_skip!();
+    use shardlab::partition::Strategy;
+    use shardlab::sharding::Mesh;
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    for parallel in [
+        Parallel::None,
+        Parallel::Auto {
+            strategy: Strategy::Dp,
+            mesh: Mesh::parse("dp=2").unwrap(),
+            specs: vec![],
+        },
+    ] {
+        let mut opts = copy_task(0.0);
+        opts.parallel = parallel;
+        opts.init = Init::Formula;
+        pollster::block_on(async {
+            let mut plain = Trainer::new(Backend::Gpu(ctx.clone()), opts.clone()).await.unwrap();
+            let mut profiled = Trainer::new(Backend::Gpu(ctx.clone()), opts).await.unwrap();
+            for _ in 0..3 {
+                let a = plain.step().await.unwrap().loss;
+                let (b, profile) = profiled.profile_step().await.unwrap();
+                assert!((a - b.loss).abs() < 1e-6, "profiled loss {} vs plain {a}", b.loss);
+                assert!(profile.unwrap().phases_ms.iter().all(|&ms| ms > 0.0));
+            }
+        });
+    }
+}

@@ -240,11 +240,13 @@ impl Trainer {
                 }
                 exec.set_step(ctx, update)?;
                 if profile {
-                    prof = Some(Self::profile(ctx, exec, &self.step).await?);
+                    let (loss, p) = Self::profile(ctx, exec, &self.step).await?;
+                    prof = Some(p);
+                    loss
                 } else {
                     exec.submit(ctx);
+                    exec.read_output(ctx, 0).await?.scalar()
                 }
-                exec.read_output(ctx, 0).await?.scalar()
             }
         };
         let step_ms = now_ms() - t0;
@@ -264,8 +266,10 @@ impl Trainer {
     }
 
     /// Runs the step's dispatches phase by phase (waiting after each, so each phase's wall
-    /// time is its own), then forward and backward again under timestamp queries.
-    async fn profile(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> Result<StepProfile, ExecError> {
+    /// time is its own), reads the loss, then runs forward and backward again under
+    /// timestamp queries. Returns the step's loss (read before the re-run, which recomputes
+    /// it from the updated parameters) and the profile.
+    async fn profile(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> Result<(f32, StepProfile), ExecError> {
         let instrs = exec.dispatch_instrs();
         let first_at = |instr: usize| instrs.iter().position(|&i| i >= instr).unwrap_or(instrs.len());
         let bounds = [0, first_at(step.forward_end), first_at(step.backward_end), instrs.len()];
@@ -276,6 +280,7 @@ impl Trainer {
             ctx.finish().await?;
             phases_ms[p] = now_ms() - t0;
         }
+        let loss = exec.read_output(ctx, 0).await?.scalar();
         // Forward and backward write no parameters, so they can run again under timestamp
         // queries without changing the step. Some drivers (lavapipe) report pass timestamps
         // far below the wall time: those are dropped rather than shown.
@@ -289,10 +294,13 @@ impl Trainer {
             ),
             _ => None,
         };
-        Ok(StepProfile {
-            phases_ms,
-            per_dispatch,
-        })
+        Ok((
+            loss,
+            StepProfile {
+                phases_ms,
+                per_dispatch,
+            },
+        ))
     }
 
     /// Wall time of the step's collective dispatches run alone (GPU only): what the measured
