@@ -257,15 +257,16 @@ function resetView() {
   state.history = { step: [], measured: { auto: [], shard_map: [] }, modelled: { auto: [], shard_map: [] }, loss: { auto: [], shard_map: [] } };
   $('step').textContent = '0';
   for (const id of ['step-ms', 'loss', 'tokens-per-s']) $(id).textContent = '—';
+  $('breakdown').hidden = true;
   makeCharts();
 }
 
-async function stepOnce() {
+async function stepOnce(profiled = false) {
   if (state.busy || !state.configured) return false;
   state.busy = true;
   updateButtons();
   try {
-    const r = JSON.parse(await lab.step());
+    const r = JSON.parse(await (profiled ? lab.step_profiled() : lab.step()));
     if (!r.ok) {
       state.playing = false;
       showError(r.error);
@@ -292,19 +293,43 @@ function record(r) {
   h.step.push(r.step);
   for (const m of MODES) {
     const s = r.modes[m];
-    h.measured[m].push(s ? s.step_ms : null);
-    h.modelled[m].push(s ? s.modelled_ms : null);
-    h.loss[m].push(s ? s.loss : null);
+    // A profiled step waits after every phase: its time is not a step time, so it is not charted.
+    h.measured[m].push(s && !s.profiled ? s.step_ms : null);
+    h.modelled[m].push(s && !s.profiled ? s.modelled_ms : null);
+    // The loss a profiled step reads back is not reliable in automatic mode (the step re-runs
+    // forward and backward under timestamp queries): it is neither charted nor shown.
+    h.loss[m].push(s && !s.profiled ? s.loss : null);
   }
   const ran = MODES.filter((m) => r.modes[m]);
   const per = (id, f) => $(id).replaceChildren(...ran.map((m) =>
     el('span', { 'data-mode': m }, ran.length > 1 ? `${MODE_LABEL[m]} ${f(r.modes[m])}` : f(r.modes[m]))));
   $('step').textContent = String(state.steps);
   per('step-ms', (s) => fmtMs(s.step_ms));
-  per('loss', (s) => s.loss.toFixed(4));
+  per('loss', (s) => (s.profiled ? '— (profiled step)' : s.loss.toFixed(4)));
   per('tokens-per-s', (s) => fmtRate(s.tokens_per_s));
   updateCharts();
   renderStory();
+  if (ran.some((m) => r.modes[m].breakdown)) renderBreakdown(r);
+}
+
+function renderBreakdown(r) {
+  const ran = MODES.filter((m) => r.modes[m] && r.modes[m].breakdown);
+  const b = (m) => r.modes[m].breakdown;
+  const cats = ['matmul', 'attention', 'rng', 'collectives', 'optimizer', 'other'];
+  const row = (label, f) => el('tr', {}, el('th', {}, label), ran.map((m) => el('td', { class: 'num' }, f(b(m)))));
+  const rows = [
+    ...['forward', 'backward', 'update'].map((p) => row(`${p} (wall)`, (x) => fmtMs(x.phases_ms[p]))),
+    ...cats.map((c) => row(c, (x) => (x.categories_ms ? fmtMs(x.categories_ms[c]) : '—'))),
+  ];
+  const noTimestamps = ran.some((m) => !b(m).categories_ms);
+  const box = $('breakdown');
+  box.replaceChildren(...[
+    el('h3', {}, el('span', { class: 'tag measured' }, 'measured'), ` where step ${r.step + 1}'s time went`),
+    el('table', { class: 'compact' }, el('thead', {}, el('tr', {}, el('th'), ran.map((m) => el('th', { class: 'num' }, MODE_LABEL[m])))),
+      el('tbody', {}, rows)),
+    noTimestamps ? el('p', { class: 'muted small' }, 'Per-category times need timestamp queries, which this adapter lacks or reports implausibly; the phases are wall times.') : null,
+  ].filter(Boolean));
+  box.hidden = false;
 }
 
 async function playLoop() {
@@ -323,6 +348,7 @@ function updateButtons() {
   $('play').textContent = state.playing ? '❚❚ Pause' : '▶ Play';
   $('play').disabled = !ready;
   $('single').disabled = !ready || state.busy || state.playing;
+  $('profile').disabled = !ready || state.busy || state.playing;
   $('run-state').textContent = state.playing ? 'training' : state.busy ? 'stepping' : 'paused';
   $('run-state').className = `badge ${state.playing ? 'pass' : ''}`;
 }
@@ -602,6 +628,7 @@ function wireControls() {
     if (state.playing) playLoop();
   });
   $('single').addEventListener('click', () => stepOnce());
+  $('profile').addEventListener('click', () => stepOnce(true));
   $('reset').addEventListener('click', async () => {
     state.playing = false;
     while (state.busy) await new Promise((r) => setTimeout(r, 20));

@@ -197,6 +197,15 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     assert.match(await page.getByTestId('live').innerText(), /measured[\s\S]*modelled/);
     assert.ok(await page.locator('[data-testid="chart-measured"] canvas').count() > 0, 'no chart canvas');
 
+    // A profiled step: phases per mode (and categories where timestamps work), not charted.
+    await page.getByTestId('profile').click();
+    await page.waitForFunction((n) => window.shardlab.steps > n || window.shardlab.error, steps, { timeout: STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    const breakdown = await page.getByTestId('breakdown').innerText();
+    assert.match(breakdown, /forward \(wall\)[\s\S]*update \(wall\)[\s\S]*collectives/);
+    assert.deepEqual(await chartPoints(page, 'measured'), [steps + 1, steps, steps]);
+    assert.deepEqual(await chartPoints(page, 'loss'), [steps + 1, steps, steps]);
+
     mkdirSync(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: path.join(ARTIFACTS, 'sandbox.png'), fullPage: true });
     assert.deepEqual(foreign(requests), [], 'requests to other hosts');

@@ -104,7 +104,18 @@ impl Shardlab {
     pub fn step(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let v = session::step(&inner).await;
+            let v = session::step(&inner, false).await;
+            Ok(JsValue::from_str(&v.to_string()))
+        })
+    }
+
+    /// Like `step`, but measures where the time goes: each mode's answer gets a `breakdown`
+    /// (forward / backward / update wall times, and ms per category from timestamp queries
+    /// where the adapter has them). Its step time is not comparable with plain steps'.
+    pub fn step_profiled(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let v = session::step(&inner, true).await;
             Ok(JsValue::from_str(&v.to_string()))
         })
     }

@@ -6,9 +6,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use shardlab::exec::{Backend, Trainer};
+use shardlab::exec::{Backend, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
-use shardlab::profile::Interconnect;
+use shardlab::profile::{category, Category, Interconnect};
 
 use crate::plan::Plan;
 use crate::settings::{mode_name, FieldError, Mode, Settings};
@@ -121,7 +121,7 @@ struct Taken {
     collectives_ms: Vec<Option<f64>>,
 }
 
-pub async fn step(inner: &Rc<RefCell<Inner>>) -> Value {
+pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let taken = {
         let mut i = inner.borrow_mut();
         let ctx = i.ctx.clone();
@@ -157,7 +157,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>) -> Value {
         (opts, run.net, run.settings.clone())
     };
     let mut taken = taken;
-    let result = run_modes(&mut taken, &plans_opts, &net, &settings).await;
+    let result = run_modes(&mut taken, &plans_opts, &net, &settings, profile).await;
     let mut i = inner.borrow_mut();
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
         return fail("the settings changed during the step; it was discarded");
@@ -185,6 +185,7 @@ async fn run_modes(
     plans: &[(shardlab::exec::TrainerOptions, shardlab::profile::ProgramSummary)],
     net: &Interconnect,
     settings: &Settings,
+    profile: bool,
 ) -> Result<serde_json::Map<String, Value>, String> {
     let mut order: Vec<usize> = (0..t.modes.len()).collect();
     // In `both` mode the order alternates, so neither mode always runs on a warmer GPU.
@@ -204,7 +205,12 @@ async fn run_modes(
             t.trainers[k] = Some(trainer);
         }
         let trainer = t.trainers[k].as_mut().expect("built above");
-        let stats = trainer.step().await.map_err(|e| e.to_string())?;
+        let (stats, prof) = if profile {
+            trainer.profile_step().await.map_err(|e| e.to_string())?
+        } else {
+            (trainer.step().await.map_err(|e| e.to_string())?, None)
+        };
+        let breakdown = prof.map(|p| breakdown(trainer, &p));
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
@@ -227,10 +233,31 @@ async fn run_modes(
                 "modelled_collectives_ms": summary.collectives_ms(net),
                 "interconnect": net.label,
                 "build_ms": build_ms,
+                "profiled": profile,
+                "breakdown": breakdown,
             }),
         );
     }
     Ok(out)
+}
+
+/// Where a profiled step's time went, measured: forward / backward / update wall times, and
+/// per category (matmul, attention, rng, collectives, optimizer, other) from timestamp queries
+/// where the adapter has them (the update phase counts as optimizer).
+fn breakdown(trainer: &Trainer, p: &StepProfile) -> Value {
+    let categories = p.per_dispatch.as_ref().map(|per| {
+        let mut ms: std::collections::BTreeMap<&str, f64> = Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
+        for (instr, t) in per {
+            let c = category(&trainer.program().instrs[*instr]);
+            *ms.entry(c.name()).or_default() += t;
+        }
+        *ms.entry(Category::Optimizer.name()).or_default() += p.phases_ms[2];
+        ms
+    });
+    json!({
+        "phases_ms": {"forward": p.phases_ms[0], "backward": p.phases_ms[1], "update": p.phases_ms[2]},
+        "categories_ms": categories,
+    })
 }
 
 /// Drops the trainers (and replaces a lost device) so the next step starts over.
