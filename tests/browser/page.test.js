@@ -57,16 +57,20 @@ test('page shows the adapter and passes the kernel self-test on SwiftShader WebG
   const { context, page, requests, consoleErrors } = await openPage();
   try {
     await page.goto(URL_);
-    await page.waitForFunction(() => ['done', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, {
-      timeout: SELFTEST_TIMEOUT_MS,
+    await page.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, {
+      timeout: 60_000,
     });
+    assert.equal(await page.evaluate(() => document.body.dataset.state), 'ready', `console errors: ${consoleErrors.join(' | ')}`);
+    // The self-test runs on demand, so training is not kept waiting for it.
+    await page.getByTestId('selftest-run').click();
+    await page.waitForFunction(() => document.body.dataset.selftest === 'done', null, { timeout: SELFTEST_TIMEOUT_MS });
     mkdirSync(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: path.join(ARTIFACTS, 'page.png'), fullPage: true });
 
     const state = await page.evaluate(() => document.body.dataset.state);
     const errorText = (await page.getByTestId('error').textContent()).trim();
     assert.equal(errorText, '', `the page shows an error: ${errorText}`);
-    assert.equal(state, 'done', `page state is ${state}; console errors: ${consoleErrors.join(' | ')}`);
+    assert.equal(state, 'ready', `page state is ${state}; console errors: ${consoleErrors.join(' | ')}`);
 
     const { adapter, report } = await page.evaluate(() => window.shardlab);
     assert.ok(adapter.backend.length > 0 && adapter.max_compute_invocations_per_workgroup >= 256, JSON.stringify(adapter));
@@ -113,6 +117,211 @@ test('without WebGPU the page says which browser or flag to use and loads no was
     assert.equal(await page.getByTestId('adapter').isVisible(), false);
     assert.deepEqual(requests.filter((u) => u.endsWith('.wasm') || u.includes('/pkg/')), []);
     assert.deepEqual(foreign(requests), []);
+  } finally {
+    await context.close();
+  }
+});
+
+// ---- the sandbox ---------------------------------------------------------------------------
+
+// SwiftShader runs every kernel on the CPU: the tests train a tiny model on 2 devices.
+const TINY = {
+  preset: 'dp', mode: 'auto', mesh: 'dp=2', layers: '1', d_model: '32', heads: '2', seq: '8', batch: '8', vocab: '32',
+  dropout: '0.1', rng: 'original', dropout_key: 'same', combine: '0', interconnect: 'tpu_v4_ici',
+};
+const STEP_TIMEOUT_MS = 180_000;
+const hashOf = (over = {}) => `#${new URLSearchParams({ ...TINY, ...over }).toString()}`;
+
+async function openReady(hash) {
+  const opened = await openPage();
+  await opened.page.goto(URL_ + hash);
+  await opened.page.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, {
+    timeout: 60_000,
+  });
+  assert.equal(await opened.page.evaluate(() => document.body.dataset.state), 'ready', opened.consoleErrors.join(' | '));
+  return opened;
+}
+
+/** Presses Step `n` times, waiting for each step, and returns the page's step counter. */
+async function singleSteps(page, n) {
+  for (let i = 0; i < n; i++) {
+    const before = await page.evaluate(() => window.shardlab.steps);
+    await page.getByTestId('single-step').click();
+    await page.waitForFunction((b) => window.shardlab.steps > b || window.shardlab.error, before, { timeout: STEP_TIMEOUT_MS });
+    const error = await page.evaluate(() => window.shardlab.error);
+    assert.equal(error, null, `step failed: ${error}`);
+  }
+  return Number(await page.getByTestId('step').textContent());
+}
+
+/** Points per series of a chart: [steps, automatic, shard_map] (non-null values). */
+const chartPoints = (page, key) => page.evaluate((k) => window.shardlab.charts[k].data.map((s) => s.filter((v) => v != null).length), key);
+
+test('trains in each mode, switches modes, and its charts get points', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, requests, consoleErrors } = await openReady(hashOf({ mode: 'auto' }));
+  try {
+    assert.equal(await singleSteps(page, 2), 2);
+    assert.match(await page.getByTestId('step-ms').textContent(), /^\d+(\.\d+)? (ms|µs|s)$/);
+    const loss = Number(await page.getByTestId('loss').textContent());
+    assert.ok(loss > 0 && loss < 10, `loss ${loss}`);
+    assert.deepEqual(await chartPoints(page, 'measured'), [2, 2, 0]);
+    assert.deepEqual(await chartPoints(page, 'loss'), [2, 2, 0]);
+
+    // Switching the mode starts a new run in that mode.
+    await page.getByTestId('mode').selectOption('shard_map');
+    assert.equal(await page.getByTestId('step').textContent(), '0');
+    assert.equal(await singleSteps(page, 2), 2);
+    assert.deepEqual(await chartPoints(page, 'measured'), [2, 0, 2]);
+    assert.match(location(page), /mode=shard_map/);
+
+    // Both: Play runs steps in a loop, one of each mode per step, without freezing the page.
+    await page.getByTestId('mode').selectOption('both');
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.steps >= 3 || window.shardlab.error, null, { timeout: 3 * STEP_TIMEOUT_MS });
+    // The page answers while training: an evaluate round-trip is quick.
+    const t0 = Date.now();
+    await page.evaluate(() => document.title);
+    assert.ok(Date.now() - t0 < 2_000, 'the page did not answer within 2 s while training');
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => !window.shardlab.busy && !window.shardlab.playing, null, { timeout: STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    const steps = await page.evaluate(() => window.shardlab.steps);
+    assert.ok(steps >= 3);
+    for (const key of ['measured', 'modelled', 'loss']) {
+      assert.deepEqual(await chartPoints(page, key), [steps, steps, steps], key);
+    }
+    const text = await page.getByTestId('step-ms').innerText();
+    assert.match(text, /automatic .*ms/);
+    assert.match(text, /shard_map .*ms/);
+    // Measured and modelled times are separate charts, each labelled.
+    assert.match(await page.getByTestId('live').innerText(), /measured[\s\S]*modelled/);
+    assert.ok(await page.locator('[data-testid="chart-measured"] canvas').count() > 0, 'no chart canvas');
+
+    // A profiled step: phases per mode (and categories where timestamps work), not charted.
+    await page.getByTestId('profile').click();
+    await page.waitForFunction((n) => window.shardlab.steps > n || window.shardlab.error, steps, { timeout: STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    const breakdown = await page.getByTestId('breakdown').innerText();
+    assert.match(breakdown, /forward \(wall\)[\s\S]*update \(wall\)[\s\S]*collectives/);
+    assert.deepEqual(await chartPoints(page, 'measured'), [steps + 1, steps, steps]);
+    assert.deepEqual(await chartPoints(page, 'loss'), [steps + 1, steps, steps]);
+
+    mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: path.join(ARTIFACTS, 'sandbox.png'), fullPage: true });
+    assert.deepEqual(foreign(requests), [], 'requests to other hosts');
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+const location = (page) => decodeURIComponent(new URL(page.url()).hash);
+
+test('the inspector shows all-reduces in dp and replicated random bits in the seed preset', { timeout: 180_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    // dp: gradients are all-reduced in both programs, and the highlighted lines say so.
+    for (const pane of ['program-auto', 'program-shard-map']) {
+      const box = page.getByTestId(pane);
+      assert.ok(await box.locator('[data-testid="collective-row"][data-kind="all-reduce"]').count() === 1, pane);
+      assert.ok(await box.locator('.line.collective[data-op="all-reduce"]').count() > 0, `${pane}: no all-reduce line`);
+    }
+    // Automatic mode lists what the partitioner inserted, with the rule.
+    const inserted = await page.evaluate(() => window.shardlab.programs.modes.auto.inserted);
+    assert.ok(inserted.some((r) => r.op === 'psum' && r.rule.length > 0), JSON.stringify(inserted.slice(0, 3)));
+
+    // The seed preset, inspected without training (too big for SwiftShader to train quickly).
+    await page.getByRole('button', { name: 'Load the seed preset' }).click();
+    await page.waitForFunction(() => window.shardlab.settings.preset === 'seed' && window.shardlab.configured, null, { timeout: 120_000 });
+    const bits = async () => Promise.all(['program-auto', 'program-shard-map'].map(async (p) =>
+      Number((await page.getByTestId(p).getByTestId('rng-bits').textContent()).replace(/,/g, ''))));
+    const [autoBits, smBits] = await bits();
+    assert.equal(autoBits, 8 * smBits, 'original layout: every device makes the global bits');
+    assert.ok(await page.getByTestId('program-auto').locator('.line.rng_replicated').count() > 0, 'no replicated random bits highlighted');
+    assert.equal(await page.getByTestId('program-shard-map').locator('.line.rng_replicated').count(), 0);
+    assert.match(await page.getByTestId('story').innerText(), /8\.0×/);
+    // The same-key caveat is flagged in shard_map mode.
+    assert.match(await page.getByTestId('program-shard-map').innerText(), /masks repeat across 'dp'/);
+
+    // Flipping the flag: each device makes only its block.
+    await page.getByTestId('rng').selectOption('partitionable');
+    await page.waitForFunction(() => window.shardlab.settings.rng === 'partitionable', null, { timeout: 120_000 });
+    const [autoAfter, smAfter] = await bits();
+    assert.equal(autoAfter, smAfter);
+    assert.equal(await page.getByTestId('program-auto').locator('.line.rng_replicated').count(), 0);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('the settings round-trip through the URL hash', { timeout: 120_000 }, async () => {
+  const first = await openReady(hashOf({ preset: 'fsdp', mode: 'both', combine: '1', interconnect: 'h100_nvlink' }));
+  let hash;
+  try {
+    const form = (p) => p.evaluate(() => Object.fromEntries([...document.getElementById('settings').elements]
+      .filter((e) => e.name).map((e) => [e.name, e.type === 'checkbox' ? String(e.checked) : e.value])));
+    const shown = await form(first.page);
+    assert.equal(shown.preset, 'fsdp');
+    assert.equal(shown.combine, 'true');
+    assert.equal(shown.interconnect, 'h100_nvlink');
+    await first.page.locator('input[name="batch"]').fill('16');
+    await first.page.locator('input[name="batch"]').dispatchEvent('change');
+    hash = new URL(first.page.url()).hash;
+    assert.match(hash, /batch=16/);
+    const second = await openReady(hash);
+    try {
+      assert.deepEqual(await form(second.page), { ...shown, batch: '16' });
+      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
+    } finally {
+      await second.context.close();
+    }
+  } finally {
+    await first.context.close();
+  }
+});
+
+test('a malformed or hostile hash falls back to the defaults with a visible notice', { timeout: 120_000 }, async () => {
+  for (const hash of ['#layers=abc&mode=both', '#preset=%3Cimg%20src%3Dx%20onerror%3D%22window.pwned%3D1%22%3E', '#%E0%A4%A=1', '#nonsense']) {
+    const { context, page, consoleErrors } = await openReady(hash);
+    try {
+      assert.equal(await page.getByTestId('hash-notice').isVisible(), true, hash);
+      assert.match(await page.getByTestId('hash-notice').innerText(), /defaults/);
+      const presetValue = await page.getByTestId('preset').inputValue();
+      assert.equal(presetValue, 'dp', hash);
+      assert.equal(await page.evaluate(() => window.pwned), undefined);
+      assert.equal(await page.locator('main img').count(), 0);
+      assert.equal((await page.getByTestId('error').textContent()).trim(), '');
+      assert.deepEqual(consoleErrors, []);
+    } finally {
+      await context.close();
+    }
+  }
+});
+
+test('an impossible combination is explained at its control, and fixing it recovers', { timeout: 120_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf());
+  try {
+    await page.locator('input[name="heads"]').fill('3');
+    await page.locator('input[name="heads"]').dispatchEvent('change');
+    // The message sits under the control it names first (d_model is not divisible by heads).
+    const fieldError = page.locator('[data-testid="field-error"][data-field="d_model"]');
+    assert.equal(await fieldError.count(), 1);
+    assert.match(await fieldError.innerText(), /not divisible by heads 3/);
+    assert.equal(await page.getByTestId('error').isVisible(), true);
+    assert.equal(await page.getByTestId('play').isDisabled(), true);
+
+    await page.locator('input[name="mesh"]').fill('tp=2');
+    await page.locator('input[name="heads"]').fill('2');
+    await page.locator('input[name="heads"]').dispatchEvent('change');
+    assert.match(await page.locator('[data-testid="field-error"]').innerText(), /mesh axis 'dp'/);
+
+    await page.locator('input[name="mesh"]').fill('dp=2');
+    await page.locator('input[name="mesh"]').dispatchEvent('change');
+    assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+    assert.equal(await singleSteps(page, 1), 1);
+    assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
   }

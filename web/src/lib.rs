@@ -1,10 +1,21 @@
-//! The page's handle over the core library: it opens the GPU, describes the adapter and runs the
-//! kernel self-test. No model logic lives here; every method forwards to `shardlab` and returns
-//! JSON, so the page's JavaScript only renders.
-use std::rc::Rc;
+//! The page's handle over the core library: it opens the GPU, describes the adapter, runs the
+//! kernel self-test, and trains the model in automatic and shard_map mode. No model logic lives
+//! here; every method forwards to `shardlab` and returns JSON, so the page's JavaScript only
+//! renders. Errors come back as values (`{"ok":false,...}`), never as panics or rejections.
+mod plan;
+mod session;
+mod settings;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use serde_json::json;
 use shardlab::gpu::GpuContext;
 use wasm_bindgen::prelude::*;
+
+use session::Inner;
+use settings::{Preset, Settings};
 
 #[wasm_bindgen(start)]
 pub fn start() {
@@ -12,10 +23,11 @@ pub fn start() {
     console_error_panic_hook::set_once();
 }
 
-/// One GPU context (adapter, device, queue, pipeline cache) for the page's lifetime.
+/// One GPU context (adapter, device, queue, pipeline cache) for the page's lifetime (a new one
+/// after the device is lost), and the current training run.
 #[wasm_bindgen]
 pub struct Shardlab {
-    ctx: Rc<GpuContext>,
+    inner: Rc<RefCell<Inner>>,
 }
 
 #[wasm_bindgen]
@@ -23,18 +35,22 @@ impl Shardlab {
     /// Opens the best WebGPU adapter and a device with its limits (`await Shardlab.create()`).
     pub async fn create() -> Result<Shardlab, JsError> {
         let ctx = GpuContext::new().await.map_err(|e| JsError::new(&e.to_string()))?;
-        Ok(Shardlab { ctx: Rc::new(ctx) })
+        #[allow(clippy::arc_with_non_send_sync)] // the core's Backend::Gpu holds an Arc
+        let ctx = Arc::new(ctx);
+        Ok(Shardlab {
+            inner: Rc::new(RefCell::new(Inner::new(ctx))),
+        })
     }
 
     /// The adapter: name, backend, device type, features and key limits, as JSON.
     pub fn adapter(&self) -> Result<String, JsError> {
-        serde_json::to_string(&self.ctx.summary).map_err(|e| JsError::new(&e.to_string()))
+        serde_json::to_string(&self.inner.borrow().ctx.summary).map_err(|e| JsError::new(&e.to_string()))
     }
 
     /// Runs the kernel self-test (every pipeline, every kernel against its CPU twin) and resolves
     /// to its report as JSON. A failing kernel is a line of the report, not a rejection.
     pub fn selftest(&self) -> js_sys::Promise {
-        let ctx = self.ctx.clone();
+        let ctx = self.inner.borrow().ctx.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let report = shardlab::selftest::run(&ctx).await;
             let json = serde_json::to_string(&report).map_err(|e| JsError::new(&e.to_string()))?;
@@ -45,11 +61,78 @@ impl Shardlab {
     /// The first asynchronous GPU error (validation, out of memory, device lost) since the last
     /// call, or null.
     pub fn take_error(&self) -> Option<String> {
-        self.ctx.check().err().map(|e| e.to_string())
+        self.inner.borrow().ctx.check().err().map(|e| e.to_string())
     }
 
     /// The shardlab version the page was built from.
     pub fn version() -> String {
         env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    /// Every preset's settings, the default preset, and the interconnect presets, as JSON:
+    /// `{"default":"dp","presets":{"seed":{...},...},"interconnects":[{"name","label",...}]}`.
+    pub fn presets() -> String {
+        let presets: serde_json::Map<String, serde_json::Value> =
+            [Preset::Seed, Preset::Dp, Preset::Fsdp, Preset::Tp, Preset::DpTp]
+                .into_iter()
+                .map(|p| {
+                    let s = Settings::preset(p);
+                    let name = serde_json::to_value(p)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string));
+                    (name.unwrap_or_default(), serde_json::to_value(s).unwrap_or_default())
+                })
+                .collect();
+        json!({
+            "default": "dp",
+            "presets": presets,
+            "interconnects": shardlab::profile::PRESETS,
+        })
+        .to_string()
+    }
+
+    /// Checks the settings with the core and builds both modes' per-device programs (the
+    /// trainers are built on the first step). Resolves to `{"ok":true,"settings",...}` or
+    /// `{"ok":false,"errors":[{"field","message"}]}`; a step in flight is discarded.
+    pub fn configure(&self, settings_json: &str) -> String {
+        self.inner.borrow_mut().configure(settings_json).to_string()
+    }
+
+    /// One train step of the current mode, or one of each in turn in `both` mode. Resolves to
+    /// `{"ok":true,"step":k,"modes":{"auto":{loss, step_ms, tokens_per_s, modelled_ms, ...}}}`
+    /// or `{"ok":false,"error":...}` (the run then restarts from step 0 on the next call).
+    pub fn step(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let v = session::step(&inner, false).await;
+            Ok(JsValue::from_str(&v.to_string()))
+        })
+    }
+
+    /// Like `step`, but measures where the time goes: each mode's answer gets a `breakdown`
+    /// (forward / backward / update wall times, and ms per category from timestamp queries
+    /// where the adapter has them). Its step time is not comparable with plain steps'.
+    pub fn step_profiled(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let v = session::step(&inner, true).await;
+            Ok(JsValue::from_str(&v.to_string()))
+        })
+    }
+
+    /// Both modes' per-device programs: text, highlighted lines, summary, the automatic mode's
+    /// inserted ops with their rules, and where each parameter's blocks live.
+    pub fn programs(&self) -> String {
+        self.inner.borrow().programs().to_string()
+    }
+
+    /// Forgets the trained state (and opens a new GPU device if the old one was lost); the next
+    /// step starts from step 0 with the same settings.
+    pub fn reset(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let v = session::reset(&inner).await;
+            Ok(JsValue::from_str(&v.to_string()))
+        })
     }
 }

@@ -92,7 +92,37 @@ pub fn build(wasm_bindgen: &Path) -> Res<PathBuf> {
         ),
     }
     copy_assets(&crate::util::root(), &site)?;
+    vendor(&site)?;
     Ok(site)
+}
+
+/// Third-party files the page loads, from tests/browser/node_modules (npm, pinned in its
+/// package-lock.json), served from the page's own host: (package, file in the package).
+const VENDORED: &[(&str, &str)] = &[
+    ("uplot", "dist/uPlot.esm.js"),
+    ("uplot", "dist/uPlot.min.css"),
+    ("uplot", "LICENSE"),
+];
+
+/// Copies the vendored files into `<site>/web/vendor/<package>/`. Without them (no Node.js to
+/// install them) the page still trains and says that its charts are missing.
+fn vendor(site: &Path) -> Res<()> {
+    let modules = setup::browser_dir().join("node_modules");
+    for (package, file) in VENDORED {
+        let from = modules.join(package).join(file);
+        if !from.is_file() {
+            println!(
+                "note: {} is missing (run `npm ci` in tests/browser); the page will have no charts",
+                from.display()
+            );
+            continue;
+        }
+        let name = Path::new(file).file_name().unwrap_or_default();
+        let dir = site.join("web").join("vendor").join(package);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::copy(&from, dir.join(name)).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+    }
+    Ok(())
 }
 
 fn file_len(p: &Path) -> u64 {

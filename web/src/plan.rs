@@ -1,0 +1,204 @@
+//! One mode's per-device program as the inspector shows it: the text, which lines are
+//! collectives or random-bit generation (and which the partitioner inserted, and why), the
+//! core's summary, and where each parameter's blocks live. Everything is read off the core's
+//! program; nothing here decides how a program is built.
+use serde::Serialize;
+use serde_json::{json, Value};
+use shardlab::exec::TrainerOptions;
+use shardlab::ir::{Op, Program, Role};
+use shardlab::model::TrainStep;
+use shardlab::partition::auto::{auto_train_step_with_specs, Inserted};
+use shardlab::partition::{combine_auto_program, combine_train_step, shard_map_train_step, PartitionError};
+use shardlab::profile::{category, summarize, Category, ProgramSummary};
+use shardlab::sharding::Mesh;
+
+use crate::settings::{mode_name, Mode, Settings};
+
+/// A line of the program text worth a highlight.
+#[derive(Clone, Debug, Serialize)]
+pub struct Mark {
+    /// Line of the program text (0-based).
+    pub line: usize,
+    pub instr: usize,
+    /// `collective`, `rng_replicated` (every device makes the global bits, then keeps its block)
+    /// or `rng`.
+    pub kind: &'static str,
+    /// The op as HLO names it (`all-reduce`, `random_bits`, ...).
+    pub op: String,
+    /// In automatic mode: the partitioner's record of why it inserted this op.
+    pub inserted: Option<Inserted>,
+}
+
+/// One mode, built: its options (for the trainer), program and what the inspector shows.
+pub struct Plan {
+    pub mode: Mode,
+    pub options: TrainerOptions,
+    pub summary: ProgramSummary,
+    /// The inspector's JSON for this mode (text, marks, summary, inserted, layouts).
+    pub view: Value,
+}
+
+impl Plan {
+    pub fn build(settings: &Settings, mode: Mode, mesh: &Mesh) -> Result<Plan, PartitionError> {
+        let options = settings.options(mode, mesh);
+        let cfg = &options.config;
+        let (program, inserted) = match mode {
+            Mode::ShardMap => {
+                let strategy = settings.strategy();
+                let key = match &options.parallel {
+                    shardlab::exec::Parallel::ShardMap { dropout_key, .. } => *dropout_key,
+                    _ => shardlab::partition::DropoutKey::Same,
+                };
+                let step = shard_map_train_step(cfg, options.optimizer, options.rng_layout, strategy, mesh, key)?;
+                let step: TrainStep = if settings.combine {
+                    combine_train_step(&step)
+                } else {
+                    step
+                };
+                (step.program, None)
+            }
+            _ => {
+                let (_, auto) = auto_train_step_with_specs(
+                    cfg,
+                    options.optimizer,
+                    options.rng_layout,
+                    settings.strategy(),
+                    mesh,
+                    &[],
+                )?;
+                let auto = if settings.combine {
+                    combine_auto_program(&auto)
+                } else {
+                    auto
+                };
+                (auto.program, Some(auto.inserted))
+            }
+        };
+        let summary = summarize(&program);
+        let text = program.to_text();
+        let marks = marks(&program, &text, &summary, inserted.as_deref().unwrap_or(&[]));
+        let view = json!({
+            "mode": mode_name(mode),
+            "text": text,
+            "marks": marks,
+            "summary": summary_json(&summary),
+            "inserted": inserted,
+            "layouts": layouts(&program),
+        });
+        Ok(Plan {
+            mode,
+            options,
+            summary,
+            view,
+        })
+    }
+}
+
+/// The summary as the page reads it: per-kind totals, random bits and memory per device.
+fn summary_json(s: &ProgramSummary) -> Value {
+    json!({
+        "devices": s.devices,
+        "instructions": s.instructions,
+        "flops_per_device": s.flops,
+        "rng_bits_per_device": s.rng_bits,
+        "collectives": s.collective_totals(),
+        "peak_bytes_per_device": {
+            "params": s.params_bytes,
+            "optimizer_state": s.optimizer_state_bytes,
+            "activations": s.activations_bytes,
+            "total": s.total_bytes,
+        },
+        "warnings": s.warnings,
+    })
+}
+
+fn marks(prog: &Program, text: &str, s: &ProgramSummary, inserted: &[Inserted]) -> Vec<Mark> {
+    // The text is a header (per-device programs), one line per input, one per instruction,
+    // then `return`: instruction i is at line `first + i`.
+    let lines = text.lines().count();
+    let first = lines.saturating_sub(1 + prog.instrs.len());
+    let mut sliced = vec![false; prog.values.len()];
+    for ins in &prog.instrs {
+        if let Op::ShardSlice { .. } = ins.op {
+            for v in &ins.inputs {
+                sliced[v.index()] = true;
+            }
+        }
+    }
+    let mut out = vec![];
+    for (i, ins) in prog.instrs.iter().enumerate() {
+        let kind = match category(ins) {
+            Category::Collectives => "collective",
+            Category::Rng if matches!(ins.op, Op::RandomBits { .. } | Op::RandomBitsBlock { .. }) => {
+                let replicated = matches!(ins.op, Op::RandomBits { .. })
+                    && prog.devices() > 1
+                    && ins.outputs.iter().any(|o| sliced[o.index()]);
+                if replicated {
+                    "rng_replicated"
+                } else {
+                    "rng"
+                }
+            }
+            _ => continue,
+        };
+        let op = s
+            .collectives
+            .iter()
+            .find(|c| c.instr == i)
+            .map_or_else(|| ins.op.name().to_string(), |c| c.kind.hlo_name().to_string());
+        out.push(Mark {
+            line: first + i,
+            instr: i,
+            kind,
+            op,
+            inserted: inserted.iter().find(|r| r.instr == i).cloned(),
+        });
+    }
+    // Inserted ops that are neither collectives nor random bits (dynamic_slice) are marked too.
+    for r in inserted {
+        if !out.iter().any(|m| m.instr == r.instr) && r.instr < prog.instrs.len() {
+            out.push(Mark {
+                line: first + r.instr,
+                instr: r.instr,
+                kind: "inserted",
+                op: r.op.clone(),
+                inserted: Some(r.clone()),
+            });
+        }
+    }
+    out.sort_by_key(|m| m.line);
+    out
+}
+
+/// For every parameter: its global shape, PartitionSpec and each device's index ranges (as
+/// `jax.debug.visualize_array_sharding` draws them).
+fn layouts(prog: &Program) -> Vec<Value> {
+    let devices = prog.devices();
+    let mut out = vec![];
+    for (pos, (v, role)) in prog.inputs.iter().enumerate() {
+        if !matches!(role, Role::Param(_) | Role::Tokens) {
+            continue;
+        }
+        let Ok(sharding) = prog.input_sharding(pos) else {
+            continue;
+        };
+        let global = prog.global_shape(prog.shape(*v), &sharding.spec);
+        let blocks: Option<Vec<Vec<[usize; 2]>>> = (0..devices)
+            .map(|d| {
+                sharding
+                    .device_indices(d, &global)
+                    .ok()
+                    .map(|r| r.iter().map(|r| [r.start, r.end]).collect())
+            })
+            .collect();
+        if let Some(blocks) = blocks {
+            out.push(json!({
+                "name": prog.info(*v).name.clone().unwrap_or_default(),
+                "shape": global,
+                "spec": sharding.spec.to_string(),
+                "blocks": blocks,
+            }));
+        }
+    }
+    out
+}

@@ -1,0 +1,287 @@
+//! The training run behind the handle: the settings, both modes' programs, and the trainers of
+//! the modes that run. A step takes the trainers out while it awaits the GPU, so the page may
+//! call `programs()` or `configure()` meanwhile; a step whose run was replaced is discarded.
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use shardlab::exec::{Backend, StepProfile, Trainer};
+use shardlab::gpu::{GpuContext, GpuError};
+use shardlab::profile::{category, Category, Interconnect};
+
+use crate::plan::Plan;
+use crate::settings::{mode_name, FieldError, Mode, Settings};
+
+/// Measure the simulated collectives' share of the step on the second step, then every this
+/// many steps (it re-runs them alone, so not every step).
+const COLLECTIVES_EVERY: u64 = 20;
+
+pub struct Run {
+    generation: u64,
+    settings: Settings,
+    net: Interconnect,
+    /// Both modes' programs (the inspector compares them whatever runs).
+    plans: Vec<Plan>,
+    /// The trainers of the modes that run (`settings.modes()`), built on the first step.
+    trainers: Vec<Option<Trainer>>,
+    collectives_ms: Vec<Option<f64>>,
+    steps: u64,
+    busy: bool,
+}
+
+pub struct Inner {
+    pub ctx: Arc<GpuContext>,
+    generation: u64,
+    run: Option<Run>,
+}
+
+fn fail(message: impl Into<String>) -> Value {
+    json!({"ok": false, "error": message.into()})
+}
+
+impl Inner {
+    pub fn new(ctx: Arc<GpuContext>) -> Self {
+        Self {
+            ctx,
+            generation: 0,
+            run: None,
+        }
+    }
+
+    pub fn configure(&mut self, settings_json: &str) -> Value {
+        self.generation += 1;
+        self.run = None;
+        let settings: Settings = match serde_json::from_str(settings_json) {
+            Ok(s) => s,
+            Err(e) => {
+                let message = format!("the settings are not valid: {e}");
+                return json!({"ok": false, "errors": [FieldError { field: String::new(), message }]});
+            }
+        };
+        match self.build(settings) {
+            Ok(run) => {
+                let summary = json!({
+                    "ok": true,
+                    "settings": run.settings,
+                    "devices": run.plans[0].summary.devices,
+                    "modes": run.settings.modes().iter().map(|m| mode_name(*m)).collect::<Vec<_>>(),
+                    "tokens_per_step": run.settings.batch * run.settings.seq,
+                    "params": run.settings.config().num_params(),
+                    "interconnect": run.net,
+                });
+                self.run = Some(run);
+                summary
+            }
+            Err(e) => json!({"ok": false, "errors": [e]}),
+        }
+    }
+
+    fn build(&self, settings: Settings) -> Result<Run, FieldError> {
+        let mesh = settings.check()?;
+        let net = settings.net()?;
+        let plans = [Mode::Auto, Mode::ShardMap]
+            .into_iter()
+            .map(|m| Plan::build(&settings, m, &mesh))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| FieldError::from_core(&e.to_string(), "mesh"))?;
+        let running = settings.modes().len();
+        Ok(Run {
+            generation: self.generation,
+            settings,
+            net,
+            plans,
+            trainers: (0..running).map(|_| None).collect(),
+            collectives_ms: vec![None; running],
+            steps: 0,
+            busy: false,
+        })
+    }
+
+    pub fn programs(&self) -> Value {
+        let Some(run) = &self.run else {
+            return fail("no valid settings yet: configure first");
+        };
+        let modes: serde_json::Map<String, Value> = run
+            .plans
+            .iter()
+            .map(|p| (mode_name(p.mode).to_string(), p.view.clone()))
+            .collect();
+        json!({"ok": true, "modes": modes})
+    }
+}
+
+/// What a step needs while it awaits, taken out of the run.
+struct Taken {
+    ctx: Arc<GpuContext>,
+    generation: u64,
+    step: u64,
+    modes: Vec<Mode>,
+    trainers: Vec<Option<Trainer>>,
+    collectives_ms: Vec<Option<f64>>,
+}
+
+pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
+    let taken = {
+        let mut i = inner.borrow_mut();
+        let ctx = i.ctx.clone();
+        let Some(run) = i.run.as_mut() else {
+            return fail("no valid settings yet: fix the settings shown in red first");
+        };
+        if run.busy {
+            return fail("a step is already running: await it before asking for the next");
+        }
+        run.busy = true;
+        Taken {
+            ctx,
+            generation: run.generation,
+            step: run.steps,
+            modes: run.settings.modes().to_vec(),
+            trainers: std::mem::take(&mut run.trainers),
+            collectives_ms: std::mem::take(&mut run.collectives_ms),
+        }
+    };
+    let (plans_opts, net, settings) = {
+        let i = inner.borrow();
+        let Some(run) = i.run.as_ref().filter(|r| r.generation == taken.generation) else {
+            return fail("the settings changed during the step");
+        };
+        let opts: Vec<_> = taken
+            .modes
+            .iter()
+            .map(|m| {
+                let p = run.plans.iter().find(|p| p.mode == *m).expect("both modes are planned");
+                (p.options.clone(), p.summary.clone())
+            })
+            .collect();
+        (opts, run.net, run.settings.clone())
+    };
+    let mut taken = taken;
+    let result = run_modes(&mut taken, &plans_opts, &net, &settings, profile).await;
+    let mut i = inner.borrow_mut();
+    let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
+        return fail("the settings changed during the step; it was discarded");
+    };
+    run.busy = false;
+    match result {
+        Ok(modes) => {
+            run.trainers = taken.trainers;
+            run.collectives_ms = taken.collectives_ms;
+            run.steps += 1;
+            json!({"ok": true, "step": taken.step, "modes": modes})
+        }
+        Err(e) => {
+            // The trainers may hold half-updated state: the next step starts over.
+            run.trainers = (0..taken.modes.len()).map(|_| None).collect();
+            run.collectives_ms = vec![None; taken.modes.len()];
+            run.steps = 0;
+            fail(format!("{e} (the run restarts from step 0 on the next step)"))
+        }
+    }
+}
+
+async fn run_modes(
+    t: &mut Taken,
+    plans: &[(shardlab::exec::TrainerOptions, shardlab::profile::ProgramSummary)],
+    net: &Interconnect,
+    settings: &Settings,
+    profile: bool,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let mut order: Vec<usize> = (0..t.modes.len()).collect();
+    // In `both` mode the order alternates, so neither mode always runs on a warmer GPU.
+    if !t.step.is_multiple_of(2) {
+        order.reverse();
+    }
+    let mut out = serde_json::Map::new();
+    for k in order {
+        let (opts, summary) = &plans[k];
+        let mut build_ms = None;
+        if t.trainers[k].is_none() {
+            let t0 = shardlab::gpu::now_ms();
+            let trainer = Trainer::new(Backend::Gpu(t.ctx.clone()), opts.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            build_ms = Some(shardlab::gpu::now_ms() - t0);
+            t.trainers[k] = Some(trainer);
+        }
+        let trainer = t.trainers[k].as_mut().expect("built above");
+        let (stats, prof) = if profile {
+            trainer.profile_step().await.map_err(|e| e.to_string())?
+        } else {
+            (trainer.step().await.map_err(|e| e.to_string())?, None)
+        };
+        let breakdown = prof.map(|p| breakdown(trainer, &p));
+        t.ctx.check().map_err(|e: GpuError| e.to_string())?;
+        if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
+            t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
+        }
+        let collectives_ms = t.collectives_ms[k].unwrap_or(0.0);
+        // Per-device compute as the SPMD program runs it: the measured step minus its simulated
+        // communication, divided among the devices that share this one GPU.
+        let compute_ms = (stats.step_ms - collectives_ms).max(0.0) / summary.devices.max(1) as f64;
+        let tokens = (settings.batch * settings.seq) as f64;
+        out.insert(
+            mode_name(t.modes[k]).to_string(),
+            json!({
+                "step": stats.step,
+                "loss": stats.loss,
+                "step_ms": stats.step_ms,
+                "tokens_per_s": tokens * 1e3 / stats.step_ms.max(1e-6),
+                "collectives_measured_ms": collectives_ms,
+                "compute_ms_per_device": compute_ms,
+                "modelled_ms": summary.modelled_step_ms(compute_ms, net),
+                "modelled_collectives_ms": summary.collectives_ms(net),
+                "interconnect": net.label,
+                "build_ms": build_ms,
+                "profiled": profile,
+                "breakdown": breakdown,
+            }),
+        );
+    }
+    Ok(out)
+}
+
+/// Where a profiled step's time went, measured: forward / backward / update wall times, and
+/// per category (matmul, attention, rng, collectives, optimizer, other) from timestamp queries
+/// where the adapter has them (the update phase counts as optimizer).
+fn breakdown(trainer: &Trainer, p: &StepProfile) -> Value {
+    let categories = p.per_dispatch.as_ref().map(|per| {
+        let mut ms: std::collections::BTreeMap<&str, f64> = Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
+        for (instr, t) in per {
+            let c = category(&trainer.program().instrs[*instr]);
+            *ms.entry(c.name()).or_default() += t;
+        }
+        *ms.entry(Category::Optimizer.name()).or_default() += p.phases_ms[2];
+        ms
+    });
+    json!({
+        "phases_ms": {"forward": p.phases_ms[0], "backward": p.phases_ms[1], "update": p.phases_ms[2]},
+        "categories_ms": categories,
+    })
+}
+
+/// Drops the trainers (and replaces a lost device) so the next step starts over.
+pub async fn reset(inner: &Rc<RefCell<Inner>>) -> Value {
+    let lost = matches!(inner.borrow().ctx.check(), Err(GpuError::DeviceLost(_)));
+    if lost {
+        match GpuContext::new().await {
+            #[allow(clippy::arc_with_non_send_sync)]
+            Ok(ctx) => inner.borrow_mut().ctx = Arc::new(ctx),
+            Err(e) => return fail(format!("could not open a new GPU device: {e}")),
+        }
+    }
+    let mut i = inner.borrow_mut();
+    i.generation += 1;
+    let generation = i.generation;
+    let Some(run) = i.run.as_mut() else {
+        return json!({"ok": true, "new_device": lost});
+    };
+    run.generation = generation;
+    run.trainers = (0..run.trainers.len().max(run.settings.modes().len()))
+        .map(|_| None)
+        .collect();
+    run.collectives_ms = vec![None; run.trainers.len()];
+    run.steps = 0;
+    run.busy = false;
+    json!({"ok": true, "new_device": lost})
+}
