@@ -589,6 +589,25 @@ function renderReport(r) {
   badge.className = `badge ${r.passed ? 'pass' : 'fail'}`;
 }
 
+/**
+ * Downloads the current settings as a runnable JAX script: the automatic mode's jit with the
+ * same shardings, or (in shard_map mode) the same per-device body. It prints one JSON line per
+ * step like `shardlab train --json`, and with dropout 0 its losses match shardlab's.
+ */
+function exportJax() {
+  const mode = readControls().mode === 'shard_map' ? 'shard_map' : 'auto';
+  const r = JSON.parse(lab.export_jax(mode, 20));
+  if (!r.ok) return showError(r.error);
+  clearError();
+  window.shardlab.lastExport = { filename: r.filename, script: r.script };
+  const url = URL.createObjectURL(new Blob([r.script], { type: 'text/x-python' }));
+  const a = el('a', { href: url, download: r.filename });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
 async function runSelftest() {
   state.playing = false;
   while (state.busy) await new Promise((r) => setTimeout(r, 50));
@@ -629,6 +648,7 @@ function wireControls() {
   });
   $('single').addEventListener('click', () => stepOnce());
   $('profile').addEventListener('click', () => stepOnce(true));
+  $('export').addEventListener('click', () => exportJax());
   $('reset').addEventListener('click', async () => {
     state.playing = false;
     while (state.busy) await new Promise((r) => setTimeout(r, 20));

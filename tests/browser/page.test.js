@@ -4,7 +4,7 @@
 // screenshot folder.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import fs, { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
@@ -324,5 +324,29 @@ test('an impossible combination is explained at its control, and fixing it recov
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
+  }
+});
+
+test('Export to JAX produces a runnable script of the current settings', { timeout: 120_000 }, async () => {
+  const opened = await openReady(hashOf({ mode: 'shard_map' }));
+  try {
+    const { page } = opened;
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export').click()]);
+    assert.match(download.suggestedFilename(), /^shardlab_shard_map_.*\.py$/);
+    const script = fs.readFileSync(await download.path(), 'utf8');
+    assert.match(script, /shard_map/);
+    assert.match(script, /jax\.lax\.(psum|pmean)/);
+    assert.match(script, /"step"/);
+    // Automatic mode exports jit with the same shardings.
+    await page.locator('select[name="mode"]').selectOption('auto');
+    await page.locator('select[name="mode"]').dispatchEvent('change');
+    await page.getByTestId('export').click();
+    const auto = await page.evaluate(() => window.shardlab.lastExport);
+    assert.match(auto.filename, /^shardlab_auto_/);
+    assert.match(auto.script, /NamedSharding/);
+    assert.match(auto.script, /in_shardings/);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+  } finally {
+    await opened.context.close();
   }
 });

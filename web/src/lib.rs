@@ -120,6 +120,12 @@ impl Shardlab {
         })
     }
 
+    /// The current settings as a runnable JAX script for `mode` (`auto`: jit with the same
+    /// shardings; `shard_map`: the same per-device body): `{"ok":true,"script","filename"}`.
+    pub fn export_jax(&self, mode: &str, steps: u32) -> String {
+        self.inner.borrow().export_jax(mode, steps as u64).to_string()
+    }
+
     /// Both modes' per-device programs: text, highlighted lines, summary, the automatic mode's
     /// inserted ops with their rules, and where each parameter's blocks live.
     pub fn programs(&self) -> String {

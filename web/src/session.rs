@@ -98,6 +98,25 @@ impl Inner {
         })
     }
 
+    /// The current settings as a runnable JAX script (shardlab export jax) for `mode`
+    /// (`auto` or `shard_map`), `steps` steps long.
+    pub fn export_jax(&self, mode: &str, steps: u64) -> Value {
+        let Some(run) = &self.run else {
+            return fail("no valid settings yet: configure first");
+        };
+        let Some(plan) = run.plans.iter().find(|p| mode_name(p.mode) == mode) else {
+            return fail(format!("unknown mode `{mode}`: use auto or shard_map"));
+        };
+        match shardlab::export::jax_script(&plan.options, steps) {
+            Ok(script) => json!({
+                "ok": true,
+                "script": script,
+                "filename": format!("shardlab_{mode}_{}.py", run.settings.strategy().name()),
+            }),
+            Err(e) => fail(e.to_string()),
+        }
+    }
+
     pub fn programs(&self) -> Value {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
