@@ -120,3 +120,19 @@ fn a_profiled_step_reports_the_same_loss_as_a_plain_step() {
         });
     }
 }
+
+#[test]
+fn both_executors_report_the_peak_bytes_a_step_needs() {
+    let _ = gpu_or_skip!();
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    pollster::block_on(async {
+        let gpu = Trainer::new(Backend::Gpu(ctx), copy_task(0.0)).await.unwrap();
+        let cpu = Trainer::new(Backend::Reference, copy_task(0.0)).await.unwrap();
+        let params = 4 * shardlab::model::GptConfig::num_params(&copy_task(0.0).config) as u64;
+        for (what, bytes) in [("GPU", gpu.peak_bytes()), ("reference", cpu.peak_bytes())] {
+            // Params, AdamW's two moments, and activations on top.
+            assert!(bytes > 3 * params, "{what}: {bytes} B for {params} B of params");
+            assert!(bytes < 100 * params, "{what}: {bytes} B is implausibly large");
+        }
+    });
+}

@@ -101,6 +101,6 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
         update_ms: profile.phases_ms[2],
         categories_ms,
         dispatches_per_step: t.dispatches_per_step(),
-        peak_bytes: t.peak_bytes().unwrap_or(0),
+        peak_bytes: t.peak_bytes(),
     })
 }

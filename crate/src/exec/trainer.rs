@@ -174,12 +174,15 @@ impl Trainer {
         }
     }
 
-    /// Bytes the step holds at once on the GPU, all simulated devices together (None on
-    /// the reference executor).
-    pub fn peak_bytes(&self) -> Option<u64> {
+    /// Bytes the step holds at once, all simulated devices together: on the GPU the
+    /// executor's buffers; on the reference executor the program's liveness peak (it frees
+    /// every value after its last use).
+    pub fn peak_bytes(&self) -> u64 {
         match &self.state {
-            State::Gpu { exec, .. } => Some(exec.peak_bytes()),
-            State::Reference { .. } => None,
+            State::Gpu { exec, .. } => exec.peak_bytes(),
+            State::Reference { .. } => {
+                crate::profile::summarize(&self.step.program).total_bytes * self.step.program.devices() as u64
+            }
         }
     }
 
