@@ -1,6 +1,6 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::ValueEnum;
-use shardlab::exec::Parallel;
+use shardlab::exec::{Parallel, TrainerOptions};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 use shardlab::partition::{DropoutKey, Strategy};
@@ -287,4 +287,20 @@ impl ParallelArgs {
             dropout_key,
         })
     }
+}
+
+/// The trainer options the model and parallelism flags choose (after `--preset`), checked.
+pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<TrainerOptions, String> {
+    let opts = TrainerOptions {
+        config: model.config(),
+        optimizer: model.optimizer()?,
+        init: model.init(),
+        data: model.data()?,
+        seed: model.seed,
+        rng_layout: model.rng_layout(),
+        parallel: parallel.parallel()?,
+        combine_all_reduces: parallel.combine_all_reduces,
+    };
+    opts.config.validate().map_err(|e| e.to_string())?;
+    Ok(opts)
 }

@@ -1,8 +1,7 @@
 //! `shardlab export jax`: the experiment `train` would run, as a standalone JAX script.
 use clap::Subcommand;
-use shardlab::exec::TrainerOptions;
 
-use crate::args::{ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -39,16 +38,7 @@ pub fn run(command: Command) -> Result<(), String> {
 
 fn jax(mut args: JaxArgs) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
-    let opts = TrainerOptions {
-        config: args.model.config(),
-        optimizer: args.model.optimizer()?,
-        init: args.model.init(),
-        data: args.model.data()?,
-        seed: args.model.seed,
-        rng_layout: args.model.rng_layout(),
-        parallel: args.parallel.parallel()?,
-        combine_all_reduces: args.parallel.combine_all_reduces,
-    };
+    let opts = trainer_options(&args.model, &args.parallel)?;
     let script = shardlab::export::jax_script(&opts, args.steps).map_err(|e| e.to_string())?;
     match &args.output {
         Some(path) => std::fs::write(path, script).map_err(|e| format!("cannot write -o {path}: {e}")),

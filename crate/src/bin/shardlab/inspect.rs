@@ -9,7 +9,7 @@ use shardlab::gpu::GpuContext;
 use shardlab::partition::auto::auto_train_step_with_specs;
 use shardlab::profile::{summarize, PRESETS};
 
-use crate::args::{ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,17 +30,7 @@ pub struct Args {
 
 pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
-    let opts = TrainerOptions {
-        config: args.model.config(),
-        optimizer: args.model.optimizer()?,
-        init: args.model.init(),
-        data: args.model.data()?,
-        seed: args.model.seed,
-        rng_layout: args.model.rng_layout(),
-        parallel: args.parallel.parallel()?,
-        combine_all_reduces: args.parallel.combine_all_reduces,
-    };
-    opts.config.validate().map_err(|e| e.to_string())?;
+    let opts = trainer_options(&args.model, &args.parallel)?;
     let (backend, device) = if args.cpu {
         (Backend::Reference, "CPU reference executor".to_string())
     } else {

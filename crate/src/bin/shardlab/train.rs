@@ -6,7 +6,7 @@ use std::sync::Arc;
 use shardlab::exec::{Backend, Trainer, TrainerOptions};
 use shardlab::gpu::GpuContext;
 
-use crate::args::{ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -27,17 +27,7 @@ pub struct Args {
 
 pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
-    let opts = TrainerOptions {
-        config: args.model.config(),
-        optimizer: args.model.optimizer()?,
-        init: args.model.init(),
-        data: args.model.data()?,
-        seed: args.model.seed,
-        rng_layout: args.model.rng_layout(),
-        parallel: args.parallel.parallel()?,
-        combine_all_reduces: args.parallel.combine_all_reduces,
-    };
-    opts.config.validate().map_err(|e| e.to_string())?;
+    let opts = trainer_options(&args.model, &args.parallel)?;
     if args.steps == 0 {
         return Err("--steps must be at least 1".into());
     }

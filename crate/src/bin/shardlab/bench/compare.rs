@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use shardlab::bench::compare::compare;
-use shardlab::exec::{Backend, TrainerOptions};
+use shardlab::exec::Backend;
 use shardlab::gpu::GpuContext;
 
-use crate::args::{ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -31,17 +31,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         // Both modes run anyway; the mode flag only matters for which specs apply.
         args.parallel.mode = crate::args::ModeArg::ShardMap;
     }
-    let opts = TrainerOptions {
-        config: args.model.config(),
-        optimizer: args.model.optimizer()?,
-        init: args.model.init(),
-        data: args.model.data()?,
-        seed: args.model.seed,
-        rng_layout: args.model.rng_layout(),
-        parallel: args.parallel.parallel()?,
-        combine_all_reduces: args.parallel.combine_all_reduces,
-    };
-    opts.config.validate().map_err(|e| e.to_string())?;
+    let opts = trainer_options(&args.model, &args.parallel)?;
     let backend = if args.cpu {
         Backend::Reference
     } else {
