@@ -26,8 +26,11 @@ struct Params {
     _pad2: u32,
 }
 
-@group(0) @binding(0) var<storage, read> src: array<f32>;
-@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+// Elements move as u32 bit patterns, so a copy is exact for f32 and u32 data alike (token
+// ids, random bits): an f32 load/store may flush denormals or canonicalize NaNs on some
+// drivers. Only `accumulate_*` adds, as f32.
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(2) var<uniform> p: Params;
 
 const WG: u32 = 256u;
@@ -113,7 +116,7 @@ fn accumulate_1(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.total) { return; }
     let a = addresses(e, 1u);
-    dst[a.y] += src[a.x];
+    dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
 }
 
 @compute @workgroup_size(256)
@@ -121,7 +124,7 @@ fn accumulate_2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.total) { return; }
     let a = addresses(e, 2u);
-    dst[a.y] += src[a.x];
+    dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
 }
 
 @compute @workgroup_size(256)
@@ -129,7 +132,7 @@ fn accumulate_3(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.total) { return; }
     let a = addresses(e, 3u);
-    dst[a.y] += src[a.x];
+    dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
 }
 
 @compute @workgroup_size(256)
@@ -137,7 +140,7 @@ fn accumulate_4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.total) { return; }
     let a = addresses(e, 4u);
-    dst[a.y] += src[a.x];
+    dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
 }
 
 @compute @workgroup_size(256)
@@ -145,7 +148,7 @@ fn accumulate_5(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.total) { return; }
     let a = addresses(e, 5u);
-    dst[a.y] += src[a.x];
+    dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
 }
 
 @compute @workgroup_size(256)
@@ -153,5 +156,5 @@ fn accumulate_6(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.total) { return; }
     let a = addresses(e, 6u);
-    dst[a.y] += src[a.x];
+    dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
 }
