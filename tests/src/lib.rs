@@ -69,3 +69,48 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32)
         );
     }
 }
+
+/// Submits `dispatches` and reads `out` back as f32.
+pub fn run_dispatches(
+    ctx: &GpuContext,
+    dispatches: &[shardlab::gpu::Dispatch],
+    out: &shardlab::gpu::GpuBuffer,
+) -> Vec<f32> {
+    ctx.run(dispatches);
+    ctx.read_blocking::<f32>(out).unwrap()
+}
+
+/// MODEL.md's formula init and data, no dropout, the partitionable RNG layout: the setting in
+/// which every partitioning must reproduce the one-device run.
+pub fn formula_options(
+    config: shardlab::model::GptConfig,
+    optimizer: shardlab::model::Optimizer,
+    parallel: shardlab::exec::Parallel,
+) -> shardlab::exec::TrainerOptions {
+    shardlab::exec::TrainerOptions {
+        config,
+        optimizer,
+        init: shardlab::model::Init::Formula,
+        data: shardlab::model::DataSource::Formula,
+        seed: 0,
+        rng_layout: shardlab::ir::RngLayout::Partitionable,
+        parallel,
+        combine_all_reduces: false,
+    }
+}
+
+/// The losses of `steps` train steps and the parameters after them.
+pub fn train_steps(
+    backend: &shardlab::exec::Backend,
+    opts: shardlab::exec::TrainerOptions,
+    steps: usize,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
+    pollster::block_on(async {
+        let mut t = shardlab::exec::Trainer::new(backend.clone(), opts).await.unwrap();
+        let mut losses = vec![];
+        for _ in 0..steps {
+            losses.push(t.step().await.unwrap().loss);
+        }
+        (losses, t.params().await.unwrap())
+    })
+}

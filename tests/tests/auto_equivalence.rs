@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Parallel, ReferenceExecutor, Tensor, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Parallel, ReferenceExecutor, Tensor, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::ir::{Builder, DType, Op, RngLayout, Role};
-use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::model::{GptConfig, Optimizer};
 use shardlab::partition::auto::{op_rule, propagate, Assignment, Sharding};
 use shardlab::partition::{auto_train_step, jit, jit_with_constraints, Strategy};
 use shardlab::profile::summarize;
@@ -26,27 +26,11 @@ fn config(dropout: f32) -> GptConfig {
 }
 
 fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
-    TrainerOptions {
-        config: config(0.0),
-        optimizer: opt,
-        init: Init::Formula,
-        data: DataSource::Formula,
-        seed: 0,
-        rng_layout: RngLayout::Partitionable,
-        parallel,
-        combine_all_reduces: false,
-    }
+    shardlab_tests::formula_options(config(0.0), opt, parallel)
 }
 
 fn run(backend: &Backend, opts: TrainerOptions) -> (Vec<f32>, Vec<Vec<f32>>) {
-    pollster::block_on(async {
-        let mut t = Trainer::new(backend.clone(), opts).await.unwrap();
-        let mut losses = vec![];
-        for _ in 0..3 {
-            losses.push(t.step().await.unwrap().loss);
-        }
-        (losses, t.params().await.unwrap())
-    })
+    shardlab_tests::train_steps(backend, opts, 3)
 }
 
 fn check_cases(backend: Backend, opt: Optimizer, cases: &[(Strategy, &str)]) {

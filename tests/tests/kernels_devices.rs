@@ -14,8 +14,7 @@ const DEVICES: [usize; 4] = [1, 2, 3, 4];
 const STRATEGIES: [RowStrategy; 2] = [RowStrategy::PerInvocation, RowStrategy::PerWorkgroup];
 
 fn run(ctx: &GpuContext, dispatches: &[Dispatch], out: &GpuBuffer) -> Vec<f32> {
-    ctx.run(dispatches);
-    ctx.read_blocking::<f32>(out).unwrap()
+    shardlab_tests::run_dispatches(ctx, dispatches, out)
 }
 
 /// Block `d` of a buffer of equal blocks of `len` elements.

@@ -15,8 +15,7 @@ const STRATEGIES: [RowStrategy; 2] = [RowStrategy::PerInvocation, RowStrategy::P
 const ROWS: &[(usize, usize)] = &[(1, 1), (3, 17), (17, 65), (65, 3), (2, 300), (16, 32)];
 
 fn run(ctx: &GpuContext, dispatches: &[Dispatch], out: &GpuBuffer) -> Vec<f32> {
-    ctx.run(dispatches);
-    ctx.read_blocking::<f32>(out).unwrap()
+    shardlab_tests::run_dispatches(ctx, dispatches, out)
 }
 
 fn ids(n: usize, v: usize, seed: u32) -> Vec<u32> {

@@ -3,44 +3,28 @@
 //! devices (2x2 and 2x4 for dp_tp), on the CPU reference and on the GPU executor.
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Parallel, TrainerOptions};
 use shardlab::gpu::GpuContext;
-use shardlab::ir::RngLayout;
-use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::model::{GptConfig, Optimizer};
 use shardlab::partition::{DropoutKey, Strategy};
 use shardlab::sharding::Mesh;
 
 fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
-    TrainerOptions {
-        config: GptConfig {
-            layers: 1,
-            d_model: 32,
-            heads: 8,
-            seq: 8,
-            batch: 8,
-            vocab: 64,
-            tied: false,
-            dropout: 0.0,
-        },
-        optimizer: opt,
-        init: Init::Formula,
-        data: DataSource::Formula,
-        seed: 0,
-        rng_layout: RngLayout::Partitionable,
-        parallel,
-        combine_all_reduces: false,
-    }
+    let config = GptConfig {
+        layers: 1,
+        d_model: 32,
+        heads: 8,
+        seq: 8,
+        batch: 8,
+        vocab: 64,
+        tied: false,
+        dropout: 0.0,
+    };
+    shardlab_tests::formula_options(config, opt, parallel)
 }
 
 fn run(backend: &Backend, opts: TrainerOptions) -> (Vec<f32>, Vec<Vec<f32>>) {
-    pollster::block_on(async {
-        let mut t = Trainer::new(backend.clone(), opts).await.unwrap();
-        let mut losses = vec![];
-        for _ in 0..3 {
-            losses.push(t.step().await.unwrap().loss);
-        }
-        (losses, t.params().await.unwrap())
-    })
+    shardlab_tests::train_steps(backend, opts, 3)
 }
 
 fn check_all(backend: Backend, opt: Optimizer) {

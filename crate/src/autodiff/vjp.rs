@@ -249,16 +249,11 @@ fn dot_transpose(
     let y_free: Vec<usize> = (0..y_rank)
         .filter(|d| !y_contract.contains(d) && !y_batch.contains(d))
         .collect();
-    // ct dims: [batch][lhs free][rhs free].
-    let (x_free_at, y_free_at) = if x_is_lhs {
-        (nb, nb + x_free.len())
-    } else {
-        (nb + y_free.len(), nb)
-    };
+    // ct dims: [batch][lhs free][rhs free]; y's free dims follow x's when x is the lhs.
+    let y_free_at = if x_is_lhs { nb + x_free.len() } else { nb };
     let ct_contract: Vec<usize> = (0..y_free.len()).map(|j| y_free_at + j).collect();
     let ct_batch: Vec<usize> = (0..nb).collect();
     let r = b.dot_general(ct, y, (&ct_contract, &y_free), (&ct_batch, y_batch), alpha);
-    let _ = x_free_at;
     // r dims: [batch][x free (ct's remaining, in order)][y's remaining = y_contract dims ascending].
     let mut y_rest: Vec<usize> = y_contract.to_vec();
     y_rest.sort();

@@ -476,16 +476,14 @@ impl GpuExecutor {
                     .ok_or_else(|| unsupported("collectives need a program with a mesh"))?;
                 one(Self::collective(ctx, mesh, &ins.op, x(0), y(0), &shape(0)).await?)
             }
-            Op::SgdUpdate { lr } => {
-                let _ = lr;
+            Op::SgdUpdate { .. } => {
                 let hyper = &self.sgd_hyper.as_ref().expect("made in new").0;
                 one(k::optimizer::sgd(ctx, x(0), x(1), hyper, n_in(0)).await?)
             }
-            Op::AdamWUpdate { lr, b1, b2, eps, wd } => {
+            Op::AdamWUpdate { b1, b2, eps, wd, .. } => {
                 if (*b1, *b2, *eps) != (k::optimizer::ADAMW_B1, k::optimizer::ADAMW_B2, k::optimizer::ADAMW_EPS) {
                     return Err(unsupported("the GPU AdamW uses MODEL.md's b1, b2 and eps"));
                 }
-                let _ = lr;
                 let hyper = &self.adamw_hyper.as_ref().expect("made in new").0;
                 one(k::optimizer::adamw(ctx, x(0), x(1), x(2), x(3), hyper, n_in(0), *wd).await?)
             }
