@@ -6,8 +6,11 @@ pub mod export;
 pub mod gpu;
 pub mod ir;
 pub mod kernels;
+#[cfg(test)]
+mod layering;
 pub mod model;
 pub mod partition;
+pub mod plan;
 pub mod profile;
 pub mod reference;
 pub mod rng;

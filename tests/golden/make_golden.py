@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Golden numbers for shardlab's transformer, from a float32 JAX implementation of MODEL.md.
+"""Golden numbers for shardlab's transformer, from a float32 JAX implementation of docs/MODEL.md.
 
-This file is a direct, readable transcription of ../shared/MODEL.md (the model contract):
+This file is a direct, readable transcription of docs/MODEL.md (the model contract):
 parameter order and names, the formula init, the formula batch, the forward pass, the
 mean cross-entropy loss, and the SGD / AdamW updates. Dropout is 0 (identity) throughout.
 
@@ -70,7 +70,7 @@ class Config:
 class Optimizer:
     name: str  # "sgd" | "adamw"
     lr: float
-    # AdamW constants, fixed by MODEL.md (recorded for the reader; unused by SGD).
+    # AdamW constants, fixed by docs/MODEL.md (recorded for the reader; unused by SGD).
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-8
@@ -99,7 +99,7 @@ GOLDENS = [
 
 
 def param_shapes(cfg: Config) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) in MODEL.md order; the list position is param_index."""
+    """(name, shape) in docs/MODEL.md order; the list position is param_index."""
     d, v, t = cfg.d_model, cfg.vocab, cfg.seq
     shapes = [("wte", (v, d)), ("wpe", (t, d))]
     for layer in range(cfg.layers):

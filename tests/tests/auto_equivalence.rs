@@ -8,7 +8,8 @@ use shardlab::gpu::GpuContext;
 use shardlab::ir::{Builder, DType, Op, RngLayout, Role};
 use shardlab::model::{GptConfig, Optimizer};
 use shardlab::partition::auto::{op_rule, propagate, Assignment, Sharding};
-use shardlab::partition::{auto_train_step, jit, jit_with_constraints, Strategy};
+use shardlab::partition::{jit, jit_with_constraints};
+use shardlab::plan::{auto_train_step, Strategy};
 use shardlab::profile::summarize;
 use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
 

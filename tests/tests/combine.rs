@@ -4,10 +4,8 @@ use shardlab::autodiff::grad;
 use shardlab::exec::{Backend, GpuExecutor, Parallel, ReferenceExecutor, Tensor, Trainer, TrainerOptions};
 use shardlab::ir::{Builder, DType, Op, Program, RngLayout, Role, ValueId};
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
-use shardlab::partition::{
-    auto_train_step, check_out_specs, combine_all_reduces, combine_all_reduces_mapped, combine_auto_program,
-    combine_train_step, shard_map_train_step, DropoutKey, Strategy,
-};
+use shardlab::partition::{check_out_specs, combine_all_reduces, combine_all_reduces_mapped, combine_auto_program};
+use shardlab::plan::{auto_train_step, combine_train_step, shard_map_train_step, DropoutKey, Strategy};
 use shardlab::profile::{preset, summarize};
 use shardlab::sharding::Mesh;
 use shardlab_tests::rand_vec;

@@ -8,7 +8,7 @@ use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::export::jax_script;
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
-use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::plan::{DropoutKey, Strategy};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 const STEPS: u64 = 5;

@@ -7,7 +7,7 @@ use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
-use shardlab::partition::{shard_map_train_step, DropoutKey, Strategy};
+use shardlab::plan::{shard_map_train_step, DropoutKey, Strategy};
 use shardlab::profile::{preset, summarize, CollectiveKind};
 use shardlab::sharding::Mesh;
 

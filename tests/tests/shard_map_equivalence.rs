@@ -6,7 +6,7 @@ use std::sync::Arc;
 use shardlab::exec::{Backend, Parallel, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::model::{GptConfig, Optimizer};
-use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::plan::{DropoutKey, Strategy};
 use shardlab::sharding::Mesh;
 
 fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {

@@ -94,7 +94,7 @@ fn dropout_training_matches_the_reference_executor_bit_for_bit_masks() {
 #[test]
 fn a_profiled_step_reports_the_same_loss_as_a_plain_step() {
     let _ = gpu_or_skip!();
-    use shardlab::partition::Strategy;
+    use shardlab::plan::Strategy;
     use shardlab::sharding::Mesh;
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     for parallel in [

@@ -4,11 +4,8 @@
 //! program; nothing here decides how a program is built.
 use serde::Serialize;
 use serde_json::{json, Value};
-use shardlab::exec::TrainerOptions;
 use shardlab::ir::{Op, Program, Role};
-use shardlab::model::TrainStep;
-use shardlab::partition::auto::{auto_train_step_with_specs, Inserted};
-use shardlab::partition::{combine_auto_program, combine_train_step, shard_map_train_step, PartitionError};
+use shardlab::plan::{self, Inserted, PlanError, Planned};
 use shardlab::profile::{category, summarize, Category, ProgramSummary};
 use shardlab::sharding::Mesh;
 
@@ -29,65 +26,33 @@ pub struct Mark {
     pub inserted: Option<Inserted>,
 }
 
-/// One mode, built: its options (for the trainer), program and what the inspector shows.
+/// One mode, built: its plan (which the trainer runs as is) and what the inspector shows.
 pub struct Plan {
     pub mode: Mode,
-    pub options: TrainerOptions,
+    pub planned: Planned,
     pub summary: ProgramSummary,
     /// The inspector's JSON for this mode (text, marks, summary, inserted, layouts).
     pub view: Value,
 }
 
 impl Plan {
-    pub fn build(settings: &Settings, mode: Mode, mesh: &Mesh) -> Result<Plan, PartitionError> {
-        let options = settings.options(mode, mesh);
-        let cfg = &options.config;
-        let (program, inserted) = match mode {
-            Mode::ShardMap => {
-                let strategy = settings.strategy();
-                let key = match &options.parallel {
-                    shardlab::exec::Parallel::ShardMap { dropout_key, .. } => *dropout_key,
-                    _ => shardlab::partition::DropoutKey::Same,
-                };
-                let step = shard_map_train_step(cfg, options.optimizer, options.rng_layout, strategy, mesh, key)?;
-                let step: TrainStep = if settings.combine {
-                    combine_train_step(&step)
-                } else {
-                    step
-                };
-                (step.program, None)
-            }
-            _ => {
-                let (_, auto) = auto_train_step_with_specs(
-                    cfg,
-                    options.optimizer,
-                    options.rng_layout,
-                    settings.strategy(),
-                    mesh,
-                    &[],
-                )?;
-                let auto = if settings.combine {
-                    combine_auto_program(&auto)
-                } else {
-                    auto
-                };
-                (auto.program, Some(auto.inserted))
-            }
-        };
-        let summary = summarize(&program);
+    pub fn build(settings: &Settings, mode: Mode, mesh: &Mesh) -> Result<Plan, PlanError> {
+        let planned = plan::build(&settings.options(mode, mesh))?;
+        let (program, inserted) = (&planned.step.program, &planned.inserted);
+        let summary = summarize(program);
         let text = program.to_text();
-        let marks = marks(&program, &text, &summary, inserted.as_deref().unwrap_or(&[]));
+        let marks = marks(program, &text, &summary, inserted.as_deref().unwrap_or(&[]));
         let view = json!({
             "mode": mode_name(mode),
             "text": text,
             "marks": marks,
             "summary": summary_json(&summary),
             "inserted": inserted,
-            "layouts": layouts(&program),
+            "layouts": layouts(program),
         });
         Ok(Plan {
             mode,
-            options,
+            planned,
             summary,
             view,
         })

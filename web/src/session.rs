@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use shardlab::exec::{Backend, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
+use shardlab::plan::Planned;
 use shardlab::profile::{category, Category, Interconnect};
 
 use crate::plan::Plan;
@@ -107,7 +108,7 @@ impl Inner {
         let Some(plan) = run.plans.iter().find(|p| mode_name(p.mode) == mode) else {
             return fail(format!("unknown mode `{mode}`: use auto or shard_map"));
         };
-        match shardlab::export::jax_script(&plan.options, steps) {
+        match shardlab::export::jax_script(&plan.planned.options, steps) {
             Ok(script) => json!({
                 "ok": true,
                 "script": script,
@@ -160,7 +161,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             collectives_ms: std::mem::take(&mut run.collectives_ms),
         }
     };
-    let (plans_opts, net, settings) = {
+    let (planned, net, settings) = {
         let i = inner.borrow();
         let Some(run) = i.run.as_ref().filter(|r| r.generation == taken.generation) else {
             return fail("the settings changed during the step");
@@ -170,13 +171,13 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             .iter()
             .map(|m| {
                 let p = run.plans.iter().find(|p| p.mode == *m).expect("both modes are planned");
-                (p.options.clone(), p.summary.clone())
+                (p.planned.clone(), p.summary.clone())
             })
             .collect();
         (opts, run.net, run.settings.clone())
     };
     let mut taken = taken;
-    let result = run_modes(&mut taken, &plans_opts, &net, &settings, profile).await;
+    let result = run_modes(&mut taken, &planned, &net, &settings, profile).await;
     let mut i = inner.borrow_mut();
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
         return fail("the settings changed during the step; it was discarded");
@@ -201,7 +202,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
 
 async fn run_modes(
     t: &mut Taken,
-    plans: &[(shardlab::exec::TrainerOptions, shardlab::profile::ProgramSummary)],
+    plans: &[(Planned, shardlab::profile::ProgramSummary)],
     net: &Interconnect,
     settings: &Settings,
     profile: bool,
@@ -213,11 +214,11 @@ async fn run_modes(
     }
     let mut out = serde_json::Map::new();
     for k in order {
-        let (opts, summary) = &plans[k];
+        let (planned, summary) = &plans[k];
         let mut build_ms = None;
         if t.trainers[k].is_none() {
             let t0 = shardlab::gpu::now_ms();
-            let trainer = Trainer::new(Backend::Gpu(t.ctx.clone()), opts.clone())
+            let trainer = Trainer::from_plan(Backend::Gpu(t.ctx.clone()), planned.clone())
                 .await
                 .map_err(|e| e.to_string())?;
             build_ms = Some(shardlab::gpu::now_ms() - t0);

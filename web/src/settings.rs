@@ -3,10 +3,9 @@
 //! only names the presets, bounds the sizes a browser tab can hold, and says which control an
 //! error belongs to.
 use serde::{Deserialize, Serialize};
-use shardlab::exec::{Parallel, TrainerOptions};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
-use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
 use shardlab::profile::{preset, Interconnect};
 use shardlab::sharding::Mesh;
 

@@ -1,8 +1,8 @@
 //! `shardlab bench compare`: the automatic and the shard_map train steps of the same model,
 //! strategy and mesh, run interleaved in one process (alternating after warm-up; medians),
 //! so that noise on a shared machine hits both alike.
-use crate::exec::{Backend, ExecError, Parallel, Trainer, TrainerOptions};
-use crate::partition::DropoutKey;
+use crate::exec::{Backend, ExecError, Trainer};
+use crate::plan::TrainerOptions;
 use crate::profile::summarize;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -29,31 +29,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Builds both trainers from `opts` (whose `parallel` names the strategy and mesh) and
 /// alternates `steps` steps of each after 2 warm-up steps each.
 pub async fn compare(backend: Backend, opts: &TrainerOptions, steps: usize) -> Result<Comparison, ExecError> {
-    let (strategy, mesh) = match &opts.parallel {
-        Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => (*strategy, mesh.clone()),
-        Parallel::None => {
-            return Err(ExecError::Input(
-                "bench compare needs a strategy and mesh: use --preset seed or --strategy and --mesh".into(),
-            ))
-        }
-    };
-    let mut auto_opts = opts.clone();
-    auto_opts.parallel = Parallel::Auto {
-        strategy,
-        mesh: mesh.clone(),
-        specs: match &opts.parallel {
-            Parallel::Auto { specs, .. } => specs.clone(),
-            _ => vec![],
-        },
-    };
-    let mut sm_opts = opts.clone();
-    sm_opts.parallel = Parallel::ShardMap {
-        strategy,
-        mesh,
-        dropout_key: match &opts.parallel {
-            Parallel::ShardMap { dropout_key, .. } => *dropout_key,
-            _ => DropoutKey::Same,
-        },
+    let Some((auto_opts, sm_opts)) = opts.auto_and_shard_map() else {
+        return Err(ExecError::Input(
+            "bench compare needs a strategy and mesh: use --preset seed or --strategy and --mesh".into(),
+        ));
     };
     let mut auto = Trainer::new(backend.clone(), auto_opts).await?;
     let mut sm = Trainer::new(backend, sm_opts).await?;

@@ -1,10 +1,11 @@
 //! `shardlab bench train`: steps/s, tokens/s, and where a step's time goes.
 use std::sync::Arc;
 
-use crate::exec::{Backend, ExecError, Parallel, Trainer, TrainerOptions};
+use crate::exec::{Backend, ExecError, Trainer};
 use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
+use crate::plan::{Parallel, TrainerOptions};
 use crate::profile::{category, Category};
 
 /// The two configurations `bench train` reports.

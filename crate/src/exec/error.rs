@@ -3,7 +3,7 @@ use thiserror::Error;
 use crate::gpu::GpuError;
 use crate::ir::IrError;
 use crate::model::ModelError;
-use crate::partition::PartitionError;
+use crate::plan::PlanError;
 
 /// Why a program could not run.
 #[derive(Debug, Error, Clone)]
@@ -15,7 +15,7 @@ pub enum ExecError {
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
-    Partition(#[from] PartitionError),
+    Plan(#[from] PlanError),
     #[error("{0}")]
     Input(String),
     #[error("{op} is not supported by the {executor} executor: {why}")]

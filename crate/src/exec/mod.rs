@@ -11,4 +11,6 @@ pub use gpu::GpuExecutor;
 pub use lowering::{plan_dot, DotPlan};
 pub use reference::ReferenceExecutor;
 pub use tensor::Tensor;
-pub use trainer::{Backend, Parallel, StepProfile, StepStats, Trainer, TrainerOptions};
+// The options live with the plan; re-exported here because every run starts from them.
+pub use crate::plan::{Parallel, TrainerOptions};
+pub use trainer::{Backend, StepProfile, StepStats, Trainer};

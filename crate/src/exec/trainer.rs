@@ -2,57 +2,16 @@ use std::sync::Arc;
 
 use super::{ExecError, GpuExecutor, ReferenceExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
-use crate::ir::{Program, RngLayout, Role};
-use crate::model::{
-    eval_program, init_params, param_specs, train_step_program, Batch, DataSource, Dataset, GptConfig, Init, Optimizer,
-    TrainStep,
-};
-use crate::partition::auto::auto_train_step_with_specs;
-use crate::partition::{combine_train_step, shard_map_train_step, DropoutKey, Strategy};
+use crate::ir::{memory_use, Program, Role};
+use crate::model::{eval_program, init_params, param_specs, Batch, Dataset, TrainStep};
+use crate::plan::{self, Planned, TrainerOptions};
 use crate::rng::Key;
-use crate::sharding::{Mesh, PartitionSpec};
 
 /// Which executor runs the programs.
 #[derive(Clone)]
 pub enum Backend {
     Gpu(Arc<GpuContext>),
     Reference,
-}
-
-/// How the step is partitioned over simulated devices.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Parallel {
-    /// The global program on one device.
-    None,
-    /// A hand-written shard_map body.
-    ShardMap {
-        strategy: Strategy,
-        mesh: Mesh,
-        dropout_key: DropoutKey,
-    },
-    /// jit with shardings: the global step, partitioned automatically from the strategy's
-    /// in/out shardings (the RNG layout is `TrainerOptions::rng_layout`).
-    Auto {
-        strategy: Strategy,
-        mesh: Mesh,
-        /// Per-parameter specs overriding the strategy's (`--spec name=P(...)`).
-        specs: Vec<(String, PartitionSpec)>,
-    },
-}
-
-/// Everything `shardlab train` chooses.
-#[derive(Clone, Debug)]
-pub struct TrainerOptions {
-    pub config: GptConfig,
-    pub optimizer: Optimizer,
-    pub init: Init,
-    pub data: DataSource,
-    pub seed: u64,
-    pub rng_layout: RngLayout,
-    pub parallel: Parallel,
-    /// Run the all-reduce combiner on the step ([`crate::partition::combine_all_reduces`]):
-    /// psums over the same axes with no reader in between become one collective.
-    pub combine_all_reduces: bool,
 }
 
 /// One finished step: the loss at the parameters before the update, and its wall time.
@@ -88,34 +47,31 @@ enum State {
 /// state (parameters and optimizer moments) lives where the executor runs (on the GPU:
 /// buffers updated in place) in the program's `[device, local...]` layout.
 pub struct Trainer {
-    opts: TrainerOptions,
+    planned: Planned,
     dataset: Dataset,
-    step: TrainStep,
     state: State,
     steps_done: u64,
 }
 
 impl Trainer {
+    /// Plans `opts` ([`plan::build`]) and starts training it.
     pub async fn new(backend: Backend, opts: TrainerOptions) -> Result<Self, ExecError> {
-        let cfg = &opts.config;
-        let dataset = Dataset::new(opts.data.clone(), cfg, opts.seed)?;
-        let step = match &opts.parallel {
-            Parallel::None => train_step_program(cfg, opts.optimizer, opts.rng_layout)?,
-            Parallel::ShardMap {
-                strategy,
-                mesh,
-                dropout_key,
-            } => shard_map_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, *dropout_key)?,
-            Parallel::Auto { strategy, mesh, specs } => {
-                auto_train_step_with_specs(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?.0
-            }
-        };
-        let step = if opts.combine_all_reduces {
-            combine_train_step(&step)
-        } else {
-            step
-        };
-        let params = init_params(cfg, opts.init);
+        let dataset = Dataset::new(opts.data.clone(), &opts.config, opts.seed)?;
+        let planned = plan::build(&opts)?;
+        Self::start(backend, planned, dataset).await
+    }
+
+    /// Starts training a step planned already (by `inspect` or the page, which show the
+    /// plan too), without planning it again.
+    pub async fn from_plan(backend: Backend, planned: Planned) -> Result<Self, ExecError> {
+        let opts = &planned.options;
+        let dataset = Dataset::new(opts.data.clone(), &opts.config, opts.seed)?;
+        Self::start(backend, planned, dataset).await
+    }
+
+    async fn start(backend: Backend, planned: Planned, dataset: Dataset) -> Result<Self, ExecError> {
+        let (opts, step) = (&planned.options, &planned.step);
+        let params = init_params(&opts.config, opts.init);
         let globals: Vec<Tensor> = params
             .iter()
             .map(|p| Tensor::F32(p.clone()))
@@ -140,26 +96,31 @@ impl Trainer {
             }
         };
         Ok(Self {
-            opts,
+            planned,
             dataset,
-            step,
             state,
             steps_done: 0,
         })
     }
 
     pub fn options(&self) -> &TrainerOptions {
-        &self.opts
+        &self.planned.options
+    }
+
+    /// The plan this trainer runs: its options, train step and, in automatic mode, what the
+    /// partitioner inserted.
+    pub fn planned(&self) -> &Planned {
+        &self.planned
     }
 
     /// The train-step program (forward, backward, update) this trainer runs.
     pub fn program(&self) -> &Program {
-        &self.step.program
+        &self.planned.step.program
     }
 
     /// The train step with its forward / backward / update boundaries.
     pub fn train_step(&self) -> &TrainStep {
-        &self.step
+        &self.planned.step
     }
 
     pub fn steps_done(&self) -> u64 {
@@ -180,19 +141,17 @@ impl Trainer {
     pub fn peak_bytes(&self) -> u64 {
         match &self.state {
             State::Gpu { exec, .. } => exec.peak_bytes(),
-            State::Reference { .. } => {
-                crate::profile::summarize(&self.step.program).total_bytes * self.step.program.devices() as u64
-            }
+            State::Reference { .. } => memory_use(self.program()).total_bytes() * self.program().devices() as u64,
         }
     }
 
     fn key(&self, step: u64) -> Key {
-        Key::from_seed(self.opts.seed as i64).fold_in(step as u32)
+        Key::from_seed(self.planned.options.seed as i64).fold_in(step as u32)
     }
 
     /// Tokens, targets and key in the program's device layout.
     fn data_inputs(&self, batch: &Batch, key: Key) -> Result<Vec<Tensor>, ExecError> {
-        let prog = &self.step.program;
+        let prog = &self.planned.step.program;
         let first = prog
             .inputs
             .iter()
@@ -230,8 +189,8 @@ impl Trainer {
             State::Reference { state } => {
                 let mut inputs = state.clone();
                 inputs.extend(data);
-                let outs = ReferenceExecutor::run(&self.step.program, &inputs, update)?;
-                for &(out, input) in &self.step.program.donations {
+                let outs = ReferenceExecutor::run(&self.planned.step.program, &inputs, update)?;
+                for &(out, input) in &self.planned.step.program.donations {
                     state[input] = outs[out].clone();
                 }
                 outs[0].scalar()
@@ -243,7 +202,7 @@ impl Trainer {
                 }
                 exec.set_step(ctx, update)?;
                 if profile {
-                    let (loss, p) = Self::profile(ctx, exec, &self.step).await?;
+                    let (loss, p) = Self::profile(ctx, exec, &self.planned.step).await?;
                     prof = Some(p);
                     loss
                 } else {
@@ -312,12 +271,12 @@ impl Trainer {
         let State::Gpu { ctx, exec } = &self.state else {
             return Ok(None);
         };
-        let prog = &self.step.program;
+        let prog = &self.planned.step.program;
         let picked: Vec<&crate::gpu::Dispatch> = exec
             .dispatches()
             .iter()
             .zip(exec.dispatch_instrs())
-            .filter(|(_, &i)| crate::profile::category(&prog.instrs[i]) == crate::profile::Category::Collectives)
+            .filter(|(_, &i)| prog.instrs[i].op.is_collective())
             .map(|(d, _)| d)
             .collect();
         if picked.is_empty() {
@@ -338,11 +297,11 @@ impl Trainer {
         Ok(Some(now_ms() - t0))
     }
 
-    /// Current parameters, global, in MODEL.md order.
+    /// Current parameters, global, in docs/MODEL.md order.
     pub async fn params(&self) -> Result<Vec<Vec<f32>>, ExecError> {
-        let prog = &self.step.program;
+        let prog = &self.planned.step.program;
         let mut out = vec![];
-        for i in 0..param_specs(&self.opts.config).len() {
+        for i in 0..param_specs(&self.planned.options.config).len() {
             let local = match &self.state {
                 State::Reference { state } => state[i].f32().to_vec(),
                 State::Gpu { ctx, exec } => exec.read_input(ctx, i).await?,
@@ -355,7 +314,7 @@ impl Trainer {
     /// The loss at the current parameters on the batch of the next step (no update), on the
     /// reference executor for GPU runs too: it runs once per training run.
     pub async fn eval_loss(&self) -> Result<f32, ExecError> {
-        let prog = eval_program(&self.opts.config, self.opts.rng_layout)?;
+        let prog = eval_program(&self.planned.options.config, self.planned.options.rng_layout)?;
         let batch = self.dataset.batch(self.steps_done);
         let key = self.key(self.steps_done);
         let mut inputs: Vec<Tensor> = self.params().await?.into_iter().map(Tensor::F32).collect();

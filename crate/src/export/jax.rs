@@ -3,11 +3,9 @@
 use std::fmt::Write;
 
 use super::ExportError;
-use crate::exec::{Parallel, TrainerOptions};
 use crate::ir::{Program, RngLayout, Role};
-use crate::model::{param_specs, train_step_program, DataSource, Dataset, Init, Optimizer};
-use crate::partition::auto::auto_train_step_with_specs;
-use crate::partition::{shard_map_train_step, DropoutKey, Strategy};
+use crate::model::{param_specs, DataSource, Dataset, Init, Optimizer};
+use crate::plan::{self, DropoutKey, Parallel, Strategy, TrainerOptions};
 use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
@@ -35,32 +33,14 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     Dataset::new(opts.data.clone(), cfg, opts.seed).map_err(|e| ExportError(e.to_string()))?;
     // The program `shardlab train` would run: it checks the mesh and specs the same way, and
     // its in_specs are the shardings written into the script.
-    let err = |e: &dyn std::fmt::Display| ExportError(e.to_string());
+    let program = plan::build(opts).map_err(|e| ExportError(e.to_string()))?.step.program;
     let names: Vec<String> = param_specs(cfg).into_iter().map(|p| p.name).collect();
-    let (mode, program) = match &opts.parallel {
-        Parallel::None => (
-            SINGLE.to_string(),
-            train_step_program(cfg, opts.optimizer, opts.rng_layout)
-                .map_err(|e| err(&e))?
-                .program,
-        ),
+    let mode = match &opts.parallel {
+        Parallel::None => SINGLE.to_string(),
         Parallel::ShardMap {
-            strategy,
-            mesh,
-            dropout_key,
-        } => {
-            let step = shard_map_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, *dropout_key)
-                .map_err(|e| err(&e))?;
-            (
-                shard_map_section(&step.program, &names, *strategy, *dropout_key),
-                step.program,
-            )
-        }
-        Parallel::Auto { strategy, mesh, specs } => {
-            let (step, _) = auto_train_step_with_specs(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)
-                .map_err(|e| err(&e))?;
-            (auto_section(&step.program, &names), step.program)
-        }
+            strategy, dropout_key, ..
+        } => shard_map_section(&program, &names, *strategy, *dropout_key),
+        Parallel::Auto { .. } => auto_section(&program, &names),
     };
     let header = HEADER
         .replace("{{SUMMARY}}", &summary(opts, steps))

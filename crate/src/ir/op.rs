@@ -240,6 +240,15 @@ impl Op {
         }
     }
 
+    /// Whether the op moves data between devices (psum, all_gather, psum_scatter, ppermute,
+    /// all_to_all); axis_index folds and pvary move nothing.
+    pub fn is_collective(&self) -> bool {
+        matches!(
+            self,
+            Op::Psum { .. } | Op::AllGather { .. } | Op::PsumScatter { .. } | Op::Ppermute { .. } | Op::AllToAll { .. }
+        )
+    }
+
     /// Attributes as printed after the operands (`contracting=([2],[0])`).
     pub fn attrs(&self) -> String {
         match self {

@@ -1,7 +1,7 @@
 use std::fmt;
 
 use super::shape::fmt_shape;
-use super::{Program, Role, ValueId};
+use super::{varying_axes, Program, Role, ValueId};
 
 impl fmt::Display for ValueId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -19,7 +19,7 @@ impl Program {
     /// `%12 = dot_general(%3, %7) contracting=([2],[0]) : f32[8,16,64]  # h0.qkv`.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let vma = self.mesh.as_ref().map(|_| crate::partition::varying_axes(self));
+        let vma = self.mesh.as_ref().map(|_| varying_axes(self));
         // Per-device programs: inputs show their sharding, other values the mesh axes
         // along which devices hold different data (shard_map's varying axes).
         let sharding = |v: ValueId| -> String {

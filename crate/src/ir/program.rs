@@ -29,7 +29,7 @@ impl DType {
 /// What a program input stands for, so executors know what to feed and keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// Parameter `index` of MODEL.md's list.
+    /// Parameter `index` of docs/MODEL.md's list.
     Param(usize),
     /// Optimizer state slot `slot` (0 = AdamW m, 1 = AdamW v) of parameter `param`.
     OptState { param: usize, slot: usize },

@@ -5,7 +5,7 @@ use thiserror::Error;
 #[error("{0}")]
 pub struct ModelError(pub String);
 
-/// MODEL.md's configuration.
+/// docs/MODEL.md's configuration.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GptConfig {
     pub layers: usize,
@@ -41,7 +41,7 @@ impl Optimizer {
 }
 
 impl GptConfig {
-    /// The configuration of MODEL.md's tiny test model.
+    /// The configuration of docs/MODEL.md's tiny test model.
     pub fn tiny() -> Self {
         Self {
             layers: 1,

@@ -11,7 +11,7 @@ pub struct Batch {
 /// Where training data comes from (`--data`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataSource {
-    /// MODEL.md's `data = formula`: the same batch every step.
+    /// docs/MODEL.md's `data = formula`: the same batch every step.
     Formula,
     /// A run of symbols, a separator, then the same run again.
     Copy,

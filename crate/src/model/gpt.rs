@@ -65,7 +65,7 @@ fn linear(b: &mut Builder, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
     b.add(y, bias)
 }
 
-/// Traces MODEL.md's forward pass and mean cross-entropy; returns the scalar loss.
+/// Traces docs/MODEL.md's forward pass and mean cross-entropy; returns the scalar loss.
 pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
     let (bsz, t, d, h) = (a.local.batch, cfg.seq, cfg.d_model, a.local.heads);
     let dh = cfg.head_dim();

@@ -1,4 +1,4 @@
-//! The MODEL.md transformer, traced into IR programs: configuration, parameters and
+//! The docs/MODEL.md transformer, traced into IR programs: configuration, parameters and
 //! their deterministic init, the forward pass, the train step, and the data.
 mod config;
 mod data;

@@ -1,6 +1,6 @@
 use super::GptConfig;
 
-/// One parameter of MODEL.md's list; `index` is its `param_index`.
+/// One parameter of docs/MODEL.md's list; `index` is its `param_index`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamSpec {
     pub index: usize,
@@ -19,7 +19,7 @@ impl ParamSpec {
     }
 }
 
-/// The parameters in MODEL.md's order (block l's names are prefixed `h{l}.`).
+/// The parameters in docs/MODEL.md's order (block l's names are prefixed `h{l}.`).
 pub fn param_specs(cfg: &GptConfig) -> Vec<ParamSpec> {
     let (d, v, t) = (cfg.d_model, cfg.vocab, cfg.seq);
     let mut specs: Vec<(String, Vec<usize>)> = vec![("wte".into(), vec![v, d]), ("wpe".into(), vec![t, d])];
@@ -55,7 +55,7 @@ pub fn param_specs(cfg: &GptConfig) -> Vec<ParamSpec> {
 /// How parameters start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Init {
-    /// MODEL.md's `init = formula`: needs no random numbers, so any implementation agrees.
+    /// docs/MODEL.md's `init = formula`: needs no random numbers, so any implementation agrees.
     Formula,
     /// GPT-2 style N(0, 0.02), residual projections scaled by 1/sqrt(2 layers), from `seed`.
     Random { seed: u64 },

@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 
 use super::auto::AutoProgram;
 use crate::ir::{Instr, Op, Program, ValueId};
-use crate::model::TrainStep;
 
 /// psums over one set of axes whose operands are all computed, waiting to be combined.
 struct Group {
@@ -146,8 +145,9 @@ pub fn combine_all_reduces(prog: &Program) -> Program {
 }
 
 /// Where each old index starts in the new program: the first new instruction that comes
-/// from an old one at or after it (phase boundaries of a train step).
-fn starts(position: &[usize], new_len: usize) -> Vec<usize> {
+/// from an old one at or after it (phase boundaries of a train step). `position` is
+/// [`combine_all_reduces_mapped`]'s map; the result has one more entry, for the old end.
+pub fn combined_starts(position: &[usize], new_len: usize) -> Vec<usize> {
     let mut out = vec![new_len; position.len() + 1];
     for i in (0..position.len()).rev() {
         out[i] = out[i + 1].min(position[i]);
@@ -155,25 +155,11 @@ fn starts(position: &[usize], new_len: usize) -> Vec<usize> {
     out
 }
 
-/// A train step with its all-reduces combined; the forward / backward / update boundaries
-/// follow the instructions they held (a psum moved past a boundary belongs to the later phase).
-pub fn combine_train_step(step: &TrainStep) -> TrainStep {
-    let (program, position) = combine_all_reduces_mapped(&step.program);
-    let at = starts(&position, program.instrs.len());
-    TrainStep {
-        forward_end: at[step.forward_end.min(position.len())],
-        backward_end: at[step.backward_end.min(position.len())],
-        program,
-        config: step.config.clone(),
-        optimizer: step.optimizer,
-    }
-}
-
 /// jit's result with its all-reduces combined: inserted-op records point at the combined
 /// psum, and `instr_starts` at the new instruction indices.
 pub fn combine_auto_program(auto: &AutoProgram) -> AutoProgram {
     let (program, position) = combine_all_reduces_mapped(&auto.program);
-    let at = starts(&position, program.instrs.len());
+    let at = combined_starts(&position, program.instrs.len());
     let mut inserted = auto.inserted.clone();
     for r in &mut inserted {
         r.instr = position.get(r.instr).copied().unwrap_or(r.instr);

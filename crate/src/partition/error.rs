@@ -1,7 +1,6 @@
 use thiserror::Error;
 
 use crate::ir::IrError;
-use crate::model::ModelError;
 use crate::sharding::ShardingError;
 
 /// A partitioning that cannot be done, with what to change.
@@ -11,8 +10,6 @@ pub enum PartitionError {
     Sharding(#[from] ShardingError),
     #[error("{0}")]
     Ir(#[from] IrError),
-    #[error("{0}")]
-    Model(#[from] ModelError),
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
     /// check_vma: an out_spec claims replication along an axis the value varies over.

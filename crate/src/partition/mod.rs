@@ -1,15 +1,17 @@
-//! Partitioning: from a program on global shapes to one per-device (SPMD) program.
-//! shard_map mode: the body is written per device with explicit collectives.
+//! Partitioning: from a program on global shapes to one per-device (SPMD) program, the
+//! general JAX machinery only (it knows programs and shardings, no model):
+//! * shard_map: the body is written per device with explicit collectives, and check_vma
+//!   checks its out_specs;
+//! * jit with shardings ([`auto`]): propagation over the global program, then SPMD lowering;
+//! * the all-reduce combiner, a pass over any per-device program.
 pub mod auto;
+mod check_vma;
 mod combine;
 mod error;
 mod shard_map;
-mod strategies;
-mod vma;
 
-pub use auto::{auto_train_step, jit, jit_with_constraints, AutoProgram};
-pub use combine::{combine_all_reduces, combine_all_reduces_mapped, combine_auto_program, combine_train_step};
+pub use auto::{jit, jit_with_constraints, AutoProgram};
+pub use check_vma::check_out_specs;
+pub use combine::{combine_all_reduces, combine_all_reduces_mapped, combine_auto_program, combined_starts};
 pub use error::PartitionError;
 pub use shard_map::{shard_map, Arg};
-pub use strategies::{shard_map_train_step, DropoutKey, Strategy};
-pub use vma::{check_out_specs, varying_axes};

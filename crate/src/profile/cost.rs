@@ -1,4 +1,4 @@
-use crate::ir::{numel, Instr, Op, Program};
+use crate::ir::{Instr, Op, Program};
 
 /// The buckets of the per-category breakdown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -43,9 +43,7 @@ pub fn category(ins: &Instr) -> Category {
         Op::SoftmaxCausal | Op::SoftmaxCausalGrad => Category::Attention,
         Op::FoldIn { .. } | Op::RandomBits { .. } | Op::RandomBitsBlock { .. } | Op::Dropout { .. } => Category::Rng,
         Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => Category::Optimizer,
-        Op::Psum { .. } | Op::AllGather { .. } | Op::PsumScatter { .. } | Op::Ppermute { .. } | Op::AllToAll { .. } => {
-            Category::Collectives
-        }
+        op if op.is_collective() => Category::Collectives,
         Op::FoldInAxisIndex { .. } => Category::Rng,
         _ => Category::Other,
     }
@@ -78,9 +76,4 @@ pub fn instr_flops(prog: &Program, ins: &Instr) -> u64 {
         Op::ScatterAdd { .. } => inp(0),
         _ => 0,
     }
-}
-
-/// Bytes of all elements of a shape (every element is 4 bytes).
-pub(crate) fn bytes(shape: &[usize]) -> u64 {
-    4 * numel(shape) as u64
 }

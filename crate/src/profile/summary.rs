@@ -1,9 +1,8 @@
 use std::collections::BTreeMap;
 
-use super::cost::{bytes, instr_flops};
+use super::cost::instr_flops;
 use super::interconnect::{CollectiveKind, Interconnect};
-use crate::ir::{Op, Program, Role};
-use crate::partition::varying_axes;
+use crate::ir::{memory_use, size_in_bytes as bytes, varying_axes, Op, Program};
 
 /// One collective of a program, for counts, bytes and the modelled time.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -83,7 +82,7 @@ impl ProgramSummary {
 
 fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     let ins = &prog.instrs[i];
-    if crate::profile::category(ins) != crate::profile::Category::Collectives {
+    if !ins.op.is_collective() {
         return None;
     }
     let in_bytes = bytes(prog.shape(ins.inputs[0]));
@@ -111,34 +110,19 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     })
 }
 
-/// Walks `prog` once: FLOPs, random bits, collectives, memory by liveness (reshapes alias
-/// their operand; in-place updates reuse their parameter's memory), and warnings.
+/// Walks `prog` once: FLOPs, random bits, collectives and warnings; memory by liveness
+/// ([`memory_use`]: reshapes alias their operand; in-place updates reuse their parameter's memory).
 pub fn summarize(prog: &Program) -> ProgramSummary {
+    let memory = memory_use(prog);
     let mut s = ProgramSummary {
         devices: prog.devices(),
         instructions: prog.instrs.len(),
+        params_bytes: memory.params_bytes,
+        optimizer_state_bytes: memory.optimizer_state_bytes,
+        activations_bytes: memory.activations_bytes,
+        total_bytes: memory.total_bytes(),
         ..Default::default()
     };
-    let mut pinned = vec![false; prog.values.len()];
-    for (v, role) in &prog.inputs {
-        let b = bytes(prog.shape(*v));
-        match role {
-            Role::Param(_) => s.params_bytes += b,
-            Role::OptState { .. } => s.optimizer_state_bytes += b,
-            _ => {}
-        }
-        pinned[v.index()] = true;
-    }
-    let last = prog.last_uses();
-    let data_bytes: u64 = prog
-        .inputs
-        .iter()
-        .filter(|(_, r)| !matches!(r, Role::Param(_) | Role::OptState { .. }))
-        .map(|(v, _)| bytes(prog.shape(*v)))
-        .sum();
-    let mut live = data_bytes;
-    let mut peak = live;
-    let mut owns = vec![true; prog.values.len()];
     for (i, ins) in prog.instrs.iter().enumerate() {
         s.flops += instr_flops(prog, ins);
         // Bits each device generates: the whole shape of a random_bits, only its own block
@@ -147,31 +131,7 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
             s.rng_bits += 32 * shape.iter().product::<usize>() as u64;
         }
         s.collectives.extend(collective_use(prog, i));
-        let aliases = matches!(
-            ins.op,
-            Op::Reshape { .. } | Op::Pvary { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
-        );
-        for o in &ins.outputs {
-            if aliases {
-                owns[o.index()] = false;
-            } else {
-                live += bytes(prog.shape(*o));
-            }
-        }
-        peak = peak.max(live);
-        for v in ins.inputs.iter().chain(&ins.outputs) {
-            let dead = match last[v.index()] {
-                Some(l) => l == i && ins.inputs.contains(v),
-                None => ins.outputs.contains(v),
-            };
-            if dead && owns[v.index()] && !pinned[v.index()] {
-                live -= bytes(prog.shape(*v));
-                owns[v.index()] = false;
-            }
-        }
     }
-    s.activations_bytes = peak;
-    s.total_bytes = s.params_bytes + s.optimizer_state_bytes + s.activations_bytes;
     s.warnings = rng_warnings(prog);
     s
 }

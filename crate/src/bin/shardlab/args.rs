@@ -1,9 +1,8 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::ValueEnum;
-use shardlab::exec::{Parallel, TrainerOptions};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
-use shardlab::partition::{DropoutKey, Strategy};
+use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -59,7 +58,7 @@ pub struct ModelArgs {
     /// Dropout rate (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub dropout: f32,
-    /// Parameter init: MODEL.md's formula, or seeded random.
+    /// Parameter init: docs/MODEL.md's formula, or seeded random.
     #[arg(long, value_enum, default_value_t = InitArg::Random)]
     pub init: InitArg,
     /// Training data.
@@ -261,14 +260,7 @@ impl ParallelArgs {
             StrategyArg::Tp => Strategy::Tp,
             StrategyArg::DpTp => Strategy::DpTp,
         };
-        let text = self.mesh.clone().unwrap_or_else(|| {
-            match strategy {
-                Strategy::Dp | Strategy::Fsdp => "dp=4",
-                Strategy::Tp => "tp=2",
-                Strategy::DpTp => "dp=2,tp=2",
-            }
-            .to_string()
-        });
+        let text = self.mesh.clone().unwrap_or_else(|| strategy.example_mesh().to_string());
         let mesh = Mesh::parse(&text).map_err(|e| format!("--mesh {text}: {e}"))?;
         let dropout_key = match self.dropout_key {
             DropoutKeyArg::Same => DropoutKey::Same,

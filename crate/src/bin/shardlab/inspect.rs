@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Trainer};
 use shardlab::gpu::GpuContext;
-use shardlab::partition::auto::auto_train_step_with_specs;
+use shardlab::plan::TrainerOptions;
 use shardlab::profile::{summarize, PRESETS};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
@@ -54,16 +54,10 @@ async fn inspect(
     opts: TrainerOptions,
     args: &Args,
 ) -> Result<(), shardlab::exec::ExecError> {
-    // In automatic mode, also what the partitioner inserted and why.
-    let inserted = match &opts.parallel {
-        Parallel::Auto { strategy, mesh, specs } => {
-            let (_, auto) =
-                auto_train_step_with_specs(&opts.config, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?;
-            Some(auto.inserted)
-        }
-        _ => None,
-    };
     let mut t = Trainer::new(backend, opts).await?;
+    // In automatic mode, also what the partitioner inserted and why (at the instructions of
+    // the program that runs, after any combining).
+    let inserted = t.planned().inserted.clone();
     let s = summarize(t.program());
     t.step().await?;
     let mut times = vec![];

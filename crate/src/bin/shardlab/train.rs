@@ -3,8 +3,9 @@
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, Trainer};
 use shardlab::gpu::GpuContext;
+use shardlab::plan::TrainerOptions;
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 

@@ -1,9 +1,9 @@
 //! Varying manual axes (JAX's `vma`, checked by shard_map's `check_vma`): for every value of
-//! a per-device program, the mesh axes along which it may differ between devices.
+//! a per-device program, the mesh axes along which it may differ between devices. It lives
+//! beside the values it describes, as JAX keeps vma in its core types.
 use std::collections::BTreeSet;
 
-use super::PartitionError;
-use crate::ir::{Op, Program};
+use super::{Op, Program};
 
 /// The varying axes of every value: inputs vary along the axes of their in_spec; collectives
 /// remove (psum, per operand; all_gather) or add (psum_scatter, all_to_all, pvary, axis_index) axes;
@@ -46,22 +46,4 @@ pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
         }
     }
     vma
-}
-
-/// shard_map's `check_vma`: every output must vary only along axes its out_spec names.
-pub fn check_out_specs(prog: &Program) -> Result<(), PartitionError> {
-    let vma = varying_axes(prog);
-    for (k, v) in prog.outputs.iter().enumerate() {
-        let Some(spec) = prog.out_specs.get(k) else { continue };
-        let allowed = spec.mesh_axes();
-        if let Some(axis) = vma[v.index()].iter().find(|a| !allowed.contains(&a.as_str())) {
-            return Err(PartitionError::Vma {
-                output: k,
-                value: prog.info(*v).name.clone().unwrap_or_else(|| v.to_string()),
-                axis: axis.clone(),
-                spec: spec.to_string(),
-            });
-        }
-    }
-    Ok(())
 }

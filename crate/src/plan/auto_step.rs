@@ -1,10 +1,10 @@
 //! The train step of a strategy in automatic mode: the global step (forward, autodiff
 //! backward, update) under jit, with the strategy expressed only through shardings.
-use super::jit::{jit, AutoProgram};
+use super::strategy::{check, param_layout};
+use super::{PlanError, Strategy};
 use crate::ir::{RngLayout, Role};
 use crate::model::{param_specs, train_step_program, GptConfig, Optimizer, ParamSpec, TrainStep};
-use crate::partition::strategies::{check, param_layout};
-use crate::partition::{PartitionError, Strategy};
+use crate::partition::{jit, AutoProgram};
 use crate::sharding::{Mesh, PartitionSpec};
 
 /// The in_sharding of a parameter under `strategy`: shard_map mode's specs, except that
@@ -29,7 +29,7 @@ pub fn auto_train_step(
     rng_layout: RngLayout,
     strategy: Strategy,
     mesh: &Mesh,
-) -> Result<(TrainStep, AutoProgram), PartitionError> {
+) -> Result<(TrainStep, AutoProgram), PlanError> {
     auto_train_step_with_specs(cfg, opt, rng_layout, strategy, mesh, &[])
 }
 
@@ -44,7 +44,21 @@ pub fn auto_train_step_with_specs(
     strategy: Strategy,
     mesh: &Mesh,
     overrides: &[(String, PartitionSpec)],
-) -> Result<(TrainStep, AutoProgram), PartitionError> {
+) -> Result<(TrainStep, AutoProgram), PlanError> {
+    let (global, auto) = jit_train_step(cfg, opt, rng_layout, strategy, mesh, overrides)?;
+    Ok((partitioned_step(&global, &auto), auto))
+}
+
+/// The global train step and jit's result for it under the strategy's shardings with
+/// `overrides` ([`auto_train_step_with_specs`] without assembling the partitioned step).
+pub(super) fn jit_train_step(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    strategy: Strategy,
+    mesh: &Mesh,
+    overrides: &[(String, PartitionSpec)],
+) -> Result<(TrainStep, AutoProgram), PlanError> {
     check(cfg, strategy, mesh)?;
     let global = train_step_program(cfg, opt, rng_layout)?;
     let specs = param_specs(cfg);
@@ -66,7 +80,7 @@ pub fn auto_train_step_with_specs(
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            return Err(PartitionError::Invalid {
+            return Err(PlanError::Invalid {
                 what: format!("--spec {name}={spec}"),
                 why: format!("there is no parameter `{name}`; parameters are {}", names.join(", ")),
             });
@@ -75,7 +89,7 @@ pub fn auto_train_step_with_specs(
             let ps = &specs[i];
             crate::sharding::NamedSharding::new(mesh.clone(), spec.clone())
                 .and_then(|s| s.shard_shape(&ps.shape))
-                .map_err(|e| PartitionError::Invalid {
+                .map_err(|e| PlanError::Invalid {
                     what: format!("--spec {name}={spec} for parameter `{}` {:?}", ps.name, ps.shape),
                     why: e.to_string(),
                 })?;
@@ -104,13 +118,18 @@ pub fn auto_train_step_with_specs(
         }
     }
     let auto = jit(&global.program, mesh, &in_shardings, &out_shardings)?;
+    Ok((global, auto))
+}
+
+/// The partitioned train step of `auto`, jit's result for `global`: its phase boundaries
+/// are where jit (and the combiner, if it ran on `auto`) put the global step's.
+pub(super) fn partitioned_step(global: &TrainStep, auto: &AutoProgram) -> TrainStep {
     let start = |i: usize| auto.instr_starts.get(i).copied().unwrap_or(auto.program.instrs.len());
-    let step = TrainStep {
+    TrainStep {
         program: auto.program.clone(),
         forward_end: start(global.forward_end),
         backward_end: start(global.backward_end),
-        config: cfg.clone(),
-        optimizer: opt,
-    };
-    Ok((step, auto))
+        config: global.config.clone(),
+        optimizer: global.optimizer,
+    }
 }

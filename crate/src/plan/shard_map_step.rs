@@ -1,137 +1,12 @@
-//! Hand-written shard_map train steps: the per-device bodies a JAX user would write for
+//! The hand-written shard_map train steps: the per-device bodies a JAX user would write for
 //! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism, and both on a 2-D mesh.
-use super::{shard_map, Arg, PartitionError};
+use super::strategy::{check, p, param_layout};
+use super::{DropoutKey, PlanError, Strategy};
 use crate::autodiff::grad;
 use crate::ir::{DType, Op, RngLayout, Role, ValueId};
-use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, Optimizer, ParamSpec, TrainStep};
+use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, Optimizer, TrainStep};
+use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
-
-/// How the train step is split over the mesh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    /// Params replicated, batch split over "dp", pmean of the gradients.
-    Dp,
-    /// Params and optimizer state split over "dp": all_gather before use, psum_scatter of grads.
-    Fsdp,
-    /// Megatron over "tp": attention heads and MLP columns split, psum after the row-parallel
-    /// projections.
-    Tp,
-    /// Both, on a 2-D mesh {dp, tp}.
-    DpTp,
-}
-
-impl Strategy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Dp => "dp",
-            Strategy::Fsdp => "fsdp",
-            Strategy::Tp => "tp",
-            Strategy::DpTp => "dp_tp",
-        }
-    }
-
-    /// The mesh axes the strategy needs.
-    pub fn axes(self) -> &'static [&'static str] {
-        match self {
-            Strategy::Dp | Strategy::Fsdp => &["dp"],
-            Strategy::Tp => &["tp"],
-            Strategy::DpTp => &["dp", "tp"],
-        }
-    }
-}
-
-/// Dropout keys in shard_map mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DropoutKey {
-    /// The same key on every device (the seed's body): masks repeat across "dp" shards.
-    Same,
-    /// `fold_in(key, axis_index("dp"))`: a different mask on every data-parallel shard.
-    FoldIn,
-}
-
-fn p(entries: &[Option<&str>]) -> PartitionSpec {
-    PartitionSpec::from_axes(entries)
-}
-
-/// (view shape, spec) of a parameter under `strategy`. Under tensor parallelism w_qkv and
-/// b_qkv are split per head, so their columns are viewed as (3, H, Dh) (a row-major view:
-/// the same data) and split along H.
-pub(crate) fn param_layout(
-    cfg: &GptConfig,
-    strategy: Strategy,
-    mesh: &Mesh,
-    ps: &ParamSpec,
-) -> (Vec<usize>, PartitionSpec) {
-    let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
-    let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
-    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
-    if tp {
-        let s = Some("tp");
-        match leaf {
-            "w_qkv" => return (vec![d, 3, h, dh], p(&[None, None, s, None])),
-            "b_qkv" => return (vec![3, h, dh], p(&[None, s, None])),
-            "w_proj" | "w_out" => return (ps.shape.clone(), p(&[s, None])),
-            "w_fc" => return (ps.shape.clone(), p(&[None, s])),
-            "b_fc" => return (ps.shape.clone(), p(&[s])),
-            _ => {}
-        }
-    }
-    if strategy == Strategy::Fsdp {
-        let dp = mesh.axis_size("dp").unwrap_or(1);
-        if ps.shape[0].is_multiple_of(dp) {
-            let mut spec = vec![Some("dp")];
-            spec.extend(std::iter::repeat_n(None, ps.shape.len() - 1));
-            return (ps.shape.clone(), p(&spec));
-        }
-    }
-    (ps.shape.clone(), PartitionSpec::replicated())
-}
-
-/// Checks the mesh has the strategy's axes and the model splits evenly over them.
-pub(crate) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<(), PartitionError> {
-    for axis in strategy.axes() {
-        mesh.axis_size(axis).map_err(|_| PartitionError::Invalid {
-            what: format!("--strategy {}", strategy.name()),
-            why: format!("needs a mesh axis '{axis}': use e.g. --mesh {}", example_mesh(strategy)),
-        })?;
-    }
-    let size = |a: &str| mesh.axis_size(a).unwrap_or(1);
-    if strategy.axes().contains(&"dp") && !cfg.batch.is_multiple_of(size("dp")) {
-        return Err(PartitionError::Invalid {
-            what: format!("--batch {}", cfg.batch),
-            why: format!(
-                "is not divisible by mesh axis 'dp' of size {}: use a batch that is a multiple of it",
-                size("dp")
-            ),
-        });
-    }
-    if strategy.axes().contains(&"tp") {
-        let tp = size("tp");
-        if !cfg.heads.is_multiple_of(tp) {
-            return Err(PartitionError::Invalid {
-                what: format!("--heads {}", cfg.heads),
-                why: format!("is not divisible by mesh axis 'tp' of size {tp}: tensor parallelism splits heads"),
-            });
-        }
-        if !(4 * cfg.d_model).is_multiple_of(tp) {
-            return Err(PartitionError::Invalid {
-                what: format!("--d-model {}", cfg.d_model),
-                why: format!("4*d_model is not divisible by 'tp' of size {tp}"),
-            });
-        }
-    }
-    Ok(())
-}
-
-fn example_mesh(strategy: Strategy) -> &'static str {
-    match strategy {
-        Strategy::Dp | Strategy::Fsdp => "dp=4",
-        Strategy::Tp => "tp=2",
-        Strategy::DpTp => "dp=2,tp=2",
-    }
-}
 
 /// The whole train step as a shard_map'ed per-device program: forward on local shapes,
 /// gradients by autodiff (through the collectives), the reduction of gradients the strategy
@@ -143,7 +18,7 @@ pub fn shard_map_train_step(
     strategy: Strategy,
     mesh: &Mesh,
     dropout_key: DropoutKey,
-) -> Result<TrainStep, PartitionError> {
+) -> Result<TrainStep, PlanError> {
     cfg.validate()?;
     check(cfg, strategy, mesh)?;
     let specs = param_specs(cfg);

@@ -1,0 +1,60 @@
+//! The one way from options to what runs: the model's train step, partitioned as the options
+//! say (a strategy's shard_map body, or jit with the strategy's shardings), then the passes.
+use super::auto_step::{jit_train_step, partitioned_step};
+use super::{combine_train_step, shard_map_train_step, Parallel, PlanError, TrainerOptions};
+use crate::model::{train_step_program, TrainStep};
+use crate::partition::auto::Inserted;
+use crate::partition::combine_auto_program;
+
+/// A planned run: its options and the train step that runs them.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub options: TrainerOptions,
+    /// The train step (forward, backward, update) on every device's local shapes, with the
+    /// all-reduces combined when the options ask for it.
+    pub step: TrainStep,
+    /// In automatic mode, what the partitioner inserted and why, at instructions of
+    /// `step.program`; None in the other modes, where the body says every collective.
+    pub inserted: Option<Vec<Inserted>>,
+}
+
+/// Plans `opts`: checks the model, strategy and mesh, builds the train step, partitions it and
+/// runs the all-reduce combiner once if asked. Everything that runs or shows a step (the
+/// trainer, export, inspect, bench and the page) starts here.
+pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
+    let cfg = &opts.config;
+    let combine = opts.combine_all_reduces;
+    let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
+    let (step, inserted) = match &opts.parallel {
+        Parallel::None => (
+            combined(train_step_program(cfg, opts.optimizer, opts.rng_layout)?),
+            None,
+        ),
+        Parallel::ShardMap {
+            strategy,
+            mesh,
+            dropout_key,
+        } => (
+            combined(shard_map_train_step(
+                cfg,
+                opts.optimizer,
+                opts.rng_layout,
+                *strategy,
+                mesh,
+                *dropout_key,
+            )?),
+            None,
+        ),
+        Parallel::Auto { strategy, mesh, specs } => {
+            let (global, auto) = jit_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?;
+            // Combined on jit's result, so the inserted-op records follow the psums they name.
+            let auto = if combine { combine_auto_program(&auto) } else { auto };
+            (partitioned_step(&global, &auto), Some(auto.inserted))
+        }
+    };
+    Ok(Planned {
+        options: opts.clone(),
+        step,
+        inserted,
+    })
+}

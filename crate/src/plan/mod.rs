@@ -1,0 +1,21 @@
+//! Planning: from what a run chooses ([`TrainerOptions`]) to the train step that runs, in
+//! one place ([`build`]). It holds the model-specific strategies (the hand-written shard_map
+//! bodies and the shardings jit partitions from) and applies the passes once; the general
+//! machinery it calls lives in [`crate::partition`].
+mod auto_step;
+mod build;
+mod combine;
+mod error;
+mod options;
+mod shard_map_step;
+mod strategy;
+
+pub use auto_step::{auto_param_spec, auto_train_step, auto_train_step_with_specs};
+pub use build::{build, Planned};
+pub use combine::combine_train_step;
+pub use error::PlanError;
+pub use options::{Parallel, TrainerOptions};
+pub use shard_map_step::shard_map_train_step;
+pub use strategy::{DropoutKey, Strategy};
+// A plan's record of inserted ops is the partitioner's.
+pub use crate::partition::auto::Inserted;

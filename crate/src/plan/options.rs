@@ -1,0 +1,74 @@
+//! What a run chooses: the model, data, optimizer and how the step is partitioned.
+use super::{DropoutKey, Strategy};
+use crate::ir::RngLayout;
+use crate::model::{DataSource, GptConfig, Init, Optimizer};
+use crate::sharding::{Mesh, PartitionSpec};
+
+/// How the step is partitioned over simulated devices.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Parallel {
+    /// The global program on one device.
+    None,
+    /// A hand-written shard_map body.
+    ShardMap {
+        strategy: Strategy,
+        mesh: Mesh,
+        dropout_key: DropoutKey,
+    },
+    /// jit with shardings: the global step, partitioned automatically from the strategy's
+    /// in/out shardings (the RNG layout is `TrainerOptions::rng_layout`).
+    Auto {
+        strategy: Strategy,
+        mesh: Mesh,
+        /// Per-parameter specs overriding the strategy's (`--spec name=P(...)`).
+        specs: Vec<(String, PartitionSpec)>,
+    },
+}
+
+/// Everything `shardlab train` chooses.
+#[derive(Clone, Debug)]
+pub struct TrainerOptions {
+    pub config: GptConfig,
+    pub optimizer: Optimizer,
+    pub init: Init,
+    pub data: DataSource,
+    pub seed: u64,
+    pub rng_layout: RngLayout,
+    pub parallel: Parallel,
+    /// Run the all-reduce combiner on the step ([`crate::partition::combine_all_reduces`]):
+    /// psums over the same axes with no reader in between become one collective.
+    pub combine_all_reduces: bool,
+}
+
+impl TrainerOptions {
+    /// The same run in automatic mode and in shard_map mode, on this strategy and mesh (what
+    /// `bench compare` races): the auto one keeps these options' spec overrides, the shard_map
+    /// one their dropout key (else the same key on every device). None on one device.
+    pub fn auto_and_shard_map(&self) -> Option<(TrainerOptions, TrainerOptions)> {
+        let (strategy, mesh, specs, dropout_key) = match &self.parallel {
+            Parallel::None => return None,
+            Parallel::Auto { strategy, mesh, specs } => (*strategy, mesh, specs.clone(), DropoutKey::Same),
+            Parallel::ShardMap {
+                strategy,
+                mesh,
+                dropout_key,
+            } => (*strategy, mesh, vec![], *dropout_key),
+        };
+        let with = |parallel| TrainerOptions {
+            parallel,
+            ..self.clone()
+        };
+        Some((
+            with(Parallel::Auto {
+                strategy,
+                mesh: mesh.clone(),
+                specs,
+            }),
+            with(Parallel::ShardMap {
+                strategy,
+                mesh: mesh.clone(),
+                dropout_key,
+            }),
+        ))
+    }
+}

@@ -1,0 +1,136 @@
+//! The strategies both modes offer, and what they share: each parameter's layout and the
+//! checks that the model splits evenly over the mesh.
+use super::PlanError;
+use crate::model::{GptConfig, ParamSpec};
+use crate::sharding::{Mesh, PartitionSpec};
+
+/// How the train step is split over the mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Params replicated, batch split over "dp", pmean of the gradients.
+    Dp,
+    /// Params and optimizer state split over "dp": all_gather before use, psum_scatter of grads.
+    Fsdp,
+    /// Megatron over "tp": attention heads and MLP columns split, psum after the row-parallel
+    /// projections.
+    Tp,
+    /// Both, on a 2-D mesh {dp, tp}.
+    DpTp,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Dp => "dp",
+            Strategy::Fsdp => "fsdp",
+            Strategy::Tp => "tp",
+            Strategy::DpTp => "dp_tp",
+        }
+    }
+
+    /// The mesh axes the strategy needs.
+    pub fn axes(self) -> &'static [&'static str] {
+        match self {
+            Strategy::Dp | Strategy::Fsdp => &["dp"],
+            Strategy::Tp => &["tp"],
+            Strategy::DpTp => &["dp", "tp"],
+        }
+    }
+
+    /// A mesh the strategy runs on, as `--mesh` takes it (the CLI's default).
+    pub fn example_mesh(self) -> &'static str {
+        match self {
+            Strategy::Dp | Strategy::Fsdp => "dp=4",
+            Strategy::Tp => "tp=2",
+            Strategy::DpTp => "dp=2,tp=2",
+        }
+    }
+}
+
+/// Dropout keys in shard_map mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropoutKey {
+    /// The same key on every device (the seed's body): masks repeat across "dp" shards.
+    Same,
+    /// `fold_in(key, axis_index("dp"))`: a different mask on every data-parallel shard.
+    FoldIn,
+}
+
+pub(super) fn p(entries: &[Option<&str>]) -> PartitionSpec {
+    PartitionSpec::from_axes(entries)
+}
+
+/// (view shape, spec) of a parameter under `strategy`. Under tensor parallelism w_qkv and
+/// b_qkv are split per head, so their columns are viewed as (3, H, Dh) (a row-major view:
+/// the same data) and split along H.
+pub(super) fn param_layout(
+    cfg: &GptConfig,
+    strategy: Strategy,
+    mesh: &Mesh,
+    ps: &ParamSpec,
+) -> (Vec<usize>, PartitionSpec) {
+    let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
+    let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
+    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
+    if tp {
+        let s = Some("tp");
+        match leaf {
+            "w_qkv" => return (vec![d, 3, h, dh], p(&[None, None, s, None])),
+            "b_qkv" => return (vec![3, h, dh], p(&[None, s, None])),
+            "w_proj" | "w_out" => return (ps.shape.clone(), p(&[s, None])),
+            "w_fc" => return (ps.shape.clone(), p(&[None, s])),
+            "b_fc" => return (ps.shape.clone(), p(&[s])),
+            _ => {}
+        }
+    }
+    if strategy == Strategy::Fsdp {
+        let dp = mesh.axis_size("dp").unwrap_or(1);
+        if ps.shape[0].is_multiple_of(dp) {
+            let mut spec = vec![Some("dp")];
+            spec.extend(std::iter::repeat_n(None, ps.shape.len() - 1));
+            return (ps.shape.clone(), p(&spec));
+        }
+    }
+    (ps.shape.clone(), PartitionSpec::replicated())
+}
+
+/// Checks the mesh has the strategy's axes and the model splits evenly over them.
+pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<(), PlanError> {
+    for axis in strategy.axes() {
+        mesh.axis_size(axis).map_err(|_| PlanError::Invalid {
+            what: format!("--strategy {}", strategy.name()),
+            why: format!(
+                "needs a mesh axis '{axis}': use e.g. --mesh {}",
+                strategy.example_mesh()
+            ),
+        })?;
+    }
+    let size = |a: &str| mesh.axis_size(a).unwrap_or(1);
+    if strategy.axes().contains(&"dp") && !cfg.batch.is_multiple_of(size("dp")) {
+        return Err(PlanError::Invalid {
+            what: format!("--batch {}", cfg.batch),
+            why: format!(
+                "is not divisible by mesh axis 'dp' of size {}: use a batch that is a multiple of it",
+                size("dp")
+            ),
+        });
+    }
+    if strategy.axes().contains(&"tp") {
+        let tp = size("tp");
+        if !cfg.heads.is_multiple_of(tp) {
+            return Err(PlanError::Invalid {
+                what: format!("--heads {}", cfg.heads),
+                why: format!("is not divisible by mesh axis 'tp' of size {tp}: tensor parallelism splits heads"),
+            });
+        }
+        if !(4 * cfg.d_model).is_multiple_of(tp) {
+            return Err(PlanError::Invalid {
+                what: format!("--d-model {}", cfg.d_model),
+                why: format!("4*d_model is not divisible by 'tp' of size {tp}"),
+            });
+        }
+    }
+    Ok(())
+}
