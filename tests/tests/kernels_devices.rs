@@ -60,7 +60,7 @@ fn binary_devices_broadcasts_each_devices_own_b_block() {
                     &gb,
                     &out,
                     &BinaryArgs {
-                        devices: devices,
+                        devices,
                         ..BinaryArgs::new(op, n, nb, alpha, beta)
                     },
                 ))
@@ -93,7 +93,7 @@ fn binary_devices_rejects_uneven_splits_and_short_buffers() {
             &b,
             &out,
             &BinaryArgs {
-                devices: devices,
+                devices,
                 ..BinaryArgs::new(Binary::Add, n, nb, 1.0, 1.0)
             },
         ))
@@ -135,11 +135,7 @@ fn layernorm_devices_normalizes_with_each_devices_gamma_and_beta() {
                         mean: &mean,
                         rstd: &rstd,
                     },
-                    LayerNormShape {
-                        rows: rows,
-                        c: c,
-                        devices: devices,
-                    },
+                    LayerNormShape { rows, c, devices },
                     Some(s),
                 ))
                 .unwrap();
@@ -208,11 +204,7 @@ fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
                         dgamma: &dg,
                         dbeta: &db,
                     },
-                    LayerNormShape {
-                        rows: rows,
-                        c: c,
-                        devices: devices,
-                    },
+                    LayerNormShape { rows, c, devices },
                     Some(s),
                 ))
                 .unwrap();
@@ -260,11 +252,7 @@ fn layernorm_devices_rejects_uneven_rows_and_short_parameter_buffers() {
                 mean: &mean,
                 rstd: &rstd,
             },
-            LayerNormShape {
-                rows: rows,
-                c: c,
-                devices: devices,
-            },
+            LayerNormShape { rows, c, devices },
             None,
         ))
     };
@@ -287,11 +275,7 @@ fn layernorm_devices_rejects_uneven_rows_and_short_parameter_buffers() {
                 dgamma: &dg,
                 dbeta: &db,
             },
-            LayerNormShape {
-                rows: rows,
-                c: c,
-                devices: devices,
-            },
+            LayerNormShape { rows, c, devices },
             None,
         ))
     };
@@ -320,12 +304,7 @@ fn embedding_devices_look_up_and_scatter_into_each_devices_own_table() {
                 &gtable,
                 &gids,
                 &out,
-                EmbeddingShape {
-                    n: n,
-                    v: v,
-                    c: c,
-                    devices: devices,
-                },
+                EmbeddingShape { n, v, c, devices },
             ))
             .unwrap();
             let got = run(ctx, &[d], &out);
@@ -334,12 +313,7 @@ fn embedding_devices_look_up_and_scatter_into_each_devices_own_table() {
                 &gdout,
                 &gids,
                 &dtable,
-                EmbeddingShape {
-                    n: n,
-                    v: v,
-                    c: c,
-                    devices: devices,
-                },
+                EmbeddingShape { n, v, c, devices },
             ))
             .unwrap();
             let got_dtable = run(ctx, &[d], &dtable);
@@ -371,12 +345,7 @@ fn embedding_devices_rejects_uneven_ids_and_short_tables() {
             &table,
             &gids,
             &out,
-            EmbeddingShape {
-                n: n,
-                v: v,
-                c: c,
-                devices: devices,
-            },
+            EmbeddingShape { n, v, c, devices },
         ))
     };
     assert!(invalid(fwd(4)).contains("6 ids do not split evenly over 4 devices"));
@@ -389,12 +358,7 @@ fn embedding_devices_rejects_uneven_ids_and_short_tables() {
             &out,
             &gids,
             &table,
-            EmbeddingShape {
-                n: n,
-                v: v,
-                c: c,
-                devices: devices,
-            },
+            EmbeddingShape { n, v, c, devices },
         ))
     };
     assert!(invalid(bwd(4)).contains("do not split evenly"));
