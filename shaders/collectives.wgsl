@@ -14,6 +14,11 @@
 // `reduce` (psum, pmean, psum_scatter) sums that element over the group's members in rank
 // order (deterministic); `gather` (all_gather, all_to_all) reads it from the member whose
 // rank is c[member_dim] (the member dim's stride is 0).
+//
+// The data-moving entry points (gather, permute) carry any 4-byte data, f32 or u32 (token ids,
+// random bits, keys), so they load and store u32 bit patterns (x_bits, out_bits): an f32 load
+// and store may flush denormals or canonicalise NaNs on some drivers. Only `reduce` does
+// arithmetic, on f32.
 
 struct Params {
     devices: u32,       // D
@@ -33,6 +38,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 @group(0) @binding(4) var<storage, read_write> index_out: array<u32>;
+@group(0) @binding(5) var<storage, read> x_bits: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out_bits: array<u32>;
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
@@ -69,7 +76,8 @@ fn reduce(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     out[e] = acc;
 }
 
-// all_gather / all_to_all: out[d, c] = x[member c[member_dim] of d's group, offset(c, rank(d))].
+// all_gather / all_to_all: out[d, c] = x[member c[member_dim] of d's group, offset(c, rank(d))],
+// bit for bit.
 @compute @workgroup_size(256)
 fn gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let e = gid.x + gid.y * nwg.x * WG;
@@ -78,21 +86,21 @@ fn gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     let c = coords(e % p.out_n);
     let m = table[2u * p.devices + table[d] + c[p.member_dim]];
     let offset = dot(c, p.strides) + table[p.devices + d] * p.rank_stride;
-    out[e] = x[m * p.in_n + offset];
+    out_bits[e] = x_bits[m * p.in_n + offset];
 }
 
-// ppermute: out[d] = x[source(d)], zeros where d receives nothing.
+// ppermute: out[d] = x[source(d)] bit for bit, zeros where d receives nothing.
 @compute @workgroup_size(256)
 fn permute(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let e = gid.x + gid.y * nwg.x * WG;
     if (e >= p.devices * p.out_n) { return; }
     let d = e / p.out_n;
     let src = table[d];
-    var v = 0.0;
+    var v = 0u;
     if (src != NONE) {
-        v = x[src * p.in_n + e % p.out_n];
+        v = x_bits[src * p.in_n + e % p.out_n];
     }
-    out[e] = v;
+    out_bits[e] = v;
 }
 
 // axis_index: index_out[d] = d's rank along the axes (u32).

@@ -5,7 +5,7 @@
 // never used as an index. logsumexp keeps a running max, so large logits do not overflow.
 // Row kernels come in two variants (see RowStrategy): `*_row` one invocation per row with a
 // single online max/sum pass, `*_wg` one 256-wide workgroup per row reducing in workgroup
-// memory. Row ids fold into y past 65535 workgroups.
+// memory (rows.wgsl, composed in front). Row ids fold into y past 65535 workgroups.
 
 struct Params {
     rows: u32,
@@ -21,47 +21,11 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> dlogits: array<f32>;  // (rows, V)
 @group(0) @binding(5) var<uniform> p: Params;
 
-const WG: u32 = 256u;
-const LOWEST: f32 = -3.0e38; // running max of an empty set; exp(LOWEST - m) = 0
-
-var<workgroup> red_m: array<f32, 256>;
-var<workgroup> red_s: array<f32, 256>;
-
-// Combines per-invocation (max, sum of exp(v - max)) pairs over the workgroup.
-// Call from uniform control flow only.
-fn wg_max_sum(lid: u32, m: f32, l: f32) -> vec2<f32> {
-    red_m[lid] = m;
-    red_s[lid] = l;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid < st) {
-            let m1 = red_m[lid];
-            let m2 = red_m[lid + st];
-            let mm = max(m1, m2);
-            red_s[lid] = red_s[lid] * exp(m1 - mm) + red_s[lid + st] * exp(m2 - mm);
-            red_m[lid] = mm;
-        }
-        workgroupBarrier();
-    }
-    let r = vec2<f32>(red_m[0], red_s[0]);
-    workgroupBarrier();
-    return r;
-}
-
 // (max, sum of exp(logit - max)) over columns lid, lid + stride, ... of row `base`.
 fn max_sum(base: u32, first: u32, stride: u32) -> vec2<f32> {
-    var m = LOWEST;
-    var l = 0.0;
-    for (var j = first; j < p.v; j += stride) {
-        let x = logits[base + j];
-        if (x > m) {
-            l = l * exp(m - x) + 1.0;
-            m = x;
-        } else {
-            l += exp(x - m);
-        }
-    }
-    return vec2<f32>(m, l);
+    var ml = vec2<f32>(LOWEST, 0.0);
+    for (var j = first; j < p.v; j += stride) { ml = online_max_sum(ml, logits[base + j]); }
+    return ml;
 }
 
 @compute @workgroup_size(64)

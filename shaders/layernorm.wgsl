@@ -6,7 +6,8 @@
 // device's dgamma and dbeta sum over its own rows only. D = 1 is the plain layernorm.
 // Row kernels come in two variants (see RowStrategy): `*_row` runs one invocation per row
 // (fast on CPU drivers such as lavapipe), `*_wg` one 256-wide workgroup per row reducing in
-// workgroup memory (long rows on GPUs). Row ids fold into y past 65535 workgroups.
+// workgroup memory (long rows on GPUs; `wg_sum` of rows.wgsl, composed in front). Row ids
+// fold into y past 65535 workgroups.
 // Bindings are unique within the module; each entry point uses a subset.
 
 struct Params {
@@ -30,25 +31,7 @@ struct Params {
 @group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;  // (D, C)
 @group(0) @binding(12) var<uniform> p: Params;
 
-const WG: u32 = 256u;
 const EPS: f32 = 1e-5;
-
-var<workgroup> red: array<f32, 256>;
-
-// Sum of `v` over the workgroup. Call from uniform control flow only.
-fn wg_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier(); // `red` is reused by the next call
-    return total;
-}
 
 // Offset of row r's device block in gamma, beta (D, C).
 fn param_base(r: u32) -> u32 {

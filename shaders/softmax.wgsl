@@ -3,7 +3,7 @@
 // softmax gives the same). No scaling here: the matmul applies 1/sqrt(Dh).
 // Row kernels come in two variants (see RowStrategy): `*_row` one invocation per row with
 // a single online max/sum pass, `*_wg` one 256-wide workgroup per row reducing in workgroup
-// memory. Row ids fold into y past 65535 workgroups.
+// memory (rows.wgsl, composed in front). Row ids fold into y past 65535 workgroups.
 
 struct Params {
     rows: u32,
@@ -19,68 +19,18 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> ds: array<f32>;    // (rows, T)
 @group(0) @binding(5) var<uniform> u: Params;
 
-const WG: u32 = 256u;
-const LOWEST: f32 = -3.0e38; // running max of an empty set; exp(LOWEST - m) = 0
-
-var<workgroup> red_m: array<f32, 256>;
-var<workgroup> red_s: array<f32, 256>;
-
-// Combines per-invocation (max, sum of exp(v - max)) pairs over the workgroup.
-// Call from uniform control flow only.
-fn wg_max_sum(lid: u32, m: f32, l: f32) -> vec2<f32> {
-    red_m[lid] = m;
-    red_s[lid] = l;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid < st) {
-            let m1 = red_m[lid];
-            let m2 = red_m[lid + st];
-            let mm = max(m1, m2);
-            red_s[lid] = red_s[lid] * exp(m1 - mm) + red_s[lid + st] * exp(m2 - mm);
-            red_m[lid] = mm;
-        }
-        workgroupBarrier();
-    }
-    let r = vec2<f32>(red_m[0], red_s[0]);
-    workgroupBarrier();
-    return r;
-}
-
-fn wg_sum(lid: u32, v: f32) -> f32 {
-    red_s[lid] = v;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st >>= 1u) {
-        if (lid < st) {
-            red_s[lid] += red_s[lid + st];
-        }
-        workgroupBarrier();
-    }
-    let total = red_s[0];
-    workgroupBarrier();
-    return total;
-}
-
 @compute @workgroup_size(64)
 fn causal_forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= u.rows) { return; }
     let i = r % u.t;
     let base = r * u.t;
-    var m = LOWEST;
-    var l = 0.0;
-    for (var j = 0u; j <= i; j++) {
-        let v = s[base + j];
-        if (v > m) {
-            l = l * exp(m - v) + 1.0;
-            m = v;
-        } else {
-            l += exp(v - m);
-        }
-    }
-    let inv = 1.0 / l;
+    var ml = vec2<f32>(LOWEST, 0.0);
+    for (var j = 0u; j <= i; j++) { ml = online_max_sum(ml, s[base + j]); }
+    let inv = 1.0 / ml.y;
     for (var j = 0u; j < u.t; j++) {
         var e = 0.0;
-        if (j <= i) { e = exp(s[base + j] - m) * inv; }
+        if (j <= i) { e = exp(s[base + j] - ml.x) * inv; }
         p[base + j] = e;
     }
 }
@@ -95,18 +45,9 @@ fn causal_forward_wg(
     if (r >= u.rows) { return; }
     let i = r % u.t;
     let base = r * u.t;
-    var m = LOWEST;
-    var l = 0.0;
-    for (var j = lid; j <= i; j += WG) {
-        let v = s[base + j];
-        if (v > m) {
-            l = l * exp(m - v) + 1.0;
-            m = v;
-        } else {
-            l += exp(v - m);
-        }
-    }
-    let ml = wg_max_sum(lid, m, l);
+    var part = vec2<f32>(LOWEST, 0.0);
+    for (var j = lid; j <= i; j += WG) { part = online_max_sum(part, s[base + j]); }
+    let ml = wg_max_sum(lid, part.x, part.y);
     let inv = 1.0 / ml.y;
     for (var j = lid; j < u.t; j += WG) {
         var e = 0.0;

@@ -3,14 +3,15 @@
 //! shader and entry name (Chrome's compiler rejects some WGSL that naga accepts); (b) every kernel
 //! matches its CPU twin in [`crate::reference`] on a small odd-sized input. Async throughout, so it
 //! runs in the browser, where nothing may block.
-use std::future::Future;
-use std::pin::Pin;
-
 use serde::Serialize;
 
 use crate::gpu::{now_ms, AdapterSummary, Dispatch, GpuBuffer, GpuContext, GpuError};
-use crate::kernels::elementwise::Binary;
-use crate::kernels::random::KeyMode;
+use crate::kernels::copy::Strided;
+use crate::kernels::elementwise::{Binary, BinaryArgs};
+use crate::kernels::embedding::EmbeddingShape;
+use crate::kernels::layernorm::LayerNormShape;
+use crate::kernels::matmul::Variant;
+use crate::kernels::random::{Draw, KeyMode};
 use crate::rng::{Block, Key, RngLayout};
 use crate::{kernels, reference, shaders};
 
@@ -88,63 +89,200 @@ pub enum Outcome {
     Skipped(String),
 }
 
-type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<Outcome, GpuError>> + 'a>>;
-type CheckFn = for<'a> fn(&'a GpuContext) -> CheckFuture<'a>;
-
-/// One row of the kernel table: a name, the input it runs on, an absolute tolerance, and the check.
-pub struct KernelCase {
-    pub name: &'static str,
-    pub shape: &'static str,
-    pub tolerance: f32,
-    pub check: CheckFn,
+/// A collective of the self-test, run on a dp=2, tp=4 mesh over tp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    Psum,
+    Pmean,
+    AllGather,
+    PsumScatter,
+    Ppermute,
+    AllToAll,
 }
 
-const fn case(name: &'static str, shape: &'static str, tolerance: f32, check: CheckFn) -> KernelCase {
-    KernelCase {
-        name,
-        shape,
-        tolerance,
-        check,
+/// One row of the kernel table: each kernel check the self-test runs against its CPU twin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Case {
+    ElementwiseAdd,
+    ElementwiseMul,
+    ElementwiseScale,
+    Matmul(Variant),
+    LayerNormForward,
+    LayerNormBackward,
+    GeluForward,
+    GeluBackward,
+    SoftmaxForward,
+    SoftmaxBackward,
+    CrossEntropyForward,
+    CrossEntropyBackward,
+    EmbeddingForward,
+    EmbeddingBackward,
+    SumAxis,
+    CopyTranspose,
+    RandomBits(RngLayout),
+    /// Dropout of the partitionable layout, forward or (regenerating the mask) backward.
+    Dropout {
+        backward: bool,
+    },
+    DropoutApply,
+    Sgd,
+    AdamW,
+    Collective(Collective),
+    AxisIndex,
+}
+
+/// Every kernel the self-test runs: add a kernel here, with its row in [`Case`]'s methods.
+pub const KERNELS: &[Case] = &[
+    Case::ElementwiseAdd,
+    Case::ElementwiseMul,
+    Case::ElementwiseScale,
+    Case::Matmul(Variant::Naive),
+    Case::Matmul(Variant::Tiled),
+    Case::Matmul(Variant::Block8),
+    Case::Matmul(Variant::Tex16),
+    Case::LayerNormForward,
+    Case::LayerNormBackward,
+    Case::GeluForward,
+    Case::GeluBackward,
+    Case::SoftmaxForward,
+    Case::SoftmaxBackward,
+    Case::CrossEntropyForward,
+    Case::CrossEntropyBackward,
+    Case::EmbeddingForward,
+    Case::EmbeddingBackward,
+    Case::SumAxis,
+    Case::CopyTranspose,
+    Case::RandomBits(RngLayout::Original),
+    Case::RandomBits(RngLayout::Partitionable),
+    Case::Dropout { backward: false },
+    Case::Dropout { backward: true },
+    Case::DropoutApply,
+    Case::Sgd,
+    Case::AdamW,
+    Case::Collective(Collective::Psum),
+    Case::Collective(Collective::Pmean),
+    Case::Collective(Collective::AllGather),
+    Case::Collective(Collective::PsumScatter),
+    Case::Collective(Collective::Ppermute),
+    Case::Collective(Collective::AllToAll),
+    Case::AxisIndex,
+];
+
+impl Case {
+    /// The name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::ElementwiseAdd => "elementwise add",
+            Case::ElementwiseMul => "elementwise mul",
+            Case::ElementwiseScale => "elementwise scale",
+            Case::Matmul(Variant::Naive) => "matmul naive",
+            Case::Matmul(Variant::Tiled) => "matmul tiled",
+            Case::Matmul(Variant::Block8) => "matmul block8",
+            Case::Matmul(Variant::Tex16) => "matmul tex16",
+            Case::LayerNormForward => "layernorm forward",
+            Case::LayerNormBackward => "layernorm backward",
+            Case::GeluForward => "gelu forward",
+            Case::GeluBackward => "gelu backward",
+            Case::SoftmaxForward => "causal softmax forward",
+            Case::SoftmaxBackward => "causal softmax backward",
+            Case::CrossEntropyForward => "cross-entropy forward",
+            Case::CrossEntropyBackward => "cross-entropy backward",
+            Case::EmbeddingForward => "embedding forward",
+            Case::EmbeddingBackward => "embedding backward",
+            Case::SumAxis => "sum over an axis",
+            Case::CopyTranspose => "strided copy (transpose)",
+            Case::RandomBits(RngLayout::Original) => "random bits (original layout)",
+            Case::RandomBits(RngLayout::Partitionable) => "random bits (partitionable)",
+            Case::Dropout { backward: false } => "dropout forward",
+            Case::Dropout { backward: true } => "dropout backward",
+            Case::DropoutApply => "dropout from bits",
+            Case::Sgd => "SGD update",
+            Case::AdamW => "AdamW update",
+            Case::Collective(Collective::Psum) => "psum",
+            Case::Collective(Collective::Pmean) => "pmean",
+            Case::Collective(Collective::AllGather) => "all_gather",
+            Case::Collective(Collective::PsumScatter) => "psum_scatter",
+            Case::Collective(Collective::Ppermute) => "ppermute",
+            Case::Collective(Collective::AllToAll) => "all_to_all",
+            Case::AxisIndex => "axis_index",
+        }
+    }
+
+    /// The input it runs on.
+    pub fn shape(self) -> &'static str {
+        match self {
+            Case::ElementwiseAdd => "n=1023, b period 31",
+            Case::ElementwiseMul => "n=1023, b period 1",
+            Case::ElementwiseScale | Case::Sgd => "n=1023",
+            Case::Matmul(_) => MATMUL_SHAPE,
+            Case::LayerNormForward | Case::LayerNormBackward => "rows=5, C=67",
+            Case::GeluForward | Case::GeluBackward => "n=1023, |x| <= 8",
+            Case::SoftmaxForward | Case::SoftmaxBackward => "rows=2x17, T=17",
+            Case::CrossEntropyForward | Case::CrossEntropyBackward => "rows=7, V=65",
+            Case::EmbeddingForward | Case::EmbeddingBackward => "N=17, V=13, C=33",
+            Case::SumAxis => "(3, 17, 65) over axis 1",
+            Case::CopyTranspose => "(17, 33) -> (33, 17)",
+            Case::RandomBits(_) => "(3, 67) u32",
+            Case::Dropout { .. } => "(3, 67), rate 0.25",
+            Case::DropoutApply => "n=201, rate 0.1",
+            Case::AdamW => "n=1023, step 2",
+            Case::Collective(_) | Case::AxisIndex => COLLECTIVE_SHAPE,
+        }
+    }
+
+    /// The largest absolute error that passes.
+    pub fn tolerance(self) -> f32 {
+        match self {
+            Case::Matmul(_) | Case::LayerNormForward | Case::LayerNormBackward | Case::CrossEntropyForward => 1e-4,
+            Case::GeluForward
+            | Case::GeluBackward
+            | Case::SoftmaxForward
+            | Case::SoftmaxBackward
+            | Case::CrossEntropyBackward
+            | Case::EmbeddingBackward
+            | Case::SumAxis => 1e-5,
+            Case::EmbeddingForward | Case::CopyTranspose | Case::RandomBits(_) => 0.0,
+            Case::Collective(Collective::Psum | Collective::Pmean | Collective::PsumScatter) => 1e-6,
+            Case::Collective(_) | Case::AxisIndex => 0.0,
+            Case::ElementwiseAdd
+            | Case::ElementwiseMul
+            | Case::ElementwiseScale
+            | Case::Dropout { .. }
+            | Case::DropoutApply
+            | Case::Sgd
+            | Case::AdamW => 1e-6,
+        }
+    }
+
+    /// Runs the kernel and its CPU twin.
+    pub async fn check(self, ctx: &GpuContext) -> Result<Outcome, GpuError> {
+        match self {
+            Case::ElementwiseAdd => elementwise_binary(ctx, Binary::Add, 31).await,
+            Case::ElementwiseMul => elementwise_binary(ctx, Binary::Mul, 1).await,
+            Case::ElementwiseScale => elementwise_scale(ctx).await,
+            Case::Matmul(v) => matmul(ctx, v).await,
+            Case::LayerNormForward => layernorm_forward(ctx).await,
+            Case::LayerNormBackward => layernorm_backward(ctx).await,
+            Case::GeluForward => gelu_forward(ctx).await,
+            Case::GeluBackward => gelu_backward(ctx).await,
+            Case::SoftmaxForward => softmax_forward(ctx).await,
+            Case::SoftmaxBackward => softmax_backward(ctx).await,
+            Case::CrossEntropyForward => crossentropy_forward(ctx).await,
+            Case::CrossEntropyBackward => crossentropy_backward(ctx).await,
+            Case::EmbeddingForward => embedding_forward(ctx).await,
+            Case::EmbeddingBackward => embedding_backward(ctx).await,
+            Case::SumAxis => sum_axis(ctx).await,
+            Case::CopyTranspose => copy_transpose(ctx).await,
+            Case::RandomBits(layout) => random_bits(ctx, layout).await,
+            Case::Dropout { backward } => dropout(ctx, backward).await,
+            Case::DropoutApply => dropout_apply(ctx).await,
+            Case::Sgd => sgd(ctx).await,
+            Case::AdamW => adamw(ctx).await,
+            Case::Collective(c) => collective(ctx, c).await,
+            Case::AxisIndex => axis_index(ctx).await,
+        }
     }
 }
-
-/// Every kernel the self-test runs, one line each: add a kernel here with a check function below.
-#[rustfmt::skip]
-pub const KERNELS: &[KernelCase] = &[
-    case("elementwise add", "n=1023, b period 31", 1e-6, |c| Box::pin(elementwise_add(c))),
-    case("elementwise mul", "n=1023, b period 1", 1e-6, |c| Box::pin(elementwise_mul(c))),
-    case("elementwise scale", "n=1023", 1e-6, |c| Box::pin(elementwise_scale(c))),
-    case("matmul naive", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "naive"))),
-    case("matmul tiled", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "tiled"))),
-    case("matmul block8", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "block8"))),
-    case("matmul tex16", MATMUL_SHAPE, 1e-4, |c| Box::pin(matmul(c, "tex16"))),
-    case("layernorm forward", "rows=5, C=67", 1e-4, |c| Box::pin(layernorm_forward(c))),
-    case("layernorm backward", "rows=5, C=67", 1e-4, |c| Box::pin(layernorm_backward(c))),
-    case("gelu forward", "n=1023, |x| <= 8", 1e-5, |c| Box::pin(gelu_forward(c))),
-    case("gelu backward", "n=1023, |x| <= 8", 1e-5, |c| Box::pin(gelu_backward(c))),
-    case("causal softmax forward", "rows=2x17, T=17", 1e-5, |c| Box::pin(softmax_forward(c))),
-    case("causal softmax backward", "rows=2x17, T=17", 1e-5, |c| Box::pin(softmax_backward(c))),
-    case("cross-entropy forward", "rows=7, V=65", 1e-4, |c| Box::pin(crossentropy_forward(c))),
-    case("cross-entropy backward", "rows=7, V=65", 1e-5, |c| Box::pin(crossentropy_backward(c))),
-    case("embedding forward", "N=17, V=13, C=33", 0.0, |c| Box::pin(embedding_forward(c))),
-    case("embedding backward", "N=17, V=13, C=33", 1e-5, |c| Box::pin(embedding_backward(c))),
-    case("sum over an axis", "(3, 17, 65) over axis 1", 1e-5, |c| Box::pin(sum_axis(c))),
-    case("strided copy (transpose)", "(17, 33) -> (33, 17)", 0.0, |c| Box::pin(copy_transpose(c))),
-    case("random bits (original layout)", "(3, 67) u32", 0.0, |c| Box::pin(random_bits(c, RngLayout::Original))),
-    case("random bits (partitionable)", "(3, 67) u32", 0.0, |c| Box::pin(random_bits(c, RngLayout::Partitionable))),
-    case("dropout forward", "(3, 67), rate 0.25", 1e-6, |c| Box::pin(dropout(c, false))),
-    case("dropout backward", "(3, 67), rate 0.25", 1e-6, |c| Box::pin(dropout(c, true))),
-    case("dropout from bits", "n=201, rate 0.1", 1e-6, |c| Box::pin(dropout_apply(c))),
-    case("SGD update", "n=1023", 1e-6, |c| Box::pin(sgd(c))),
-    case("AdamW update", "n=1023, step 2", 1e-6, |c| Box::pin(adamw(c))),
-    case("psum", COLLECTIVE_SHAPE, 1e-6, |c| Box::pin(collective(c, "psum"))),
-    case("pmean", COLLECTIVE_SHAPE, 1e-6, |c| Box::pin(collective(c, "pmean"))),
-    case("all_gather", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "all_gather"))),
-    case("psum_scatter", COLLECTIVE_SHAPE, 1e-6, |c| Box::pin(collective(c, "psum_scatter"))),
-    case("ppermute", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "ppermute"))),
-    case("all_to_all", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "all_to_all"))),
-    case("axis_index", COLLECTIVE_SHAPE, 0.0, |c| Box::pin(collective(c, "axis_index"))),
-];
 
 /// Runs the whole self-test: every pipeline, then every kernel of [`KERNELS`].
 pub async fn run(ctx: &GpuContext) -> SelfTestReport {
@@ -154,7 +292,7 @@ pub async fn run(ctx: &GpuContext) -> SelfTestReport {
         pipelines.extend(check_shader(ctx, shader, src).await);
     }
     let mut kernels = Vec::new();
-    for case in KERNELS {
+    for &case in KERNELS {
         kernels.push(check_kernel(ctx, case).await);
     }
     let passed = pipelines.iter().all(|p| p.status != Status::Fail) && kernels.iter().all(|k| k.status != Status::Fail);
@@ -217,17 +355,18 @@ fn adapter_has(ctx: &GpuContext, extension: &str) -> bool {
     }
 }
 
-async fn check_kernel(ctx: &GpuContext, case: &KernelCase) -> KernelCheck {
+async fn check_kernel(ctx: &GpuContext, case: Case) -> KernelCheck {
     let start = now_ms();
-    let result = (case.check)(ctx).await;
+    let result = case.check(ctx).await;
+    let tolerance = case.tolerance();
     let ms = now_ms() - start;
     let compare = |err: f32, n_got: usize, n_want: usize| {
-        if err <= case.tolerance {
+        if err <= tolerance {
             (Status::Pass, Some(err), None)
         } else if n_got != n_want {
             (Status::Fail, None, Some(format!("{n_got} outputs, expected {n_want}")))
         } else {
-            let msg = format!("max abs error {err:e} over tolerance {:e}", case.tolerance);
+            let msg = format!("max abs error {err:e} over tolerance {:e}", tolerance);
             (Status::Fail, Some(err), Some(msg))
         }
     };
@@ -238,11 +377,11 @@ async fn check_kernel(ctx: &GpuContext, case: &KernelCase) -> KernelCheck {
         Err(e) => (Status::Fail, None, Some(e.to_string())),
     };
     KernelCheck {
-        name: case.name.to_string(),
-        shape: case.shape.to_string(),
+        name: case.name().to_string(),
+        shape: case.shape().to_string(),
         status,
         max_abs_error,
-        tolerance: case.tolerance,
+        tolerance,
         message,
         ms,
     }
@@ -318,20 +457,12 @@ async fn elementwise_binary(ctx: &GpuContext, op: Binary, nb: usize) -> Result<O
     let ga = ctx.upload("selftest a", &a)?;
     let gb = ctx.upload("selftest b", &b)?;
     let out = ctx.zeros("selftest out", n)?;
-    let d = kernels::elementwise::binary(ctx, op, &ga, &gb, &out, n, nb, 0.5, -2.0).await?;
+    let d = kernels::elementwise::binary(ctx, &ga, &gb, &out, &BinaryArgs::new(op, n, nb, 0.5, -2.0)).await?;
     let want = match op {
         Binary::Add => reference::elementwise::add(&a, &b, 0.5, -2.0),
         Binary::Mul => reference::elementwise::mul(&a, &b, 0.5),
     };
     close(run_and_read(ctx, &[d], &[&out]).await?, want)
-}
-
-async fn elementwise_add(ctx: &GpuContext) -> Result<Outcome, GpuError> {
-    elementwise_binary(ctx, Binary::Add, 31).await
-}
-
-async fn elementwise_mul(ctx: &GpuContext) -> Result<Outcome, GpuError> {
-    elementwise_binary(ctx, Binary::Mul, 1).await
 }
 
 async fn elementwise_scale(ctx: &GpuContext) -> Result<Outcome, GpuError> {
@@ -350,8 +481,8 @@ const MATMUL_SHAPE: &str = "2 x (17, 65) @ (33, 65)^T + bias, alpha 0.5";
 
 /// One named matmul variant on a batched, transposed, biased odd shape (skipped where the
 /// adapter lacks what the variant needs).
-async fn matmul(ctx: &GpuContext, variant: &'static str) -> Result<Outcome, GpuError> {
-    use kernels::matmul::{matmul_variant, variants, MatmulShape};
+async fn matmul(ctx: &GpuContext, variant: Variant) -> Result<Outcome, GpuError> {
+    use kernels::matmul::{matmul, variants, MatmulShape};
     if !variants(ctx).contains(&variant) {
         return Ok(Outcome::Skipped(format!(
             "this adapter does not support the {variant} variant"
@@ -367,7 +498,7 @@ async fn matmul(ctx: &GpuContext, variant: &'static str) -> Result<Outcome, GpuE
     let gb = ctx.upload("selftest b", &b)?;
     let gbias = ctx.upload("selftest bias", &bias)?;
     let c = ctx.zeros("selftest c", s.c_len())?;
-    let ds = matmul_variant(ctx, variant, &s, &ga, &gb, Some(&gbias), &c).await?;
+    let ds = matmul(ctx, &s, &ga, &gb, Some(&gbias), &c, Some(variant)).await?;
     let mut want = vec![0.0; s.c_len()];
     reference::matmul::matmul(&s, &a, &b, Some(&bias), &mut want);
     close(run_and_read(ctx, &ds, &[&c]).await?, want)
@@ -389,8 +520,17 @@ async fn layernorm_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.upload("gamma", &gamma)?,
         ctx.upload("beta", &beta)?,
     );
-    let d = kernels::layernorm::forward(ctx, &gx, &gg, &gb, &out, &mean, &rstd, rows, c).await?;
-    let (want, want_mean, want_rstd) = reference::layernorm::forward(&x, &gamma, &beta, rows, c);
+    let b = kernels::layernorm::ForwardBuffers {
+        x: &gx,
+        gamma: &gg,
+        beta: &gb,
+        out: &out,
+        mean: &mean,
+        rstd: &rstd,
+    };
+    let shape = LayerNormShape::new(rows, c);
+    let d = kernels::layernorm::forward(ctx, &b, shape, None).await?;
+    let (want, want_mean, want_rstd) = reference::layernorm::forward(&x, &gamma, &beta, shape);
     let got = run_and_read(ctx, &[d], &[&out, &mean, &rstd]).await?;
     close(got, [want, want_mean, want_rstd].concat())
 }
@@ -399,8 +539,9 @@ async fn layernorm_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
     let (rows, c) = LN;
     let x = rand_vec(rows * c, 10);
     let (gamma, dout) = (rand_vec(c, 11), rand_vec(rows * c, 12));
-    let (_, mean, rstd) = reference::layernorm::forward(&x, &gamma, &vec![0.0; c], rows, c);
-    let (want_dx, want_dg, want_db) = reference::layernorm::backward(&dout, &x, &mean, &rstd, &gamma, rows, c);
+    let shape = LayerNormShape::new(rows, c);
+    let (_, mean, rstd) = reference::layernorm::forward(&x, &gamma, &vec![0.0; c], shape);
+    let (want_dx, want_dg, want_db) = reference::layernorm::backward(&dout, &x, &mean, &rstd, &gamma, shape);
     let (gdout, gx, gg) = (
         ctx.upload("dout", &dout)?,
         ctx.upload("x", &x)?,
@@ -412,7 +553,17 @@ async fn layernorm_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.zeros("dgamma", c)?,
         ctx.zeros("dbeta", c)?,
     );
-    let ds = kernels::layernorm::backward(ctx, &gdout, &gx, &gmean, &grstd, &gg, &dx, &dg, &db, rows, c).await?;
+    let b = kernels::layernorm::BackwardBuffers {
+        dout: &gdout,
+        x: &gx,
+        mean: &gmean,
+        rstd: &grstd,
+        gamma: &gg,
+        dx: &dx,
+        dgamma: &dg,
+        dbeta: &db,
+    };
+    let ds = kernels::layernorm::backward(ctx, &b, shape, None).await?;
     let got = run_and_read(ctx, &ds, &[&dx, &dg, &db]).await?;
     close(got, [want_dx, want_dg, want_db].concat())
 }
@@ -447,7 +598,7 @@ async fn softmax_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
     let s: Vec<f32> = rand_vec(rows * t, 15).iter().map(|v| 8.0 * v).collect();
     // Stale values where the mask is must be overwritten with 0.
     let (gs, p) = (ctx.upload("s", &s)?, ctx.upload("p", &vec![9.0f32; rows * t])?);
-    let d = kernels::softmax::causal_forward(ctx, &gs, &p, rows, t).await?;
+    let d = kernels::softmax::causal_forward(ctx, &gs, &p, rows, t, None).await?;
     close(
         run_and_read(ctx, &[d], &[&p]).await?,
         reference::softmax::causal_forward(&s, rows, t),
@@ -464,7 +615,7 @@ async fn softmax_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.upload("dp", &dp)?,
         ctx.upload("ds", &vec![9.0f32; rows * t])?,
     );
-    let d = kernels::softmax::causal_backward(ctx, &gp, &gdp, &ds, rows, t).await?;
+    let d = kernels::softmax::causal_backward(ctx, &gp, &gdp, &ds, rows, t, None).await?;
     close(
         run_and_read(ctx, &[d], &[&ds]).await?,
         reference::softmax::causal_backward(&p, &dp, rows, t),
@@ -489,7 +640,7 @@ async fn crossentropy_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.upload("targets", &targets)?,
         ctx.zeros("losses", rows)?,
     );
-    let d = kernels::crossentropy::forward(ctx, &gl, &gt, &losses, rows, v).await?;
+    let d = kernels::crossentropy::forward(ctx, &gl, &gt, &losses, rows, v, None).await?;
     let want = reference::crossentropy::forward(&logits, &targets, rows, v);
     close(run_and_read(ctx, &[d], &[&losses]).await?, want)
 }
@@ -504,7 +655,13 @@ async fn crossentropy_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.upload("dlosses", &dlosses)?,
     );
     let dlogits = ctx.zeros("dlogits", rows * v)?;
-    let d = kernels::crossentropy::backward(ctx, &gl, &gt, &gdl, &dlogits, rows, v).await?;
+    let b = kernels::crossentropy::BackwardBuffers {
+        logits: &gl,
+        targets: &gt,
+        dlosses: &gdl,
+        dlogits: &dlogits,
+    };
+    let d = kernels::crossentropy::backward(ctx, &b, rows, v, None).await?;
     let want = reference::crossentropy::backward(&logits, &targets, &dlosses, rows, v);
     close(run_and_read(ctx, &[d], &[&dlogits]).await?, want)
 }
@@ -519,10 +676,11 @@ async fn embedding_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.upload("ids", &id)?,
         ctx.zeros("out", n * c)?,
     );
-    let d = kernels::embedding::forward(ctx, &gtable, &gids, &out, n, c).await?;
+    let shape = EmbeddingShape::new(n, v, c);
+    let d = kernels::embedding::forward(ctx, &gtable, &gids, &out, shape).await?;
     close(
         run_and_read(ctx, &[d], &[&out]).await?,
-        reference::embedding::forward(&table, &id, n, c),
+        reference::embedding::forward(&table, &id, shape),
     )
 }
 
@@ -531,10 +689,11 @@ async fn embedding_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
     let (dout, id) = (rand_vec(n * c, 23), ids(n, v, 24));
     let (gdout, gids) = (ctx.upload("dout", &dout)?, ctx.upload("ids", &id)?);
     let dtable = ctx.upload("dtable", &vec![7.0f32; v * c])?; // must be overwritten, not accumulated
-    let d = kernels::embedding::backward(ctx, &gdout, &gids, &dtable, n, v, c).await?;
+    let shape = EmbeddingShape::new(n, v, c);
+    let d = kernels::embedding::backward(ctx, &gdout, &gids, &dtable, shape).await?;
     close(
         run_and_read(ctx, &[d], &[&dtable]).await?,
-        reference::embedding::backward(&dout, &id, n, v, c),
+        reference::embedding::backward(&dout, &id, shape),
     )
 }
 
@@ -553,9 +712,10 @@ async fn copy_transpose(ctx: &GpuContext) -> Result<Outcome, GpuError> {
     let (r, c) = (17, 33);
     let src = rand_vec(r * c, 26);
     let (gsrc, gdst) = (ctx.upload("src", &src)?, ctx.zeros("dst", r * c)?);
-    let d = kernels::copy::strided(ctx, &gsrc, &gdst, &[r, c], 0, &[c, 1], 0, &[1, r], false).await?;
+    let transpose = Strided::new(&[r, c], &[c, 1], &[1, r]);
+    let d = kernels::copy::strided(ctx, &gsrc, &gdst, &transpose).await?;
     let mut want = vec![0.0; r * c];
-    reference::copy::strided(&src, &mut want, &[r, c], 0, &[c, 1], 0, &[1, r], false);
+    reference::copy::strided(&src, &mut want, &transpose);
     close(run_and_read(ctx, &[d], &[&gdst]).await?, want)
 }
 
@@ -570,7 +730,12 @@ async fn random_bits(ctx: &GpuContext, layout: RngLayout) -> Result<Outcome, Gpu
     let (key, gkey) = rng_key(ctx)?;
     let block = Block::full(&RNG_SHAPE);
     let bits = ctx.zeros("bits", block.numel())?;
-    let d = kernels::random::random_bits(ctx, &gkey, &bits, layout, &[block], KeyMode::Shared).await?;
+    let draw = Draw {
+        layout,
+        blocks: &[block],
+        keys: KeyMode::Shared,
+    };
+    let d = kernels::random::random_bits(ctx, &gkey, &bits, &draw).await?;
     ctx.run(&[d]);
     let got = ctx.read::<u32>(&bits).await?;
     Ok(Outcome::Exact {
@@ -586,10 +751,15 @@ async fn dropout(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError> 
     let x = rand_vec(block.numel(), 27);
     let (gx, out) = (ctx.upload("x", &x)?, ctx.zeros("out", block.numel())?);
     let blocks = [block.clone()];
+    let draw = Draw {
+        layout,
+        blocks: &blocks,
+        keys: KeyMode::Shared,
+    };
     let d = if backward {
-        kernels::random::dropout_backward(ctx, &gx, &gkey, &out, layout, &blocks, KeyMode::Shared, rate).await?
+        kernels::random::dropout_backward(ctx, &gx, &gkey, &out, &draw, rate).await?
     } else {
-        kernels::random::dropout_forward(ctx, &gx, &gkey, &out, layout, &blocks, KeyMode::Shared, rate).await?
+        kernels::random::dropout_forward(ctx, &gx, &gkey, &out, &draw, rate).await?
     };
     let want = if backward {
         reference::random::dropout_backward(&x, key, layout, &block, rate)
@@ -634,7 +804,14 @@ async fn adamw(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         ctx.zeros("v", n)?,
         ctx.zeros("hyper", ADAMW_HYPER_LEN)?,
     );
-    let d = kernels::optimizer::adamw(ctx, &param, &grad, &gm, &gv, &hyper, n, ADAMW_WEIGHT_DECAY).await?;
+    let b = kernels::optimizer::AdamWBuffers {
+        param: &param,
+        grad: &grad,
+        m: &gm,
+        v: &gv,
+        hyper: &hyper,
+    };
+    let d = kernels::optimizer::adamw(ctx, &b, n, ADAMW_WEIGHT_DECAY).await?;
     for step in 1..=2u32 {
         let g = rand_vec(n, 31 + step);
         let h = AdamWHyper::at(1e-2, step)?;
@@ -651,38 +828,47 @@ const COLLECTIVE_SHAPE: &str = "2x4 mesh over tp, local (3, 8) on 8 devices";
 
 /// One collective on a dp=2, tp=4 mesh over tp against its twin: all_gather, psum_scatter and
 /// all_to_all along dimension 1, ppermute as a cyclic shift.
-async fn collective(ctx: &GpuContext, op: &'static str) -> Result<Outcome, GpuError> {
+async fn collective(ctx: &GpuContext, op: Collective) -> Result<Outcome, GpuError> {
     use kernels::collectives as k;
     use reference::collectives as r;
     let mesh = crate::sharding::Mesh::new(&[("dp", 2), ("tp", 4)])?;
     let (axes, shape, perm) = (&["tp"][..], [3, 8], [(0, 1), (1, 2), (2, 3), (3, 0)]);
-    if op == "axis_index" {
-        let out = ctx.zeros("axis index", mesh.devices())?;
-        let d = k::axis_index(ctx, &mesh, axes, &out).await?;
-        ctx.run(&[d]);
-        let got = ctx.read::<u32>(&out).await?;
-        return Ok(Outcome::Exact {
-            got,
-            want: r::axis_index(&mesh, axes)?,
-        });
-    }
+    let c = k::CollectiveArgs {
+        mesh: &mesh,
+        axes,
+        local_shape: &shape,
+    };
     let x = rand_vec(mesh.devices() * 24, 40);
     let want = match op {
-        "psum" => r::psum(&mesh, axes, &x, &shape),
-        "pmean" => r::pmean(&mesh, axes, &x, &shape),
-        "all_gather" => r::all_gather(&mesh, axes, &x, &shape, 1, true),
-        "psum_scatter" => r::psum_scatter(&mesh, axes, &x, &shape, 1, true),
-        "ppermute" => r::ppermute(&mesh, axes, &x, &shape, &perm),
-        _ => r::all_to_all(&mesh, axes, &x, &shape, 1, 0, true),
+        Collective::Psum => r::psum(&c, &x),
+        Collective::Pmean => r::pmean(&c, &x),
+        Collective::AllGather => r::all_gather(&c, &x, 1, true),
+        Collective::PsumScatter => r::psum_scatter(&c, &x, 1, true),
+        Collective::Ppermute => r::ppermute(&c, &x, &perm),
+        Collective::AllToAll => r::all_to_all(&c, &x, 1, 0, true),
     }?;
     let (gx, out) = (ctx.upload("x", &x)?, ctx.zeros("out", want.len())?);
     let d = match op {
-        "psum" => k::psum(ctx, &mesh, axes, &gx, &out, &shape).await?,
-        "pmean" => k::pmean(ctx, &mesh, axes, &gx, &out, &shape).await?,
-        "all_gather" => k::all_gather(ctx, &mesh, axes, &gx, &out, &shape, 1, true).await?,
-        "psum_scatter" => k::psum_scatter(ctx, &mesh, axes, &gx, &out, &shape, 1, true).await?,
-        "ppermute" => k::ppermute(ctx, &mesh, axes, &gx, &out, &shape, &perm).await?,
-        _ => k::all_to_all(ctx, &mesh, axes, &gx, &out, &shape, 1, 0, true).await?,
+        Collective::Psum => k::psum(ctx, &c, &gx, &out).await?,
+        Collective::Pmean => k::pmean(ctx, &c, &gx, &out).await?,
+        Collective::AllGather => k::all_gather(ctx, &c, &gx, &out, 1, true).await?,
+        Collective::PsumScatter => k::psum_scatter(ctx, &c, &gx, &out, 1, true).await?,
+        Collective::Ppermute => k::ppermute(ctx, &c, &gx, &out, &perm).await?,
+        Collective::AllToAll => k::all_to_all(ctx, &c, &gx, &out, 1, 0, true).await?,
     };
     close(run_and_read(ctx, &[d], &[&out]).await?, want)
+}
+
+/// `axis_index` over tp on the self-test's dp=2, tp=4 mesh.
+async fn axis_index(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let mesh = crate::sharding::Mesh::new(&[("dp", 2), ("tp", 4)])?;
+    let axes = &["tp"][..];
+    let out = ctx.zeros("axis index", mesh.devices())?;
+    let d = kernels::collectives::axis_index(ctx, &mesh, axes, &out).await?;
+    ctx.run(&[d]);
+    let got = ctx.read::<u32>(&out).await?;
+    Ok(Outcome::Exact {
+        got,
+        want: reference::collectives::axis_index(&mesh, axes)?,
+    })
 }

@@ -1,17 +1,39 @@
 //! Every WGSL file in shaders/, embedded at build time so native and web builds ship
-//! the same kernels. Add a file here when you add one to shaders/.
+//! the same kernels. Add a file here when you add one to shaders/. Kernels that share WGSL get
+//! it from a prelude (shaders/rows.wgsl: row max and sum), composed in front of their source.
 
-/// (name, source) of every shader; `name` is the file stem.
+/// The row-reduction prelude of the row-wise kernels (softmax, crossentropy, layernorm).
+macro_rules! rows {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../shaders/rows.wgsl"),
+            "\n",
+            include_str!(concat!("../../shaders/", $file))
+        )
+    };
+}
+
+/// (name, source) of every shared WGSL prelude: no entry points, only what kernels compose.
+pub const PRELUDES: &[(&str, &str)] = &[("rows", include_str!("../../shaders/rows.wgsl"))];
+
+/// (shader, the preludes composed in front of it, in order) for every composed shader.
+pub const COMPOSED: &[(&str, &[&str])] = &[
+    ("layernorm", &["rows"]),
+    ("softmax", &["rows"]),
+    ("crossentropy", &["rows"]),
+];
+
+/// (name, source) of every shader as compiled, preludes composed; `name` is the file stem.
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise", include_str!("../../shaders/elementwise.wgsl")),
     ("random", include_str!("../../shaders/random.wgsl")),
     ("optimizer", include_str!("../../shaders/optimizer.wgsl")),
-    ("layernorm", include_str!("../../shaders/layernorm.wgsl")),
+    ("layernorm", rows!("layernorm.wgsl")),
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
     ("matmul_tex", include_str!("../../shaders/matmul_tex.wgsl")),
     ("gelu", include_str!("../../shaders/gelu.wgsl")),
-    ("softmax", include_str!("../../shaders/softmax.wgsl")),
-    ("crossentropy", include_str!("../../shaders/crossentropy.wgsl")),
+    ("softmax", rows!("softmax.wgsl")),
+    ("crossentropy", rows!("crossentropy.wgsl")),
     ("embedding", include_str!("../../shaders/embedding.wgsl")),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
     ("copy", include_str!("../../shaders/copy.wgsl")),
@@ -19,9 +41,24 @@ pub const ALL: &[(&str, &str)] = &[
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
 ];
 
-/// The (name, source) of `shaders/<name>.wgsl`.
+/// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).
 pub fn get(name: &str) -> Option<(&'static str, &'static str)> {
     ALL.iter().find(|(n, _)| *n == name).copied()
+}
+
+/// The composition of `name`: its preludes' sources, then the file's own, joined by newlines.
+/// `file` is the text of `shaders/<name>.wgsl`; for checks that the embedded sources are current.
+pub fn compose(name: &str, file: &str) -> String {
+    let preludes = COMPOSED.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, p)| *p);
+    let mut src = String::new();
+    for p in preludes {
+        if let Some((_, text)) = PRELUDES.iter().find(|(n, _)| n == p) {
+            src.push_str(text);
+            src.push('\n');
+        }
+    }
+    src.push_str(file);
+    src
 }
 
 /// The names of the `@compute` entry points of a WGSL source, in source order (comments skipped).

@@ -4,7 +4,7 @@
 //! (global arrays and `NamedSharding` blocks, or mesh coordinates).
 use shardlab::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
 use shardlab::kernels::collectives as gpu;
-use shardlab::reference::collectives as twin;
+use shardlab::reference::collectives::{self as twin, CollectiveArgs};
 use shardlab::sharding::{self, Mesh, NamedSharding, PartitionSpec, ShardingError};
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
@@ -36,6 +36,15 @@ fn all_cases() -> Vec<Case> {
 
 /// Local shapes of several ranks with odd sizes (rank 0 is a scalar per device).
 const SHAPES: &[&[usize]] = &[&[], &[1], &[3], &[17], &[3, 5], &[2, 3, 4]];
+
+/// The arguments every collective takes.
+fn args<'a>(mesh: &'a Mesh, axes: &'a [&'a str], local_shape: &'a [usize]) -> CollectiveArgs<'a> {
+    CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    }
+}
 
 fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
@@ -74,14 +83,14 @@ fn check_psum_and_pmean(ctx: &GpuContext, cases: &[Case]) {
     for (mesh, axes) in cases {
         for shape in SHAPES {
             let x = input(mesh, shape, 1);
-            let want = twin::psum(mesh, axes, &x, shape).unwrap();
+            let want = twin::psum(&args(mesh, axes, shape), &x).unwrap();
             let got = on_gpu(ctx, &x, want.len(), |xb, ob| {
-                pollster::block_on(gpu::psum(ctx, mesh, axes, xb, ob, shape))
+                pollster::block_on(gpu::psum(ctx, &args(mesh, axes, shape), xb, ob))
             });
             assert_close(&label("psum", mesh, axes, shape, ""), &got, &want, 1e-6, 1e-6);
-            let want = twin::pmean(mesh, axes, &x, shape).unwrap();
+            let want = twin::pmean(&args(mesh, axes, shape), &x).unwrap();
             let got = on_gpu(ctx, &x, want.len(), |xb, ob| {
-                pollster::block_on(gpu::pmean(ctx, mesh, axes, xb, ob, shape))
+                pollster::block_on(gpu::pmean(ctx, &args(mesh, axes, shape), xb, ob))
             });
             assert_close(&label("pmean", mesh, axes, shape, ""), &got, &want, 1e-6, 1e-6);
         }
@@ -95,9 +104,9 @@ fn check_all_gather(ctx: &GpuContext, cases: &[Case]) {
                 let axes_count = shape.len() + usize::from(!tiled);
                 for axis in 0..axes_count {
                     let x = input(mesh, shape, 2);
-                    let want = twin::all_gather(mesh, axes, &x, shape, axis, tiled).unwrap();
+                    let want = twin::all_gather(&args(mesh, axes, shape), &x, axis, tiled).unwrap();
                     let got = on_gpu(ctx, &x, want.len(), |xb, ob| {
-                        pollster::block_on(gpu::all_gather(ctx, mesh, axes, xb, ob, shape, axis, tiled))
+                        pollster::block_on(gpu::all_gather(ctx, &args(mesh, axes, shape), xb, ob, axis, tiled))
                     });
                     let what = label("all_gather", mesh, axes, shape, &format!("axis={axis} tiled={tiled}"));
                     assert_close(&what, &got, &want, 0.0, 0.0);
@@ -128,9 +137,9 @@ fn check_psum_scatter(ctx: &GpuContext, cases: &[Case]) {
                 for k in 0..base.len() + usize::from(!tiled) {
                     let shape = divisible_shape(base, g, k, tiled);
                     let x = input(mesh, &shape, 3);
-                    let want = twin::psum_scatter(mesh, axes, &x, &shape, k, tiled).unwrap();
+                    let want = twin::psum_scatter(&args(mesh, axes, &shape), &x, k, tiled).unwrap();
                     let got = on_gpu(ctx, &x, want.len(), |xb, ob| {
-                        pollster::block_on(gpu::psum_scatter(ctx, mesh, axes, xb, ob, &shape, k, tiled))
+                        pollster::block_on(gpu::psum_scatter(ctx, &args(mesh, axes, &shape), xb, ob, k, tiled))
                     });
                     let what = label("psum_scatter", mesh, axes, &shape, &format!("dim={k} tiled={tiled}"));
                     assert_close(&what, &got, &want, 1e-6, 1e-6);
@@ -155,9 +164,9 @@ fn check_ppermute(ctx: &GpuContext, cases: &[Case]) {
         for perm in perms(group_size(mesh, axes)) {
             for shape in SHAPES {
                 let x = input(mesh, shape, 4);
-                let want = twin::ppermute(mesh, axes, &x, shape, &perm).unwrap();
+                let want = twin::ppermute(&args(mesh, axes, shape), &x, &perm).unwrap();
                 let got = on_gpu(ctx, &x, want.len(), |xb, ob| {
-                    pollster::block_on(gpu::ppermute(ctx, mesh, axes, xb, ob, shape, &perm))
+                    pollster::block_on(gpu::ppermute(ctx, &args(mesh, axes, shape), xb, ob, &perm))
                 });
                 assert_close(
                     &label("ppermute", mesh, axes, shape, &format!("{perm:?}")),
@@ -193,9 +202,9 @@ fn check_all_to_all(ctx: &GpuContext, cases: &[Case]) {
     for (mesh, axes) in cases {
         for (shape, s, c, tiled) in all_to_all_cases(group_size(mesh, axes)) {
             let x = input(mesh, &shape, 5);
-            let want = twin::all_to_all(mesh, axes, &x, &shape, s, c, tiled).unwrap();
+            let want = twin::all_to_all(&args(mesh, axes, &shape), &x, s, c, tiled).unwrap();
             let got = on_gpu(ctx, &x, want.len(), |xb, ob| {
-                pollster::block_on(gpu::all_to_all(ctx, mesh, axes, xb, ob, &shape, s, c, tiled))
+                pollster::block_on(gpu::all_to_all(ctx, &args(mesh, axes, &shape), xb, ob, s, c, tiled))
             });
             let what = label(
                 "all_to_all",
@@ -275,6 +284,92 @@ fn axis_index_matches_reference_on_1d_and_2d_meshes() {
     check_axis_index(gpu_or_skip!(), &all_cases());
 }
 
+/// Bit patterns an f32 load or store may change (a driver that canonicalises NaNs or flushes
+/// denormals): quiet and signalling NaNs with payloads, a negative NaN, and denormals.
+const SPECIAL_BITS: [u32; 5] = [0x7fc0_0001, 0xffc0_0000, 0x7f80_0001, 0x0000_0001, 0x807f_ffff];
+
+/// `n` u32 values cycling through [`SPECIAL_BITS`], each kept in its class (NaN stays NaN,
+/// denormal stays denormal) but made distinct, so a moved element cannot pass for another.
+fn special_bits(n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| {
+            let (base, k) = (SPECIAL_BITS[i % SPECIAL_BITS.len()], (i / SPECIAL_BITS.len()) as u32);
+            if base == 0x807f_ffff {
+                base - k
+            } else {
+                base + k
+            }
+        })
+        .collect()
+}
+
+/// As [`on_gpu`], for u32 data; the output is prefilled with a marker so unwritten elements fail.
+fn on_gpu_bits(
+    ctx: &GpuContext,
+    x: &[u32],
+    out_len: usize,
+    launch: impl FnOnce(&GpuBuffer, &GpuBuffer) -> Result<Dispatch, GpuError>,
+) -> Vec<u32> {
+    let xb = ctx.upload("x bits", x).unwrap();
+    let ob = ctx.upload("out bits", &vec![0xdead_beefu32; out_len]).unwrap();
+    let d = launch(&xb, &ob).unwrap();
+    ctx.run(&[d]);
+    ctx.read_blocking::<u32>(&ob).unwrap()
+}
+
+#[test]
+fn data_moving_collectives_keep_every_bit_of_nan_and_denormal_u32_patterns() {
+    let ctx = gpu_or_skip!();
+    for (mesh, axes) in all_cases() {
+        let g = group_size(&mesh, &axes);
+        // Dimension 1 splits evenly over the group, for all_to_all.
+        let shape = [3, 2 * g];
+        let x = special_bits(mesh.devices() * numel(&shape));
+        assert_eq!(x[..SPECIAL_BITS.len()], SPECIAL_BITS);
+        let a = args(&mesh, &axes, &shape);
+        for (axis, tiled) in [(0, true), (1, true), (1, false)] {
+            let want = twin::all_gather(&a, &x, axis, tiled).unwrap();
+            let got = on_gpu_bits(ctx, &x, want.len(), |xb, ob| {
+                pollster::block_on(gpu::all_gather(ctx, &a, xb, ob, axis, tiled))
+            });
+            let what = label(
+                "all_gather u32",
+                &mesh,
+                &axes,
+                &shape,
+                &format!("axis={axis} tiled={tiled}"),
+            );
+            assert_eq!(got, want, "{what}");
+        }
+        for perm in perms(g) {
+            let want = twin::ppermute(&a, &x, &perm).unwrap();
+            let got = on_gpu_bits(ctx, &x, want.len(), |xb, ob| {
+                pollster::block_on(gpu::ppermute(ctx, &a, xb, ob, &perm))
+            });
+            assert_eq!(
+                got,
+                want,
+                "{}",
+                label("ppermute u32", &mesh, &axes, &shape, &format!("{perm:?}"))
+            );
+        }
+        for (split, concat) in [(1, 0), (1, 1)] {
+            let want = twin::all_to_all(&a, &x, split, concat, true).unwrap();
+            let got = on_gpu_bits(ctx, &x, want.len(), |xb, ob| {
+                pollster::block_on(gpu::all_to_all(ctx, &a, xb, ob, split, concat, true))
+            });
+            let what = label(
+                "all_to_all u32",
+                &mesh,
+                &axes,
+                &shape,
+                &format!("split={split} concat={concat}"),
+            );
+            assert_eq!(got, want, "{what}");
+        }
+    }
+}
+
 #[test]
 fn collective_launchers_return_errors_instead_of_panicking() {
     let ctx = gpu_or_skip!();
@@ -283,19 +378,27 @@ fn collective_launchers_return_errors_instead_of_panicking() {
     let out = ctx.zeros("out", 8 * 6).unwrap();
     let small = ctx.zeros("small", 8).unwrap();
     let err = |r: Result<Dispatch, GpuError>| r.err().expect("expected an error").to_string();
-    let e = err(pollster::block_on(gpu::psum(ctx, &mesh, &["pp"], &x, &out, &[6])));
+    let e = err(pollster::block_on(gpu::psum(
+        ctx,
+        &args(&mesh, &["pp"], &[6]),
+        &x,
+        &out,
+    )));
     assert!(e.contains("unknown mesh axis 'pp'"), "{e}");
-    let e = err(pollster::block_on(gpu::psum(ctx, &mesh, &["tp"], &x, &small, &[6])));
+    let e = err(pollster::block_on(gpu::psum(
+        ctx,
+        &args(&mesh, &["tp"], &[6]),
+        &x,
+        &small,
+    )));
     assert!(e.contains("`out`") && e.contains("holds 8 elements"), "{e}");
-    let e = err(pollster::block_on(gpu::psum(ctx, &mesh, &["tp"], &x, &x, &[6])));
+    let e = err(pollster::block_on(gpu::psum(ctx, &args(&mesh, &["tp"], &[6]), &x, &x)));
     assert!(e.contains("bound twice"), "{e}");
     let e = err(pollster::block_on(gpu::psum_scatter(
         ctx,
-        &mesh,
-        &["tp"],
+        &args(&mesh, &["tp"], &[6]),
         &x,
         &out,
-        &[6],
         0,
         true,
     )));
@@ -305,11 +408,9 @@ fn collective_launchers_return_errors_instead_of_panicking() {
     );
     let e = err(pollster::block_on(gpu::ppermute(
         ctx,
-        &mesh,
-        &["tp"],
+        &args(&mesh, &["tp"], &[6]),
         &x,
         &out,
-        &[6],
         &[(0, 1), (0, 2)],
     )));
     assert!(e.contains("share the source 0"), "{e}");
@@ -400,9 +501,21 @@ fn psum_and_pmean_twins_sum_the_devices_that_share_the_other_coordinates() {
                 .flat_map(|d| sum_over(&mesh, &axes, &x, d, n))
                 .collect();
             let what = label("psum", &mesh, &axes, shape, "");
-            assert_close(&what, &twin::psum(&mesh, &axes, &x, shape).unwrap(), &want, 1e-6, 1e-6);
+            assert_close(
+                &what,
+                &twin::psum(&args(&mesh, &axes, shape), &x).unwrap(),
+                &want,
+                1e-6,
+                1e-6,
+            );
             let mean: Vec<f32> = want.iter().map(|v| v / g as f32).collect();
-            assert_close(&what, &twin::pmean(&mesh, &axes, &x, shape).unwrap(), &mean, 1e-6, 1e-6);
+            assert_close(
+                &what,
+                &twin::pmean(&args(&mesh, &axes, shape), &x).unwrap(),
+                &mean,
+                1e-6,
+                1e-6,
+            );
         }
     }
 }
@@ -433,7 +546,7 @@ fn all_gather_twin_unshards_a_dimension_sharded_over_the_axes() {
                     let values = rand_vec(numel(&global), 12);
                     let x = sharded_in.shard(&values, &global).unwrap();
                     let want = gathered.shard(&values, &global).unwrap();
-                    let got = twin::all_gather(&mesh, &axes, &x, shape, axis, tiled).unwrap();
+                    let got = twin::all_gather(&args(&mesh, &axes, shape), &x, axis, tiled).unwrap();
                     let what = label("all_gather", &mesh, &axes, shape, &format!("axis={axis} tiled={tiled}"));
                     assert_close(&what, &got, &want, 0.0, 0.0);
                 }
@@ -469,7 +582,7 @@ fn psum_scatter_twin_keeps_the_block_of_the_sum_at_the_device_index() {
                             want.push(sum[flat(&at, &shape)]);
                         });
                     }
-                    let got = twin::psum_scatter(&mesh, &axes, &x, &shape, k, tiled).unwrap();
+                    let got = twin::psum_scatter(&args(&mesh, &axes, &shape), &x, k, tiled).unwrap();
                     let what = label("psum_scatter", &mesh, &axes, &shape, &format!("dim={k} tiled={tiled}"));
                     assert_close(&what, &got, &want, 1e-6, 1e-6);
                 }
@@ -493,7 +606,7 @@ fn ppermute_twin_moves_blocks_from_source_to_destination_index_and_zeros_the_res
                         None => want.extend(std::iter::repeat_n(0.0, n)),
                     }
                 }
-                let got = twin::ppermute(&mesh, &axes, &x, shape, &perm).unwrap();
+                let got = twin::ppermute(&args(&mesh, &axes, shape), &x, &perm).unwrap();
                 assert_close(
                     &label("ppermute", &mesh, &axes, shape, &format!("{perm:?}")),
                     &got,
@@ -527,7 +640,7 @@ fn all_to_all_twin_reshards_from_the_concat_axis_to_the_split_axis() {
             let values = rand_vec(numel(&global), 15);
             let x = before.shard(&values, &global).unwrap();
             let want = after.shard(&values, &global).unwrap();
-            let got = twin::all_to_all(&mesh, &axes, &x, &shape, s, c, true).unwrap();
+            let got = twin::all_to_all(&args(&mesh, &axes, &shape), &x, s, c, true).unwrap();
             let what = label(
                 "all_to_all",
                 &mesh,
@@ -572,7 +685,7 @@ fn all_to_all_twin_matches_the_elementwise_definition() {
                     want.push(block(&x, member(&mesh, d, &axes, j), n)[flat(&src, &shape)]);
                 });
             }
-            let got = twin::all_to_all(&mesh, &axes, &x, &shape, s, c, tiled).unwrap();
+            let got = twin::all_to_all(&args(&mesh, &axes, &shape), &x, s, c, tiled).unwrap();
             let what = label(
                 "all_to_all",
                 &mesh,
@@ -604,21 +717,24 @@ fn collective_twins_on_a_2x4_mesh_match_hand_computed_values() {
     let mesh = Mesh::parse("dp=2,tp=4").unwrap();
     let x: Vec<f32> = (0..8).map(|d| d as f32).collect();
     assert_eq!(
-        twin::psum(&mesh, &["tp"], &x, &[1]).unwrap(),
+        twin::psum(&args(&mesh, &["tp"], &[1]), &x).unwrap(),
         vec![6., 6., 6., 6., 22., 22., 22., 22.]
     );
     assert_eq!(
-        twin::psum(&mesh, &["dp"], &x, &[1]).unwrap(),
+        twin::psum(&args(&mesh, &["dp"], &[1]), &x).unwrap(),
         vec![4., 6., 8., 10., 4., 6., 8., 10.]
     );
-    assert_eq!(twin::pmean(&mesh, &["dp", "tp"], &x, &[1]).unwrap(), vec![3.5; 8]);
-    let gathered = twin::all_gather(&mesh, &["dp"], &x, &[1], 0, true).unwrap();
+    assert_eq!(
+        twin::pmean(&args(&mesh, &["dp", "tp"], &[1]), &x).unwrap(),
+        vec![3.5; 8]
+    );
+    let gathered = twin::all_gather(&args(&mesh, &["dp"], &[1]), &x, 0, true).unwrap();
     assert_eq!(&gathered[..4], &[0., 4., 1., 5.]);
-    let shifted = twin::ppermute(&mesh, &["tp"], &x, &[1], &[(0, 1), (1, 2), (2, 3)]).unwrap();
+    let shifted = twin::ppermute(&args(&mesh, &["tp"], &[1]), &x, &[(0, 1), (1, 2), (2, 3)]).unwrap();
     assert_eq!(shifted, vec![0., 0., 1., 2., 0., 4., 5., 6.]);
     // psum_scatter over dp of blocks [d, 10 + d]: device (dp=0, tp=t) keeps element 0 of the sum.
     let y: Vec<f32> = (0..8).flat_map(|d| [d as f32, 10.0 + d as f32]).collect();
-    let scattered = twin::psum_scatter(&mesh, &["dp"], &y, &[2], 0, true).unwrap();
+    let scattered = twin::psum_scatter(&args(&mesh, &["dp"], &[2]), &y, 0, true).unwrap();
     assert_eq!(scattered, vec![4., 6., 8., 10., 24., 26., 28., 30.]);
 }
 
@@ -627,33 +743,33 @@ fn collective_twins_reject_bad_arguments_with_actionable_errors() {
     let mesh = Mesh::parse("dp=2,tp=4").unwrap();
     let x = vec![0.0; 8 * 6];
     let msg = |r: Result<Vec<f32>, ShardingError>| r.expect_err("expected an error").to_string();
-    let e = msg(twin::psum_scatter(&mesh, &["tp"], &x, &[6], 0, true));
+    let e = msg(twin::psum_scatter(&args(&mesh, &["tp"], &[6]), &x, 0, true));
     assert!(
         e.contains("scatter_dimension 0 of size 6 is not divisible by the group size 4"),
         "{e}"
     );
-    let e = msg(twin::psum_scatter(&mesh, &["tp"], &x, &[6], 0, false));
+    let e = msg(twin::psum_scatter(&args(&mesh, &["tp"], &[6]), &x, 0, false));
     assert!(e.contains("must have the group size 4, but it has size 6"), "{e}");
-    let e = msg(twin::all_to_all(&mesh, &["tp"], &x, &[6], 0, 0, true));
+    let e = msg(twin::all_to_all(&args(&mesh, &["tp"], &[6]), &x, 0, 0, true));
     assert!(
         e.contains("split_axis 0 of size 6 is not divisible by the group size 4"),
         "{e}"
     );
-    let e = msg(twin::all_to_all(&mesh, &["dp"], &x, &[6], 0, 0, false));
+    let e = msg(twin::all_to_all(&args(&mesh, &["dp"], &[6]), &x, 0, 0, false));
     assert!(e.contains("must have the group size 2"), "{e}");
-    let e = msg(twin::all_to_all(&mesh, &["dp"], &x, &[6], 0, 1, true));
+    let e = msg(twin::all_to_all(&args(&mesh, &["dp"], &[6]), &x, 0, 1, true));
     assert!(e.contains("concat_axis 1 is out of range"), "{e}");
-    let e = msg(twin::all_gather(&mesh, &["dp"], &x, &[6], 1, true));
+    let e = msg(twin::all_gather(&args(&mesh, &["dp"], &[6]), &x, 1, true));
     assert!(
         e.contains("axis 1 is out of range for a local block of shape [6]"),
         "{e}"
     );
-    let e = msg(twin::ppermute(&mesh, &["tp"], &x, &[6], &[(0, 1), (2, 1)]));
+    let e = msg(twin::ppermute(&args(&mesh, &["tp"], &[6]), &x, &[(0, 1), (2, 1)]));
     assert!(e.contains("share the destination 1"), "{e}");
-    let e = msg(twin::ppermute(&mesh, &["tp"], &x, &[6], &[(0, 4)]));
+    let e = msg(twin::ppermute(&args(&mesh, &["tp"], &[6]), &x, &[(0, 4)]));
     assert!(e.contains("(0, 4) is out of range"), "{e}");
-    let e = msg(twin::psum(&mesh, &["sp"], &x, &[6]));
+    let e = msg(twin::psum(&args(&mesh, &["sp"], &[6]), &x));
     assert!(e.contains("unknown mesh axis 'sp'"), "{e}");
-    let e = msg(twin::psum(&mesh, &["tp"], &x, &[5]));
+    let e = msg(twin::psum(&args(&mesh, &["tp"], &[5]), &x));
     assert!(e.contains("x holds 48 elements but 40 are needed"), "{e}");
 }

@@ -1,6 +1,6 @@
 //! The strided copy moves u32 data (token ids, random bits) bit for bit, including patterns
 //! that are denormals or NaNs as f32, which an f32 load/store may flush or canonicalize.
-use shardlab::kernels::copy::strided;
+use shardlab::kernels::copy::{strided, Strided};
 use shardlab_tests::gpu_or_skip;
 
 #[test]
@@ -18,7 +18,7 @@ fn strided_copy_keeps_every_bit_of_u32_data() {
     let src: Vec<u32> = (0..12).map(|i| special[i % special.len()] ^ (i as u32) << 24).collect();
     let a = ctx.upload("bits", &src).unwrap();
     let b = ctx.zeros("bits^T", 12).unwrap();
-    let d = pollster::block_on(strided(ctx, &a, &b, &[4, 3], 0, &[1, 4], 0, &[3, 1], false)).unwrap();
+    let d = pollster::block_on(strided(ctx, &a, &b, &Strided::new(&[4, 3], &[1, 4], &[3, 1]))).unwrap();
     ctx.run(&[d]);
     let got = ctx.read_blocking::<u32>(&b).unwrap();
     for j in 0..4 {

@@ -4,8 +4,10 @@
 //! each device's parameter gradients (dgamma, dbeta, dtable) sum over its own rows only.
 use pollster::block_on;
 use shardlab::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
-use shardlab::kernels::elementwise::{binary_devices, Binary};
-use shardlab::kernels::reduce::RowStrategy;
+use shardlab::kernels::elementwise::{binary, Binary, BinaryArgs};
+use shardlab::kernels::embedding::EmbeddingShape;
+use shardlab::kernels::layernorm::LayerNormShape;
+use shardlab::kernels::RowStrategy;
 use shardlab::kernels::{embedding, layernorm};
 use shardlab::reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
@@ -52,7 +54,17 @@ fn binary_devices_broadcasts_each_devices_own_b_block() {
             let gb = ctx.upload("b", &b).unwrap();
             let out = ctx.zeros("out", n).unwrap();
             for (op, alpha, beta) in [(Binary::Add, 0.5, -2.0), (Binary::Mul, 3.0, 0.0)] {
-                let d = block_on(binary_devices(ctx, op, &ga, &gb, &out, n, nb, alpha, beta, devices)).unwrap();
+                let d = block_on(binary(
+                    ctx,
+                    &ga,
+                    &gb,
+                    &out,
+                    &BinaryArgs {
+                        devices,
+                        ..BinaryArgs::new(op, n, nb, alpha, beta)
+                    },
+                ))
+                .unwrap();
                 let got = run(ctx, &[d], &out);
                 for dev in 0..devices {
                     let (a_d, b_d) = (block(&a, dev, nl), block(&b, dev, nb));
@@ -74,7 +86,18 @@ fn binary_devices_rejects_uneven_splits_and_short_buffers() {
     let a = ctx.zeros("a", 12).unwrap();
     let b = ctx.zeros("b", 6).unwrap();
     let out = ctx.zeros("out", 12).unwrap();
-    let bin = |n, nb, devices| block_on(binary_devices(ctx, Binary::Add, &a, &b, &out, n, nb, 1.0, 1.0, devices));
+    let bin = |n, nb, devices| {
+        block_on(binary(
+            ctx,
+            &a,
+            &b,
+            &out,
+            &BinaryArgs {
+                devices,
+                ..BinaryArgs::new(Binary::Add, n, nb, 1.0, 1.0)
+            },
+        ))
+    };
     assert!(invalid(bin(12, 3, 5)).contains("do not split evenly over 5 devices"));
     assert!(invalid(bin(12, 3, 0)).contains("over 0 devices"));
     // 12 over 3 devices is 4 per device: a period of 3 does not divide it.
@@ -102,8 +125,18 @@ fn layernorm_devices_normalizes_with_each_devices_gamma_and_beta() {
             let mean = ctx.zeros("mean", rows).unwrap();
             let rstd = ctx.zeros("rstd", rows).unwrap();
             for s in STRATEGIES {
-                let d = block_on(layernorm::forward_devices_with(
-                    ctx, s, &gx, &gg, &gb, &out, &mean, &rstd, rows, c, devices,
+                let d = block_on(layernorm::forward(
+                    ctx,
+                    &layernorm::ForwardBuffers {
+                        x: &gx,
+                        gamma: &gg,
+                        beta: &gb,
+                        out: &out,
+                        mean: &mean,
+                        rstd: &rstd,
+                    },
+                    LayerNormShape { rows, c, devices },
+                    Some(s),
                 ))
                 .unwrap();
                 let got = run(ctx, &[d], &out);
@@ -114,8 +147,7 @@ fn layernorm_devices_normalizes_with_each_devices_gamma_and_beta() {
                         block(&x, dev, r * c),
                         block(&gamma, dev, c),
                         block(&beta, dev, c),
-                        r,
-                        c,
+                        LayerNormShape::new(r, c),
                     );
                     let what = format!("layernorm {s:?} ({r}, {c}) devices={devices} device {dev}");
                     assert_close(&what, block(&got, dev, r * c), &want, 1e-5, 1e-4);
@@ -149,7 +181,8 @@ fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
             let gamma = rand_vec(devices * c, 5);
             let dout = rand_vec(rows * c, 6);
             // The forward's mean and rstd do not depend on gamma and beta: one reference call.
-            let (_, mean, rstd) = reference::layernorm::forward(&x, &vec![1.0; c], &vec![0.0; c], rows, c);
+            let (_, mean, rstd) =
+                reference::layernorm::forward(&x, &vec![1.0; c], &vec![0.0; c], LayerNormShape::new(rows, c));
             let gdout = ctx.upload("dout", &dout).unwrap();
             let gx = ctx.upload("x", &x).unwrap();
             let gmean = ctx.upload("mean", &mean).unwrap();
@@ -159,8 +192,20 @@ fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
             let dg = ctx.upload("dgamma", &vec![7.0f32; devices * c]).unwrap(); // overwritten
             let db = ctx.upload("dbeta", &vec![7.0f32; devices * c]).unwrap();
             for s in STRATEGIES {
-                let ds = block_on(layernorm::backward_devices_with(
-                    ctx, s, &gdout, &gx, &gmean, &grstd, &gg, &dx, &dg, &db, rows, c, devices,
+                let ds = block_on(layernorm::backward(
+                    ctx,
+                    &layernorm::BackwardBuffers {
+                        dout: &gdout,
+                        x: &gx,
+                        mean: &gmean,
+                        rstd: &grstd,
+                        gamma: &gg,
+                        dx: &dx,
+                        dgamma: &dg,
+                        dbeta: &db,
+                    },
+                    LayerNormShape { rows, c, devices },
+                    Some(s),
                 ))
                 .unwrap();
                 assert_eq!(ds.len(), 2, "dispatch count must not grow with devices");
@@ -174,8 +219,7 @@ fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
                         block(&mean, dev, r),
                         block(&rstd, dev, r),
                         block(&gamma, dev, c),
-                        r,
-                        c,
+                        LayerNormShape::new(r, c),
                     );
                     let what = format!("layernorm backward {s:?} ({r}, {c}) devices={devices} device {dev}");
                     assert_close(&format!("{what} dx"), block(&got_dx, dev, r * c), &want_dx, 1e-4, 1e-3);
@@ -198,8 +242,18 @@ fn layernorm_devices_rejects_uneven_rows_and_short_parameter_buffers() {
     let gamma = ctx.zeros("gamma", 2 * c).unwrap(); // enough for 2 devices only
     let beta = ctx.zeros("beta", 3 * c).unwrap();
     let fwd = |devices| {
-        block_on(layernorm::forward_devices(
-            ctx, &x, &gamma, &beta, &out, &mean, &rstd, rows, c, devices,
+        block_on(layernorm::forward(
+            ctx,
+            &layernorm::ForwardBuffers {
+                x: &x,
+                gamma: &gamma,
+                beta: &beta,
+                out: &out,
+                mean: &mean,
+                rstd: &rstd,
+            },
+            LayerNormShape { rows, c, devices },
+            None,
         ))
     };
     assert!(invalid(fwd(4)).contains("6 rows do not split evenly over 4 devices"));
@@ -209,8 +263,20 @@ fn layernorm_devices_rejects_uneven_rows_and_short_parameter_buffers() {
     let dx = ctx.zeros("dx", rows * c).unwrap();
     let (dg, db) = (ctx.zeros("dgamma", 3 * c).unwrap(), ctx.zeros("dbeta", c).unwrap()); // dbeta: 1 device
     let bwd = |devices| {
-        block_on(layernorm::backward_devices(
-            ctx, &out, &x, &mean, &rstd, &beta, &dx, &dg, &db, rows, c, devices,
+        block_on(layernorm::backward(
+            ctx,
+            &layernorm::BackwardBuffers {
+                dout: &out,
+                x: &x,
+                mean: &mean,
+                rstd: &rstd,
+                gamma: &beta,
+                dx: &dx,
+                dgamma: &dg,
+                dbeta: &db,
+            },
+            LayerNormShape { rows, c, devices },
+            None,
         ))
     };
     assert!(invalid(bwd(4)).contains("do not split evenly"));
@@ -233,20 +299,33 @@ fn embedding_devices_look_up_and_scatter_into_each_devices_own_table() {
             let gdout = ctx.upload("dout", &dout).unwrap();
             let out = ctx.zeros("out", n * c).unwrap();
             let dtable = ctx.upload("dtable", &vec![7.0f32; devices * v * c]).unwrap(); // overwritten
-            let d = block_on(embedding::forward_devices(ctx, &gtable, &gids, &out, n, v, c, devices)).unwrap();
+            let d = block_on(embedding::forward(
+                ctx,
+                &gtable,
+                &gids,
+                &out,
+                EmbeddingShape { n, v, c, devices },
+            ))
+            .unwrap();
             let got = run(ctx, &[d], &out);
-            let d = block_on(embedding::backward_devices(
-                ctx, &gdout, &gids, &dtable, n, v, c, devices,
+            let d = block_on(embedding::backward(
+                ctx,
+                &gdout,
+                &gids,
+                &dtable,
+                EmbeddingShape { n, v, c, devices },
             ))
             .unwrap();
             let got_dtable = run(ctx, &[d], &dtable);
             for dev in 0..devices {
                 let id_d = block(&id, dev, nl);
                 let what = format!("embedding ({nl}, {v}, {c}) devices={devices} device {dev}");
-                let want = reference::embedding::forward(block(&table, dev, v * c), id_d, nl, c);
+                let want =
+                    reference::embedding::forward(block(&table, dev, v * c), id_d, EmbeddingShape::new(nl, v, c));
                 assert_eq!(block(&got, dev, nl * c), &want[..], "{what}");
                 // Same summation order as the reference (ids in order, no atomics): bitwise equal.
-                let want = reference::embedding::backward(block(&dout, dev, nl * c), id_d, nl, v, c);
+                let want =
+                    reference::embedding::backward(block(&dout, dev, nl * c), id_d, EmbeddingShape::new(nl, v, c));
                 assert_eq!(block(&got_dtable, dev, v * c), &want[..], "{what} dtable");
             }
         }
@@ -260,12 +339,28 @@ fn embedding_devices_rejects_uneven_ids_and_short_tables() {
     let table = ctx.zeros("table", 2 * v * c).unwrap(); // enough for 2 devices only
     let gids = ctx.upload("ids", &[0u32; 6]).unwrap();
     let out = ctx.zeros("out", n * c).unwrap();
-    let fwd = |devices| block_on(embedding::forward_devices(ctx, &table, &gids, &out, n, v, c, devices));
+    let fwd = |devices| {
+        block_on(embedding::forward(
+            ctx,
+            &table,
+            &gids,
+            &out,
+            EmbeddingShape { n, v, c, devices },
+        ))
+    };
     assert!(invalid(fwd(4)).contains("6 ids do not split evenly over 4 devices"));
     assert!(invalid(fwd(0)).contains("devices must be at least 1"));
     assert!(invalid(fwd(3)).contains("`table`"));
     assert!(fwd(2).is_ok());
-    let bwd = |devices| block_on(embedding::backward_devices(ctx, &out, &gids, &table, n, v, c, devices));
+    let bwd = |devices| {
+        block_on(embedding::backward(
+            ctx,
+            &out,
+            &gids,
+            &table,
+            EmbeddingShape { n, v, c, devices },
+        ))
+    };
     assert!(invalid(bwd(4)).contains("do not split evenly"));
     assert!(invalid(bwd(3)).contains("`dtable`"));
     assert!(bwd(2).is_ok());

@@ -1,4 +1,4 @@
-use shardlab::kernels::elementwise::{binary, scale, Binary};
+use shardlab::kernels::elementwise::{binary, scale, Binary, BinaryArgs};
 use shardlab::reference::elementwise as reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
@@ -17,7 +17,14 @@ fn elementwise_kernels_match_reference_on_odd_sizes() {
             ctx.run(&[d]);
             ctx.read_blocking::<f32>(&out).unwrap()
         };
-        let d = pollster::block_on(binary(ctx, Binary::Add, &ga, &gb, &out, n, nb, 0.5, -2.0)).unwrap();
+        let d = pollster::block_on(binary(
+            ctx,
+            &ga,
+            &gb,
+            &out,
+            &BinaryArgs::new(Binary::Add, n, nb, 0.5, -2.0),
+        ))
+        .unwrap();
         assert_close(
             &format!("add n={n}"),
             &run(d),
@@ -25,7 +32,14 @@ fn elementwise_kernels_match_reference_on_odd_sizes() {
             1e-6,
             1e-6,
         );
-        let d = pollster::block_on(binary(ctx, Binary::Mul, &ga, &gb, &out, n, nb, 3.0, 0.0)).unwrap();
+        let d = pollster::block_on(binary(
+            ctx,
+            &ga,
+            &gb,
+            &out,
+            &BinaryArgs::new(Binary::Mul, n, nb, 3.0, 0.0),
+        ))
+        .unwrap();
         assert_close(&format!("mul n={n}"), &run(d), &reference::mul(&a, &b, 3.0), 1e-6, 1e-6);
         let d = pollster::block_on(scale(ctx, &ga, &out, n, -1.5, 0.25)).unwrap();
         assert_close(

@@ -2,7 +2,7 @@
 //! plain f64 loops), on odd shapes, batches with strides and broadcast, transposes, bias, alpha and
 //! accumulate, and the shapes of MODEL.md's tiny model.
 use shardlab::gpu::GpuContext;
-use shardlab::kernels::matmul::{class_key, matmul, matmul_variant, variants, MatmulShape};
+use shardlab::kernels::matmul::{class_key, matmul, variants, MatmulShape, Variant};
 use shardlab::model::GptConfig;
 use shardlab::reference::matmul as reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
@@ -37,26 +37,21 @@ impl Case {
     }
 
     /// Runs `variant` (None: the autotuned launcher) and returns C.
-    fn run(&self, ctx: &GpuContext, variant: Option<&str>) -> Vec<f32> {
+    fn run(&self, ctx: &GpuContext, variant: Option<Variant>) -> Vec<f32> {
         let a = ctx.upload("a", &self.a).unwrap();
         let b = ctx.upload("b", &self.b).unwrap();
         let bias = self.bias.as_ref().map(|x| ctx.upload("bias", x).unwrap());
         let c = ctx.upload("c", &self.c0).unwrap();
-        let d = pollster::block_on(async {
-            match variant {
-                Some(v) => matmul_variant(ctx, v, &self.s, &a, &b, bias.as_ref(), &c).await,
-                None => matmul(ctx, &self.s, &a, &b, bias.as_ref(), &c).await,
-            }
-        })
-        .unwrap_or_else(|e| panic!("{variant:?} {}: {e}", self.s.describe()));
+        let d = pollster::block_on(async { matmul(ctx, &self.s, &a, &b, bias.as_ref(), &c, variant).await })
+            .unwrap_or_else(|e| panic!("{variant:?} {}: {e}", self.s.describe()));
         ctx.run(&d);
         ctx.read_blocking::<f32>(&c).unwrap()
     }
 
-    fn check(&self, ctx: &GpuContext, variant: Option<&str>) {
+    fn check(&self, ctx: &GpuContext, variant: Option<Variant>) {
         let what = format!(
             "{} {} bias={} {:?}",
-            variant.unwrap_or("autotuned"),
+            variant.map_or("autotuned", Variant::name),
             self.s.describe(),
             self.bias.is_some(),
             self.s
@@ -123,7 +118,7 @@ fn every_variant_matches_reference_on_odd_shapes_and_transposes() {
     let ctx = gpu_or_skip!();
     let names = variants(ctx);
     assert!(
-        names.contains(&"naive"),
+        names.contains(&Variant::Naive),
         "naive must be supported everywhere: {names:?}"
     );
     for v in names {
@@ -234,13 +229,13 @@ fn autotuned_matmul_is_right_for_every_shape_class() {
             classes.insert(class_key(&s));
         }
     }
-    let tuned = ctx.tuning.lock().unwrap().clone();
+    let tuned = ctx.tuning.lock().unwrap().matmul.clone();
     for key in &classes {
         let v = tuned
             .get(key)
             .unwrap_or_else(|| panic!("class {key} was not tuned: {tuned:?}"));
         assert!(
-            variants(ctx).contains(&v.as_str()),
+            variants(ctx).contains(v),
             "class {key} chose {v}, not a variant of this adapter"
         );
     }
@@ -256,19 +251,27 @@ fn matmul_rejects_bad_operands_with_a_message() {
     let b = ctx.zeros("b", s.b_len()).unwrap();
     let c = ctx.zeros("c", s.c_len()).unwrap();
     let err = |r: Result<Vec<_>, shardlab::gpu::GpuError>| r.err().expect("should fail").to_string();
-    let msg = err(pollster::block_on(matmul(ctx, &s, &a, &b, None, &c)));
+    let msg = err(pollster::block_on(matmul(ctx, &s, &a, &b, None, &c, None)));
     assert!(msg.contains("A holds") && msg.contains("needs"), "{msg}");
     let a = ctx.zeros("a", s.a_len()).unwrap();
-    let msg = err(pollster::block_on(matmul_variant(ctx, "fastest", &s, &a, &b, None, &c)));
+    let msg = "fastest".parse::<Variant>().unwrap_err().to_string();
     assert!(msg.contains("unknown matmul variant") && msg.contains("naive"), "{msg}");
     let sq = shape(1, 4, 4, 4, false, false);
-    let msg = err(pollster::block_on(matmul_variant(ctx, "naive", &sq, &a, &b, None, &a)));
+    let msg = err(pollster::block_on(matmul(
+        ctx,
+        &sq,
+        &a,
+        &b,
+        None,
+        &a,
+        Some(Variant::Naive),
+    )));
     assert!(msg.contains("also an input"), "{msg}");
     let mut overlap = s;
     overlap.stride_c = 3;
-    let msg = err(pollster::block_on(matmul(ctx, &overlap, &a, &b, None, &c)));
+    let msg = err(pollster::block_on(matmul(ctx, &overlap, &a, &b, None, &c, None)));
     assert!(msg.contains("overlap"), "{msg}");
     let empty = shape(1, 0, 4, 4, false, false);
-    let msg = err(pollster::block_on(matmul(ctx, &empty, &a, &b, None, &c)));
+    let msg = err(pollster::block_on(matmul(ctx, &empty, &a, &b, None, &c, None)));
     assert!(msg.contains("empty shape"), "{msg}");
 }

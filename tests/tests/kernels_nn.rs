@@ -3,10 +3,32 @@
 //! tiny MODEL.md configuration (B=2, T=8, C=32, H=4, V=64).
 use pollster::block_on;
 use shardlab::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
-use shardlab::kernels::reduce::RowStrategy;
+use shardlab::kernels::copy::Strided;
+use shardlab::kernels::embedding::EmbeddingShape;
+use shardlab::kernels::layernorm::LayerNormShape;
+use shardlab::kernels::RowStrategy;
 use shardlab::kernels::{copy, crossentropy, embedding, gelu, layernorm, reduce, softmax};
 use shardlab::reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
+
+/// A strided copy of `shape` with these offsets and strides.
+fn plan(
+    shape: &[usize],
+    src_offset: usize,
+    src_strides: &[usize],
+    dst_offset: usize,
+    dst_strides: &[usize],
+    accumulate: bool,
+) -> Strided {
+    Strided {
+        shape: shape.to_vec(),
+        src_offset,
+        src_strides: src_strides.to_vec(),
+        dst_offset,
+        dst_strides: dst_strides.to_vec(),
+        accumulate,
+    }
+}
 
 const STRATEGIES: [RowStrategy; 2] = [RowStrategy::PerInvocation, RowStrategy::PerWorkgroup];
 
@@ -32,7 +54,8 @@ fn layernorm_forward_matches_reference() {
         let x: Vec<f32> = rand_vec(rows * c, 1).iter().map(|v| 3.0 * v + 1.0).collect();
         let gamma = rand_vec(c, 2);
         let beta = rand_vec(c, 3);
-        let (want, want_mean, want_rstd) = reference::layernorm::forward(&x, &gamma, &beta, rows, c);
+        let (want, want_mean, want_rstd) =
+            reference::layernorm::forward(&x, &gamma, &beta, LayerNormShape::new(rows, c));
         let gx = ctx.upload("x", &x).unwrap();
         let gg = ctx.upload("gamma", &gamma).unwrap();
         let gb = ctx.upload("beta", &beta).unwrap();
@@ -41,8 +64,18 @@ fn layernorm_forward_matches_reference() {
         let rstd = ctx.zeros("rstd", rows).unwrap();
         for s in STRATEGIES {
             let what = format!("layernorm {s:?} ({rows}, {c})");
-            let d = block_on(layernorm::forward_with(
-                ctx, s, &gx, &gg, &gb, &out, &mean, &rstd, rows, c,
+            let d = block_on(layernorm::forward(
+                ctx,
+                &layernorm::ForwardBuffers {
+                    x: &gx,
+                    gamma: &gg,
+                    beta: &gb,
+                    out: &out,
+                    mean: &mean,
+                    rstd: &rstd,
+                },
+                LayerNormShape::new(rows, c),
+                Some(s),
             ))
             .unwrap();
             assert_close(&what, &run(ctx, &[d], &out), &want, 1e-5, 1e-4);
@@ -71,8 +104,9 @@ fn layernorm_backward_matches_reference() {
         let x: Vec<f32> = rand_vec(rows * c, 4).iter().map(|v| 2.0 * v - 0.5).collect();
         let gamma = rand_vec(c, 5);
         let dout = rand_vec(rows * c, 6);
-        let (_, mean, rstd) = reference::layernorm::forward(&x, &gamma, &vec![0.0; c], rows, c);
-        let (want_dx, want_dg, want_db) = reference::layernorm::backward(&dout, &x, &mean, &rstd, &gamma, rows, c);
+        let (_, mean, rstd) = reference::layernorm::forward(&x, &gamma, &vec![0.0; c], LayerNormShape::new(rows, c));
+        let (want_dx, want_dg, want_db) =
+            reference::layernorm::backward(&dout, &x, &mean, &rstd, &gamma, LayerNormShape::new(rows, c));
         let gdout = ctx.upload("dout", &dout).unwrap();
         let gx = ctx.upload("x", &x).unwrap();
         let gmean = ctx.upload("mean", &mean).unwrap();
@@ -83,8 +117,20 @@ fn layernorm_backward_matches_reference() {
         let db = ctx.upload("dbeta", &vec![7.0f32; c]).unwrap();
         for s in STRATEGIES {
             let what = format!("layernorm backward {s:?} ({rows}, {c})");
-            let ds = block_on(layernorm::backward_with(
-                ctx, s, &gdout, &gx, &gmean, &grstd, &gg, &dx, &dg, &db, rows, c,
+            let ds = block_on(layernorm::backward(
+                ctx,
+                &layernorm::BackwardBuffers {
+                    dout: &gdout,
+                    x: &gx,
+                    mean: &gmean,
+                    rstd: &grstd,
+                    gamma: &gg,
+                    dx: &dx,
+                    dgamma: &dg,
+                    dbeta: &db,
+                },
+                LayerNormShape::new(rows, c),
+                Some(s),
             ))
             .unwrap();
             assert_close(&format!("{what} dx"), &run(ctx, &ds, &dx), &want_dx, 1e-4, 1e-3);
@@ -154,7 +200,7 @@ fn causal_softmax_matches_reference_and_masks_the_future() {
         let ds = ctx.upload("ds", &vec![9.0f32; rows * t]).unwrap();
         for strat in STRATEGIES {
             let what = format!("softmax {strat:?} ({rows}, {t})");
-            let d = block_on(softmax::causal_forward_with(ctx, strat, &gs, &p, rows, t)).unwrap();
+            let d = block_on(softmax::causal_forward(ctx, &gs, &p, rows, t, Some(strat))).unwrap();
             let got_p = run(ctx, &[d], &p);
             assert_close(&what, &got_p, &want_p, 1e-6, 1e-5);
             for r in 0..rows {
@@ -166,7 +212,7 @@ fn causal_softmax_matches_reference_and_masks_the_future() {
                 let sum: f32 = got_p[r * t..r * t + i + 1].iter().sum();
                 assert!((sum - 1.0).abs() < 1e-5, "{what}: row {r} sums to {sum}");
             }
-            let d = block_on(softmax::causal_backward_with(ctx, strat, &p, &gdp, &ds, rows, t)).unwrap();
+            let d = block_on(softmax::causal_backward(ctx, &p, &gdp, &ds, rows, t, Some(strat))).unwrap();
             assert_close(&format!("{what} backward"), &run(ctx, &[d], &ds), &want_ds, 1e-6, 1e-4);
         }
     }
@@ -188,9 +234,21 @@ fn crossentropy_matches_reference() {
         let dlogits = ctx.zeros("dlogits", rows * v).unwrap();
         for s in STRATEGIES {
             let what = format!("crossentropy {s:?} ({rows}, {v})");
-            let d = block_on(crossentropy::forward_with(ctx, s, &gl, &gt, &losses, rows, v)).unwrap();
+            let d = block_on(crossentropy::forward(ctx, &gl, &gt, &losses, rows, v, Some(s))).unwrap();
             assert_close(&what, &run(ctx, &[d], &losses), &want, 1e-5, 1e-5);
-            let d = block_on(crossentropy::backward_with(ctx, s, &gl, &gt, &gdl, &dlogits, rows, v)).unwrap();
+            let d = block_on(crossentropy::backward(
+                ctx,
+                &crossentropy::BackwardBuffers {
+                    logits: &gl,
+                    targets: &gt,
+                    dlosses: &gdl,
+                    dlogits: &dlogits,
+                },
+                rows,
+                v,
+                Some(s),
+            ))
+            .unwrap();
             assert_close(
                 &format!("{what} backward"),
                 &run(ctx, &[d], &dlogits),
@@ -240,7 +298,7 @@ fn crossentropy_is_stable_for_huge_logits_and_ignores_out_of_range_targets() {
     let losses = ctx.upload("losses", &[7.0f32; 4]).unwrap();
     let dlogits = ctx.upload("dlogits", &[7.0f32; 20]).unwrap();
     for s in STRATEGIES {
-        let d = block_on(crossentropy::forward_with(ctx, s, &gl, &gt, &losses, rows, v)).unwrap();
+        let d = block_on(crossentropy::forward(ctx, &gl, &gt, &losses, rows, v, Some(s))).unwrap();
         assert_close(
             &format!("huge logits {s:?}"),
             &run(ctx, &[d], &losses),
@@ -248,7 +306,19 @@ fn crossentropy_is_stable_for_huge_logits_and_ignores_out_of_range_targets() {
             1e-4,
             1e-6,
         );
-        let d = block_on(crossentropy::backward_with(ctx, s, &gl, &gt, &gdl, &dlogits, rows, v)).unwrap();
+        let d = block_on(crossentropy::backward(
+            ctx,
+            &crossentropy::BackwardBuffers {
+                logits: &gl,
+                targets: &gt,
+                dlosses: &gdl,
+                dlogits: &dlogits,
+            },
+            rows,
+            v,
+            Some(s),
+        ))
+        .unwrap();
         assert_close(
             &format!("huge logits backward {s:?}"),
             &run(ctx, &[d], &dlogits),
@@ -279,12 +349,26 @@ fn embedding_forward_and_backward_match_reference_exactly() {
         let gdout = ctx.upload("dout", &dout).unwrap();
         let out = ctx.zeros("out", n * c).unwrap();
         let dtable = ctx.upload("dtable", &vec![7.0f32; v * c]).unwrap(); // overwritten
-        let d = block_on(embedding::forward(ctx, &gtable, &gids, &out, n, c)).unwrap();
-        let want = reference::embedding::forward(&table, &id, n, c);
+        let d = block_on(embedding::forward(
+            ctx,
+            &gtable,
+            &gids,
+            &out,
+            EmbeddingShape::new(n, v, c),
+        ))
+        .unwrap();
+        let want = reference::embedding::forward(&table, &id, EmbeddingShape::new(n, v, c));
         assert_eq!(run(ctx, &[d], &out), want, "embedding ({n}, {v}, {c})");
         // Same summation order as the reference (ids in order, no atomics): bitwise equal.
-        let d = block_on(embedding::backward(ctx, &gdout, &gids, &dtable, n, v, c)).unwrap();
-        let want = reference::embedding::backward(&dout, &id, n, v, c);
+        let d = block_on(embedding::backward(
+            ctx,
+            &gdout,
+            &gids,
+            &dtable,
+            EmbeddingShape::new(n, v, c),
+        ))
+        .unwrap();
+        let want = reference::embedding::backward(&dout, &id, EmbeddingShape::new(n, v, c));
         assert_eq!(run(ctx, &[d], &dtable), want, "embedding backward ({n}, {v}, {c})");
     }
 }
@@ -306,13 +390,33 @@ fn embedding_ids_out_of_range_read_zeros_and_write_nothing() {
     let gdout = ctx.upload("dout", &dout).unwrap();
     let out = ctx.zeros("out", n * c).unwrap();
     let dtable = ctx.zeros("dtable", v * c).unwrap();
-    let d = block_on(embedding::forward(ctx, &gtable, &gids, &out, n, c)).unwrap();
+    let d = block_on(embedding::forward(
+        ctx,
+        &gtable,
+        &gids,
+        &out,
+        EmbeddingShape::new(n, v, c),
+    ))
+    .unwrap();
     let got = run(ctx, &[d], &out);
-    assert_eq!(got, reference::embedding::forward(&table, &id, n, c));
+    assert_eq!(
+        got,
+        reference::embedding::forward(&table, &id, EmbeddingShape::new(n, v, c))
+    );
     assert!(got[c..3 * c].iter().chain(&got[4 * c..5 * c]).all(|&x| x == 0.0));
-    let d = block_on(embedding::backward(ctx, &gdout, &gids, &dtable, n, v, c)).unwrap();
+    let d = block_on(embedding::backward(
+        ctx,
+        &gdout,
+        &gids,
+        &dtable,
+        EmbeddingShape::new(n, v, c),
+    ))
+    .unwrap();
     let got = run(ctx, &[d], &dtable);
-    assert_eq!(got, reference::embedding::backward(&dout, &id, n, v, c));
+    assert_eq!(
+        got,
+        reference::embedding::backward(&dout, &id, EmbeddingShape::new(n, v, c))
+    );
     assert!(
         got.iter().all(|x| x.abs() < 10.0),
         "an out-of-range id leaked into dtable: {got:?}"
@@ -322,8 +426,18 @@ fn embedding_ids_out_of_range_read_zeros_and_write_nothing() {
     let mut padded = table.clone();
     padded.extend([5.0f32; 2 * 3]);
     let gpadded = ctx.upload("padded table", &padded).unwrap();
-    let d = block_on(embedding::forward_rows(ctx, &gpadded, &gids, &out, n, v, c)).unwrap();
-    assert_eq!(run(ctx, &[d], &out), reference::embedding::forward(&table, &id, n, c));
+    let d = block_on(embedding::forward(
+        ctx,
+        &gpadded,
+        &gids,
+        &out,
+        EmbeddingShape::new(n, v, c),
+    ))
+    .unwrap();
+    assert_eq!(
+        run(ctx, &[d], &out),
+        reference::embedding::forward(&table, &id, EmbeddingShape::new(n, v, c))
+    );
 }
 
 #[test]
@@ -355,46 +469,14 @@ fn sum_axis_matches_reference() {
 
 /// Runs one strided copy on the GPU and the reference from the same dst contents; returns the
 /// dispatch label, which names the entry point (and so the rank after merging axes).
-#[allow(clippy::too_many_arguments)]
-fn check_copy(
-    ctx: &GpuContext,
-    what: &str,
-    src_len: usize,
-    dst_len: usize,
-    shape: &[usize],
-    src_offset: usize,
-    src_strides: &[usize],
-    dst_offset: usize,
-    dst_strides: &[usize],
-    accumulate: bool,
-) -> String {
+fn check_copy(ctx: &GpuContext, what: &str, src_len: usize, dst_len: usize, c: &Strided) -> String {
     let src = rand_vec(src_len, 20);
     let dst0 = rand_vec(dst_len, 21); // elements outside the copied region must survive
     let gsrc = ctx.upload("src", &src).unwrap();
     let gdst = ctx.upload("dst", &dst0).unwrap();
-    let d = block_on(copy::strided(
-        ctx,
-        &gsrc,
-        &gdst,
-        shape,
-        src_offset,
-        src_strides,
-        dst_offset,
-        dst_strides,
-        accumulate,
-    ))
-    .unwrap();
+    let d = block_on(copy::strided(ctx, &gsrc, &gdst, c)).unwrap();
     let mut want = dst0.clone();
-    reference::copy::strided(
-        &src,
-        &mut want,
-        shape,
-        src_offset,
-        src_strides,
-        dst_offset,
-        dst_strides,
-        accumulate,
-    );
+    reference::copy::strided(&src, &mut want, c);
     let label = d.label.clone();
     assert_eq!(run(ctx, &[d], &gdst), want, "{what}");
     label
@@ -418,25 +500,38 @@ fn strided_copy_transposes_slices_concatenates_and_broadcasts() {
         "transpose",
         17 * 65,
         17 * 65,
-        &[17, 65],
-        0,
-        &[65, 1],
-        0,
-        &[1, 17],
-        false,
+        &plan(&[17, 65], 0, &[65, 1], 0, &[1, 17], false),
     );
     // slice rows 1..4, cols 2..6 of (5, 7) into (3, 4)
-    check_copy(ctx, "slice", 35, 12, &[3, 4], 7 + 2, &[7, 1], 0, &[4, 1], false);
+    check_copy(ctx, "slice", 35, 12, &plan(&[3, 4], 7 + 2, &[7, 1], 0, &[4, 1], false));
     // concat: a (3, 4) into columns 0..4 and b (3, 5) into columns 4..9 of (3, 9)
-    check_copy(ctx, "concat left", 12, 27, &[3, 4], 0, &[4, 1], 0, &[9, 1], false);
-    check_copy(ctx, "concat right", 15, 27, &[3, 5], 0, &[5, 1], 4, &[9, 1], false);
+    check_copy(
+        ctx,
+        "concat left",
+        12,
+        27,
+        &plan(&[3, 4], 0, &[4, 1], 0, &[9, 1], false),
+    );
+    check_copy(
+        ctx,
+        "concat right",
+        15,
+        27,
+        &plan(&[3, 5], 0, &[5, 1], 4, &[9, 1], false),
+    );
     // broadcast a bias (1, 5) over (4, 5), and a scalar over (3,)
-    check_copy(ctx, "broadcast row", 5, 20, &[4, 5], 0, &[0, 1], 0, &[5, 1], false);
-    check_copy(ctx, "broadcast scalar", 3, 3, &[3], 2, &[0], 0, &[1], false);
+    check_copy(
+        ctx,
+        "broadcast row",
+        5,
+        20,
+        &plan(&[4, 5], 0, &[0, 1], 0, &[5, 1], false),
+    );
+    check_copy(ctx, "broadcast scalar", 3, 3, &plan(&[3], 2, &[0], 0, &[1], false));
     // accumulate a transpose into existing values
-    check_copy(ctx, "accumulate", 12, 12, &[3, 4], 0, &[4, 1], 0, &[1, 3], true);
+    check_copy(ctx, "accumulate", 12, 12, &plan(&[3, 4], 0, &[4, 1], 0, &[1, 3], true));
     // rank 0: one element, offsets only
-    let label = check_copy(ctx, "rank 0", 5, 4, &[], 3, &[], 2, &[], false);
+    let label = check_copy(ctx, "rank 0", 5, 4, &plan(&[], 3, &[], 2, &[], false));
     assert!(label.starts_with("copy_1 "), "{label}");
     // axes contiguous in both src and dst merge (launcher collapses to rank 1 and rank 2)
     let label = check_copy(
@@ -444,12 +539,7 @@ fn strided_copy_transposes_slices_concatenates_and_broadcasts() {
         "contiguous block",
         40,
         40,
-        &[2, 3, 5],
-        5,
-        &[15, 5, 1],
-        3,
-        &[15, 5, 1],
-        false,
+        &plan(&[2, 3, 5], 5, &[15, 5, 1], 3, &[15, 5, 1], false),
     );
     assert!(label.starts_with("copy_1 "), "{label}");
     let label = check_copy(
@@ -457,12 +547,7 @@ fn strided_copy_transposes_slices_concatenates_and_broadcasts() {
         "leading slice",
         120,
         60,
-        &[2, 6, 5],
-        30,
-        &[30, 5, 1],
-        0,
-        &[30, 5, 1],
-        false,
+        &plan(&[2, 6, 5], 30, &[30, 5, 1], 0, &[30, 5, 1], false),
     );
     assert!(label.starts_with("copy_1 "), "{label}");
     // a unit axis's stride is irrelevant, whatever it is
@@ -471,18 +556,25 @@ fn strided_copy_transposes_slices_concatenates_and_broadcasts() {
         "unit axis",
         12,
         12,
-        &[3, 1, 4],
-        0,
-        &[4, 999, 1],
-        0,
-        &[1, 999, 3],
-        false,
+        &plan(&[3, 1, 4], 0, &[4, 999, 1], 0, &[1, 999, 3], false),
     );
     assert!(label.starts_with("copy_2 "), "{label}");
-    let label = check_copy(ctx, "accumulate contiguous", 12, 12, &[12], 0, &[1], 0, &[1], true);
+    let label = check_copy(
+        ctx,
+        "accumulate contiguous",
+        12,
+        12,
+        &plan(&[12], 0, &[1], 0, &[1], true),
+    );
     assert!(label.starts_with("accumulate_1 "), "{label}");
     // empty shape: nothing written
-    check_copy(ctx, "empty", 4, 4, &[2, 0, 3], 0, &[0, 3, 1], 0, &[3, 3, 1], false);
+    check_copy(
+        ctx,
+        "empty",
+        4,
+        4,
+        &plan(&[2, 0, 3], 0, &[0, 3, 1], 0, &[3, 3, 1], false),
+    );
 }
 
 #[test]
@@ -501,12 +593,7 @@ fn strided_copy_splits_qkv_heads_and_permutes_rank_6() {
         "qkv split",
         n,
         n,
-        &src_shape,
-        0,
-        &src_strides,
-        0,
-        &dst_strides,
-        false,
+        &plan(&src_shape, 0, &src_strides, 0, &dst_strides, false),
     );
     assert!(label.starts_with("copy_5 "), "{label}");
     // Heads out of (B, T, H, Dh) into (B, H, T, Dh), and the same for one sequence (B = 1).
@@ -517,12 +604,14 @@ fn strided_copy_splits_qkv_heads_and_permutes_rank_6() {
             "heads",
             n,
             n,
-            &[bb, t, h, dh],
-            0,
-            &contiguous(&[bb, t, h, dh]),
-            0,
-            &[h * t * dh, dh, t * dh, 1],
-            false,
+            &plan(
+                &[bb, t, h, dh],
+                0,
+                &contiguous(&[bb, t, h, dh]),
+                0,
+                &[h * t * dh, dh, t * dh, 1],
+                false,
+            ),
         );
         assert!(label.starts_with(&format!("copy_{rank} ")), "{label}");
     }
@@ -541,12 +630,7 @@ fn strided_copy_splits_qkv_heads_and_permutes_rank_6() {
         "rank 6",
         n,
         n,
-        &shape,
-        0,
-        &contiguous(&shape),
-        0,
-        &dst_strides,
-        false,
+        &plan(&shape, 0, &contiguous(&shape), 0, &dst_strides, false),
     );
     assert!(label.starts_with("copy_6 "), "{label}");
 }
@@ -562,68 +646,67 @@ fn launchers_reject_bad_shapes_with_errors_not_panics() {
         Ok(_) => panic!("expected an error"),
     };
     let e = msg(block_on(copy::strided(
-        ctx, &a, &b, &[1; 7], 0, &[1; 7], 0, &[1; 7], false,
+        ctx,
+        &a,
+        &b,
+        &plan(&[1; 7], 0, &[1; 7], 0, &[1; 7], false),
     )));
     assert!(e.contains("rank 7"), "{e}");
     let e = msg(block_on(copy::strided(
         ctx,
         &a,
         &b,
-        &[3, 4],
-        0,
-        &[4],
-        0,
-        &[4, 1],
-        false,
+        &plan(&[3, 4], 0, &[4], 0, &[4, 1], false),
     )));
     assert!(e.contains("one stride per axis"), "{e}");
     let e = msg(block_on(copy::strided(
         ctx,
         &a,
         &b,
-        &[3, 4],
-        1,
-        &[4, 1],
-        0,
-        &[4, 1],
-        false,
+        &plan(&[3, 4], 1, &[4, 1], 0, &[4, 1], false),
     )));
     assert!(e.contains("`src`") && e.contains("needs 13"), "{e}");
     let e = msg(block_on(copy::strided(
         ctx,
         &a,
         &b,
-        &[3, 4],
-        0,
-        &[4, 1],
-        0,
-        &[0, 1],
-        true,
+        &plan(&[3, 4], 0, &[4, 1], 0, &[0, 1], true),
     )));
     assert!(e.contains("dst stride 0"), "{e}");
     let e = msg(block_on(copy::strided(
         ctx,
         &a,
         &a,
-        &[3, 4],
-        0,
-        &[4, 1],
-        0,
-        &[4, 1],
-        false,
+        &plan(&[3, 4], 0, &[4, 1], 0, &[4, 1], false),
     )));
     assert!(e.contains("bound twice"), "{e}");
     let e = msg(block_on(gelu::forward(ctx, &a, &small, 12)));
     assert!(e.contains("`out`") && e.contains("needs 12"), "{e}");
-    let e = msg(block_on(softmax::causal_forward(ctx, &a, &b, 4, 0)));
+    let e = msg(block_on(softmax::causal_forward(ctx, &a, &b, 4, 0, None)));
     assert!(e.contains("T must be at least 1"), "{e}");
-    let e = msg(block_on(crossentropy::forward(ctx, &a, &small, &b, 4, 3)));
+    let e = msg(block_on(crossentropy::forward(ctx, &a, &small, &b, 4, 3, None)));
     assert!(e.contains("`targets`") || e.contains("`logits`"), "{e}");
     let e = msg(block_on(layernorm::forward(
-        ctx, &a, &small, &small, &b, &small, &small, 4, 3,
+        ctx,
+        &layernorm::ForwardBuffers {
+            x: &a,
+            gamma: &small,
+            beta: &small,
+            out: &b,
+            mean: &small,
+            rstd: &small,
+        },
+        LayerNormShape::new(4, 3),
+        None,
     )));
     assert!(e.contains("`mean`") && e.contains("needs 4"), "{e}");
-    let e = msg(block_on(embedding::backward(ctx, &a, &small, &b, 3, 5, 4)));
+    let e = msg(block_on(embedding::backward(
+        ctx,
+        &a,
+        &small,
+        &b,
+        EmbeddingShape::new(3, 5, 4),
+    )));
     assert!(e.contains("`dtable`"), "{e}");
     assert!(ctx.check().is_ok(), "no GPU error was raised by the rejected launches");
 }
@@ -642,15 +725,28 @@ fn default_launchers_pick_a_strategy_and_match_reference_on_the_tiny_config() {
     let out = ctx.zeros("out", rows * c).unwrap();
     let mean = ctx.zeros("mean", rows).unwrap();
     let rstd = ctx.zeros("rstd", rows).unwrap();
-    let d = block_on(layernorm::forward(ctx, &gx, &gg, &gb, &out, &mean, &rstd, rows, c)).unwrap();
-    let want = reference::layernorm::forward(&x, &gamma, &beta, rows, c).0;
+    let d = block_on(layernorm::forward(
+        ctx,
+        &layernorm::ForwardBuffers {
+            x: &gx,
+            gamma: &gg,
+            beta: &gb,
+            out: &out,
+            mean: &mean,
+            rstd: &rstd,
+        },
+        LayerNormShape::new(rows, c),
+        None,
+    ))
+    .unwrap();
+    let want = reference::layernorm::forward(&x, &gamma, &beta, LayerNormShape::new(rows, c)).0;
     assert_close("layernorm default", &run(ctx, &[d], &out), &want, 1e-5, 1e-4);
     let logits = rand_vec(rows * v, 25);
     let targets = ids(rows, v, 26);
     let gl = ctx.upload("logits", &logits).unwrap();
     let gt = ctx.upload("targets", &targets).unwrap();
     let losses = ctx.zeros("losses", rows).unwrap();
-    let d = block_on(crossentropy::forward(ctx, &gl, &gt, &losses, rows, v)).unwrap();
+    let d = block_on(crossentropy::forward(ctx, &gl, &gt, &losses, rows, v, None)).unwrap();
     let want = reference::crossentropy::forward(&logits, &targets, rows, v);
     assert_close("crossentropy default", &run(ctx, &[d], &losses), &want, 1e-5, 1e-5);
     // Short rows never get a mostly idle 256-wide workgroup; long rows do on GPUs.

@@ -1,6 +1,6 @@
 //! SGD and AdamW kernels (shaders/optimizer.wgsl) against their CPU twins over several steps,
 //! each launch built once and replayed with host-rewritten hyper-parameters.
-use shardlab::kernels::optimizer::{adamw, adamw_hyper, sgd, sgd_hyper, AdamWHyper, ADAMW_WEIGHT_DECAY};
+use shardlab::kernels::optimizer::{adamw, adamw_hyper, sgd, sgd_hyper, AdamWBuffers, AdamWHyper, ADAMW_WEIGHT_DECAY};
 use shardlab::reference::optimizer as reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
@@ -40,7 +40,19 @@ fn adamw_kernel_matches_reference_over_three_steps() {
             let gm = ctx.zeros("m", n).unwrap();
             let gv = ctx.zeros("v", n).unwrap();
             let hyper = ctx.zeros("hyper", 8).unwrap();
-            let d = pollster::block_on(adamw(ctx, &param, &grad, &gm, &gv, &hyper, n, wd)).unwrap();
+            let d = pollster::block_on(adamw(
+                ctx,
+                &AdamWBuffers {
+                    param: &param,
+                    grad: &grad,
+                    m: &gm,
+                    v: &gv,
+                    hyper: &hyper,
+                },
+                n,
+                wd,
+            ))
+            .unwrap();
             for step in 1..=3u32 {
                 let g = rand_vec(n, 20 + step);
                 let h = AdamWHyper::at(1e-2, step).unwrap();
@@ -114,10 +126,21 @@ fn optimizer_launches_reject_aliased_and_short_buffers() {
     let h = ctx.zeros("h", 8).unwrap();
     let e = pollster::block_on(sgd(ctx, &a, &a, &h, 8)).err().unwrap().to_string();
     assert!(e.contains("bound twice"), "{e}");
-    let e = pollster::block_on(adamw(ctx, &a, &b, &h, &h, &h, 8, 0.0))
-        .err()
-        .unwrap()
-        .to_string();
+    let e = pollster::block_on(adamw(
+        ctx,
+        &AdamWBuffers {
+            param: &a,
+            grad: &b,
+            m: &h,
+            v: &h,
+            hyper: &h,
+        },
+        8,
+        0.0,
+    ))
+    .err()
+    .unwrap()
+    .to_string();
     assert!(e.contains("bound twice"), "{e}");
     let e = pollster::block_on(sgd(ctx, &a, &b, &h, 9)).err().unwrap().to_string();
     assert!(e.contains("`a` holds 8 elements, needs 9"), "{e}");

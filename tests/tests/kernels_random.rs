@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use shardlab::gpu::{GpuBuffer, GpuContext};
-use shardlab::kernels::random::{dropout_backward, dropout_forward, fold_in, random_bits, KeyMode};
+use shardlab::kernels::random::{dropout_backward, dropout_forward, fold_in, random_bits, Draw, KeyMode};
 use shardlab::reference::random as reference;
 use shardlab::rng::{bernoulli_keep, keep_prob, keep_scale, Block, Key, RngLayout};
 use shardlab_tests::{gpu_or_skip, rand_vec};
@@ -55,7 +55,17 @@ fn random_bits_kernel_matches_reference_in_both_layouts_on_odd_sizes() {
         for &shape in SHAPES {
             let block = Block::full(shape);
             let out = ctx.zeros("bits", block.numel()).unwrap();
-            let d = pollster::block_on(random_bits(ctx, &key, &out, layout, &[block], KeyMode::Shared)).unwrap();
+            let d = pollster::block_on(random_bits(
+                ctx,
+                &key,
+                &out,
+                &Draw {
+                    layout,
+                    blocks: &[block],
+                    keys: KeyMode::Shared,
+                },
+            ))
+            .unwrap();
             assert_eq!(
                 run_u32(ctx, d, &out),
                 reference::random_bits(k, layout, shape),
@@ -75,9 +85,11 @@ fn random_bits_dispatch_replays_with_a_key_rewritten_by_the_host() {
             ctx,
             &key,
             &out,
-            layout,
-            &[Block::full(&[65])],
-            KeyMode::Shared,
+            &Draw {
+                layout,
+                blocks: &[Block::full(&[65])],
+                keys: KeyMode::Shared,
+            },
         ))
         .unwrap();
         for step in 0..3u32 {
@@ -105,7 +117,17 @@ fn one_launch_makes_every_devices_block_in_both_layouts() {
         let n_block = blocks[0].numel();
         let out = ctx.zeros("bits", blocks.len() * n_block).unwrap();
         for layout in LAYOUTS {
-            let d = pollster::block_on(random_bits(ctx, &key, &out, layout, &blocks, KeyMode::Shared)).unwrap();
+            let d = pollster::block_on(random_bits(
+                ctx,
+                &key,
+                &out,
+                &Draw {
+                    layout,
+                    blocks: &blocks,
+                    keys: KeyMode::Shared,
+                },
+            ))
+            .unwrap();
             let got = run_u32(ctx, d, &out);
             let global = reference::random_bits(k, layout, &shape);
             for (dev, b) in blocks.iter().enumerate() {
@@ -133,9 +155,11 @@ fn replicated_original_layout_gives_every_device_the_whole_global_array() {
         ctx,
         &key,
         &out,
-        RngLayout::Original,
-        &blocks,
-        KeyMode::Shared,
+        &Draw {
+            layout: RngLayout::Original,
+            blocks: &blocks,
+            keys: KeyMode::Shared,
+        },
     ))
     .unwrap();
     let got = run_u32(ctx, d, &out);
@@ -156,12 +180,32 @@ fn shared_key_local_draws_repeat_across_devices_and_folded_keys_do_not() {
     let out = ctx.zeros("bits", 3 * 18).unwrap();
     let layout = RngLayout::Partitionable;
     let shared = key_buffer(ctx, &[k]);
-    let d = pollster::block_on(random_bits(ctx, &shared, &out, layout, &blocks, KeyMode::Shared)).unwrap();
+    let d = pollster::block_on(random_bits(
+        ctx,
+        &shared,
+        &out,
+        &Draw {
+            layout,
+            blocks: &blocks,
+            keys: KeyMode::Shared,
+        },
+    ))
+    .unwrap();
     let got = run_u32(ctx, d, &out);
     assert!(got[..18] == got[18..36] && got[18..36] == got[36..]);
     let folded: Vec<Key> = (0..3).map(|i| k.fold_in(i)).collect();
     let per_device = key_buffer(ctx, &folded);
-    let d = pollster::block_on(random_bits(ctx, &per_device, &out, layout, &blocks, KeyMode::PerDevice)).unwrap();
+    let d = pollster::block_on(random_bits(
+        ctx,
+        &per_device,
+        &out,
+        &Draw {
+            layout,
+            blocks: &blocks,
+            keys: KeyMode::PerDevice,
+        },
+    ))
+    .unwrap();
     let got = run_u32(ctx, d, &out);
     for (dev, kd) in folded.iter().enumerate() {
         assert_eq!(
@@ -192,9 +236,11 @@ fn dropout_kernels_match_reference_in_both_layouts_on_odd_sizes() {
                     &gx,
                     &key,
                     &out,
-                    layout,
-                    blocks,
-                    KeyMode::Shared,
+                    &Draw {
+                        layout,
+                        blocks,
+                        keys: KeyMode::Shared,
+                    },
                     rate,
                 ))
                 .unwrap();
@@ -210,9 +256,11 @@ fn dropout_kernels_match_reference_in_both_layouts_on_odd_sizes() {
                     &gx,
                     &key,
                     &out,
-                    layout,
-                    blocks,
-                    KeyMode::Shared,
+                    &Draw {
+                        layout,
+                        blocks,
+                        keys: KeyMode::Shared,
+                    },
                     rate,
                 ))
                 .unwrap();
@@ -242,9 +290,11 @@ fn dropout_backward_of_ones_is_the_bernoulli_mask_over_keep_prob() {
                 &ones,
                 &key,
                 &dx,
-                layout,
-                &blocks,
-                KeyMode::Shared,
+                &Draw {
+                    layout,
+                    blocks: &blocks,
+                    keys: KeyMode::Shared,
+                },
                 rate,
             ))
             .unwrap();
@@ -281,9 +331,11 @@ fn sharded_dropout_blocks_match_the_global_dropout() {
             &gx,
             &key,
             &out,
-            layout,
-            &blocks,
-            KeyMode::Shared,
+            &Draw {
+                layout,
+                blocks: &blocks,
+                keys: KeyMode::Shared,
+            },
             0.3,
         ))
         .unwrap();
@@ -311,9 +363,11 @@ fn random_launches_reject_bad_requests_with_errors() {
         ctx,
         &key,
         &small,
-        layout,
-        &full,
-        KeyMode::Shared,
+        &Draw {
+            layout,
+            blocks: &full,
+            keys: KeyMode::Shared,
+        },
     )));
     assert!(e.contains("`small` holds 4"), "{e}");
     let two = [Block::new(&[8], &[0..4]).unwrap(), Block::new(&[8], &[4..8]).unwrap()];
@@ -321,9 +375,11 @@ fn random_launches_reject_bad_requests_with_errors() {
         ctx,
         &key,
         &x,
-        layout,
-        &two,
-        KeyMode::PerDevice,
+        &Draw {
+            layout,
+            blocks: &two,
+            keys: KeyMode::PerDevice,
+        },
     )));
     assert!(e.contains("`key` holds 2 elements, the launch needs 4"), "{e}");
     let e = err(pollster::block_on(dropout_forward(
@@ -331,9 +387,11 @@ fn random_launches_reject_bad_requests_with_errors() {
         &x,
         &key,
         &x,
-        layout,
-        &full,
-        KeyMode::Shared,
+        &Draw {
+            layout,
+            blocks: &full,
+            keys: KeyMode::Shared,
+        },
         0.1,
     )));
     assert!(e.contains("same buffer"), "{e}");
@@ -342,9 +400,11 @@ fn random_launches_reject_bad_requests_with_errors() {
         &x,
         &key,
         &small,
-        layout,
-        &full,
-        KeyMode::Shared,
+        &Draw {
+            layout,
+            blocks: &full,
+            keys: KeyMode::Shared,
+        },
         1.5,
     )));
     assert!(e.contains("rate"), "{e}");
@@ -353,18 +413,22 @@ fn random_launches_reject_bad_requests_with_errors() {
         ctx,
         &key,
         &x,
-        layout,
-        &uneven,
-        KeyMode::Shared,
+        &Draw {
+            layout,
+            blocks: &uneven,
+            keys: KeyMode::Shared,
+        },
     )));
     assert!(e.contains("equal blocks"), "{e}");
     let e = err(pollster::block_on(random_bits(
         ctx,
         &key,
         &x,
-        layout,
-        &[],
-        KeyMode::Shared,
+        &Draw {
+            layout,
+            blocks: &[],
+            keys: KeyMode::Shared,
+        },
     )));
     assert!(e.contains("no blocks"), "{e}");
 }

@@ -45,10 +45,7 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     // The autotuner may pick matmul variants with a packing pass for some shape classes and
     // not others; the device count must not change the count, so compare with one variant.
-    ctx.tuning
-        .lock()
-        .unwrap()
-        .insert(shardlab::kernels::matmul::PIN_KEY.into(), "block8".into());
+    ctx.tuning.lock().unwrap().matmul_pin = Some(shardlab::kernels::matmul::Variant::Block8);
     let count = |mesh: &str| {
         let opts = TrainerOptions {
             config: cfg(0.1),

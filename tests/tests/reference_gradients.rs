@@ -2,6 +2,8 @@
 //! The reference is f32, so differences use a step of 1e-2 and the scalar loss
 //! L = Σ w * out is accumulated in f64; tolerances are set well below the size of any wrong
 //! term (a dropped or mis-scaled term moves a gradient by O(0.1) or more here).
+use shardlab::reference::embedding::EmbeddingShape;
+use shardlab::reference::layernorm::LayerNormShape;
 use shardlab::reference::{copy, crossentropy, embedding, gelu, layernorm, reduce, softmax};
 use shardlab_tests::{assert_close, rand_vec};
 
@@ -33,12 +35,21 @@ fn layernorm_backward_matches_finite_differences() {
     let gamma: Vec<f32> = rand_vec(c, 2).iter().map(|v| 1.0 + 0.5 * v).collect();
     let beta = rand_vec(c, 3);
     let w = rand_vec(rows * c, 4);
-    let (_, mean, rstd) = layernorm::forward(&x, &gamma, &beta, rows, c);
-    let (dx, dgamma, dbeta) = layernorm::backward(&w, &x, &mean, &rstd, &gamma, rows, c);
+    let (_, mean, rstd) = layernorm::forward(&x, &gamma, &beta, LayerNormShape::new(rows, c));
+    let (dx, dgamma, dbeta) = layernorm::backward(&w, &x, &mean, &rstd, &gamma, LayerNormShape::new(rows, c));
 
-    let num_dx = numeric_grad(&x, |x| dot(&w, &layernorm::forward(x, &gamma, &beta, rows, c).0));
-    let num_dgamma = numeric_grad(&gamma, |g| dot(&w, &layernorm::forward(&x, g, &beta, rows, c).0));
-    let num_dbeta = numeric_grad(&beta, |b| dot(&w, &layernorm::forward(&x, &gamma, b, rows, c).0));
+    let num_dx = numeric_grad(&x, |x| {
+        dot(
+            &w,
+            &layernorm::forward(x, &gamma, &beta, LayerNormShape::new(rows, c)).0,
+        )
+    });
+    let num_dgamma = numeric_grad(&gamma, |g| {
+        dot(&w, &layernorm::forward(&x, g, &beta, LayerNormShape::new(rows, c)).0)
+    });
+    let num_dbeta = numeric_grad(&beta, |b| {
+        dot(&w, &layernorm::forward(&x, &gamma, b, LayerNormShape::new(rows, c)).0)
+    });
     assert_close("layernorm dx", &dx, &num_dx, 2e-3, 1e-2);
     assert_close("layernorm dgamma", &dgamma, &num_dgamma, 2e-3, 1e-2);
     assert_close("layernorm dbeta", &dbeta, &num_dbeta, 2e-3, 1e-2);
@@ -116,8 +127,10 @@ fn embedding_backward_matches_finite_differences() {
     let ids = [2u32, 0, 2, 9, 3, 2];
     let table = rand_vec(v * c, 10);
     let w = rand_vec(n * c, 11);
-    let dtable = embedding::backward(&w, &ids, n, v, c);
-    let num = numeric_grad(&table, |t| dot(&w, &embedding::forward(t, &ids, n, c)));
+    let dtable = embedding::backward(&w, &ids, EmbeddingShape::new(n, v, c));
+    let num = numeric_grad(&table, |t| {
+        dot(&w, &embedding::forward(t, &ids, EmbeddingShape::new(n, v, c)))
+    });
     assert_close("embedding dtable", &dtable, &num, 1e-3, 1e-3);
     assert!(
         dtable[c..2 * c].iter().all(|&g| g == 0.0),
@@ -133,11 +146,33 @@ fn strided_copy_of_a_transpose_has_the_inverse_transpose_as_adjoint() {
     let w = rand_vec(r * c, 13);
     let transpose = |x: &[f32]| {
         let mut y = vec![0.0; r * c];
-        copy::strided(x, &mut y, &[r, c], 0, &[c, 1], 0, &[1, r], false);
+        copy::strided(
+            x,
+            &mut y,
+            &copy::Strided {
+                shape: vec![r, c],
+                src_offset: 0,
+                src_strides: vec![c, 1],
+                dst_offset: 0,
+                dst_strides: vec![1, r],
+                accumulate: false,
+            },
+        );
         y
     };
     let mut dx = vec![0.0; r * c];
-    copy::strided(&w, &mut dx, &[c, r], 0, &[r, 1], 0, &[1, c], false);
+    copy::strided(
+        &w,
+        &mut dx,
+        &copy::Strided {
+            shape: vec![c, r],
+            src_offset: 0,
+            src_strides: vec![r, 1],
+            dst_offset: 0,
+            dst_strides: vec![1, c],
+            accumulate: false,
+        },
+    );
     let num = numeric_grad(&x, |x| dot(&w, &transpose(x)));
     assert_close("transpose adjoint", &dx, &num, 1e-4, 1e-4);
     // And the transpose itself is what it says.
@@ -159,12 +194,14 @@ fn sum_axis_has_a_broadcast_as_adjoint() {
     copy::strided(
         &w,
         &mut dx,
-        &[outer, n, inner],
-        0,
-        &[inner, 0, 1],
-        0,
-        &[n * inner, inner, 1],
-        false,
+        &copy::Strided {
+            shape: vec![outer, n, inner],
+            src_offset: 0,
+            src_strides: vec![inner, 0, 1],
+            dst_offset: 0,
+            dst_strides: vec![n * inner, inner, 1],
+            accumulate: false,
+        },
     );
     let num = numeric_grad(&x, |x| dot(&w, &reduce::sum_axis(x, outer, n, inner)));
     assert_close("sum_axis adjoint", &dx, &num, 1e-4, 1e-4);
@@ -175,7 +212,7 @@ fn layernorm_forward_normalises_each_row() {
     // With gamma 1 and beta 0 every row has mean 0 and (biased) variance var / (var + eps).
     let (rows, c) = (3, 9);
     let x: Vec<f32> = rand_vec(rows * c, 16).iter().map(|v| 4.0 * v + 2.0).collect();
-    let (out, mean, rstd) = layernorm::forward(&x, &[1.0; 9], &[0.0; 9], rows, c);
+    let (out, mean, rstd) = layernorm::forward(&x, &[1.0; 9], &[0.0; 9], LayerNormShape::new(rows, c));
     for r in 0..rows {
         let row = &out[r * c..(r + 1) * c];
         let m: f32 = row.iter().sum::<f32>() / c as f32;

@@ -53,32 +53,18 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             alpha,
         } => {
             let (ls, rs) = (b.shape(x[0]), b.shape(x[1]));
-            let dl = dot_transpose(
-                b,
-                ct,
-                x[1],
-                ls.len(),
-                rs.len(),
-                lhs_contract,
-                rhs_contract,
-                lhs_batch,
-                rhs_batch,
-                *alpha,
-                true,
-            );
-            let dr = dot_transpose(
-                b,
-                ct,
-                x[0],
-                rs.len(),
-                ls.len(),
-                rhs_contract,
-                lhs_contract,
-                rhs_batch,
-                lhs_batch,
-                *alpha,
-                false,
-            );
+            let lhs = DotOperand {
+                rank: ls.len(),
+                contract: lhs_contract,
+                batch: lhs_batch,
+            };
+            let rhs = DotOperand {
+                rank: rs.len(),
+                contract: rhs_contract,
+                batch: rhs_batch,
+            };
+            let dl = dot_transpose(b, ct, x[1], lhs, rhs, *alpha, true);
+            let dr = dot_transpose(b, ct, x[0], rhs, lhs, *alpha, false);
             vec![Some(dl), Some(dr)]
         }
         Op::ReduceSum { axes } => {
@@ -225,23 +211,28 @@ fn unbroadcast(b: &mut Builder, ct: ValueId, shape: &[usize], dims: &[usize], op
     }
 }
 
+/// One operand of a dot_general: its rank and its contracting and batch dims.
+#[derive(Clone, Copy)]
+struct DotOperand<'a> {
+    rank: usize,
+    contract: &'a [usize],
+    batch: &'a [usize],
+}
+
 /// The cotangent of one operand `X` of `dot_general(X, Y)` (or of `Y` with roles swapped):
 /// contract `ct`'s dims that came from `Y`'s free dims with `Y`, batch with batch, then
 /// permute the result into `X`'s dim order.
-#[allow(clippy::too_many_arguments)]
 fn dot_transpose(
     b: &mut Builder,
     ct: ValueId,
     y: ValueId,
-    x_rank: usize,
-    y_rank: usize,
-    x_contract: &[usize],
-    y_contract: &[usize],
-    x_batch: &[usize],
-    y_batch: &[usize],
+    xo: DotOperand,
+    yo: DotOperand,
     alpha: f32,
     x_is_lhs: bool,
 ) -> ValueId {
+    let (x_rank, x_contract, x_batch) = (xo.rank, xo.contract, xo.batch);
+    let (y_rank, y_contract, y_batch) = (yo.rank, yo.contract, yo.batch);
     let nb = x_batch.len();
     let x_free: Vec<usize> = (0..x_rank)
         .filter(|d| !x_contract.contains(d) && !x_batch.contains(d))

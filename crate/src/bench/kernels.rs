@@ -1,8 +1,8 @@
 //! `shardlab bench kernels`: matmul GFLOP/s (the autotuned variant beside the naive kernel and the CPU
 //! reference, measured in the same run) and GB/s of an elementwise and a softmax kernel.
 use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
-use crate::kernels::elementwise::{binary, Binary};
-use crate::kernels::matmul::{choose_variant, matmul_variant, time_dispatches, MatmulShape};
+use crate::kernels::elementwise::{binary, Binary, BinaryArgs};
+use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape, Variant};
 use crate::kernels::softmax;
 use crate::reference;
 
@@ -52,20 +52,20 @@ pub async fn matmul_square(ctx: &GpuContext, n: usize) -> Result<MatmulBench, Gp
     });
 
     let variant = choose_variant(ctx, &s).await?;
-    let chosen = matmul_variant(ctx, variant, &s, &a, &b, None, &c).await?;
+    let chosen = matmul(ctx, &s, &a, &b, None, &c, Some(variant)).await?;
     let chosen_ms = gpu_ms(ctx, &chosen, 1000.0).await?;
     check(ctx, &c, &want, variant, n).await?;
 
-    let naive = matmul_variant(ctx, "naive", &s, &a, &b, None, &c).await?;
+    let naive = matmul(ctx, &s, &a, &b, None, &c, Some(Variant::Naive)).await?;
     ctx.write(&c, &vec![0f32; n * n]);
     let naive_ms = gpu_ms(ctx, &naive, 1000.0).await?;
-    check(ctx, &c, &want, "naive", n).await?;
+    check(ctx, &c, &want, Variant::Naive, n).await?;
 
     let gflops = |ms: f64| s.flops() / (ms * 1e6);
     Ok(MatmulBench {
         kernel: "matmul",
         n,
-        variant,
+        variant: variant.name(),
         gflops: gflops(chosen_ms),
         naive_gflops: gflops(naive_ms),
         cpu_gflops: gflops(cpu_ms),
@@ -79,7 +79,7 @@ pub async fn elementwise_add(ctx: &GpuContext) -> Result<BandwidthBench, GpuErro
     let a = ctx.upload("bench a", &noise(n, 3))?;
     let b = ctx.upload("bench b", &noise(n, 4))?;
     let out = ctx.zeros("bench out", n)?;
-    let d = binary(ctx, Binary::Add, &a, &b, &out, n, n, 1.0, 1.0).await?;
+    let d = binary(ctx, &a, &b, &out, &BinaryArgs::new(Binary::Add, n, n, 1.0, 1.0)).await?;
     let ms = gpu_ms(ctx, std::slice::from_ref(&d), 1000.0).await?;
     Ok(bandwidth("elementwise", format!("add n={n}"), 12 * n as u64, ms))
 }
@@ -88,7 +88,7 @@ pub async fn elementwise_add(ctx: &GpuContext) -> Result<BandwidthBench, GpuErro
 pub async fn causal_softmax(ctx: &GpuContext, rows: usize, t: usize) -> Result<BandwidthBench, GpuError> {
     let s = ctx.upload("bench scores", &noise(rows * t, 5))?;
     let p = ctx.zeros("bench probs", rows * t)?;
-    let d = softmax::causal_forward(ctx, &s, &p, rows, t).await?;
+    let d = softmax::causal_forward(ctx, &s, &p, rows, t, None).await?;
     let ms = gpu_ms(ctx, std::slice::from_ref(&d), 1000.0).await?;
     Ok(bandwidth(
         "softmax",
@@ -129,7 +129,7 @@ fn reps(budget_ms: f64, warm_ms: f64) -> usize {
     ((budget_ms / warm_ms.max(1e-3)) as usize).clamp(2, 10)
 }
 
-async fn check(ctx: &GpuContext, c: &GpuBuffer, want: &[f32], variant: &str, n: usize) -> Result<(), GpuError> {
+async fn check(ctx: &GpuContext, c: &GpuBuffer, want: &[f32], variant: Variant, n: usize) -> Result<(), GpuError> {
     let got: Vec<f32> = ctx.read(c).await?;
     let bad = got.iter().zip(want).position(|(g, w)| !close(*g, *w, 1e-2, 1e-3));
     match bad {

@@ -1,7 +1,9 @@
 //! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
 //! both run exactly the same decomposition.
 use crate::ir::{numel, strides};
-use crate::kernels::matmul::MatmulShape;
+use crate::reference::copy::Strided;
+use crate::reference::matmul::MatmulShape;
+use crate::sharding::Mesh;
 
 /// dot_general as (optional operand transposes) + one batched matmul whose output layout
 /// (batch, M, N) is dot_general's (batch dims, lhs free dims, rhs free dims).
@@ -67,31 +69,22 @@ pub fn plan_dot(
     }
 }
 
-/// A strided copy: the arguments of `copy::strided`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CopyPlan {
-    pub shape: Vec<usize>,
-    pub src_offset: usize,
-    pub src_strides: Vec<usize>,
-    pub dst_offset: usize,
-    pub dst_strides: Vec<usize>,
-}
-
 /// out = transpose(x, perm): walk the output in order, read x through permuted strides.
-pub fn plan_transpose(shape: &[usize], perm: &[usize]) -> CopyPlan {
+pub fn plan_transpose(shape: &[usize], perm: &[usize]) -> Strided {
     let st = strides(shape);
     let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    CopyPlan {
+    Strided {
         dst_strides: strides(&out_shape),
         src_strides: perm.iter().map(|&p| st[p]).collect(),
         shape: out_shape,
         src_offset: 0,
         dst_offset: 0,
+        accumulate: false,
     }
 }
 
 /// out = broadcast_in_dim(x, out_shape, dims): stride 0 along repeated dims.
-pub fn plan_broadcast(in_shape: &[usize], out_shape: &[usize], dims: &[usize]) -> CopyPlan {
+pub fn plan_broadcast(in_shape: &[usize], out_shape: &[usize], dims: &[usize]) -> Strided {
     let st = strides(in_shape);
     let src_strides = (0..out_shape.len())
         .map(|d| match dims.iter().position(|&x| x == d) {
@@ -99,18 +92,19 @@ pub fn plan_broadcast(in_shape: &[usize], out_shape: &[usize], dims: &[usize]) -
             _ => 0,
         })
         .collect();
-    CopyPlan {
+    Strided {
         shape: out_shape.to_vec(),
         src_offset: 0,
         src_strides,
         dst_offset: 0,
         dst_strides: strides(out_shape),
+        accumulate: false,
     }
 }
 
 /// Piece `[start, start+len)` of `axis`: read with an offset into x, write contiguously
 /// (split), or the reverse (concat: `into_whole`).
-pub fn plan_slice(whole: &[usize], axis: usize, start: usize, len: usize, into_whole: bool) -> CopyPlan {
+pub fn plan_slice(whole: &[usize], axis: usize, start: usize, len: usize, into_whole: bool) -> Strided {
     let st = strides(whole);
     let mut piece = whole.to_vec();
     piece[axis] = len;
@@ -120,12 +114,13 @@ pub fn plan_slice(whole: &[usize], axis: usize, start: usize, len: usize, into_w
     } else {
         (whole_side, piece_side)
     };
-    CopyPlan {
+    Strided {
         shape: piece,
         src_offset,
         src_strides,
         dst_offset,
         dst_strides,
+        accumulate: false,
     }
 }
 
@@ -167,5 +162,57 @@ pub fn plan_reduce(shape: &[usize], axes: &[usize]) -> ReducePlan {
         n: sorted.iter().map(|&d| shape[d]).product(),
         inner: 1,
         perm: Some(perm),
+    }
+}
+
+/// shard_slice of every device's block at once: every device keeps chunk `axes_index(axes)` of
+/// `parts` along dimension `dim` of its block (local shape `local`). One strided copy over
+/// `[mesh axes..., outer, chunk, inner]`, where the chunk offset is linear in the device's mesh
+/// coordinates.
+pub fn plan_shard_slice(mesh: &Mesh, local: &[usize], dim: usize, axes: &[String], parts: usize) -> Strided {
+    let outer: usize = local[..dim].iter().product();
+    let inner: usize = local[dim + 1..].iter().product();
+    let (n, len) = (local[dim], local[dim] / parts);
+    let (src_block, dst_block) = (outer * n * inner, outer * len * inner);
+    let sizes = mesh.shape();
+    let mut shape = sizes.clone();
+    let (mut src_strides, mut dst_strides) = (vec![], vec![]);
+    for (k, (name, _)) in mesh.axes().iter().enumerate() {
+        let later: usize = sizes[k + 1..].iter().product();
+        // The chunk index is axes_index(axes): this axis's coordinate times the sizes of
+        // the axes after it in `axes`.
+        let weight = match axes.iter().position(|a| a == name) {
+            Some(p) => axes[p + 1..]
+                .iter()
+                .map(|a| mesh.axis_size(a).unwrap_or(1))
+                .product::<usize>(),
+            None => 0,
+        };
+        src_strides.push(src_block * later + weight * len * inner);
+        dst_strides.push(dst_block * later);
+    }
+    shape.extend([outer, len, inner]);
+    src_strides.extend([n * inner, inner, 1]);
+    dst_strides.extend([len * inner, inner, 1]);
+    Strided {
+        shape,
+        src_offset: 0,
+        src_strides,
+        dst_offset: 0,
+        dst_strides,
+        accumulate: false,
+    }
+}
+
+/// `c` on every device's block at once: a leading device dimension stepping by each side's
+/// block size (`blocks` = (src, dst) elements per device).
+pub fn on_devices(c: &Strided, devices: usize, blocks: (usize, usize)) -> Strided {
+    Strided {
+        shape: std::iter::once(devices).chain(c.shape.iter().copied()).collect(),
+        src_offset: c.src_offset,
+        src_strides: std::iter::once(blocks.0).chain(c.src_strides.iter().copied()).collect(),
+        dst_offset: c.dst_offset,
+        dst_strides: std::iter::once(blocks.1).chain(c.dst_strides.iter().copied()).collect(),
+        accumulate: c.accumulate,
     }
 }

@@ -1,8 +1,10 @@
-use super::lowering::{plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, CopyPlan};
+use super::lowering::{plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
-use crate::kernels::optimizer::AdamWHyper;
 use crate::reference as r;
+use crate::reference::collectives::CollectiveArgs;
+use crate::reference::copy::Strided;
+use crate::reference::optimizer::AdamWHyper;
 use crate::rng::{random_bits, random_bits_block, Block, Key};
 use crate::sharding::{Mesh, NamedSharding};
 
@@ -10,17 +12,8 @@ use crate::sharding::{Mesh, NamedSharding};
 /// and the executor where no GPU adapter exists.
 pub struct ReferenceExecutor;
 
-fn copy(src: &[f32], plan: &CopyPlan, dst: &mut [f32]) {
-    r::copy::strided(
-        src,
-        dst,
-        &plan.shape,
-        plan.src_offset,
-        &plan.src_strides,
-        plan.dst_offset,
-        &plan.dst_strides,
-        false,
-    );
+fn copy(src: &[f32], plan: &Strided, dst: &mut [f32]) {
+    r::copy::strided(src, dst, plan);
 }
 
 fn transpose(x: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
@@ -141,15 +134,16 @@ fn slice_chunk<T: Copy>(x: &[T], shape: &[usize], dim: usize, parts: usize, chun
     out
 }
 
-/// A data-moving collective (no arithmetic) on either dtype: u32 arrays (token ids that jit
-/// reshards) travel as f32 bit patterns through the f32 twins, which only copy them.
-fn move_bits<E>(x: &Tensor, f: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>) -> Result<Tensor, E> {
+/// A data-moving collective (no arithmetic) on either dtype, each moved as itself: the twins are
+/// generic over the element type.
+fn move_data<E>(
+    x: &Tensor,
+    f32s: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>,
+    u32s: impl FnOnce(&[u32]) -> Result<Vec<u32>, E>,
+) -> Result<Tensor, E> {
     Ok(match x {
-        Tensor::F32(v) => Tensor::F32(f(v)?),
-        Tensor::U32(v) => {
-            let bits: Vec<f32> = v.iter().map(|&u| f32::from_bits(u)).collect();
-            Tensor::U32(f(&bits)?.into_iter().map(f32::to_bits).collect())
-        }
+        Tensor::F32(v) => Tensor::F32(f32s(v)?),
+        Tensor::U32(v) => Tensor::U32(u32s(v)?),
     })
 }
 
@@ -161,40 +155,82 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
     let out = match &ins.op {
         // A combined psum: each operand reduced alone (one collective on real hardware).
         Op::Psum { axes, .. } => {
+            let axes = strs(axes);
             return ins
                 .inputs
                 .iter()
                 .map(|v| {
                     let x = vals[v.index()].as_ref().expect("defined");
-                    let y = r::collectives::psum(mesh, &strs(axes), x.f32(), prog.shape(*v)).map_err(err)?;
-                    Ok(Tensor::F32(y))
+                    let c = CollectiveArgs {
+                        mesh,
+                        axes: &axes,
+                        local_shape: prog.shape(*v),
+                    };
+                    Ok(Tensor::F32(r::collectives::psum(&c, x.f32()).map_err(err)?))
                 })
-                .collect()
+                .collect();
         }
-        Op::AllGather { axes, axis, tiled, .. } => move_bits(x, |v| {
-            r::collectives::all_gather(mesh, &strs(axes), v, local, *axis, *tiled)
-        })
-        .map_err(err)?,
+        Op::AllGather { axes, axis, tiled, .. } => {
+            let axes = strs(axes);
+            let c = CollectiveArgs {
+                mesh,
+                axes: &axes,
+                local_shape: local,
+            };
+            move_data(
+                x,
+                |v| r::collectives::all_gather(&c, v, *axis, *tiled),
+                |v| r::collectives::all_gather(&c, v, *axis, *tiled),
+            )
+            .map_err(err)?
+        }
         Op::PsumScatter {
             axes,
             scatter_dimension,
             tiled,
             ..
-        } => Tensor::F32(
-            r::collectives::psum_scatter(mesh, &strs(axes), x.f32(), local, *scatter_dimension, *tiled).map_err(err)?,
-        ),
+        } => {
+            let axes = strs(axes);
+            let c = CollectiveArgs {
+                mesh,
+                axes: &axes,
+                local_shape: local,
+            };
+            Tensor::F32(r::collectives::psum_scatter(&c, x.f32(), *scatter_dimension, *tiled).map_err(err)?)
+        }
         Op::Ppermute { axis, perm } => {
-            move_bits(x, |v| r::collectives::ppermute(mesh, &[axis.as_str()], v, local, perm)).map_err(err)?
+            let axes = [axis.as_str()];
+            let c = CollectiveArgs {
+                mesh,
+                axes: &axes,
+                local_shape: local,
+            };
+            move_data(
+                x,
+                |v| r::collectives::ppermute(&c, v, perm),
+                |v| r::collectives::ppermute(&c, v, perm),
+            )
+            .map_err(err)?
         }
         Op::AllToAll {
             axes,
             split_axis,
             concat_axis,
             ..
-        } => move_bits(x, |v| {
-            r::collectives::all_to_all(mesh, &strs(axes), v, local, *split_axis, *concat_axis, true)
-        })
-        .map_err(err)?,
+        } => {
+            let axes = strs(axes);
+            let c = CollectiveArgs {
+                mesh,
+                axes: &axes,
+                local_shape: local,
+            };
+            move_data(
+                x,
+                |v| r::collectives::all_to_all(&c, v, *split_axis, *concat_axis, true),
+                |v| r::collectives::all_to_all(&c, v, *split_axis, *concat_axis, true),
+            )
+            .map_err(err)?
+        }
         Op::FoldInAxisIndex { axes } => {
             let idx = r::collectives::axis_index(mesh, &strs(axes)).map_err(err)?;
             let k = x.u32();
@@ -320,12 +356,14 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
         Op::GeluGrad => vec![Tensor::F32(r::gelu::backward(f(0), f(1)))],
         Op::LayerNorm => {
             let c = *shape(0).last().unwrap();
-            let (y, mean, rstd) = r::layernorm::forward(f(0), f(1), f(2), f(0).len() / c, c);
+            let s = r::layernorm::LayerNormShape::new(f(0).len() / c, c);
+            let (y, mean, rstd) = r::layernorm::forward(f(0), f(1), f(2), s);
             vec![Tensor::F32(y), Tensor::F32(mean), Tensor::F32(rstd)]
         }
         Op::LayerNormGrad => {
             let c = *shape(1).last().unwrap();
-            let (dx, dg, db) = r::layernorm::backward(f(0), f(1), f(2), f(3), f(4), f(1).len() / c, c);
+            let s = r::layernorm::LayerNormShape::new(f(1).len() / c, c);
+            let (dx, dg, db) = r::layernorm::backward(f(0), f(1), f(2), f(3), f(4), s);
             vec![Tensor::F32(dx), Tensor::F32(dg), Tensor::F32(db)]
         }
         Op::SoftmaxCausal => {
@@ -356,14 +394,16 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
             ))]
         }
         Op::Gather => {
-            let c = shape(0)[1];
+            let (v, c) = (shape(0)[0], shape(0)[1]);
             let ids = get(1).u32();
-            vec![Tensor::F32(r::embedding::forward(f(0), ids, ids.len(), c))]
+            let s = r::embedding::EmbeddingShape::new(ids.len(), v, c);
+            vec![Tensor::F32(r::embedding::forward(f(0), ids, s))]
         }
         Op::ScatterAdd { rows } => {
             let c = *shape(0).last().unwrap();
             let ids = get(1).u32();
-            vec![Tensor::F32(r::embedding::backward(f(0), ids, ids.len(), *rows, c))]
+            let s = r::embedding::EmbeddingShape::new(ids.len(), *rows, c);
+            vec![Tensor::F32(r::embedding::backward(f(0), ids, s))]
         }
         Op::FoldIn { data } => {
             let k = get(0).u32();

@@ -33,8 +33,9 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub summary: AdapterSummary,
     pub pipelines: PipelineCache,
-    /// Autotuner choices of this adapter: shape-class key -> kernel variant name.
-    pub tuning: Mutex<std::collections::HashMap<String, String>>,
+    /// The kernel choices tuned for this adapter (matmul variants, row strategy). The type lives
+    /// with the kernels it describes; the context only holds it, one per adapter.
+    pub tuning: Mutex<crate::kernels::Tuning>,
     errors: Arc<Mutex<Vec<GpuError>>>,
     lost: Arc<Mutex<Option<String>>>,
 }
@@ -200,39 +201,6 @@ impl GpuContext {
         if !data.is_empty() {
             self.queue.write_buffer(&buf.buffer, 0, bytemuck::cast_slice(data));
         }
-    }
-
-    /// A uniform buffer holding `params`, for a kernel's shape constants.
-    pub fn uniform<T: bytemuck::Pod>(&self, label: &str, params: &T) -> wgpu::Buffer {
-        use wgpu::util::DeviceExt;
-        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: bytemuck::bytes_of(params),
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        })
-    }
-
-    /// A bind group for group 0 of `pipeline`: `(binding, buffer)` pairs. Pipelines use auto
-    /// layout, which holds only the bindings the entry point uses: bind exactly those.
-    pub fn bind(
-        &self,
-        label: &str,
-        pipeline: &wgpu::ComputePipeline,
-        buffers: &[(u32, &wgpu::Buffer)],
-    ) -> wgpu::BindGroup {
-        let layout = pipeline.get_bind_group_layout(0);
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: *i,
-                resource: b.as_entire_binding(),
-            })
-            .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(label),
-            layout: &layout,
-            entries: &entries,
-        })
     }
 
     /// Encodes `dispatches` into one compute pass and submits them.

@@ -4,6 +4,7 @@ mod buffer;
 mod context;
 mod dispatch;
 mod error;
+mod launch;
 mod pipeline;
 mod timer;
 
@@ -11,5 +12,6 @@ pub use buffer::GpuBuffer;
 pub use context::{AdapterSummary, GpuContext};
 pub use dispatch::{grid_1d, Dispatch};
 pub use error::GpuError;
+pub use launch::{Binding, Kernel, Resource};
 pub use pipeline::PipelineCache;
 pub use timer::{now_ms, DispatchTimes};

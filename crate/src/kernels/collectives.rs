@@ -1,9 +1,12 @@
 //! Collectives across simulated devices (shaders/collectives.wgsl), with `jax.lax` semantics.
 //! `x` and `out` hold every device's block one after another (`[device, local...]`); each
 //! collective is one dispatch for all devices, whatever their number. The device groups of the
-//! collective's mesh axes go into a small storage table built here, at plan time.
-use super::reduce::{launch, need};
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+//! collective's mesh axes go into a small storage table built here, at plan time. The collectives
+//! that only move data (all_gather, all_to_all, ppermute) move 4-byte bit patterns, so they carry
+//! f32 and u32 data alike, bit for bit.
+use super::check::need;
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
+pub use crate::reference::collectives::CollectiveArgs;
 use crate::sharding::{self, Mesh, ShardingError};
 
 /// A bad mesh axis, shape or permutation reaches a launcher's caller as `GpuError::Invalid`.
@@ -70,125 +73,137 @@ fn group_table(mesh: &Mesh, axes: &[&str]) -> Result<(Vec<u32>, usize), Sharding
     Ok((table, g))
 }
 
-/// One launch of `entry` over every device's output block.
-#[allow(clippy::too_many_arguments)]
-async fn launch_collective(
-    ctx: &GpuContext,
-    entry: &str,
+/// One launch of a collective entry point over every device's output block.
+struct Launch {
+    /// `reduce` (f32 arithmetic), `gather` or `permute` (bit patterns).
+    entry: &'static str,
     label: String,
-    mesh: &Mesh,
-    table: &[u32],
+    /// The group table (see collectives.wgsl) and the group size.
+    table: Vec<u32>,
     g: usize,
-    x: &GpuBuffer,
-    out: &GpuBuffer,
+    /// Elements of one device's input and output blocks.
     in_n: usize,
     out_n: usize,
     view: View,
     mean: bool,
+}
+
+async fn launch(
+    ctx: &GpuContext,
+    mesh: &Mesh,
+    x: &GpuBuffer,
+    out: &GpuBuffer,
+    l: Launch,
 ) -> Result<Dispatch, GpuError> {
     let devices = mesh.devices();
-    let k = format!("collectives::{entry}");
+    let k = format!("collectives::{}", l.entry);
     if devices
-        .checked_mul(in_n.max(out_n))
+        .checked_mul(l.in_n.max(l.out_n))
         .is_none_or(|n| n > u32::MAX as usize)
     {
         return Err(GpuError::Invalid(format!(
-            "{label}: {devices} devices x {} elements overflow 32-bit indices; use smaller blocks",
-            in_n.max(out_n)
+            "{}: {devices} devices x {} elements overflow 32-bit indices; use smaller blocks",
+            l.label,
+            l.in_n.max(l.out_n)
         )));
     }
-    need(&k, "x", x, devices * in_n)?;
-    need(&k, "out", out, devices * out_n)?;
-    let table = ctx.upload(&format!("{label} groups"), table)?;
+    need(&k, "x", x, devices * l.in_n)?;
+    need(&k, "out", out, devices * l.out_n)?;
+    let table = ctx.upload(&format!("{} groups", l.label), &l.table)?;
     let u32s = |a: [usize; 4]| a.map(|v| v as u32);
     let params = Params {
         devices: devices as u32,
-        group_size: g as u32,
-        in_n: in_n as u32,
-        out_n: out_n as u32,
-        dims: u32s(view.dims),
-        strides: u32s(view.strides),
-        member_dim: view.member_dim as u32,
-        rank_stride: view.rank_stride as u32,
-        mean: mean as u32,
+        group_size: l.g as u32,
+        in_n: l.in_n as u32,
+        out_n: l.out_n as u32,
+        dims: u32s(l.view.dims),
+        strides: u32s(l.view.strides),
+        member_dim: l.view.member_dim as u32,
+        rank_stride: l.view.rank_stride as u32,
+        mean: l.mean as u32,
         _pad: 0,
     };
-    let grid = grid_1d(devices * out_n, 256);
-    let mut d = launch(
-        ctx,
-        "collectives",
-        entry,
-        label,
-        &[(0, x), (1, &table), (2, out)],
-        &params,
-        3,
-        grid,
-    )
-    .await?;
-    // The group table lives as long as the dispatch that reads it.
-    d.uniforms.push(table.buffer);
-    Ok(d)
+    // f32 for the sums; u32 bit patterns for the entry points that move data.
+    let (x_slot, out_slot) = if l.entry == "reduce" { (0, 2) } else { (5, 6) };
+    let kernel = Kernel::new("collectives", l.entry, l.label)
+        .read(x_slot, "x", x)
+        .read_owned(1, "groups", table)
+        .write(out_slot, "out", out)
+        .uniform(3, &params)
+        .grid(grid_1d(devices * l.out_n, 256));
+    ctx.launch(kernel).await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// psum or pmean: every element in place, summed over the group.
 async fn reduce(
     ctx: &GpuContext,
     name: &str,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
     mean: bool,
 ) -> Result<Dispatch, GpuError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let (table, g) = group_table(mesh, axes)?;
     let n = numel(local_shape);
     let label = format!(
         "{name} over {axes:?} local {local_shape:?} on {} devices",
         mesh.devices()
     );
-    launch_collective(ctx, "reduce", label, mesh, &table, g, x, out, n, n, View::flat(n), mean).await
+    let l = Launch {
+        entry: "reduce",
+        label,
+        table,
+        g,
+        in_n: n,
+        out_n: n,
+        view: View::flat(n),
+        mean,
+    };
+    launch(ctx, mesh, x, out, l).await
 }
 
 /// `jax.lax.psum(x, axes)`: every device's block becomes the sum of its group's blocks, added in
 /// group order. `x`, `out`: (D, local_shape...).
 pub async fn psum(
     ctx: &GpuContext,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
 ) -> Result<Dispatch, GpuError> {
-    reduce(ctx, "psum", mesh, axes, x, out, local_shape, false).await
+    reduce(ctx, "psum", c, x, out, false).await
 }
 
 /// `jax.lax.pmean(x, axes)`: psum divided by the group size.
 pub async fn pmean(
     ctx: &GpuContext,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
 ) -> Result<Dispatch, GpuError> {
-    reduce(ctx, "pmean", mesh, axes, x, out, local_shape, true).await
+    reduce(ctx, "pmean", c, x, out, true).await
 }
 
 /// `jax.lax.all_gather(x, axes, axis=axis, tiled=tiled)`: the group's blocks in group order,
 /// concatenated along `axis` (tiled) or stacked as a new dimension at `axis`. `out`: (D, out...)
-/// with the shape of [`sharding::all_gather_shape`].
-#[allow(clippy::too_many_arguments)]
+/// with the shape of [`sharding::all_gather_shape`]. Moves f32 or u32 data bit for bit.
 pub async fn all_gather(
     ctx: &GpuContext,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
     axis: usize,
     tiled: bool,
 ) -> Result<Dispatch, GpuError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let (table, g) = group_table(mesh, axes)?;
     let out_shape = sharding::all_gather_shape(local_shape, g, axis, tiled)?;
     // Tiled or not, the output is (outer, g, inner) in memory.
@@ -204,24 +219,35 @@ pub async fn all_gather(
         "all_gather over {axes:?} axis={axis} tiled={tiled} local {local_shape:?} on {} devices",
         mesh.devices()
     );
-    let (in_n, out_n) = (numel(local_shape), numel(&out_shape));
-    launch_collective(ctx, "gather", label, mesh, &table, g, x, out, in_n, out_n, view, false).await
+    let l = Launch {
+        entry: "gather",
+        label,
+        table,
+        g,
+        in_n: numel(local_shape),
+        out_n: numel(&out_shape),
+        view,
+        mean: false,
+    };
+    launch(ctx, mesh, x, out, l).await
 }
 
 /// `jax.lax.psum_scatter(x, axes, scatter_dimension=.., tiled=..)`: the group's sum, of which
 /// member j keeps chunk j along `scatter_dimension` (tiled: size/g; untiled: the dimension must
 /// equal g and is removed). `out`: (D, out...) with the shape of [`sharding::psum_scatter_shape`].
-#[allow(clippy::too_many_arguments)]
 pub async fn psum_scatter(
     ctx: &GpuContext,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
     scatter_dimension: usize,
     tiled: bool,
 ) -> Result<Dispatch, GpuError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let (table, g) = group_table(mesh, axes)?;
     let out_shape = sharding::psum_scatter_shape(local_shape, g, scatter_dimension, tiled)?;
     // The input is (outer, g, inner); member j reads its chunk at rank j.
@@ -238,21 +264,33 @@ pub async fn psum_scatter(
          devices",
         mesh.devices()
     );
-    let (in_n, out_n) = (numel(local_shape), numel(&out_shape));
-    launch_collective(ctx, "reduce", label, mesh, &table, g, x, out, in_n, out_n, view, false).await
+    let l = Launch {
+        entry: "reduce",
+        label,
+        table,
+        g,
+        in_n: numel(local_shape),
+        out_n: numel(&out_shape),
+        view,
+        mean: false,
+    };
+    launch(ctx, mesh, x, out, l).await
 }
 
 /// `jax.lax.ppermute(x, axes, perm)`: (source index, destination index) pairs along `axes` within
-/// each group; a device that receives nothing gets zeros.
+/// each group; a device that receives nothing gets zeros. Moves f32 or u32 data bit for bit.
 pub async fn ppermute(
     ctx: &GpuContext,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
     perm: &[(usize, usize)],
 ) -> Result<Dispatch, GpuError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let sources = sharding::ppermute_sources(mesh, axes, perm)?;
     let table: Vec<u32> = sources.iter().map(|s| s.map_or(u32::MAX, |d| d as u32)).collect();
     let n = numel(local_shape);
@@ -260,21 +298,17 @@ pub async fn ppermute(
         "ppermute over {axes:?} perm={perm:?} local {local_shape:?} on {} devices",
         mesh.devices()
     );
-    launch_collective(
-        ctx,
-        "permute",
+    let l = Launch {
+        entry: "permute",
         label,
-        mesh,
-        &table,
-        1,
-        x,
-        out,
-        n,
-        n,
-        View::flat(n),
-        false,
-    )
-    .await
+        table,
+        g: 1,
+        in_n: n,
+        out_n: n,
+        view: View::flat(n),
+        mean: false,
+    };
+    launch(ctx, mesh, x, out, l).await
 }
 
 /// The 4-D view of a tiled all_to_all on `shape`, splitting `s` into g chunks (chunk j to member
@@ -315,39 +349,50 @@ fn all_to_all_view(shape: &[usize], g: usize, s: usize, c: usize) -> View {
 /// chunks, chunk j goes to member j, and the received chunks are concatenated along
 /// `concat_axis` in source order. Untiled (as JAX defines it): `split_axis` must equal g and is
 /// removed, and the sources form a new dimension at `concat_axis`. `out`: (D, out...) with the
-/// shape of [`sharding::all_to_all_shape`].
-#[allow(clippy::too_many_arguments)]
+/// shape of [`sharding::all_to_all_shape`]. Moves f32 or u32 data bit for bit.
 pub async fn all_to_all(
     ctx: &GpuContext,
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs<'_>,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    local_shape: &[usize],
     split_axis: usize,
     concat_axis: usize,
     tiled: bool,
 ) -> Result<Dispatch, GpuError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let (table, g) = group_table(mesh, axes)?;
     let out_shape = sharding::all_to_all_shape(local_shape, g, split_axis, concat_axis, tiled)?;
     // Untiled is tiled on the shape with a unit dimension inserted for the sources (as JAX
     // lowers it); inserting and squeezing unit dimensions does not move data.
-    let (mut shape, mut s, mut c) = (local_shape.to_vec(), split_axis, concat_axis);
-    if !tiled && s < c {
-        c += 1;
-        shape.insert(c, 1);
-    } else if !tiled && s > c {
-        shape.insert(c, 1);
+    let (mut shape, mut s, mut cat) = (local_shape.to_vec(), split_axis, concat_axis);
+    if !tiled && s < cat {
+        cat += 1;
+        shape.insert(cat, 1);
+    } else if !tiled && s > cat {
+        shape.insert(cat, 1);
         s += 1;
     }
-    let view = all_to_all_view(&shape, g, s, c);
+    let view = all_to_all_view(&shape, g, s, cat);
     let label = format!(
         "all_to_all over {axes:?} split_axis={split_axis} concat_axis={concat_axis} tiled={tiled} local \
          {local_shape:?} on {} devices",
         mesh.devices()
     );
-    let (in_n, out_n) = (numel(local_shape), numel(&out_shape));
-    launch_collective(ctx, "gather", label, mesh, &table, g, x, out, in_n, out_n, view, false).await
+    let l = Launch {
+        entry: "gather",
+        label,
+        table,
+        g,
+        in_n: numel(local_shape),
+        out_n: numel(&out_shape),
+        view,
+        mean: false,
+    };
+    launch(ctx, mesh, x, out, l).await
 }
 
 /// `jax.lax.axis_index(axes)` on every device, into `out`: (D,) u32.
@@ -360,18 +405,10 @@ pub async fn axis_index(ctx: &GpuContext, mesh: &Mesh, axes: &[&str], out: &GpuB
     let mut params: Params = bytemuck::Zeroable::zeroed();
     params.devices = devices as u32;
     params.group_size = g as u32;
-    let grid = grid_1d(devices, 256);
-    let mut d = launch(
-        ctx,
-        "collectives",
-        "axis_index",
-        label,
-        &[(1, &table), (4, out)],
-        &params,
-        3,
-        grid,
-    )
-    .await?;
-    d.uniforms.push(table.buffer);
-    Ok(d)
+    let kernel = Kernel::new("collectives", "axis_index", label)
+        .read_owned(1, "groups", table)
+        .write(4, "out", out)
+        .uniform(3, &params)
+        .grid(grid_1d(devices, 256));
+    ctx.launch(kernel).await
 }

@@ -1,6 +1,7 @@
 //! Strided copy (shaders/copy.wgsl): one kernel for transpose, slice, concat and broadcast.
-use super::reduce::{launch, need};
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+use super::check::need;
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
+pub use crate::reference::copy::Strided;
 
 /// The highest rank [`strided`] accepts.
 pub const MAX_RANK: usize = 6;
@@ -43,7 +44,8 @@ fn collapse(shape: &[usize], src: &[usize], dst: &[usize]) -> Vec<(usize, usize,
     axes
 }
 
-/// For every multi-index i over `shape` (rank 0..=6):
+/// The copy `c` ([`Strided`], rank 0..=6) on the GPU, every device's block at once when the
+/// shape has a leading device axis: for every multi-index i over `c.shape`,
 /// `dst[dst_offset + Σ i_k*dst_strides_k] (= or +=) src[src_offset + Σ i_k*src_strides_k]`.
 /// Stride 0 in `src_strides` broadcasts. Transpose = permuted source strides; slice = source
 /// offset and strides; concat = one copy into each slice of dst.
@@ -52,18 +54,16 @@ fn collapse(shape: &[usize], src: &[usize], dst: &[usize]) -> Vec<(usize, usize,
 /// (and `accumulate` would lose updates). A dst stride 0 over an extent > 1 is rejected;
 /// other overlapping dst layouts are the caller's to avoid. src and dst must be different
 /// buffers.
-#[allow(clippy::too_many_arguments)]
-pub async fn strided(
-    ctx: &GpuContext,
-    src: &GpuBuffer,
-    dst: &GpuBuffer,
-    shape: &[usize],
-    src_offset: usize,
-    src_strides: &[usize],
-    dst_offset: usize,
-    dst_strides: &[usize],
-    accumulate: bool,
-) -> Result<Dispatch, GpuError> {
+pub async fn strided(ctx: &GpuContext, src: &GpuBuffer, dst: &GpuBuffer, c: &Strided) -> Result<Dispatch, GpuError> {
+    let Strided {
+        shape,
+        src_offset,
+        src_strides,
+        dst_offset,
+        dst_strides,
+        accumulate,
+    } = c;
+    let (src_offset, dst_offset, accumulate) = (*src_offset, *dst_offset, *accumulate);
     let k = "copy::strided";
     let rank = shape.len();
     if rank > MAX_RANK {
@@ -131,15 +131,10 @@ pub async fn strided(
     }
     let entry = format!("{}_{}", if accumulate { "accumulate" } else { "copy" }, axes.len());
     let label = format!("{entry} {shape:?} src {src_offset}+{src_strides:?} dst {dst_offset}+{dst_strides:?}");
-    launch(
-        ctx,
-        "copy",
-        &entry,
-        label,
-        &[(0, src), (1, dst)],
-        &params,
-        2,
-        grid_1d(total, 256),
-    )
-    .await
+    let kernel = Kernel::new("copy", entry, label)
+        .read(0, "src", src)
+        .write(1, "dst", dst)
+        .uniform(2, &params)
+        .grid(grid_1d(total, 256));
+    ctx.launch(kernel).await
 }

@@ -1,7 +1,9 @@
 //! Cross-entropy of logits against u32 targets (shaders/crossentropy.wgsl). A target >= V
-//! is an ignored position: loss 0 and dlogits 0, never an out-of-bounds read.
-use super::reduce::{launch, need, positive, RowStrategy};
-use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
+//! is an ignored position: loss 0 and dlogits 0, never an out-of-bounds read. Rows are
+//! independent, so `rows` may count every device's rows.
+use super::check::{need, positive};
+use super::RowStrategy;
+use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -20,7 +22,7 @@ fn params(rows: usize, v: usize) -> Params {
 }
 
 /// `losses[r] = logsumexp(logits[r]) - logits[r, targets[r]]`. logits (rows, V); targets,
-/// losses (rows).
+/// losses (rows). `strategy`: `None` for the adapter's choice.
 pub async fn forward(
     ctx: &GpuContext,
     logits: &GpuBuffer,
@@ -28,75 +30,53 @@ pub async fn forward(
     losses: &GpuBuffer,
     rows: usize,
     v: usize,
-) -> Result<Dispatch, GpuError> {
-    forward_with(ctx, RowStrategy::for_adapter(ctx, v), logits, targets, losses, rows, v).await
-}
-
-/// [`forward`] with an explicit row strategy.
-pub async fn forward_with(
-    ctx: &GpuContext,
-    strategy: RowStrategy,
-    logits: &GpuBuffer,
-    targets: &GpuBuffer,
-    losses: &GpuBuffer,
-    rows: usize,
-    v: usize,
+    strategy: Option<RowStrategy>,
 ) -> Result<Dispatch, GpuError> {
     let k = "crossentropy::forward";
     positive(k, "V", v)?;
     need(k, "logits", logits, rows * v)?;
     need(k, "targets", targets, rows)?;
     need(k, "losses", losses, rows)?;
-    let (entry, grid) = strategy.entry("forward", rows);
-    let label = format!("crossentropy ({rows}, {v})");
-    let buffers = [(0, logits), (1, targets), (2, losses)];
-    launch(ctx, "crossentropy", &entry, label, &buffers, &params(rows, v), 5, grid).await
+    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, v).entry("forward", rows);
+    let kernel = Kernel::new("crossentropy", entry, format!("crossentropy ({rows}, {v})"))
+        .read(0, "logits", logits)
+        .read(1, "targets", targets)
+        .write(2, "losses", losses)
+        .uniform(5, &params(rows, v))
+        .grid(grid);
+    ctx.launch(kernel).await
 }
 
-/// `dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * dlosses[r]`. logits, dlogits
-/// (rows, V); targets, dlosses (rows).
+/// The buffers of the backward: logits (rows, V) and targets (rows) of the forward, the
+/// incoming dlosses (rows), and the output dlogits (rows, V).
+pub struct BackwardBuffers<'a> {
+    pub logits: &'a GpuBuffer,
+    pub targets: &'a GpuBuffer,
+    pub dlosses: &'a GpuBuffer,
+    pub dlogits: &'a GpuBuffer,
+}
+
+/// `dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * dlosses[r]`.
 pub async fn backward(
     ctx: &GpuContext,
-    logits: &GpuBuffer,
-    targets: &GpuBuffer,
-    dlosses: &GpuBuffer,
-    dlogits: &GpuBuffer,
+    b: &BackwardBuffers<'_>,
     rows: usize,
     v: usize,
-) -> Result<Dispatch, GpuError> {
-    backward_with(
-        ctx,
-        RowStrategy::for_adapter(ctx, v),
-        logits,
-        targets,
-        dlosses,
-        dlogits,
-        rows,
-        v,
-    )
-    .await
-}
-
-/// [`backward`] with an explicit row strategy.
-#[allow(clippy::too_many_arguments)]
-pub async fn backward_with(
-    ctx: &GpuContext,
-    strategy: RowStrategy,
-    logits: &GpuBuffer,
-    targets: &GpuBuffer,
-    dlosses: &GpuBuffer,
-    dlogits: &GpuBuffer,
-    rows: usize,
-    v: usize,
+    strategy: Option<RowStrategy>,
 ) -> Result<Dispatch, GpuError> {
     let k = "crossentropy::backward";
     positive(k, "V", v)?;
-    need(k, "logits", logits, rows * v)?;
-    need(k, "targets", targets, rows)?;
-    need(k, "dlosses", dlosses, rows)?;
-    need(k, "dlogits", dlogits, rows * v)?;
-    let (entry, grid) = strategy.entry("backward", rows);
-    let label = format!("crossentropy backward ({rows}, {v})");
-    let buffers = [(0, logits), (1, targets), (3, dlosses), (4, dlogits)];
-    launch(ctx, "crossentropy", &entry, label, &buffers, &params(rows, v), 5, grid).await
+    need(k, "logits", b.logits, rows * v)?;
+    need(k, "targets", b.targets, rows)?;
+    need(k, "dlosses", b.dlosses, rows)?;
+    need(k, "dlogits", b.dlogits, rows * v)?;
+    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, v).entry("backward", rows);
+    let kernel = Kernel::new("crossentropy", entry, format!("crossentropy backward ({rows}, {v})"))
+        .read(0, "logits", b.logits)
+        .read(1, "targets", b.targets)
+        .read(3, "dlosses", b.dlosses)
+        .write(4, "dlogits", b.dlogits)
+        .uniform(5, &params(rows, v))
+        .grid(grid);
+    ctx.launch(kernel).await
 }

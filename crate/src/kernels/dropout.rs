@@ -1,4 +1,5 @@
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+//! Dropout from given random bits (shaders/dropout.wgsl).
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 use crate::rng::keep_scale;
 
 #[repr(C)]
@@ -23,27 +24,17 @@ pub async fn apply(
     if !(0.0..1.0).contains(&rate) {
         return Err(GpuError::Invalid(format!("dropout rate {rate} must be in [0, 1)")));
     }
-    let pipeline = ctx.pipeline("dropout", "apply").await?;
-    let label = format!("dropout n={n}");
-    let u = ctx.uniform(
-        &label,
-        &Params {
-            n: n as u32,
-            keep: 1.0 - rate,
-            scale: keep_scale(1.0 - rate),
-            pad: 0,
-        },
-    );
-    let bind_group = ctx.bind(
-        &label,
-        &pipeline,
-        &[(0, &x.buffer), (1, &bits.buffer), (2, &out.buffer), (3, &u)],
-    );
-    Ok(Dispatch {
-        label,
-        pipeline,
-        bind_group,
-        workgroups: grid_1d(n, 256),
-        uniforms: vec![u],
-    })
+    let params = Params {
+        n: n as u32,
+        keep: 1.0 - rate,
+        scale: keep_scale(1.0 - rate),
+        pad: 0,
+    };
+    let kernel = Kernel::new("dropout", "apply", format!("dropout n={n}"))
+        .read(0, "x", x)
+        .read(1, "bits", bits)
+        .write(2, "out", out)
+        .uniform(3, &params)
+        .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
 }

@@ -1,5 +1,7 @@
-use super::reduce::need;
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+//! Elementwise kernels (shaders/elementwise.wgsl).
+use super::check::need;
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
+pub use crate::reference::elementwise::{Binary, BinaryArgs};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -24,49 +26,26 @@ fn single(n: usize, nb: usize, alpha: f32, beta: f32) -> Params {
     }
 }
 
-/// Which elementwise kernel of shaders/elementwise.wgsl.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Binary {
-    /// out = alpha * a + beta * b[i % nb]
-    Add,
-    /// out = alpha * a * b[i % nb]
-    Mul,
-}
-
-/// `out = alpha*a + beta*b` or `out = alpha*a*b`, `b` repeating with period `nb`.
-/// a, out (n); b (nb). [`binary_devices`] with one device.
-#[allow(clippy::too_many_arguments)]
+/// `out = alpha*a + beta*b` or `out = alpha*a*b` on `args.devices` simulated devices in one
+/// dispatch: a, out (D, n / D); b (D, nb), device d's block of `b` repeating over its own block
+/// of `a`. `n` counts all devices' elements; `nb` is the period within one device and must
+/// divide n / D.
 pub async fn binary(
     ctx: &GpuContext,
-    op: Binary,
     a: &GpuBuffer,
     b: &GpuBuffer,
     out: &GpuBuffer,
-    n: usize,
-    nb: usize,
-    alpha: f32,
-    beta: f32,
-) -> Result<Dispatch, GpuError> {
-    binary_devices(ctx, op, a, b, out, n, nb, alpha, beta, 1).await
-}
-
-/// [`binary`] on `devices` simulated devices in one dispatch: a, out (D, n / D); b (D, nb),
-/// device d's block of `b` repeating over its own block of `a`. `n` counts all devices'
-/// elements; `nb` is the period within one device and must divide n / D.
-#[allow(clippy::too_many_arguments)]
-pub async fn binary_devices(
-    ctx: &GpuContext,
-    op: Binary,
-    a: &GpuBuffer,
-    b: &GpuBuffer,
-    out: &GpuBuffer,
-    n: usize,
-    nb: usize,
-    alpha: f32,
-    beta: f32,
-    devices: usize,
+    args: &BinaryArgs,
 ) -> Result<Dispatch, GpuError> {
     let k = "elementwise::binary";
+    let BinaryArgs {
+        op,
+        n,
+        nb,
+        alpha,
+        beta,
+        devices,
+    } = *args;
     if devices == 0 || !n.is_multiple_of(devices) {
         return Err(GpuError::Invalid(format!(
             "{k}: {n} elements do not split evenly over {devices} devices; n counts all devices' elements \
@@ -87,7 +66,6 @@ pub async fn binary_devices(
         Binary::Add => "add",
         Binary::Mul => "mul",
     };
-    let pipeline = ctx.pipeline("elementwise", entry).await?;
     let label = if devices == 1 {
         format!("{entry} n={n}")
     } else {
@@ -97,19 +75,13 @@ pub async fn binary_devices(
         nl: nl as u32,
         ..single(n, nb, alpha, beta)
     };
-    let u = ctx.uniform(&label, &params);
-    let bind_group = ctx.bind(
-        &label,
-        &pipeline,
-        &[(0, &a.buffer), (1, &b.buffer), (2, &out.buffer), (3, &u)],
-    );
-    Ok(Dispatch {
-        label,
-        pipeline,
-        bind_group,
-        workgroups: grid_1d(n, 256),
-        uniforms: vec![u],
-    })
+    let kernel = Kernel::new("elementwise", entry, label)
+        .read(0, "a", a)
+        .read(1, "b", b)
+        .write(2, "out", out)
+        .uniform(3, &params)
+        .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
 }
 
 /// `out = alpha * a + beta`.
@@ -121,32 +93,19 @@ pub async fn scale(
     alpha: f32,
     beta: f32,
 ) -> Result<Dispatch, GpuError> {
-    let pipeline = ctx.pipeline("elementwise", "scale").await?;
-    let label = format!("scale n={n}");
-    let params = single(n, 1, alpha, beta);
-    let u = ctx.uniform(&label, &params);
-    let bind_group = ctx.bind(&label, &pipeline, &[(0, &a.buffer), (2, &out.buffer), (3, &u)]);
-    Ok(Dispatch {
-        label,
-        pipeline,
-        bind_group,
-        workgroups: grid_1d(n, 256),
-        uniforms: vec![u],
-    })
+    let kernel = Kernel::new("elementwise", "scale", format!("scale n={n}"))
+        .read(0, "a", a)
+        .write(2, "out", out)
+        .uniform(3, &single(n, 1, alpha, beta))
+        .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
 }
 
 /// `out = value` over `n` elements.
 pub async fn fill(ctx: &GpuContext, out: &GpuBuffer, n: usize, value: f32) -> Result<Dispatch, GpuError> {
-    let pipeline = ctx.pipeline("elementwise", "fill").await?;
-    let label = format!("fill n={n}");
-    let params = single(n, 1, 0.0, value);
-    let u = ctx.uniform(&label, &params);
-    let bind_group = ctx.bind(&label, &pipeline, &[(2, &out.buffer), (3, &u)]);
-    Ok(Dispatch {
-        label,
-        pipeline,
-        bind_group,
-        workgroups: grid_1d(n, 256),
-        uniforms: vec![u],
-    })
+    let kernel = Kernel::new("elementwise", "fill", format!("fill n={n}"))
+        .write(2, "out", out)
+        .uniform(3, &single(n, 1, 0.0, value))
+        .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
 }

@@ -1,6 +1,6 @@
 //! GELU, tanh form (shaders/gelu.wgsl).
-use super::reduce::{launch, need};
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+use super::check::need;
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -9,25 +9,23 @@ struct Params {
     _pad: [u32; 3],
 }
 
+fn params(n: usize) -> Params {
+    Params {
+        n: n as u32,
+        _pad: [0; 3],
+    }
+}
+
 /// `out = GELU(x)` over `n` elements.
 pub async fn forward(ctx: &GpuContext, x: &GpuBuffer, out: &GpuBuffer, n: usize) -> Result<Dispatch, GpuError> {
     need("gelu::forward", "x", x, n)?;
     need("gelu::forward", "out", out, n)?;
-    let params = Params {
-        n: n as u32,
-        _pad: [0; 3],
-    };
-    launch(
-        ctx,
-        "gelu",
-        "forward",
-        format!("gelu n={n}"),
-        &[(0, x), (1, out)],
-        &params,
-        4,
-        grid_1d(n, 256),
-    )
-    .await
+    let kernel = Kernel::new("gelu", "forward", format!("gelu n={n}"))
+        .read(0, "x", x)
+        .write(1, "out", out)
+        .uniform(4, &params(n))
+        .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
 }
 
 /// `dx = dout * GELU'(x)` over `n` elements.
@@ -41,20 +39,11 @@ pub async fn backward(
     need("gelu::backward", "x", x, n)?;
     need("gelu::backward", "dout", dout, n)?;
     need("gelu::backward", "dx", dx, n)?;
-    let params = Params {
-        n: n as u32,
-        _pad: [0; 3],
-    };
-    let label = format!("gelu backward n={n}");
-    launch(
-        ctx,
-        "gelu",
-        "backward",
-        label,
-        &[(0, x), (2, dout), (3, dx)],
-        &params,
-        4,
-        grid_1d(n, 256),
-    )
-    .await
+    let kernel = Kernel::new("gelu", "backward", format!("gelu backward n={n}"))
+        .read(0, "x", x)
+        .read(2, "dout", dout)
+        .write(3, "dx", dx)
+        .uniform(4, &params(n))
+        .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
 }

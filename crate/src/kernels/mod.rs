@@ -1,6 +1,9 @@
-//! Rust launchers of the WGSL kernels in shaders/: each builds a [`Dispatch`](crate::gpu::Dispatch)
-//! once (pipeline from the cache, bind group, uniforms); executors replay it every step.
-//! Every kernel has a CPU twin of the same name in [`crate::reference`].
+//! Rust launchers of the WGSL kernels in shaders/: each op has one public launcher that checks its
+//! arguments and describes the launch as a [`Kernel`](crate::gpu::Kernel), which
+//! [`GpuContext::launch`](crate::gpu::GpuContext::launch) turns into a
+//! [`Dispatch`](crate::gpu::Dispatch) once; executors replay it every step. Every kernel has a CPU
+//! twin of the same name and shape in [`crate::reference`].
+mod check;
 pub mod collectives;
 pub mod copy;
 pub mod crossentropy;
@@ -13,4 +16,9 @@ pub mod matmul;
 pub mod optimizer;
 pub mod random;
 pub mod reduce;
+mod rows;
 pub mod softmax;
+mod tuning;
+
+pub use rows::RowStrategy;
+pub use tuning::Tuning;

@@ -10,7 +10,7 @@
 //! The key is a small storage buffer (2 words, or 2 per device with [`KeyMode::PerDevice`],
 //! e.g. `fold_in(key, axis_index)` in shard_map) that the host rewrites every step with
 //! `ctx.write`, so a [`Dispatch`] is built once and replayed.
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 use crate::rng::{keep_prob, keep_scale, Block, RngLayout};
 
 #[repr(C)]
@@ -146,35 +146,42 @@ fn check_len(what: &str, buf: &GpuBuffer, need: usize) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Builds one launch of `entry`; `io` are the bindings besides key, offsets and params.
-#[allow(clippy::too_many_arguments)]
+/// What a launch draws: the layout of the global array, each device's block of it, and whether
+/// the devices share one key.
+#[derive(Clone, Copy, Debug)]
+pub struct Draw<'a> {
+    pub layout: RngLayout,
+    /// `blocks[d]`: the block of the global array that device d makes.
+    pub blocks: &'a [Block],
+    pub keys: KeyMode,
+}
+
+/// Builds one launch of `entry` from `kernel`, which holds the bindings besides key, offsets
+/// and params; `io` are those bindings' buffers, each (n_dev, n_block).
 async fn launch(
     ctx: &GpuContext,
-    entry: &str,
+    kernel: Kernel<'_>,
     key: &GpuBuffer,
-    io: &[(u32, &GpuBuffer)],
-    layout: RngLayout,
-    blocks: &[Block],
-    keys: KeyMode,
+    io: &[&GpuBuffer],
+    draw: &Draw<'_>,
     keep: f32,
 ) -> Result<Dispatch, GpuError> {
-    let c = canonicalize(entry, blocks)?;
-    let n_dev = blocks.len();
-    let key_stride = match keys {
+    let entry = kernel.entry.clone();
+    let c = canonicalize(&entry, draw.blocks)?;
+    let n_dev = draw.blocks.len();
+    let key_stride = match draw.keys {
         KeyMode::Shared => 0,
         KeyMode::PerDevice => 2,
     };
-    check_len(entry, key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
-    for (_, b) in io {
-        check_len(entry, b, n_dev * c.n_block as usize)?;
+    check_len(&entry, key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
+    for b in io {
+        check_len(&entry, b, n_dev * c.n_block as usize)?;
     }
-    let pipeline = ctx.pipeline("random", entry).await?;
-    let label = format!("{entry} {layout:?} {n_dev}x{}", c.n_block);
     let params = Params {
         n_global: c.n_global,
         n_block: c.n_block,
         n_dev: n_dev as u32,
-        rng_layout: match layout {
+        rng_layout: match draw.layout {
             RngLayout::Original => 0,
             RngLayout::Partitionable => 1,
         },
@@ -185,18 +192,15 @@ async fn launch(
         block_size: c.block_size,
         global_stride: c.global_stride,
     };
-    let u = ctx.uniform(&label, &params);
+    let label = format!("{entry} {:?} {n_dev}x{}", draw.layout, c.n_block);
     let offsets = ctx.upload(&format!("{label} offsets"), &c.offsets)?;
-    let mut entries: Vec<(u32, &wgpu::Buffer)> = vec![(0, &key.buffer), (4, &offsets.buffer), (5, &u)];
-    entries.extend(io.iter().map(|(i, b)| (*i, &b.buffer)));
-    let bind_group = ctx.bind(&label, &pipeline, &entries);
-    Ok(Dispatch {
-        label,
-        pipeline,
-        bind_group,
-        workgroups: grid_1d(n_dev * c.n_block as usize, 256),
-        uniforms: vec![u, offsets.buffer],
-    })
+    let mut kernel = kernel
+        .read(0, "key", key)
+        .read_owned(4, "offsets", offsets)
+        .uniform(5, &params)
+        .grid(grid_1d(n_dev * c.n_block as usize, 256));
+    kernel.label = label;
+    ctx.launch(kernel).await
 }
 
 /// `bits[d] = jax.random.bits(key, global_shape, uint32)[blocks[d]]`, bits `(n_dev, n_block)` u32.
@@ -204,76 +208,49 @@ pub async fn random_bits(
     ctx: &GpuContext,
     key: &GpuBuffer,
     bits: &GpuBuffer,
-    layout: RngLayout,
-    blocks: &[Block],
-    keys: KeyMode,
+    draw: &Draw<'_>,
 ) -> Result<Dispatch, GpuError> {
-    launch(ctx, "random_bits", key, &[(2, bits)], layout, blocks, keys, 1.0).await
+    let kernel = Kernel::new("random", "random_bits", "").write(2, "bits", bits);
+    launch(ctx, kernel, key, &[bits], draw, 1.0).await
 }
 
-fn dropout_keep(what: &str, rate: f32, a: &GpuBuffer, b: &GpuBuffer) -> Result<f32, GpuError> {
-    if a.buffer == b.buffer {
-        return Err(GpuError::Invalid(format!(
-            "{what}: input and output are the same buffer `{}`; WebGPU forbids that aliasing, use two buffers",
-            a.name
-        )));
-    }
+fn dropout_keep(what: &str, rate: f32) -> Result<f32, GpuError> {
     keep_prob(rate).map_err(|e| GpuError::Invalid(format!("{what}: {e}")))
 }
 
 /// `out = keep ? x * (1 / (1 - rate)) : 0`, keep = `bernoulli(key, 1 - rate, global_shape)[block]`
 /// exactly as JAX draws it in `layout`: flax's Dropout bit for bit (its `x / keep_prob` is a
 /// multiplication by the reciprocal once XLA compiles it). x, out: `(n_dev, n_block)`.
-#[allow(clippy::too_many_arguments)]
 pub async fn dropout_forward(
     ctx: &GpuContext,
     x: &GpuBuffer,
     key: &GpuBuffer,
     out: &GpuBuffer,
-    layout: RngLayout,
-    blocks: &[Block],
-    keys: KeyMode,
+    draw: &Draw<'_>,
     rate: f32,
 ) -> Result<Dispatch, GpuError> {
-    let keep = dropout_keep("dropout_forward", rate, x, out)?;
-    launch(
-        ctx,
-        "dropout_forward",
-        key,
-        &[(1, x), (3, out)],
-        layout,
-        blocks,
-        keys,
-        keep,
-    )
-    .await
+    let keep = dropout_keep("dropout_forward", rate)?;
+    let kernel = Kernel::new("random", "dropout_forward", "")
+        .read(1, "x", x)
+        .write(3, "out", out);
+    launch(ctx, kernel, key, &[x, out], draw, keep).await
 }
 
 /// `dx = keep ? dout * (1 / (1 - rate)) : 0`, regenerating the forward's mask from the same key
 /// (no mask is stored). dout, dx: `(n_dev, n_block)`.
-#[allow(clippy::too_many_arguments)]
 pub async fn dropout_backward(
     ctx: &GpuContext,
     dout: &GpuBuffer,
     key: &GpuBuffer,
     dx: &GpuBuffer,
-    layout: RngLayout,
-    blocks: &[Block],
-    keys: KeyMode,
+    draw: &Draw<'_>,
     rate: f32,
 ) -> Result<Dispatch, GpuError> {
-    let keep = dropout_keep("dropout_backward", rate, dout, dx)?;
-    launch(
-        ctx,
-        "dropout_backward",
-        key,
-        &[(1, dout), (3, dx)],
-        layout,
-        blocks,
-        keys,
-        keep,
-    )
-    .await
+    let keep = dropout_keep("dropout_backward", rate)?;
+    let kernel = Kernel::new("random", "dropout_backward", "")
+        .read(1, "dout", dout)
+        .write(3, "dx", dx);
+    launch(ctx, kernel, key, &[dout, dx], draw, keep).await
 }
 
 /// `out[d] = jax.random.fold_in(key[d], data[d])` for each of `data.len()` devices: keys
@@ -292,7 +269,6 @@ pub async fn fold_in(
     };
     check_len("fold_in", key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
     check_len("fold_in", out, 2 * n_dev)?;
-    let pipeline = ctx.pipeline("random", "fold_in").await?;
     let label = format!("fold_in {n_dev}x{data:?}");
     let params = Params {
         n_global: 0,
@@ -306,18 +282,12 @@ pub async fn fold_in(
         block_size: [0; 4],
         global_stride: [0; 4],
     };
-    let u = ctx.uniform(&label, &params);
     let data = ctx.upload(&format!("{label} data"), data)?;
-    let bind_group = ctx.bind(
-        &label,
-        &pipeline,
-        &[(0, &key.buffer), (2, &out.buffer), (4, &data.buffer), (5, &u)],
-    );
-    Ok(Dispatch {
-        label,
-        pipeline,
-        bind_group,
-        workgroups: grid_1d(n_dev, 64),
-        uniforms: vec![u, data.buffer],
-    })
+    let kernel = Kernel::new("random", "fold_in", label)
+        .read(0, "key", key)
+        .write(2, "out", out)
+        .read_owned(4, "data", data)
+        .uniform(5, &params)
+        .grid(grid_1d(n_dev, 64));
+    ctx.launch(kernel).await
 }

@@ -1,7 +1,9 @@
 //! Causal softmax of attention scores (shaders/softmax.wgsl): s, p viewed (rows, T) with
-//! rows = B*H*T and the query index of row r equal to r % T.
-use super::reduce::{launch, need, positive, RowStrategy};
-use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
+//! rows = B*H*T and the query index of row r equal to r % T. Rows are independent, so `rows`
+//! may count every device's rows.
+use super::check::{need, positive};
+use super::RowStrategy;
+use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -19,43 +21,27 @@ fn params(rows: usize, t: usize) -> Params {
     }
 }
 
-/// `p = softmax(s)` over j <= i per row, 0 for j > i. s, p (rows, T).
+/// `p = softmax(s)` over j <= i per row, 0 for j > i. s, p (rows, T). `strategy`: `None` for the
+/// adapter's choice ([`RowStrategy::for_adapter`]).
 pub async fn causal_forward(
     ctx: &GpuContext,
     s: &GpuBuffer,
     p: &GpuBuffer,
     rows: usize,
     t: usize,
-) -> Result<Dispatch, GpuError> {
-    causal_forward_with(ctx, RowStrategy::for_adapter(ctx, t), s, p, rows, t).await
-}
-
-/// [`causal_forward`] with an explicit row strategy.
-pub async fn causal_forward_with(
-    ctx: &GpuContext,
-    strategy: RowStrategy,
-    s: &GpuBuffer,
-    p: &GpuBuffer,
-    rows: usize,
-    t: usize,
+    strategy: Option<RowStrategy>,
 ) -> Result<Dispatch, GpuError> {
     let k = "softmax::causal_forward";
     positive(k, "T", t)?;
     need(k, "s", s, rows * t)?;
     need(k, "p", p, rows * t)?;
-    let (entry, grid) = strategy.entry("causal_forward", rows);
-    let label = format!("causal softmax ({rows}, {t})");
-    launch(
-        ctx,
-        "softmax",
-        &entry,
-        label,
-        &[(0, s), (1, p)],
-        &params(rows, t),
-        5,
-        grid,
-    )
-    .await
+    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, t).entry("causal_forward", rows);
+    let kernel = Kernel::new("softmax", entry, format!("causal softmax ({rows}, {t})"))
+        .read(0, "s", s)
+        .write(1, "p", p)
+        .uniform(5, &params(rows, t))
+        .grid(grid);
+    ctx.launch(kernel).await
 }
 
 /// `ds = p * (dp - sum_j p*dp)`, 0 where masked. p, dp, ds (rows, T).
@@ -66,36 +52,19 @@ pub async fn causal_backward(
     ds: &GpuBuffer,
     rows: usize,
     t: usize,
-) -> Result<Dispatch, GpuError> {
-    causal_backward_with(ctx, RowStrategy::for_adapter(ctx, t), p, dp, ds, rows, t).await
-}
-
-/// [`causal_backward`] with an explicit row strategy.
-pub async fn causal_backward_with(
-    ctx: &GpuContext,
-    strategy: RowStrategy,
-    p: &GpuBuffer,
-    dp: &GpuBuffer,
-    ds: &GpuBuffer,
-    rows: usize,
-    t: usize,
+    strategy: Option<RowStrategy>,
 ) -> Result<Dispatch, GpuError> {
     let k = "softmax::causal_backward";
     positive(k, "T", t)?;
     need(k, "p", p, rows * t)?;
     need(k, "dp", dp, rows * t)?;
     need(k, "ds", ds, rows * t)?;
-    let (entry, grid) = strategy.entry("causal_backward", rows);
-    let label = format!("causal softmax backward ({rows}, {t})");
-    launch(
-        ctx,
-        "softmax",
-        &entry,
-        label,
-        &[(2, p), (3, dp), (4, ds)],
-        &params(rows, t),
-        5,
-        grid,
-    )
-    .await
+    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, t).entry("causal_backward", rows);
+    let kernel = Kernel::new("softmax", entry, format!("causal softmax backward ({rows}, {t})"))
+        .read(2, "p", p)
+        .read(3, "dp", dp)
+        .write(4, "ds", ds)
+        .uniform(5, &params(rows, t))
+        .grid(grid);
+    ctx.launch(kernel).await
 }

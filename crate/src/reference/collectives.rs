@@ -1,14 +1,25 @@
 //! CPU twins of the collectives, written the obvious way: for each device group of the mesh axes,
 //! take the members' blocks and combine them as `jax.lax` defines. `x` holds every device's block
-//! one after another (`[device, local...]`), and so does the result.
+//! one after another (`[device, local...]`), and so does the result. The collectives that only
+//! move data (all_gather, ppermute, all_to_all) take any element type, so u32 data (token ids,
+//! random bits) moves as u32, bit for bit.
 use crate::sharding::{self, Mesh, ShardingError};
+
+/// What every collective is given: the mesh, the mesh axes it runs over (their device groups),
+/// and the local shape of one device's block.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectiveArgs<'a> {
+    pub mesh: &'a Mesh,
+    pub axes: &'a [&'a str],
+    pub local_shape: &'a [usize],
+}
 
 fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
 /// Device d's block of `x`, after checking that `x` holds D blocks of `local_shape`.
-fn blocks<'a>(mesh: &Mesh, x: &'a [f32], local_shape: &[usize]) -> Result<Vec<&'a [f32]>, ShardingError> {
+fn blocks<'a, T>(mesh: &Mesh, x: &'a [T], local_shape: &[usize]) -> Result<Vec<&'a [T]>, ShardingError> {
     let (devices, n) = (mesh.devices(), numel(local_shape));
     if x.len() != devices * n {
         return Err(ShardingError::Length {
@@ -22,7 +33,7 @@ fn blocks<'a>(mesh: &Mesh, x: &'a [f32], local_shape: &[usize]) -> Result<Vec<&'
 }
 
 /// `np.concatenate(blocks, axis)` of blocks that each have `shape`.
-fn concat(blocks: &[Vec<f32>], shape: &[usize], axis: usize) -> Vec<f32> {
+fn concat<T: Copy>(blocks: &[Vec<T>], shape: &[usize], axis: usize) -> Vec<T> {
     let outer = numel(&shape[..axis]);
     let chunk = numel(&shape[axis..]);
     let mut out = Vec::with_capacity(blocks.len() * numel(shape));
@@ -35,7 +46,7 @@ fn concat(blocks: &[Vec<f32>], shape: &[usize], axis: usize) -> Vec<f32> {
 }
 
 /// `np.split(block, parts, axis)` of a block of `shape`: `parts` equal pieces along `axis`.
-fn split(block: &[f32], shape: &[usize], axis: usize, parts: usize) -> Vec<Vec<f32>> {
+fn split<T: Copy>(block: &[T], shape: &[usize], axis: usize, parts: usize) -> Vec<Vec<T>> {
     let outer = numel(&shape[..axis]);
     let row = numel(&shape[axis..]);
     let piece = row / parts;
@@ -60,7 +71,12 @@ fn group_sum(group: &[usize], blocks: &[&[f32]]) -> Vec<f32> {
 }
 
 /// `jax.lax.psum(x, axes)`.
-pub fn psum(mesh: &Mesh, axes: &[&str], x: &[f32], local_shape: &[usize]) -> Result<Vec<f32>, ShardingError> {
+pub fn psum(c: &CollectiveArgs, x: &[f32]) -> Result<Vec<f32>, ShardingError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let blocks = blocks(mesh, x, local_shape)?;
     let n = numel(local_shape);
     let mut out = vec![0.0; x.len()];
@@ -74,20 +90,23 @@ pub fn psum(mesh: &Mesh, axes: &[&str], x: &[f32], local_shape: &[usize]) -> Res
 }
 
 /// `jax.lax.pmean(x, axes)`: psum / group size.
-pub fn pmean(mesh: &Mesh, axes: &[&str], x: &[f32], local_shape: &[usize]) -> Result<Vec<f32>, ShardingError> {
-    let g = mesh.axes_size(axes)? as f32;
-    Ok(psum(mesh, axes, x, local_shape)?.into_iter().map(|v| v / g).collect())
+pub fn pmean(c: &CollectiveArgs, x: &[f32]) -> Result<Vec<f32>, ShardingError> {
+    let g = c.mesh.axes_size(c.axes)? as f32;
+    Ok(psum(c, x)?.into_iter().map(|v| v / g).collect())
 }
 
 /// `jax.lax.all_gather(x, axes, axis=axis, tiled=tiled)`.
-pub fn all_gather(
-    mesh: &Mesh,
-    axes: &[&str],
-    x: &[f32],
-    local_shape: &[usize],
+pub fn all_gather<T: Copy + Default>(
+    c: &CollectiveArgs,
+    x: &[T],
     axis: usize,
     tiled: bool,
-) -> Result<Vec<f32>, ShardingError> {
+) -> Result<Vec<T>, ShardingError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let blocks = blocks(mesh, x, local_shape)?;
     let groups = mesh.axis_groups(axes)?;
     let out_shape = sharding::all_gather_shape(local_shape, groups[0].len(), axis, tiled)?;
@@ -97,9 +116,9 @@ pub fn all_gather(
     if !tiled {
         block_shape.insert(axis, 1);
     }
-    let mut out = vec![0.0; mesh.devices() * out_n];
+    let mut out = vec![T::default(); mesh.devices() * out_n];
     for group in groups {
-        let members: Vec<Vec<f32>> = group.iter().map(|&m| blocks[m].to_vec()).collect();
+        let members: Vec<Vec<T>> = group.iter().map(|&m| blocks[m].to_vec()).collect();
         let gathered = concat(&members, &block_shape, axis);
         for &d in &group {
             out[d * out_n..(d + 1) * out_n].copy_from_slice(&gathered);
@@ -110,13 +129,16 @@ pub fn all_gather(
 
 /// `jax.lax.psum_scatter(x, axes, scatter_dimension=.., tiled=..)`: member j keeps chunk j of the sum.
 pub fn psum_scatter(
-    mesh: &Mesh,
-    axes: &[&str],
+    c: &CollectiveArgs,
     x: &[f32],
-    local_shape: &[usize],
     scatter_dimension: usize,
     tiled: bool,
 ) -> Result<Vec<f32>, ShardingError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let blocks = blocks(mesh, x, local_shape)?;
     let groups = mesh.axis_groups(axes)?;
     let g = groups[0].len();
@@ -133,17 +155,20 @@ pub fn psum_scatter(
 
 /// `jax.lax.ppermute(x, axes, perm)`: (source, destination) index pairs within each group;
 /// devices that receive nothing get zeros.
-pub fn ppermute(
-    mesh: &Mesh,
-    axes: &[&str],
-    x: &[f32],
-    local_shape: &[usize],
+pub fn ppermute<T: Copy + Default>(
+    c: &CollectiveArgs,
+    x: &[T],
     perm: &[(usize, usize)],
-) -> Result<Vec<f32>, ShardingError> {
+) -> Result<Vec<T>, ShardingError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     sharding::ppermute_sources(mesh, axes, perm)?; // validates the pairs
     let blocks = blocks(mesh, x, local_shape)?;
     let n = numel(local_shape);
-    let mut out = vec![0.0; x.len()];
+    let mut out = vec![T::default(); x.len()];
     for group in mesh.axis_groups(axes)? {
         for &(src, dst) in perm {
             let d = group[dst];
@@ -157,16 +182,18 @@ pub fn ppermute(
 /// g chunks along `split_axis`; the member at rank r receives chunk r of every member and joins them
 /// in member order along `concat_axis` (tiled: concatenated; untiled: the split dimension, of size g,
 /// is dropped and the chunks are stacked as a new dimension at `concat_axis`).
-#[allow(clippy::too_many_arguments)]
-pub fn all_to_all(
-    mesh: &Mesh,
-    axes: &[&str],
-    x: &[f32],
-    local_shape: &[usize],
+pub fn all_to_all<T: Copy + Default>(
+    c: &CollectiveArgs,
+    x: &[T],
     split_axis: usize,
     concat_axis: usize,
     tiled: bool,
-) -> Result<Vec<f32>, ShardingError> {
+) -> Result<Vec<T>, ShardingError> {
+    let CollectiveArgs {
+        mesh,
+        axes,
+        local_shape,
+    } = *c;
     let blocks = blocks(mesh, x, local_shape)?;
     let groups = mesh.axis_groups(axes)?;
     let g = groups[0].len();
@@ -185,14 +212,14 @@ pub fn all_to_all(
         chunk_shape.remove(split_axis);
         chunk_shape.insert(concat_axis, 1);
     }
-    let mut out = vec![0.0; mesh.devices() * out_n];
+    let mut out = vec![T::default(); mesh.devices() * out_n];
     for group in groups {
-        let chunks: Vec<Vec<Vec<f32>>> = group
+        let chunks: Vec<Vec<Vec<T>>> = group
             .iter()
             .map(|&m| split(blocks[m], local_shape, split_axis, g))
             .collect();
         for (r, &d) in group.iter().enumerate() {
-            let received: Vec<Vec<f32>> = chunks.iter().map(|c| c[r].clone()).collect();
+            let received: Vec<Vec<T>> = chunks.iter().map(|c| c[r].clone()).collect();
             out[d * out_n..(d + 1) * out_n].copy_from_slice(&concat(&received, &chunk_shape, concat_axis));
         }
     }

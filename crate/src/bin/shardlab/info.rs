@@ -20,7 +20,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let ctx = GpuContext::new_blocking().map_err(|e| e.to_string())?;
     let info = Info {
         summary: &ctx.summary,
-        matmul_variants: matmul::variants(&ctx),
+        matmul_variants: matmul::variants(&ctx).into_iter().map(|v| v.name()).collect(),
     };
     if args.json {
         println!("{}", serde_json::to_string(&info).map_err(|e| e.to_string())?);

@@ -2,32 +2,70 @@
 //! adapter supports on a small representative problem of that class, keep the fastest one whose result
 //! matches the naive kernel's, and cache the choice in `ctx.tuning`. Async throughout: in the browser it
 //! awaits the GPU instead of blocking.
-use super::variants::{build, shape_supports, Variant};
+use super::variants::{build, shape_supports, Operands, Variant};
 use super::MatmulShape;
-use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::gpu::{now_ms, Dispatch, GpuContext, GpuError};
 
 /// Work (batch*m*n*k) below which a matmul is "small", and "medium"; above, "large".
 const SMALL_WORK: usize = 1 << 18;
 const MEDIUM_WORK: usize = 1 << 24;
 
-/// A `ctx.tuning` key whose variant, when set, is used for every matmul class.
-pub const PIN_KEY: &str = "matmul/*";
+/// How much work a matmul does, by class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SizeClass {
+    Small,
+    Medium,
+    Large,
+}
 
-/// The autotuner's cache key for `s`: size x alignment x transposes x batched, e.g.
-/// `matmul/large/aligned/nn/single`.
-pub fn class_key(s: &MatmulShape) -> String {
+/// The autotuner's cache key: size x alignment x transposes x batched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MatmulClass {
+    pub size: SizeClass,
+    /// M, N and K all multiples of 16.
+    pub aligned: bool,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub batched: bool,
+}
+
+/// Written as `matmul/large/aligned/nn/single`.
+impl std::fmt::Display for MatmulClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let size = match self.size {
+            SizeClass::Small => "small",
+            SizeClass::Medium => "medium",
+            SizeClass::Large => "large",
+        };
+        let aligned = if self.aligned { "aligned" } else { "unaligned" };
+        let t = |x: bool| if x { 't' } else { 'n' };
+        let batched = if self.batched { "batched" } else { "single" };
+        write!(
+            f,
+            "matmul/{size}/{aligned}/{}{}/{batched}",
+            t(self.trans_a),
+            t(self.trans_b)
+        )
+    }
+}
+
+/// The shape class of `s`.
+pub fn class_key(s: &MatmulShape) -> MatmulClass {
     let work = s.batch * s.m * s.n * s.k;
     let size = if work < SMALL_WORK {
-        "small"
+        SizeClass::Small
     } else if work < MEDIUM_WORK {
-        "medium"
+        SizeClass::Medium
     } else {
-        "large"
+        SizeClass::Large
     };
-    let aligned = if aligned(s) { "aligned" } else { "unaligned" };
-    let t = |x: bool| if x { 't' } else { 'n' };
-    let batched = if s.batch > 1 { "batched" } else { "single" };
-    format!("matmul/{size}/{aligned}/{}{}/{batched}", t(s.trans_a), t(s.trans_b))
+    MatmulClass {
+        size,
+        aligned: aligned(s),
+        trans_a: s.trans_a,
+        trans_b: s.trans_b,
+        batched: s.batch > 1,
+    }
 }
 
 fn aligned(s: &MatmulShape) -> bool {
@@ -53,34 +91,31 @@ fn representative(s: &MatmulShape) -> MatmulShape {
     }
 }
 
-/// The variant the launcher uses for `s` on this adapter: the tuned choice of its class (tuning it now
-/// if this is the class's first matmul), or, when that variant cannot take this shape (limits), the first
-/// of block8, tiled, naive that can.
-pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<&'static str, GpuError> {
+/// The variant the launcher uses for `s` on this adapter: the pinned variant (`ctx.tuning.matmul_pin`),
+/// else the tuned choice of its class (tuning it now if this is the class's first matmul); when that
+/// variant cannot take this shape (limits), the first of block8, tiled, naive that can.
+pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant, GpuError> {
     let key = class_key(s);
-    // `PIN_KEY` overrides every class (benchmarks and tests that compare programs).
     let cached = ctx
         .tuning
         .lock()
         .ok()
-        .and_then(|t| t.get(PIN_KEY).or_else(|| t.get(&key)).cloned());
-    let name = match cached {
-        Some(name) => name,
+        .and_then(|t| t.matmul_pin.or_else(|| t.matmul.get(&key).copied()));
+    let tuned = match cached {
+        Some(v) => v,
         None => {
-            let name = tune(ctx, &representative(s)).await?.name().to_string();
+            let v = tune(ctx, &representative(s)).await?;
             if let Ok(mut t) = ctx.tuning.lock() {
-                t.insert(key, name.clone());
+                t.matmul.insert(key, v);
             }
-            name
+            v
         }
     };
-    let tuned = Variant::from_name(&name).unwrap_or(Variant::Naive);
     let order = [tuned, Variant::Block8, Variant::Tiled, Variant::Naive];
-    let v = order
+    Ok(order
         .into_iter()
         .find(|v| shape_supports(ctx, *v, s).is_ok())
-        .unwrap_or(Variant::Naive);
-    Ok(v.name())
+        .unwrap_or(Variant::Naive))
 }
 
 /// Times every supported variant on `rep` and returns the fastest verified one (naive if none beats it).
@@ -92,8 +127,14 @@ async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> 
     let b = ctx.upload("tune B", &b_data)?;
     let bias = ctx.upload("tune bias", &bias_data)?;
     let c = ctx.zeros("tune C", rep.c_len())?;
+    let ops = Operands {
+        a: &a,
+        b: &b,
+        bias: Some(&bias),
+        c: &c,
+    };
 
-    let naive = build(ctx, Variant::Naive, rep, &a, &b, Some(&bias), &c).await?;
+    let naive = build(ctx, Variant::Naive, rep, ops).await?;
     time_dispatches(ctx, &naive).await?;
     let want: Vec<f32> = ctx.read(&c).await?;
     let mut best = (Variant::Naive, best_time(ctx, &naive).await?);
@@ -103,7 +144,7 @@ async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> 
             continue;
         }
         // A variant that fails to compile, errs or computes wrong is skipped, never chosen.
-        let Ok(ms) = try_variant(ctx, v, rep, &a, &b, &bias, &c, &want).await else {
+        let Ok(ms) = try_variant(ctx, v, rep, ops, &want).await else {
             continue;
         };
         if ms < best.1 {
@@ -113,21 +154,17 @@ async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> 
     Ok(best.0)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn try_variant(
     ctx: &GpuContext,
     v: Variant,
     rep: &MatmulShape,
-    a: &GpuBuffer,
-    b: &GpuBuffer,
-    bias: &GpuBuffer,
-    c: &GpuBuffer,
+    ops: Operands<'_>,
     want: &[f32],
 ) -> Result<f64, GpuError> {
-    let d = build(ctx, v, rep, a, b, Some(bias), c).await?;
-    ctx.write(c, &vec![0f32; c.len]);
+    let d = build(ctx, v, rep, ops).await?;
+    ctx.write(ops.c, &vec![0f32; ops.c.len]);
     time_dispatches(ctx, &d).await?;
-    let got: Vec<f32> = ctx.read(c).await?;
+    let got: Vec<f32> = ctx.read(ops.c).await?;
     let wrong = got.iter().zip(want).position(|(g, w)| !close(*g, *w, 1e-3, 1e-3));
     if let Some(i) = wrong {
         return Err(GpuError::Invalid(format!(

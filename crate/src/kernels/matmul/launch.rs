@@ -1,13 +1,13 @@
-//! The public matmul launchers.
+//! The public matmul launcher.
 use super::autotune::choose_variant;
-use super::variants::{adapter_supports, build, Variant};
+use super::variants::{adapter_supports, build, Operands, Variant};
 use super::MatmulShape;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
 
-/// `C = alpha * op(A) @ op(B) (+ bias) (+ C if accumulate)` for every batch item, with the variant the
-/// autotuner picked for this adapter and `s`'s shape class (tuned on first use, then cached in
-/// `ctx.tuning`). Returns its dispatches in order (pack passes, then the matmul); any intermediate
-/// buffers or textures are created here and kept alive by the dispatches.
+/// `C = alpha * op(A) @ op(B) (+ bias) (+ C if accumulate)` for every batch item, with `variant`, or
+/// when `None` the one the autotuner picked for this adapter and `s`'s shape class (tuned on first use,
+/// then cached in `ctx.tuning`). Returns its dispatches in order (pack passes, then the matmul); any
+/// intermediate buffers or textures are created here and kept alive by the dispatches.
 ///
 /// a: (batch, M, K), or (batch, K, M) if trans_a; b: (batch, K, N), or (batch, N, K) if trans_b;
 /// bias: (N), added to every row; c: (batch, M, N). Batch items are `stride_*` elements apart.
@@ -18,38 +18,21 @@ pub async fn matmul(
     b: &GpuBuffer,
     bias: Option<&GpuBuffer>,
     c: &GpuBuffer,
+    variant: Option<Variant>,
 ) -> Result<Vec<Dispatch>, GpuError> {
     s.check(a.len, b.len, bias.map(|x| x.len), c.len)
         .map_err(GpuError::Invalid)?;
-    let variant = choose_variant(ctx, s).await?;
-    matmul_variant(ctx, variant, s, a, b, bias, c).await
-}
-
-/// As [`matmul`], with a named variant (one of [`variants`]); for tests and benchmarks.
-pub async fn matmul_variant(
-    ctx: &GpuContext,
-    variant: &str,
-    s: &MatmulShape,
-    a: &GpuBuffer,
-    b: &GpuBuffer,
-    bias: Option<&GpuBuffer>,
-    c: &GpuBuffer,
-) -> Result<Vec<Dispatch>, GpuError> {
-    let v = Variant::from_name(variant).ok_or_else(|| {
-        let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
-        GpuError::Invalid(format!(
-            "unknown matmul variant `{variant}`; the variants are {}",
-            names.join(", ")
-        ))
-    })?;
-    build(ctx, v, s, a, b, bias, c).await
+    let variant = match variant {
+        Some(v) => v,
+        None => choose_variant(ctx, s).await?,
+    };
+    build(ctx, variant, s, Operands { a, b, bias, c }).await
 }
 
 /// The matmul variants this adapter supports (naive always).
-pub fn variants(ctx: &GpuContext) -> Vec<&'static str> {
+pub fn variants(ctx: &GpuContext) -> Vec<Variant> {
     Variant::ALL
         .into_iter()
         .filter(|v| adapter_supports(ctx, *v).is_ok())
-        .map(|v| v.name())
         .collect()
 }

@@ -3,9 +3,9 @@
 //! and shape class. CPU twin: [`crate::reference::matmul`].
 mod autotune;
 mod launch;
-mod shape;
 mod variants;
 
-pub use autotune::{choose_variant, class_key, time_dispatches, PIN_KEY};
-pub use launch::{matmul, matmul_variant, variants};
-pub use shape::MatmulShape;
+pub use crate::reference::matmul::MatmulShape;
+pub use autotune::{choose_variant, class_key, time_dispatches, MatmulClass, SizeClass};
+pub use launch::{matmul, variants};
+pub use variants::Variant;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::MatmulShape;
-use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
 /// A matmul kernel design (see shaders/matmul.wgsl and shaders/matmul_tex.wgsl).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,6 +50,27 @@ impl Variant {
             Variant::Tex16 => "matmul_tex",
             _ => "matmul",
         }
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = GpuError;
+
+    /// A variant by name (`naive`, `tiled`, `block8`, `tex16`), as the CLI and tests spell it.
+    fn from_str(name: &str) -> Result<Self, GpuError> {
+        Variant::from_name(name).ok_or_else(|| {
+            let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+            GpuError::Invalid(format!(
+                "unknown matmul variant `{name}`; the variants are {}",
+                names.join(", ")
+            ))
+        })
     }
 }
 
@@ -181,25 +202,24 @@ fn store_v4(s: &MatmulShape) -> bool {
     s.n.is_multiple_of(4) && (s.batch == 1 || s.stride_c.is_multiple_of(4))
 }
 
+/// The operands of one matmul: a, b, an optional bias, and the output c.
+#[derive(Clone, Copy)]
+pub struct Operands<'a> {
+    pub a: &'a GpuBuffer,
+    pub b: &'a GpuBuffer,
+    pub bias: Option<&'a GpuBuffer>,
+    pub c: &'a GpuBuffer,
+}
+
 /// The dispatches of variant `v` for `s`: pack passes first (if any), then the matmul.
 pub(crate) async fn build(
     ctx: &GpuContext,
     v: Variant,
     s: &MatmulShape,
-    a: &GpuBuffer,
-    b: &GpuBuffer,
-    bias: Option<&GpuBuffer>,
-    c: &GpuBuffer,
+    ops: Operands<'_>,
 ) -> Result<Vec<Dispatch>, GpuError> {
-    s.check(a.len, b.len, bias.map(|x| x.len), c.len)
+    s.check(ops.a.len, ops.b.len, ops.bias.map(|x| x.len), ops.c.len)
         .map_err(GpuError::Invalid)?;
-    if c.buffer == a.buffer || c.buffer == b.buffer || bias.is_some_and(|x| x.buffer == c.buffer) {
-        return Err(GpuError::Invalid(format!(
-            "matmul {}: C (`{}`) is also an input; WebGPU forbids a written buffer bound twice, use another output buffer",
-            s.describe(),
-            c.name
-        )));
-    }
     shape_supports(ctx, v, s).map_err(GpuError::Invalid)?;
     let v4 = store_v4(s) && v.padding().is_some();
     let entry = match (v, v4) {
@@ -218,27 +238,30 @@ pub(crate) async fn build(
     let label = format!("matmul.{} {}", v.name(), s.describe());
     // Resources are created synchronously inside one error scope, so a refusal comes back here as a value.
     let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let planned = plan(ctx, v, s, a, b, bias, c, v4, main, pack, &label);
+    let planned = plan(ctx, v, s, ops, Pipelines { entry, main, pack, v4 }, &label);
     if let Some(e) = scope.pop().await {
         return Err(GpuError::from_wgpu(&label, e));
     }
     planned
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The compiled entry points of one variant, and whether C is stored as vec4.
+struct Pipelines {
+    entry: &'static str,
+    main: Arc<wgpu::ComputePipeline>,
+    pack: Option<Arc<wgpu::ComputePipeline>>,
+    v4: bool,
+}
+
 fn plan(
     ctx: &GpuContext,
     v: Variant,
     s: &MatmulShape,
-    a: &GpuBuffer,
-    b: &GpuBuffer,
-    bias: Option<&GpuBuffer>,
-    c: &GpuBuffer,
-    v4: bool,
-    main: Arc<wgpu::ComputePipeline>,
-    pack: Option<Arc<wgpu::ComputePipeline>>,
+    ops: Operands<'_>,
+    pipelines: Pipelines,
     label: &str,
 ) -> Result<Vec<Dispatch>, GpuError> {
+    let Pipelines { entry, main, pack, v4 } = pipelines;
     let (a_si, a_sk) = s.a_strides();
     let (b_sk, b_sj) = s.b_strides();
     // With one batch item the strides are never used: keep them out of the u32 range checks.
@@ -255,7 +278,7 @@ fn plan(
         m: s.m as u32,
         n: s.n as u32,
         k: s.k as u32,
-        flags: if s.accumulate { FLAG_ACCUMULATE } else { 0 } | if bias.is_some() { FLAG_BIAS } else { 0 },
+        flags: if s.accumulate { FLAG_ACCUMULATE } else { 0 } | if ops.bias.is_some() { FLAG_BIAS } else { 0 },
         a_si: a_si as u32,
         a_sk: a_sk as u32,
         b_sk: b_sk as u32,
@@ -269,16 +292,6 @@ fn plan(
         kp: kp as u32,
         pad: 0,
     };
-    let u = ctx.uniform(label, &params);
-    // Kernels that read a bias only when flagged still bind one: a 1-element stand-in.
-    let no_bias;
-    let bias_buf = match bias {
-        Some(x) => &x.buffer,
-        None => {
-            no_bias = ctx.zeros("matmul no-bias", 1)?;
-            &no_bias.buffer
-        }
-    };
     let c_binding = if v4 { 9 } else { 3 };
 
     let Some(pack) = pack else {
@@ -286,38 +299,26 @@ fn plan(
             Variant::Tiled => [s.n.div_ceil(64) as u32, s.m.div_ceil(64) as u32, s.batch as u32],
             _ => [s.n.div_ceil(16) as u32, s.m.div_ceil(16) as u32, s.batch as u32],
         };
-        let bg = bind(
-            ctx,
-            label,
-            &main,
-            &[
-                (0, buf(&a.buffer)),
-                (1, buf(&b.buffer)),
-                (2, buf(bias_buf)),
-                (3, buf(&c.buffer)),
-                (4, buf(&u)),
-            ],
-        );
-        return Ok(vec![Dispatch {
-            label: label.to_string(),
-            pipeline: main,
-            bind_group: bg,
-            workgroups: groups,
-            uniforms: vec![u, bias_buf.clone()],
-        }]);
+        let kernel = Kernel::new(v.shader(), entry, label)
+            .read(0, "A", ops.a)
+            .read(1, "B", ops.b)
+            .write(3, "C", ops.c)
+            .uniform(4, &params)
+            .grid(groups);
+        return Ok(vec![ctx.launch_with(main, with_bias(ctx, kernel, ops.bias)?)?]);
     };
 
     // Packed operands: A as A^T rows (K, Mp), B as rows (K, Np), per batch item unless broadcast.
     let (la, lb) = packed_items(s);
     let operands = [
-        ("A", a, s.m, mp, a_si, a_sk, s.stride_a, la),
-        ("B", b, s.n, np, b_sj, b_sk, s.stride_b, lb),
+        ("A", ops.a, s.m, mp, (a_si, a_sk), s.stride_a, la),
+        ("B", ops.b, s.n, np, (b_sj, b_sk), s.stride_b, lb),
     ];
     let mut dispatches = Vec::with_capacity(3);
-    let mut packed: Vec<wgpu::BindingResource> = Vec::new();
-    let mut keep: Vec<wgpu::Buffer> = Vec::new();
+    // What the pack passes write and the matmul reads: textures (tex16) or buffers (block8).
     let mut views: Vec<wgpu::TextureView> = Vec::new();
-    for (name, src, rows, rows_p, sr, sk, src_stride, nl) in operands {
+    let mut bufs: Vec<GpuBuffer> = Vec::new();
+    for (name, src, rows, rows_p, (sr, sk), src_stride, nl) in operands {
         let pk = Pack {
             rows: rows as u32,
             k: s.k as u32,
@@ -329,94 +330,47 @@ fn plan(
             pad: 0,
         };
         let plabel = format!("{label} pack {name}");
-        let pu = ctx.uniform(&plabel, &pk);
         let mut groups = grid_1d(rows_p / 4 * kp, 64);
         groups[2] = nl as u32;
+        let kernel = Kernel::new(v.shader(), "pack", &plabel)
+            .read(0, name, src)
+            .uniform(5, &pk)
+            .grid(groups);
         if v == Variant::Tex16 {
             let view = texture(ctx, &plabel, rows_p / 4, nl * kp);
-            let bg = bind(
-                ctx,
-                &plabel,
-                &pack,
-                &[
-                    (0, buf(&src.buffer)),
-                    (5, buf(&pu)),
-                    (6, wgpu::BindingResource::TextureView(&view)),
-                ],
-            );
-            dispatches.push(Dispatch {
-                label: plabel,
-                pipeline: pack.clone(),
-                bind_group: bg,
-                workgroups: groups,
-                uniforms: vec![pu],
-            });
+            dispatches.push(ctx.launch_with(pack.clone(), kernel.texture(6, "packed", &view, true))?);
             views.push(view);
         } else {
             let dst = ctx.zeros(&plabel, nl * kp * rows_p)?; // (items, Kp, rows padded)
-            let bg = bind(
-                ctx,
-                &plabel,
-                &pack,
-                &[(0, buf(&src.buffer)), (5, buf(&pu)), (6, buf(&dst.buffer))],
-            );
-            dispatches.push(Dispatch {
-                label: plabel,
-                pipeline: pack.clone(),
-                bind_group: bg,
-                workgroups: groups,
-                uniforms: vec![pu],
-            });
-            keep.push(dst.buffer);
+            dispatches.push(ctx.launch_with(pack.clone(), kernel.write(6, "packed", &dst))?);
+            bufs.push(dst);
         }
-    }
-    if v == Variant::Tex16 {
-        packed.extend(views.iter().map(wgpu::BindingResource::TextureView));
-    } else {
-        packed.extend(keep.iter().map(buf));
     }
     let nblocks = (mp / v.padding().map_or(1, |p| p.0)) * (np / v.padding().map_or(1, |p| p.0));
     let mut groups = grid_1d(nblocks, 64);
     groups[2] = s.batch as u32;
-    let mut entries = vec![(2, buf(bias_buf)), (c_binding, buf(&c.buffer)), (4, buf(&u))];
-    entries.push((7, packed[0].clone()));
-    entries.push((8, packed[1].clone()));
-    let bg = bind(ctx, label, &main, &entries);
-    let mut uniforms = vec![u, bias_buf.clone()];
-    uniforms.extend(keep.iter().cloned()); // the packed buffers live as long as the dispatch
-    dispatches.push(Dispatch {
-        label: label.to_string(),
-        pipeline: main,
-        bind_group: bg,
-        workgroups: groups,
-        uniforms,
-    });
+    let mut kernel = Kernel::new(v.shader(), entry, label)
+        .write(c_binding, "C", ops.c)
+        .uniform(4, &params)
+        .grid(groups);
+    // The packed buffers live as long as the matmul's dispatch; the bind group keeps the views.
+    for (slot, view) in [7, 8].into_iter().zip(&views) {
+        kernel = kernel.texture(slot, "packed", view, false);
+    }
+    for (slot, buf) in [7, 8].into_iter().zip(bufs) {
+        kernel = kernel.read_owned(slot, "packed", buf);
+    }
+    let kernel = with_bias(ctx, kernel, ops.bias)?;
+    dispatches.push(ctx.launch_with(main, kernel)?);
     Ok(dispatches)
 }
 
-fn buf(b: &wgpu::Buffer) -> wgpu::BindingResource<'_> {
-    b.as_entire_binding()
-}
-
-/// A bind group for group 0 of `pipeline` from buffers and texture views (auto layout: exactly the used bindings).
-fn bind(
-    ctx: &GpuContext,
-    label: &str,
-    pipeline: &wgpu::ComputePipeline,
-    entries: &[(u32, wgpu::BindingResource)],
-) -> wgpu::BindGroup {
-    let layout = pipeline.get_bind_group_layout(0);
-    let entries: Vec<wgpu::BindGroupEntry> = entries
-        .iter()
-        .map(|(binding, resource)| wgpu::BindGroupEntry {
-            binding: *binding,
-            resource: resource.clone(),
-        })
-        .collect();
-    ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(label),
-        layout: &layout,
-        entries: &entries,
+/// `kernel` with the bias bound. Kernels that read a bias only when flagged still bind one: without
+/// a bias, a 1-element stand-in.
+fn with_bias<'a>(ctx: &GpuContext, kernel: Kernel<'a>, bias: Option<&'a GpuBuffer>) -> Result<Kernel<'a>, GpuError> {
+    Ok(match bias {
+        Some(x) => kernel.read(2, "bias", x),
+        None => kernel.read_owned(2, "bias", ctx.zeros("matmul no-bias", 1)?),
     })
 }
 

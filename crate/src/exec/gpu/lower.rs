@@ -1,0 +1,382 @@
+//! Lowering: the dispatches of one instruction, on the slots the plan gave its values.
+use super::slots::Scratch;
+use crate::exec::lowering::{on_devices, plan_broadcast, plan_shard_slice, plan_slice, plan_transpose};
+use crate::exec::ExecError;
+use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
+use crate::ir::{DType, Instr, Op, Program, ValueId};
+use crate::kernels as k;
+use crate::kernels::collectives::CollectiveArgs;
+use crate::kernels::copy::Strided;
+use crate::kernels::random::{Draw, KeyMode};
+use crate::rng::Block;
+use crate::sharding::Mesh;
+
+/// What lowering reads: the program, the buffer of each value, and the optimizer's hyper buffers.
+pub(super) struct Lowering<'a> {
+    pub ctx: &'a GpuContext,
+    pub program: &'a Program,
+    pub slots: &'a [GpuBuffer],
+    pub value_slot: &'a [usize],
+    pub sgd_hyper: Option<&'a GpuBuffer>,
+    pub adamw_hyper: Option<&'a GpuBuffer>,
+}
+
+fn strs(a: &[String]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+impl Lowering<'_> {
+    fn buf(&self, v: ValueId) -> &GpuBuffer {
+        &self.slots[self.value_slot[v.index()]]
+    }
+
+    /// A strided copy of every device's block at once.
+    async fn copy(
+        &self,
+        src: &GpuBuffer,
+        dst: &GpuBuffer,
+        c: &Strided,
+        blocks: (usize, usize),
+    ) -> Result<Dispatch, ExecError> {
+        let all = on_devices(c, self.program.devices(), blocks);
+        Ok(k::copy::strided(self.ctx, src, dst, &all).await?)
+    }
+
+    /// The dispatches of instruction `i`; `sc` is its plan from slot planning.
+    pub async fn instr(&self, i: usize, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
+        let ctx = self.ctx;
+        let prog = self.program;
+        let ins: &Instr = &prog.instrs[i];
+        let x = |k: usize| self.buf(ins.inputs[k]);
+        let y = |k: usize| self.buf(ins.outputs[k]);
+        let shape = |k: usize| prog.shape(ins.inputs[k]).to_vec();
+        let devices = prog.devices();
+        let n_in = |k: usize| devices * prog.info(ins.inputs[k]).numel();
+        let n_out = devices * ins.outputs.first().map_or(0, |o| prog.info(*o).numel());
+        // Local sizes; kernels get all devices' counts (`devices * ...`).
+        let local_in = |k: usize| prog.info(ins.inputs[k]).numel();
+        let local_out = |k: usize| prog.info(ins.outputs[k]).numel();
+        let unsupported = |why: &str| ExecError::Unsupported {
+            op: ins.op.name().into(),
+            executor: "GPU",
+            why: why.into(),
+        };
+        let mesh = || {
+            prog.mesh
+                .as_ref()
+                .ok_or_else(|| unsupported("collectives and per-device blocks need a program with a mesh"))
+        };
+        let one = |d: Dispatch| vec![d];
+        let per_device = KeyMode::PerDevice;
+        Ok(match &ins.op {
+            Op::Reshape { .. } | Op::Pvary { .. } => vec![],
+            Op::Transpose { perm } => {
+                if prog.info(ins.inputs[0]).dtype != DType::F32 {
+                    return Err(unsupported("only f32 arrays are transposed on the GPU"));
+                }
+                let c = plan_transpose(&shape(0), perm);
+                one(self.copy(x(0), y(0), &c, (local_in(0), local_out(0))).await?)
+            }
+            Op::BroadcastInDim { shape: to, dims } => {
+                let c = plan_broadcast(&shape(0), to, dims);
+                one(self.copy(x(0), y(0), &c, (local_in(0), local_out(0))).await?)
+            }
+            Op::Split { axis, sizes } => {
+                let mut ds = vec![];
+                let mut start = 0;
+                for (k, &len) in sizes.iter().enumerate() {
+                    let c = plan_slice(&shape(0), *axis, start, len, false);
+                    ds.push(self.copy(x(0), y(k), &c, (local_in(0), local_out(k))).await?);
+                    start += len;
+                }
+                ds
+            }
+            Op::Concat { axis } => {
+                let whole = prog.shape(ins.outputs[0]).to_vec();
+                let mut ds = vec![];
+                let mut start = 0;
+                for k in 0..ins.inputs.len() {
+                    let len = shape(k)[*axis];
+                    let c = plan_slice(&whole, *axis, start, len, true);
+                    ds.push(self.copy(x(k), y(0), &c, (local_in(k), local_out(0))).await?);
+                    start += len;
+                }
+                ds
+            }
+            Op::Add | Op::Sub | Op::Mul => {
+                let (op, beta) = match ins.op {
+                    Op::Add => (k::elementwise::Binary::Add, 1.0),
+                    Op::Sub => (k::elementwise::Binary::Add, -1.0),
+                    _ => (k::elementwise::Binary::Mul, 0.0),
+                };
+                let args = k::elementwise::BinaryArgs {
+                    devices,
+                    ..k::elementwise::BinaryArgs::new(op, n_in(0), local_in(1), 1.0, beta)
+                };
+                one(k::elementwise::binary(ctx, x(0), x(1), y(0), &args).await?)
+            }
+            Op::Scale { alpha } => one(k::elementwise::scale(ctx, x(0), y(0), n_in(0), *alpha, 0.0).await?),
+            Op::Full { value, .. } => one(k::elementwise::fill(ctx, y(0), n_out, *value).await?),
+            Op::DotGeneral { .. } => {
+                let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
+                let mut ds = vec![];
+                let mut a = x(0);
+                let mut b = x(1);
+                if let (Some(perm), Some(s)) = (&p.lhs_perm, sc.lhs) {
+                    let c = plan_transpose(&shape(0), perm);
+                    ds.push(self.copy(a, &self.slots[s], &c, (local_in(0), local_in(0))).await?);
+                    a = &self.slots[s];
+                }
+                if let (Some(perm), Some(s)) = (&p.rhs_perm, sc.rhs) {
+                    let c = plan_transpose(&shape(1), perm);
+                    ds.push(self.copy(b, &self.slots[s], &c, (local_in(1), local_in(1))).await?);
+                    b = &self.slots[s];
+                }
+                // Every device's batch of matrices is contiguous: devices multiply the batch.
+                let mut shape = p.shape;
+                shape.batch *= devices;
+                ds.extend(k::matmul::matmul(ctx, &shape, a, b, None, y(0), None).await?);
+                ds
+            }
+            Op::ReduceSum { .. } => {
+                let p = sc.reduce.as_ref().expect("slot planning plans every reduce_sum");
+                let mut ds = vec![];
+                let mut src = x(0);
+                if let (Some(perm), Some(s)) = (&p.perm, sc.lhs) {
+                    let c = plan_transpose(&shape(0), perm);
+                    ds.push(self.copy(src, &self.slots[s], &c, (local_in(0), local_in(0))).await?);
+                    src = &self.slots[s];
+                }
+                ds.push(k::reduce::sum_axis(ctx, src, y(0), devices * p.outer, p.n, p.inner).await?);
+                ds
+            }
+            Op::Gelu => one(k::gelu::forward(ctx, x(0), y(0), n_in(0)).await?),
+            Op::GeluGrad => one(k::gelu::backward(ctx, x(0), x(1), y(0), n_in(0)).await?),
+            Op::LayerNorm => {
+                let c = *shape(0).last().unwrap();
+                let s = k::layernorm::LayerNormShape {
+                    rows: n_in(0) / c,
+                    c,
+                    devices,
+                };
+                let b = k::layernorm::ForwardBuffers {
+                    x: x(0),
+                    gamma: x(1),
+                    beta: x(2),
+                    out: y(0),
+                    mean: y(1),
+                    rstd: y(2),
+                };
+                one(k::layernorm::forward(ctx, &b, s, None).await?)
+            }
+            Op::LayerNormGrad => {
+                let c = *shape(1).last().unwrap();
+                let s = k::layernorm::LayerNormShape {
+                    rows: n_in(1) / c,
+                    c,
+                    devices,
+                };
+                let b = k::layernorm::BackwardBuffers {
+                    dout: x(0),
+                    x: x(1),
+                    mean: x(2),
+                    rstd: x(3),
+                    gamma: x(4),
+                    dx: y(0),
+                    dgamma: y(1),
+                    dbeta: y(2),
+                };
+                k::layernorm::backward(ctx, &b, s, None).await?
+            }
+            Op::SoftmaxCausal => {
+                let t = *shape(0).last().unwrap();
+                one(k::softmax::causal_forward(ctx, x(0), y(0), n_in(0) / t, t, None).await?)
+            }
+            Op::SoftmaxCausalGrad => {
+                let t = *shape(0).last().unwrap();
+                one(k::softmax::causal_backward(ctx, x(0), x(1), y(0), n_in(0) / t, t, None).await?)
+            }
+            Op::CrossEntropy => {
+                let v = *shape(0).last().unwrap();
+                one(k::crossentropy::forward(ctx, x(0), x(1), y(0), n_in(0) / v, v, None).await?)
+            }
+            Op::CrossEntropyGrad => {
+                let v = *shape(0).last().unwrap();
+                let b = k::crossentropy::BackwardBuffers {
+                    logits: x(0),
+                    targets: x(1),
+                    dlosses: x(2),
+                    dlogits: y(0),
+                };
+                one(k::crossentropy::backward(ctx, &b, n_in(0) / v, v, None).await?)
+            }
+            Op::Gather => {
+                let (v, c) = (shape(0)[0], shape(0)[1]);
+                let s = k::embedding::EmbeddingShape {
+                    devices,
+                    ..k::embedding::EmbeddingShape::new(n_in(1), v, c)
+                };
+                one(k::embedding::forward(ctx, x(0), x(1), y(0), s).await?)
+            }
+            Op::ScatterAdd { rows } => {
+                let c = *shape(0).last().unwrap();
+                let s = k::embedding::EmbeddingShape {
+                    devices,
+                    ..k::embedding::EmbeddingShape::new(n_in(1), *rows, c)
+                };
+                one(k::embedding::backward(ctx, x(0), x(1), y(0), s).await?)
+            }
+            // Keys are values like any other: one per device (`[device, 2]`).
+            Op::FoldIn { data } => one(k::random::fold_in(ctx, x(0), y(0), &vec![*data; devices], per_device).await?),
+            Op::RandomBits { shape: s, layout } => {
+                // Each device draws the local-shape array from its own key (shard_map's
+                // semantics; with equal keys the draws repeat across devices).
+                let blocks = vec![Block::full(s); devices];
+                let draw = Draw {
+                    layout: *layout,
+                    blocks: &blocks,
+                    keys: per_device,
+                };
+                one(k::random::random_bits(ctx, x(0), y(0), &draw).await?)
+            }
+            Op::RandomBitsBlock {
+                global, spec, layout, ..
+            } => {
+                let err = |e: String| ExecError::Input(e);
+                let sharding = crate::sharding::NamedSharding::new(mesh()?.clone(), spec.clone())
+                    .map_err(|e| err(e.to_string()))?;
+                let mut blocks = Vec::with_capacity(devices);
+                for d in 0..devices {
+                    let ranges = sharding.device_indices(d, global).map_err(|e| err(e.to_string()))?;
+                    blocks.push(Block::new(global, &ranges).map_err(|e| err(e.to_string()))?);
+                }
+                let draw = Draw {
+                    layout: *layout,
+                    blocks: &blocks,
+                    keys: per_device,
+                };
+                one(k::random::random_bits(ctx, x(0), y(0), &draw).await?)
+            }
+            Op::ShardSlice { dim, axes, parts } => {
+                let c = plan_shard_slice(mesh()?, &shape(0), *dim, axes, *parts);
+                one(k::copy::strided(ctx, x(0), y(0), &c).await?)
+            }
+            Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
+            // A combined psum: one psum dispatch per operand (the simulated devices share one
+            // GPU, so fusing the buffers would save nothing; the profile counts one collective).
+            Op::Psum { .. } => {
+                let mesh = mesh()?;
+                let mut ds = Vec::with_capacity(ins.inputs.len());
+                for k in 0..ins.inputs.len() {
+                    ds.push(self.collective(mesh, &ins.op, x(k), y(k), &shape(k)).await?);
+                }
+                ds
+            }
+            Op::AllGather { .. }
+            | Op::PsumScatter { .. }
+            | Op::Ppermute { .. }
+            | Op::AllToAll { .. }
+            | Op::FoldInAxisIndex { .. } => one(self.collective(mesh()?, &ins.op, x(0), y(0), &shape(0)).await?),
+            Op::SgdUpdate { .. } => {
+                let hyper = self.sgd_hyper.expect("made with the executor");
+                one(k::optimizer::sgd(ctx, x(0), x(1), hyper, n_in(0)).await?)
+            }
+            Op::AdamWUpdate { b1, b2, eps, wd, .. } => {
+                if (*b1, *b2, *eps) != (k::optimizer::ADAMW_B1, k::optimizer::ADAMW_B2, k::optimizer::ADAMW_EPS) {
+                    return Err(unsupported("the GPU AdamW uses MODEL.md's b1, b2 and eps"));
+                }
+                let b = k::optimizer::AdamWBuffers {
+                    param: x(0),
+                    grad: x(1),
+                    m: x(2),
+                    v: x(3),
+                    hyper: self.adamw_hyper.expect("made with the executor"),
+                };
+                one(k::optimizer::adamw(ctx, &b, n_in(0), *wd).await?)
+            }
+        })
+    }
+
+    /// One collective over all devices' blocks (`local` is the operand's local shape).
+    async fn collective(
+        &self,
+        mesh: &Mesh,
+        op: &Op,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        local: &[usize],
+    ) -> Result<Dispatch, ExecError> {
+        use k::collectives as c;
+        let ctx = self.ctx;
+        Ok(match op {
+            Op::Psum { axes, .. } => {
+                let axes = strs(axes);
+                c::psum(
+                    ctx,
+                    &CollectiveArgs {
+                        mesh,
+                        axes: &axes,
+                        local_shape: local,
+                    },
+                    x,
+                    y,
+                )
+                .await?
+            }
+            Op::AllGather { axes, axis, tiled, .. } => {
+                let axes = strs(axes);
+                let a = CollectiveArgs {
+                    mesh,
+                    axes: &axes,
+                    local_shape: local,
+                };
+                c::all_gather(ctx, &a, x, y, *axis, *tiled).await?
+            }
+            Op::PsumScatter {
+                axes,
+                scatter_dimension,
+                tiled,
+                ..
+            } => {
+                let axes = strs(axes);
+                let a = CollectiveArgs {
+                    mesh,
+                    axes: &axes,
+                    local_shape: local,
+                };
+                c::psum_scatter(ctx, &a, x, y, *scatter_dimension, *tiled).await?
+            }
+            Op::Ppermute { axis, perm } => {
+                let axes = [axis.as_str()];
+                let a = CollectiveArgs {
+                    mesh,
+                    axes: &axes,
+                    local_shape: local,
+                };
+                c::ppermute(ctx, &a, x, y, perm).await?
+            }
+            Op::AllToAll {
+                axes,
+                split_axis,
+                concat_axis,
+                ..
+            } => {
+                let axes = strs(axes);
+                let a = CollectiveArgs {
+                    mesh,
+                    axes: &axes,
+                    local_shape: local,
+                };
+                c::all_to_all(ctx, &a, x, y, *split_axis, *concat_axis, true).await?
+            }
+            Op::FoldInAxisIndex { axes } => {
+                let data: Vec<u32> = (0..mesh.devices())
+                    .map(|d| mesh.axes_index(d, &strs(axes)).map(|i| i as u32))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| ExecError::Input(e.to_string()))?;
+                k::random::fold_in(ctx, x, y, &data, KeyMode::PerDevice).await?
+            }
+            _ => unreachable!("not a collective"),
+        })
+    }
+}

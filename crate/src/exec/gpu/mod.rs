@@ -1,0 +1,7 @@
+//! The GPU executor, by job: slot planning (which buffer holds each value), lowering (the
+//! dispatches of each instruction), and the runtime (buffers, inputs, outputs, steps).
+mod lower;
+mod runtime;
+mod slots;
+
+pub use runtime::GpuExecutor;

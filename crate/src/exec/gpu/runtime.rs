@@ -1,0 +1,186 @@
+//! The runtime of the GPU executor: its buffers and dispatches, inputs, outputs and steps.
+use super::lower::Lowering;
+use super::slots;
+use crate::exec::{ExecError, Tensor};
+use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
+use crate::ir::{DType, Op, Program, Role};
+use crate::kernels as k;
+
+/// Runs one program on the GPU, step after step.
+///
+/// Planning (once): every value gets a buffer *slot* ([`slots`]), reused as soon as the
+/// values in it are dead. Then every instruction becomes one or more [`Dispatch`]es, built
+/// once ([`Lowering`]). A step writes the fed inputs and replays the
+/// dispatches in one submission: no pipeline, layout or bind group is made per step.
+pub struct GpuExecutor {
+    program: Program,
+    slots: Vec<GpuBuffer>,
+    value_slot: Vec<usize>,
+    dispatches: Vec<Dispatch>,
+    /// The instruction each dispatch belongs to (per-op profiles).
+    dispatch_instr: Vec<usize>,
+    sgd_hyper: Option<(GpuBuffer, f32)>,
+    adamw_hyper: Option<(GpuBuffer, f32)>,
+    peak_bytes: u64,
+}
+
+impl GpuExecutor {
+    pub async fn new(ctx: &GpuContext, program: Program) -> Result<Self, ExecError> {
+        let plan = slots::plan(&program);
+        let mut slots = Vec::with_capacity(plan.caps.len());
+        for (s, &cap) in plan.caps.iter().enumerate() {
+            slots.push(ctx.zeros(&plan.name(&program, s), cap)?);
+        }
+        let [sgd_hyper, adamw_hyper] = Self::make_hyper(ctx, &program)?;
+        let peak_bytes = slots.iter().map(|b| b.bytes()).sum();
+        let mut dispatches = vec![];
+        let mut dispatch_instr = vec![];
+        {
+            let lowering = Lowering {
+                ctx,
+                program: &program,
+                slots: &slots,
+                value_slot: &plan.value_slot,
+                sgd_hyper: sgd_hyper.as_ref().map(|(b, _)| b),
+                adamw_hyper: adamw_hyper.as_ref().map(|(b, _)| b),
+            };
+            for (i, sc) in plan.scratch.iter().enumerate() {
+                let ds = lowering.instr(i, sc).await?;
+                dispatch_instr.extend(std::iter::repeat_n(i, ds.len()));
+                dispatches.extend(ds);
+            }
+        }
+        ctx.check()?;
+        Ok(Self {
+            program,
+            slots,
+            value_slot: plan.value_slot,
+            dispatches,
+            dispatch_instr,
+            sgd_hyper,
+            adamw_hyper,
+            peak_bytes,
+        })
+    }
+
+    fn buf(&self, v: crate::ir::ValueId) -> &GpuBuffer {
+        &self.slots[self.value_slot[v.index()]]
+    }
+
+    /// The per-step hyperparameter buffers of the optimizer updates (one per optimizer; all
+    /// updates of a program share its learning rate).
+    fn make_hyper(ctx: &GpuContext, program: &Program) -> Result<[Option<(GpuBuffer, f32)>; 2], ExecError> {
+        let mut out: [Option<(GpuBuffer, f32)>; 2] = [None, None];
+        for ins in &program.instrs {
+            let (slot, lr, len, name) = match ins.op {
+                Op::SgdUpdate { lr } => (0, lr, k::optimizer::SGD_HYPER_LEN, "sgd hyper"),
+                Op::AdamWUpdate { lr, .. } => (1, lr, k::optimizer::ADAMW_HYPER_LEN, "adamw hyper"),
+                _ => continue,
+            };
+            match &out[slot] {
+                None => out[slot] = Some((ctx.zeros(name, len)?, lr)),
+                Some((_, prev)) if *prev != lr => {
+                    return Err(ExecError::Unsupported {
+                        op: ins.op.name().into(),
+                        executor: "GPU",
+                        why: "all updates of one program must share a learning rate".into(),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Bytes of every buffer the program holds at once (inputs, params and reused slots).
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak_bytes
+    }
+
+    pub fn dispatch_count(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    pub fn dispatches(&self) -> &[Dispatch] {
+        &self.dispatches
+    }
+
+    /// The instruction of each dispatch, for per-op profiles.
+    pub fn dispatch_instrs(&self) -> &[usize] {
+        &self.dispatch_instr
+    }
+
+    /// Writes input `pos` (in `program.inputs` order).
+    pub fn write_input(&self, ctx: &GpuContext, pos: usize, t: &Tensor) -> Result<(), ExecError> {
+        let (v, _) = &self.program.inputs[pos];
+        let info = self.program.info(*v);
+        let n = self.program.devices() * info.numel();
+        if t.len() != n {
+            return Err(ExecError::Input(format!(
+                "input {} needs {n} elements (all devices' blocks), got {}",
+                info.name.clone().unwrap_or_default(),
+                t.len()
+            )));
+        }
+        let buf = self.buf(*v);
+        match t {
+            Tensor::F32(d) => ctx.write(buf, d),
+            Tensor::U32(d) => ctx.write(buf, d),
+        }
+        Ok(())
+    }
+
+    /// Position of the input with `role`.
+    pub fn input_position(&self, role: &Role) -> Option<usize> {
+        self.program.inputs.iter().position(|(_, r)| r == role)
+    }
+
+    /// Sets the per-step optimizer scalars of update number `step` (1-based).
+    pub fn set_step(&self, ctx: &GpuContext, step: u64) -> Result<(), ExecError> {
+        if let Some((buf, lr)) = &self.sgd_hyper {
+            ctx.write(buf, &k::optimizer::sgd_hyper(*lr));
+        }
+        if let Some((buf, lr)) = &self.adamw_hyper {
+            let step = u32::try_from(step).map_err(|_| ExecError::Input("step count past u32".into()))?;
+            ctx.write(buf, &k::optimizer::adamw_hyper(*lr, step)?);
+        }
+        Ok(())
+    }
+
+    /// Submits one run of the whole program (does not wait).
+    pub fn submit(&self, ctx: &GpuContext) {
+        ctx.run(&self.dispatches);
+    }
+
+    /// Reads output `pos` (awaits the GPU).
+    pub async fn read_output(&self, ctx: &GpuContext, pos: usize) -> Result<Tensor, ExecError> {
+        let v = self.program.outputs[pos];
+        let info = self.program.info(v);
+        let buf = self.buf(v);
+        let n = self.program.devices() * info.numel();
+        Ok(match info.dtype {
+            DType::F32 => {
+                let mut d = ctx.read::<f32>(buf).await?;
+                d.truncate(n);
+                Tensor::F32(d)
+            }
+            DType::U32 => {
+                let mut d = ctx.read::<u32>(buf).await?;
+                d.truncate(n);
+                Tensor::U32(d)
+            }
+        })
+    }
+
+    /// Reads input `pos` (e.g. a parameter, updated in place by the step).
+    pub async fn read_input(&self, ctx: &GpuContext, pos: usize) -> Result<Vec<f32>, ExecError> {
+        let (v, _) = self.program.inputs[pos];
+        let mut d = ctx.read::<f32>(self.buf(v)).await?;
+        d.truncate(self.program.devices() * self.program.info(v).numel());
+        Ok(d)
+    }
+}

@@ -1,0 +1,186 @@
+//! Slot planning: every value of a program gets a buffer *slot*; slots are reused as soon as the
+//! values in them are dead (liveness), reshapes alias their operand, and optimizer updates write
+//! into their parameter's slot (donation). Capacities grow while planning; buffers are made after.
+use crate::exec::lowering::{plan_dot, plan_reduce, DotPlan, ReducePlan};
+use crate::ir::{Op, Program, ValueId};
+
+/// A value with no slot yet.
+const NONE: usize = usize::MAX;
+
+/// Slot assignment by liveness.
+#[derive(Default)]
+struct SlotPlan {
+    caps: Vec<usize>,
+    refs: Vec<usize>,
+    pinned: Vec<bool>,
+    free: Vec<usize>,
+}
+
+impl SlotPlan {
+    fn new_slot(&mut self, n: usize, pinned: bool) -> usize {
+        self.caps.push(n);
+        self.refs.push(1);
+        self.pinned.push(pinned);
+        self.caps.len() - 1
+    }
+
+    /// Best fit among free slots (the smallest that holds `n`, else the largest, grown).
+    fn take(&mut self, n: usize) -> usize {
+        let fits = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| self.caps[s] >= n)
+            .min_by_key(|(_, &s)| self.caps[s]);
+        let pick = fits.or_else(|| self.free.iter().enumerate().max_by_key(|(_, &s)| self.caps[s]));
+        match pick {
+            Some((i, &s)) => {
+                self.free.swap_remove(i);
+                self.caps[s] = self.caps[s].max(n);
+                self.refs[s] = 1;
+                s
+            }
+            None => self.new_slot(n, false),
+        }
+    }
+
+    fn retain(&mut self, s: usize) {
+        self.refs[s] += 1;
+    }
+
+    fn release(&mut self, s: usize) {
+        self.refs[s] -= 1;
+        if self.refs[s] == 0 && !self.pinned[s] {
+            self.free.push(s);
+        }
+    }
+}
+
+/// What one instruction needs besides its operands' slots: the decomposition of a dot_general or
+/// reduce_sum (computed once, here, and lowered from), and the slots of transposed operand copies.
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub dot: Option<DotPlan>,
+    pub reduce: Option<ReducePlan>,
+    pub lhs: Option<usize>,
+    pub rhs: Option<usize>,
+}
+
+/// The plan of a whole program.
+pub(super) struct Slots {
+    /// Elements of each slot (every device's block of the largest value it holds).
+    pub caps: Vec<usize>,
+    /// The slot of each value.
+    pub value_slot: Vec<usize>,
+    /// Per instruction.
+    pub scratch: Vec<Scratch>,
+}
+
+impl Slots {
+    /// The name of slot `s`: that of the first named value it holds, else `slot<s>`.
+    pub fn name(&self, program: &Program, s: usize) -> String {
+        (0..program.values.len())
+            .find(|&v| self.value_slot[v] == s)
+            .and_then(|v| program.values[v].name.clone())
+            .unwrap_or_else(|| format!("slot{s}"))
+    }
+}
+
+/// Plans the slots of `program`: every value holds all devices' local blocks (`[device, local...]`).
+pub(super) fn plan(program: &Program) -> Slots {
+    let last_use = program.last_uses();
+    let devices = program.devices();
+    let numel = |v: ValueId| devices * program.info(v).numel();
+    let mut plan = SlotPlan::default();
+    let mut value_slot = vec![NONE; program.values.len()];
+    for (v, _) in &program.inputs {
+        value_slot[v.index()] = plan.new_slot(numel(*v), true);
+    }
+    let mut scratch: Vec<Scratch> = Vec::with_capacity(program.instrs.len());
+    for (i, ins) in program.instrs.iter().enumerate() {
+        let mut sc = Scratch::default();
+        match &ins.op {
+            Op::Reshape { .. } | Op::Pvary { .. } => {
+                let s = value_slot[ins.inputs[0].index()];
+                plan.retain(s);
+                value_slot[ins.outputs[0].index()] = s;
+            }
+            Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => {
+                // In place: p' in p's slot (and m', v' in m's and v's).
+                let srcs: &[usize] = if ins.outputs.len() == 1 { &[0] } else { &[0, 2, 3] };
+                for (o, &src) in ins.outputs.iter().zip(srcs) {
+                    let s = value_slot[ins.inputs[src].index()];
+                    plan.retain(s);
+                    value_slot[o.index()] = s;
+                }
+            }
+            op => {
+                let (lhs_perm, rhs_perm) = match op {
+                    Op::DotGeneral {
+                        lhs_contract,
+                        rhs_contract,
+                        lhs_batch,
+                        rhs_batch,
+                        alpha,
+                    } => {
+                        let p = plan_dot(
+                            program.shape(ins.inputs[0]),
+                            program.shape(ins.inputs[1]),
+                            lhs_contract,
+                            rhs_contract,
+                            lhs_batch,
+                            rhs_batch,
+                            *alpha,
+                        );
+                        let perms = (p.lhs_perm.is_some(), p.rhs_perm.is_some());
+                        sc.dot = Some(p);
+                        perms
+                    }
+                    Op::ReduceSum { axes } => {
+                        let p = plan_reduce(program.shape(ins.inputs[0]), axes);
+                        let perms = (p.perm.is_some(), false);
+                        sc.reduce = Some(p);
+                        perms
+                    }
+                    _ => (false, false),
+                };
+                if lhs_perm {
+                    sc.lhs = Some(plan.take(numel(ins.inputs[0])));
+                }
+                if rhs_perm {
+                    sc.rhs = Some(plan.take(numel(ins.inputs[1])));
+                }
+                for o in &ins.outputs {
+                    value_slot[o.index()] = plan.take(numel(*o));
+                }
+                for s in [sc.lhs, sc.rhs].into_iter().flatten() {
+                    plan.release(s);
+                }
+            }
+        }
+        scratch.push(sc);
+        // Dead after this instruction: its operands' last reads, and outputs nobody reads.
+        let mut dead: Vec<usize> = ins
+            .inputs
+            .iter()
+            .filter(|v| last_use[v.index()] == Some(i))
+            .map(|v| v.index())
+            .collect();
+        dead.sort();
+        dead.dedup();
+        dead.extend(
+            ins.outputs
+                .iter()
+                .filter(|o| last_use[o.index()].is_none())
+                .map(|o| o.index()),
+        );
+        for v in dead {
+            plan.release(value_slot[v]);
+        }
+    }
+    Slots {
+        caps: plan.caps,
+        value_slot,
+        scratch,
+    }
+}
