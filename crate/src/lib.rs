@@ -8,6 +8,7 @@ pub mod ir;
 pub mod kernels;
 pub mod model;
 pub mod partition;
+pub mod plan;
 pub mod profile;
 pub mod reference;
 pub mod rng;
