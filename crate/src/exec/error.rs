@@ -4,6 +4,7 @@ use crate::gpu::GpuError;
 use crate::ir::IrError;
 use crate::model::ModelError;
 use crate::partition::PartitionError;
+use crate::plan::MemoryError;
 
 /// Why a program could not run.
 #[derive(Debug, Error, Clone)]
@@ -16,6 +17,8 @@ pub enum ExecError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Partition(#[from] PartitionError),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
     #[error("{0}")]
     Input(String),
     #[error("{op} is not supported by the {executor} executor: {why}")]

@@ -9,6 +9,7 @@ use crate::model::{
 };
 use crate::partition::auto::auto_train_step_with_specs;
 use crate::partition::{combine_train_step, shard_map_train_step, DropoutKey, Strategy};
+use crate::plan::{check_config, plan_and_check, MemoryLimits};
 use crate::rng::Key;
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -95,9 +96,43 @@ pub struct Trainer {
     steps_done: u64,
 }
 
+impl Parallel {
+    /// Simulated devices the step runs on.
+    pub fn devices(&self) -> usize {
+        match self {
+            Parallel::None => 1,
+            Parallel::ShardMap { mesh, .. } | Parallel::Auto { mesh, .. } => mesh.devices(),
+        }
+    }
+}
+
+impl Backend {
+    /// What a step on this backend must fit: the adapter's buffer limits on the GPU, the
+    /// default budget, and the wasm heap on the web.
+    pub fn memory_limits(&self) -> MemoryLimits {
+        match self {
+            Backend::Gpu(ctx) => {
+                let l = ctx.limits();
+                MemoryLimits::adapter(l.max_buffer_size, u64::from(l.max_storage_buffer_binding_size))
+            }
+            Backend::Reference => MemoryLimits::host(),
+        }
+    }
+}
+
 impl Trainer {
     pub async fn new(backend: Backend, opts: TrainerOptions) -> Result<Self, ExecError> {
+        let limits = backend.memory_limits();
+        Self::with_limits(backend, opts, &limits).await
+    }
+
+    /// [`Trainer::new`] with the memory limits given: the configuration is checked in closed
+    /// form before the step is traced, and the traced step's memory plan before any
+    /// parameter is initialised or buffer allocated.
+    pub async fn with_limits(backend: Backend, opts: TrainerOptions, limits: &MemoryLimits) -> Result<Self, ExecError> {
         let cfg = &opts.config;
+        cfg.validate()?;
+        check_config(cfg, opts.optimizer, opts.parallel.devices(), limits)?;
         let dataset = Dataset::new(opts.data.clone(), cfg, opts.seed)?;
         let step = match &opts.parallel {
             Parallel::None => train_step_program(cfg, opts.optimizer, opts.rng_layout)?,
@@ -115,6 +150,12 @@ impl Trainer {
         } else {
             step
         };
+        // The global state as initialised, before it is laid out per device (checked sizes:
+        // check_config bounded it by the budget).
+        let global_state = cfg
+            .param_count()
+            .map_or(u64::MAX, |n| n.saturating_mul(4 * (1 + opts.optimizer.slots() as u64)));
+        plan_and_check(&step.program, limits, global_state)?;
         let params = init_params(cfg, opts.init);
         let globals: Vec<Tensor> = params
             .iter()
@@ -256,7 +297,7 @@ impl Trainer {
         self.steps_done += 1;
         if !loss.is_finite() {
             return Err(ExecError::Input(format!(
-                "the loss became {loss} at step {}: lower --lr",
+                "the loss became {loss} at step {}: lower the learning rate (--lr)",
                 self.steps_done - 1
             )));
         }
@@ -365,7 +406,14 @@ impl Trainer {
             Tensor::U32(key.0.to_vec()),
         ]);
         let outs = ReferenceExecutor::run(&prog, &inputs, 0)?;
-        Ok(outs[0].scalar())
+        let loss = outs[0].scalar();
+        if !loss.is_finite() {
+            return Err(ExecError::Input(format!(
+                "the loss became {loss} after {} updates: lower the learning rate (--lr)",
+                self.steps_done
+            )));
+        }
+        Ok(loss)
     }
 }
 

@@ -2,8 +2,9 @@ use std::collections::BTreeMap;
 
 use super::cost::{bytes, instr_flops};
 use super::interconnect::{CollectiveKind, Interconnect};
-use crate::ir::{Op, Program, Role};
+use crate::ir::{Op, Program};
 use crate::partition::varying_axes;
+use crate::plan::{MemoryPlan, TensorBytes};
 
 /// One collective of a program, for counts, bytes and the modelled time.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -41,9 +42,12 @@ pub struct ProgramSummary {
     pub params_bytes: u64,
     pub optimizer_state_bytes: u64,
     /// Peak bytes of everything else alive at once (activations, gradients, data), by
-    /// liveness over the program order.
+    /// liveness over the program order. The memory fields come from the memory plan
+    /// ([`crate::plan::MemoryPlan`]) that runs check before allocating.
     pub activations_bytes: u64,
     pub total_bytes: u64,
+    /// The largest tensor on one device.
+    pub largest_tensor: TensorBytes,
     pub collectives: Vec<CollectiveUse>,
     /// Things a reader should know, e.g. dropout masks repeating across data-parallel shards.
     pub warnings: Vec<String>,
@@ -111,34 +115,15 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     })
 }
 
-/// Walks `prog` once: FLOPs, random bits, collectives, memory by liveness (reshapes alias
-/// their operand; in-place updates reuse their parameter's memory), and warnings.
+/// Walks `prog` once: FLOPs, random bits, collectives and warnings; memory from the memory
+/// plan (by liveness: reshapes alias their operand; in-place updates reuse their parameter's
+/// memory).
 pub fn summarize(prog: &Program) -> ProgramSummary {
     let mut s = ProgramSummary {
         devices: prog.devices(),
         instructions: prog.instrs.len(),
         ..Default::default()
     };
-    let mut pinned = vec![false; prog.values.len()];
-    for (v, role) in &prog.inputs {
-        let b = bytes(prog.shape(*v));
-        match role {
-            Role::Param(_) => s.params_bytes += b,
-            Role::OptState { .. } => s.optimizer_state_bytes += b,
-            _ => {}
-        }
-        pinned[v.index()] = true;
-    }
-    let last = prog.last_uses();
-    let data_bytes: u64 = prog
-        .inputs
-        .iter()
-        .filter(|(_, r)| !matches!(r, Role::Param(_) | Role::OptState { .. }))
-        .map(|(v, _)| bytes(prog.shape(*v)))
-        .sum();
-    let mut live = data_bytes;
-    let mut peak = live;
-    let mut owns = vec![true; prog.values.len()];
     for (i, ins) in prog.instrs.iter().enumerate() {
         s.flops += instr_flops(prog, ins);
         // Bits each device generates: the whole shape of a random_bits, only its own block
@@ -147,32 +132,18 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
             s.rng_bits += 32 * shape.iter().product::<usize>() as u64;
         }
         s.collectives.extend(collective_use(prog, i));
-        let aliases = matches!(
-            ins.op,
-            Op::Reshape { .. } | Op::Pvary { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
-        );
-        for o in &ins.outputs {
-            if aliases {
-                owns[o.index()] = false;
-            } else {
-                live += bytes(prog.shape(*o));
-            }
-        }
-        peak = peak.max(live);
-        for v in ins.inputs.iter().chain(&ins.outputs) {
-            let dead = match last[v.index()] {
-                Some(l) => l == i && ins.inputs.contains(v),
-                None => ins.outputs.contains(v),
-            };
-            if dead && owns[v.index()] && !pinned[v.index()] {
-                live -= bytes(prog.shape(*v));
-                owns[v.index()] = false;
-            }
-        }
     }
-    s.activations_bytes = peak;
-    s.total_bytes = s.params_bytes + s.optimizer_state_bytes + s.activations_bytes;
     s.warnings = rng_warnings(prog);
+    match MemoryPlan::of(prog) {
+        Ok(m) => {
+            s.params_bytes = m.params;
+            s.optimizer_state_bytes = m.optimizer_state;
+            s.activations_bytes = m.activations;
+            s.total_bytes = m.total;
+            s.largest_tensor = m.largest;
+        }
+        Err(e) => s.warnings.push(e.to_string()),
+    }
     s
 }
 
