@@ -113,7 +113,7 @@ impl Backend {
         match self {
             Backend::Gpu(ctx) => {
                 let l = ctx.limits();
-                MemoryLimits::adapter(l.max_buffer_size, u64::from(l.max_storage_buffer_binding_size))
+                MemoryLimits::adapter(l.max_buffer_size, l.max_storage_buffer_binding_size)
             }
             Backend::Reference => MemoryLimits::host(),
         }
