@@ -150,12 +150,7 @@ impl Trainer {
         } else {
             step
         };
-        // The global state as initialised, before it is laid out per device (checked sizes:
-        // check_config bounded it by the budget).
-        let global_state = cfg
-            .param_count()
-            .map_or(u64::MAX, |n| n.saturating_mul(4 * (1 + opts.optimizer.slots() as u64)));
-        plan_and_check(&step.program, limits, global_state)?;
+        plan_and_check(&step.program, cfg, opts.optimizer, limits)?;
         let params = init_params(cfg, opts.init);
         let globals: Vec<Tensor> = params
             .iter()

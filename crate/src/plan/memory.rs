@@ -407,16 +407,22 @@ fn value_name(prog: &Program, v: ValueId) -> String {
     format!("{v} ({op})")
 }
 
-/// The closed-form checks, the plan of the traced step and its checks, in one call: what a
-/// run does before it initialises any parameter. `global_state_bytes` as in
-/// [`MemoryPlan::check_with_host`].
+/// The plan of a traced train step of `cfg` and its checks against `limits` (buffers, budget,
+/// heap): what a run does after tracing and before it initialises any parameter. Run
+/// [`check_config`] first, before tracing.
 pub fn plan_and_check(
     prog: &Program,
+    cfg: &GptConfig,
+    optimizer: Optimizer,
     limits: &MemoryLimits,
-    global_state_bytes: u64,
 ) -> Result<MemoryPlan, MemoryError> {
+    // The global state as initialised, before it is laid out per device.
+    let global_state = cfg
+        .param_count()
+        .and_then(|n| n.checked_mul(ELEMENT_BYTES * (1 + optimizer.slots() as u64)))
+        .ok_or_else(|| overflow("the parameters and optimizer state"))?;
     let plan = MemoryPlan::of(prog)?;
-    plan.check_with_host(limits, global_state_bytes)?;
+    plan.check_with_host(limits, global_state)?;
     Ok(plan)
 }
 
