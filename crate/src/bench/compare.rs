@@ -29,6 +29,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Builds both trainers from `opts` (whose `parallel` names the strategy and mesh) and
 /// alternates `steps` steps of each after 2 warm-up steps each.
 pub async fn compare(backend: Backend, opts: &TrainerOptions, steps: usize) -> Result<Comparison, ExecError> {
+    if steps == 0 {
+        return Err(ExecError::Input(
+            "--steps must be at least 1: the comparison reports medians of measured steps".into(),
+        ));
+    }
     let Some((auto_opts, sm_opts)) = opts.auto_and_shard_map() else {
         return Err(ExecError::Input(
             "bench compare needs a strategy and mesh: use --preset seed or --strategy and --mesh".into(),
@@ -41,7 +46,7 @@ pub async fn compare(backend: Backend, opts: &TrainerOptions, steps: usize) -> R
         sm.step().await?;
     }
     let (mut a, mut s) = (vec![], vec![]);
-    for _ in 0..steps.max(1) {
+    for _ in 0..steps {
         a.push(auto.step().await?.step_ms);
         s.push(sm.step().await?.step_ms);
     }

@@ -3,7 +3,7 @@ use thiserror::Error;
 use crate::gpu::GpuError;
 use crate::ir::IrError;
 use crate::model::ModelError;
-use crate::plan::PlanError;
+use crate::plan::{MemoryError, PlanError};
 
 /// Why a program could not run.
 #[derive(Debug, Error, Clone)]
@@ -16,6 +16,8 @@ pub enum ExecError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
     #[error("{0}")]
     Input(String),
     #[error("{op} is not supported by the {executor} executor: {why}")]

@@ -2,9 +2,9 @@ use std::sync::Arc;
 
 use super::{ExecError, GpuExecutor, ReferenceExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
-use crate::ir::{memory_use, Program, Role};
+use crate::ir::{Program, Role};
 use crate::model::{eval_program, init_params, param_specs, Batch, Dataset, TrainStep};
-use crate::plan::{self, Planned, TrainerOptions};
+use crate::plan::{self, check_config, plan_and_check, MemoryLimits, MemoryPlan, Planned, TrainerOptions};
 use crate::rng::Key;
 
 /// Which executor runs the programs.
@@ -53,24 +53,52 @@ pub struct Trainer {
     steps_done: u64,
 }
 
+impl Backend {
+    /// What a step on this backend must fit: the adapter's buffer limits on the GPU, the
+    /// default budget, and the wasm heap on the web.
+    pub fn memory_limits(&self) -> MemoryLimits {
+        match self {
+            Backend::Gpu(ctx) => {
+                let l = ctx.limits();
+                MemoryLimits::adapter(l.max_buffer_size, l.max_storage_buffer_binding_size)
+            }
+            Backend::Reference => MemoryLimits::host(),
+        }
+    }
+}
+
 impl Trainer {
     /// Plans `opts` ([`plan::build`]) and starts training it.
     pub async fn new(backend: Backend, opts: TrainerOptions) -> Result<Self, ExecError> {
+        let limits = backend.memory_limits();
+        Self::with_limits(backend, opts, &limits).await
+    }
+
+    /// [`Trainer::new`] with the memory limits given: the configuration is checked in closed
+    /// form before the step is traced, and the traced step's memory plan before any
+    /// parameter is initialised or buffer allocated.
+    pub async fn with_limits(backend: Backend, opts: TrainerOptions, limits: &MemoryLimits) -> Result<Self, ExecError> {
+        opts.config.validate()?;
+        check_config(&opts.config, opts.optimizer, opts.parallel.devices(), limits)?;
         let dataset = Dataset::new(opts.data.clone(), &opts.config, opts.seed)?;
         let planned = plan::build(&opts)?;
-        Self::start(backend, planned, dataset).await
+        Self::start(backend, planned, dataset, limits).await
     }
 
     /// Starts training a step planned already (by `inspect` or the page, which show the
-    /// plan too), without planning it again.
+    /// plan too), without planning it again; its memory plan is checked against the
+    /// backend's limits first.
     pub async fn from_plan(backend: Backend, planned: Planned) -> Result<Self, ExecError> {
+        let limits = backend.memory_limits();
         let opts = &planned.options;
+        check_config(&opts.config, opts.optimizer, opts.parallel.devices(), &limits)?;
         let dataset = Dataset::new(opts.data.clone(), &opts.config, opts.seed)?;
-        Self::start(backend, planned, dataset).await
+        Self::start(backend, planned, dataset, &limits).await
     }
 
-    async fn start(backend: Backend, planned: Planned, dataset: Dataset) -> Result<Self, ExecError> {
+    async fn start(backend: Backend, planned: Planned, dataset: Dataset, limits: &MemoryLimits) -> Result<Self, ExecError> {
         let (opts, step) = (&planned.options, &planned.step);
+        plan_and_check(&step.program, &opts.config, opts.optimizer, limits)?;
         let params = init_params(&opts.config, opts.init);
         let globals: Vec<Tensor> = params
             .iter()
@@ -141,7 +169,7 @@ impl Trainer {
     pub fn peak_bytes(&self) -> u64 {
         match &self.state {
             State::Gpu { exec, .. } => exec.peak_bytes(),
-            State::Reference { .. } => memory_use(self.program()).total_bytes() * self.program().devices() as u64,
+            State::Reference { .. } => MemoryPlan::of(self.program()).map_or(0, |m| m.total) * self.program().devices() as u64,
         }
     }
 
@@ -215,7 +243,7 @@ impl Trainer {
         self.steps_done += 1;
         if !loss.is_finite() {
             return Err(ExecError::Input(format!(
-                "the loss became {loss} at step {}: lower --lr",
+                "the loss became {loss} at step {}: lower the learning rate (--lr)",
                 self.steps_done - 1
             )));
         }
@@ -324,7 +352,14 @@ impl Trainer {
             Tensor::U32(key.0.to_vec()),
         ]);
         let outs = ReferenceExecutor::run(&prog, &inputs, 0)?;
-        Ok(outs[0].scalar())
+        let loss = outs[0].scalar();
+        if !loss.is_finite() {
+            return Err(ExecError::Input(format!(
+                "the loss became {loss} after {} updates: lower the learning rate (--lr)",
+                self.steps_done
+            )));
+        }
+        Ok(loss)
     }
 }
 

@@ -17,3 +17,8 @@ pub fn fmt_shape(shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     format!("[{}]", dims.join(","))
 }
+
+/// Bytes of all elements of a shape (every dtype is 4 bytes).
+pub fn size_in_bytes(shape: &[usize]) -> u64 {
+    4 * numel(shape) as u64
+}

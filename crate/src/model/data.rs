@@ -34,21 +34,15 @@ impl DataSource {
         }
     }
 
-    /// Reads `--text FILE`, rejecting what cannot be a character corpus.
+    /// Reads `--text FILE` (a regular UTF-8 file of at most [`super::MAX_TEXT_BYTES`]),
+    /// rejecting what cannot be a character corpus.
     pub fn from_text_file(path: &str) -> Result<Self, ModelError> {
-        let bytes = std::fs::read(path).map_err(|e| ModelError(format!("cannot read --text {path}: {e}")))?;
-        if bytes.is_empty() {
+        let text = super::read_text_file("--text", path, super::MAX_TEXT_BYTES)?;
+        if text.is_empty() {
             return Err(ModelError(format!(
                 "--text {path} is empty: give a text file with some prose in it"
             )));
         }
-        if bytes.contains(&0) {
-            return Err(ModelError(format!(
-                "--text {path} looks binary (it has NUL bytes): give a UTF-8 text file"
-            )));
-        }
-        let text = String::from_utf8(bytes)
-            .map_err(|_| ModelError(format!("--text {path} is not valid UTF-8: give a UTF-8 text file")))?;
         Ok(DataSource::Text(text))
     }
 }

@@ -4,10 +4,12 @@ mod config;
 mod data;
 mod gpt;
 mod params;
+mod text_file;
 mod train_step;
 
-pub use config::{GptConfig, ModelError, Optimizer};
+pub use config::{GptConfig, ModelError, Optimizer, MAX_LAYERS};
 pub use data::{Batch, DataSource, Dataset};
 pub use gpt::{forward_loss, Activations, Local};
 pub use params::{init_params, param_specs, Init, ParamSpec};
+pub use text_file::{read_text_file, MAX_TEXT_BYTES};
 pub use train_step::{eval_program, train_step_program, TrainStep};

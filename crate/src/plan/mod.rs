@@ -1,11 +1,13 @@
 //! Planning: from what a run chooses ([`TrainerOptions`]) to the train step that runs, in
-//! one place ([`build`]). It holds the model-specific strategies (the hand-written shard_map
+//! one place ([`build`]), and what it needs in memory, checked before any allocation
+//! ([`MemoryPlan`]). It holds the model-specific strategies (the hand-written shard_map
 //! bodies and the shardings jit partitions from) and applies the passes once; the general
 //! machinery it calls lives in [`crate::partition`].
 mod auto_step;
 mod build;
 mod combine;
 mod error;
+mod memory;
 mod options;
 mod shard_map_step;
 mod strategy;
@@ -14,6 +16,10 @@ pub use auto_step::{auto_param_spec, auto_train_step, auto_train_step_with_specs
 pub use build::{build, Planned};
 pub use combine::combine_train_step;
 pub use error::PlanError;
+pub use memory::{
+    check_config, human_bytes, plan_and_check, shape_bytes, MemoryError, MemoryLimits, MemoryPlan, TensorBytes,
+    DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
+};
 pub use options::{Parallel, TrainerOptions};
 pub use shard_map_step::shard_map_train_step;
 pub use strategy::{DropoutKey, Strategy};

@@ -40,6 +40,16 @@ pub struct TrainerOptions {
     pub combine_all_reduces: bool,
 }
 
+impl Parallel {
+    /// Simulated devices the step runs on.
+    pub fn devices(&self) -> usize {
+        match self {
+            Parallel::None => 1,
+            Parallel::ShardMap { mesh, .. } | Parallel::Auto { mesh, .. } => mesh.devices(),
+        }
+    }
+}
+
 impl TrainerOptions {
     /// The same run in automatic mode and in shard_map mode, on this strategy and mesh (what
     /// `bench compare` races): the auto one keeps these options' spec overrides, the shard_map

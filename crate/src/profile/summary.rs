@@ -2,7 +2,8 @@ use std::collections::BTreeMap;
 
 use super::cost::instr_flops;
 use super::interconnect::{CollectiveKind, Interconnect};
-use crate::ir::{memory_use, size_in_bytes as bytes, varying_axes, Op, Program};
+use crate::ir::{size_in_bytes as bytes, varying_axes, Op, Program};
+use crate::plan::{MemoryPlan, TensorBytes};
 
 /// One collective of a program, for counts, bytes and the modelled time.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -40,9 +41,12 @@ pub struct ProgramSummary {
     pub params_bytes: u64,
     pub optimizer_state_bytes: u64,
     /// Peak bytes of everything else alive at once (activations, gradients, data), by
-    /// liveness over the program order.
+    /// liveness over the program order. The memory fields come from the memory plan
+    /// ([`crate::plan::MemoryPlan`]) that runs check before allocating.
     pub activations_bytes: u64,
     pub total_bytes: u64,
+    /// The largest tensor on one device.
+    pub largest_tensor: TensorBytes,
     pub collectives: Vec<CollectiveUse>,
     /// Things a reader should know, e.g. dropout masks repeating across data-parallel shards.
     pub warnings: Vec<String>,
@@ -110,17 +114,13 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     })
 }
 
-/// Walks `prog` once: FLOPs, random bits, collectives and warnings; memory by liveness
-/// ([`memory_use`]: reshapes alias their operand; in-place updates reuse their parameter's memory).
+/// Walks `prog` once: FLOPs, random bits, collectives and warnings; memory from the memory
+/// plan (by liveness: reshapes alias their operand; in-place updates reuse their parameter's
+/// memory).
 pub fn summarize(prog: &Program) -> ProgramSummary {
-    let memory = memory_use(prog);
     let mut s = ProgramSummary {
         devices: prog.devices(),
         instructions: prog.instrs.len(),
-        params_bytes: memory.params_bytes,
-        optimizer_state_bytes: memory.optimizer_state_bytes,
-        activations_bytes: memory.activations_bytes,
-        total_bytes: memory.total_bytes(),
         ..Default::default()
     };
     for (i, ins) in prog.instrs.iter().enumerate() {
@@ -133,6 +133,16 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
         s.collectives.extend(collective_use(prog, i));
     }
     s.warnings = rng_warnings(prog);
+    match MemoryPlan::of(prog) {
+        Ok(m) => {
+            s.params_bytes = m.params;
+            s.optimizer_state_bytes = m.optimizer_state;
+            s.activations_bytes = m.activations;
+            s.total_bytes = m.total;
+            s.largest_tensor = m.largest;
+        }
+        Err(e) => s.warnings.push(e.to_string()),
+    }
     s
 }
 

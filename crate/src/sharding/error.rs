@@ -12,6 +12,11 @@ pub enum ShardingError {
     ZeroAxisSize { axis: String },
     #[error("mesh axis '{axis}' is given twice; each mesh axis name must be unique")]
     DuplicateMeshAxis { axis: String },
+    #[error(
+        "the mesh has more than {max} devices (at mesh axis '{axis}'); shardlab plans at most {max} devices: use smaller \
+         axis sizes"
+    )]
+    TooManyDevices { axis: String, max: usize },
     #[error("unknown mesh axis '{axis}'; the mesh {mesh} has axes {names}")]
     UnknownAxis { axis: String, mesh: String, names: String },
     #[error("mesh axis '{axis}' is used twice in {context}; each mesh axis can appear at most once")]

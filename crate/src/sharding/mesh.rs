@@ -12,6 +12,11 @@ pub struct Mesh {
 }
 
 impl Mesh {
+    /// The most devices a mesh may have. A full TPU v4 pod is 4096 chips, so plans (which only
+    /// price the per-device program) reach the largest real meshes; running on simulated
+    /// devices has its own, lower cap ([`crate::plan::MAX_SIMULATED_DEVICES`]).
+    pub const MAX_DEVICES: usize = 4096;
+
     /// A mesh from `(name, size)` pairs in major-to-minor order: `Mesh::new(&[("dp", 4), ("tp", 2)])`.
     /// No axes at all is a mesh of one device.
     pub fn new(axes: &[(&str, usize)]) -> Result<Self, ShardingError> {
@@ -27,6 +32,19 @@ impl Mesh {
                 return Err(ShardingError::DuplicateMeshAxis { axis: name.to_string() });
             }
             out.push((name.to_string(), size));
+        }
+        // Checked: a product that wraps (dp=2,x=2^63+1 is 2 devices in u64) must not pass.
+        let mut devices: usize = 1;
+        for (name, size) in &out {
+            devices = match devices.checked_mul(*size) {
+                Some(d) if d <= Self::MAX_DEVICES => d,
+                _ => {
+                    return Err(ShardingError::TooManyDevices {
+                        axis: name.clone(),
+                        max: Self::MAX_DEVICES,
+                    })
+                }
+            };
         }
         Ok(Self { axes: out })
     }
@@ -50,9 +68,21 @@ impl Mesh {
             if name.is_empty() {
                 return Err(syntax(format!("`{part}` has no axis name before `=`")));
             }
-            let size: usize = size
-                .parse()
-                .map_err(|_| syntax(format!("the size `{size}` of axis '{name}' is not a whole number")))?;
+            let size: usize = match size.parse() {
+                Ok(n) => n,
+                // Digits only, yet no usize: too large for any mesh, not a typo.
+                Err(_) if !size.is_empty() && size.bytes().all(|c| c.is_ascii_digit()) => {
+                    return Err(ShardingError::TooManyDevices {
+                        axis: name.to_string(),
+                        max: Self::MAX_DEVICES,
+                    })
+                }
+                Err(_) => {
+                    return Err(syntax(format!(
+                        "the size `{size}` of axis '{name}' is not a whole number"
+                    )))
+                }
+            };
             axes.push((name, size));
         }
         Self::new(&axes)
@@ -72,7 +102,8 @@ impl Mesh {
         self.axes.iter().map(|(_, s)| *s).collect()
     }
 
-    /// The number of devices: the product of the axis sizes.
+    /// The number of devices: the product of the axis sizes (at most [`Mesh::MAX_DEVICES`],
+    /// checked when the mesh is made, so this cannot overflow).
     pub fn devices(&self) -> usize {
         self.axes.iter().map(|(_, s)| s).product()
     }

@@ -1,9 +1,12 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::ValueEnum;
 use shardlab::ir::RngLayout;
-use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::model::{param_specs, read_text_file, DataSource, GptConfig, Init, Optimizer};
 use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
-use shardlab::sharding::{Mesh, PartitionSpec};
+use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
+
+/// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
+const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum InitArg {
@@ -154,7 +157,7 @@ impl ModelArgs {
             self.init = InitArg::Random;
             self.data = DataArg::Copy;
             self.text = None;
-            parallel.strategy = StrategyArg::Dp;
+            parallel.strategy = Some(StrategyArg::Dp);
             parallel.mesh.get_or_insert_with(|| "dp=8".into());
             if parallel.mode == ModeArg::Single {
                 parallel.mode = ModeArg::ShardMap;
@@ -198,15 +201,15 @@ pub struct ParallelArgs {
     /// Partitioning mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Single)]
     pub mode: ModeArg,
-    /// Parallelism strategy (with --mode shard_map or auto).
-    #[arg(long, value_enum, default_value_t = StrategyArg::Dp)]
-    pub strategy: StrategyArg,
+    /// Parallelism strategy (with --mode shard_map or auto; default dp).
+    #[arg(long, value_enum)]
+    pub strategy: Option<StrategyArg>,
     /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2, dp=2,tp=2).
     #[arg(long)]
     pub mesh: Option<String>,
-    /// Dropout keys in shard_map mode.
-    #[arg(long = "dropout-key", value_enum, default_value_t = DropoutKeyArg::Same)]
-    pub dropout_key: DropoutKeyArg,
+    /// Dropout keys in shard_map mode (default same).
+    #[arg(long = "dropout-key", value_enum)]
+    pub dropout_key: Option<DropoutKeyArg>,
     /// With --mode auto: a parameter's sharding, overriding the strategy's, e.g.
     /// --spec 'w_fc=P(None,"tp")' (repeatable; a block parameter's short name applies to every block).
     #[arg(long = "spec", value_name = "NAME=SPEC")]
@@ -219,12 +222,19 @@ pub struct ParallelArgs {
     pub spec_file: Option<String>,
 }
 
+/// A `--spec` entry and where it came from (`--spec`, or `--spec-file FILE line N`).
+pub struct SpecOverride {
+    pub origin: String,
+    pub name: String,
+    pub spec: PartitionSpec,
+}
+
 impl ParallelArgs {
-    /// `--spec` and `--spec-file` entries, parsed.
-    fn spec_overrides(&self) -> Result<Vec<(String, PartitionSpec)>, String> {
+    /// `--spec` and `--spec-file` entries, parsed, each with its origin.
+    pub fn spec_overrides(&self) -> Result<Vec<SpecOverride>, String> {
         let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
         if let Some(path) = &self.spec_file {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read --spec-file {path}: {e}"))?;
+            let text = read_text_file("--spec-file", path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if !line.is_empty() {
@@ -239,22 +249,48 @@ impl ParallelArgs {
                     .split_once('=')
                     .ok_or_else(|| format!("{origin}: `{entry}` is not NAME=SPEC, e.g. w_fc=P(None,'tp')"))?;
                 let spec = PartitionSpec::parse(spec.trim()).map_err(|e| format!("{origin}: {e}"))?;
-                Ok((name.trim().to_string(), spec))
+                Ok(SpecOverride {
+                    origin,
+                    name: name.trim().to_string(),
+                    spec,
+                })
             })
             .collect()
     }
 
-    pub fn parallel(&self) -> Result<Parallel, String> {
+    /// Flags the chosen mode would ignore are errors, not silently dropped.
+    fn check_mode_flags(&self) -> Result<(), String> {
         if self.mode != ModeArg::Auto && (!self.specs.is_empty() || self.spec_file.is_some()) {
             return Err("--spec and --spec-file need --mode auto".into());
         }
+        if self.mode != ModeArg::ShardMap && self.dropout_key.is_some() {
+            return Err(
+                "--dropout-key applies only to --mode shard_map (in automatic mode the partitioner derives the keys)"
+                    .into(),
+            );
+        }
         if self.mode == ModeArg::Single {
-            if self.mesh.is_some() {
-                return Err("--mesh needs --mode shard_map or --mode auto".into());
+            for (given, flag) in [
+                (self.mesh.is_some(), "--mesh"),
+                (self.strategy.is_some(), "--strategy"),
+                (self.combine_all_reduces, "--combine-all-reduces"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "{flag} needs --mode shard_map or --mode auto (--mode single runs one device)"
+                    ));
+                }
             }
+        }
+        Ok(())
+    }
+
+    pub fn parallel(&self) -> Result<Parallel, String> {
+        self.check_mode_flags()?;
+        if self.mode == ModeArg::Single {
             return Ok(Parallel::None);
         }
-        let strategy = match self.strategy {
+        let strategy = match self.strategy.unwrap_or(StrategyArg::Dp) {
             StrategyArg::Dp => Strategy::Dp,
             StrategyArg::Fsdp => Strategy::Fsdp,
             StrategyArg::Tp => Strategy::Tp,
@@ -262,23 +298,57 @@ impl ParallelArgs {
         };
         let text = self.mesh.clone().unwrap_or_else(|| strategy.example_mesh().to_string());
         let mesh = Mesh::parse(&text).map_err(|e| format!("--mesh {text}: {e}"))?;
-        let dropout_key = match self.dropout_key {
-            DropoutKeyArg::Same => DropoutKey::Same,
-            DropoutKeyArg::FoldIn => DropoutKey::FoldIn,
-        };
         if self.mode == ModeArg::Auto {
             return Ok(Parallel::Auto {
                 strategy,
                 mesh,
-                specs: self.spec_overrides()?,
+                specs: self.spec_overrides()?.into_iter().map(|o| (o.name, o.spec)).collect(),
             });
         }
         Ok(Parallel::ShardMap {
             strategy,
             mesh,
-            dropout_key,
+            dropout_key: match self.dropout_key {
+                Some(DropoutKeyArg::FoldIn) => DropoutKey::FoldIn,
+                Some(DropoutKeyArg::Same) | None => DropoutKey::Same,
+            },
         })
     }
+}
+
+/// Checks each `--spec` override against the model's parameters and the mesh, so an error
+/// names the file and line it came from.
+fn check_overrides(cfg: &GptConfig, mesh: &Mesh, overrides: &[SpecOverride]) -> Result<(), String> {
+    let params = param_specs(cfg);
+    let leaf = |name: &str| name.rsplit('.').next().unwrap_or(name).to_string();
+    for o in overrides {
+        let hits: Vec<_> = params
+            .iter()
+            .filter(|p| p.name == o.name || leaf(&p.name) == o.name)
+            .collect();
+        if hits.is_empty() {
+            let mut names: Vec<String> = params.iter().map(|p| leaf(&p.name)).collect();
+            names.sort();
+            names.dedup();
+            return Err(format!(
+                "{}: there is no parameter `{}`; parameters are {}",
+                o.origin,
+                o.name,
+                names.join(", ")
+            ));
+        }
+        for p in hits {
+            NamedSharding::new(mesh.clone(), o.spec.clone())
+                .and_then(|s| s.shard_shape(&p.shape))
+                .map_err(|e| {
+                    format!(
+                        "{}: {}={} for parameter `{}` {:?}: {e}",
+                        o.origin, o.name, o.spec, p.name, p.shape
+                    )
+                })?;
+        }
+    }
+    Ok(())
 }
 
 /// The trainer options the model and parallelism flags choose (after `--preset`), checked.
@@ -294,5 +364,8 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         combine_all_reduces: parallel.combine_all_reduces,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
+    if let Parallel::Auto { mesh, .. } = &opts.parallel {
+        check_overrides(&opts.config, mesh, &parallel.spec_overrides()?)?;
+    }
     Ok(opts)
 }

@@ -89,6 +89,7 @@ async fn inspect(
                 "activations": s.activations_bytes,
                 "total": s.total_bytes,
             },
+            "largest_tensor_per_device": s.largest_tensor,
             "dispatches": dispatches,
             "measured_step_ms": step_ms,
             "measured_on": device,
@@ -125,8 +126,14 @@ async fn inspect(
         }
     }
     println!(
-        "# memory per device: params {} B, optimizer state {} B, activations (peak) {} B, total {} B",
-        s.params_bytes, s.optimizer_state_bytes, s.activations_bytes, s.total_bytes
+        "# memory per device: params {} B, optimizer state {} B, activations (peak) {} B, total {} B; largest tensor {} {} ({} B)",
+        s.params_bytes,
+        s.optimizer_state_bytes,
+        s.activations_bytes,
+        s.total_bytes,
+        s.largest_tensor.name,
+        shardlab::ir::fmt_shape(&s.largest_tensor.shape),
+        s.largest_tensor.bytes
     );
     if let Some(d) = dispatches {
         println!("# GPU dispatches per step: {d}");

@@ -1,10 +1,31 @@
 //! The `shardlab` command line. One module per subcommand; each `run` returns a one-line error that
 //! main prints before exiting with status 2 (clap does the same for bad flags).
+
+/// `println!` and `print!` in every subcommand resolve to these (a `macro_rules!` defined
+/// before the modules shadows the prelude's): they write through [`stdout::write`], which
+/// ends the process quietly when the reader has gone (`shardlab train --json | head -1`)
+/// instead of panicking.
+macro_rules! println {
+    () => {
+        $crate::stdout::write(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod bench;
 mod export;
 mod info;
 mod inspect;
+mod stdout;
 mod train;
 
 use std::process::ExitCode;

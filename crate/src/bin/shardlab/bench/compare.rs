@@ -32,6 +32,9 @@ pub fn run(mut args: Args) -> Result<(), String> {
         args.parallel.mode = crate::args::ModeArg::ShardMap;
     }
     let opts = trainer_options(&args.model, &args.parallel)?;
+    if args.steps == 0 {
+        return Err("--steps must be at least 1: the comparison reports medians of measured steps".into());
+    }
     let backend = if args.cpu {
         Backend::Reference
     } else {

@@ -1,0 +1,578 @@
+//! The memory plan: what a step holds per device, from shapes alone, and the checks that run
+//! before anything is allocated or initialised.
+//!
+//! Two levels, both in u64 with checked arithmetic (so a size cannot wrap, natively or on
+//! wasm32 where usize has 32 bits):
+//! - [`check_config`]: closed-form bounds from a [`GptConfig`] and a device count, cheap
+//!   enough to run before the program is traced (a million layers never gets traced);
+//! - [`MemoryPlan::of`] on the traced per-device program: every tensor's bytes and the peak
+//!   per device by liveness, then [`MemoryPlan::check`] against [`MemoryLimits`].
+use thiserror::Error;
+
+use crate::ir::{Op, Program, Role, ValueId};
+use crate::model::{GptConfig, Optimizer, MAX_LAYERS};
+
+/// Every element is 4 bytes (f32 or u32).
+const ELEMENT_BYTES: u64 = 4;
+
+/// Simulated devices a step may run on at once (the mesh itself may be larger, up to
+/// [`crate::sharding::Mesh::MAX_DEVICES`], for plans that only price the program). Each
+/// simulated device holds its own copy of every replicated tensor in the one real GPU, so past
+/// a few hundred the run measures copies rather than the strategy.
+pub const MAX_SIMULATED_DEVICES: usize = 256;
+
+/// What all simulated devices of a run may hold at once when nothing else is known: the
+/// sandbox shares one GPU (or the host, on the reference executor) with everything else.
+pub const DEFAULT_BUDGET_BYTES: u64 = 4 << 30;
+
+/// The wasm32 heap the page's host-side copies of the state must fit in (2 GiB: what
+/// browsers reliably grant a wasm32 module, half of its 4 GiB address space).
+pub const WASM_HEAP_BYTES: u64 = 2 << 30;
+
+/// A size the plan rejects, with the tensor and the fix in one message.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("{0}")]
+pub struct MemoryError(pub String);
+
+/// One tensor's size on one device.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct TensorBytes {
+    /// The value's name (`h0.w_fc`, `logits`), or its SSA number and op (`%57 (dot_general)`).
+    pub name: String,
+    /// Local (per-device) shape.
+    pub shape: Vec<usize>,
+    /// Bytes on one device.
+    pub bytes: u64,
+}
+
+/// Bytes per device of one step of a (per-device) program, from its shapes alone.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct MemoryPlan {
+    /// Devices the program runs on (1 for a global program).
+    pub devices: u64,
+    /// Parameters held by each device (replicated ones in full, sharded ones by block).
+    pub params: u64,
+    /// Optimizer state (AdamW m and v) held by each device.
+    pub optimizer_state: u64,
+    /// Peak bytes of everything else alive at once (activations, gradients, data, random
+    /// bits), by liveness over the program order: values die after their last use,
+    /// reshapes alias their operand and optimizer updates write into their parameter.
+    pub activations: u64,
+    /// `params + optimizer_state + activations`.
+    pub total: u64,
+    /// The largest tensor on one device.
+    pub largest: TensorBytes,
+    /// Every value that owns memory (aliases excluded), in program order.
+    pub tensors: Vec<TensorBytes>,
+}
+
+/// What a plan must fit. Buffer limits apply to a tensor of all simulated devices together:
+/// the GPU executor stores a sharded value as one buffer holding every device's block.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MemoryLimits {
+    /// The adapter's `max_buffer_size` (None: no GPU buffers, e.g. the reference executor).
+    pub max_buffer_bytes: Option<u64>,
+    /// The adapter's `max_storage_buffer_binding_size`.
+    pub max_binding_bytes: Option<u64>,
+    /// What all simulated devices of the run may hold at once.
+    pub budget_bytes: u64,
+    /// The wasm heap that the host-side copies of parameters and optimizer state go through
+    /// (the page); None natively.
+    pub heap_bytes: Option<u64>,
+}
+
+impl MemoryLimits {
+    /// A run on the CPU reference executor: no buffer limits, the default budget.
+    pub fn host() -> Self {
+        Self {
+            max_buffer_bytes: None,
+            max_binding_bytes: None,
+            budget_bytes: DEFAULT_BUDGET_BYTES,
+            heap_bytes: Self::this_heap(),
+        }
+    }
+
+    /// A run on an adapter with these limits (`wgpu::Limits::max_buffer_size` and
+    /// `max_storage_buffer_binding_size`), with the default budget.
+    pub fn adapter(max_buffer_size: u64, max_storage_buffer_binding_size: u64) -> Self {
+        Self {
+            max_buffer_bytes: Some(max_buffer_size),
+            max_binding_bytes: Some(max_storage_buffer_binding_size),
+            budget_bytes: DEFAULT_BUDGET_BYTES,
+            heap_bytes: Self::this_heap(),
+        }
+    }
+
+    /// The wasm heap when this code runs as wasm32, else None.
+    fn this_heap() -> Option<u64> {
+        cfg!(target_arch = "wasm32").then_some(WASM_HEAP_BYTES)
+    }
+
+    /// The tightest limit on one buffer, with the name to quote.
+    fn buffer_limit(&self) -> Option<(u64, &'static str)> {
+        let limits = [
+            self.max_buffer_bytes.map(|b| (b, "max_buffer_size")),
+            self.max_binding_bytes.map(|b| (b, "max_storage_buffer_binding_size")),
+            // Kernels count elements of a buffer in u32.
+            self.max_buffer_bytes
+                .map(|_| (u64::from(u32::MAX) * ELEMENT_BYTES, "u32 element indices")),
+        ];
+        limits.into_iter().flatten().min_by_key(|(b, _)| *b)
+    }
+}
+
+/// A number of bytes as a reader takes it in: `268.4 MB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < UNITS.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn overflow(what: &str) -> MemoryError {
+    MemoryError(format!(
+        "{what} does not fit in 64 bits: make the model smaller (--layers, --d-model, --vocab, --seq, --batch)"
+    ))
+}
+
+/// Product of `dims` in u64, None if it overflows.
+fn product(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Bytes of a tensor of `shape`, checked.
+pub fn shape_bytes(shape: &[usize]) -> Option<u64> {
+    let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    product(&dims)?.checked_mul(ELEMENT_BYTES)
+}
+
+/// Closed-form checks of a configuration on `devices` simulated devices, before the program
+/// is traced: the depth and device caps, then lower bounds that no partitioning can beat (all
+/// devices together hold at least one copy of the parameters and optimizer state, and every
+/// GPU buffer at least the global tensor, since it holds every device's block).
+pub fn check_config(
+    cfg: &GptConfig,
+    optimizer: Optimizer,
+    devices: usize,
+    limits: &MemoryLimits,
+) -> Result<(), MemoryError> {
+    if cfg.layers > MAX_LAYERS {
+        return Err(MemoryError(format!(
+            "--layers {} is more than shardlab traces (at most {MAX_LAYERS}): use fewer layers",
+            cfg.layers
+        )));
+    }
+    if devices > MAX_SIMULATED_DEVICES {
+        return Err(MemoryError(format!(
+            "the mesh has {devices} devices; a run simulates at most {MAX_SIMULATED_DEVICES} devices on one GPU: use a \
+             smaller mesh"
+        )));
+    }
+    let params = cfg.param_count().ok_or_else(|| overflow("the parameter count"))?;
+    let state = params
+        .checked_mul(1 + optimizer.slots() as u64)
+        .and_then(|n| n.checked_mul(ELEMENT_BYTES))
+        .ok_or_else(|| overflow("the parameters and optimizer state"))?;
+    let (b, t, d, v, h) = (cfg.batch, cfg.seq, cfg.d_model, cfg.vocab, cfg.heads);
+    let d4 = d.checked_mul(4).ok_or_else(|| overflow("4 * --d-model"))?;
+    // The largest global tensors: each is one GPU buffer of at least this size, and all
+    // devices together hold at least one copy of the largest activation next to the state.
+    let largest: [(&str, Vec<usize>, &str); 5] = [
+        ("wte", vec![v, d], "lower --vocab or --d-model"),
+        ("w_fc", vec![d, d4], "lower --d-model"),
+        ("logits", vec![b, t, v], "lower --batch, --seq or --vocab"),
+        ("attention scores", vec![b, h, t, t], "lower --batch, --heads or --seq"),
+        ("MLP hidden", vec![b, t, d4], "lower --batch, --seq or --d-model"),
+    ];
+    let mut sized = Vec::with_capacity(largest.len());
+    for (name, shape, fix) in largest {
+        let bytes = shape_bytes(&shape).ok_or_else(|| overflow(name))?;
+        sized.push((name, shape, fix, bytes));
+    }
+    let (act_name, act_shape, act_fix, act_bytes) = sized[2..].iter().max_by_key(|s| s.3).expect("three activations");
+    let need = state
+        .checked_add(*act_bytes)
+        .ok_or_else(|| overflow("the bytes of one step"))?;
+    if need > limits.budget_bytes {
+        let fix = if state >= *act_bytes {
+            "make the model smaller (--layers, --d-model, --vocab)".to_string()
+        } else {
+            act_fix.to_string()
+        };
+        return Err(MemoryError(format!(
+            "the model's {params} parameters with their optimizer state take {}, and its largest activation {act_name} \
+             {} takes {}: {} on the devices together, more than the memory budget of {}: {fix}",
+            human_bytes(state),
+            crate::ir::fmt_shape(act_shape),
+            human_bytes(*act_bytes),
+            human_bytes(need),
+            human_bytes(limits.budget_bytes)
+        )));
+    }
+    let Some((limit, limit_name)) = limits.buffer_limit() else {
+        return Ok(());
+    };
+    for (name, shape, fix, bytes) in sized {
+        if bytes > limit {
+            return Err(MemoryError(format!(
+                "{name} {} needs {} in one GPU buffer (global size; every device's block lives in it), more than this \
+                 adapter's {limit_name} of {}: {fix}",
+                crate::ir::fmt_shape(&shape),
+                human_bytes(bytes),
+                human_bytes(limit)
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl MemoryPlan {
+    /// The plan of `prog`: parameters and optimizer state by role, the rest by liveness. Errors
+    /// only when a size does not fit in 64 bits.
+    pub fn of(prog: &Program) -> Result<Self, MemoryError> {
+        let bytes_of = |v: ValueId| -> Result<u64, MemoryError> {
+            shape_bytes(prog.shape(v)).ok_or_else(|| overflow(&format!("the size of {}", value_name(prog, v))))
+        };
+        let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(|| overflow("the bytes per device"));
+        let mut plan = MemoryPlan {
+            devices: prog.devices() as u64,
+            ..Default::default()
+        };
+        let mut pinned = vec![false; prog.values.len()];
+        let mut live = 0u64;
+        for (v, role) in &prog.inputs {
+            let b = bytes_of(*v)?;
+            match role {
+                Role::Param(_) => plan.params = add(plan.params, b)?,
+                Role::OptState { .. } => plan.optimizer_state = add(plan.optimizer_state, b)?,
+                _ => live = add(live, b)?,
+            }
+            pinned[v.index()] = true;
+            plan.push(prog, *v, b);
+        }
+        let last = prog.last_uses();
+        let mut peak = live;
+        let mut owns = vec![true; prog.values.len()];
+        for (i, ins) in prog.instrs.iter().enumerate() {
+            let aliases = matches!(
+                ins.op,
+                Op::Reshape { .. } | Op::Pvary { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
+            );
+            for o in &ins.outputs {
+                if aliases {
+                    owns[o.index()] = false;
+                } else {
+                    let b = bytes_of(*o)?;
+                    live = add(live, b)?;
+                    plan.push(prog, *o, b);
+                }
+            }
+            peak = peak.max(live);
+            for v in ins.inputs.iter().chain(&ins.outputs) {
+                let dead = match last[v.index()] {
+                    Some(l) => l == i && ins.inputs.contains(v),
+                    None => ins.outputs.contains(v),
+                };
+                if dead && owns[v.index()] && !pinned[v.index()] {
+                    live -= bytes_of(*v)?;
+                    owns[v.index()] = false;
+                }
+            }
+        }
+        plan.activations = peak;
+        plan.total = add(add(plan.params, plan.optimizer_state)?, plan.activations)?;
+        Ok(plan)
+    }
+
+    fn push(&mut self, prog: &Program, v: ValueId, bytes: u64) {
+        let t = TensorBytes {
+            name: value_name(prog, v),
+            shape: prog.shape(v).to_vec(),
+            bytes,
+        };
+        if t.bytes > self.largest.bytes || self.tensors.is_empty() {
+            self.largest = t.clone();
+        }
+        self.tensors.push(t);
+    }
+
+    /// Bytes of all simulated devices together at the peak.
+    pub fn all_devices_total(&self) -> Option<u64> {
+        self.total.checked_mul(self.devices)
+    }
+
+    /// Host bytes to set the state up: the global parameters and optimizer state as
+    /// initialised, and their blocks for every device.
+    pub fn host_init_bytes(&self, global_state_bytes: u64) -> Option<u64> {
+        self.params
+            .checked_add(self.optimizer_state)?
+            .checked_mul(self.devices)?
+            .checked_add(global_state_bytes)
+    }
+
+    /// Checks the plan against `limits`: each tensor's buffer (all devices' blocks) against
+    /// the adapter, the peak of all devices against the budget, and the host-side state
+    /// against the wasm heap. The error names the tensor and the fix.
+    pub fn check(&self, limits: &MemoryLimits) -> Result<(), MemoryError> {
+        let shard = if self.devices > 1 {
+            ", or shard it over more devices (--strategy fsdp or tp)"
+        } else {
+            ""
+        };
+        if let Some((limit, limit_name)) = limits.buffer_limit() {
+            for t in &self.tensors {
+                let buffer = t
+                    .bytes
+                    .checked_mul(self.devices)
+                    .ok_or_else(|| overflow(&format!("the buffer of {}", t.name)))?;
+                if buffer > limit {
+                    let blocks = if self.devices > 1 {
+                        format!(" (the blocks of all {} devices)", self.devices)
+                    } else {
+                        String::new()
+                    };
+                    return Err(MemoryError(format!(
+                        "{} {} needs {} in one GPU buffer{blocks}, more than this adapter's {limit_name} of {}: make \
+                         the model smaller (--d-model, --vocab, --seq, --batch){shard}",
+                        t.name,
+                        crate::ir::fmt_shape(&t.shape),
+                        human_bytes(buffer),
+                        human_bytes(limit)
+                    )));
+                }
+            }
+        }
+        let all = self
+            .all_devices_total()
+            .ok_or_else(|| overflow("the bytes of all devices"))?;
+        if all > limits.budget_bytes {
+            return Err(MemoryError(format!(
+                "the step needs {} per device (params {}, optimizer state {}, activations {}; largest tensor {} {} of \
+                 {}), {} on all {} devices together, more than the memory budget of {}: make the model smaller \
+                 (--layers, --d-model, --vocab, --seq, --batch) or use fewer devices",
+                human_bytes(self.total),
+                human_bytes(self.params),
+                human_bytes(self.optimizer_state),
+                human_bytes(self.activations),
+                self.largest.name,
+                crate::ir::fmt_shape(&self.largest.shape),
+                human_bytes(self.largest.bytes),
+                human_bytes(all),
+                self.devices,
+                human_bytes(limits.budget_bytes)
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`MemoryPlan::check`], then the host-side copies of the state (`global_state_bytes`:
+    /// the parameters and optimizer state as initialised, before sharding) against the heap.
+    pub fn check_with_host(&self, limits: &MemoryLimits, global_state_bytes: u64) -> Result<(), MemoryError> {
+        self.check(limits)?;
+        if let Some(heap) = limits.heap_bytes {
+            let host = self
+                .host_init_bytes(global_state_bytes)
+                .ok_or_else(|| overflow("the host copies of the state"))?;
+            if host > heap {
+                return Err(MemoryError(format!(
+                    "setting up the parameters and optimizer state takes {} of host memory, more than the wasm heap of \
+                     {}: make the model smaller (--layers, --d-model, --vocab) or use fewer devices",
+                    human_bytes(host),
+                    human_bytes(heap)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a value is named in a message: its name, else `%N (op)`.
+fn value_name(prog: &Program, v: ValueId) -> String {
+    if let Some(name) = &prog.info(v).name {
+        return name.clone();
+    }
+    let op = prog
+        .instrs
+        .iter()
+        .find(|ins| ins.outputs.contains(&v))
+        .map_or("input", |ins| ins.op.name());
+    format!("{v} ({op})")
+}
+
+/// The plan of a traced train step of `cfg` and its checks against `limits` (buffers, budget,
+/// heap): what a run does after tracing and before it initialises any parameter. Run
+/// [`check_config`] first, before tracing.
+pub fn plan_and_check(
+    prog: &Program,
+    cfg: &GptConfig,
+    optimizer: Optimizer,
+    limits: &MemoryLimits,
+) -> Result<MemoryPlan, MemoryError> {
+    // The global state as initialised, before it is laid out per device.
+    let global_state = cfg
+        .param_count()
+        .and_then(|n| n.checked_mul(ELEMENT_BYTES * (1 + optimizer.slots() as u64)))
+        .ok_or_else(|| overflow("the parameters and optimizer state"))?;
+    let plan = MemoryPlan::of(prog)?;
+    plan.check_with_host(limits, global_state)?;
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{param_specs, train_step_program};
+
+    fn tiny() -> GptConfig {
+        GptConfig::tiny()
+    }
+
+    #[test]
+    fn closed_form_param_count_matches_the_param_list() {
+        for tied in [false, true] {
+            let cfg = GptConfig { tied, ..tiny() };
+            let listed: usize = param_specs(&cfg).iter().map(|p| p.numel()).sum();
+            assert_eq!(cfg.param_count(), Some(listed as u64));
+        }
+    }
+
+    #[test]
+    fn param_count_overflow_is_none_not_a_wrapped_number() {
+        let cfg = GptConfig {
+            d_model: usize::MAX / 2,
+            ..tiny()
+        };
+        assert_eq!(cfg.param_count(), None);
+    }
+
+    #[test]
+    fn plan_of_a_global_step_counts_params_and_adamw_state() {
+        let cfg = tiny();
+        let step = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, crate::ir::RngLayout::Partitionable)
+            .expect("tiny step");
+        let plan = MemoryPlan::of(&step.program).expect("plan");
+        let params = cfg.param_count().unwrap() * 4;
+        assert_eq!(plan.params, params);
+        assert_eq!(plan.optimizer_state, 2 * params);
+        assert!(plan.activations > 0);
+        assert_eq!(plan.total, plan.params + plan.optimizer_state + plan.activations);
+        assert_eq!(plan.devices, 1);
+        let max = plan.tensors.iter().map(|t| t.bytes).max().unwrap();
+        assert_eq!(plan.largest.bytes, max);
+    }
+
+    #[test]
+    fn a_tensor_over_the_binding_limit_is_named_with_a_fix() {
+        let cfg = tiny();
+        let step = train_step_program(&cfg, Optimizer::Sgd { lr: 0.1 }, crate::ir::RngLayout::Partitionable)
+            .expect("tiny step");
+        let plan = MemoryPlan::of(&step.program).expect("plan");
+        let limits = MemoryLimits::adapter(1 << 30, plan.largest.bytes - 1);
+        let err = plan.check(&limits).unwrap_err().0;
+        assert!(err.contains(&plan.largest.name), "{err}");
+        assert!(err.contains("max_storage_buffer_binding_size"), "{err}");
+        assert!(err.contains("make the model smaller"), "{err}");
+    }
+
+    #[test]
+    fn the_budget_covers_all_devices_together() {
+        let cfg = tiny();
+        let step = train_step_program(&cfg, Optimizer::Sgd { lr: 0.1 }, crate::ir::RngLayout::Partitionable)
+            .expect("tiny step");
+        let plan = MemoryPlan::of(&step.program).expect("plan");
+        let limits = MemoryLimits {
+            budget_bytes: plan.total - 1,
+            ..MemoryLimits::host()
+        };
+        let err = plan.check(&limits).unwrap_err().0;
+        assert!(err.contains("memory budget"), "{err}");
+        assert!(plan.check(&MemoryLimits::host()).is_ok());
+    }
+
+    #[test]
+    fn config_check_refuses_a_huge_width_without_tracing() {
+        let cfg = GptConfig {
+            d_model: 4096,
+            heads: 4,
+            layers: 2,
+            ..tiny()
+        };
+        let err = check_config(&cfg, Optimizer::AdamW { lr: 1e-3 }, 1, &MemoryLimits::host())
+            .unwrap_err()
+            .0;
+        assert!(err.contains("memory budget"), "{err}");
+    }
+
+    #[test]
+    fn config_check_bounds_every_buffer_by_its_global_size() {
+        // The page's case: 2^33 attention scores, which wrapped to 0 elements in 32 bits.
+        let cfg = GptConfig {
+            layers: 1,
+            d_model: 64,
+            heads: 64,
+            seq: 512,
+            batch: 512,
+            vocab: 32,
+            tied: false,
+            dropout: 0.0,
+        };
+        let sgd = Optimizer::Sgd { lr: 0.1 };
+        let err = check_config(&cfg, sgd, 4, &MemoryLimits::host()).unwrap_err().0;
+        assert!(err.contains("attention scores [512,64,512,512]"), "{err}");
+        assert!(err.contains("memory budget"), "{err}");
+        // With room in the budget, the adapter's buffer limit still refuses it.
+        let limits = MemoryLimits {
+            budget_bytes: u64::MAX,
+            ..MemoryLimits::adapter(1 << 30, 1 << 27)
+        };
+        let err = check_config(&cfg, sgd, 4, &limits).unwrap_err().0;
+        assert!(err.starts_with("attention scores [512,64,512,512]"), "{err}");
+        assert!(err.contains("max_storage_buffer_binding_size"), "{err}");
+    }
+
+    #[test]
+    fn config_check_caps_layers_and_simulated_devices() {
+        let deep = GptConfig {
+            layers: MAX_LAYERS + 1,
+            ..tiny()
+        };
+        let sgd = Optimizer::Sgd { lr: 0.1 };
+        assert!(check_config(&deep, sgd, 1, &MemoryLimits::host())
+            .unwrap_err()
+            .0
+            .contains("--layers"));
+        let err = check_config(&tiny(), sgd, MAX_SIMULATED_DEVICES + 1, &MemoryLimits::host())
+            .unwrap_err()
+            .0;
+        assert!(err.contains("smaller mesh"), "{err}");
+        assert!(check_config(&tiny(), sgd, MAX_SIMULATED_DEVICES, &MemoryLimits::host()).is_ok());
+    }
+
+    #[test]
+    fn the_heap_check_counts_every_device_copy() {
+        let cfg = tiny();
+        let step = train_step_program(&cfg, Optimizer::Sgd { lr: 0.1 }, crate::ir::RngLayout::Partitionable)
+            .expect("tiny step");
+        let plan = MemoryPlan::of(&step.program).expect("plan");
+        let limits = MemoryLimits {
+            heap_bytes: Some(plan.params),
+            ..MemoryLimits::host()
+        };
+        let err = plan.check_with_host(&limits, plan.params).unwrap_err().0;
+        assert!(err.contains("wasm heap"), "{err}");
+    }
+
+    #[test]
+    fn human_bytes_reads_like_a_size() {
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(268_435_456), "268.4 MB");
+    }
+}
