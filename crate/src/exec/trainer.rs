@@ -34,12 +34,11 @@ pub struct StepProfile {
 
 enum State {
     /// The persistent inputs (params, optimizer state) in the program's device layout.
-    Reference {
-        state: Vec<Tensor>,
-    },
+    Reference { state: Vec<Tensor> },
     Gpu {
         ctx: Arc<GpuContext>,
-        exec: GpuExecutor,
+        // Boxed: the executor is large, the reference variant small.
+        exec: Box<GpuExecutor>,
     },
 }
 
@@ -120,7 +119,10 @@ impl Trainer {
                 for (i, t) in state.iter().enumerate() {
                     exec.write_input(&ctx, i, t)?;
                 }
-                State::Gpu { ctx, exec }
+                State::Gpu {
+                    ctx,
+                    exec: Box::new(exec),
+                }
             }
         };
         Ok(Self {
