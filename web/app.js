@@ -93,6 +93,9 @@ function fmtFlops(x) {
   for (const [size, unit] of units) if (x >= size) return `${Number((x / size).toPrecision(3))} ${unit}`;
   return `${x} FLOP`;
 }
+/** The core's notes name CLI flags in parentheses, e.g. "(--dropout-key fold_in)": the page
+ * has controls instead, so the flags are dropped. */
+const pageWords = (text) => String(text).replace(/\s*\(--[^)]*\)/g, '');
 const fmtPct = (x) => `${(100 * x).toFixed(1)}%`;
 const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? '' : 's'}`;
 const median = (xs) => {
@@ -701,7 +704,7 @@ function renderLine(mode, line, mark) {
   parts.push(line.slice(last));
   if (!mark) return el('span', { class: 'src-line' }, parts);
   return el('span', {
-    class: `line ${mark.kind}`, 'data-kind': mark.kind, 'data-op': mark.op, tabindex: 0,
+    class: `line ${mark.kind}`, 'data-kind': mark.kind, 'data-op': mark.op, tabIndex: 0,
     'data-explain': explanation(mark, mode), 'aria-describedby': 'explain',
   }, parts);
 }
@@ -740,7 +743,7 @@ function renderPane(box, view, running, axes) {
         el('div', { class: 'muted small' }, r.rule)))))
     : el('p', { class: 'muted small' }, 'shard_map: every collective is written in the body by hand.');
   const mem = s.peak_bytes_per_device;
-  const warnings = s.warnings.map((w) => el('p', { class: 'warning', 'data-testid': 'warning' }, `⚠ ${w}`));
+  const warnings = s.warnings.map((w) => el('p', { class: 'warning', 'data-testid': 'warning' }, `⚠ ${pageWords(w)}`));
   const layouts = el('details', { class: 'layouts' }, el('summary', {}, 'which device holds which block'),
     el('div', { class: 'layout-grid' }, view.layouts.map((l) => layoutPicture(l, s.devices, axes))));
   box.replaceChildren(
@@ -933,7 +936,7 @@ function renderStory() {
       ` of the dropout mask bits are identical across the ${o.devices} data-parallel devices: every device drops the same positions of different examples. With fold_in(key, axis_index('dp')), `,
       el('strong', { 'data-testid': 'mask-share', 'data-key': 'fold_in' }, fmtPct(o.fold_in)),
       ` are: what independent masks share by chance at dropout ${s.dropout} (${fmtPct(chance)}). (From the first ${fmtInt(o.elements)} bits of each device’s first mask.) `,
-      m.warnings.length ? el('span', { class: 'muted' }, `${m.warnings.join(' ')} `) : null];
+      m.warnings.length ? el('span', { class: 'muted' }, `${m.warnings.map(pageWords).join(' ')} `) : null];
   }
   const caveat = el('li', {}, el('strong', {}, 'The same-key caveat. '), masks,
     s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' }));
