@@ -537,7 +537,7 @@ function createCharts() {
       scales: { x: { time: false } },
       axes: [
         { stroke: axisColor, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000], grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor } },
-        { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor }, size: 64, values: (u, vals) => vals.map(fmt) },
+        { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor }, size: 84, values: (u, vals) => vals.map(fmt) },
       ],
       series: [
         { label: 'step' },
@@ -730,7 +730,11 @@ function renderAligned(views) {
   const box = el('div', { class: 'program-scroll', 'data-testid': 'program-text' }, table);
   // Open the text at its first highlighted line: the parameters above it are all alike.
   const first = table.querySelector('.line');
-  if (first) requestAnimationFrame(() => { box.scrollTop = Math.max(0, first.offsetTop - 40); });
+  if (first) {
+    requestAnimationFrame(() => {
+      box.scrollTop = Math.max(0, first.getBoundingClientRect().top - box.getBoundingClientRect().top - 40);
+    });
+  }
   return box;
 }
 
@@ -935,8 +939,7 @@ function renderStory() {
       el('strong', { 'data-testid': 'mask-share', 'data-key': 'same' }, fmtPct(o.same_key)),
       ` of the dropout mask bits are identical across the ${o.devices} data-parallel devices: every device drops the same positions of different examples. With fold_in(key, axis_index('dp')), `,
       el('strong', { 'data-testid': 'mask-share', 'data-key': 'fold_in' }, fmtPct(o.fold_in)),
-      ` are: what independent masks share by chance at dropout ${s.dropout} (${fmtPct(chance)}). (From the first ${fmtInt(o.elements)} bits of each device’s first mask.) `,
-      m.warnings.length ? el('span', { class: 'muted' }, `${m.warnings.map(pageWords).join(' ')} `) : null];
+      ` are: what independent masks share by chance at dropout ${s.dropout} (${fmtPct(chance)}). (From the first ${fmtInt(o.elements)} bits of each device’s first mask.) `];
   }
   const caveat = el('li', {}, el('strong', {}, 'The same-key caveat. '), masks,
     s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' }));
