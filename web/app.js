@@ -2,13 +2,17 @@
 // `cargo xtask serve`), and drives it: settings in, steps, programs and summaries out (JSON).
 // All model and partitioning logic lives in the wasm; this file renders and keeps the URL hash.
 // State for tests: document.body.dataset.state (loading | no-webgpu | ready | error),
-// document.body.dataset.selftest (running | done), and window.shardlab.
+// document.body.dataset.run (the session's phase), document.body.dataset.selftest
+// (running | done), and window.shardlab.
 
 const $ = (id) => document.getElementById(id);
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
   last: null, steps: 0, playing: false, busy: false, charts: {}, hashNotice: null,
-  story: { ratios: {} },
+  // The session: one phase at a time, and the actions waiting for the next step boundary.
+  phase: 'idle', queue: [], driving: false, deviceLost: false,
+  // Story measurements, per settings (minus mode and RNG layout), then per RNG layout.
+  story: { measured: {}, profiles: {}, overlap: null },
 };
 window.shardlab = state;
 
@@ -18,6 +22,8 @@ let presets = null; // {default, presets: {name: settings}, interconnects: [...]
 const MODES = ['auto', 'shard_map'];
 const MODE_LABEL = { auto: 'automatic', shard_map: 'shard_map' };
 const MODE_COLOR = { auto: '#4f46e5', shard_map: '#d97706' };
+/** Steps per mode and RNG layout that "Run the story" trains; the first is warm-up. */
+const STORY_STEPS = 4;
 let uPlot = null;
 
 function setState(s, status) {
@@ -30,11 +36,11 @@ function el(tag, attrs = {}, ...children) {
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null) continue;
     if (k === 'class') e.className = v;
-    else if (k.startsWith('data-') || k === 'title') e.setAttribute(k, v);
+    else if (k.startsWith('data-') || k.startsWith('aria-') || k === 'title' || k === 'role') e.setAttribute(k, v);
     else e[k] = v;
   }
   for (const c of children.flat()) {
-    if (c === null || c === undefined) continue;
+    if (c === null || c === undefined || c === false) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
   return e;
@@ -42,6 +48,7 @@ function el(tag, attrs = {}, ...children) {
 
 // ---- errors -------------------------------------------------------------------------------
 
+/** The banner: for real failures only (a step, the GPU, an export), never for settings. */
 function showError(message, hint) {
   const text = String(message && message.message ? message.message : message);
   state.error = text;
@@ -80,13 +87,27 @@ const fmtErr = (x) => (x === null || x === undefined ? '—' : x === 0 ? '0' : x
 const fmtMs = (ms) => (ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : ms < 1000 ? `${ms.toFixed(1)} ms` : `${(ms / 1000).toFixed(2)} s`);
 const fmtInt = (n) => Number(n).toLocaleString('en-US');
 const fmtRate = (x) => (x >= 1e6 ? `${(x / 1e6).toFixed(2)} M` : x >= 1e3 ? `${(x / 1e3).toFixed(1)} k` : x.toFixed(0));
+/** 44.5 MFLOP, 1.20 GFLOP: SI prefixes, three significant digits. */
+function fmtFlops(x) {
+  const units = [[1e15, 'PFLOP'], [1e12, 'TFLOP'], [1e9, 'GFLOP'], [1e6, 'MFLOP'], [1e3, 'kFLOP']];
+  for (const [size, unit] of units) if (x >= size) return `${Number((x / size).toPrecision(3))} ${unit}`;
+  return `${x} FLOP`;
+}
+/** The core's notes name CLI flags in parentheses, e.g. "(--dropout-key fold_in)": the page
+ * has controls instead, so the flags are dropped. */
+const pageWords = (text) => String(text).replace(/\s*\(--[^)]*\)/g, '');
+const fmtPct = (x) => `${(100 * x).toFixed(1)}%`;
+const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? '' : 's'}`;
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.floor(s.length / 2)] : NaN;
 };
+const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
 // ---- settings, controls and the URL hash ---------------------------------------------------
 
+// The one grammar of every setting: the hash reader and the form both parse with it, so a link
+// the page writes always reopens, and a value the form accepts is one a link may carry.
 const FIELDS = {
   preset: { kind: 'enum', values: ['seed', 'dp', 'fsdp', 'tp', 'dp_tp'] },
   mode: { kind: 'enum', values: ['auto', 'shard_map', 'both'] },
@@ -104,28 +125,33 @@ const FIELDS = {
   interconnect: { kind: 'enum', values: [] }, // filled from the core's presets
 };
 
-/** One value from its text, or throws a message naming the problem. */
+/** One value from its text, or throws a message naming the problem (in the page's words). */
 function parseField(name, text) {
   const f = FIELDS[name];
   if (!f) throw new Error(`unknown setting “${name}”`);
-  const bad = (why) => new Error(`${name}=“${text.slice(0, 40)}” ${why}`);
+  const bad = (why) => new Error(`${name} “${text.slice(0, 40)}” ${why}`);
   switch (f.kind) {
     case 'enum':
       if (!f.values.includes(text)) throw bad(`is not one of ${f.values.join(', ')}`);
       return text;
     case 'mesh':
+      if (/^[A-Za-z_]\w{0,15}=\d{1,3}(,[A-Za-z_]\w{0,15}=\d{1,3}){2,}$/.test(text)) {
+        throw bad('has more than two axes: a mesh here has one or two (dp, tp), like dp=4 or dp=2,tp=2');
+      }
       if (!/^[A-Za-z_]\w{0,15}=\d{1,3}(,[A-Za-z_]\w{0,15}=\d{1,3})?$/.test(text)) throw bad('is not a mesh like dp=4 or dp=2,tp=2');
       return text;
     case 'int': {
       if (!/^\d{1,6}$/.test(text)) throw bad('is not a whole number');
       const n = Number(text);
-      if (n < f.min || n > f.max) throw bad(`is outside ${f.min}..${f.max}`);
+      if (n < f.min || n > f.max) throw bad(`is outside ${f.min} to ${f.max}`);
       return n;
     }
     case 'float': {
-      if (!/^\d{0,3}(\.\d{1,6})?$/.test(text) || text === '' || text === '.') throw bad('is not a number');
+      // Plain decimals only (no exponent): what String() writes for every value in range.
+      if (!/^\d{1,3}(\.\d{1,17})?$/.test(text)) throw bad('is not a decimal number like 0.1');
       const x = Number(text);
-      if (!(x >= f.min && x <= f.max)) throw bad(`is outside ${f.min}..${f.max}`);
+      if (!(x >= f.min && x <= f.max)) throw bad(`is outside ${f.min} to ${f.max}`);
+      if (String(x).includes('e')) throw bad(`is too small to write as a decimal: use 0 or at least 0.000001`);
       return x;
     }
     case 'bool':
@@ -135,6 +161,9 @@ function parseField(name, text) {
       throw bad('is not understood');
   }
 }
+
+/** A value as the hash and the controls write it: numbers in their shortest round-trip form. */
+const fieldText = (k, v) => (FIELDS[k].kind === 'bool' ? (v ? '1' : '0') : String(v));
 
 function defaultSettings() {
   return { ...presets.presets[presets.default] };
@@ -149,7 +178,7 @@ function settingsFromHash() {
     const params = new URLSearchParams(raw);
     const given = {};
     for (const [k, v] of params) {
-      if (k in given) throw new Error(`“${k}” appears twice`);
+      if (k in given) throw new Error(`“${k.slice(0, 40)}” appears twice`);
       given[k] = parseField(k, v);
     }
     const base = presets.presets[given.preset || presets.default];
@@ -161,7 +190,7 @@ function settingsFromHash() {
 
 function hashOf(s) {
   const p = new URLSearchParams();
-  for (const k of Object.keys(FIELDS)) p.set(k, k === 'combine' ? (s[k] ? '1' : '0') : String(s[k]));
+  for (const k of Object.keys(FIELDS)) p.set(k, fieldText(k, s[k]));
   return `#${p.toString()}`;
 }
 
@@ -185,69 +214,204 @@ function writeControls(s) {
     const input = f.elements[k];
     if (!input) continue;
     if (input.type === 'checkbox') input.checked = !!s[k];
-    else input.value = String(s[k]);
+    else input.value = fieldText(k, s[k]);
   }
 }
 
+/** The controls' settings and, for each control whose text the grammar refuses, its error. */
 function readControls() {
   const f = form();
   const s = {};
+  const errors = [];
   for (const k of Object.keys(FIELDS)) {
     const input = f.elements[k];
-    if (input.type === 'checkbox') s[k] = input.checked;
-    else if (FIELDS[k].kind === 'int') s[k] = Number.parseInt(input.value, 10);
-    else if (FIELDS[k].kind === 'float') s[k] = Number.parseFloat(input.value);
-    else s[k] = input.value;
+    if (input.type === 'checkbox') {
+      s[k] = input.checked;
+      continue;
+    }
+    try {
+      s[k] = parseField(k, input.value.trim());
+    } catch (e) {
+      s[k] = input.value;
+      errors.push({ field: k, message: e.message });
+    }
   }
-  return s;
+  return { settings: s, errors };
 }
 
 function markFieldErrors(errors) {
   for (const old of form().querySelectorAll('.field-error')) old.remove();
   for (const old of form().querySelectorAll('.invalid')) old.classList.remove('invalid');
+  for (const old of form().querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
   for (const e of errors) {
     const input = e.field && form().elements[e.field];
     const label = input ? input.closest('label') : form().querySelector('label');
-    if (input) input.classList.add('invalid');
-    label.after(el('p', { class: 'field-error', 'data-testid': 'field-error', 'data-field': e.field || '' }, e.message));
+    const id = `error-${e.field || 'settings'}`;
+    if (input) {
+      input.classList.add('invalid');
+      input.setAttribute('aria-invalid', 'true');
+      input.setAttribute('aria-describedby', id);
+    }
+    label.after(el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, e.message));
   }
+  $('settings-blocked').hidden = errors.length === 0;
+}
+
+// ---- the session: one phase at a time ----------------------------------------------------------
+// idle (configured, no step yet) → building (the first step builds the trainers) → stepping →
+// paused; error after a failed step. Setting changes, story buttons and Reset are actions: made
+// while a step runs, they wait for its end (the step boundary) and replace whatever waited.
+
+function setPhase(p) {
+  state.phase = p;
+  document.body.dataset.run = p;
+  updateButtons();
+}
+
+/** A step joins the line; anything else (configure, reset, a story run) replaces it. */
+function request(...actions) {
+  if (actions.every((a) => a.kind === 'step')) state.queue.push(...actions);
+  else state.queue = actions;
+  drive();
+}
+
+/** The one loop that talks to the wasm: actions first, then Play's steps. */
+async function drive() {
+  if (state.driving) return;
+  state.driving = true;
+  try {
+    for (;;) {
+      let action = state.queue.shift();
+      if (!action && state.playing && state.configured) action = { kind: 'step' };
+      if (!action) break;
+      if (action.kind === 'configure') {
+        writeControls(action.settings);
+        if (!applySettings(action.settings, action)) {
+          state.queue = [];
+          state.playing = false;
+        }
+      } else if (action.kind === 'reset') {
+        await doReset();
+      } else if (action.kind === 'step') {
+        if (!state.configured) {
+          state.queue = [];
+          state.playing = false;
+          continue;
+        }
+        if (!(await stepOnce(action.profiled))) {
+          state.queue = [];
+          state.playing = false;
+        } else {
+          // A frame between steps keeps input and painting responsive.
+          await frame();
+        }
+      }
+    }
+  } finally {
+    state.driving = false;
+    setPhase(state.error ? 'error' : state.steps > 0 ? 'paused' : 'idle');
+  }
+}
+
+/** What a failed step means for the learner: a lost device, no memory, or the core's words. */
+function stepFailed(message) {
+  const gpu = lab.take_error();
+  const text = [message, gpu].filter(Boolean).join('\n');
+  if (/device (was )?lost|destroyed/i.test(text)) {
+    state.deviceLost = true;
+    showError(`The GPU device was lost: ${text}`,
+      'The browser took the GPU away (a driver reset, another tab, or the GPU going to sleep). Press Reset: the page opens a new device and trains again; nothing needs a reload.');
+  } else if (/out of memory|outofmemory/i.test(text)) {
+    const mem = state.configured && state.configured.memory;
+    const per = mem ? Math.max(...Object.values(mem.per_device)) : null;
+    showError(`The GPU ran out of memory for this run${per ? ` (${fmtBytes(per)} per simulated device)` : ''}: ${text}`,
+      'Lower batch, seq, d_model or layers, then press Reset.');
+  } else {
+    showError(text);
+  }
+}
+
+async function stepOnce(profiled = false) {
+  state.busy = true;
+  setPhase(state.steps === 0 ? 'building' : 'stepping');
+  try {
+    const r = JSON.parse(await (profiled ? lab.step_profiled() : lab.step()));
+    if (r.discarded) return true; // the run was replaced meanwhile: nothing to show
+    if (!r.ok) {
+      stepFailed(r.error);
+      return false;
+    }
+    const gpuError = lab.take_error();
+    if (gpuError) {
+      stepFailed(gpuError);
+      return false;
+    }
+    // The core refuses a non-finite loss; JSON carries NaN as null, so check here too.
+    const diverged = MODES.find((m) => r.modes[m] && !r.modes[m].profiled && !Number.isFinite(r.modes[m].loss));
+    if (diverged) {
+      showError(`The ${MODE_LABEL[diverged]} loss is not a finite number at step ${r.step + 1}: training stopped.`,
+        'Lower the dropout or the model size, then press Reset.');
+      return false;
+    }
+    clearError();
+    record(r);
+    return true;
+  } finally {
+    state.busy = false;
+  }
+}
+
+async function doReset() {
+  state.playing = false;
+  setPhase('building');
+  const r = JSON.parse(await lab.reset(state.deviceLost));
+  if (!r.ok) {
+    showError(r.error, 'Reload the page if a new GPU device cannot be opened.');
+    return;
+  }
+  state.deviceLost = false;
+  clearError();
+  // A fresh run from the controls' settings (also after an error or a lost device).
+  const { settings, errors } = readControls();
+  if (errors.length) {
+    markFieldErrors(errors);
+    state.configured = null;
+    return;
+  }
+  applySettings(settings);
 }
 
 // ---- configure and train ------------------------------------------------------------------
 
+/** Key of the story's measurements: the settings except the mode and the RNG layout. */
+const storyKey = (s) => hashOf({ ...s, mode: 'both', rng: 'original' });
+
 function applySettings(s, { updateHash = true } = {}) {
-  state.playing = false;
-  // Non-numbers would fail serde's parse with a message about JSON; say it in the page's terms.
-  for (const k of Object.keys(FIELDS)) {
-    if (['int', 'float'].includes(FIELDS[k].kind) && !Number.isFinite(s[k])) {
-      markFieldErrors([{ field: k, message: `${k} must be a number` }]);
-      state.configured = null;
-      updateButtons();
-      return false;
-    }
-  }
-  const r = JSON.parse(lab.configure(JSON.stringify(s)));
   state.settings = s;
   if (updateHash) history.replaceState(null, '', hashOf(s));
+  const r = JSON.parse(lab.configure(JSON.stringify(s)));
   if (!r.ok) {
     state.configured = null;
+    state.programs = null;
     markFieldErrors(r.errors);
-    showError(r.errors.map((e) => (e.field ? `${e.field}: ${e.message}` : e.message)).join('\n'),
-      'This combination cannot run; the control it concerns is marked in the settings.');
-    updateButtons();
+    resetView();
+    renderStory();
+    renderTask(null);
     return false;
   }
   markFieldErrors([]);
-  clearError();
+  if (!state.deviceLost) clearError();
   state.configured = r;
   resetView();
   state.programs = JSON.parse(lab.programs());
+  state.story.overlap = JSON.parse(lab.mask_overlap());
   renderPrograms(state.programs);
   renderStory();
-  $('run-facts').textContent = `${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · AdamW, copy task`;
+  renderTask(JSON.parse(lab.example()));
+  const perDevice = Math.max(...Object.values(r.memory.per_device));
+  $('run-facts').textContent = `${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · AdamW, copy task`;
   $('modelled-n').textContent = String(r.devices);
   $('modelled-net').textContent = r.interconnect.label;
-  updateButtons();
   return true;
 }
 
@@ -261,31 +425,6 @@ function resetView() {
   makeCharts();
 }
 
-async function stepOnce(profiled = false) {
-  if (state.busy || !state.configured) return false;
-  state.busy = true;
-  updateButtons();
-  try {
-    const r = JSON.parse(await (profiled ? lab.step_profiled() : lab.step()));
-    if (!r.ok) {
-      state.playing = false;
-      showError(r.error);
-      return false;
-    }
-    const gpuError = lab.take_error();
-    if (gpuError) {
-      state.playing = false;
-      showError(gpuError);
-      return false;
-    }
-    record(r);
-    return true;
-  } finally {
-    state.busy = false;
-    updateButtons();
-  }
-}
-
 function record(r) {
   state.last = r;
   state.steps = r.step + 1;
@@ -293,7 +432,8 @@ function record(r) {
   h.step.push(r.step);
   for (const m of MODES) {
     const s = r.modes[m];
-    // A profiled step waits after every phase: its time is not a step time, so it is not charted.
+    // A profiled step waits after every phase: its time is not a step time, so it is neither
+    // charted nor shown as the last step time.
     h.measured[m].push(s && !s.profiled ? s.step_ms : null);
     h.modelled[m].push(s && !s.profiled ? s.modelled_ms : null);
     // The loss a profiled step reads back is not reliable in automatic mode (the step re-runs
@@ -301,15 +441,27 @@ function record(r) {
     h.loss[m].push(s && !s.profiled ? s.loss : null);
   }
   const ran = MODES.filter((m) => r.modes[m]);
+  const profiled = ran.some((m) => r.modes[m].profiled);
   const per = (id, f) => $(id).replaceChildren(...ran.map((m) =>
     el('span', { 'data-mode': m }, ran.length > 1 ? `${MODE_LABEL[m]} ${f(r.modes[m])}` : f(r.modes[m]))));
   $('step').textContent = String(state.steps);
-  per('step-ms', (s) => fmtMs(s.step_ms));
-  per('loss', (s) => (s.profiled ? '— (profiled step)' : s.loss.toFixed(4)));
-  per('tokens-per-s', (s) => fmtRate(s.tokens_per_s));
+  if (!profiled) {
+    per('step-ms', (s) => fmtMs(s.step_ms));
+    per('loss', (s) => s.loss.toFixed(4));
+    per('tokens-per-s', (s) => fmtRate(s.tokens_per_s));
+  }
   updateCharts();
+  const key = storyKey(state.settings);
+  if (profiled) {
+    state.story.profiles[key] = { ...(state.story.profiles[key] || {}), [state.settings.rng]: r.modes };
+    renderBreakdown(r);
+  }
+  // The story's gap: medians of this run's own plain steps, after the first (warm-up).
+  const recent = (m) => h.measured[m].slice(1).filter((x) => x != null);
+  if (ran.length === 2 && recent('auto').length >= STORY_STEPS - 1 && recent('shard_map').length >= STORY_STEPS - 1) {
+    state.story.measured[key] = { ...(state.story.measured[key] || {}), [state.settings.rng]: { auto: median(recent('auto')), shard_map: median(recent('shard_map')) } };
+  }
   renderStory();
-  if (ran.some((m) => r.modes[m].breakdown)) renderBreakdown(r);
 }
 
 function renderBreakdown(r) {
@@ -325,6 +477,7 @@ function renderBreakdown(r) {
   const box = $('breakdown');
   box.replaceChildren(...[
     el('h3', {}, el('span', { class: 'tag measured' }, 'measured'), ` where step ${r.step + 1}'s time went`),
+    el('p', { class: 'muted small' }, 'A profiled step waits for the GPU after every phase, so these times are not a step time and are not charted.'),
     el('table', { class: 'compact' }, el('thead', {}, el('tr', {}, el('th'), ran.map((m) => el('th', { class: 'num' }, MODE_LABEL[m])))),
       el('tbody', {}, rows)),
     noTimestamps ? el('p', { class: 'muted small' }, 'Per-category times need timestamp queries, which this adapter lacks or reports implausibly; the phases are wall times.') : null,
@@ -332,45 +485,51 @@ function renderBreakdown(r) {
   box.hidden = false;
 }
 
-async function playLoop() {
-  while (state.playing) {
-    const ok = await stepOnce();
-    if (!ok) break;
-    // Give the page a frame between steps so input and painting stay responsive.
-    await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
-  }
-  state.playing = false;
-  updateButtons();
-}
-
 function updateButtons() {
   const ready = !!state.configured;
-  $('play').textContent = state.playing ? '❚❚ Pause' : '▶ Play';
-  $('play').disabled = !ready;
-  $('single').disabled = !ready || state.busy || state.playing;
-  $('profile').disabled = !ready || state.busy || state.playing;
-  $('run-state').textContent = state.playing ? 'training' : state.busy ? 'stepping' : 'paused';
-  $('run-state').className = `badge ${state.playing ? 'pass' : ''}`;
+  const play = $('play');
+  if (!play) return;
+  play.textContent = state.playing ? '❚❚ Pause' : '▶ Play';
+  play.setAttribute('aria-pressed', String(state.playing));
+  play.disabled = !ready && !state.playing;
+  const stepping = state.driving && (state.busy || state.queue.length > 0);
+  $('single').disabled = !ready || state.playing;
+  $('profile').disabled = !ready || state.playing;
+  $('story-run').disabled = !ready;
+  const label = state.playing ? 'training' : { idle: 'ready', building: 'building', stepping: 'stepping', paused: 'paused', error: 'error' }[state.phase];
+  $('run-state').textContent = stepping && !state.playing ? (state.phase === 'building' ? 'building' : 'stepping') : label;
+  $('run-state').className = `badge ${state.playing ? 'pass' : state.phase === 'error' ? 'fail' : ''}`;
 }
 
 // ---- charts (uPlot, vendored from npm by xtask) --------------------------------------------
 
+const CHARTS = [
+  ['chart-measured', 'measured', 'ms'],
+  ['chart-modelled', 'modelled', 'ms'],
+  ['chart-loss', 'loss', ''],
+];
+
+/** Before the first step each chart is a one-line hint; the charts appear with the first point. */
 function makeCharts() {
   for (const c of Object.values(state.charts)) c.destroy?.();
   state.charts = {};
-  if (!uPlot) {
-    for (const id of ['chart-measured', 'chart-modelled', 'chart-loss']) {
-      $(id).replaceChildren(el('p', { class: 'muted small' }, 'The chart library (uPlot) was not found: run `npm ci` in tests/browser and rebuild.'));
-    }
-    return;
+  for (const [id] of CHARTS) {
+    $(id).replaceChildren(el('p', { class: 'chart-hint muted small', 'data-testid': 'chart-hint' },
+      uPlot ? 'Press Play or Step: each mode that runs gets a line here.'
+        : 'The chart library (uPlot) was not found: run `npm ci` in tests/browser and rebuild.'));
   }
+}
+
+function createCharts() {
+  const running = state.configured ? state.configured.modes : [];
   const css = getComputedStyle(document.documentElement);
   const axisColor = css.getPropertyValue('--muted').trim() || '#5d6673';
   const gridColor = css.getPropertyValue('--line').trim() || '#e1e4e8';
-  const make = (id, key, unit, label) => {
+  for (const [id, key, unit] of CHARTS) {
     const box = $(id);
     box.replaceChildren();
     const width = Math.max(260, box.clientWidth || 320);
+    const fmt = (v) => (v == null ? '—' : unit === 'ms' ? fmtMs(v) : v.toFixed(3));
     const opts = {
       width, height: 170,
       legend: { show: true },
@@ -378,27 +537,26 @@ function makeCharts() {
       scales: { x: { time: false } },
       axes: [
         { stroke: axisColor, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000], grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor } },
-        { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor }, size: 56 },
+        { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor }, size: 84, values: (u, vals) => vals.map(fmt) },
       ],
       series: [
         { label: 'step' },
-        ...MODES.map((m) => ({ label: `${MODE_LABEL[m]} (${label})`, stroke: MODE_COLOR[m], width: 2, spanGaps: true,
-          value: (u, v) => (v == null ? '—' : `${v.toFixed(unit === 'ms' ? 2 : 4)}${unit ? ` ${unit}` : ''}`) })),
+        ...running.map((m) => ({ label: MODE_LABEL[m], stroke: MODE_COLOR[m], width: 2, spanGaps: true, value: (u, v) => fmt(v) })),
       ],
     };
-    const chart = new uPlot(opts, [[], [], []], box);
+    const chart = new uPlot(opts, [[], ...running.map(() => [])], box);
     chart.key = key;
+    chart.modes = running;
     state.charts[key] = chart;
-  };
-  make('chart-measured', 'measured', 'ms', 'measured');
-  make('chart-modelled', 'modelled', 'ms', 'modelled');
-  make('chart-loss', 'loss', '', 'loss');
+  }
 }
 
 function updateCharts() {
+  if (!uPlot) return;
+  if (!Object.keys(state.charts).length) createCharts();
   const h = state.history;
   for (const [key, chart] of Object.entries(state.charts)) {
-    chart.setData([h.step, h[key].auto, h[key].shard_map]);
+    chart.setData([h.step, ...chart.modes.map((m) => h[key][m])]);
   }
 }
 
@@ -411,6 +569,30 @@ window.addEventListener('resize', () => {
 
 // ---- program inspector ---------------------------------------------------------------------
 
+/** The mesh's axes from its text: [[name, size], ...] (already checked by the core). */
+const meshAxes = (text) => String(text).split(',').map((p) => p.split('=')).map(([n, s]) => [n.trim(), Number(s)]);
+/** Device d's mesh coordinates, row-major as JAX lays out mesh.devices: {dp: 0, tp: 1}. */
+function deviceCoords(d, axes) {
+  const out = [];
+  let rest = d;
+  for (let i = axes.length - 1; i >= 0; i--) {
+    out[i] = [axes[i][0], rest % axes[i][1]];
+    rest = Math.floor(rest / axes[i][1]);
+  }
+  return out;
+}
+const coordText = (d, axes) => deviceCoords(d, axes).map(([n, i]) => `${n}=${i}`).join(', ');
+const PALETTE = ['#4f46e5', '#d97706', '#059669', '#db2777', '#0891b2', '#7c3aed', '#65a30d', '#dc2626'];
+const deviceColor = (d, n) => (n <= PALETTE.length ? PALETTE[d] : `hsl(${Math.round((360 * d) / n)} 65% 45%)`);
+const deviceChip = (d, axes, n) => el('span', { class: 'dev', style: `--dev:${deviceColor(d, n)}`, title: `device ${d}: ${coordText(d, axes)}` },
+  `${d} (${coordText(d, axes)})`);
+
+function deviceLegend(n, axes) {
+  return el('div', { class: 'device-legend', 'data-testid': 'device-legend' },
+    el('span', { class: 'muted small' }, `${n} simulated devices on the mesh ${axes.map(([a, s]) => `${a}=${s}`).join(', ')}: `),
+    [...Array(n).keys()].map((d) => deviceChip(d, axes, n)));
+}
+
 function collectiveTable(summary) {
   const rows = Object.entries(summary.collectives).filter(([, t]) => t.count > 0);
   if (!rows.length) return el('p', { class: 'muted small' }, 'no collectives');
@@ -421,7 +603,7 @@ function collectiveTable(summary) {
       el('td', { class: 'num' }, t.operands), el('td', { class: 'num' }, fmtBytes(t.bytes))))));
 }
 
-function layoutPicture(layout, devices) {
+function layoutPicture(layout, devices, axes) {
   // Which device holds which block, as jax.debug.visualize_array_sharding draws a 1D or 2D array.
   const shape = layout.shape;
   const dims = shape.length >= 2 ? [shape.length - 2, shape.length - 1] : [0];
@@ -429,109 +611,356 @@ function layoutPicture(layout, devices) {
   const colsOf = (d) => layout.blocks[d][dims[dims.length - 1]];
   const rowCuts = [...new Set(layout.blocks.map((b, d) => rowsOf(d)[0]))].sort((a, b) => a - b);
   const colCuts = [...new Set(layout.blocks.map((b, d) => colsOf(d)[0]))].sort((a, b) => a - b);
-  const grid = el('div', { class: 'blocks', title: `${layout.name}: ${layout.spec}` });
+  const grid = el('div', { class: 'blocks' });
   grid.style.gridTemplateColumns = `repeat(${colCuts.length}, 1fr)`;
   for (const r of rowCuts) {
     for (const c of colCuts) {
       const holders = [...Array(devices).keys()].filter((d) => rowsOf(d)[0] === r && colsOf(d)[0] === c);
-      grid.append(el('span', { class: 'block' }, holders.length === devices ? 'all' : holders.join(',')));
+      grid.append(el('span', { class: 'block' }, holders.length === devices && devices > 1
+        ? el('span', { class: 'dev all' }, `all ${devices} devices`)
+        : holders.map((d) => deviceChip(d, axes, devices))));
     }
   }
   return el('div', { class: 'layout' }, el('code', {}, `${layout.name} [${shape.join(',')}]`), el('span', { class: 'muted small' }, layout.spec), grid);
 }
 
-function renderPane(box, view, running) {
-  const s = view.summary;
-  const lines = view.text.split('\n');
-  const marks = new Map(view.marks.map((m) => [m.line, m]));
-  const code = el('pre', { class: 'program', 'data-testid': 'program-text' });
-  lines.forEach((line, i) => {
-    const m = marks.get(i);
-    if (!m) {
-      code.append(`${line}\n`);
-      return;
+// What each highlighted op does, in words (the popover's first sentence).
+const OP_WORDS = {
+  'all-reduce': 'An all-reduce: every device ends with the sum of the array over the devices of the axis.',
+  'all-gather': 'An all-gather: every device ends with the whole array, its blocks collected from every device of the axis.',
+  'reduce-scatter': 'A reduce-scatter: the array is summed over the devices of the axis, and each device keeps one block of the sum.',
+  'all-to-all': 'An all-to-all: each device sends one block to every other device of the axis, re-splitting the array along another dimension.',
+  'collective-permute': 'A collective-permute: each device sends its block to one other device.',
+  psum: 'An all-reduce (psum): every device ends with the sum of the array over the devices of the axis.',
+  all_gather: 'An all-gather: every device ends with the whole array, its blocks collected from every device of the axis.',
+  psum_scatter: 'A reduce-scatter (psum_scatter): the array is summed over the axis, and each device keeps one block of the sum.',
+  all_to_all: 'An all-to-all: each device sends one block to every other device of the axis.',
+  dynamic_slice: 'A dynamic-slice: each device keeps only its own block of an array it holds whole.',
+  random_bits: 'Random bits for the whole global array, made on every device.',
+};
+
+function explanation(m, mode) {
+  const what = OP_WORDS[m.op] || OP_WORDS[m.inserted && m.inserted.op] || `A ${m.op} op.`;
+  const parts = [what];
+  if (m.kind === 'rng_replicated') {
+    parts.push('With the original Threefry layout no device can make just its own block, so every device makes all the bits of the global array and then keeps its block: the device count times the work.');
+  } else if (m.kind === 'rng') {
+    parts.push('Each device makes only the bits of its own block.');
+  }
+  if (m.inserted) {
+    const r = m.inserted;
+    const of = r.value && !r.value.startsWith('%') ? ` of ${r.value}` : '';
+    parts.push(`The partitioner inserted it${of} for the ${r.source_op === 'output' ? 'program output' : `${r.source_op} op`}: ${r.rule}.`);
+  } else if (mode === 'shard_map' && m.kind === 'collective') {
+    parts.push('In shard_map it is written in the body by hand.');
+  }
+  return parts.join(' ');
+}
+
+/** Lines to compare across the programs: the op (and a parameter's name), not the SSA ids. */
+function lineKey(line) {
+  const m = /^\s*%[\d, %]+=\s*([A-Za-z_][\w.-]*)(?:\s+([\w.]+))?/.exec(line);
+  if (!m) return line.trim();
+  return m[1] === 'parameter' ? `parameter ${m[2]}` : m[1];
+}
+
+/** Rows pairing the lines of two programs where their ops correspond (longest common
+ * subsequence of the ops); [i, null] or [null, j] where one program has a line the other lacks. */
+function align(a, b) {
+  const n = a.length;
+  const m = b.length;
+  if (n * m > 16e6 || n > 65000 || m > 65000) return null;
+  const ids = new Map();
+  const id = (k) => (ids.has(k) ? ids.get(k) : (ids.set(k, ids.size), ids.size - 1));
+  const ka = a.map(id);
+  const kb = b.map(id);
+  const w = m + 1;
+  const L = new Uint16Array((n + 1) * w);
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      L[i * w + j] = ka[i] === kb[j] ? L[(i + 1) * w + j + 1] + 1 : Math.max(L[(i + 1) * w + j], L[i * w + j + 1]);
     }
-    const why = m.inserted ? `inserted for ${m.inserted.source_op} of ${m.inserted.value}: ${m.inserted.rule}` : undefined;
-    code.append(el('span', { class: `line ${m.kind}`, 'data-kind': m.kind, 'data-op': m.op, title: why }, line), '\n');
-  });
+  }
+  const rows = [];
+  let i = 0;
+  let j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && ka[i] === kb[j]) rows.push([i++, j++]);
+    else if (j >= m || (i < n && L[(i + 1) * w + j] >= L[i * w + j + 1])) rows.push([i++, null]);
+    else rows.push([null, j++]);
+  }
+  return rows;
+}
+
+/** One program line: marked ops get their explanation; SSA ids link to their defining line. */
+function renderLine(mode, line, mark) {
+  const parts = [];
+  let last = 0;
+  for (const match of line.matchAll(/%\d+/g)) {
+    parts.push(line.slice(last, match.index));
+    parts.push(el('a', { class: 'ssa', href: '#', 'data-target': `${mode}-v${match[0].slice(1)}` }, match[0]));
+    last = match.index + match[0].length;
+  }
+  parts.push(line.slice(last));
+  if (!mark) return el('span', { class: 'src-line' }, parts);
+  return el('span', {
+    class: `line ${mark.kind}`, 'data-kind': mark.kind, 'data-op': mark.op, tabIndex: 0,
+    'data-explain': explanation(mark, mode), 'aria-describedby': 'explain',
+  }, parts);
+}
+
+function renderAligned(views) {
+  const texts = MODES.map((m) => views[m].text.split('\n').filter((l, i, all) => i < all.length - 1 || l !== ''));
+  const marks = MODES.map((m) => new Map(views[m].marks.map((k) => [k.line, k])));
+  const rows = align(texts[0].map(lineKey), texts[1].map(lineKey))
+    || [...Array(Math.max(texts[0].length, texts[1].length)).keys()].map((i) => [i < texts[0].length ? i : null, i < texts[1].length ? i : null]);
+  const cell = (k, i) => {
+    const mode = MODES[k];
+    if (i === null) return el('td', { class: 'src gap', 'data-mode': mode });
+    const line = texts[k][i];
+    const td = el('td', { class: 'src', 'data-mode': mode }, renderLine(mode, line, marks[k].get(i)));
+    const defined = /^\s*(%[\d, %]+)=/.exec(line);
+    if (defined) td.id = `${mode}-v${defined[1].match(/\d+/)[0]}`;
+    for (const v of defined ? defined[1].match(/\d+/g).slice(1) : []) td.prepend(el('span', { id: `${mode}-v${v}` }));
+    return td;
+  };
+  const table = el('table', { class: 'aligned' },
+    el('thead', {}, el('tr', {}, MODES.map((m) => el('th', {}, MODE_LABEL[m])))),
+    el('tbody', {}, rows.map(([i, j]) => el('tr', {}, cell(0, i), cell(1, j)))));
+  const box = el('div', { class: 'program-scroll', 'data-testid': 'program-text' }, table);
+  // Open the text at its first highlighted line: the parameters above it are all alike.
+  const first = table.querySelector('.line');
+  if (first) {
+    requestAnimationFrame(() => {
+      box.scrollTop = Math.max(0, first.getBoundingClientRect().top - box.getBoundingClientRect().top - 40);
+    });
+  }
+  return box;
+}
+
+function renderPane(box, view, running, axes) {
+  const s = view.summary;
   const inserted = view.inserted
     ? el('details', { class: 'inserted-list', 'data-testid': 'inserted' },
       el('summary', {}, `ops the partitioner inserted (${view.inserted.length})`),
-      el('ol', {}, view.inserted.map((r) => el('li', {}, el('code', {}, `[${r.instr}] ${r.op}`), ` of ${r.value} for ${r.source_op}`,
-        r.source_instr != null ? ` (#${r.source_instr})` : '', el('div', { class: 'muted small' }, r.rule)))))
+      el('ol', {}, view.inserted.map((r) => el('li', {}, el('code', {}, r.op), ` for ${r.source_op}${r.value && !r.value.startsWith('%') ? ` of ${r.value}` : ''}`,
+        el('div', { class: 'muted small' }, r.rule)))))
     : el('p', { class: 'muted small' }, 'shard_map: every collective is written in the body by hand.');
   const mem = s.peak_bytes_per_device;
-  const warnings = s.warnings.map((w) => el('p', { class: 'warning', 'data-testid': 'warning' }, `⚠ ${w}`));
+  const warnings = s.warnings.map((w) => el('p', { class: 'warning', 'data-testid': 'warning' }, `⚠ ${pageWords(w)}`));
   const layouts = el('details', { class: 'layouts' }, el('summary', {}, 'which device holds which block'),
-    el('div', { class: 'layout-grid' }, view.layouts.map((l) => layoutPicture(l, s.devices))));
+    el('div', { class: 'layout-grid' }, view.layouts.map((l) => layoutPicture(l, s.devices, axes))));
   box.replaceChildren(
     el('h3', {}, `${MODE_LABEL[view.mode]}${running ? '' : ' (not running in this mode)'}`),
     el('dl', { class: 'facts compact' },
       el('dt', {}, 'random bits per device'), el('dd', { 'data-testid': 'rng-bits' }, fmtInt(s.rng_bits_per_device)),
       el('dt', {}, 'memory per device'), el('dd', {}, `${fmtBytes(mem.total)} (params ${fmtBytes(mem.params)}, optimizer ${fmtBytes(mem.optimizer_state)}, activations ${fmtBytes(mem.activations)})`),
-      el('dt', {}, 'FLOPs per device'), el('dd', {}, s.flops_per_device.toExponential(2)),
+      el('dt', {}, 'compute per device'), el('dd', { 'data-testid': 'flops' }, fmtFlops(s.flops_per_device)),
       el('dt', {}, 'instructions'), el('dd', {}, fmtInt(s.instructions))),
-    collectiveTable(s), ...warnings, inserted, layouts, code);
-  // Open the text at its first highlighted line: the parameters above it are all alike.
-  const first = code.querySelector('.line');
-  if (first) requestAnimationFrame(() => { code.scrollTop = Math.max(0, first.offsetTop - code.offsetTop - 40); });
+    collectiveTable(s), ...warnings, inserted, layouts);
 }
 
 function renderPrograms(p) {
   if (!p.ok) return showError(p.error);
   const running = state.configured ? state.configured.modes : [];
-  renderPane($('program-auto'), p.modes.auto, running.includes('auto'));
-  renderPane($('program-shard-map'), p.modes.shard_map, running.includes('shard_map'));
+  const axes = meshAxes(state.settings.mesh);
+  const devices = p.modes.auto.summary.devices;
+  $('device-legend').replaceChildren(deviceLegend(devices, axes));
+  renderPane($('program-auto'), p.modes.auto, running.includes('auto'), axes);
+  renderPane($('program-shard-map'), p.modes.shard_map, running.includes('shard_map'), axes);
+  $('program-aligned').replaceChildren(renderAligned(p.modes));
 }
 
-// ---- the seed story ------------------------------------------------------------------------
+// The explanation popover: the same words on hover, keyboard focus and tap.
+function wireInspector() {
+  const tip = $('explain');
+  let pinned = null;
+  const show = (target) => {
+    tip.textContent = target.dataset.explain;
+    tip.hidden = false;
+    const r = target.getBoundingClientRect();
+    tip.style.left = `${Math.max(8, Math.min(window.scrollX + r.left, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8))}px`;
+    tip.style.top = `${window.scrollY + r.bottom + 6}px`;
+  };
+  const hide = () => {
+    if (!pinned) tip.hidden = true;
+  };
+  const box = $('program-aligned');
+  box.addEventListener('mouseover', (e) => {
+    const t = e.target.closest('[data-explain]');
+    if (t) show(t);
+  });
+  box.addEventListener('mouseout', (e) => {
+    if (e.target.closest('[data-explain]')) hide();
+  });
+  box.addEventListener('focusin', (e) => {
+    const t = e.target.closest('[data-explain]');
+    if (t) show(t);
+  });
+  box.addEventListener('focusout', () => {
+    pinned = null;
+    hide();
+  });
+  box.addEventListener('click', (e) => {
+    const link = e.target.closest('a.ssa');
+    if (link) {
+      // Follow an SSA id to the line that defines it, without touching the settings' hash.
+      e.preventDefault();
+      const def = document.getElementById(link.dataset.target);
+      if (def) {
+        const row = def.closest('td');
+        row.scrollIntoView({ block: 'center' });
+        row.classList.remove('flash');
+        void row.offsetWidth;
+        row.classList.add('flash');
+      }
+      return;
+    }
+    const t = e.target.closest('[data-explain]');
+    if (t) {
+      pinned = pinned === t ? null : t;
+      if (pinned) show(t);
+      else tip.hidden = true;
+    }
+  });
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') {
+      pinned = null;
+      tip.hidden = true;
+    }
+  });
+}
+
+// ---- the seed, as a story --------------------------------------------------------------------
+
+/** A settings change from a button: it takes effect at the next step boundary. */
+function changeSettings(change) {
+  const { settings, errors } = readControls();
+  if (errors.length) {
+    markFieldErrors(errors);
+    return;
+  }
+  const next = { ...settings, ...change };
+  writeControls(next);
+  showHashNotice(null);
+  request({ kind: 'configure', settings: next });
+}
+
+/** Trains both modes under both RNG layouts for a few steps each, from `base` (the current
+ * settings unless given), so the story's ratios are measured on this run's own settings. */
+function runStory(base) {
+  const { settings, errors } = readControls();
+  if (errors.length && !base) {
+    markFieldErrors(errors);
+    return;
+  }
+  const start = { ...(base || settings), mode: 'both' };
+  const steps = () => Array.from({ length: STORY_STEPS }, () => ({ kind: 'step' }));
+  state.playing = false;
+  writeControls(start);
+  showHashNotice(null);
+  request({ kind: 'configure', settings: { ...start, rng: 'original' } }, ...steps(),
+    { kind: 'configure', settings: { ...start, rng: 'partitionable' } }, ...steps());
+}
+
+/** "29 all-gathers, 29 reduce-scatters" from a summary's per-kind totals. */
+function collectiveWords(summary) {
+  const rows = Object.entries(summary.collectives).filter(([, t]) => t.count > 0);
+  return rows.length ? rows.map(([kind, t]) => plural(t.count, kind)).join(', ') : 'no collectives';
+}
 
 function renderStory() {
   const ol = $('story-steps');
-  const p = state.programs;
   const s = state.settings;
-  if (!p || !p.ok || !s) return;
+  const p = state.programs;
+  if (!p || !p.ok || !s) {
+    ol.replaceChildren(el('li', { class: 'muted' }, 'Fix the marked settings to see this run’s story.'));
+    return;
+  }
   const a = p.modes.auto.summary;
   const m = p.modes.shard_map.summary;
-  const h = state.history || { measured: { auto: [], shard_map: [] } };
-  // Medians of the measured step times after the first two steps (pipeline warm-up).
-  const recent = (xs) => xs.slice(2).filter((x) => x != null);
-  const am = median(recent(h.measured.auto));
-  const sm = median(recent(h.measured.shard_map));
-  const haveGap = Number.isFinite(am) && Number.isFinite(sm);
-  if (haveGap) state.story.ratios[s.rng] = am / sm;
-  const ar = a.collectives['all-reduce'].count;
-  const sr = m.collectives['all-reduce'].count;
-  const button = (label, change) => el('button', { type: 'button', class: 'inline', onclick: () => {
-    const next = { ...readControls(), ...change };
-    writeControls(next);
-    applySettings(next);
-  } }, label);
-  const ratioText = (rng) => (state.story.ratios[rng] ? `${state.story.ratios[rng].toFixed(2)}×` : 'not measured yet');
-  const steps = [
-    el('li', {}, el('strong', {}, 'The gap. '),
-      haveGap
-        ? `On your GPU the automatic step takes ${fmtMs(am)} and the shard_map step ${fmtMs(sm)} (medians, measured): automatic is ${(am / sm).toFixed(2)}× the shard_map time.`
-        : s.mode === 'both' ? 'Press Play: both modes train, one step of each in turn, and their measured step times appear here after a few steps.'
-          : button('Switch to both modes', { mode: 'both' }), ' ',
-      el('span', { class: 'muted' }, '(The JAX report: 2.7× on a TPU v4-8.)')),
-    el('li', {}, el('strong', {}, 'Not the all-reduces. '),
-      `The automatic program issues ${ar} all-reduce${ar === 1 ? '' : 's'}, shard_map ${sr}: the slower program does not have more of them.`,
-      s.combine ? ' (All-reduce combining is on.)' : ' ', s.combine ? '' : button('Combine all-reduces', { combine: true })),
-    el('li', {}, el('strong', {}, 'The cause: random bits. '),
-      `Each device generates ${fmtInt(a.rng_bits_per_device)} random bits per step in automatic mode and ${fmtInt(m.rng_bits_per_device)} in shard_map`,
-      m.rng_bits_per_device > 0 ? ` (${(a.rng_bits_per_device / m.rng_bits_per_device).toFixed(1)}×). ` : '. ',
-      s.rng === 'original'
-        ? 'With the original Threefry layout no device can make its own block, so the partitioner has every device generate the whole global array and slice its part: the lines marked in the automatic program below.'
-        : 'With the partitionable layout each device makes only its block.'),
-    el('li', {}, el('strong', {}, 'The flag. '),
-      `jax_threefry_partitionable (the RNG layout here) is now ${s.rng === 'partitionable' ? 'True' : 'False'}. Measured ratio automatic/shard_map: original ${ratioText('original')}, partitionable ${ratioText('partitionable')}. `,
-      button(s.rng === 'original' ? 'Flip to partitionable' : 'Back to original', { rng: s.rng === 'original' ? 'partitionable' : 'original' })),
-    el('li', {}, el('strong', {}, 'The same-key caveat. '),
-      m.warnings.length ? `${m.warnings.join(' ')} ` : s.dropout === 0 ? 'Dropout is off, so no masks are drawn. ' : 'Each device now draws its own dropout mask. ',
-      s.dropout_key === 'same' ? button('Use fold_in', { dropout_key: 'fold_in' }) : button('Back to the same key', { dropout_key: 'same' })),
-  ];
-  ol.replaceChildren(...steps);
+  const key = storyKey(s);
+  const measured = state.story.measured[key] || {};
+  const cur = measured[s.rng];
+  const toggle = (label, change) => el('button', { type: 'button', class: 'inline', 'data-testid': 'story-toggle', onclick: () => changeSettings(change) }, label);
+  const ratio = (rng) => (measured[rng]
+    ? el('strong', { 'data-testid': 'story-ratio', 'data-rng': rng }, `${(measured[rng].auto / measured[rng].shard_map).toFixed(2)}×`)
+    : el('em', { class: 'muted' }, 'not measured yet'));
+  const runIt = 'press “Run the story” above to train both modes under both RNG layouts for a few steps';
+
+  const gap = el('li', {}, el('strong', {}, 'The gap. '),
+    cur
+      ? [`On your GPU, with these settings, the automatic step takes ${fmtMs(cur.auto)} and the shard_map step ${fmtMs(cur.shard_map)} (medians of this run’s steps, measured): automatic is `, ratio(s.rng), ' the shard_map time. ']
+      : [`Not measured yet for these settings: ${runIt}, or train in both modes. `],
+    s.mode === 'both' ? toggle('Train automatic only', { mode: 'auto' }) : toggle('Train both modes', { mode: 'both' }), ' ',
+    el('span', { class: 'muted' }, '(The JAX report: 2.95 s/it automatic against 1.09 s/it with shard_map, 2.7×, on a TPU v4-8.)'));
+
+  const aw = collectiveWords(a);
+  const mw = collectiveWords(m);
+  const hasAllReduce = a.collectives['all-reduce'].count + m.collectives['all-reduce'].count > 0;
+  const comm = el('li', {}, el('strong', {}, 'Not the collectives. '),
+    aw === mw
+      ? `Both programs issue the same collectives: ${aw}. The same communication cannot explain a gap. `
+      : `The automatic program issues ${aw}; shard_map issues ${mw}. `,
+    hasAllReduce ? (s.combine ? toggle('Stop combining all-reduces', { combine: false }) : toggle('Combine all-reduces', { combine: true })) : null);
+
+  const bitsRatio = m.rng_bits_per_device > 0 ? a.rng_bits_per_device / m.rng_bits_per_device : null;
+  const prof = (state.story.profiles[key] || {})[s.rng];
+  const rngShare = (mode) => {
+    const c = prof && prof[mode] && prof[mode].breakdown && prof[mode].breakdown.categories_ms;
+    if (!c) return null;
+    const total = Object.values(c).reduce((x, y) => x + y, 0);
+    return total > 0 ? `${fmtMs(c.rng)} of ${fmtMs(total)} (${fmtPct(c.rng / total)}) in ${MODE_LABEL[mode]}` : null;
+  };
+  const shares = MODES.map(rngShare).filter(Boolean);
+  const cause = el('li', {}, el('strong', {}, 'The cause: random bits. '),
+    `Each device generates ${fmtInt(a.rng_bits_per_device)} random bits per step in automatic mode and ${fmtInt(m.rng_bits_per_device)} in shard_map`,
+    bitsRatio ? ` (${bitsRatio.toFixed(1)}×). ` : '. ',
+    s.rng === 'original'
+      ? 'With the original Threefry layout no device can make its own block, so the partitioner has every device generate the whole global array and slice its part: the lines marked in the automatic program below. '
+      : 'With the partitionable layout each device makes only its block. ',
+    shares.length
+      ? el('span', { 'data-testid': 'rng-time' }, `In a profiled step the random bits took ${shares.join(', and ')} (measured).`)
+      : prof ? 'This adapter has no usable timestamp queries, so the random bits’ share of the step cannot be measured here.'
+        : 'Press “Where does the time go?” to measure the random bits’ share of each mode’s step.');
+
+  const flag = el('li', {}, el('strong', {}, 'The flag. '),
+    `jax_threefry_partitionable (the RNG layout here) is now ${s.rng === 'partitionable' ? 'True' : 'False'}. Measured ratio automatic/shard_map on these settings: original `, ratio('original'),
+    ', partitionable ', ratio('partitionable'), '. ',
+    toggle(s.rng === 'original' ? 'Flip to partitionable' : 'Back to original', { rng: s.rng === 'original' ? 'partitionable' : 'original' }));
+
+  const o = state.story.overlap;
+  let masks;
+  if (s.dropout === 0) masks = 'Dropout is off, so no masks are drawn. ';
+  else if (!o || o.same_key === undefined) masks = 'This mesh has one data-parallel device, so there is no mask to repeat. ';
+  else {
+    const chance = (1 - s.dropout) ** 2 + s.dropout ** 2;
+    masks = [`In shard_map, with the same key on every device, `,
+      el('strong', { 'data-testid': 'mask-share', 'data-key': 'same' }, fmtPct(o.same_key)),
+      ` of the dropout mask bits are identical across the ${o.devices} data-parallel devices: every device drops the same positions of different examples. With fold_in(key, axis_index('dp')), `,
+      el('strong', { 'data-testid': 'mask-share', 'data-key': 'fold_in' }, fmtPct(o.fold_in)),
+      ` are: what independent masks share by chance at dropout ${s.dropout} (${fmtPct(chance)}). (From the first ${fmtInt(o.elements)} bits of each device’s first mask.) `];
+  }
+  const caveat = el('li', {}, el('strong', {}, 'The same-key caveat. '), masks,
+    s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' }));
+
+  ol.replaceChildren(gap, comm, cause, flag, caveat);
+}
+
+// ---- the task ------------------------------------------------------------------------------
+
+function renderTask(ex) {
+  const box = $('task');
+  if (!ex || !ex.ok) {
+    box.replaceChildren();
+    return;
+  }
+  const show = (xs) => xs.slice(0, 17).join(' ') + (xs.length > 17 ? ' …' : '');
+  box.replaceChildren(
+    el('p', {}, 'The task: copy. Each sequence is random symbols (1 to 8), a separator 0, then the same symbols again. At every position the model reads the tokens so far and predicts the next one. The first half is random and cannot be predicted; the second half can, so the loss falls as the model learns to copy.'),
+    el('dl', { class: 'facts compact example', 'data-testid': 'example' },
+      el('dt', {}, 'the model reads'), el('dd', {}, el('code', {}, show(ex.inputs))),
+      el('dt', {}, 'it should predict'), el('dd', {}, el('code', {}, show(ex.targets)))));
 }
 
 // ---- adapter and self-test -----------------------------------------------------------------
@@ -589,16 +1018,16 @@ function renderReport(r) {
   badge.className = `badge ${r.passed ? 'pass' : 'fail'}`;
 }
 
+
 /**
  * Downloads the current settings as a runnable JAX script: the automatic mode's jit with the
  * same shardings, or (in shard_map mode) the same per-device body. It prints one JSON line per
  * step like `shardlab train --json`, and with dropout 0 its losses match shardlab's.
  */
 function exportJax() {
-  const mode = readControls().mode === 'shard_map' ? 'shard_map' : 'auto';
+  const mode = (state.settings && state.settings.mode) === 'shard_map' ? 'shard_map' : 'auto';
   const r = JSON.parse(lab.export_jax(mode, 20));
   if (!r.ok) return showError(r.error);
-  clearError();
   window.shardlab.lastExport = { filename: r.filename, script: r.script };
   const url = URL.createObjectURL(new Blob([r.script], { type: 'text/x-python' }));
   const a = el('a', { href: url, download: r.filename });
@@ -608,9 +1037,25 @@ function exportJax() {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
+async function copyLink() {
+  const url = location.href;
+  state.lastLink = url;
+  const box = $('link-box');
+  try {
+    await navigator.clipboard.writeText(url);
+    box.replaceChildren(el('span', { class: 'muted small' }, 'Link copied: it reopens these settings.'));
+  } catch {
+    // No clipboard permission: show the link, selected, to copy by hand.
+    const input = el('input', { readOnly: true, value: url, 'aria-label': 'link to these settings' });
+    box.replaceChildren(input);
+    input.select();
+  }
+  box.hidden = false;
+}
+
 async function runSelftest() {
   state.playing = false;
-  while (state.busy) await new Promise((r) => setTimeout(r, 50));
+  while (state.driving) await new Promise((r) => setTimeout(r, 50));
   $('selftest-run').disabled = true;
   document.body.dataset.selftest = 'running';
   $('selftest-status').textContent = 'running…';
@@ -632,36 +1077,50 @@ function wireControls() {
   ics.replaceChildren(...presets.interconnects.map((n) => el('option', { value: n.name }, n.label)));
   FIELDS.interconnect.values = presets.interconnects.map((n) => n.name);
   form().addEventListener('change', (e) => {
-    let s = readControls();
-    if (e.target.name === 'preset') {
-      // A preset sets the model and mesh; the mode and interconnect stay as chosen.
-      s = { ...presets.presets[s.preset], mode: s.mode, interconnect: s.interconnect };
-      writeControls(s);
-    }
+    const { settings, errors } = readControls();
     showHashNotice(null);
-    applySettings(s);
+    if (e.target.name === 'preset' && !errors.some((x) => x.field === 'preset')) {
+      // A preset sets the model and mesh; the mode and interconnect stay as chosen.
+      const s = { ...presets.presets[settings.preset], mode: settings.mode, interconnect: settings.interconnect };
+      writeControls(s);
+      request({ kind: 'configure', settings: s });
+      return;
+    }
+    if (errors.length) {
+      // Refused by the page's grammar (the same one links use): said at the control, not run.
+      markFieldErrors(errors);
+      state.queue = [];
+      state.playing = false;
+      state.configured = null;
+      updateButtons();
+      return;
+    }
+    request({ kind: 'configure', settings });
   });
   $('play').addEventListener('click', () => {
     state.playing = !state.playing;
     updateButtons();
-    if (state.playing) playLoop();
+    if (state.playing) drive();
   });
-  $('single').addEventListener('click', () => stepOnce());
-  $('profile').addEventListener('click', () => stepOnce(true));
+  $('single').addEventListener('click', () => request({ kind: 'step' }));
+  $('profile').addEventListener('click', () => request({ kind: 'step', profiled: true }));
   $('export').addEventListener('click', () => exportJax());
-  $('reset').addEventListener('click', async () => {
+  $('copy-link').addEventListener('click', () => copyLink());
+  $('reset').addEventListener('click', () => {
     state.playing = false;
-    while (state.busy) await new Promise((r) => setTimeout(r, 20));
-    const r = JSON.parse(await lab.reset());
-    if (!r.ok) return showError(r.error);
-    clearError();
-    // A fresh run from the controls' settings (also after an error or a lost device).
-    applySettings(readControls());
+    request({ kind: 'reset' });
   });
+  const seed = () => ({ ...presets.presets.seed, mode: 'both', interconnect: readControls().settings.interconnect });
   $('story-load').addEventListener('click', () => {
-    const s = { ...presets.presets.seed, mode: 'both', interconnect: readControls().interconnect };
+    const s = seed();
     writeControls(s);
-    applySettings(s);
+    showHashNotice(null);
+    request({ kind: 'configure', settings: s });
+  });
+  $('story-run').addEventListener('click', () => runStory());
+  $('reproduce').addEventListener('click', () => {
+    runStory(seed());
+    $('story').scrollIntoView({ behavior: 'smooth', block: 'start' });
   });
   $('selftest-run').addEventListener('click', () => runSelftest().catch(fatal));
   window.addEventListener('hashchange', () => {
@@ -669,8 +1128,9 @@ function wireControls() {
     const { settings, problem } = settingsFromHash();
     showHashNotice(problem);
     writeControls(settings);
-    applySettings(settings, { updateHash: !problem });
+    request({ kind: 'configure', settings, updateHash: !problem });
   });
+  wireInspector();
 }
 
 async function main() {
@@ -695,6 +1155,9 @@ async function main() {
 
   setState('loading', 'Opening the GPU…');
   lab = await wasm.Shardlab.create();
+  // Test hook: loses the GPU device as a driver reset would (issue 10's browser test).
+  state.loseDevice = () => lab.lose_device_for_test();
+  state.lab = lab;
   state.adapter = JSON.parse(lab.adapter());
   renderAdapter(state.adapter, probe.info);
 
@@ -703,7 +1166,9 @@ async function main() {
   const { settings, problem } = settingsFromHash();
   showHashNotice(problem);
   writeControls(settings);
+  setPhase('idle');
   applySettings(settings, { updateHash: !problem });
+  updateButtons();
   setState('ready', 'Ready: press Play');
 }
 

@@ -6,52 +6,15 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs, { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import {
+  ARTIFACTS, STEP_TIMEOUT_MS, URL_, close, foreign, hashOf, launch, location, openPage, openReady, singleSteps,
+} from './helpers.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const URL_ = process.env.SHARDLAB_URL;
-const CHROMIUM = process.env.SHARDLAB_CHROMIUM || '/usr/bin/chromium';
-const ARTIFACTS = process.env.SHARDLAB_ARTIFACTS || path.resolve(here, '../../target/browser-artifacts');
 // SwiftShader compiles and runs every kernel on the CPU: generous, but finite.
 const SELFTEST_TIMEOUT_MS = 300_000;
-const ARGS = [
-  '--no-sandbox',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--disable-quic',
-  '--enable-unsafe-webgpu',
-  '--use-webgpu-adapter=swiftshader',
-];
 
-let browser;
-
-before(async () => {
-  assert.ok(URL_, 'SHARDLAB_URL is not set: run the browser tests with `cargo xtask test`, which serves the page');
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS, headless: true });
-});
-
-after(async () => {
-  await browser?.close();
-});
-
-/// A new page that records every request and every console error.
-async function openPage(options = {}) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...options });
-  const page = await context.newPage();
-  const requests = [];
-  const consoleErrors = [];
-  page.on('request', (r) => requests.push(r.url()));
-  page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
-  page.on('pageerror', (e) => consoleErrors.push(String(e)));
-  return { context, page, requests, consoleErrors };
-}
-
-function foreign(requests) {
-  const origin = new URL(URL_).origin;
-  return requests.filter((u) => !u.startsWith('data:') && !u.startsWith('blob:') && new URL(u).origin !== origin);
-}
+before(launch);
+after(close);
 
 test('page shows the adapter and passes the kernel self-test on SwiftShader WebGPU', { timeout: SELFTEST_TIMEOUT_MS + 60_000 }, async () => {
   const { context, page, requests, consoleErrors } = await openPage();
@@ -124,54 +87,30 @@ test('without WebGPU the page says which browser or flag to use and loads no was
 
 // ---- the sandbox ---------------------------------------------------------------------------
 
-// SwiftShader runs every kernel on the CPU: the tests train a tiny model on 2 devices.
-const TINY = {
-  preset: 'dp', mode: 'auto', mesh: 'dp=2', layers: '1', d_model: '32', heads: '2', seq: '8', batch: '8', vocab: '32',
-  dropout: '0.1', rng: 'original', dropout_key: 'same', combine: '0', interconnect: 'tpu_v4_ici',
-};
-const STEP_TIMEOUT_MS = 180_000;
-const hashOf = (over = {}) => `#${new URLSearchParams({ ...TINY, ...over }).toString()}`;
-
-async function openReady(hash) {
-  const opened = await openPage();
-  await opened.page.goto(URL_ + hash);
-  await opened.page.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, {
-    timeout: 60_000,
-  });
-  assert.equal(await opened.page.evaluate(() => document.body.dataset.state), 'ready', opened.consoleErrors.join(' | '));
-  return opened;
-}
-
-/** Presses Step `n` times, waiting for each step, and returns the page's step counter. */
-async function singleSteps(page, n) {
-  for (let i = 0; i < n; i++) {
-    const before = await page.evaluate(() => window.shardlab.steps);
-    await page.getByTestId('single-step').click();
-    await page.waitForFunction((b) => window.shardlab.steps > b || window.shardlab.error, before, { timeout: STEP_TIMEOUT_MS });
-    const error = await page.evaluate(() => window.shardlab.error);
-    assert.equal(error, null, `step failed: ${error}`);
-  }
-  return Number(await page.getByTestId('step').textContent());
-}
-
-/** Points per series of a chart: [steps, automatic, shard_map] (non-null values). */
+/** Points per series of a chart: [steps, then each running mode] (non-null values). */
 const chartPoints = (page, key) => page.evaluate((k) => window.shardlab.charts[k].data.map((s) => s.filter((v) => v != null).length), key);
 
 test('trains in each mode, switches modes, and its charts get points', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
   const { context, page, requests, consoleErrors } = await openReady(hashOf({ mode: 'auto' }));
   try {
+    // Before the first step each chart is a hint, not an empty box.
+    assert.equal(await page.getByTestId('chart-hint').count(), 3);
+    assert.equal(await page.locator('[data-testid="chart-measured"] canvas').count(), 0);
     assert.equal(await singleSteps(page, 2), 2);
+    assert.equal(await page.getByTestId('chart-hint').count(), 0);
+    // Legends name only the modes that run.
+    assert.deepEqual(await page.locator('[data-testid="chart-measured"] .u-legend .u-series th').allInnerTexts().then((t) => t.map((x) => x.trim())), ['step', 'automatic']);
     assert.match(await page.getByTestId('step-ms').textContent(), /^\d+(\.\d+)? (ms|µs|s)$/);
     const loss = Number(await page.getByTestId('loss').textContent());
     assert.ok(loss > 0 && loss < 10, `loss ${loss}`);
-    assert.deepEqual(await chartPoints(page, 'measured'), [2, 2, 0]);
-    assert.deepEqual(await chartPoints(page, 'loss'), [2, 2, 0]);
+    assert.deepEqual(await chartPoints(page, 'measured'), [2, 2]);
+    assert.deepEqual(await chartPoints(page, 'loss'), [2, 2]);
 
     // Switching the mode starts a new run in that mode.
     await page.getByTestId('mode').selectOption('shard_map');
     assert.equal(await page.getByTestId('step').textContent(), '0');
     assert.equal(await singleSteps(page, 2), 2);
-    assert.deepEqual(await chartPoints(page, 'measured'), [2, 0, 2]);
+    assert.deepEqual(await chartPoints(page, 'measured'), [2, 2]);
     assert.match(location(page), /mode=shard_map/);
 
     // Both: Play runs steps in a loop, one of each mode per step, without freezing the page.
@@ -183,7 +122,7 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     await page.evaluate(() => document.title);
     assert.ok(Date.now() - t0 < 2_000, 'the page did not answer within 2 s while training');
     await page.getByTestId('play').click();
-    await page.waitForFunction(() => !window.shardlab.busy && !window.shardlab.playing, null, { timeout: STEP_TIMEOUT_MS });
+    await page.waitForFunction(() => !window.shardlab.driving && !window.shardlab.playing, null, { timeout: STEP_TIMEOUT_MS });
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
     const steps = await page.evaluate(() => window.shardlab.steps);
     assert.ok(steps >= 3);
@@ -197,7 +136,9 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     assert.match(await page.getByTestId('live').innerText(), /measured[\s\S]*modelled/);
     assert.ok(await page.locator('[data-testid="chart-measured"] canvas').count() > 0, 'no chart canvas');
 
-    // A profiled step: phases per mode (and categories where timestamps work), not charted.
+    // A profiled step: phases per mode (and categories where timestamps work), not charted,
+    // and its time is not shown as the last step time.
+    const lastStep = await page.getByTestId('step-ms').innerText();
     await page.getByTestId('profile').click();
     await page.waitForFunction((n) => window.shardlab.steps > n || window.shardlab.error, steps, { timeout: STEP_TIMEOUT_MS });
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
@@ -205,6 +146,7 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     assert.match(breakdown, /forward \(wall\)[\s\S]*update \(wall\)[\s\S]*collectives/);
     assert.deepEqual(await chartPoints(page, 'measured'), [steps + 1, steps, steps]);
     assert.deepEqual(await chartPoints(page, 'loss'), [steps + 1, steps, steps]);
+    assert.equal(await page.getByTestId('step-ms').innerText(), lastStep);
 
     mkdirSync(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: path.join(ARTIFACTS, 'sandbox.png'), fullPage: true });
@@ -215,8 +157,6 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
   }
 });
 
-const location = (page) => decodeURIComponent(new URL(page.url()).hash);
-
 test('the inspector shows all-reduces in dp and replicated random bits in the seed preset', { timeout: 180_000 }, async () => {
   const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
   try {
@@ -224,7 +164,8 @@ test('the inspector shows all-reduces in dp and replicated random bits in the se
     for (const pane of ['program-auto', 'program-shard-map']) {
       const box = page.getByTestId(pane);
       assert.ok(await box.locator('[data-testid="collective-row"][data-kind="all-reduce"]').count() === 1, pane);
-      assert.ok(await box.locator('.line.collective[data-op="all-reduce"]').count() > 0, `${pane}: no all-reduce line`);
+      const mode = pane === 'program-auto' ? 'auto' : 'shard_map';
+      assert.ok(await page.locator(`[data-testid="program-text"] td[data-mode="${mode}"] .line.collective[data-op="all-reduce"]`).count() > 0, `${pane}: no all-reduce line`);
     }
     // Automatic mode lists what the partitioner inserted, with the rule.
     const inserted = await page.evaluate(() => window.shardlab.programs.modes.auto.inserted);
@@ -237,8 +178,8 @@ test('the inspector shows all-reduces in dp and replicated random bits in the se
       Number((await page.getByTestId(p).getByTestId('rng-bits').textContent()).replace(/,/g, ''))));
     const [autoBits, smBits] = await bits();
     assert.equal(autoBits, 8 * smBits, 'original layout: every device makes the global bits');
-    assert.ok(await page.getByTestId('program-auto').locator('.line.rng_replicated').count() > 0, 'no replicated random bits highlighted');
-    assert.equal(await page.getByTestId('program-shard-map').locator('.line.rng_replicated').count(), 0);
+    assert.ok(await page.locator('td[data-mode="auto"] .line.rng_replicated').count() > 0, 'no replicated random bits highlighted');
+    assert.equal(await page.locator('td[data-mode="shard_map"] .line.rng_replicated').count(), 0);
     assert.match(await page.getByTestId('story').innerText(), /8\.0×/);
     // The same-key caveat is flagged in shard_map mode.
     assert.match(await page.getByTestId('program-shard-map').innerText(), /masks repeat across 'dp'/);
@@ -248,7 +189,7 @@ test('the inspector shows all-reduces in dp and replicated random bits in the se
     await page.waitForFunction(() => window.shardlab.settings.rng === 'partitionable', null, { timeout: 120_000 });
     const [autoAfter, smAfter] = await bits();
     assert.equal(autoAfter, smAfter);
-    assert.equal(await page.getByTestId('program-auto').locator('.line.rng_replicated').count(), 0);
+    assert.equal(await page.locator('td[data-mode="auto"] .line.rng_replicated').count(), 0);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
@@ -304,22 +245,23 @@ test('an impossible combination is explained at its control, and fixing it recov
   try {
     await page.locator('input[name="heads"]').fill('3');
     await page.locator('input[name="heads"]').dispatchEvent('change');
-    // The message sits under the control it names first (d_model is not divisible by heads).
-    const fieldError = page.locator('[data-testid="field-error"][data-field="d_model"]');
+    // heads is flagged at heads, with the heads that would divide d_model.
+    const fieldError = page.locator('[data-testid="field-error"][data-field="heads"]');
     assert.equal(await fieldError.count(), 1);
-    assert.match(await fieldError.innerText(), /not divisible by heads 3/);
-    assert.equal(await page.getByTestId('error').isVisible(), true);
+    assert.match(await fieldError.innerText(), /heads 3 does not divide d_model 32/);
+    // Settings are not failures: the error banner stays for real failures only.
+    assert.equal(await page.getByTestId('error').isVisible(), false);
     assert.equal(await page.getByTestId('play').isDisabled(), true);
 
     await page.locator('input[name="mesh"]').fill('tp=2');
     await page.locator('input[name="heads"]').fill('2');
     await page.locator('input[name="heads"]').dispatchEvent('change');
-    assert.match(await page.locator('[data-testid="field-error"]').innerText(), /mesh axis 'dp'/);
+    const meshError = page.locator('[data-testid="field-error"][data-field="mesh"]');
+    assert.match(await meshError.innerText(), /dp preset needs a mesh with axis 'dp'/);
 
     await page.locator('input[name="mesh"]').fill('dp=2');
     await page.locator('input[name="mesh"]').dispatchEvent('change');
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
-    assert.equal(await page.getByTestId('error').isVisible(), false);
     assert.equal(await singleSteps(page, 1), 1);
     assert.deepEqual(consoleErrors, []);
   } finally {

@@ -2,6 +2,7 @@
 //! kernel self-test, and trains the model in automatic and shard_map mode. No model logic lives
 //! here; every method forwards to `shardlab` and returns JSON, so the page's JavaScript only
 //! renders. Errors come back as values (`{"ok":false,...}`), never as panics or rejections.
+mod masks;
 mod plan;
 mod session;
 mod settings;
@@ -132,13 +133,30 @@ impl Shardlab {
         self.inner.borrow().programs().to_string()
     }
 
-    /// Forgets the trained state (and opens a new GPU device if the old one was lost); the next
-    /// step starts from step 0 with the same settings.
-    pub fn reset(&self) -> js_sys::Promise {
+    /// Forgets the trained state (and opens a new GPU device if the old one was lost, or when
+    /// `new_device` is set because the page saw it lost first); the next step starts from step 0
+    /// with the same settings.
+    pub fn reset(&self, new_device: bool) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let v = session::reset(&inner).await;
+            let v = session::reset(&inner, new_device).await;
             Ok(JsValue::from_str(&v.to_string()))
         })
+    }
+
+    /// The share of identical dropout-mask bits across data-parallel devices with the same key
+    /// and with fold_in, from the current settings' real Threefry masks (see `masks`).
+    pub fn mask_overlap(&self) -> String {
+        self.inner.borrow().mask_overlap().to_string()
+    }
+
+    /// The copy task's first example: `{"ok":true,"inputs":[...],"targets":[...]}`.
+    pub fn example(&self) -> String {
+        self.inner.borrow().example().to_string()
+    }
+
+    /// Test hook: destroys the GPU device, as a driver reset or a lost GPU would.
+    pub fn lose_device_for_test(&self) {
+        self.inner.borrow().ctx.device.destroy();
     }
 }

@@ -6,13 +6,34 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use shardlab::exec::{Backend, StepProfile, Trainer};
+use shardlab::exec::{Backend, Parallel, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
 use shardlab::plan::Planned;
 use shardlab::profile::{category, Category, Interconnect};
 
 use crate::plan::Plan;
 use crate::settings::{mode_name, FieldError, Mode, Settings};
+
+/// The most bytes all simulated devices of all running modes may hold on the one GPU a tab
+/// shares with the desktop.
+const GPU_BUDGET_BYTES: u64 = 2 << 30;
+
+/// Bytes one simulated device of `plan` holds at its peak. The one place the page reads memory
+/// from: when the core's memory plan (crate/src/plan/memory.rs) lands, return its peak here.
+pub fn memory_per_device(plan: &Plan) -> u64 {
+    plan.summary.total_bytes
+}
+
+/// 1.5 GiB, 12.0 MiB, 900 B.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if n >= size {
+            return format!("{:.1} {unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n} B")
+}
 
 /// Measure the simulated collectives' share of the step on the second step, then every this
 /// many steps (it re-runs them alone, so not every step).
@@ -39,6 +60,11 @@ pub struct Inner {
 
 fn fail(message: impl Into<String>) -> Value {
     json!({"ok": false, "error": message.into()})
+}
+
+/// A step whose run was replaced while it awaited: not a failure, the page just drops it.
+fn discarded() -> Value {
+    json!({"ok": false, "discarded": true})
 }
 
 impl Inner {
@@ -70,6 +96,7 @@ impl Inner {
                     "tokens_per_step": run.settings.batch * run.settings.seq,
                     "params": run.settings.config().num_params(),
                     "interconnect": run.net,
+                    "memory": Self::memory(&run),
                 });
                 self.run = Some(run);
                 summary
@@ -86,6 +113,7 @@ impl Inner {
             .map(|m| Plan::build(&settings, m, &mesh))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| FieldError::from_core(&e.to_string(), "mesh"))?;
+        check_memory(&settings, &plans)?;
         let running = settings.modes().len();
         Ok(Run {
             generation: self.generation,
@@ -97,6 +125,16 @@ impl Inner {
             steps: 0,
             busy: false,
         })
+    }
+
+    /// The memory of the run's modes: per device and on this GPU, as the page shows it.
+    pub fn memory(run: &Run) -> Value {
+        let per: serde_json::Map<String, Value> = run
+            .plans
+            .iter()
+            .map(|p| (mode_name(p.mode).to_string(), json!(memory_per_device(p))))
+            .collect();
+        json!({"per_device": per, "budget": GPU_BUDGET_BYTES})
     }
 
     /// The current settings as a runnable JAX script (shardlab export jax) for `mode`
@@ -118,6 +156,34 @@ impl Inner {
         }
     }
 
+    pub fn mask_overlap(&self) -> Value {
+        let Some(run) = &self.run else {
+            return fail("no valid settings yet: configure first");
+        };
+        let dp = match &run.plans[0].options.parallel {
+            Parallel::Auto { mesh, .. } | Parallel::ShardMap { mesh, .. } => mesh.axis_size("dp").unwrap_or(1),
+            Parallel::None => 1,
+        };
+        crate::masks::overlap(&run.settings, dp)
+    }
+
+    /// The first example of step 0's batch: the tokens the model reads and the tokens it should
+    /// predict at each position (the copy task's second half is the learnable part).
+    pub fn example(&self) -> Value {
+        let Some(run) = &self.run else {
+            return fail("no valid settings yet: configure first");
+        };
+        let opts = &run.plans[0].options;
+        match shardlab::model::Dataset::new(opts.data.clone(), &opts.config, opts.seed) {
+            Ok(data) => {
+                let batch = data.batch(0);
+                let t = run.settings.seq;
+                json!({"ok": true, "inputs": batch.inputs[..t], "targets": batch.targets[..t]})
+            }
+            Err(e) => fail(e.to_string()),
+        }
+    }
+
     pub fn programs(&self) -> Value {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
@@ -129,6 +195,33 @@ impl Inner {
             .collect();
         json!({"ok": true, "modes": modes})
     }
+}
+
+/// Refuses a run whose simulated devices would not fit the page's GPU budget, naming the memory
+/// per device (before any buffer or parameter exists).
+fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
+    let mut total: u64 = 0;
+    let mut per_device: u64 = 0;
+    let mut devices = 0;
+    for p in plans.iter().filter(|p| settings.modes().contains(&p.mode)) {
+        let bytes = memory_per_device(p);
+        per_device = per_device.max(bytes);
+        devices = p.summary.devices;
+        total = total.saturating_add(bytes.saturating_mul(p.summary.devices as u64));
+    }
+    if total <= GPU_BUDGET_BYTES {
+        return Ok(());
+    }
+    Err(FieldError {
+        field: "batch".into(),
+        message: format!(
+            "this run needs {} per device, {} for its {devices} simulated devices{}, and the page allows {} on this GPU: lower batch, seq, d_model or layers",
+            human_bytes(per_device),
+            human_bytes(total),
+            if settings.modes().len() > 1 { " in both modes" } else { "" },
+            human_bytes(GPU_BUDGET_BYTES)
+        ),
+    })
 }
 
 /// What a step needs while it awaits, taken out of the run.
@@ -164,7 +257,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let (planned, net, settings) = {
         let i = inner.borrow();
         let Some(run) = i.run.as_ref().filter(|r| r.generation == taken.generation) else {
-            return fail("the settings changed during the step");
+            return discarded();
         };
         let opts: Vec<_> = taken
             .modes
@@ -180,7 +273,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let result = run_modes(&mut taken, &planned, &net, &settings, profile).await;
     let mut i = inner.borrow_mut();
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
-        return fail("the settings changed during the step; it was discarded");
+        return discarded();
     };
     run.busy = false;
     match result {
@@ -230,6 +323,16 @@ async fn run_modes(
         } else {
             (trainer.step().await.map_err(|e| e.to_string())?, None)
         };
+        // A profiled automatic step re-runs forward and backward, so only plain steps' losses
+        // are judged.
+        if !profile && !stats.loss.is_finite() {
+            return Err(format!(
+                "the {} loss became {} at step {}: training stopped. Lower the dropout or the model size, then press Reset",
+                mode_name(t.modes[k]),
+                stats.loss,
+                t.step + 1
+            ));
+        }
         let breakdown = prof.map(|p| breakdown(trainer, &p));
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
@@ -281,8 +384,9 @@ fn breakdown(trainer: &Trainer, p: &StepProfile) -> Value {
 }
 
 /// Drops the trainers (and replaces a lost device) so the next step starts over.
-pub async fn reset(inner: &Rc<RefCell<Inner>>) -> Value {
-    let lost = matches!(inner.borrow().ctx.check(), Err(GpuError::DeviceLost(_)));
+pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
+    // The browser reports a lost device asynchronously: the page may know before the context.
+    let lost = new_device || matches!(inner.borrow().ctx.check(), Err(GpuError::DeviceLost(_)));
     if lost {
         match GpuContext::new().await {
             #[allow(clippy::arc_with_non_send_sync)]

@@ -57,7 +57,9 @@ pub struct Settings {
     pub seq: usize,
     pub batch: usize,
     pub vocab: usize,
-    pub dropout: f32,
+    /// f64 so the page's number round-trips exactly (0.1 stays 0.1 in the hash); the core
+    /// gets it as f32.
+    pub dropout: f64,
     pub rng: Rng,
     pub dropout_key: Key,
     pub combine: bool,
@@ -66,7 +68,13 @@ pub struct Settings {
 }
 
 /// Sizes above these make programs or buffers that a browser tab should not be asked for.
-const MAX_DEVICES: usize = 64;
+pub const MAX_DEVICES: usize = 64;
+/// The most elements of one global array: 2 GiB of f32, so its byte count fits a 32-bit usize.
+const MAX_ELEMENTS: u64 = 1 << 29;
+const MAX_DROPOUT: f64 = 0.95;
+/// The copy task's smallest vocabulary and sequence (the core's own minimum).
+const MIN_TASK_VOCAB: usize = 3;
+const MIN_TASK_SEQ: usize = 3;
 const LIMITS: [(&str, usize); 6] = [
     ("layers", 12),
     ("d_model", 1024),
@@ -175,7 +183,7 @@ impl Settings {
             batch: self.batch,
             vocab: self.vocab,
             tied: false,
-            dropout: self.dropout,
+            dropout: self.dropout as f32,
         }
     }
 
@@ -200,10 +208,15 @@ impl Settings {
         })
     }
 
-    /// Checks what can be checked without building a program: sizes, the mesh, the model.
+    /// Checks what can be checked without building a program: sizes, the mesh, the model, the
+    /// task. Every size is derived in u64 with checked arithmetic before the core sees it, so
+    /// nothing wraps on wasm32 (where usize is 32 bits).
     pub fn check(&self) -> Result<Mesh, FieldError> {
         let values = [self.layers, self.d_model, self.heads, self.seq, self.batch, self.vocab];
         for ((field, max), v) in LIMITS.iter().zip(values) {
+            if v == 0 {
+                return Err(FieldError::new(field, format!("{field} must be at least 1")));
+            }
             if v > *max {
                 return Err(FieldError::new(
                     field,
@@ -211,22 +224,154 @@ impl Settings {
                 ));
             }
         }
-        self.net()?;
-        let mesh = Mesh::parse(&self.mesh).map_err(|e| FieldError::new("mesh", e.to_string()))?;
-        if mesh.devices() > MAX_DEVICES {
+        if !(0.0..=MAX_DROPOUT).contains(&self.dropout) {
             return Err(FieldError::new(
-                "mesh",
+                "dropout",
+                format!("dropout {} must be between 0 and {MAX_DROPOUT}", self.dropout),
+            ));
+        }
+        self.net()?;
+        let mesh = self.mesh()?;
+        self.check_axes(&mesh)?;
+        if !self.d_model.is_multiple_of(self.heads) {
+            let fits: Vec<String> = (1..=self.d_model.min(LIMITS[2].1))
+                .filter(|h| self.d_model.is_multiple_of(*h))
+                .map(|h| h.to_string())
+                .collect();
+            return Err(FieldError::new(
+                "heads",
                 format!(
-                    "mesh {} has {} devices; the page simulates at most {MAX_DEVICES}",
-                    self.mesh,
-                    mesh.devices()
+                    "heads {} does not divide d_model {}: each head gets d_model / heads features, so choose one of {}",
+                    self.heads,
+                    self.d_model,
+                    fits.join(", ")
                 ),
             ));
         }
+        self.check_task()?;
+        self.check_sizes()?;
         self.config()
             .validate()
             .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
         Ok(mesh)
+    }
+
+    /// The mesh: one or two named axes whose sizes multiply (checked) to at most MAX_DEVICES.
+    fn mesh(&self) -> Result<Mesh, FieldError> {
+        let bad = |why: String| FieldError::new("mesh", why);
+        let mut axes: Vec<(&str, usize)> = vec![];
+        let mut devices: u64 = 1;
+        for part in self.mesh.split(',') {
+            let Some((name, size)) = part.split_once('=') else {
+                return Err(bad(format!("“{part}” is not an axis like dp=4")));
+            };
+            let (name, size) = (name.trim(), size.trim());
+            let size: u64 = size
+                .parse()
+                .map_err(|_| bad(format!("the size “{size}” of axis “{name}” is not a whole number")))?;
+            if size == 0 {
+                return Err(bad(format!(
+                    "axis “{name}” has size 0: every axis needs at least 1 device"
+                )));
+            }
+            devices = devices.saturating_mul(size);
+            if devices > MAX_DEVICES as u64 {
+                return Err(bad(format!(
+                    "mesh {} has more than {MAX_DEVICES} devices; the page simulates at most {MAX_DEVICES}",
+                    self.mesh
+                )));
+            }
+            // Bounded by MAX_DEVICES above, so it fits usize on every target.
+            axes.push((name, size as usize));
+        }
+        if axes.len() > 2 {
+            return Err(bad(format!(
+                "mesh {} has {} axes; the presets use one or two (dp, tp)",
+                self.mesh,
+                axes.len()
+            )));
+        }
+        Mesh::new(&axes).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The mesh has every axis the preset's strategy needs.
+    fn check_axes(&self, mesh: &Mesh) -> Result<(), FieldError> {
+        let strategy = self.strategy();
+        let needs = strategy.axes();
+        let has = mesh.axis_names();
+        if needs.iter().all(|a| has.contains(a)) {
+            return Ok(());
+        }
+        let quoted = |xs: &[&str]| xs.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" and ");
+        let example = match strategy {
+            Strategy::Dp | Strategy::Fsdp => "dp=4",
+            Strategy::Tp => "tp=2",
+            Strategy::DpTp => "dp=2,tp=2",
+        };
+        Err(FieldError::new(
+            "mesh",
+            format!(
+                "the {} preset needs a mesh with {} {} (e.g. {example}); {} has {}",
+                preset_name(self.preset),
+                if needs.len() == 1 { "axis" } else { "axes" },
+                quoted(needs),
+                self.mesh,
+                quoted(&has)
+            ),
+        ))
+    }
+
+    /// The copy task: each example is random symbols followed by their copy.
+    fn check_task(&self) -> Result<(), FieldError> {
+        if self.vocab < MIN_TASK_VOCAB {
+            return Err(FieldError::new(
+                "vocab",
+                format!(
+                    "vocab {} is too small for the copy task: it needs a separator and at least two symbols, so vocab {MIN_TASK_VOCAB} or more",
+                    self.vocab
+                ),
+            ));
+        }
+        if self.seq < MIN_TASK_SEQ {
+            return Err(FieldError::new(
+                "seq",
+                format!(
+                    "seq {} is too short for the copy task: a sequence holds symbols, a separator and their copy, so seq {MIN_TASK_SEQ} or more",
+                    self.seq
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The largest arrays of a step, counted in u64 before anything is built: none may exceed
+    /// MAX_ELEMENTS (so no element or byte count wraps on wasm32).
+    fn check_sizes(&self) -> Result<(), FieldError> {
+        let [b, t, d, h, v] = [self.batch, self.seq, self.d_model, self.heads, self.vocab].map(|x| x as u64);
+        let arrays: [(&str, &str, &str, [u64; 4]); 4] = [
+            ("attention scores", "batch × heads × seq × seq", "seq", [b, h, t, t]),
+            ("logits", "batch × seq × vocab", "vocab", [b, t, v, 1]),
+            ("MLP activations", "batch × seq × 4 × d_model", "d_model", [b, t, 4, d]),
+            ("embedding", "vocab × d_model", "vocab", [v, d, 1, 1]),
+        ];
+        for (name, formula, field, dims) in arrays {
+            let n = dims.iter().try_fold(1u64, |acc, x| acc.checked_mul(*x));
+            match n {
+                Some(n) if n <= MAX_ELEMENTS => {}
+                _ => {
+                    let shown = n.map_or_else(|| "more than 2^64".to_string(), group_digits);
+                    let gib = n.map_or(f64::INFINITY, |n| n as f64 * 4.0 / (1u64 << 30) as f64);
+                    return Err(FieldError::new(
+                        field,
+                        format!(
+                            "the {name} would have {shown} elements ({formula}, {gib:.1} GiB as f32); the page handles at most {} per array: lower {field} or batch",
+                            group_digits(MAX_ELEMENTS)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The modes this setting runs, in order.
@@ -267,6 +412,29 @@ impl Settings {
             combine_all_reduces: self.combine,
         }
     }
+}
+
+pub fn preset_name(p: Preset) -> &'static str {
+    match p {
+        Preset::Seed => "seed",
+        Preset::Dp => "dp",
+        Preset::Fsdp => "fsdp",
+        Preset::Tp => "tp",
+        Preset::DpTp => "dp_tp",
+    }
+}
+
+/// 8589934592 as 8,589,934,592.
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 pub fn mode_name(mode: Mode) -> &'static str {

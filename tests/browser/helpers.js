@@ -1,0 +1,101 @@
+// Shared by the browser test files: Debian's Chromium (never a downloaded browser) driven by
+// playwright-core, with WebGPU on SwiftShader. `cargo xtask test` serves the page and sets
+// SHARDLAB_URL; SHARDLAB_CHROMIUM and SHARDLAB_ARTIFACTS may override the browser and the
+// screenshot folder.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const URL_ = process.env.SHARDLAB_URL;
+const CHROMIUM = process.env.SHARDLAB_CHROMIUM || '/usr/bin/chromium';
+export const ARTIFACTS = process.env.SHARDLAB_ARTIFACTS || path.resolve(here, '../../target/browser-artifacts');
+const ARGS = [
+  '--no-sandbox',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-quic',
+  '--enable-unsafe-webgpu',
+  '--use-webgpu-adapter=swiftshader',
+];
+
+let browser;
+
+export async function launch() {
+  assert.ok(URL_, 'SHARDLAB_URL is not set: run the browser tests with `cargo xtask test`, which serves the page');
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS, headless: true });
+}
+
+export async function close() {
+  await browser?.close();
+}
+
+/// A new page that records every request and every console error.
+export async function openPage(options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...options });
+  const page = await context.newPage();
+  const requests = [];
+  const consoleErrors = [];
+  page.on('request', (r) => requests.push(r.url()));
+  page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+  return { context, page, requests, consoleErrors };
+}
+
+export function foreign(requests) {
+  const origin = new URL(URL_).origin;
+  return requests.filter((u) => !u.startsWith('data:') && !u.startsWith('blob:') && new URL(u).origin !== origin);
+}
+
+// SwiftShader runs every kernel on the CPU: the tests train a tiny model on 2 devices.
+export const TINY = {
+  preset: 'dp', mode: 'auto', mesh: 'dp=2', layers: '1', d_model: '32', heads: '2', seq: '8', batch: '8', vocab: '32',
+  dropout: '0.1', rng: 'original', dropout_key: 'same', combine: '0', interconnect: 'tpu_v4_ici',
+};
+export const STEP_TIMEOUT_MS = 180_000;
+export const hashOf = (over = {}) => `#${new URLSearchParams({ ...TINY, ...over }).toString()}`;
+
+export async function openReady(hash) {
+  const opened = await openPage();
+  await opened.page.goto(URL_ + hash);
+  await opened.page.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, {
+    timeout: 60_000,
+  });
+  assert.equal(await opened.page.evaluate(() => document.body.dataset.state), 'ready', opened.consoleErrors.join(' | '));
+  return opened;
+}
+
+/** Presses Step `n` times, waiting for each step, and returns the page's step counter. */
+export async function singleSteps(page, n) {
+  for (let i = 0; i < n; i++) {
+    const before = await page.evaluate(() => window.shardlab.steps);
+    await page.getByTestId('single-step').click();
+    await page.waitForFunction((b) => window.shardlab.steps > b || window.shardlab.error, before, { timeout: STEP_TIMEOUT_MS });
+    const error = await page.evaluate(() => window.shardlab.error);
+    assert.equal(error, null, `step failed: ${error}`);
+  }
+  return Number(await page.getByTestId('step').textContent());
+}
+
+/** Waits until the session has nothing in flight or waiting. */
+export async function settled(page) {
+  await page.waitForFunction(() => !window.shardlab.driving && !window.shardlab.busy, null, { timeout: STEP_TIMEOUT_MS });
+}
+
+/** The form's values by control name (the hash keys). */
+export const formValues = (page) => page.evaluate(() => Object.fromEntries([...document.getElementById('settings').elements]
+  .filter((e) => e.name).map((e) => [e.name, e.type === 'checkbox' ? String(e.checked) : e.value])));
+
+/** Sets one control as a user would and fires its change event. */
+export async function setControl(page, name, value) {
+  const input = page.locator(`[name="${name}"]`);
+  if ((await input.evaluate((e) => e.tagName)) === 'SELECT') await input.selectOption(value);
+  else {
+    await input.fill(value);
+    await input.dispatchEvent('change');
+  }
+}
+
+export const location = (page) => decodeURIComponent(new URL(page.url()).hash);

@@ -1,0 +1,89 @@
+// Links reopen: every preset's own link, the copy-link button, and hostile hashes.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { close, formValues, hashOf, launch, openReady, setControl } from './helpers.js';
+
+before(launch);
+after(close);
+
+test('every preset’s link reopens with the same settings and no notice', { timeout: 300_000 }, async () => {
+  const first = await openReady('');
+  try {
+    for (const preset of ['seed', 'dp', 'fsdp', 'tp', 'dp_tp']) {
+      await setControl(first.page, 'preset', preset);
+      await first.page.waitForFunction((p) => window.shardlab.settings.preset === p && window.shardlab.configured, preset, { timeout: 120_000 });
+      const shown = await formValues(first.page);
+      // Floats in their shortest round-trip decimal: the box and the link read 0.1.
+      assert.equal(shown.dropout, '0.1', preset);
+      const hash = new URL(first.page.url()).hash;
+      assert.match(hash, /dropout=0\.1(&|$)/);
+      const second = await openReady(hash);
+      try {
+        assert.deepEqual(await formValues(second.page), shown, preset);
+        assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false, preset);
+        assert.equal(await second.page.locator('[data-testid="field-error"]').count(), 0, preset);
+      } finally {
+        await second.context.close();
+      }
+    }
+  } finally {
+    await first.context.close();
+  }
+});
+
+test('the copy-link button gives the link of the settings shown', { timeout: 120_000 }, async () => {
+  const { context, page } = await openReady(hashOf({ batch: '16' }));
+  try {
+    await page.getByTestId('copy-link').click();
+    await page.waitForFunction(() => window.shardlab.lastLink, null, { timeout: 10_000 });
+    const link = await page.evaluate(() => window.shardlab.lastLink);
+    assert.match(link, /batch=16/);
+    assert.equal(await page.getByTestId('link-box').isVisible(), true);
+  } finally {
+    await context.close();
+  }
+});
+
+test('a value the link grammar refuses is refused at its control too', { timeout: 120_000 }, async () => {
+  const { context, page } = await openReady(hashOf());
+  try {
+    for (const [name, value] of [['mesh', 'dp=2,tp=1,x=1'], ['dropout', '1e-1'], ['layers', '-1']]) {
+      await setControl(page, name, value);
+      const err = page.locator(`[data-testid="field-error"][data-field="${name}"]`);
+      assert.equal(await err.count(), 1, name);
+      assert.equal(await page.getByTestId('play').isDisabled(), true, name);
+      assert.equal(await page.getByTestId('error').isVisible(), false, name);
+      await setControl(page, name, { mesh: 'dp=2', dropout: '0.1', layers: '1' }[name]);
+      assert.equal(await page.locator('[data-testid="field-error"]').count(), 0, name);
+    }
+  } finally {
+    await context.close();
+  }
+});
+
+// Each hostile hash falls back to the defaults with a notice, and nothing breaks.
+const HOSTILE = {
+  'huge number': '#layers=99999999999999999999',
+  garbage: '#%%%25%ZZ&&==',
+  unicode: '#mesh=dp%EF%BC%9D4',
+  '3-axis mesh': '#mesh=dp%3D2%2Ctp%3D2%2Cx%3D1',
+  'mesh overflowing 32 bits': '#mesh=dp%3D2%2Cx%3D2147483649',
+  negative: '#batch=-8',
+  'exponent notation': '#dropout=1e-1',
+  'exponent in an integer': '#d_model=1e3',
+};
+for (const [what, hash] of Object.entries(HOSTILE)) {
+  test(`a hostile hash (${what}) shows the defaults with a notice`, { timeout: 90_000 }, async () => {
+    const { context, page, consoleErrors } = await openReady(hash);
+    try {
+      assert.equal(await page.getByTestId('hash-notice').isVisible(), true, hash);
+      assert.match(await page.getByTestId('hash-notice').innerText(), /defaults/);
+      assert.equal(await page.getByTestId('preset').inputValue(), 'dp');
+      assert.equal(await page.getByTestId('error').isVisible(), false);
+      assert.equal(await page.getByTestId('play').isDisabled(), false);
+      assert.deepEqual(consoleErrors, []);
+    } finally {
+      await context.close();
+    }
+  });
+}

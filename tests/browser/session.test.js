@@ -1,0 +1,110 @@
+// The session's state machine: clicks during a step wait for its end and never become errors;
+// Pause then Play resumes; a lost GPU device is said, and Reset recovers without a reload.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  STEP_TIMEOUT_MS, close, hashOf, launch, location, openReady, setControl, settled, singleSteps,
+} from './helpers.js';
+
+before(launch);
+after(close);
+
+test('changes, story buttons and Reset made during a step apply at its end, never as an error', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    await page.getByTestId('single-step').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    // A setting and a story toggle while the step runs.
+    await setControl(page, 'batch', '16');
+    await page.getByTestId('story-toggle').filter({ hasText: 'Use fold_in' }).click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+    const s = await page.evaluate(() => window.shardlab.settings);
+    assert.equal(s.batch, 16);
+    assert.equal(s.dropout_key, 'fold_in');
+    assert.match(location(page), /batch=16/);
+
+    // Reset during a step.
+    await page.getByTestId('single-step').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await page.getByTestId('reset').click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.equal(await page.getByTestId('step').textContent(), '0');
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('Pause then Play while a step runs resumes training', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page } = await openReady(hashOf());
+  try {
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await page.getByTestId('play').click(); // pause
+    await page.getByTestId('play').click(); // play again, same step still running
+    const before = await page.evaluate(() => window.shardlab.steps);
+    await page.waitForFunction((b) => window.shardlab.steps >= b + 2 || window.shardlab.error, before, { timeout: 2 * STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.shardlab.playing), true);
+    assert.equal(await page.evaluate(() => document.body.dataset.run), 'stepping');
+    await page.getByTestId('play').click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => document.body.dataset.run), 'paused');
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+  } finally {
+    await context.close();
+  }
+});
+
+test('a lost GPU device is said, and Reset trains again on a new device without a reload', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page } = await openReady(hashOf());
+  try {
+    assert.equal(await singleSteps(page, 1), 1);
+    await page.evaluate(() => window.shardlab.loseDevice());
+    await page.getByTestId('single-step').click();
+    await page.waitForFunction(() => window.shardlab.error, null, { timeout: STEP_TIMEOUT_MS });
+    assert.match(await page.getByTestId('error').innerText(), /GPU device was lost[\s\S]*Reset/);
+    await settled(page);
+    await page.getByTestId('reset').click();
+    await settled(page);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+    const navigations = await page.evaluate(() => performance.getEntriesByType('navigation').length);
+    assert.equal(await singleSteps(page, 1), 1);
+    assert.equal(await page.evaluate(() => performance.getEntriesByType('navigation').length), navigations);
+  } finally {
+    await context.close();
+  }
+});
+
+test('settings that cannot run are refused at their control in the page’s words', { timeout: 180_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf());
+  try {
+    const at = (field) => page.locator(`[data-testid="field-error"][data-field="${field}"]`);
+    await setControl(page, 'vocab', '2');
+    assert.match(await at('vocab').innerText(), /too small for the copy task/);
+    assert.doesNotMatch(await at('vocab').innerText(), /--/);
+    await setControl(page, 'vocab', '32');
+
+    await setControl(page, 'mesh', 'tp=3');
+    assert.match(await at('mesh').innerText(), /dp preset needs a mesh with axis 'dp'/);
+    await setControl(page, 'mesh', 'dp=4');
+
+    // 2^33 attention scores: refused with their size, before any buffer exists.
+    for (const [k, v] of [['d_model', '64'], ['heads', '64'], ['seq', '512'], ['batch', '512']]) await setControl(page, k, v);
+    assert.match(await at('seq').innerText(), /8,589,934,592 elements/);
+    // Too big for memory: refused at configure with the memory per device.
+    for (const [k, v] of [['heads', '4'], ['batch', '128'], ['layers', '12'], ['d_model', '1024']]) await setControl(page, k, v);
+    assert.match(await page.locator('[data-testid="field-error"]').innerText(), /GiB per device/);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+
+    // The wasm's own parser: a device count that overflows 32 bits is a message, never a trap.
+    const r = await page.evaluate(() => JSON.parse(window.shardlab.lab.configure(JSON.stringify({ ...window.shardlab.settings, mesh: 'dp=2,x=2147483649' }))));
+    assert.equal(r.ok, false);
+    assert.match(r.errors[0].message, /at most 64/);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});

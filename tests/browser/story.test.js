@@ -1,0 +1,103 @@
+// The story belongs to the run, the first minute, and the inspector.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { STEP_TIMEOUT_MS, close, hashOf, launch, location, openReady, setControl, settled } from './helpers.js';
+
+before(launch);
+after(close);
+
+test('Run the story measures both RNG layouts on this run’s settings, and nothing carries over', { timeout: 6 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    const story = page.getByTestId('story');
+    assert.equal(await page.getByTestId('story-ratio').count(), 0);
+    assert.match(await story.innerText(), /not measured yet/);
+    // The same-key caveat in numbers, from real masks.
+    const share = async (key) => (await page.locator(`[data-testid="mask-share"][data-key="${key}"]`).innerText());
+    assert.equal(await share('same'), '100.0%');
+    const folded = Number.parseFloat(await share('fold_in'));
+    assert.ok(folded > 70 && folded < 95, `fold_in share ${folded}`);
+    assert.doesNotMatch(await story.innerText(), /--[a-z]/, 'CLI syntax on the page');
+
+    await page.getByTestId('story-run').click();
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="story-ratio"]').length >= 3 || window.shardlab.error, null, { timeout: 5 * STEP_TIMEOUT_MS });
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    const rngs = await page.locator('[data-testid="story-ratio"]').evaluateAll((xs) => xs.map((x) => x.dataset.rng));
+    assert.deepEqual([...new Set(rngs)].sort(), ['original', 'partitionable']);
+    for (const t of await page.locator('[data-testid="story-ratio"]').allInnerTexts()) assert.match(t, /^\d+\.\d\d×$/);
+
+    // Its toggles go both ways.
+    await page.getByTestId('story-toggle').filter({ hasText: 'Back to original' }).click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'original');
+    await page.getByTestId('story-toggle').filter({ hasText: 'Flip to partitionable' }).click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'partitionable');
+
+    // Another preset's story starts unmeasured, and names its own collectives.
+    await setControl(page, 'preset', 'fsdp');
+    await settled(page);
+    assert.equal(await page.getByTestId('story-ratio').count(), 0);
+    assert.match(await story.innerText(), /all-gathers[\s\S]*reduce-scatters/);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('the first minute: an introduction, the way in, and the task with an example', { timeout: 120_000 }, async () => {
+  const { context, page } = await openReady(hashOf());
+  try {
+    const intro = await page.getByTestId('intro').innerText();
+    assert.ok(intro.split('\n').filter((l) => l.trim()).length >= 3, intro);
+    assert.equal(await page.getByTestId('reproduce').isVisible(), true);
+    const task = await page.getByTestId('task').innerText();
+    assert.match(task, /copy/);
+    assert.match(await page.getByTestId('example').innerText(), /reads[\s\S]*\d( \d)+[\s\S]*predict[\s\S]*\d( \d)+/);
+    // The way in loads the JAX report's run and starts its story (stopped here: too big for SwiftShader).
+    await page.getByTestId('reproduce').click();
+    await page.waitForFunction(() => window.shardlab.settings.preset === 'seed', null, { timeout: 60_000 });
+    assert.match(location(page), /preset=seed/);
+    await page.getByTestId('reset').click();
+    await settled(page);
+  } finally {
+    await context.close();
+  }
+});
+
+test('the inspector aligns the programs, explains inserted ops on focus and tap, and links SSA ids', { timeout: 120_000 }, async () => {
+  const { context, page } = await openReady(hashOf({ mesh: 'dp=2' }));
+  try {
+    // Aligned: rows with a line on both sides carry the same op.
+    const pairs = await page.locator('[data-testid="program-text"] tbody tr').evaluateAll((rows) => rows
+      .filter((r) => r.children[0].textContent && r.children[1].textContent)
+      .map((r) => [...r.children].map((c) => (/=\s*([A-Za-z_][\w.-]*)/.exec(c.textContent) || [])[1])));
+    assert.ok(pairs.length > 20, `${pairs.length} paired rows`);
+    assert.ok(pairs.every(([a, b]) => a === b), JSON.stringify(pairs.find(([a, b]) => a !== b)));
+
+    // Explanations in words on keyboard focus and on tap, not only as native tooltips.
+    const marked = page.locator('td[data-mode="auto"] .line.rng_replicated').first();
+    await marked.focus();
+    assert.equal(await page.getByTestId('explain').isVisible(), true);
+    assert.match(await page.getByTestId('explain').innerText(), /whole global array/);
+    await page.keyboard.press('Escape');
+    const inserted = page.locator('td[data-mode="auto"] .line.collective').first();
+    await inserted.click();
+    assert.match(await page.getByTestId('explain').innerText(), /partitioner inserted/);
+
+    // An SSA id leads to its defining line, and the settings' hash is untouched.
+    const hash = location(page);
+    const link = page.locator('td[data-mode="auto"] .line.collective a.ssa').last();
+    const target = await link.getAttribute('data-target');
+    await link.click();
+    assert.equal(await page.locator(`#${target}`).count(), 1);
+    assert.equal(location(page), hash);
+
+    // Devices carry their mesh coordinates and a colour; FLOPs read as people read them.
+    assert.match(await page.getByTestId('device-legend').innerText(), /0 \(dp=0\)[\s\S]*1 \(dp=1\)/);
+    assert.match(await page.getByTestId('program-auto').getByTestId('flops').innerText(), /^\d+(\.\d+)? [kMGT]?FLOP$/);
+  } finally {
+    await context.close();
+  }
+});
