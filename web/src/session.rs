@@ -18,8 +18,8 @@ use crate::settings::{mode_name, FieldError, Mode, Settings};
 /// shares with the desktop.
 const GPU_BUDGET_BYTES: u64 = 2 << 30;
 
-/// Bytes one simulated device of `plan` holds at its peak. The one place the page reads memory
-/// from: when the core's memory plan (crate/src/plan/memory.rs) lands, return its peak here.
+/// Bytes one simulated device of `plan` holds at its peak: the core's memory plan
+/// (`plan::MemoryPlan`, which the program summary reports), the same numbers `inspect` shows.
 pub fn memory_per_device(plan: &Plan) -> u64 {
     plan.summary.total_bytes
 }
