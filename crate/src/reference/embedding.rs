@@ -1,7 +1,7 @@
 //! Embedding lookup and its scatter-add gradient. An id >= V reads zeros and its gradient is
 //! dropped, so the two stay exact adjoints.
 
-/// table (V, C) with V = table.len() / c, ids (N) -> out (N, C) = table[ids].
+/// table (V, C) with V = table.len() / c, ids (N) -> out (N, C) = `table[ids]`.
 pub fn forward(table: &[f32], ids: &[u32], n: usize, c: usize) -> Vec<f32> {
     let v = table.len() / c;
     let mut out = vec![0.0; n * c];
