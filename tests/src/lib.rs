@@ -4,30 +4,32 @@ use std::sync::OnceLock;
 
 use shardlab::gpu::GpuContext;
 
-/// The process-wide GPU context, or `None` (with the reason printed once) on a machine with
-/// no adapter, so GPU tests skip and say why instead of failing.
+mod python;
+mod skip;
+
+pub use python::{jax_python, python, python_program, PYTHON_VAR};
+pub use skip::{unavailable, Need, SKIP_LOG_VAR};
+
+/// The process-wide GPU context. With no adapter the calling test fails, unless
+/// `SHARDLAB_ALLOW_NO_GPU=1`: then the skip is recorded and this returns `None`.
 pub fn gpu() -> Option<&'static GpuContext> {
-    static CTX: OnceLock<Option<GpuContext>> = OnceLock::new();
-    CTX.get_or_init(|| match GpuContext::new_blocking() {
+    static CTX: OnceLock<Result<GpuContext, String>> = OnceLock::new();
+    match CTX.get_or_init(|| GpuContext::new_blocking().map_err(|e| e.to_string())) {
         Ok(ctx) => Some(ctx),
-        Err(e) => {
-            eprintln!("SKIPPED GPU tests: {e}");
+        Err(why) => {
+            unavailable(Need::Gpu, why);
             None
         }
-    })
-    .as_ref()
+    }
 }
 
-/// Returns the GPU context or returns from the test, printing why it was skipped.
+/// Returns the GPU context, or returns from the test when [`gpu`] allows it to be skipped.
 #[macro_export]
 macro_rules! gpu_or_skip {
     () => {
         match $crate::gpu() {
             Some(ctx) => ctx,
-            None => {
-                eprintln!("skipped: no GPU adapter on this machine");
-                return;
-            }
+            None => return,
         }
     };
 }

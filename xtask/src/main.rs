@@ -1,18 +1,35 @@
 //! Project commands: `cargo xtask serve` (build and serve the page) and `cargo xtask test`
 //! (everything CI runs). One module per command; each installs what it needs and can.
+mod counts;
+mod jax;
 mod serve;
 mod server;
 mod setup;
 mod site;
+mod steps;
 mod test;
 mod util;
 
-const USAGE: &str = "usage: cargo xtask <command>
+fn usage() -> String {
+    format!(
+        "usage: cargo xtask <command>
 
 commands:
   serve [--port N]   build the page (release wasm) and serve it on http://127.0.0.1:N/ (default 8000)
-  test               everything CI runs: install checks, rustfmt, native tests (lavapipe),
-                     the page build and the browser tests (Chromium, WebGPU on SwiftShader)";
+  test [STEP...]     everything CI runs, or only the named steps:
+{}
+
+environment (test):
+  SHARDLAB_ALLOW_NO_GPU=1   GPU tests that find no adapter count as skipped instead of failing
+  SHARDLAB_ALLOW_NO_JAX=1   export tests that find no JAX count as skipped instead of failing
+  SHARDLAB_PYTHON=PATH      the Python of the export tests (default: the jax step's target/jax-venv)",
+        steps::help()
+            .lines()
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -20,10 +37,10 @@ fn main() {
         Some("serve") => serve::main(&args[1..]),
         Some("test") => test::main(&args[1..]),
         Some("help" | "-h" | "--help") | None => {
-            println!("{USAGE}");
+            println!("{}", usage());
             Ok(())
         }
-        Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+        Some(other) => Err(format!("unknown command `{other}`\n\n{}", usage())),
     };
     if let Err(message) = result {
         if !message.is_empty() {

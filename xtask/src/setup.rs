@@ -32,7 +32,8 @@ pub fn wasm_tools() -> Res<PathBuf> {
     wasm_bindgen()
 }
 
-fn wasm_target() -> Res<()> {
+/// The Rust standard library for wasm32 (rustup target add).
+pub fn wasm_target() -> Res<()> {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let installed = |rustc: &str| {
         output_of(rustc, &["--print", "target-libdir", "--target", WASM_TARGET])
@@ -101,6 +102,24 @@ fn wasm_bindgen() -> Res<PathBuf> {
     })
 }
 
+/// clippy for the clippy step.
+pub fn clippy() -> Res<()> {
+    if output_of(
+        std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+        &["clippy", "--version"],
+    )
+    .is_some()
+    {
+        return Ok(());
+    }
+    step("installing clippy (rustup)");
+    run(
+        Command::new("rustup").args(["component", "add", "clippy"]),
+        "rustup component add clippy",
+    )
+    .map_err(|e| format!("{e}; install it with `rustup component add clippy`"))
+}
+
 /// rustfmt for `cargo fmt --check`.
 pub fn rustfmt() -> Res<()> {
     if output_of(
@@ -164,6 +183,8 @@ struct Need {
     what: &'static str,
     apt: &'static [&'static str],
     present: fn() -> bool,
+    /// Needed by the browser tests (else by the native tests).
+    browser: bool,
 }
 
 const TEST_NEEDS: &[Need] = &[
@@ -171,28 +192,33 @@ const TEST_NEEDS: &[Need] = &[
         what: "a Vulkan driver (lavapipe)",
         apt: &["mesa-vulkan-drivers"],
         present: vulkan_present,
+        browser: false,
     },
     Need {
         what: "Chromium",
         apt: &["chromium"],
         present: chromium_present,
+        browser: true,
     },
     Need {
         what: "Node.js and npm",
         apt: &["nodejs", "npm"],
         present: node_present,
+        browser: true,
     },
 ];
 
-fn debian_root() -> bool {
+/// Root on Debian or Ubuntu, where missing packages are installed with apt-get.
+pub fn debian_root() -> bool {
     Path::new("/etc/debian_version").exists()
         && output_of("id", &["-u"]).as_deref() == Some("0")
         && find_program("apt-get", &[]).is_some()
 }
 
-/// What `cargo xtask test` needs from the system: lavapipe, Chromium, Node.js and npm.
-pub fn system_packages() -> Res<()> {
-    if let Some(path) = std::env::var_os("SHARDLAB_CHROMIUM") {
+/// What the native tests need from the system (lavapipe), or the browser tests (Chromium,
+/// Node.js and npm).
+pub fn system_packages(browser: bool) -> Res<()> {
+    if let Some(path) = std::env::var_os("SHARDLAB_CHROMIUM").filter(|_| browser) {
         if !Path::new(&path).is_file() {
             return Err(format!(
                 "SHARDLAB_CHROMIUM={} is not a file; point it at a Chromium or Chrome binary, or unset it to use \
@@ -201,7 +227,10 @@ pub fn system_packages() -> Res<()> {
             ));
         }
     }
-    let missing: Vec<&Need> = TEST_NEEDS.iter().filter(|n| !(n.present)()).collect();
+    let missing: Vec<&Need> = TEST_NEEDS
+        .iter()
+        .filter(|n| n.browser == browser && !(n.present)())
+        .collect();
     if !missing.is_empty() {
         let what = missing.iter().map(|n| n.what).collect::<Vec<_>>().join(", ");
         let packages: Vec<&str> = missing.iter().flat_map(|n| n.apt.iter().copied()).collect();
@@ -232,7 +261,11 @@ pub fn system_packages() -> Res<()> {
             return Err(format!("`{command}` ran but {} is still missing", still.join(", ")));
         }
     }
-    node_version()
+    if browser {
+        node_version()
+    } else {
+        Ok(())
+    }
 }
 
 fn node_version() -> Res<()> {

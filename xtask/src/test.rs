@@ -1,179 +1,279 @@
-//! `cargo xtask test`: everything CI runs, in order: install checks, rustfmt, the native tests
-//! (GPU tests on lavapipe), the page build, and the browser tests against a local server.
-//! Every step runs even when an earlier one failed; the summary names each, and the last line
-//! counts all tests (`summary: N passed, N failed, N skipped`).
+//! `cargo xtask test [STEP...]`: everything CI runs, in order: rustfmt, clippy, rustdoc, the
+//! native tests (GPU tests on lavapipe), the export tests under JAX, the page build, and the
+//! browser tests against a local server; or only the named steps, for a quick loop. Each step
+//! installs what it needs and runs even when an earlier one failed; the summary names each,
+//! and the last line counts all tests (`summary: N passed, N failed, N skipped`).
+use std::path::PathBuf;
 use std::process::Command;
 
+use crate::counts::{new_skip_log, read_skips, Counts, Skips, SKIP_LOG_VAR};
 use crate::server::Server;
+use crate::steps::Step;
 use crate::util::{cargo, run, run_scanned, step, target_dir, Res};
-use crate::{setup, site};
+use crate::{jax, setup, site, steps};
 
-#[derive(Default, Debug, PartialEq)]
-struct Counts {
-    passed: u64,
-    failed: u64,
-    skipped: u64,
-}
-
-impl Counts {
-    /// Adds the counts of cargo's `test result: ok. 3 passed; 0 failed; 1 ignored; ...`.
-    fn scan_cargo(&mut self, line: &str) {
-        let Some(rest) = line.strip_prefix("test result: ") else {
-            return;
-        };
-        for part in rest.split(';') {
-            let mut words = part.split_whitespace().rev();
-            let (Some(label), Some(n)) = (words.next(), words.next()) else {
-                continue;
-            };
-            let Ok(n) = n.parse::<u64>() else { continue };
-            match label {
-                "passed" => self.passed += n,
-                "failed" => self.failed += n,
-                "ignored" => self.skipped += n,
-                _ => {}
-            }
-        }
-    }
-
-    /// Adds the counts of node's test runner summary (`ℹ pass 3` with the spec reporter, `# pass 3` with tap).
-    fn scan_node(&mut self, line: &str) {
-        let line = line.trim_start_matches(['#', 'ℹ', ' ']);
-        let mut words = line.split_whitespace();
-        let (Some(label), Some(n), None) = (words.next(), words.next(), words.next()) else {
-            return;
-        };
-        let Ok(n) = n.parse::<u64>() else { return };
-        match label {
-            "pass" => self.passed += n,
-            "fail" | "cancelled" => self.failed += n,
-            "skipped" | "todo" => self.skipped += n,
-            _ => {}
-        }
-    }
-
-    fn add(&mut self, other: &Counts) {
-        self.passed += other.passed;
-        self.failed += other.failed;
-        self.skipped += other.skipped;
-    }
-}
+const WEB_PACKAGE: &str = "shardlab-web";
+/// The export tests' module in the test binary: they run in the jax step, not the native one.
+const EXPORT_TESTS: &str = "export_jax::";
 
 enum Outcome {
-    Ok,
+    Ok(Option<String>),
     Failed(String),
     Skipped(String),
 }
 
-pub fn main(args: &[String]) -> Res<()> {
-    if let Some(arg) = args.first() {
-        return Err(format!("`cargo xtask test` takes no arguments (got `{arg}`)"));
-    }
-    step("checking tools");
-    setup::system_packages()?;
-    setup::rustfmt()?;
-    let wasm_bindgen = setup::wasm_tools()?;
-    setup::npm_packages()?;
-    test_environment()?;
+/// The outcome of every check and test runner, and the tests counted.
+#[derive(Default)]
+struct Report {
+    steps: Vec<(&'static str, Outcome)>,
+    total: Counts,
+}
 
-    let mut steps: Vec<(&str, Outcome)> = Vec::new();
-    let mut total = Counts::default();
-
-    step("cargo fmt --all -- --check");
-    let fmt = run(cargo().args(["fmt", "--all", "--", "--check"]), "rustfmt check")
-        .map_err(|e| format!("{e}; `cargo fmt --all` fixes it"));
-    total.add(&check_counts(fmt.is_ok()));
-    steps.push(("rustfmt", outcome(fmt)));
-
-    step("native tests: cargo test --workspace --exclude shardlab-web");
-    let mut counts = Counts::default();
-    let ok = run_scanned(
-        cargo().args(["test", "--workspace", "--exclude", "shardlab-web", "--no-fail-fast"]),
-        "cargo test",
-        |l| counts.scan_cargo(l),
-    );
-    steps.push(("native tests (cargo test)", runner_outcome(ok, &mut counts)));
-    total.add(&counts);
-
-    let page = site::build(&wasm_bindgen);
-    total.add(&check_counts(page.is_ok()));
-    match page {
-        Ok(dir) => {
-            steps.push(("page build", Outcome::Ok));
-            step("browser tests: node --test in tests/browser (Chromium, WebGPU on SwiftShader)");
-            let mut counts = Counts::default();
-            let ok = browser_tests(dir, &mut counts);
-            steps.push(("browser tests (node --test)", runner_outcome(ok, &mut counts)));
-            total.add(&counts);
-        }
-        Err(e) => {
-            steps.push(("page build", Outcome::Failed(e)));
-            steps.push((
-                "browser tests (node --test)",
-                Outcome::Skipped("the page did not build".into()),
-            ));
-        }
+impl Report {
+    /// A single check (rustfmt, a clippy run, the page build) counts as one test.
+    fn check(&mut self, name: &'static str, result: Res<()>) {
+        self.total.add(&Counts::check(result.is_ok()));
+        let outcome = match result {
+            Ok(()) => Outcome::Ok(None),
+            Err(e) => Outcome::Failed(e),
+        };
+        self.steps.push((name, outcome));
     }
 
-    step("summary");
-    let mut failed_steps = Vec::new();
-    for (name, outcome) in &steps {
-        match outcome {
-            Outcome::Ok => println!("  ok       {name}"),
-            Outcome::Failed(why) => {
-                println!("  FAILED   {name}: {why}");
-                failed_steps.push(*name);
+    /// A test runner's outcome; a runner that failed without reporting a failed test (a build
+    /// error, a crash) counts as one failure, so the summary line agrees with the exit code.
+    /// Tests that recorded a skip move from passed to skipped.
+    fn runner(&mut self, name: &'static str, ok: Res<bool>, mut counts: Counts, skips: Res<Skips>) {
+        let (note, skip_error) = match &skips {
+            Ok(s) => {
+                counts.move_skips(s);
+                (s.describe(), None)
             }
-            Outcome::Skipped(why) => println!("  skipped  {name}: {why}"),
+            Err(e) => (None, Some(e.clone())),
+        };
+        let outcome = match ok {
+            Ok(true) if counts.failed == 0 && skip_error.is_none() => Outcome::Ok(note),
+            Ok(_) if counts.failed > 0 => {
+                let mut why = format!("{} failed", counts.failed);
+                if let Some(note) = note {
+                    why += &format!("; {note}");
+                }
+                Outcome::Failed(why)
+            }
+            Ok(true) => {
+                counts.failed += 1;
+                Outcome::Failed(skip_error.unwrap_or_default())
+            }
+            Ok(false) => {
+                counts.failed += 1;
+                Outcome::Failed("the runner failed before any test failed (see its output above)".into())
+            }
+            Err(e) => {
+                counts.failed += 1;
+                Outcome::Failed(e)
+            }
+        };
+        self.total.add(&counts);
+        self.steps.push((name, outcome));
+    }
+
+    /// A step that could not start (a tool it needs is missing) counts as one failure.
+    fn failed(&mut self, name: &'static str, why: String) {
+        self.check(name, Err(why));
+    }
+
+    fn skipped(&mut self, name: &'static str, why: &str) {
+        self.steps.push((name, Outcome::Skipped(why.into())));
+    }
+
+    fn finish(self) -> Res<()> {
+        step("summary");
+        let mut failed_steps = Vec::new();
+        for (name, outcome) in &self.steps {
+            match outcome {
+                Outcome::Ok(None) => println!("  ok       {name}"),
+                Outcome::Ok(Some(note)) => println!("  ok       {name}: {note}"),
+                Outcome::Failed(why) => {
+                    println!("  FAILED   {name}: {why}");
+                    failed_steps.push(*name);
+                }
+                Outcome::Skipped(why) => println!("  skipped  {name}: {why}"),
+            }
+        }
+        if !failed_steps.is_empty() {
+            println!("failed: {}", failed_steps.join(", "));
+        }
+        // The last line, read by CI: every test counted.
+        let t = &self.total;
+        println!(
+            "summary: {} passed, {} failed, {} skipped",
+            t.passed, t.failed, t.skipped
+        );
+        if failed_steps.is_empty() {
+            Ok(())
+        } else {
+            // Already reported above; an empty message exits non-zero without repeating it.
+            Err(String::new())
         }
     }
-    if !failed_steps.is_empty() {
-        println!("failed: {}", failed_steps.join(", "));
+}
+
+pub fn main(args: &[String]) -> Res<()> {
+    let selected = steps::parse(args)?;
+    test_environment()?;
+    let mut report = Report::default();
+    let mut page: Option<Res<PathBuf>> = None;
+    for s in selected {
+        match s {
+            Step::Fmt => fmt(&mut report),
+            Step::Clippy => clippy(&mut report),
+            Step::Doc => doc(&mut report),
+            Step::Native => native(&mut report),
+            Step::Jax => jax_tests(&mut report),
+            Step::Page => page = Some(page_build(&mut report)),
+            Step::Browser => match page.take() {
+                Some(Ok(dir)) => browser(&mut report, dir),
+                _ => report.skipped("browser tests (node --test)", "the page did not build"),
+            },
+        }
     }
-    // The last line, read by CI: every test counted.
-    println!(
-        "summary: {} passed, {} failed, {} skipped",
-        total.passed, total.failed, total.skipped
+    report.finish()
+}
+
+fn fmt(report: &mut Report) {
+    step("cargo fmt --all -- --check");
+    let result = setup::rustfmt().and_then(|()| {
+        run(cargo().args(["fmt", "--all", "--", "--check"]), "rustfmt check")
+            .map_err(|e| format!("{e}; `cargo fmt --all` fixes it"))
+    });
+    report.check("rustfmt", result);
+}
+
+fn clippy(report: &mut Report) {
+    if let Err(e) = setup::clippy() {
+        return report.failed("clippy", e);
+    }
+    step("clippy, native crates: cargo clippy --workspace --exclude shardlab-web --all-targets -- -D warnings");
+    let native = run(
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            WEB_PACKAGE,
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+        "clippy (native crates)",
     );
-    if failed_steps.is_empty() {
-        Ok(())
-    } else {
-        // Already reported above; an empty message exits non-zero without repeating it.
-        Err(String::new())
-    }
+    report.check("clippy (native crates)", native);
+    step("clippy, wasm crate: cargo clippy -p shardlab-web --target wasm32-unknown-unknown -- -D warnings");
+    let wasm = setup::wasm_target().and_then(|()| {
+        run(
+            cargo().args([
+                "clippy",
+                "-p",
+                WEB_PACKAGE,
+                "--target",
+                "wasm32-unknown-unknown",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+            "clippy (wasm crate)",
+        )
+    });
+    report.check("clippy (wasm crate, wasm32)", wasm);
 }
 
-/// A step that is a single check (rustfmt, the page build) counts as one test.
-fn check_counts(ok: bool) -> Counts {
-    Counts {
-        passed: ok as u64,
-        failed: !ok as u64,
-        skipped: 0,
-    }
+fn doc(report: &mut Report) {
+    step("rustdoc: cargo doc --workspace --exclude shardlab-web --no-deps, RUSTDOCFLAGS=\"-D warnings\"");
+    // Added to the caller's flags, not replacing them.
+    let mut flags = std::env::var("RUSTDOCFLAGS").unwrap_or_default();
+    flags = format!("{flags} -D warnings").trim().to_string();
+    let result = run(
+        cargo()
+            .args(["doc", "--workspace", "--exclude", WEB_PACKAGE, "--no-deps"])
+            .env("RUSTDOCFLAGS", flags),
+        "cargo doc",
+    );
+    report.check("rustdoc", result);
 }
 
-fn outcome(r: Res<()>) -> Outcome {
-    match r {
-        Ok(()) => Outcome::Ok,
-        Err(e) => Outcome::Failed(e),
-    }
+/// Runs `cmd` (a `cargo test`) with a fresh skip log, counting its results and its skips.
+fn cargo_tests(report: &mut Report, name: &'static str, log_name: &str, cmd: &mut Command) {
+    let log = match new_skip_log(log_name) {
+        Ok(log) => log,
+        Err(e) => return report.failed(name, e),
+    };
+    let mut counts = Counts::default();
+    let ok = run_scanned(cmd.env(SKIP_LOG_VAR, &log), "cargo test", |l| counts.scan_cargo(l));
+    report.runner(name, ok, counts, read_skips(&log));
 }
 
-/// A test runner's outcome; a runner that failed without reporting a failed test (a build
-/// error, a crash) counts as one failure, so the summary line agrees with the exit code.
-fn runner_outcome(ok: Res<bool>, counts: &mut Counts) -> Outcome {
-    match ok {
-        Ok(true) if counts.failed == 0 => Outcome::Ok,
-        Ok(_) if counts.failed > 0 => Outcome::Failed(format!("{} failed", counts.failed)),
-        Ok(_) => {
-            counts.failed += 1;
-            Outcome::Failed("the runner failed before any test failed (see its output above)".into())
+fn native(report: &mut Report) {
+    const NAME: &str = "native tests (cargo test)";
+    if let Err(e) = setup::system_packages(false) {
+        return report.failed(NAME, e);
+    }
+    step("native tests: cargo test --workspace --exclude shardlab-web (the export tests run in the jax step)");
+    cargo_tests(
+        report,
+        NAME,
+        "native",
+        cargo().args([
+            "test",
+            "--workspace",
+            "--exclude",
+            WEB_PACKAGE,
+            "--no-fail-fast",
+            "--",
+            "--skip",
+            EXPORT_TESTS,
+        ]),
+    );
+}
+
+fn jax_tests(report: &mut Report) {
+    const NAME: &str = "export tests under JAX (cargo test)";
+    step("JAX: the virtual environment in target/jax-venv");
+    let mut cmd = cargo();
+    cmd.args(["test", "-p", "shardlab-tests", "--no-fail-fast", "--", EXPORT_TESTS]);
+    match jax::python() {
+        Ok(python) => {
+            println!("JAX from {}", python.display());
+            cmd.env("SHARDLAB_PYTHON", python);
         }
-        Err(e) => {
-            counts.failed += 1;
-            Outcome::Failed(e)
+        // With the skip allowed, the tests still run and record their skips.
+        Err(e) if std::env::var("SHARDLAB_ALLOW_NO_JAX").as_deref() == Ok("1") => {
+            println!("note: no JAX ({e}); SHARDLAB_ALLOW_NO_JAX=1 counts the tests that need it as skipped")
         }
+        Err(e) => return report.failed(NAME, e),
     }
+    step("export tests: cargo test -p shardlab-tests -- export_jax::");
+    cargo_tests(report, NAME, "jax", &mut cmd);
+}
+
+fn page_build(report: &mut Report) -> Res<PathBuf> {
+    let dir = setup::wasm_tools().and_then(|wasm_bindgen| {
+        // wasm-opt comes from the browser tests' npm packages.
+        setup::npm_packages()?;
+        site::build(&wasm_bindgen)
+    });
+    report.check("page build", dir.as_ref().map(|_| ()).map_err(Clone::clone));
+    dir
+}
+
+fn browser(report: &mut Report, site: PathBuf) {
+    const NAME: &str = "browser tests (node --test)";
+    if let Err(e) = setup::system_packages(true).and_then(|()| setup::npm_packages()) {
+        return report.failed(NAME, e);
+    }
+    step("browser tests: node --test in tests/browser (Chromium, WebGPU on SwiftShader)");
+    let mut counts = Counts::default();
+    let ok = browser_tests(site, &mut counts);
+    report.runner(NAME, ok, counts, Ok(Skips::default()));
 }
 
 /// Native wgpu on lavapipe: the Vulkan backend, and a private XDG_RUNTIME_DIR (Mesa and Chromium
@@ -198,7 +298,7 @@ fn test_environment() -> Res<()> {
 }
 
 /// Serves the page on a free port and runs `node --test` in tests/browser against it.
-fn browser_tests(site: std::path::PathBuf, counts: &mut Counts) -> Res<bool> {
+fn browser_tests(site: PathBuf, counts: &mut Counts) -> Res<bool> {
     let server = Server::start(site, 0)?;
     let artifacts = target_dir().join("browser-artifacts");
     println!("page served at {}; artifacts in {}", server.url(), artifacts.display());
@@ -212,30 +312,4 @@ fn browser_tests(site: std::path::PathBuf, counts: &mut Counts) -> Res<bool> {
         "node --test",
         |l| counts.scan_node(l),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Counts;
-
-    #[test]
-    fn counts_add_up_cargo_and_node_summaries() {
-        let mut c = Counts::default();
-        c.scan_cargo("test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s");
-        c.scan_cargo("test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1s");
-        c.scan_cargo("running 3 tests");
-        c.scan_node("ℹ pass 4");
-        c.scan_node("# fail 1");
-        c.scan_node("ℹ skipped 2");
-        c.scan_node("ℹ duration_ms 1234.5");
-        c.scan_node("✔ pass 2 things (3ms)");
-        assert_eq!(
-            c,
-            Counts {
-                passed: 9,
-                failed: 2,
-                skipped: 3
-            }
-        );
-    }
 }

@@ -1,4 +1,4 @@
-//! Reverse-mode autodiff over the IR: one VJP rule per op ([`vjp`]), and
+//! Reverse-mode autodiff over the IR: one VJP rule per op (`vjp`), and
 //! [`value_and_grad`] which sweeps a traced program backwards.
 mod grad;
 mod vjp;

@@ -7,7 +7,7 @@ fn max_sum(row: &[f32]) -> (f32, f32) {
     (max, row.iter().map(|&v| (v - max).exp()).sum())
 }
 
-/// losses[r] = logsumexp(logits[r]) - logits[r, targets[r]]
+/// `losses[r] = logsumexp(logits[r]) - logits[r, targets[r]]`
 pub fn forward(logits: &[f32], targets: &[u32], rows: usize, v: usize) -> Vec<f32> {
     (0..rows)
         .map(|r| {
@@ -22,7 +22,7 @@ pub fn forward(logits: &[f32], targets: &[u32], rows: usize, v: usize) -> Vec<f3
         .collect()
 }
 
-/// dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * dlosses[r]
+/// `dlogits[r] = (softmax(logits[r]) - onehot(targets[r])) * dlosses[r]`
 pub fn backward(logits: &[f32], targets: &[u32], dlosses: &[f32], rows: usize, v: usize) -> Vec<f32> {
     let mut dlogits = vec![0.0; rows * v];
     for r in 0..rows {

@@ -18,7 +18,7 @@ impl EmbeddingShape {
     }
 }
 
-/// table (D, V, C), ids (N) -> out (N, C) = each device's table[ids].
+/// table (D, V, C), ids (N) -> out (N, C) = each device's `table[ids]`.
 pub fn forward(table: &[f32], ids: &[u32], s: EmbeddingShape) -> Vec<f32> {
     let (v, c) = (s.v, s.c);
     let nl = s.n / s.devices.max(1);

@@ -346,10 +346,10 @@ impl Lowering {
         // 1. Partial sums: reduce-scatter into a dim the consumer wants split over those axes,
         //    all-reduce the rest.
         if !cur.partial.is_empty() && !keep_partial {
-            for d in 0..want.len() {
+            for (d, want_d) in want.iter().enumerate() {
                 let have = cur.dims[d].clone();
-                if want[d].len() > have.len() && want[d][..have.len()] == have[..] {
-                    let extra: Vec<String> = want[d][have.len()..].to_vec();
+                if want_d.len() > have.len() && want_d[..have.len()] == have[..] {
+                    let extra: Vec<String> = want_d[have.len()..].to_vec();
                     if extra.iter().all(|a| cur.partial.contains(a)) {
                         x = self.b.psum_scatter(x, &strs(&extra), d, true);
                         rec(
@@ -357,7 +357,7 @@ impl Lowering {
                             "psum_scatter",
                             format!("reduce-scatter of partial sums into dim {d}"),
                         );
-                        cur.dims[d] = want[d].clone();
+                        cur.dims[d] = want_d.clone();
                         cur.partial.retain(|a| !extra.contains(a));
                     }
                 }
@@ -388,8 +388,8 @@ impl Lowering {
             }
         }
         // 3. All-gather the axes a dim has beyond what the consumer wants there.
-        for d in 0..want.len() {
-            let common = cur.dims[d].iter().zip(&want[d]).take_while(|(a, b)| a == b).count();
+        for (d, want_d) in want.iter().enumerate() {
+            let common = cur.dims[d].iter().zip(want_d).take_while(|(a, b)| a == b).count();
             if common < cur.dims[d].len() {
                 let axes: Vec<String> = cur.dims[d][common..].to_vec();
                 x = self.b.all_gather(x, &strs(&axes), d, true);

@@ -46,8 +46,9 @@ pub fn propagate(
     for strict in [true, false] {
         loop {
             let mut changed = false;
-            for i in 0..prog.instrs.len() {
-                changed |= sweep_one(prog, mesh, &rules[i], i, &mut known, true, strict);
+            // One rule per instruction, in program order.
+            for (i, rule) in rules.iter().enumerate() {
+                changed |= sweep_one(prog, mesh, rule, i, &mut known, true, strict);
             }
             for i in (0..prog.instrs.len()).rev() {
                 changed |= sweep_one(prog, mesh, &rules[i], i, &mut known, false, strict);

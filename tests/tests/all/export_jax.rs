@@ -87,19 +87,10 @@ fn shardlab_losses(opts: &TrainerOptions, steps: u64) -> Vec<f64> {
     })
 }
 
-/// Why JAX cannot run here, or None when `python3 -c "import jax"` works.
-fn jax_missing() -> Option<String> {
-    match Command::new("python3").args(["-c", "import jax"]).output() {
-        Err(e) => Some(format!("python3 cannot be started ({e})")),
-        Ok(o) if !o.status.success() => Some("JAX is not installed for python3".into()),
-        Ok(_) => None,
-    }
-}
-
+/// Returns from the test when JAX is missing and `SHARDLAB_ALLOW_NO_JAX=1`; fails it when missing otherwise.
 macro_rules! jax_or_skip {
     () => {
-        if let Some(why) = jax_missing() {
-            eprintln!("skipped: {why}; `pip install jax` to run the exported script in this test");
+        if shardlab_tests::jax_python().is_none() {
             return;
         }
     };
@@ -117,7 +108,7 @@ fn write_script(name: &str, script: &str) -> std::path::PathBuf {
 /// after checking the JSON lines' shape.
 fn run_script(name: &str, script: &str, steps: u64) -> Vec<f64> {
     let path = write_script(name, script);
-    let out = Command::new("python3")
+    let out = Command::new(shardlab_tests::python_program())
         .arg(&path)
         .env("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
         .env("JAX_PLATFORMS", "cpu")
@@ -233,10 +224,9 @@ fn exported_dp_tp_scripts_with_dropout_and_adamw_match_shardlab_in_both_modes() 
 
 #[test]
 fn exported_scripts_are_valid_python() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: python3 cannot be started");
+    let Some(python) = shardlab_tests::python() else {
         return;
-    }
+    };
     let mut cases: Vec<(String, TrainerOptions)> = vec![("single".into(), golden_options(Parallel::None))];
     for s in [Strategy::Dp, Strategy::Fsdp, Strategy::Tp, Strategy::DpTp] {
         let m = if s == Strategy::DpTp { "dp=2,tp=2" } else { "dp=2" };
@@ -252,7 +242,7 @@ fn exported_scripts_are_valid_python() {
     cases.push(("text_random_adamw".into(), text));
     for (name, opts) in cases {
         let path = write_script(&format!("syntax_{name}"), &jax_script(&opts, 3).unwrap());
-        let out = Command::new("python3")
+        let out = Command::new(python)
             .args([
                 "-c",
                 "import ast, sys; ast.parse(open(sys.argv[1], encoding='utf-8').read())",

@@ -1,0 +1,72 @@
+//! The Python that runs exported JAX scripts: `SHARDLAB_PYTHON` (set by `cargo xtask test jax`
+//! to its virtual environment), else target/jax-venv's when `cargo xtask test jax` made it,
+//! else `python3`. A missing Python or JAX fails the test unless `SHARDLAB_ALLOW_NO_JAX=1`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::skip::{unavailable, Need};
+
+/// Names the Python interpreter the export tests run.
+pub const PYTHON_VAR: &str = "SHARDLAB_PYTHON";
+
+/// The interpreter to run, whether or not it exists.
+pub fn python_program() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        if let Some(p) = std::env::var_os(PYTHON_VAR).filter(|p| !p.is_empty()) {
+            return PathBuf::from(p);
+        }
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
+        let venv = if cfg!(windows) {
+            target.join("jax-venv").join("Scripts").join("python.exe")
+        } else {
+            target.join("jax-venv").join("bin").join("python")
+        };
+        if venv.is_file() {
+            venv
+        } else {
+            PathBuf::from("python3")
+        }
+    })
+}
+
+/// Why `python -c <code>` fails, or None when it exits 0.
+fn fails(code: &str) -> Option<String> {
+    let program = python_program();
+    match Command::new(program).args(["-c", code]).output() {
+        Err(e) => Some(format!("`{}` cannot be started ({e})", program.display())),
+        Ok(o) if !o.status.success() => Some(format!(
+            "`{} -c \"{code}\"` failed: {}",
+            program.display(),
+            String::from_utf8_lossy(&o.stderr).trim().lines().last().unwrap_or("")
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// The interpreter, or None when it cannot be started and a skip is allowed (then recorded).
+pub fn python() -> Option<&'static Path> {
+    static MISSING: OnceLock<Option<String>> = OnceLock::new();
+    match MISSING.get_or_init(|| fails("pass")) {
+        None => Some(python_program()),
+        Some(why) => {
+            unavailable(Need::Jax, why);
+            None
+        }
+    }
+}
+
+/// The interpreter when it imports JAX, or None when it cannot and a skip is allowed (then recorded).
+pub fn jax_python() -> Option<&'static Path> {
+    static MISSING: OnceLock<Option<String>> = OnceLock::new();
+    match MISSING.get_or_init(|| fails("import jax")) {
+        None => Some(python_program()),
+        Some(why) => {
+            unavailable(Need::Jax, why);
+            None
+        }
+    }
+}
