@@ -100,25 +100,25 @@ async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f6
     Ok(times[times.len() / 2])
 }
 
-/// Least squares of 1/rate = 1/peak + half/(peak * flops): the peak and the size at half
-/// of it, from (flops, seconds) pairs.
+/// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
+/// kernel beyond its launch), from (flops, seconds) pairs. Returns the peak and the size at
+/// which a matmul reaches half of it (fixed x peak), the profile's form.
 fn fit_matmul(points: &[(f64, f64)]) -> (f64, f64) {
-    let xy: Vec<(f64, f64)> = points.iter().map(|&(f, s)| (1.0 / f, s / f)).collect();
-    let n = xy.len() as f64;
+    let n = points.len() as f64;
     let (mx, my) = (
-        xy.iter().map(|p| p.0).sum::<f64>() / n,
-        xy.iter().map(|p| p.1).sum::<f64>() / n,
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
     );
-    let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
     let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    let intercept = my - slope * mx;
+    let fixed = my - slope * mx;
     let best = points.iter().map(|&(f, s)| f / s).fold(0.0, f64::max);
-    if intercept <= 0.0 || slope < 0.0 {
+    if slope <= 0.0 {
         return (best, 0.0);
     }
-    let peak = 1.0 / intercept;
-    (peak, slope * peak)
+    let peak = 1.0 / slope;
+    (peak, fixed.max(0.0) * peak)
 }
 
 /// Runs every microbenchmark on `ctx` and returns the `this` profile.
@@ -142,20 +142,20 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
     record("step_s", t_short, step_s);
     let overhead = |launches: usize| step_s + launches as f64 * launch_s;
 
-    // Bandwidth: a chain of scales over 8 MiB arrays, each reading and writing it once.
-    let (n, reps) = (1usize << 21, 8usize);
+    // Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
+    let (n, reps) = (1usize << 19, 6usize);
     let t = time_program(ctx, chain(reps, n, |b, x| b.scale(x, 1.0))?, 5).await?;
     let mem_bandwidth = (reps * 8 * n) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("mem_bandwidth", t, mem_bandwidth);
 
     // Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
-    let (n, reps) = (1usize << 20, 6usize);
+    let (n, reps) = (1usize << 18, 6usize);
     let t = time_program(ctx, chain(reps, n, |b, x| b.gelu(x))?, 5).await?;
     let vector_flops = (8 * n * reps) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("vector_flops", t, vector_flops);
 
     // Random bits: one Threefry hash per word.
-    let (n, reps) = (1usize << 20, 4usize);
+    let (n, reps) = (1usize << 18, 4usize);
     let t = time_program(ctx, bits(n, reps)?, 5).await?;
     let int_ops = (n * reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("int_ops", t, int_ops);
@@ -164,7 +164,7 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
     let mut points = vec![];
     for (m, k, nn) in DOT_SHAPES {
         let flops = (2 * m * k * nn) as f64;
-        let reps = ((64e6 / flops) as usize).clamp(2, 32);
+        let reps = ((32e6 / flops) as usize).clamp(2, 16);
         let t = time_program(ctx, dots(m, k, nn, reps)?, 5).await?;
         let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
         record(&format!("matmul_{m}x{k}x{nn}"), t, flops / secs);
