@@ -14,7 +14,7 @@ pub struct CollectiveTime {
 /// The two sides of a 2-D torus face holding `n` devices: as square as `n` allows.
 fn torus_sides(n: usize) -> (usize, usize) {
     let mut a = (n as f64).sqrt() as usize;
-    while a > 1 && n % a != 0 {
+    while a > 1 && !n.is_multiple_of(a) {
         a -= 1;
     }
     (n / a.max(1), a.max(1))
