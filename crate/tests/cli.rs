@@ -255,3 +255,101 @@ fn export_jax_writes_a_python_script_for_the_same_run() {
     assert_eq!(code, 2, "a mesh without 'tp' must be refused: {err}");
     assert!(err.contains("tp"), "{err}");
 }
+
+/// The ~400M-parameter configuration of the JAX report (GPT-2 medium shape).
+const MEDIUM: &[&str] = &[
+    "--layers",
+    "24",
+    "--d-model",
+    "1024",
+    "--heads",
+    "16",
+    "--seq",
+    "1024",
+    "--batch",
+    "32",
+    "--vocab",
+    "50304",
+    "--dropout",
+    "0.1",
+];
+
+#[test]
+fn plan_prices_a_400m_model_on_tpu_v4_without_running_it() {
+    let mut args = vec![
+        "plan", "--json", "--device", "tpu_v4", "--mode", "auto", "--mesh", "dp=4",
+    ];
+    args.extend_from_slice(MEDIUM);
+    let started = std::time::Instant::now();
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed().as_secs() < 60, "plan took {:?}", started.elapsed());
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(v["device"], "tpu_v4");
+    assert_eq!(v["devices"], 4);
+    assert_eq!(v["mode"], "auto");
+    let step_ms = v["step_ms"].as_f64().unwrap();
+    assert!(step_ms > 0.0 && step_ms.is_finite(), "{v}");
+    let breakdown: f64 = v["breakdown_ms"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_f64().unwrap())
+        .sum();
+    assert!((breakdown - step_ms).abs() < 1e-6 * step_ms, "{breakdown} vs {step_ms}");
+    let bytes = &v["bytes_per_device"];
+    // About 400M parameters, replicated under dp: 1.4 to 1.8 GB of f32 per device.
+    let params = bytes["params"].as_u64().unwrap();
+    assert!((1_400_000_000..1_800_000_000).contains(&params), "{params}");
+    assert_eq!(bytes["optimizer_state"].as_u64().unwrap(), 2 * params);
+    assert!(bytes["total"].as_u64().unwrap() > 3 * params);
+    assert!(v["capacity_bytes"].as_u64().unwrap() > 0);
+    assert!(v["fits"].is_boolean());
+    assert!(v["collectives"]["all-reduce"]["count"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn plan_scales_to_hundreds_of_devices() {
+    let mut args = vec![
+        "plan",
+        "--json",
+        "--device",
+        "h100",
+        "--mode",
+        "shard_map",
+        "--strategy",
+        "fsdp",
+        "--mesh",
+        "dp=256",
+    ];
+    args.extend_from_slice(&MEDIUM[..MEDIUM.len() - 6]);
+    args.extend_from_slice(&["--batch", "256", "--vocab", "50304"]);
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(v["devices"], 256);
+    assert!(v["collectives"]["all-gather"]["count"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn plan_rejects_unknown_devices_and_bad_flags_with_exit_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["plan", "--device", "tpu_v9"], "tpu_v4"),
+        (
+            &["plan", "--device", "h100", "--d-model", "30", "--heads", "4"],
+            "--heads",
+        ),
+        (&["plan", "--device", "h100", "--mode", "auto", "--mesh", "dp=3"], "dp"),
+        (&["plan", "--mode", "auto"], "--device"),
+    ];
+    for (args, needle) in cases {
+        let (code, out, err) = shardlab(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(
+            err.trim().lines().filter(|l| l.starts_with("error")).count(),
+            1,
+            "{args:?}: {err}"
+        );
+    }
+}

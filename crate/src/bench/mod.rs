@@ -1,4 +1,5 @@
 //! Measurements behind `shardlab bench ...`: each returns plain structs (serializable); the CLI prints them.
 pub mod compare;
 pub mod kernels;
+pub mod model;
 pub mod train;

@@ -5,8 +5,10 @@
 
 It trains MODEL.md's GPT-style transformer as `shardlab train` does: the same parameters at
 init, the same batches, the same optimizer, the same partitioning, the same dropout keys.
-It prints one JSON line per step, {"step":k,"loss":L} (the loss before update k, like
-`shardlab train --json`), then {"done":true,"steps":n,"final_loss":L}. With dropout 0 the
+It prints one JSON line per step, {"step":k,"loss":L,"step_ms":t} (the loss before update k,
+like `shardlab train --json`), then {"done":true,"steps":n,"final_loss":L,"mode":M,
+"median_step_ms":t,"timed_steps":k}: the median wall time of the steps after 2 warm-up steps
+(null when there are none), to hold against shardlab's modelled step. With dropout 0 the
 losses match shardlab's.
 
 Needs jax and numpy (`pip install jax`). Run: python3 this_file.py
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import sys
+import time
 
 # ------------------------------------------------------------------------ the experiment
 

@@ -18,8 +18,8 @@ const MAIN: &str = include_str!("main.py");
 /// A standalone Python script that runs `steps` updates of the experiment `opts` describes
 /// under JAX: plain jit on one device, jit with in/out shardings (`Parallel::Auto`), or the
 /// strategy's shard_map body with explicit collectives (`Parallel::ShardMap`). It prints
-/// `{"step":k,"loss":L}` per step and `{"done":true,"steps":n,"final_loss":L}` like
-/// `shardlab train --json`. Options that `shardlab train` would reject are errors here too.
+/// `{"step":k,"loss":L,"step_ms":t}` per step and `{"done":true,"steps":n,"final_loss":L,...}`
+/// like `shardlab train --json`, the done line with the median ms per step after warm-up. Options that `shardlab train` would reject are errors here too.
 pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportError> {
     if steps == 0 {
         return Err(ExportError("--steps must be at least 1".into()));
@@ -101,6 +101,14 @@ fn settings(opts: &TrainerOptions, program: &Program, steps: u64) -> String {
         py_bool(opts.rng_layout == RngLayout::Partitionable)
     ));
     line(format!("STEPS = {steps}"));
+    let mode = match &opts.parallel {
+        Parallel::None => "single",
+        Parallel::Auto { .. } => "auto",
+        Parallel::ShardMap { .. } => "shard_map",
+    };
+    line(format!(
+        "MODE = \"{mode}\"  # single, auto (jit with shardings) or shard_map"
+    ));
     line(format!(
         "MESH_AXES = {mesh_axes}  # (name, size) per mesh axis; () for one device"
     ));

@@ -1,9 +1,23 @@
-//! What a program costs: FLOPs, memory, random bits, collectives and op categories, read
-//! off the program (modelled), and the alpha-beta model of interconnects.
+//! What a program costs. Read off the program (modelled): FLOPs, memory, random bits,
+//! collectives and op categories; the cost model that prices a per-device program op by op
+//! on a device profile (calibrated `this`, or a preset such as TPU v4 or H100) with its
+//! collectives over the mesh topology; and the microbenchmarks that calibrate `this`.
+mod calibrate;
 mod cost;
+mod device;
 mod interconnect;
+mod predict;
+mod step;
 mod summary;
+mod topology;
+mod work;
 
+pub use calibrate::{calibrate, Calibration, Measurement};
 pub use cost::{category, instr_flops, Category};
+pub use device::{a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, Topology};
 pub use interconnect::{preset, CollectiveKind, Interconnect, PRESETS};
+pub use predict::{matmul_efficiency, predict, work_seconds, CollectiveCost, DeviceBytes, Prediction, LAUNCH};
+pub use step::train_step_for;
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
+pub use topology::{collective_time, CollectiveTime};
+pub use work::{instr_work, DotShape, Placement, Work, THREEFRY_INT_OPS};

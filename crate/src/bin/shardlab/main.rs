@@ -22,9 +22,12 @@ macro_rules! print {
 
 mod args;
 mod bench;
+mod calibrate;
+mod device;
 mod export;
 mod info;
 mod inspect;
+mod plan;
 mod stdout;
 mod train;
 
@@ -51,6 +54,10 @@ enum Command {
     Train(train::Args),
     /// Print the train-step program and what it costs.
     Inspect(inspect::Args),
+    /// Calibrate the `this` device profile on the local adapter (cached per adapter).
+    Calibrate(calibrate::Args),
+    /// Model a train step on real devices of one kind, without running it.
+    Plan(plan::Args),
     /// Measure kernels on this adapter.
     #[command(subcommand)]
     Bench(bench::Command),
@@ -65,6 +72,8 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(args),
         Command::Train(args) => train::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
+        Command::Plan(args) => plan::run(args),
         Command::Bench(command) => bench::run(command),
         Command::Export(command) => export::run(command),
     };

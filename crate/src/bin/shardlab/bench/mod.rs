@@ -1,6 +1,7 @@
 //! `shardlab bench <what>`: one module per measurement.
 mod compare;
 mod kernels;
+mod model;
 mod train;
 
 use clap::Subcommand;
@@ -13,6 +14,9 @@ pub enum Command {
     Compare(compare::Args),
     /// Train-step speed: steps/s, tokens/s, forward / backward / update split, dispatches.
     Train(train::Args),
+    /// The cost model checked: predicted (device `this`) beside measured step times of a
+    /// sweep of small configurations, and the mean absolute percentage error.
+    Model(model::Args),
 }
 
 pub fn run(command: Command) -> Result<(), String> {
@@ -20,5 +24,6 @@ pub fn run(command: Command) -> Result<(), String> {
         Command::Kernels(args) => kernels::run(args),
         Command::Train(args) => train::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Model(args) => model::run(args),
     }
 }

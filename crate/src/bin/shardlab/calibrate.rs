@@ -1,0 +1,49 @@
+//! `shardlab calibrate [--json] [--recalibrate]`: the `this` device profile of the local
+//! adapter from microbenchmarks, cached per adapter.
+use crate::device::this_calibration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Measure again even if this adapter's calibration is cached.
+    #[arg(long)]
+    pub recalibrate: bool,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let (c, cached) = this_calibration(args.recalibrate)?;
+    if args.json {
+        let mut v = serde_json::to_value(&c).map_err(|e| e.to_string())?;
+        v["cached"] = cached.into();
+        println!("{v}");
+        return Ok(());
+    }
+    let p = &c.profile;
+    let from = if cached {
+        "cached; --recalibrate to measure again".to_string()
+    } else {
+        format!("measured in {:.1} s", c.seconds)
+    };
+    println!("device `this`: {} ({from})", c.adapter);
+    println!(
+        "  matmul peak        {:>10.2} GFLOP/s (half of it at {:.1} MFLOP per matmul)",
+        p.matmul_flops / 1e9,
+        p.matmul_half_flops / 1e6
+    );
+    println!("  vector arithmetic  {:>10.2} GFLOP/s", p.vector_flops / 1e9);
+    println!(
+        "  integer ops        {:>10.2} Gop/s ({:.1} M random words/s)",
+        p.int_ops / 1e9,
+        p.int_ops / shardlab::profile::THREEFRY_INT_OPS / 1e6
+    );
+    println!("  memory bandwidth   {:>10.2} GB/s", p.mem_bandwidth / 1e9);
+    println!("  launch overhead    {:>10.1} us per dispatch", p.launch_s * 1e6);
+    println!("  step overhead      {:>10.1} us per submit and wait", p.step_s * 1e6);
+    println!("  measurements:");
+    for m in &c.measurements {
+        println!("    {:<22} {:>9.3} ms  -> {:.4e}", m.name, m.ms, m.value);
+    }
+    Ok(())
+}

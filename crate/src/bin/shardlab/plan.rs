@@ -1,0 +1,98 @@
+//! `shardlab plan <model and parallel flags> --device NAME [--json]`: the modelled step on
+//! real devices of one kind, from the per-device program alone (nothing is trained, so
+//! configurations far too large to run here plan in seconds).
+use shardlab::exec::Parallel;
+use shardlab::profile::{predict, train_step_for, Placement};
+
+use crate::args::{trainer_options, ModelArgs, ParallelArgs};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+    /// Device kind: `this` (the local adapter, calibrated) or a preset (tpu_v4, tpu_v5e,
+    /// h100, a100, rtx4090, m2_max).
+    #[arg(long)]
+    pub device: String,
+    /// Price the mesh as shards of one device, as shardlab runs it here (what `bench model`
+    /// checks), instead of one real device per mesh position.
+    #[arg(long)]
+    pub simulated: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.3} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+pub fn run(mut args: Args) -> Result<(), String> {
+    args.model.apply_preset(&mut args.parallel);
+    let opts = trainer_options(&args.model, &args.parallel)?;
+    let device = crate::device::profile(&args.device)?;
+    let step = train_step_for(&opts).map_err(|e| e.to_string())?;
+    let placement = if args.simulated {
+        Placement::Simulated
+    } else {
+        Placement::Real
+    };
+    let p = predict(&step.program, &device, placement);
+    let (mode, strategy, mesh) = match &opts.parallel {
+        Parallel::None => ("single", None, None),
+        Parallel::Auto { strategy, mesh, .. } => ("auto", Some(strategy.name()), Some(mesh.to_string())),
+        Parallel::ShardMap { strategy, mesh, .. } => ("shard_map", Some(strategy.name()), Some(mesh.to_string())),
+    };
+    let rng = match opts.rng_layout {
+        shardlab::ir::RngLayout::Original => "original",
+        shardlab::ir::RngLayout::Partitionable => "partitionable",
+    };
+    if args.json {
+        let mut v = serde_json::to_value(&p).map_err(|e| e.to_string())?;
+        v["mode"] = mode.into();
+        v["strategy"] = strategy.into();
+        v["mesh"] = mesh.into();
+        v["rng"] = rng.into();
+        v["config"] = serde_json::to_value(&opts.config).map_err(|e| e.to_string())?;
+        v["kind"] = "modelled".into();
+        println!("{v}");
+        return Ok(());
+    }
+    let what = match (strategy, &mesh) {
+        (Some(s), Some(m)) => format!("{mode} {s} on {m}"),
+        _ => mode.to_string(),
+    };
+    let on = match placement {
+        Placement::Real => format!("{} x {}", p.devices, p.device_label),
+        Placement::Simulated => format!("{} simulated devices on one {}", p.devices, p.device_label),
+    };
+    println!("modelled step ({what}, rng {rng}) on {on}: {:.3} ms", p.step_ms);
+    println!("  per device, by category:");
+    for (cat, ms) in &p.breakdown_ms {
+        println!("    {cat:<12} {ms:>12.3} ms  {:>5.1}%", 100.0 * ms / p.step_ms);
+    }
+    for (kind, c) in &p.collectives {
+        if c.count > 0 {
+            println!(
+                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms",
+                c.count, c.bytes, c.hops, c.ms
+            );
+        }
+    }
+    let b = &p.bytes_per_device;
+    println!(
+        "  memory per device: params {}, optimizer state {}, activations (peak) {}, total {} of {} ({})",
+        gib(b.params),
+        gib(b.optimizer_state),
+        gib(b.activations),
+        gib(b.total),
+        gib(p.capacity_bytes),
+        if p.fits { "fits" } else { "does not fit" }
+    );
+    if !p.estimated.is_empty() {
+        println!("  estimated figures of {}: {}", p.device, p.estimated.join(", "));
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Calibrates the `this` device profile on the local adapter with microbenchmarks, each a
+//! tiny IR program run through [`GpuExecutor`] exactly as train steps run: launch overhead
+//! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
+//! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
+//! and a half-peak size).
+use super::device::{DeviceProfile, Topology};
+use super::work::THREEFRY_INT_OPS;
+use crate::exec::{ExecError, GpuExecutor, Tensor};
+use crate::gpu::{now_ms, GpuContext};
+use crate::ir::{Builder, DType, Program, RngLayout, Role};
+
+/// One microbenchmark's result, reported with the profile.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Measurement {
+    pub name: String,
+    /// Median milliseconds of one run of the program.
+    pub ms: f64,
+    /// The derived rate (FLOP/s, bytes/s, ops/s) or seconds (launch), as `name` says.
+    pub value: f64,
+}
+
+/// A calibrated profile with the measurements behind it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Calibration {
+    pub adapter: String,
+    pub profile: DeviceProfile,
+    pub measurements: Vec<Measurement>,
+    /// Wall time of the whole calibration, seconds.
+    pub seconds: f64,
+}
+
+/// Matmul shapes (m, k, n) timed: the small, square and skinny products of per-device steps.
+const DOT_SHAPES: [(usize, usize, usize); 5] = [
+    (32, 32, 32),
+    (64, 64, 64),
+    (128, 128, 128),
+    (256, 256, 256),
+    (512, 64, 256),
+];
+
+fn chain(
+    len: usize,
+    n: usize,
+    op: impl Fn(&mut Builder, crate::ir::ValueId) -> crate::ir::ValueId,
+) -> Result<Program, ExecError> {
+    let mut b = Builder::new();
+    let mut x = b.input("x", &[n], DType::F32, Role::Other);
+    for _ in 0..len {
+        x = op(&mut b, x);
+    }
+    b.output(x);
+    Ok(b.finish()?)
+}
+
+fn dots(m: usize, k: usize, n: usize, reps: usize) -> Result<Program, ExecError> {
+    let mut b = Builder::new();
+    let a = b.input("a", &[m, k], DType::F32, Role::Other);
+    let w = b.input("w", &[k, n], DType::F32, Role::Other);
+    let mut y = a;
+    for _ in 0..reps {
+        y = b.matmul(a, w);
+    }
+    b.output(y);
+    Ok(b.finish()?)
+}
+
+fn bits(n: usize, reps: usize) -> Result<Program, ExecError> {
+    let mut b = Builder::new();
+    let key = b.input("key", &[2], DType::U32, Role::Other);
+    let mut y = key;
+    for _ in 0..reps {
+        y = b.random_bits(key, &[n], RngLayout::Partitionable);
+    }
+    b.output(y);
+    Ok(b.finish()?)
+}
+
+/// Median milliseconds of `runs` runs of `prog` (after one warm-up), each submitted and
+/// awaited alone, as a train step is.
+async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f64, ExecError> {
+    let exec = GpuExecutor::new(ctx, prog.clone()).await?;
+    for (pos, (v, _)) in prog.inputs.iter().enumerate() {
+        let info = prog.info(*v);
+        let t = match info.dtype {
+            DType::F32 => Tensor::F32((0..info.numel()).map(|i| (i % 7) as f32 * 0.01).collect()),
+            DType::U32 => Tensor::U32((0..info.numel() as u32).collect()),
+        };
+        exec.write_input(ctx, pos, &t)?;
+    }
+    exec.submit(ctx);
+    ctx.finish().await?;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs.max(1) {
+        let t0 = now_ms();
+        exec.submit(ctx);
+        ctx.finish().await?;
+        times.push(now_ms() - t0);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
+}
+
+/// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
+/// kernel beyond its launch), from (flops, seconds) pairs. Returns the peak and the size at
+/// which a matmul reaches half of it (fixed x peak), the profile's form.
+fn fit_matmul(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (mx, my) = (
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let fixed = my - slope * mx;
+    let best = points.iter().map(|&(f, s)| f / s).fold(0.0, f64::max);
+    if slope <= 0.0 {
+        return (best, 0.0);
+    }
+    let peak = 1.0 / slope;
+    (peak, fixed.max(0.0) * peak)
+}
+
+/// Runs every microbenchmark on `ctx` and returns the `this` profile.
+pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
+    let start = now_ms();
+    let mut out = vec![];
+    let mut record = |name: &str, ms: f64, value: f64| {
+        out.push(Measurement {
+            name: name.into(),
+            ms,
+            value,
+        })
+    };
+    // Launch overhead and the fixed submit-and-wait cost: chains of tiny ops.
+    let (short, long) = (4usize, 132usize);
+    let t_short = time_program(ctx, chain(short, 64, |b, x| b.scale(x, 1.0))?, 7).await?;
+    let t_long = time_program(ctx, chain(long, 64, |b, x| b.scale(x, 1.0))?, 7).await?;
+    let launch_s = ((t_long - t_short) / (long - short) as f64 * 1e-3).max(1e-7);
+    let step_s = (t_short * 1e-3 - short as f64 * launch_s).max(0.0);
+    record("launch_s", t_long, launch_s);
+    record("step_s", t_short, step_s);
+    let overhead = |launches: usize| step_s + launches as f64 * launch_s;
+
+    // Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
+    let (n, reps) = (1usize << 19, 6usize);
+    let t = time_program(ctx, chain(reps, n, |b, x| b.scale(x, 1.0))?, 5).await?;
+    let mem_bandwidth = (reps * 8 * n) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
+    record("mem_bandwidth", t, mem_bandwidth);
+
+    // Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
+    let (n, reps) = (1usize << 18, 6usize);
+    let t = time_program(ctx, chain(reps, n, |b, x| b.gelu(x))?, 5).await?;
+    let vector_flops = (8 * n * reps) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
+    record("vector_flops", t, vector_flops);
+
+    // Random bits: one Threefry hash per word.
+    let (n, reps) = (1usize << 18, 4usize);
+    let t = time_program(ctx, bits(n, reps)?, 5).await?;
+    let int_ops = (n * reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(reps)).max(1e-6);
+    record("int_ops", t, int_ops);
+
+    // Matmuls at several shapes.
+    let mut points = vec![];
+    for (m, k, nn) in DOT_SHAPES {
+        let flops = (2 * m * k * nn) as f64;
+        let reps = ((32e6 / flops) as usize).clamp(2, 16);
+        let t = time_program(ctx, dots(m, k, nn, reps)?, 5).await?;
+        let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
+        record(&format!("matmul_{m}x{k}x{nn}"), t, flops / secs);
+        points.push((flops, secs));
+    }
+    let (matmul_flops, matmul_half_flops) = fit_matmul(&points);
+    let adapter = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
+    let profile = DeviceProfile {
+        name: "this".into(),
+        label: format!("this GPU: {adapter}"),
+        matmul_flops,
+        matmul_tile: [1, 1, 1],
+        matmul_units: 1,
+        matmul_half_flops,
+        vector_flops,
+        int_ops,
+        mem_bandwidth,
+        launch_s,
+        step_s,
+        // WebGPU does not report the adapter's memory: the largest buffer it allows, as a
+        // floor of what it holds (estimated).
+        memory_bytes: ctx.summary.max_buffer_size.max(1 << 30),
+        topology: Topology::Ring,
+        // Several of this GPU would talk over PCIe 4.0 x16 (~25 GB/s achieved): estimated.
+        link_bandwidth: 25e9,
+        link_latency: 5e-6,
+        estimated: ["memory_bytes", "link_bandwidth", "link_latency"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        source: format!("microbenchmarks on {adapter}"),
+    };
+    Ok(Calibration {
+        adapter,
+        profile,
+        measurements: out,
+        seconds: (now_ms() - start) * 1e-3,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_matmul;
+
+    #[test]
+    fn matmul_fit_recovers_peak_and_half_size() {
+        let (peak, half) = (10e9, 4e6);
+        let points: Vec<(f64, f64)> = [1e6, 4e6, 16e6, 64e6]
+            .iter()
+            .map(|&f| (f, f / (peak * f / (f + half))))
+            .collect();
+        let (p, h) = fit_matmul(&points);
+        assert!((p / peak - 1.0).abs() < 1e-6, "{p}");
+        assert!((h / half - 1.0).abs() < 1e-6, "{h}");
+    }
+}
