@@ -6,7 +6,7 @@
 use crate::exec::{Backend, ExecError, Parallel, Trainer, TrainerOptions};
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
-use crate::partition::{DropoutKey, Strategy};
+use crate::plan::{DropoutKey, Strategy};
 use crate::profile::{predict, DeviceProfile, Placement};
 use crate::sharding::Mesh;
 

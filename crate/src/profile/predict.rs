@@ -187,9 +187,8 @@ mod tests {
     use crate::exec::{Parallel, TrainerOptions};
     use crate::ir::RngLayout;
     use crate::model::{DataSource, GptConfig, Init, Optimizer};
-    use crate::partition::Strategy;
+    use crate::plan::Strategy;
     use crate::profile::device::{h100, tpu_v4};
-    use crate::profile::train_step_for;
     use crate::sharding::Mesh;
 
     fn seed_options(parallel: Parallel, rng_layout: RngLayout) -> TrainerOptions {
@@ -258,7 +257,7 @@ mod tests {
 
     #[test]
     fn breakdown_adds_up_to_the_step() {
-        let step = train_step_for(&seed_options(auto_dp8(), RngLayout::Original)).unwrap();
+        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original)).unwrap().step;
         for placement in [Placement::Real, Placement::Simulated] {
             let p = predict(&step.program, &tpu_v4(), placement);
             let sum: f64 = p.breakdown_ms.values().sum();
@@ -274,8 +273,8 @@ mod tests {
     #[test]
     fn replicated_original_rng_costs_more_than_partitionable_on_tpu() {
         let d = tpu_v4();
-        let original = train_step_for(&seed_options(auto_dp8(), RngLayout::Original)).unwrap();
-        let partitionable = train_step_for(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap();
+        let original = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original)).unwrap().step;
+        let partitionable = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap().step;
         let (o, p) = (
             predict(&original.program, &d, Placement::Real),
             predict(&partitionable.program, &d, Placement::Real),
@@ -286,7 +285,7 @@ mod tests {
 
     #[test]
     fn data_parallel_steps_price_their_all_reduces() {
-        let step = train_step_for(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap();
+        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap().step;
         let p = predict(&step.program, &tpu_v4(), Placement::Real);
         let ar = p.collectives["all-reduce"];
         assert!(ar.count > 0 && ar.ms > 0.0 && ar.hops > 0.0, "{ar:?}");

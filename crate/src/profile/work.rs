@@ -1,9 +1,9 @@
 //! What one instruction of a per-device program asks of a device: matmul and vector FLOPs,
 //! bytes moved through memory, integer operations (Threefry) and kernel launches. Read off
 //! the program alone, so it works for programs far too large to run.
-use super::cost::{bytes, instr_flops};
+use super::cost::instr_flops;
 use crate::exec::plan_dot;
-use crate::ir::{Instr, Op, Program, RngLayout};
+use crate::ir::{size_in_bytes as bytes, Instr, Op, Program, RngLayout};
 
 /// 32-bit integer operations of one Threefry-2x32 hash: 20 rounds of add, rotate (shift,
 /// shift, or) and xor, 5 key injections of 3 adds, 2 initial adds.

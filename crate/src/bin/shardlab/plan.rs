@@ -2,7 +2,7 @@
 //! real devices of one kind, from the per-device program alone (nothing is trained, so
 //! configurations far too large to run here plan in seconds).
 use shardlab::exec::Parallel;
-use shardlab::profile::{predict, train_step_for, Placement};
+use shardlab::profile::{predict, Placement};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -33,7 +33,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
     let opts = trainer_options(&args.model, &args.parallel)?;
     let device = crate::device::profile(&args.device)?;
-    let step = train_step_for(&opts).map_err(|e| e.to_string())?;
+    let step = shardlab::plan::build(&opts).map_err(|e| e.to_string())?.step;
     let placement = if args.simulated {
         Placement::Simulated
     } else {
