@@ -95,7 +95,12 @@ impl Trainer {
         Self::start(backend, planned, dataset, &limits).await
     }
 
-    async fn start(backend: Backend, planned: Planned, dataset: Dataset, limits: &MemoryLimits) -> Result<Self, ExecError> {
+    async fn start(
+        backend: Backend,
+        planned: Planned,
+        dataset: Dataset,
+        limits: &MemoryLimits,
+    ) -> Result<Self, ExecError> {
         let (opts, step) = (&planned.options, &planned.step);
         plan_and_check(&step.program, &opts.config, opts.optimizer, limits)?;
         let params = init_params(&opts.config, opts.init);
@@ -171,7 +176,9 @@ impl Trainer {
     pub fn peak_bytes(&self) -> u64 {
         match &self.state {
             State::Gpu { exec, .. } => exec.peak_bytes(),
-            State::Reference { .. } => MemoryPlan::of(self.program()).map_or(0, |m| m.total) * self.program().devices() as u64,
+            State::Reference { .. } => {
+                MemoryPlan::of(self.program()).map_or(0, |m| m.total) * self.program().devices() as u64
+            }
         }
     }
 
