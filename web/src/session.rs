@@ -160,7 +160,7 @@ impl Inner {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
-        let dp = match &run.plans[0].options.parallel {
+        let dp = match &run.plans[0].planned.options.parallel {
             Parallel::Auto { mesh, .. } | Parallel::ShardMap { mesh, .. } => mesh.axis_size("dp").unwrap_or(1),
             Parallel::None => 1,
         };
@@ -173,7 +173,7 @@ impl Inner {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
-        let opts = &run.plans[0].options;
+        let opts = &run.plans[0].planned.options;
         match shardlab::model::Dataset::new(opts.data.clone(), &opts.config, opts.seed) {
             Ok(data) => {
                 let batch = data.batch(0);
@@ -389,6 +389,7 @@ pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
     let lost = new_device || matches!(inner.borrow().ctx.check(), Err(GpuError::DeviceLost(_)));
     if lost {
         match GpuContext::new().await {
+            // wasm is single-threaded; the core's Backend::Gpu holds an Arc all the same.
             #[allow(clippy::arc_with_non_send_sync)]
             Ok(ctx) => inner.borrow_mut().ctx = Arc::new(ctx),
             Err(e) => return fail(format!("could not open a new GPU device: {e}")),

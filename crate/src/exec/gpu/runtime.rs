@@ -8,10 +8,10 @@ use crate::kernels as k;
 
 /// Runs one program on the GPU, step after step.
 ///
-/// Planning (once): every value gets a buffer *slot* ([`slots`]), reused as soon as the
+/// Planning (once): every value gets a buffer *slot* (`slots.rs`), reused as soon as the
 /// values in it are dead. Then every instruction becomes one or more [`Dispatch`]es, built
-/// once ([`Lowering`]). A step writes the fed inputs and replays the
-/// dispatches in one submission: no pipeline, layout or bind group is made per step.
+/// once (`lower.rs`). A step writes the fed inputs and replays the dispatches in one
+/// submission: no pipeline, layout or bind group is made per step.
 pub struct GpuExecutor {
     program: Program,
     slots: Vec<GpuBuffer>,
