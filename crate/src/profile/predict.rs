@@ -273,8 +273,11 @@ mod tests {
             flops: 1e9,
             half_flops: 0.0,
         };
+        // No tiles or waves, as calibrated on `this`: only the class's figures decide.
         let d = DeviceProfile {
             matmul_batched: Some(slow),
+            matmul_tile: [1, 1, 1],
+            matmul_units: 1,
             ..crate::profile::device::m2_max()
         };
         let dot = DotShape {
