@@ -3,7 +3,7 @@
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
 //! and a half-peak size).
-use super::device::{DeviceProfile, Topology};
+use super::device::{DeviceProfile, MatmulFit, Topology};
 use super::work::THREEFRY_INT_OPS;
 use crate::exec::{ExecError, GpuExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
@@ -38,6 +38,12 @@ const DOT_SHAPES: [(usize, usize, usize); 5] = [
     (512, 64, 256),
 ];
 
+/// Batched matmul shapes (batch, m, k, n): products the executor runs as one batched kernel
+/// (attention's dots; every dot of a mesh simulated here, batched over its devices), which the
+/// autotuner tunes as classes of their own and so may run on other kernels than single ones.
+const BATCHED_SHAPES: [(usize, usize, usize, usize); 4] =
+    [(8, 32, 16, 32), (8, 64, 64, 64), (4, 128, 64, 128), (2, 256, 64, 256)];
+
 fn chain(
     len: usize,
     n: usize,
@@ -52,13 +58,25 @@ fn chain(
     Ok(b.finish()?)
 }
 
-fn dots(m: usize, k: usize, n: usize, reps: usize) -> Result<Program, ExecError> {
+/// `reps` matmuls of (batch x) (m x k) @ (k x n); batch 1 is a plain 2-D matmul.
+fn dots(batch: usize, m: usize, k: usize, n: usize, reps: usize) -> Result<Program, ExecError> {
     let mut b = Builder::new();
-    let a = b.input("a", &[m, k], DType::F32, Role::Other);
-    let w = b.input("w", &[k, n], DType::F32, Role::Other);
+    let lead = |dims: &[usize]| -> Vec<usize> {
+        if batch > 1 {
+            [&[batch], dims].concat()
+        } else {
+            dims.to_vec()
+        }
+    };
+    let a = b.input("a", &lead(&[m, k]), DType::F32, Role::Other);
+    let w = b.input("w", &lead(&[k, n]), DType::F32, Role::Other);
     let mut y = a;
     for _ in 0..reps {
-        y = b.matmul(a, w);
+        y = if batch > 1 {
+            b.dot_general(a, w, (&[2], &[1]), (&[0], &[0]), 1.0)
+        } else {
+            b.matmul(a, w)
+        };
     }
     b.output(y);
     Ok(b.finish()?)
@@ -160,25 +178,37 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
     let int_ops = (n * reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("int_ops", t, int_ops);
 
-    // Matmuls at several shapes.
-    let mut points = vec![];
-    for (m, k, nn) in DOT_SHAPES {
-        let flops = (2 * m * k * nn) as f64;
-        let reps = ((32e6 / flops) as usize).clamp(2, 16);
-        let t = time_program(ctx, dots(m, k, nn, reps)?, 5).await?;
-        let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
-        record(&format!("matmul_{m}x{k}x{nn}"), t, flops / secs);
-        points.push((flops, secs));
+    // Matmuls at several shapes, single and batched: each family fitted on its own.
+    let single: Vec<_> = DOT_SHAPES.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
+    let mut fits = vec![];
+    for family in [&single[..], &BATCHED_SHAPES[..]] {
+        let mut points = vec![];
+        for &(batch, m, k, nn) in family {
+            let flops = (2 * batch * m * k * nn) as f64;
+            let reps = ((32e6 / flops) as usize).clamp(2, 16);
+            let t = time_program(ctx, dots(batch, m, k, nn, reps)?, 5).await?;
+            let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
+            let name = if batch > 1 {
+                format!("matmul_{batch}x{m}x{k}x{nn}")
+            } else {
+                format!("matmul_{m}x{k}x{nn}")
+            };
+            record(&name, t, flops / secs);
+            points.push((flops, secs));
+        }
+        let (flops, half_flops) = fit_matmul(&points);
+        fits.push(MatmulFit { flops, half_flops });
     }
-    let (matmul_flops, matmul_half_flops) = fit_matmul(&points);
+    let (single, batched) = (fits[0], fits[1]);
     let adapter = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
     let profile = DeviceProfile {
         name: "this".into(),
         label: format!("this GPU: {adapter}"),
-        matmul_flops,
+        matmul_flops: single.flops,
         matmul_tile: [1, 1, 1],
         matmul_units: 1,
-        matmul_half_flops,
+        matmul_half_flops: single.half_flops,
+        matmul_batched: Some(batched),
         vector_flops,
         int_ops,
         mem_bandwidth,

@@ -35,6 +35,11 @@ pub struct DeviceProfile {
     /// FLOPs of one matmul at which it reaches half the peak (start-up and tail costs of a
     /// kernel beyond the launch itself); 0 for none.
     pub matmul_half_flops: f64,
+    /// Batched matmuls (one kernel over many independent products: attention's dots, and on
+    /// `this` every dot of a mesh simulated on one adapter, batched over its devices) where they
+    /// run on other kernels than single ones, as the autotuner picks per shape class; None: at
+    /// the single-matmul figures (the presets: their libraries batch natively).
+    pub matmul_batched: Option<MatmulFit>,
     /// Non-matmul f32 arithmetic (vector / CUDA cores), FLOP/s.
     pub vector_flops: f64,
     /// 32-bit integer operations per second (Threefry's adds, rotates and xors).
@@ -58,6 +63,14 @@ pub struct DeviceProfile {
     pub source: String,
 }
 
+/// A matmul kernel's throughput: the peak and the FLOPs of one matmul at which it reaches half
+/// of it.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MatmulFit {
+    pub flops: f64,
+    pub half_flops: f64,
+}
+
 const GIB: u64 = 1 << 30;
 
 fn est(names: &[&str]) -> Vec<String> {
@@ -76,6 +89,7 @@ pub fn tpu_v4() -> DeviceProfile {
         matmul_tile: [128, 128, 128],
         matmul_units: 8,
         matmul_half_flops: 2e8,
+        matmul_batched: None,
         // VPU: 2 cores x 8 sublanes x 128 lanes x 1.05 GHz, one f32 op per lane per cycle
         // (estimated from the ISCA paper's VPU shape; not a published FLOP/s figure).
         vector_flops: 2.15e12,
@@ -113,6 +127,7 @@ pub fn tpu_v5e() -> DeviceProfile {
         matmul_tile: [128, 128, 128],
         matmul_units: 4,
         matmul_half_flops: 2e8,
+        matmul_batched: None,
         // VPU: 8 x 128 lanes at 1.5 GHz (estimated, as for v4).
         vector_flops: 1.5e12,
         int_ops: 1.5e12,
@@ -146,6 +161,7 @@ pub fn h100() -> DeviceProfile {
         matmul_tile: [128, 128, 32],
         matmul_units: 132,
         matmul_half_flops: 5e8,
+        matmul_batched: None,
         vector_flops: 66.9e12,
         // INT32: 64 lanes per SM per clock, half the FP32 lanes (Hopper whitepaper).
         int_ops: 33.5e12,
@@ -173,6 +189,7 @@ pub fn a100() -> DeviceProfile {
         matmul_tile: [128, 128, 32],
         matmul_units: 108,
         matmul_half_flops: 3e8,
+        matmul_batched: None,
         vector_flops: 19.5e12,
         // INT32 19.5 TOPS (datasheet: INT32 at the FP32 rate on Ampere's split datapath).
         int_ops: 19.5e12,
@@ -199,6 +216,7 @@ pub fn rtx4090() -> DeviceProfile {
         matmul_tile: [128, 128, 32],
         matmul_units: 128,
         matmul_half_flops: 2e8,
+        matmul_batched: None,
         vector_flops: 82.6e12,
         // INT32 at half the FP32 rate (Ada's shared FP32/INT32 datapath): estimated.
         int_ops: 41.3e12,
@@ -232,6 +250,7 @@ pub fn m2_max() -> DeviceProfile {
         matmul_tile: [64, 64, 16],
         matmul_units: 38,
         matmul_half_flops: 1e8,
+        matmul_batched: None,
         vector_flops: 13.6e12,
         // INT32 at the FP32 rate: estimated.
         int_ops: 13.6e12,

@@ -13,9 +13,13 @@ mod work;
 
 pub use calibrate::{calibrate, Calibration, Measurement};
 pub use cost::{category, instr_flops, Category};
-pub use device::{a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, Topology};
+pub use device::{
+    a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
+};
 pub use interconnect::{preset, CollectiveKind, Interconnect, PRESETS};
-pub use predict::{matmul_efficiency, predict, work_seconds, CollectiveCost, DeviceBytes, Prediction, LAUNCH};
+pub use predict::{
+    matmul_efficiency, matmul_fit, predict, work_seconds, CollectiveCost, DeviceBytes, Prediction, LAUNCH,
+};
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use topology::{collective_time, CollectiveTime};
 pub use work::{instr_work, DotShape, Placement, Work, THREEFRY_INT_OPS};

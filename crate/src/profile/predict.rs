@@ -5,7 +5,7 @@
 //! breakdown holds for each of them.
 use std::collections::BTreeMap;
 
-use super::device::DeviceProfile;
+use super::device::{DeviceProfile, MatmulFit};
 use super::interconnect::CollectiveKind;
 use super::summary::summarize;
 use super::topology::collective_time;
@@ -58,9 +58,24 @@ pub struct Prediction {
     pub estimated: Vec<String>,
 }
 
+/// The kernel figures a matmul of `dot` (times `copies` devices' worth of batch, as one
+/// dispatch) runs at on `d`: batched products (more than one in the dispatch) at the batched
+/// class's where the profile has them, as the executor's autotuner picks kernels per class.
+pub fn matmul_fit(d: &DeviceProfile, dot: DotShape, copies: usize) -> MatmulFit {
+    let single = MatmulFit {
+        flops: d.matmul_flops,
+        half_flops: d.matmul_half_flops,
+    };
+    match d.matmul_batched {
+        Some(b) if copies * dot.batch > 1 => b,
+        _ => single,
+    }
+}
+
 /// Throughput fraction a matmul of `dot` (times `copies` independent devices' worth of
-/// batch) reaches on `d`: padding waste per tile dimension, the idle units of a partial last
-/// wave, and the start-up cost of small products (half the peak at `matmul_half_flops`).
+/// batch) reaches on `d` against its class's peak: padding waste per tile dimension, the idle
+/// units of a partial last wave, and the start-up cost of small products (half the peak at
+/// the class's `half_flops`).
 pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64 {
     let pad = |x: usize, t: usize| {
         let t = t.max(1);
@@ -71,11 +86,8 @@ pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64
     let units = d.matmul_units.max(1);
     let wave = tiles as f64 / (tiles.div_ceil(units) * units) as f64;
     let flops = 2.0 * (copies * dot.batch * dot.m * dot.n * dot.k) as f64;
-    let size = if d.matmul_half_flops > 0.0 {
-        flops / (flops + d.matmul_half_flops)
-    } else {
-        1.0
-    };
+    let half = matmul_fit(d, dot, copies).half_flops;
+    let size = if half > 0.0 { flops / (flops + half) } else { 1.0 };
     (pad(dot.m, tm) * pad(dot.n, tn) * pad(dot.k, tk) * wave * size).max(1e-6)
 }
 
@@ -83,7 +95,7 @@ pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64
 pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
     let c = copies as f64;
     let matmul = match w.dot {
-        Some(dot) => c * w.matmul_flops / (d.matmul_flops * matmul_efficiency(d, dot, copies)),
+        Some(dot) => c * w.matmul_flops / (matmul_fit(d, dot, copies).flops * matmul_efficiency(d, dot, copies)),
         None => 0.0,
     };
     let compute = matmul + c * w.vector_flops / d.vector_flops + c * w.int_ops / d.int_ops;
@@ -253,6 +265,38 @@ mod tests {
         };
         let ragged = DotShape { m: 1025, ..aligned };
         assert!(matmul_efficiency(&d, ragged, 1) < 0.9 * matmul_efficiency(&d, aligned, 1));
+    }
+
+    #[test]
+    fn batched_matmuls_run_at_the_batched_class_figures() {
+        let slow = MatmulFit {
+            flops: 1e9,
+            half_flops: 0.0,
+        };
+        // No tiles or waves, as calibrated on `this`: only the class's figures decide.
+        let d = DeviceProfile {
+            matmul_batched: Some(slow),
+            matmul_tile: [1, 1, 1],
+            matmul_units: 1,
+            ..crate::profile::device::m2_max()
+        };
+        let dot = DotShape {
+            batch: 1,
+            m: 256,
+            n: 256,
+            k: 256,
+        };
+        let w = Work {
+            matmul_flops: 2.0 * 256f64.powi(3),
+            dot: Some(dot),
+            launches: 1,
+            ..Default::default()
+        };
+        // One product is a single matmul; the same product on 4 simulated devices is one
+        // batched dispatch over them, priced at the batched class's 1 GFLOP/s.
+        assert_eq!(matmul_fit(&d, dot, 1).flops, d.matmul_flops);
+        let batched = work_seconds(&d, &w, 4);
+        assert!((batched - 4.0 * w.matmul_flops / 1e9).abs() < 1e-9, "{batched}");
     }
 
     #[test]

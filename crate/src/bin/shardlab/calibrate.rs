@@ -32,6 +32,13 @@ pub fn run(args: Args) -> Result<(), String> {
         p.matmul_flops / 1e9,
         p.matmul_half_flops / 1e6
     );
+    if let Some(b) = p.matmul_batched {
+        println!(
+            "  batched matmul     {:>10.2} GFLOP/s (half of it at {:.1} MFLOP per matmul)",
+            b.flops / 1e9,
+            b.half_flops / 1e6
+        );
+    }
     println!("  vector arithmetic  {:>10.2} GFLOP/s", p.vector_flops / 1e9);
     println!(
         "  integer ops        {:>10.2} Gop/s ({:.1} M random words/s)",

@@ -30,7 +30,8 @@ fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
             }
         })
         .collect();
-    cache_dir().map(|d| d.join(format!("profile-{id}.json")))
+    // v2: profiles with the batched matmul class; older files are measured again.
+    cache_dir().map(|d| d.join(format!("profile-v2-{id}.json")))
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else

@@ -1,13 +1,13 @@
 //! `shardlab inspect`: the (per-device) train-step program, one line per op with each
 //! value's sharding, and what it costs: FLOPs, collectives, random bits, memory per device,
-//! dispatches, the measured step time on this machine and the modelled time on N real devices.
-use std::collections::BTreeMap;
+//! dispatches, the measured step time on this machine, and the cost model's step on N real
+//! devices of a chosen kind (`--device`), with its per-category breakdown.
 use std::sync::Arc;
 
 use shardlab::exec::{Backend, Trainer};
 use shardlab::gpu::GpuContext;
 use shardlab::plan::TrainerOptions;
-use shardlab::profile::{summarize, PRESETS};
+use shardlab::profile::{predict, summarize, DeviceProfile, Placement};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -26,11 +26,17 @@ pub struct Args {
     /// Steps measured for the step time (after one warm-up step).
     #[arg(long, default_value_t = 3)]
     pub steps: usize,
+    /// Device kind the modelled step is priced on, as for `shardlab plan`: `this` (the local
+    /// adapter, calibrated) or a preset (tpu_v4, tpu_v5e, h100, a100, rtx4090, m2_max).
+    #[arg(long, default_value = "tpu_v4")]
+    pub device: String,
 }
 
 pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
     let opts = trainer_options(&args.model, &args.parallel)?;
+    // Before the step runs, so an unknown device name fails fast.
+    let profile = crate::device::profile(&args.device)?;
     let (backend, device) = if args.cpu {
         (Backend::Reference, "CPU reference executor".to_string())
     } else {
@@ -45,12 +51,13 @@ pub fn run(mut args: Args) -> Result<(), String> {
             }
         }
     };
-    pollster::block_on(inspect(backend, device, opts, &args)).map_err(|e| e.to_string())
+    pollster::block_on(inspect(backend, device, &profile, opts, &args)).map_err(|e| e.to_string())
 }
 
 async fn inspect(
     backend: Backend,
     device: String,
+    profile: &DeviceProfile,
     opts: TrainerOptions,
     args: &Args,
 ) -> Result<(), shardlab::exec::ExecError> {
@@ -67,13 +74,8 @@ async fn inspect(
     times.sort_by(|a, b| a.total_cmp(b));
     let step_ms = times[times.len() / 2];
     let collectives_ms = t.collectives_ms().await?.unwrap_or(0.0);
-    // Compute per device, as the SPMD program runs it: the measured step minus its simulated
-    // communication, divided among the devices that shared this one GPU.
-    let compute_ms = (step_ms - collectives_ms).max(0.0) / s.devices as f64;
-    let modelled: BTreeMap<&str, f64> = PRESETS
-        .iter()
-        .map(|p| (p.name, s.modelled_step_ms(compute_ms, p)))
-        .collect();
+    // Modelled from the program alone: one real device of `profile` per mesh position.
+    let modelled = predict(t.program(), profile, Placement::Real);
     let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
 
     if args.json {
@@ -93,8 +95,8 @@ async fn inspect(
             "dispatches": dispatches,
             "measured_step_ms": step_ms,
             "measured_on": device,
-            "compute_ms_per_device": compute_ms,
-            "modelled_ms": modelled,
+            "measured_collectives_ms": collectives_ms,
+            "modelled": modelled,
             "warnings": s.warnings,
             "inserted": inserted,
             "program": t.program().to_text(),
@@ -139,15 +141,19 @@ async fn inspect(
         println!("# GPU dispatches per step: {d}");
     }
     println!("# measured on {device}: {step_ms:.2} ms per step (all simulated devices), of which collectives {collectives_ms:.2} ms");
-    for p in PRESETS {
-        println!(
-            "# modelled on {} real devices over {}: {:.3} ms per step ({compute_ms:.3} ms compute + {:.3} ms collectives)",
-            s.devices,
-            p.label,
-            modelled[p.name],
-            s.collectives_ms(&p)
-        );
+    println!(
+        "# modelled on {} x {} (cost model, --device {}): {:.3} ms per step; per device, by category:",
+        modelled.devices, modelled.device_label, modelled.device, modelled.step_ms
+    );
+    for (cat, ms) in &modelled.breakdown_ms {
+        println!("#   {cat:<12} {ms:>12.3} ms  {:>5.1}%", 100.0 * ms / modelled.step_ms);
     }
+    println!(
+        "# modelled memory per device: {} of {} B ({})",
+        modelled.bytes_per_device.total,
+        modelled.capacity_bytes,
+        if modelled.fits { "fits" } else { "does not fit" }
+    );
     if let Some(inserted) = &inserted {
         println!(
             "# inserted by the partitioner ({}): [instruction] op of value for consumer: rule",
