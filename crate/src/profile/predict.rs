@@ -257,9 +257,7 @@ mod tests {
 
     #[test]
     fn breakdown_adds_up_to_the_step() {
-        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
-            .unwrap()
-            .step;
+        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original)).unwrap().step;
         for placement in [Placement::Real, Placement::Simulated] {
             let p = predict(&step.program, &tpu_v4(), placement);
             let sum: f64 = p.breakdown_ms.values().sum();
@@ -275,12 +273,8 @@ mod tests {
     #[test]
     fn replicated_original_rng_costs_more_than_partitionable_on_tpu() {
         let d = tpu_v4();
-        let original = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
-            .unwrap()
-            .step;
-        let partitionable = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable))
-            .unwrap()
-            .step;
+        let original = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original)).unwrap().step;
+        let partitionable = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap().step;
         let (o, p) = (
             predict(&original.program, &d, Placement::Real),
             predict(&partitionable.program, &d, Placement::Real),
@@ -291,9 +285,7 @@ mod tests {
 
     #[test]
     fn data_parallel_steps_price_their_all_reduces() {
-        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable))
-            .unwrap()
-            .step;
+        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap().step;
         let p = predict(&step.program, &tpu_v4(), Placement::Real);
         let ar = p.collectives["all-reduce"];
         assert!(ar.count > 0 && ar.ms > 0.0 && ar.hops > 0.0, "{ar:?}");
