@@ -87,7 +87,13 @@ pub fn breakdown(prog: &Program, profile: &StepProfile) -> MeasuredBreakdown {
         .collect();
     let categories_ms: Vec<(Category, f64)> = Category::ALL
         .iter()
-        .map(|&c| (c, ops.iter().filter(|o| o.category == c).map(|o| o.ms).sum()))
+        // + 0.0: an empty f64 sum is -0.0, which would print as "-0.000".
+        .map(|&c| {
+            (
+                c,
+                ops.iter().filter(|o| o.category == c).map(|o| o.ms).sum::<f64>() + 0.0,
+            )
+        })
         .collect();
     ops.sort_by(|a, b| b.ms.total_cmp(&a.ms));
     let overhead = profile.submit_overhead_ms;

@@ -37,7 +37,10 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("adapter: {} ({})", ctx.summary.name, ctx.summary.backend);
         header();
     }
-    for (name, cfg) in train::configs() {
+    for (k, (name, cfg)) in train::configs().into_iter().enumerate() {
+        if args.ops && !args.json && k > 0 {
+            header();
+        }
         let r = pollster::block_on(train::train(ctx.clone(), name, cfg, args.steps)).map_err(|e| e.to_string())?;
         if args.json {
             println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
@@ -57,7 +60,6 @@ pub fn run(args: Args) -> Result<(), String> {
         );
         if args.ops {
             print_ops(&r, args.top);
-            header();
         }
     }
     if !args.json {
