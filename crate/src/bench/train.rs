@@ -6,7 +6,7 @@ use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
-use crate::profile::{category, Category};
+use crate::profile::{breakdown, MeasuredBreakdown};
 
 /// The two configurations `bench train` reports.
 pub fn configs() -> Vec<(&'static str, GptConfig)> {
@@ -41,9 +41,9 @@ pub struct TrainBench {
     pub forward_ms: f64,
     pub backward_ms: f64,
     pub update_ms: f64,
-    /// GPU time by category (matmul, attention, rng, collectives, optimizer, other) from
-    /// timestamp queries; None where the adapter has none or they are implausible.
-    pub categories_ms: Option<Vec<(String, f64)>>,
+    /// A profiled step, measured by wall clock with split submissions: ops, categories and
+    /// phases against the step (see `profile::MeasuredBreakdown`).
+    pub profile: MeasuredBreakdown,
     pub dispatches_per_step: usize,
     pub peak_bytes: u64,
 }
@@ -76,20 +76,7 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
     let ms = median(wall);
     let (_, profile) = t.profile_step().await?;
     let profile = profile.expect("GPU runs are profiled");
-    let ts = t.train_step();
-    let categories_ms = profile.per_dispatch.as_ref().map(|times| {
-        let mut cats = vec![0.0f64; Category::ALL.len()];
-        for &(instr, ms) in times {
-            let c = category(&ts.program.instrs[instr]);
-            cats[Category::ALL.iter().position(|x| *x == c).unwrap()] += ms;
-        }
-        cats[Category::ALL.iter().position(|x| *x == Category::Optimizer).unwrap()] += profile.phases_ms[2];
-        Category::ALL
-            .iter()
-            .zip(&cats)
-            .map(|(c, ms)| (c.name().to_string(), *ms))
-            .collect()
-    });
+    let read = breakdown(t.program(), &profile);
     Ok(TrainBench {
         config: name.to_string(),
         params: cfg.num_params(),
@@ -100,7 +87,7 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
         forward_ms: profile.phases_ms[0],
         backward_ms: profile.phases_ms[1],
         update_ms: profile.phases_ms[2],
-        categories_ms,
+        profile: read,
         dispatches_per_step: t.dispatches_per_step(),
         peak_bytes: t.peak_bytes(),
     })

@@ -3,6 +3,7 @@ mod error;
 mod gpu;
 mod lowering;
 mod reference;
+mod step_profile;
 mod tensor;
 mod trainer;
 
@@ -13,4 +14,5 @@ pub use reference::ReferenceExecutor;
 pub use tensor::Tensor;
 // The options live with the plan; re-exported here because every run starts from them.
 pub use crate::plan::{Parallel, TrainerOptions};
-pub use trainer::{Backend, StepProfile, StepStats, Trainer};
+pub use step_profile::{OpTime, StepProfile};
+pub use trainer::{Backend, StepStats, Trainer};

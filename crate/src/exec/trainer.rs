@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use super::step_profile::{self, StepProfile};
 use super::{ExecError, GpuExecutor, ReferenceExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::{Program, Role};
@@ -20,16 +21,6 @@ pub struct StepStats {
     pub step: u64,
     pub loss: f32,
     pub step_ms: f64,
-}
-
-/// Where one step's time went, measured.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StepProfile {
-    /// Wall time of the forward, backward and update dispatches, each run and awaited alone.
-    pub phases_ms: [f64; 3],
-    /// GPU time of each forward and backward dispatch from timestamp queries, as
-    /// (instruction, ms); None where the adapter has no timestamps or they are implausible.
-    pub per_dispatch: Option<Vec<(usize, f64)>>,
 }
 
 enum State {
@@ -238,17 +229,16 @@ impl Trainer {
                     exec.write_input(ctx, first + k, t)?;
                 }
                 exec.set_step(ctx, update)?;
-                if profile {
-                    let (loss, p) = Self::profile(ctx, exec, &self.planned.step).await?;
-                    prof = Some(p);
-                    loss
-                } else {
-                    exec.submit(ctx);
-                    exec.read_output(ctx, 0).await?.scalar()
-                }
+                exec.submit(ctx);
+                exec.read_output(ctx, 0).await?.scalar()
             }
         };
         let step_ms = now_ms() - t0;
+        if profile {
+            if let State::Gpu { ctx, exec } = &self.state {
+                prof = Some(step_profile::measure(ctx, exec, &self.planned.step).await?);
+            }
+        }
         self.steps_done += 1;
         if !loss.is_finite() {
             return Err(ExecError::Input(format!(
@@ -262,44 +252,6 @@ impl Trainer {
             step_ms,
         };
         Ok((stats, prof))
-    }
-
-    /// Runs the step's dispatches phase by phase (waiting after each, so each phase's wall
-    /// time is its own), reads the loss, then runs forward and backward again under
-    /// timestamp queries. Returns the step's loss (read before the re-run, which recomputes
-    /// it from the updated parameters) and the profile.
-    async fn profile(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> Result<(f32, StepProfile), ExecError> {
-        let instrs = exec.dispatch_instrs();
-        let first_at = |instr: usize| instrs.iter().position(|&i| i >= instr).unwrap_or(instrs.len());
-        let bounds = [0, first_at(step.forward_end), first_at(step.backward_end), instrs.len()];
-        let mut phases_ms = [0.0; 3];
-        for p in 0..3 {
-            let t0 = now_ms();
-            ctx.run(&exec.dispatches()[bounds[p]..bounds[p + 1]]);
-            ctx.finish().await?;
-            phases_ms[p] = now_ms() - t0;
-        }
-        let loss = exec.read_output(ctx, 0).await?.scalar();
-        // Forward and backward write no parameters, so they can run again under timestamp
-        // queries without changing the step. Some drivers (lavapipe) report pass timestamps
-        // far below the wall time: those are dropped rather than shown.
-        let per_dispatch = match ctx.run_timed(&exec.dispatches()[..bounds[2]]).await? {
-            Some(t) if t.total_ms() >= 0.5 * (phases_ms[0] + phases_ms[1]) => Some(
-                t.per_dispatch
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (_, ms))| (instrs[i], *ms))
-                    .collect(),
-            ),
-            _ => None,
-        };
-        Ok((
-            loss,
-            StepProfile {
-                phases_ms,
-                per_dispatch,
-            },
-        ))
     }
 
     /// Wall time of the step's collective dispatches run alone (GPU only): what the measured

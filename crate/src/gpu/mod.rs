@@ -7,6 +7,7 @@ mod error;
 mod launch;
 mod pipeline;
 mod timer;
+mod wall;
 
 pub use buffer::GpuBuffer;
 pub use context::{AdapterSummary, GpuContext};
@@ -15,3 +16,4 @@ pub use error::GpuError;
 pub use launch::{Binding, Kernel, Resource};
 pub use pipeline::PipelineCache;
 pub use timer::{now_ms, DispatchTimes};
+pub use wall::median;

@@ -6,6 +6,7 @@ mod calibrate;
 mod cost;
 mod device;
 mod interconnect;
+mod measured;
 mod predict;
 mod summary;
 mod topology;
@@ -17,6 +18,7 @@ pub use device::{
     a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
 };
 pub use interconnect::{preset, CollectiveKind, Interconnect, PRESETS};
+pub use measured::{breakdown, MeasuredBreakdown, OpRow, PHASES};
 pub use predict::{
     matmul_efficiency, matmul_fit, predict, work_seconds, CollectiveCost, DeviceBytes, Prediction, LAUNCH,
 };

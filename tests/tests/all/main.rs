@@ -22,4 +22,5 @@ mod selftest;
 mod shaders_validate;
 mod shard_map_equivalence;
 mod sharding;
+mod step_profile;
 mod training;

@@ -183,4 +183,59 @@ impl GpuExecutor {
         d.truncate(self.program.devices() * self.program.info(v).numel());
         Ok(d)
     }
+
+    /// Copies of the buffers a step updates in place (parameters and optimizer state): a
+    /// profile runs the update again on them and then puts the step's state back.
+    pub fn save_state(&self, ctx: &GpuContext) -> Result<SavedState, ExecError> {
+        let mut copies = vec![];
+        for slot in self.state_slots() {
+            let src = &self.slots[slot];
+            copies.push((slot, ctx.zeros(&format!("{} (saved)", src.name), src.len)?));
+        }
+        self.copy_state(ctx, &copies, true);
+        Ok(SavedState { copies })
+    }
+
+    /// Puts back the state [`GpuExecutor::save_state`] copied (queued; later submits see it).
+    pub fn restore_state(&self, ctx: &GpuContext, saved: &SavedState) {
+        self.copy_state(ctx, &saved.copies, false);
+    }
+
+    fn state_slots(&self) -> Vec<usize> {
+        let mut s: Vec<usize> = self
+            .program
+            .donations
+            .iter()
+            .map(|&(_, input)| self.value_slot[self.program.inputs[input].0.index()])
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    fn copy_state(&self, ctx: &GpuContext, copies: &[(usize, GpuBuffer)], save: bool) {
+        let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some(if save {
+                "shardlab save state"
+            } else {
+                "shardlab restore state"
+            }),
+        });
+        for (slot, copy) in copies {
+            let live = &self.slots[*slot].buffer;
+            let (from, to) = if save {
+                (live, &copy.buffer)
+            } else {
+                (&copy.buffer, live)
+            };
+            enc.copy_buffer_to_buffer(from, 0, to, 0, copy.bytes());
+        }
+        ctx.queue.submit([enc.finish()]);
+    }
+}
+
+/// The parameters and optimizer state of one step, copied on the GPU (see
+/// [`GpuExecutor::save_state`]).
+pub struct SavedState {
+    copies: Vec<(usize, GpuBuffer)>,
 }

@@ -1,0 +1,112 @@
+//! Reads a measured [`StepProfile`]: its ops with names, shapes and categories, the
+//! categories and phases with their sums against the step, and the submission overhead.
+use super::cost::{category, Category};
+use crate::exec::StepProfile;
+use crate::ir::Program;
+
+/// One measured op, for the table of the most expensive ones.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OpRow {
+    pub instr: usize,
+    pub op: &'static str,
+    /// Operand shapes and the result's, e.g. `[64,128] x [128,512] -> [64,512]`.
+    pub shape: String,
+    pub category: Category,
+    pub phase: &'static str,
+    pub ms: f64,
+    /// Of the measured step.
+    pub percent: f64,
+}
+
+/// A measured step, read: every figure in ms (see [`StepProfile`] for how each is measured).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MeasuredBreakdown {
+    pub step_ms: f64,
+    pub submit_overhead_ms: f64,
+    /// Split submissions in one run of all ops.
+    pub split_submissions: usize,
+    /// What those submissions added beyond the ops' cost (not part of the step).
+    pub split_overhead_ms: f64,
+    pub phases_ms: Vec<(&'static str, f64)>,
+    /// Sum of the phases plus the one submission the step pays.
+    pub phases_sum_ms: f64,
+    pub categories_ms: Vec<(Category, f64)>,
+    /// Sum of the categories plus the one submission the step pays.
+    pub categories_sum_ms: f64,
+    /// Per phase, its measured time over its ops' split-measured sum; ops are scaled by it.
+    pub phase_factor: [f64; 3],
+    /// Every op, most expensive first.
+    pub ops: Vec<OpRow>,
+}
+
+pub const PHASES: [&str; 3] = ["forward", "backward", "update"];
+
+impl MeasuredBreakdown {
+    /// (sum − step) / step, as a fraction: how far `sum` is from the measured step.
+    pub fn off_by(&self, sum: f64) -> f64 {
+        (sum - self.step_ms) / self.step_ms.max(f64::MIN_POSITIVE)
+    }
+
+    pub fn category_ms(&self, c: Category) -> f64 {
+        self.categories_ms
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0.0, |(_, ms)| *ms)
+    }
+}
+
+fn shape(prog: &Program, ins: &crate::ir::Instr) -> String {
+    let fmt = |v: &crate::ir::ValueId| {
+        let s: Vec<String> = prog.shape(*v).iter().map(|d| d.to_string()).collect();
+        format!("[{}]", s.join(","))
+    };
+    let ins_s: Vec<String> = ins.inputs.iter().map(fmt).collect();
+    let outs: Vec<String> = ins.outputs.iter().map(fmt).collect();
+    format!("{} -> {}", ins_s.join(" x "), outs.join(", "))
+}
+
+/// `profile` of a step of `prog`, read.
+pub fn breakdown(prog: &Program, profile: &StepProfile) -> MeasuredBreakdown {
+    let step = profile.step_ms;
+    let pct = |ms: f64| 100.0 * ms / step.max(f64::MIN_POSITIVE);
+    let mut ops: Vec<OpRow> = profile
+        .ops
+        .iter()
+        .map(|o| {
+            let ins = &prog.instrs[o.instr];
+            OpRow {
+                instr: o.instr,
+                op: ins.op.name(),
+                shape: shape(prog, ins),
+                category: category(ins),
+                phase: PHASES[o.phase],
+                ms: o.ms,
+                percent: pct(o.ms),
+            }
+        })
+        .collect();
+    let categories_ms: Vec<(Category, f64)> = Category::ALL
+        .iter()
+        // + 0.0: an empty f64 sum is -0.0, which would print as "-0.000".
+        .map(|&c| {
+            (
+                c,
+                ops.iter().filter(|o| o.category == c).map(|o| o.ms).sum::<f64>() + 0.0,
+            )
+        })
+        .collect();
+    ops.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    let overhead = profile.submit_overhead_ms;
+    MeasuredBreakdown {
+        step_ms: step,
+        submit_overhead_ms: overhead,
+        split_submissions: profile.split_submissions(),
+        split_overhead_ms: profile.split_overhead_ms,
+        phase_factor: profile.phase_factor,
+        phases_ms: PHASES.iter().copied().zip(profile.phases_ms).collect(),
+        phases_sum_ms: profile.phases_ms.iter().sum::<f64>() + overhead,
+        categories_sum_ms: categories_ms.iter().map(|(_, ms)| ms).sum::<f64>() + overhead,
+        categories_ms,
+        ops,
+    }
+}
