@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use shardlab::exec::{Backend, Parallel, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
 use shardlab::plan::Planned;
-use shardlab::profile::{category, Category, Interconnect};
+use shardlab::profile::{category, Category};
 
 use crate::plan::Plan;
 use crate::settings::{mode_name, FieldError, Mode, Settings};
@@ -42,7 +42,8 @@ const COLLECTIVES_EVERY: u64 = 20;
 pub struct Run {
     generation: u64,
     settings: Settings,
-    net: Interconnect,
+    /// Both modes' modelled steps on the chosen real device (`predict::modes`).
+    prediction: Value,
     /// Both modes' programs (the inspector compares them whatever runs).
     plans: Vec<Plan>,
     /// The trainers of the modes that run (`settings.modes()`), built on the first step.
@@ -95,7 +96,7 @@ impl Inner {
                     "modes": run.settings.modes().iter().map(|m| mode_name(*m)).collect::<Vec<_>>(),
                     "tokens_per_step": run.settings.batch * run.settings.seq,
                     "params": run.settings.config().num_params(),
-                    "interconnect": run.net,
+                    "prediction": run.prediction,
                     "memory": Self::memory(&run),
                 });
                 self.run = Some(run);
@@ -107,18 +108,19 @@ impl Inner {
 
     fn build(&self, settings: Settings) -> Result<Run, FieldError> {
         let mesh = settings.check()?;
-        let net = settings.net()?;
+        let device = settings.device_profile()?;
         let plans = [Mode::Auto, Mode::ShardMap]
             .into_iter()
             .map(|m| Plan::build(&settings, m, &mesh))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| FieldError::from_core(&e.to_string(), "mesh"))?;
         check_memory(&settings, &plans)?;
+        let prediction = crate::predict::modes(&plans, &device);
         let running = settings.modes().len();
         Ok(Run {
             generation: self.generation,
             settings,
-            net,
+            prediction,
             plans,
             trainers: (0..running).map(|_| None).collect(),
             collectives_ms: vec![None; running],
@@ -160,7 +162,7 @@ impl Inner {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
-        let dp = match &run.plans[0].options.parallel {
+        let dp = match &run.plans[0].planned.options.parallel {
             Parallel::Auto { mesh, .. } | Parallel::ShardMap { mesh, .. } => mesh.axis_size("dp").unwrap_or(1),
             Parallel::None => 1,
         };
@@ -173,7 +175,7 @@ impl Inner {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
-        let opts = &run.plans[0].options;
+        let opts = &run.plans[0].planned.options;
         match shardlab::model::Dataset::new(opts.data.clone(), &opts.config, opts.seed) {
             Ok(data) => {
                 let batch = data.batch(0);
@@ -254,7 +256,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             collectives_ms: std::mem::take(&mut run.collectives_ms),
         }
     };
-    let (planned, net, settings) = {
+    let (planned, settings) = {
         let i = inner.borrow();
         let Some(run) = i.run.as_ref().filter(|r| r.generation == taken.generation) else {
             return discarded();
@@ -264,13 +266,13 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             .iter()
             .map(|m| {
                 let p = run.plans.iter().find(|p| p.mode == *m).expect("both modes are planned");
-                (p.planned.clone(), p.summary.clone())
+                p.planned.clone()
             })
             .collect();
-        (opts, run.net, run.settings.clone())
+        (opts, run.settings.clone())
     };
     let mut taken = taken;
-    let result = run_modes(&mut taken, &planned, &net, &settings, profile).await;
+    let result = run_modes(&mut taken, &planned, &settings, profile).await;
     let mut i = inner.borrow_mut();
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
         return discarded();
@@ -295,8 +297,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
 
 async fn run_modes(
     t: &mut Taken,
-    plans: &[(Planned, shardlab::profile::ProgramSummary)],
-    net: &Interconnect,
+    plans: &[Planned],
     settings: &Settings,
     profile: bool,
 ) -> Result<serde_json::Map<String, Value>, String> {
@@ -307,7 +308,7 @@ async fn run_modes(
     }
     let mut out = serde_json::Map::new();
     for k in order {
-        let (planned, summary) = &plans[k];
+        let planned = &plans[k];
         let mut build_ms = None;
         if t.trainers[k].is_none() {
             let t0 = shardlab::gpu::now_ms();
@@ -339,9 +340,6 @@ async fn run_modes(
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
         }
         let collectives_ms = t.collectives_ms[k].unwrap_or(0.0);
-        // Per-device compute as the SPMD program runs it: the measured step minus its simulated
-        // communication, divided among the devices that share this one GPU.
-        let compute_ms = (stats.step_ms - collectives_ms).max(0.0) / summary.devices.max(1) as f64;
         let tokens = (settings.batch * settings.seq) as f64;
         out.insert(
             mode_name(t.modes[k]).to_string(),
@@ -351,10 +349,6 @@ async fn run_modes(
                 "step_ms": stats.step_ms,
                 "tokens_per_s": tokens * 1e3 / stats.step_ms.max(1e-6),
                 "collectives_measured_ms": collectives_ms,
-                "compute_ms_per_device": compute_ms,
-                "modelled_ms": summary.modelled_step_ms(compute_ms, net),
-                "modelled_collectives_ms": summary.collectives_ms(net),
-                "interconnect": net.label,
                 "build_ms": build_ms,
                 "profiled": profile,
                 "breakdown": breakdown,

@@ -70,7 +70,12 @@ pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64
     let tiles = copies * dot.batch * dot.m.div_ceil(tm.max(1)) * dot.n.div_ceil(tn.max(1));
     let units = d.matmul_units.max(1);
     let wave = tiles as f64 / (tiles.div_ceil(units) * units) as f64;
-    let flops = 2.0 * (copies * dot.batch * dot.m * dot.n * dot.k) as f64;
+    // In f64: the product overflows a 32-bit usize (wasm32) for the report's model.
+    let flops = 2.0
+        * [copies, dot.batch, dot.m, dot.n, dot.k]
+            .iter()
+            .map(|&x| x as f64)
+            .product::<f64>();
     let size = if d.matmul_half_flops > 0.0 {
         flops / (flops + d.matmul_half_flops)
     } else {
@@ -257,7 +262,9 @@ mod tests {
 
     #[test]
     fn breakdown_adds_up_to_the_step() {
-        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original)).unwrap().step;
+        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
+            .unwrap()
+            .step;
         for placement in [Placement::Real, Placement::Simulated] {
             let p = predict(&step.program, &tpu_v4(), placement);
             let sum: f64 = p.breakdown_ms.values().sum();
@@ -273,8 +280,12 @@ mod tests {
     #[test]
     fn replicated_original_rng_costs_more_than_partitionable_on_tpu() {
         let d = tpu_v4();
-        let original = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original)).unwrap().step;
-        let partitionable = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap().step;
+        let original = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
+            .unwrap()
+            .step;
+        let partitionable = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable))
+            .unwrap()
+            .step;
         let (o, p) = (
             predict(&original.program, &d, Placement::Real),
             predict(&partitionable.program, &d, Placement::Real),
@@ -285,7 +296,9 @@ mod tests {
 
     #[test]
     fn data_parallel_steps_price_their_all_reduces() {
-        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable)).unwrap().step;
+        let step = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Partitionable))
+            .unwrap()
+            .step;
         let p = predict(&step.program, &tpu_v4(), Placement::Real);
         let ar = p.collectives["all-reduce"];
         assert!(ar.count > 0 && ar.ms > 0.0 && ar.hops > 0.0, "{ar:?}");
