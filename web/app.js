@@ -421,6 +421,8 @@ function resetView() {
   $('step').textContent = '0';
   for (const id of ['step-ms', 'loss', 'tokens-per-s']) $(id).textContent = '—';
   $('breakdown').hidden = true;
+  // A new run has not predicted anything yet.
+  if (state.example) renderTask(state.example);
   makeCharts();
 }
 
@@ -449,6 +451,7 @@ function record(r) {
     per('tokens-per-s', (s) => fmtRate(s.tokens_per_s));
   }
   updateCharts();
+  for (const m of ran) if (r.modes[m].example_prediction) renderExamplePrediction(state.steps, r.modes[m].example_prediction);
   const key = storyKey(state.settings);
   if (profiled) {
     state.story.profiles[key] = { ...(state.story.profiles[key] || {}), [state.settings.rng]: r.modes };
@@ -1046,7 +1049,28 @@ function renderTask(ex) {
     el('p', {}, 'The task: copy. Each sequence is random symbols (1 to 8), a separator 0, then the same symbols again. At every position the model reads the tokens so far and predicts the next one. The first half is random and cannot be predicted; the second half can, so the loss falls as the model learns to copy.'),
     el('dl', { class: 'facts compact example', 'data-testid': 'example' },
       el('dt', {}, 'the model reads'), el('dd', {}, el('code', {}, show(ex.inputs))),
-      el('dt', {}, 'it should predict'), el('dd', {}, el('code', {}, show(ex.targets)))));
+      el('dt', {}, 'it should predict'), el('dd', {}, el('code', {}, show(ex.targets))),
+      el('dt', {}, 'it predicts'), el('dd', { id: 'example-prediction', 'data-testid': 'example-prediction' },
+        el('span', { class: 'muted' }, 'not trained yet: press Step or Play'))));
+  state.example = ex;
+}
+
+/** The model's prediction for the example (argmax per position) after a step, beside the targets. */
+function renderExamplePrediction(step, predicted) {
+  const box = $('example-prediction');
+  if (!box || !state.example || !state.example.ok) return;
+  const t = state.example.targets;
+  const shown = predicted.slice(0, 17);
+  // The copied half (after the separator) is what can be learnt: count it right.
+  const sep = state.example.inputs.indexOf(0);
+  const learnable = t.map((_, i) => i).filter((i) => sep >= 0 && i >= sep);
+  const right = learnable.filter((i) => predicted[i] === t[i]).length;
+  box.dataset.step = String(step);
+  box.dataset.right = String(right);
+  box.dataset.learnable = String(learnable.length);
+  box.replaceChildren(el('code', {}, shown.map((p, i) => el('span', { class: p === t[i] ? 'hit' : 'miss' }, `${p}${i + 1 < shown.length ? ' ' : ''}`)),
+    predicted.length > 17 ? ' …' : ''),
+  el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable.length} copied positions right)`));
 }
 
 // ---- adapter and self-test -----------------------------------------------------------------

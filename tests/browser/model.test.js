@@ -2,7 +2,7 @@
 // random bits in time, and the report's model predicted at a size no tab could train.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, formValues, hashOf, launch, location, openReady, setControl } from './helpers.js';
+import { close, formValues, hashOf, launch, location, openReady, setControl, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -100,6 +100,26 @@ test('scale up predicts the report’s model on a v4-8 for both modes and layout
     // A smaller batch than the report's is said, with why.
     if (!/batch 32,/.test(result)) assert.match(result, /not the report’s 32/);
     assert.ok(took < 20_000, `scale up took ${took} ms`);
+  } finally {
+    await context.close();
+  }
+});
+
+test('the task shows what the model predicts for its example after a step', { timeout: 240_000 }, async () => {
+  const { context, page } = await openReady(hashOf());
+  try {
+    const box = page.getByTestId('example-prediction');
+    assert.match(await box.innerText(), /not trained yet/);
+    assert.equal(await singleSteps(page, 1), 1);
+    await page.waitForFunction(() => document.getElementById('example-prediction').dataset.step === '1', null, { timeout: 10_000 });
+    const tokens = await box.locator('code span').allInnerTexts();
+    assert.equal(tokens.length, 8, 'one prediction per position (seq 8)');
+    for (const t of tokens) assert.ok(Number(t) >= 0 && Number(t) < 32, t);
+    assert.match(await box.innerText(), /after step 1 \(\d+ of \d+ copied positions right\)/);
+    // Reset forgets the run, and its prediction.
+    await page.getByTestId('reset').click();
+    await page.waitForFunction(() => window.shardlab.steps === 0, null, { timeout: 30_000 });
+    assert.match(await box.innerText(), /not trained yet/);
   } finally {
     await context.close();
   }

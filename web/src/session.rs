@@ -39,6 +39,9 @@ pub fn human_bytes(n: u64) -> String {
 /// many steps (it re-runs them alone, so not every step).
 const COLLECTIVES_EVERY: u64 = 20;
 
+/// Show what the model predicts for the task's example on the first step, then every this many.
+const PREDICT_EVERY: u64 = 5;
+
 pub struct Run {
     generation: u64,
     settings: Settings,
@@ -340,6 +343,13 @@ async fn run_modes(
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
         }
         let collectives_ms = t.collectives_ms[k].unwrap_or(0.0);
+        // What the first running mode now predicts for the task's example (step 0's first),
+        // on plain steps every few steps: it reads the parameters back.
+        let example = if !profile && k == 0 && t.step.is_multiple_of(PREDICT_EVERY) {
+            Some(trainer.predict(0).await.map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
         let tokens = (settings.batch * settings.seq) as f64;
         out.insert(
             mode_name(t.modes[k]).to_string(),
@@ -352,6 +362,7 @@ async fn run_modes(
                 "build_ms": build_ms,
                 "profiled": profile,
                 "breakdown": breakdown,
+                "example_prediction": example,
             }),
         );
     }
