@@ -52,7 +52,7 @@ export function foreign(requests) {
 // SwiftShader runs every kernel on the CPU: the tests train a tiny model on 2 devices.
 export const TINY = {
   preset: 'dp', mode: 'auto', mesh: 'dp=2', layers: '1', d_model: '32', heads: '2', seq: '8', batch: '8', vocab: '32',
-  dropout: '0.1', rng: 'original', dropout_key: 'same', combine: '0', interconnect: 'tpu_v4_ici',
+  dropout: '0.1', rng: 'original', dropout_key: 'same', combine: '0', device: 'tpu_v4',
 };
 export const STEP_TIMEOUT_MS = 180_000;
 export const hashOf = (over = {}) => `#${new URLSearchParams({ ...TINY, ...over }).toString()}`;

@@ -94,7 +94,7 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
   const { context, page, requests, consoleErrors } = await openReady(hashOf({ mode: 'auto' }));
   try {
     // Before the first step each chart is a hint, not an empty box.
-    assert.equal(await page.getByTestId('chart-hint').count(), 3);
+    assert.equal(await page.getByTestId('chart-hint').count(), 2);
     assert.equal(await page.locator('[data-testid="chart-measured"] canvas').count(), 0);
     assert.equal(await singleSteps(page, 2), 2);
     assert.equal(await page.getByTestId('chart-hint').count(), 0);
@@ -126,7 +126,7 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
     const steps = await page.evaluate(() => window.shardlab.steps);
     assert.ok(steps >= 3);
-    for (const key of ['measured', 'modelled', 'loss']) {
+    for (const key of ['measured', 'loss']) {
       assert.deepEqual(await chartPoints(page, key), [steps, steps, steps], key);
     }
     const text = await page.getByTestId('step-ms').innerText();
@@ -197,7 +197,7 @@ test('the inspector shows all-reduces in dp and replicated random bits in the se
 });
 
 test('the settings round-trip through the URL hash', { timeout: 120_000 }, async () => {
-  const first = await openReady(hashOf({ preset: 'fsdp', mode: 'both', combine: '1', interconnect: 'h100_nvlink' }));
+  const first = await openReady(hashOf({ preset: 'fsdp', mode: 'both', combine: '1', device: 'h100' }));
   let hash;
   try {
     const form = (p) => p.evaluate(() => Object.fromEntries([...document.getElementById('settings').elements]
@@ -205,7 +205,7 @@ test('the settings round-trip through the URL hash', { timeout: 120_000 }, async
     const shown = await form(first.page);
     assert.equal(shown.preset, 'fsdp');
     assert.equal(shown.combine, 'true');
-    assert.equal(shown.interconnect, 'h100_nvlink');
+    assert.equal(shown.device, 'h100');
     await first.page.locator('input[name="batch"]').fill('16');
     await first.page.locator('input[name="batch"]').dispatchEvent('change');
     hash = new URL(first.page.url()).hash;

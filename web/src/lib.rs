@@ -4,6 +4,7 @@
 //! renders. Errors come back as values (`{"ok":false,...}`), never as panics or rejections.
 mod masks;
 mod plan;
+mod predict;
 mod session;
 mod settings;
 
@@ -70,8 +71,8 @@ impl Shardlab {
         env!("CARGO_PKG_VERSION").to_string()
     }
 
-    /// Every preset's settings, the default preset, and the interconnect presets, as JSON:
-    /// `{"default":"dp","presets":{"seed":{...},...},"interconnects":[{"name","label",...}]}`.
+    /// Every preset's settings, the default preset, and the cost model's device presets, as
+    /// JSON: `{"default":"dp","presets":{"seed":{...},...},"devices":[{"name","label",...}]}`.
     pub fn presets() -> String {
         let presets: serde_json::Map<String, serde_json::Value> =
             [Preset::Seed, Preset::Dp, Preset::Fsdp, Preset::Tp, Preset::DpTp]
@@ -87,7 +88,7 @@ impl Shardlab {
         json!({
             "default": "dp",
             "presets": presets,
-            "interconnects": shardlab::profile::PRESETS,
+            "devices": shardlab::profile::presets(),
         })
         .to_string()
     }
@@ -153,6 +154,12 @@ impl Shardlab {
     /// The copy task's first example: `{"ok":true,"inputs":[...],"targets":[...]}`.
     pub fn example(&self) -> String {
         self.inner.borrow().example().to_string()
+    }
+
+    /// The JAX report's experiment at full size (about 400M parameters, dp over a TPU v4-8)
+    /// as the cost model predicts it, for both modes and both RNG layouts (`predict::scale_up`).
+    pub fn scale_up() -> String {
+        predict::scale_up().to_string()
     }
 
     /// Test hook: destroys the GPU device, as a driver reset or a lost GPU would.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use shardlab::exec::{Backend, Parallel, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
 use shardlab::plan::Planned;
-use shardlab::profile::{category, Category, Interconnect};
+use shardlab::profile::{category, Category};
 
 use crate::plan::Plan;
 use crate::settings::{mode_name, FieldError, Mode, Settings};
@@ -39,10 +39,14 @@ pub fn human_bytes(n: u64) -> String {
 /// many steps (it re-runs them alone, so not every step).
 const COLLECTIVES_EVERY: u64 = 20;
 
+/// Show what the model predicts for the task's example on the first step, then every this many.
+const PREDICT_EVERY: u64 = 5;
+
 pub struct Run {
     generation: u64,
     settings: Settings,
-    net: Interconnect,
+    /// Both modes' modelled steps on the chosen real device (`predict::modes`).
+    prediction: Value,
     /// Both modes' programs (the inspector compares them whatever runs).
     plans: Vec<Plan>,
     /// The trainers of the modes that run (`settings.modes()`), built on the first step.
@@ -95,7 +99,7 @@ impl Inner {
                     "modes": run.settings.modes().iter().map(|m| mode_name(*m)).collect::<Vec<_>>(),
                     "tokens_per_step": run.settings.batch * run.settings.seq,
                     "params": run.settings.config().num_params(),
-                    "interconnect": run.net,
+                    "prediction": run.prediction,
                     "memory": Self::memory(&run),
                 });
                 self.run = Some(run);
@@ -107,18 +111,19 @@ impl Inner {
 
     fn build(&self, settings: Settings) -> Result<Run, FieldError> {
         let mesh = settings.check()?;
-        let net = settings.net()?;
+        let device = settings.device_profile()?;
         let plans = [Mode::Auto, Mode::ShardMap]
             .into_iter()
             .map(|m| Plan::build(&settings, m, &mesh))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| FieldError::from_core(&e.to_string(), "mesh"))?;
         check_memory(&settings, &plans)?;
+        let prediction = crate::predict::modes(&plans, &device);
         let running = settings.modes().len();
         Ok(Run {
             generation: self.generation,
             settings,
-            net,
+            prediction,
             plans,
             trainers: (0..running).map(|_| None).collect(),
             collectives_ms: vec![None; running],
@@ -254,7 +259,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             collectives_ms: std::mem::take(&mut run.collectives_ms),
         }
     };
-    let (planned, net, settings) = {
+    let (planned, settings) = {
         let i = inner.borrow();
         let Some(run) = i.run.as_ref().filter(|r| r.generation == taken.generation) else {
             return discarded();
@@ -264,13 +269,13 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             .iter()
             .map(|m| {
                 let p = run.plans.iter().find(|p| p.mode == *m).expect("both modes are planned");
-                (p.planned.clone(), p.summary.clone())
+                p.planned.clone()
             })
             .collect();
-        (opts, run.net, run.settings.clone())
+        (opts, run.settings.clone())
     };
     let mut taken = taken;
-    let result = run_modes(&mut taken, &planned, &net, &settings, profile).await;
+    let result = run_modes(&mut taken, &planned, &settings, profile).await;
     let mut i = inner.borrow_mut();
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
         return discarded();
@@ -295,8 +300,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
 
 async fn run_modes(
     t: &mut Taken,
-    plans: &[(Planned, shardlab::profile::ProgramSummary)],
-    net: &Interconnect,
+    plans: &[Planned],
     settings: &Settings,
     profile: bool,
 ) -> Result<serde_json::Map<String, Value>, String> {
@@ -307,7 +311,7 @@ async fn run_modes(
     }
     let mut out = serde_json::Map::new();
     for k in order {
-        let (planned, summary) = &plans[k];
+        let planned = &plans[k];
         let mut build_ms = None;
         if t.trainers[k].is_none() {
             let t0 = shardlab::gpu::now_ms();
@@ -339,9 +343,13 @@ async fn run_modes(
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
         }
         let collectives_ms = t.collectives_ms[k].unwrap_or(0.0);
-        // Per-device compute as the SPMD program runs it: the measured step minus its simulated
-        // communication, divided among the devices that share this one GPU.
-        let compute_ms = (stats.step_ms - collectives_ms).max(0.0) / summary.devices.max(1) as f64;
+        // What the first running mode now predicts for the task's example (step 0's first),
+        // on plain steps every few steps: it reads the parameters back.
+        let example = if !profile && k == 0 && t.step.is_multiple_of(PREDICT_EVERY) {
+            Some(trainer.predict(0).await.map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
         let tokens = (settings.batch * settings.seq) as f64;
         out.insert(
             mode_name(t.modes[k]).to_string(),
@@ -351,13 +359,10 @@ async fn run_modes(
                 "step_ms": stats.step_ms,
                 "tokens_per_s": tokens * 1e3 / stats.step_ms.max(1e-6),
                 "collectives_measured_ms": collectives_ms,
-                "compute_ms_per_device": compute_ms,
-                "modelled_ms": summary.modelled_step_ms(compute_ms, net),
-                "modelled_collectives_ms": summary.collectives_ms(net),
-                "interconnect": net.label,
                 "build_ms": build_ms,
                 "profiled": profile,
                 "breakdown": breakdown,
+                "example_prediction": example,
             }),
         );
     }

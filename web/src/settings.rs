@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
-use shardlab::profile::{preset, Interconnect};
+use shardlab::profile::{device_preset, presets, DeviceProfile};
 use shardlab::sharding::Mesh;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,8 +63,9 @@ pub struct Settings {
     pub rng: Rng,
     pub dropout_key: Key,
     pub combine: bool,
-    /// An interconnect preset name (`tpu_v4_ici`, `h100_nvlink`, `pcie4_x16`).
-    pub interconnect: String,
+    /// The kind of real device the cost model prices the step on: a device preset's name
+    /// (`tpu_v4`, `h100`, ...).
+    pub device: String,
 }
 
 /// Sizes above these make programs or buffers that a browser tab should not be asked for.
@@ -142,7 +143,7 @@ impl Settings {
             rng: Rng::Original,
             dropout_key: Key::Same,
             combine: false,
-            interconnect: "tpu_v4_ici".into(),
+            device: "tpu_v4".into(),
         };
         match p {
             Preset::Seed => Settings {
@@ -194,16 +195,12 @@ impl Settings {
         }
     }
 
-    pub fn net(&self) -> Result<Interconnect, FieldError> {
-        preset(&self.interconnect).ok_or_else(|| {
-            let names: Vec<&str> = shardlab::profile::PRESETS.iter().map(|p| p.name).collect();
+    pub fn device_profile(&self) -> Result<DeviceProfile, FieldError> {
+        device_preset(&self.device).ok_or_else(|| {
+            let names: Vec<String> = presets().into_iter().map(|p| p.name).collect();
             FieldError::new(
-                "interconnect",
-                format!(
-                    "unknown interconnect `{}`: choose one of {}",
-                    self.interconnect,
-                    names.join(", ")
-                ),
+                "device",
+                format!("unknown device `{}`: choose one of {}", self.device, names.join(", ")),
             )
         })
     }
@@ -230,7 +227,7 @@ impl Settings {
                 format!("dropout {} must be between 0 and {MAX_DROPOUT}", self.dropout),
             ));
         }
-        self.net()?;
+        self.device_profile()?;
         let mesh = self.mesh()?;
         self.check_axes(&mesh)?;
         if !self.d_model.is_multiple_of(self.heads) {
@@ -257,7 +254,7 @@ impl Settings {
     }
 
     /// The mesh: one or two named axes whose sizes multiply (checked) to at most MAX_DEVICES.
-    fn mesh(&self) -> Result<Mesh, FieldError> {
+    pub fn mesh(&self) -> Result<Mesh, FieldError> {
         let bad = |why: String| FieldError::new("mesh", why);
         let mut axes: Vec<(&str, usize)> = vec![];
         let mut devices: u64 = 1;

@@ -4,7 +4,7 @@ use super::step_profile::{self, StepProfile};
 use super::{ExecError, GpuExecutor, ReferenceExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::{Program, Role};
-use crate::model::{eval_program, init_params, param_specs, Batch, Dataset, TrainStep};
+use crate::model::{eval_program, init_params, logits_program, param_specs, Batch, Dataset, TrainStep};
 use crate::plan::{self, check_config, plan_and_check, MemoryLimits, MemoryPlan, Planned, TrainerOptions};
 use crate::rng::Key;
 
@@ -321,6 +321,37 @@ impl Trainer {
             )));
         }
         Ok(loss)
+    }
+}
+
+impl Trainer {
+    /// What the model predicts for the first example of batch `batch_index` at the current
+    /// parameters: the argmax of the logits at each of its positions (forward only, no
+    /// dropout), on the reference executor as `eval_loss` is.
+    pub async fn predict(&self, batch_index: u64) -> Result<Vec<u32>, ExecError> {
+        let cfg = &self.planned.options.config;
+        let prog = logits_program(cfg, self.planned.options.rng_layout)?;
+        let batch = self.dataset.batch(batch_index);
+        let key = self.key(batch_index);
+        let mut inputs: Vec<Tensor> = self.params().await?.into_iter().map(Tensor::F32).collect();
+        inputs.extend([
+            Tensor::U32(batch.inputs.clone()),
+            Tensor::U32(batch.targets.clone()),
+            Tensor::U32(key.0.to_vec()),
+        ]);
+        let outs = ReferenceExecutor::run(&prog, &inputs, 0)?;
+        let logits = outs[0].f32();
+        let v = cfg.vocab;
+        Ok(logits[..cfg.seq * v]
+            .chunks(v)
+            .map(|row| {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+                best.0 as u32
+            })
+            .collect())
     }
 }
 

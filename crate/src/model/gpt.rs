@@ -67,6 +67,15 @@ fn linear(b: &mut Builder, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
 
 /// Traces docs/MODEL.md's forward pass and mean cross-entropy; returns the scalar loss.
 pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
+    let logits = forward_logits(b, cfg, a);
+    let losses = b.cross_entropy(logits, a.targets); // (B, T)
+    let loss = b.mean(losses);
+    b.set_name(loss, "loss");
+    loss
+}
+
+/// Traces docs/MODEL.md's forward pass up to the logits, (B, T, V).
+pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
     let (bsz, t, d, h) = (a.local.batch, cfg.seq, cfg.d_model, a.local.heads);
     let dh = cfg.head_dim();
     let p = a.params;
@@ -127,8 +136,5 @@ pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueI
         b.matmul(xf, p[nf + 2])
     }; // (B, T, V)
     b.set_name(logits, "logits");
-    let losses = b.cross_entropy(logits, a.targets); // (B, T)
-    let loss = b.mean(losses);
-    b.set_name(loss, "loss");
-    loss
+    logits
 }

@@ -9,7 +9,7 @@ mod train_step;
 
 pub use config::{GptConfig, ModelError, Optimizer, MAX_LAYERS};
 pub use data::{Batch, DataSource, Dataset};
-pub use gpt::{forward_loss, Activations, Local};
+pub use gpt::{forward_logits, forward_loss, Activations, Local};
 pub use params::{init_params, param_specs, Init, ParamSpec};
 pub use text_file::{read_text_file, MAX_TEXT_BYTES};
-pub use train_step::{eval_program, train_step_program, TrainStep};
+pub use train_step::{eval_program, logits_program, train_step_program, TrainStep};

@@ -1,4 +1,4 @@
-use super::gpt::{forward_loss, Activations, Local};
+use super::gpt::{forward_logits, forward_loss, Activations, Local};
 use super::{param_specs, GptConfig, ModelError, Optimizer};
 use crate::autodiff::grad;
 use crate::ir::{Builder, DType, Op, Program, RngLayout, Role, ValueId};
@@ -49,6 +49,31 @@ pub fn eval_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program, M
     };
     let loss = forward_loss(&mut b, cfg, &acts);
     b.output(loss);
+    b.finish()
+        .map_err(|e| ModelError(format!("cannot build the model: {e}")))
+}
+
+/// Forward only, without dropout, returning the logits (B, T, V): what the model predicts.
+/// Its inputs are eval_program's (the targets and key go unused).
+pub fn logits_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program, ModelError> {
+    cfg.validate()?;
+    let cfg = &GptConfig {
+        dropout: 0.0,
+        ..cfg.clone()
+    };
+    let mut b = Builder::new();
+    let params = param_inputs(&mut b, cfg);
+    let (tokens, targets, key) = data_inputs(&mut b, cfg);
+    let acts = Activations {
+        params: &params,
+        tokens,
+        targets,
+        key,
+        rng_layout,
+        local: Local::of(cfg),
+    };
+    let logits = forward_logits(&mut b, cfg, &acts);
+    b.output(logits);
     b.finish()
         .map_err(|e| ModelError(format!("cannot build the model: {e}")))
 }

@@ -85,7 +85,12 @@ pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64
     let tiles = copies * dot.batch * dot.m.div_ceil(tm.max(1)) * dot.n.div_ceil(tn.max(1));
     let units = d.matmul_units.max(1);
     let wave = tiles as f64 / (tiles.div_ceil(units) * units) as f64;
-    let flops = 2.0 * (copies * dot.batch * dot.m * dot.n * dot.k) as f64;
+    // In f64: the product overflows a 32-bit usize (wasm32) for the report's model.
+    let flops = 2.0
+        * [copies, dot.batch, dot.m, dot.n, dot.k]
+            .iter()
+            .map(|&x| x as f64)
+            .product::<f64>();
     let half = matmul_fit(d, dot, copies).half_flops;
     let size = if half > 0.0 { flops / (flops + half) } else { 1.0 };
     (pad(dot.m, tm) * pad(dot.n, tn) * pad(dot.k, tk) * wave * size).max(1e-6)

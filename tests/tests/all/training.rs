@@ -136,3 +136,30 @@ fn both_executors_report_the_peak_bytes_a_step_needs() {
         }
     });
 }
+
+#[test]
+fn a_trained_model_predicts_the_copied_half_of_an_example() {
+    pollster::block_on(async {
+        let mut t = Trainer::new(Backend::Reference, copy_task(0.0)).await.unwrap();
+        let untrained = t.predict(0).await.unwrap();
+        assert_eq!(untrained.len(), 16, "one prediction per position of the example");
+        assert!(
+            untrained.iter().all(|&p| p < 16),
+            "predictions are tokens of the vocabulary"
+        );
+        for _ in 0..200 {
+            t.step().await.unwrap();
+        }
+        let predicted = t.predict(0).await.unwrap();
+        let batch = shardlab::model::Dataset::new(DataSource::Copy, &copy_task(0.0).config, 1)
+            .unwrap()
+            .batch(0);
+        let targets = &batch.targets[..16];
+        // The second half repeats the first: after training the model copies it.
+        let right = (9..16).filter(|&i| predicted[i] == targets[i]).count();
+        assert!(
+            right >= 6,
+            "after 200 steps it predicts {predicted:?} for targets {targets:?}: {right} of the copied 7 right"
+        );
+    });
+}
