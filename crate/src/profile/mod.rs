@@ -3,9 +3,9 @@
 //! on a device profile (calibrated `this`, or a preset such as TPU v4 or H100) with its
 //! collectives over the mesh topology; and the microbenchmarks that calibrate `this`.
 mod calibrate;
+mod collective;
 mod cost;
 mod device;
-mod interconnect;
 mod measured;
 mod predict;
 mod summary;
@@ -13,11 +13,11 @@ mod topology;
 mod work;
 
 pub use calibrate::{calibrate, Calibration, Measurement};
+pub use collective::CollectiveKind;
 pub use cost::{category, instr_flops, Category};
 pub use device::{
     a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
 };
-pub use interconnect::{preset, CollectiveKind, Interconnect, PRESETS};
 pub use measured::{breakdown, MeasuredBreakdown, OpRow, PHASES};
 pub use predict::{
     matmul_efficiency, matmul_fit, predict, work_seconds, CollectiveCost, DeviceBytes, Prediction, LAUNCH,

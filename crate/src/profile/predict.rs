@@ -5,8 +5,8 @@
 //! breakdown holds for each of them.
 use std::collections::BTreeMap;
 
+use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit};
-use super::interconnect::CollectiveKind;
 use super::summary::summarize;
 use super::topology::collective_time;
 use super::work::{instr_work, DotShape, Placement, Work};

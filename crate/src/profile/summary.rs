@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
+use super::collective::CollectiveKind;
 use super::cost::instr_flops;
-use super::interconnect::{CollectiveKind, Interconnect};
 use crate::ir::{size_in_bytes as bytes, varying_axes, Op, Program};
 use crate::plan::{MemoryPlan, TensorBytes};
 
@@ -66,21 +66,6 @@ impl ProgramSummary {
             t.bytes += c.bytes;
         }
         out
-    }
-
-    /// Modelled time of all collectives on `net`, in milliseconds.
-    pub fn collectives_ms(&self, net: &Interconnect) -> f64 {
-        self.collectives
-            .iter()
-            .map(|c| net.collective_seconds(c.kind, c.bytes, c.group))
-            .sum::<f64>()
-            * 1e3
-    }
-
-    /// Modelled step time on real devices: `compute_ms_per_device` (measured) plus the
-    /// collectives on `net` (modelled), with no overlap.
-    pub fn modelled_step_ms(&self, compute_ms_per_device: f64, net: &Interconnect) -> f64 {
-        compute_ms_per_device + self.collectives_ms(net)
     }
 }
 

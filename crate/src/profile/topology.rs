@@ -1,7 +1,7 @@
 //! Collectives priced over a mesh topology: each algorithm step crosses one hop and costs
 //! alpha (the hop's latency) plus the bytes it sends over the link bandwidth (beta).
+use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, Topology};
-use super::interconnect::CollectiveKind;
 
 /// Hops and seconds of one collective.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]

@@ -1,6 +1,6 @@
 //! What `shardlab inspect` reports about per-device programs: dispatches that do not grow
 //! with the device count, FSDP's 1/N memory, collectives per kind, the same-key dropout
-//! caveat, and modelled times that follow the alpha-beta formulas.
+//! caveat.
 use std::sync::Arc;
 
 use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
@@ -8,7 +8,7 @@ use shardlab::gpu::GpuContext;
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 use shardlab::plan::{shard_map_train_step, DropoutKey, Strategy};
-use shardlab::profile::{preset, summarize, CollectiveKind};
+use shardlab::profile::summarize;
 use shardlab::sharding::Mesh;
 
 fn cfg(dropout: f32) -> GptConfig {
@@ -124,18 +124,6 @@ fn same_key_dropout_is_flagged_and_fold_in_clears_it() {
     let folded = summarize(&step(Strategy::Dp, "dp=4", DropoutKey::FoldIn, 0.1).program);
     assert!(folded.warnings.is_empty(), "{:?}", folded.warnings);
     assert_eq!(same.rng_bits, folded.rng_bits, "both draw local-shape masks");
-}
-
-#[test]
-fn modelled_collective_times_follow_the_ring_formulas() {
-    let tpu = preset("tpu_v4_ici").unwrap();
-    let bytes = 1u64 << 30;
-    let ar = tpu.collective_seconds(CollectiveKind::AllReduce, bytes, 8);
-    let ag = tpu.collective_seconds(CollectiveKind::AllGather, bytes, 8);
-    let want_ar = 2.0 * 7.0 / 8.0 * bytes as f64 / 45e9 + 14.0 * 1e-6;
-    let want_ag = 7.0 / 8.0 * bytes as f64 / 45e9 + 7.0 * 1e-6;
-    assert!((ar - want_ar).abs() < 1e-12 && (ag - want_ag).abs() < 1e-12);
-    assert_eq!(tpu.collective_seconds(CollectiveKind::AllReduce, bytes, 1), 0.0);
 }
 
 #[test]
