@@ -38,6 +38,26 @@ test('changes, story buttons and Reset made during a step apply at its end, neve
   }
 });
 
+test('switching presets while training applies at the step boundary and keeps training', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf());
+  try {
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await setControl(page, 'preset', 'fsdp');
+    const before = await page.evaluate(() => window.shardlab.steps);
+    await page.waitForFunction((b) => window.shardlab.steps >= b + 1 || window.shardlab.error, before, { timeout: 2 * STEP_TIMEOUT_MS });
+    await page.getByTestId('play').click(); // pause
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.preset), 'fsdp');
+    assert.match(location(page), /preset=fsdp/);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
 test('Pause then Play while a step runs resumes training', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
   const { context, page } = await openReady(hashOf());
   try {
