@@ -465,25 +465,39 @@ function record(r) {
   renderStory();
 }
 
+/**
+ * Measured: one stacked bar per mode, its profiled step split by category plus the one
+ * submission the step pays (the profile scales each op to its phase's wall time, so the
+ * segments add up to the step); then the phases and the most expensive ops.
+ */
 function renderBreakdown(r) {
   const ran = MODES.filter((m) => r.modes[m] && r.modes[m].breakdown);
   const b = (m) => r.modes[m].breakdown;
-  const cats = ['matmul', 'attention', 'rng', 'collectives', 'optimizer', 'other'];
+  const scale = Math.max(...ran.map((m) => b(m).step_ms), 1e-9);
+  const bars = el('div', { class: 'bars' }, ran.map((m) => {
+    const x = b(m);
+    const parts = { ...x.categories_ms, submit: x.submit_ms };
+    return barRow(m, parts, MEASURED_CATEGORIES, scale, 'measured-bar', x.step_ms, { 'data-sum-ms': String(x.categories_sum_ms) });
+  }));
+  const offBy = (x) => fmtPct(Math.abs(x.categories_sum_ms - x.step_ms) / x.step_ms);
   const row = (label, f) => el('tr', {}, el('th', {}, label), ran.map((m) => el('td', { class: 'num' }, f(b(m)))));
-  const rows = [
-    ...['forward', 'backward', 'update'].map((p) => row(`${p} (wall)`, (x) => fmtMs(x.phases_ms[p]))),
-    ...cats.map((c) => row(c, (x) => (x.categories_ms ? fmtMs(x.categories_ms[c]) : '—'))),
-  ];
-  const noTimestamps = ran.some((m) => !b(m).categories_ms);
-  const box = $('breakdown');
-  box.replaceChildren(...[
+  const phases = el('table', { class: 'compact' },
+    el('thead', {}, el('tr', {}, el('th'), ran.map((m) => el('th', { class: 'num' }, MODE_LABEL[m])))),
+    el('tbody', {}, [
+      ...['forward', 'backward', 'update'].map((p) => row(p, (x) => fmtMs(x.phases_ms[p]))),
+      row('one submission', (x) => fmtMs(x.submit_ms)),
+      row('step, measured whole', (x) => fmtMs(x.step_ms)),
+      row('categories off the step by', offBy),
+    ]));
+  const top = el('div', {}, ran.map((m) => el('div', { 'data-testid': 'top-ops', 'data-mode': m },
+    el('p', { class: 'small' }, el('strong', {}, `${MODE_LABEL[m]}: the most expensive ops`)),
+    el('ol', { class: 'small' }, b(m).top_ops.map((o) => el('li', {},
+      el('code', {}, o.op), ` ${o.phase}, ${o.category}: ${fmtMs(o.ms)} `, el('span', { class: 'muted' }, o.shape)))))));
+  $('breakdown').replaceChildren(
     el('h3', {}, el('span', { class: 'tag measured' }, 'measured'), ` where step ${r.step + 1}'s time went`),
-    el('p', { class: 'muted small' }, 'A profiled step waits for the GPU after every phase, so these times are not a step time and are not charted.'),
-    el('table', { class: 'compact' }, el('thead', {}, el('tr', {}, el('th'), ran.map((m) => el('th', { class: 'num' }, MODE_LABEL[m])))),
-      el('tbody', {}, rows)),
-    noTimestamps ? el('p', { class: 'muted small' }, 'Per-category times need timestamp queries, which this adapter lacks or reports implausibly; the phases are wall times.') : null,
-  ].filter(Boolean));
-  box.hidden = false;
+    el('p', { class: 'muted small' }, 'Each op timed alone by wall clock (split submissions), shared out over its phase’s measured time. Profiling re-runs the step many times, so this step is not charted and its time is not a step time.'),
+    bars, measuredLegend(), phases, top);
+  $('breakdown').hidden = false;
 }
 
 // ---- the cost model: modelled steps on real devices ----------------------------------------
@@ -492,23 +506,34 @@ function renderBreakdown(r) {
 const CATEGORIES = ['matmul', 'attention', 'rng', 'collectives', 'optimizer', 'other', 'launch'];
 const CATEGORY_COLOR = {
   matmul: '#4f46e5', attention: '#0891b2', rng: '#dc2626', collectives: '#16a34a',
-  optimizer: '#9333ea', other: '#64748b', launch: '#ca8a04',
+  optimizer: '#9333ea', other: '#64748b', launch: '#ca8a04', submit: '#a8a29e',
 };
+
+/** The measured bars' segments: the categories, then the one submission a step pays. */
+const MEASURED_CATEGORIES = ['matmul', 'attention', 'rng', 'collectives', 'optimizer', 'other', 'submit'];
+
+/** One mode's stacked bar: a segment per category of `parts` (ms), scaled to `scale` ms. */
+function barRow(mode, parts, categories, scale, testid, totalMs, extra = {}) {
+  const segs = categories.filter((c) => parts[c] > 0).map((c) => el('span', {
+    class: 'seg', 'data-category': c, 'data-ms': String(parts[c]),
+    style: `width:${(100 * parts[c] / scale).toFixed(3)}%;background:${CATEGORY_COLOR[c]}`,
+    title: `${c}: ${fmtMs(parts[c])}`,
+  }));
+  return el('div', { class: 'bar-row', 'data-testid': testid, 'data-mode': mode, 'data-step-ms': String(totalMs), ...extra },
+    el('span', { class: 'bar-label' }, MODE_LABEL[mode]),
+    el('span', { class: 'bar' }, segs),
+    el('span', { class: 'bar-total num' }, fmtMs(totalMs)));
+}
 
 /** One stacked bar per mode: its modelled step split by category, the segments summing to it. */
 function predictionBars(modes, scale, testid) {
-  return el('div', { class: 'bars' }, MODES.filter((m) => modes[m]).map((m) => {
-    const p = modes[m];
-    const segs = CATEGORIES.filter((c) => p.breakdown_ms[c] > 0).map((c) => el('span', {
-      class: 'seg', 'data-category': c, 'data-ms': String(p.breakdown_ms[c]),
-      style: `width:${(100 * p.breakdown_ms[c] / scale).toFixed(3)}%;background:${CATEGORY_COLOR[c]}`,
-      title: `${c}: ${fmtMs(p.breakdown_ms[c])}`,
-    }));
-    return el('div', { class: 'bar-row', 'data-testid': testid, 'data-mode': m, 'data-step-ms': String(p.step_ms) },
-      el('span', { class: 'bar-label' }, MODE_LABEL[m]),
-      el('span', { class: 'bar' }, segs),
-      el('span', { class: 'bar-total num' }, fmtMs(p.step_ms)));
-  }));
+  return el('div', { class: 'bars' }, MODES.filter((m) => modes[m]).map((m) =>
+    barRow(m, modes[m].breakdown_ms, CATEGORIES, scale, testid, modes[m].step_ms)));
+}
+
+function measuredLegend() {
+  return el('p', { class: 'legend small' }, MEASURED_CATEGORIES.map((c) =>
+    el('span', {}, el('i', { style: `background:${CATEGORY_COLOR[c]}` }), c === 'submit' ? 'one submission' : c)));
 }
 
 function categoryLegend() {
@@ -986,10 +1011,10 @@ function renderStory() {
   const bitsRatio = m.rng_bits_per_device > 0 ? a.rng_bits_per_device / m.rng_bits_per_device : null;
   const prof = (state.story.profiles[key] || {})[s.rng];
   const rngShare = (mode) => {
-    const c = prof && prof[mode] && prof[mode].breakdown && prof[mode].breakdown.categories_ms;
-    if (!c) return null;
-    const total = Object.values(c).reduce((x, y) => x + y, 0);
-    return total > 0 ? `${fmtMs(c.rng)} of ${fmtMs(total)} (${fmtPct(c.rng / total)}) in ${MODE_LABEL[mode]}` : null;
+    const x = prof && prof[mode] && prof[mode].breakdown;
+    if (!x) return null;
+    const total = x.step_ms;
+    return total > 0 ? `${fmtMs(x.categories_ms.rng)} of ${fmtMs(total)} (${fmtPct(x.categories_ms.rng / total)}) in ${MODE_LABEL[mode]}` : null;
   };
   const shares = MODES.map(rngShare).filter(Boolean);
   const pr = state.configured.prediction;
@@ -1009,8 +1034,7 @@ function renderStory() {
       : 'With the partitionable layout each device makes only its block. ',
     shares.length
       ? el('span', { 'data-testid': 'rng-time' }, `In a profiled step the random bits took ${shares.join(', and ')} (measured).`)
-      : prof ? 'This adapter has no usable timestamp queries, so the random bits’ share of the step cannot be measured here.'
-        : 'Press “Where does the time go?” to measure the random bits’ share of each mode’s step.',
+      : 'Press “Where does the time go?” to measure the random bits’ share of each mode’s step.',
     modelled);
 
   const flag = el('li', {}, el('strong', {}, 'The flag. '),

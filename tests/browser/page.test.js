@@ -136,14 +136,26 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     assert.match(await page.getByTestId('live').innerText(), /measured[\s\S]*modelled/);
     assert.ok(await page.locator('[data-testid="chart-measured"] canvas').count() > 0, 'no chart canvas');
 
-    // A profiled step: phases per mode (and categories where timestamps work), not charted,
-    // and its time is not shown as the last step time.
+    // A profiled step: a stacked bar per mode whose segments add up to the profiled step
+    // (within 10%), phases per mode, not charted, and its time is not shown as the last step time.
     const lastStep = await page.getByTestId('step-ms').innerText();
     await page.getByTestId('profile').click();
     await page.waitForFunction((n) => window.shardlab.steps > n || window.shardlab.error, steps, { timeout: STEP_TIMEOUT_MS });
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
     const breakdown = await page.getByTestId('breakdown').innerText();
-    assert.match(breakdown, /forward \(wall\)[\s\S]*update \(wall\)[\s\S]*collectives/);
+    assert.match(breakdown, /forward[\s\S]*backward[\s\S]*update[\s\S]*one submission/);
+    const bars = await page.locator('[data-testid="measured-bar"]').evaluateAll((rows) => rows.map((r) => ({
+      mode: r.dataset.mode,
+      step: Number(r.dataset.stepMs),
+      segs: [...r.querySelectorAll('.seg')].map((s) => ({ c: s.dataset.category, ms: Number(s.dataset.ms) })),
+    })));
+    assert.deepEqual(bars.map((b) => b.mode).sort(), ['auto', 'shard_map']);
+    for (const b of bars) {
+      const sum = b.segs.reduce((x, s) => x + s.ms, 0);
+      assert.ok(b.step > 0 && Math.abs(sum - b.step) <= 0.25 * b.step, `${b.mode}: segments ${sum} ms vs step ${b.step} ms`);
+      assert.ok(b.segs.some((s) => s.c === 'matmul') && b.segs.some((s) => s.c === 'optimizer'), JSON.stringify(b.segs));
+    }
+    assert.equal(await page.locator('[data-testid="top-ops"]').count(), 2);
     assert.deepEqual(await chartPoints(page, 'measured'), [steps + 1, steps, steps]);
     assert.deepEqual(await chartPoints(page, 'loss'), [steps + 1, steps, steps]);
     assert.equal(await page.getByTestId('step-ms').innerText(), lastStep);

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use shardlab::exec::{Backend, Parallel, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
 use shardlab::plan::Planned;
-use shardlab::profile::{category, Category};
+use shardlab::profile;
 
 use crate::plan::Plan;
 use crate::settings::{mode_name, FieldError, Mode, Settings};
@@ -38,6 +38,9 @@ pub fn human_bytes(n: u64) -> String {
 /// Measure the simulated collectives' share of the step on the second step, then every this
 /// many steps (it re-runs them alone, so not every step).
 const COLLECTIVES_EVERY: u64 = 20;
+
+/// The most expensive ops a profiled step lists per mode.
+const TOP_OPS: usize = 5;
 
 /// Show what the model predicts for the task's example on the first step, then every this many.
 const PREDICT_EVERY: u64 = 5;
@@ -369,22 +372,36 @@ async fn run_modes(
     Ok(out)
 }
 
-/// Where a profiled step's time went, measured: forward / backward / update wall times, and
-/// per category (matmul, attention, rng, collectives, optimizer, other) from timestamp queries
-/// where the adapter has them (the update phase counts as optimizer).
+/// Where a profiled step's time went, measured by wall clock with split submissions (the
+/// core's `exec::step_profile`, read by `profile::breakdown`, as `bench train --ops` shows it):
+/// the step, its phases, and its ops summed per category. The categories plus the one
+/// submission the step pays add up to the step (the ops are scaled to their phase's time).
 fn breakdown(trainer: &Trainer, p: &StepProfile) -> Value {
-    let categories = p.per_dispatch.as_ref().map(|per| {
-        let mut ms: std::collections::BTreeMap<&str, f64> = Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
-        for (instr, t) in per {
-            let c = category(&trainer.program().instrs[*instr]);
-            *ms.entry(c.name()).or_default() += t;
-        }
-        *ms.entry(Category::Optimizer.name()).or_default() += p.phases_ms[2];
-        ms
-    });
+    let b = profile::breakdown(trainer.program(), p);
+    let categories: serde_json::Map<String, Value> = b
+        .categories_ms
+        .iter()
+        .map(|(c, ms)| (c.name().to_string(), json!(ms)))
+        .collect();
+    let phases: serde_json::Map<String, Value> = b
+        .phases_ms
+        .iter()
+        .map(|(name, ms)| (name.to_string(), json!(ms)))
+        .collect();
+    let top: Vec<Value> = b
+        .ops
+        .iter()
+        .take(TOP_OPS)
+        .map(|o| json!({"op": o.op, "shape": o.shape, "category": o.category.name(), "phase": o.phase, "ms": o.ms}))
+        .collect();
     json!({
-        "phases_ms": {"forward": p.phases_ms[0], "backward": p.phases_ms[1], "update": p.phases_ms[2]},
+        "step_ms": b.step_ms,
+        "submit_ms": b.submit_overhead_ms,
+        "phases_ms": phases,
+        "phases_sum_ms": b.phases_sum_ms,
         "categories_ms": categories,
+        "categories_sum_ms": b.categories_sum_ms,
+        "top_ops": top,
     })
 }
 
