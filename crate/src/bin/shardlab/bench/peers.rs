@@ -26,6 +26,8 @@ pub struct Args {
     /// Tiny configurations of the same kinds (a smoke test in seconds, not the goals' sizes).
     #[arg(long)]
     pub tiny: bool,
+    #[command(flatten)]
+    pub retune: crate::tuning_cache::RetuneArg,
 }
 
 #[derive(serde::Serialize)]
@@ -44,11 +46,12 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let python = python(args.python);
     let (jax, numpy) = check(&python)?;
-    let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
+    let tuned = crate::tuning_cache::open(args.retune)?;
+    let ctx = &tuned.ctx;
     let scale = if args.tiny { Scale::Tiny } else { Scale::Full };
     let dir = std::env::temp_dir().join(format!("shardlab-peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let result = measure_all(&ctx, &python, &dir, scale, args.steps);
+    let result = measure_all(ctx, &python, &dir, scale, args.steps);
     let _ = std::fs::remove_dir_all(&dir);
     let report = Report {
         adapter: format!("{} ({})", ctx.summary.name, ctx.summary.backend),
