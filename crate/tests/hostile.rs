@@ -694,3 +694,17 @@ fn inspect_reports_memory_from_the_plan() {
         "{largest}"
     );
 }
+
+#[test]
+fn bench_peers_refuses_a_missing_python_and_zero_steps_naming_the_fix() {
+    refused(&[
+        case(
+            &["bench", "peers", "--python", "/nonexistent/shardlab-python", "--tiny"],
+            &["needs Python with JAX", "cargo xtask test jax", "--python"],
+        ),
+        case(
+            &["bench", "peers", "--steps", "0", "--tiny"],
+            &["--steps must be at least 1"],
+        ),
+    ]);
+}

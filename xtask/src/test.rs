@@ -15,6 +15,8 @@ use crate::{jax, setup, site, steps};
 const WEB_PACKAGE: &str = "shardlab-web";
 /// The export tests' module in the test binary: they run in the jax step, not the native one.
 const EXPORT_TESTS: &str = "export_jax::";
+/// The tests of `shardlab bench peers`, which run JAX as the peer (crate/tests/peers.rs).
+const PEER_TESTS: &str = "under_jax::";
 
 enum Outcome {
     Ok(Option<String>),
@@ -217,7 +219,7 @@ fn native(report: &mut Report) {
     if let Err(e) = setup::system_packages(false) {
         return report.failed(NAME, e);
     }
-    step("native tests: cargo test --workspace --exclude shardlab-web (the export tests run in the jax step)");
+    step("native tests: cargo test --workspace --exclude shardlab-web (the export and peer tests run in the jax step)");
     cargo_tests(
         report,
         NAME,
@@ -231,6 +233,8 @@ fn native(report: &mut Report) {
             "--",
             "--skip",
             EXPORT_TESTS,
+            "--skip",
+            PEER_TESTS,
         ]),
     );
 }
@@ -239,7 +243,18 @@ fn jax_tests(report: &mut Report) {
     const NAME: &str = "export tests under JAX (cargo test)";
     step("JAX: the virtual environment in target/jax-venv");
     let mut cmd = cargo();
-    cmd.args(["test", "-p", "shardlab-tests", "--no-fail-fast", "--", EXPORT_TESTS]);
+    cmd.args([
+        "test",
+        "-p",
+        "shardlab-tests",
+        "-p",
+        "shardlab",
+        "--tests",
+        "--no-fail-fast",
+        "--",
+        EXPORT_TESTS,
+        PEER_TESTS,
+    ]);
     match jax::python() {
         Ok(python) => {
             println!("JAX from {}", python.display());
@@ -251,7 +266,7 @@ fn jax_tests(report: &mut Report) {
         }
         Err(e) => return report.failed(NAME, e),
     }
-    step("export tests: cargo test -p shardlab-tests -- export_jax::");
+    step("export and peer tests: cargo test -p shardlab-tests -p shardlab --tests -- export_jax:: under_jax::");
     cargo_tests(report, NAME, "jax", &mut cmd);
 }
 

@@ -54,12 +54,12 @@ pub async fn matmul_square(ctx: &GpuContext, n: usize) -> Result<MatmulBench, Gp
     let variant = choose_variant(ctx, &s).await?;
     let chosen = matmul(ctx, &s, &a, &b, None, &c, Some(variant)).await?;
     let chosen_ms = gpu_ms(ctx, &chosen, 1000.0).await?;
-    check(ctx, &c, &want, variant, n).await?;
+    check_matmul(ctx, &c, &want, variant, n).await?;
 
     let naive = matmul(ctx, &s, &a, &b, None, &c, Some(Variant::Naive)).await?;
     ctx.write(&c, &vec![0f32; n * n]);
     let naive_ms = gpu_ms(ctx, &naive, 1000.0).await?;
-    check(ctx, &c, &want, Variant::Naive, n).await?;
+    check_matmul(ctx, &c, &want, Variant::Naive, n).await?;
 
     let gflops = |ms: f64| s.flops() / (ms * 1e6);
     Ok(MatmulBench {
@@ -129,7 +129,13 @@ fn reps(budget_ms: f64, warm_ms: f64) -> usize {
     ((budget_ms / warm_ms.max(1e-3)) as usize).clamp(2, 10)
 }
 
-async fn check(ctx: &GpuContext, c: &GpuBuffer, want: &[f32], variant: Variant, n: usize) -> Result<(), GpuError> {
+pub(crate) async fn check_matmul(
+    ctx: &GpuContext,
+    c: &GpuBuffer,
+    want: &[f32],
+    variant: Variant,
+    n: usize,
+) -> Result<(), GpuError> {
     let got: Vec<f32> = ctx.read(c).await?;
     let bad = got.iter().zip(want).position(|(g, w)| !close(*g, *w, 1e-2, 1e-3));
     match bad {
@@ -142,7 +148,7 @@ async fn check(ctx: &GpuContext, c: &GpuBuffer, want: &[f32], variant: Variant, 
 }
 
 /// Deterministic values in [-1, 1) from a 32-bit LCG.
-fn noise(n: usize, seed: u32) -> Vec<f32> {
+pub(crate) fn noise(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
     (0..n)
         .map(|_| {

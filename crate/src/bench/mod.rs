@@ -2,4 +2,5 @@
 pub mod compare;
 pub mod kernels;
 pub mod model;
+pub mod peers;
 pub mod train;

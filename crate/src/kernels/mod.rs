@@ -21,4 +21,4 @@ pub mod softmax;
 mod tuning;
 
 pub use rows::RowStrategy;
-pub use tuning::Tuning;
+pub use tuning::{Tuning, TuningCache};

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use shardlab::gpu::GpuContext;
 use shardlab::profile::{calibrate, device_preset, presets, Calibration, DeviceProfile};
 
-/// The directory of cached calibrations: $SHARDLAB_CACHE_DIR, else $XDG_CACHE_HOME/shardlab,
-/// else ~/.cache/shardlab.
-fn cache_dir() -> Option<PathBuf> {
+/// The directory of cached calibrations and tunings: $SHARDLAB_CACHE_DIR, else
+/// $XDG_CACHE_HOME/shardlab, else ~/.cache/shardlab.
+pub fn cache_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("SHARDLAB_CACHE_DIR") {
         return Some(PathBuf::from(d));
     }
@@ -17,10 +17,10 @@ fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("shardlab"))
 }
 
-/// The cache file of one adapter: its name, backend and driver, as a file name.
-fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
+/// One adapter: its name, backend and driver, as a file name.
+pub fn adapter_id(ctx: &GpuContext) -> String {
     let s = &ctx.summary;
-    let id: String = format!("{}-{}-{}", s.name, s.backend, s.driver)
+    format!("{}-{}-{}", s.name, s.backend, s.driver)
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
@@ -29,7 +29,12 @@ fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
                 '_'
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The cache file of one adapter's calibration.
+fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
+    let id = adapter_id(ctx);
     // v2: profiles with the batched matmul class; older files are measured again.
     cache_dir().map(|d| d.join(format!("profile-v2-{id}.json")))
 }

@@ -28,6 +28,9 @@ pub struct JaxArgs {
     /// Accepted so that `train`'s command line works unchanged (the script picks its devices).
     #[arg(long, hide = true)]
     pub cpu: bool,
+    /// Accepted so that `train`'s command line works unchanged (nothing is tuned here).
+    #[arg(long, hide = true)]
+    pub retune: bool,
 }
 
 pub fn run(command: Command) -> Result<(), String> {

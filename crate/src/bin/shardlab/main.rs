@@ -30,6 +30,7 @@ mod inspect;
 mod plan;
 mod stdout;
 mod train;
+mod tuning_cache;
 
 use std::process::ExitCode;
 

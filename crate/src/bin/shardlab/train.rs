@@ -1,10 +1,8 @@
 //! `shardlab train`: trains the model, with a live progress line on a terminal or one JSON
 //! object per step with `--json`.
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
 
 use shardlab::exec::{Backend, Trainer};
-use shardlab::gpu::GpuContext;
 use shardlab::plan::TrainerOptions;
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
@@ -24,6 +22,8 @@ pub struct Args {
     /// Run on the CPU reference executor instead of the GPU.
     #[arg(long)]
     pub cpu: bool,
+    #[command(flatten)]
+    pub retune: crate::tuning_cache::RetuneArg,
 }
 
 pub fn run(mut args: Args) -> Result<(), String> {
@@ -32,10 +32,14 @@ pub fn run(mut args: Args) -> Result<(), String> {
     if args.steps == 0 {
         return Err("--steps must be at least 1".into());
     }
-    let backend = if args.cpu {
-        Backend::Reference
+    let tuned = if args.cpu {
+        None
     } else {
-        Backend::Gpu(Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?))
+        Some(crate::tuning_cache::open(args.retune)?)
+    };
+    let backend = match &tuned {
+        None => Backend::Reference,
+        Some(t) => Backend::Gpu(t.ctx.clone()),
     };
     pollster::block_on(train(backend, opts, args.steps, args.json)).map_err(|e| e.to_string())
 }

@@ -49,6 +49,43 @@ impl std::fmt::Display for MatmulClass {
     }
 }
 
+impl MatmulClass {
+    /// The class its [`Display`](std::fmt::Display) form names, e.g. `matmul/large/aligned/nn/single`.
+    pub fn parse(text: &str) -> Option<MatmulClass> {
+        let parts: Vec<&str> = text.split('/').collect();
+        let [kind, size, aligned, trans, batched] = parts[..] else {
+            return None;
+        };
+        let size = match size {
+            "small" => SizeClass::Small,
+            "medium" => SizeClass::Medium,
+            "large" => SizeClass::Large,
+            _ => return None,
+        };
+        let flag = |text: &str, yes: &str, no: &str| match text {
+            t if t == yes => Some(true),
+            t if t == no => Some(false),
+            _ => None,
+        };
+        let t = |c: char| match c {
+            't' => Some(true),
+            'n' => Some(false),
+            _ => None,
+        };
+        let trans: Vec<char> = trans.chars().collect();
+        if kind != "matmul" || trans.len() != 2 {
+            return None;
+        }
+        Some(MatmulClass {
+            size,
+            aligned: flag(aligned, "aligned", "unaligned")?,
+            trans_a: t(trans[0])?,
+            trans_b: t(trans[1])?,
+            batched: flag(batched, "batched", "single")?,
+        })
+    }
+}
+
 /// The shape class of `s`.
 pub fn class_key(s: &MatmulShape) -> MatmulClass {
     let work = s.batch * s.m * s.n * s.k;
@@ -107,6 +144,7 @@ pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant
             let v = tune(ctx, &representative(s)).await?;
             if let Ok(mut t) = ctx.tuning.lock() {
                 t.matmul.insert(key, v);
+                t.tuned += 1;
             }
             v
         }

@@ -1,10 +1,7 @@
 //! `shardlab bench compare [--preset seed] [--rng original|partitionable] [--json]`: automatic
 //! vs shard_map steps of the same strategy, interleaved in one process; medians.
-use std::sync::Arc;
-
 use shardlab::bench::compare::compare;
 use shardlab::exec::Backend;
-use shardlab::gpu::GpuContext;
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -23,6 +20,8 @@ pub struct Args {
     /// Run on the CPU reference executor.
     #[arg(long)]
     pub cpu: bool,
+    #[command(flatten)]
+    pub retune: crate::tuning_cache::RetuneArg,
 }
 
 pub fn run(mut args: Args) -> Result<(), String> {
@@ -35,10 +34,14 @@ pub fn run(mut args: Args) -> Result<(), String> {
     if args.steps == 0 {
         return Err("--steps must be at least 1: the comparison reports medians of measured steps".into());
     }
-    let backend = if args.cpu {
-        Backend::Reference
+    let tuned = if args.cpu {
+        None
     } else {
-        Backend::Gpu(Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?))
+        Some(crate::tuning_cache::open(args.retune)?)
+    };
+    let backend = match &tuned {
+        None => Backend::Reference,
+        Some(t) => Backend::Gpu(t.ctx.clone()),
     };
     let c = pollster::block_on(compare(backend, &opts, args.steps)).map_err(|e| e.to_string())?;
     if args.json {

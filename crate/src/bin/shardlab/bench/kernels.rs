@@ -2,13 +2,14 @@
 use std::io::Write;
 
 use shardlab::bench::kernels::{causal_softmax, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES};
-use shardlab::gpu::GpuContext;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    retune: crate::tuning_cache::RetuneArg,
 }
 
 /// Softmax problem: 4096 rows of 1024 scores (4 x 1024 queries of a 1024-token causal window).
@@ -16,7 +17,8 @@ const SOFTMAX_ROWS: usize = 4096;
 const SOFTMAX_T: usize = 1024;
 
 pub fn run(args: Args) -> Result<(), String> {
-    let ctx = GpuContext::new_blocking().map_err(|e| e.to_string())?;
+    let tuned = crate::tuning_cache::open(args.retune)?;
+    let ctx = &*tuned.ctx;
     let out = |line: String| {
         println!("{line}");
         let _ = std::io::stdout().flush();
@@ -33,7 +35,7 @@ pub fn run(args: Args) -> Result<(), String> {
         ));
     }
     for n in MATMUL_SIZES {
-        let r = pollster::block_on(matmul_square(&ctx, n)).map_err(|e| e.to_string())?;
+        let r = pollster::block_on(matmul_square(ctx, n)).map_err(|e| e.to_string())?;
         if args.json {
             out(json_line(&r));
         } else {
@@ -59,8 +61,8 @@ pub fn run(args: Args) -> Result<(), String> {
             ));
         }
     };
-    print_bandwidth(pollster::block_on(elementwise_add(&ctx)).map_err(|e| e.to_string())?);
-    print_bandwidth(pollster::block_on(causal_softmax(&ctx, SOFTMAX_ROWS, SOFTMAX_T)).map_err(|e| e.to_string())?);
+    print_bandwidth(pollster::block_on(elementwise_add(ctx)).map_err(|e| e.to_string())?);
+    print_bandwidth(pollster::block_on(causal_softmax(ctx, SOFTMAX_ROWS, SOFTMAX_T)).map_err(|e| e.to_string())?);
     Ok(())
 }
 

@@ -2,6 +2,8 @@
 mod compare;
 mod kernels;
 mod model;
+mod peer_process;
+mod peers;
 mod train;
 
 use clap::Subcommand;
@@ -17,6 +19,9 @@ pub enum Command {
     /// The cost model checked: predicted (device `this`) beside measured step times of a
     /// sweep of small configurations, and the mean absolute percentage error.
     Model(model::Args),
+    /// shardlab against JAX (train steps) and numpy (matmul) on the same CPU cores, alternating
+    /// in one run: medians, ratios and the speed goals.
+    Peers(peers::Args),
 }
 
 pub fn run(command: Command) -> Result<(), String> {
@@ -25,5 +30,6 @@ pub fn run(command: Command) -> Result<(), String> {
         Command::Train(args) => train::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Model(args) => model::run(args),
+        Command::Peers(args) => peers::run(args),
     }
 }

@@ -1,10 +1,8 @@
 //! `shardlab bench train [--steps N] [--ops] [--json]`: steps/s, tokens/s and ms per step split
 //! into forward, backward and update, for the tiny and a small configuration; with `--ops`,
 //! the ops that take the most time and the categories against the step.
-use std::sync::Arc;
 
 use shardlab::bench::train::{self, TrainBench};
-use shardlab::gpu::GpuContext;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,13 +18,16 @@ pub struct Args {
     /// One JSON object per configuration.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    retune: crate::tuning_cache::RetuneArg,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
     if args.steps == 0 {
         return Err("--steps must be at least 1".into());
     }
-    let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
+    let tuned = crate::tuning_cache::open(args.retune)?;
+    let ctx = &tuned.ctx;
     let header = || {
         println!(
             "{:<6} {:>9} {:>9} {:>10} {:>11} {:>10} {:>11} {:>10} {:>10}",

@@ -1,0 +1,332 @@
+//! `shardlab bench peers`: shardlab against its peers on the same CPU cores, in one run. Each
+//! configuration alternates one shardlab measurement with one of the peer (JAX's train step of
+//! the same experiment, or numpy's matmul), after warm-up, and compares the medians, so that
+//! load from other work on a shared machine hits both alike. The peer runs in another process
+//! (see peers.py); this module measures shardlab and reduces the pairs to rows.
+use crate::exec::{Backend, ExecError, Trainer};
+use crate::gpu::GpuContext;
+use crate::ir::RngLayout;
+use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape};
+use crate::model::{DataSource, GptConfig, Init, Optimizer};
+use crate::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
+use crate::reference;
+use crate::sharding::Mesh;
+
+use super::kernels::{check_matmul, noise};
+
+/// The peer process's program: run as `python peers.py SCRIPT|numpy` (see its docstring).
+pub const DRIVER: &str = include_str!("peers.py");
+
+/// Steps (or matmuls) of each side run before the measured ones: the first compiles.
+pub const WARMUP: usize = 2;
+
+/// The issue's sizes, or tiny ones that finish in seconds (tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    Full,
+    Tiny,
+}
+
+/// What one configuration runs on both sides.
+#[derive(Clone, Debug)]
+pub enum Workload {
+    /// A train step: shardlab's `Trainer` vs the `shardlab export jax` script of the same options.
+    Train(Box<TrainerOptions>),
+    /// C = A @ B, float32, n x n x n: shardlab's autotuned matmul vs numpy's.
+    Matmul { n: usize },
+}
+
+/// One row of the benchmark, before it runs.
+#[derive(Clone, Debug)]
+pub struct PeerConfig {
+    pub name: String,
+    pub workload: Workload,
+    /// The goal: shardlab's median time at most this many times the peer's.
+    pub goal_max_ratio: f64,
+}
+
+impl PeerConfig {
+    /// `jax` or `numpy`.
+    pub fn peer(&self) -> &'static str {
+        match self.workload {
+            Workload::Train(_) => "jax",
+            Workload::Matmul { .. } => "numpy",
+        }
+    }
+
+    /// Simulated devices the peer needs (JAX's `--xla_force_host_platform_device_count`).
+    pub fn devices(&self) -> usize {
+        match &self.workload {
+            Workload::Train(o) => match &o.parallel {
+                Parallel::None => 1,
+                Parallel::Auto { mesh, .. } | Parallel::ShardMap { mesh, .. } => mesh.devices(),
+            },
+            Workload::Matmul { .. } => 1,
+        }
+    }
+}
+
+/// One measured row: medians of the alternated samples and their ratio.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PeerRow {
+    pub config: String,
+    pub peer: &'static str,
+    /// Median ms of one shardlab step (or matmul), measured.
+    pub shardlab_ms: f64,
+    /// Median ms of one peer step (or matmul), measured in the same run, alternating.
+    pub peer_ms: f64,
+    /// shardlab_ms / peer_ms: how many times slower shardlab is.
+    pub ratio: f64,
+    /// The goal, as a ratio that must not be exceeded.
+    pub goal_max_ratio: f64,
+    pub met: bool,
+    /// Matmul rows: GFLOP/s of each side; train rows: null.
+    pub shardlab_gflops: Option<f64>,
+    pub peer_gflops: Option<f64>,
+    /// What shardlab ran: the matmul variant the autotuner chose; train rows: null.
+    pub variant: Option<&'static str>,
+    /// Measured samples of each side (after warm-up).
+    pub samples: usize,
+}
+
+/// The benchmark's configurations: "small" on one device, the seed preset on dp=8 in both
+/// modes, and matmul at n = 1024 (tiny scale: the same shapes of run, small enough for tests).
+pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
+    let (small, seed, devices, n) = match scale {
+        Scale::Full => (
+            ("small", small_config()),
+            GptConfig {
+                layers: 2,
+                d_model: 128,
+                heads: 4,
+                seq: 64,
+                batch: 32,
+                vocab: 256,
+                tied: false,
+                dropout: 0.1,
+            },
+            8,
+            1024,
+        ),
+        Scale::Tiny => (
+            ("tiny", GptConfig::tiny()),
+            GptConfig {
+                dropout: 0.1,
+                ..GptConfig::tiny()
+            },
+            2,
+            64,
+        ),
+    };
+    let seed_name = if scale == Scale::Full { "seed" } else { "tiny seed" };
+    let mesh = Mesh::parse(&format!("dp={devices}")).map_err(|e| ExecError::Input(e.to_string()))?;
+    // The bench train run: formula init, AdamW, no dropout.
+    let single = TrainerOptions {
+        config: small.1,
+        optimizer: Optimizer::AdamW { lr: 1e-3 },
+        init: Init::Formula,
+        data: DataSource::Copy,
+        seed: 0,
+        rng_layout: RngLayout::Partitionable,
+        parallel: Parallel::None,
+        combine_all_reduces: false,
+    };
+    // `--preset seed`: random init, AdamW 3e-3, dropout 0.1, JAX's original RNG layout.
+    let seed_opts = |parallel| TrainerOptions {
+        config: seed.clone(),
+        optimizer: Optimizer::AdamW { lr: 3e-3 },
+        init: Init::Random { seed: 0 },
+        data: DataSource::Copy,
+        seed: 0,
+        rng_layout: RngLayout::Original,
+        parallel,
+        combine_all_reduces: false,
+    };
+    Ok(vec![
+        PeerConfig {
+            name: small.0.into(),
+            workload: Workload::Train(Box::new(single)),
+            goal_max_ratio: 3.0,
+        },
+        PeerConfig {
+            name: format!("{seed_name} auto dp={devices}"),
+            workload: Workload::Train(Box::new(seed_opts(Parallel::Auto {
+                strategy: Strategy::Dp,
+                mesh: mesh.clone(),
+                specs: vec![],
+            }))),
+            goal_max_ratio: 4.0,
+        },
+        PeerConfig {
+            name: format!("{seed_name} shard_map dp={devices}"),
+            workload: Workload::Train(Box::new(seed_opts(Parallel::ShardMap {
+                strategy: Strategy::Dp,
+                mesh,
+                dropout_key: DropoutKey::Same,
+            }))),
+            goal_max_ratio: 4.0,
+        },
+        PeerConfig {
+            name: format!("matmul n={n}"),
+            workload: Workload::Matmul { n },
+            // At least 25% of numpy's throughput.
+            goal_max_ratio: 4.0,
+        },
+    ])
+}
+
+/// "small" of the issue and of `bench train`.
+fn small_config() -> GptConfig {
+    GptConfig {
+        layers: 2,
+        d_model: 128,
+        heads: 4,
+        seq: 64,
+        batch: 8,
+        vocab: 256,
+        tied: false,
+        dropout: 0.0,
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// The row of `config` from its alternated samples (both non-empty, in ms).
+pub fn row(config: &PeerConfig, shardlab: &[f64], peer: &[f64], variant: Option<&'static str>) -> PeerRow {
+    let (shardlab_ms, peer_ms) = (median(shardlab), median(peer));
+    let ratio = shardlab_ms / peer_ms;
+    let gflops = |ms: f64| match config.workload {
+        Workload::Matmul { n } => Some(2.0 * (n as f64).powi(3) / (ms * 1e6)),
+        Workload::Train(_) => None,
+    };
+    PeerRow {
+        config: config.name.clone(),
+        peer: config.peer(),
+        shardlab_ms,
+        peer_ms,
+        ratio,
+        goal_max_ratio: config.goal_max_ratio,
+        met: ratio <= config.goal_max_ratio,
+        shardlab_gflops: gflops(shardlab_ms),
+        peer_gflops: gflops(peer_ms),
+        variant,
+        samples: shardlab.len().min(peer.len()),
+    }
+}
+
+/// The peer's side of one measurement: runs one step or matmul and returns its ms.
+pub type PeerStep<'a> = &'a mut dyn FnMut() -> Result<f64, String>;
+
+fn peer_error(e: String) -> ExecError {
+    ExecError::Input(format!("the peer failed: {e}"))
+}
+
+/// Alternates `steps` shardlab train steps with `steps` peer steps, after [`WARMUP`] of each.
+pub async fn measure_train(
+    backend: Backend,
+    opts: &TrainerOptions,
+    steps: usize,
+    peer: PeerStep<'_>,
+) -> Result<(Vec<f64>, Vec<f64>), ExecError> {
+    if steps == 0 {
+        return Err(ExecError::Input(
+            "--steps must be at least 1: the benchmark compares medians".into(),
+        ));
+    }
+    let mut t = Trainer::new(backend, opts.clone()).await?;
+    for _ in 0..WARMUP {
+        t.step().await?;
+        peer().map_err(peer_error)?;
+    }
+    let (mut ours, mut theirs) = (vec![], vec![]);
+    for _ in 0..steps {
+        ours.push(t.step().await?.step_ms);
+        theirs.push(peer().map_err(peer_error)?);
+    }
+    Ok((ours, theirs))
+}
+
+/// Alternates `reps` runs of shardlab's autotuned n x n matmul with `reps` of the peer's, after
+/// [`WARMUP`] of each. The GPU result is checked against the CPU reference, so a fast wrong
+/// kernel fails the benchmark. Also returns the variant that ran.
+pub async fn measure_matmul(
+    ctx: &GpuContext,
+    n: usize,
+    reps: usize,
+    peer: PeerStep<'_>,
+) -> Result<(Vec<f64>, Vec<f64>, &'static str), ExecError> {
+    if reps == 0 {
+        return Err(ExecError::Input(
+            "--steps must be at least 1: the benchmark compares medians".into(),
+        ));
+    }
+    let s = MatmulShape::new(1, n, n, n);
+    let (a_data, b_data) = (noise(n * n, 1), noise(n * n, 2));
+    let a = ctx.upload("peers A", &a_data)?;
+    let b = ctx.upload("peers B", &b_data)?;
+    let c = ctx.zeros("peers C", n * n)?;
+    let variant = choose_variant(ctx, &s).await?;
+    let d = matmul(ctx, &s, &a, &b, None, &c, Some(variant)).await?;
+    for _ in 0..WARMUP {
+        time_dispatches(ctx, &d).await?;
+        peer().map_err(peer_error)?;
+    }
+    let mut want = vec![0f32; n * n];
+    reference::matmul::matmul(&s, &a_data, &b_data, None, &mut want);
+    check_matmul(ctx, &c, &want, variant, n).await?;
+    let (mut ours, mut theirs) = (vec![], vec![]);
+    for _ in 0..reps {
+        ours.push(time_dispatches(ctx, &d).await?);
+        theirs.push(peer().map_err(peer_error)?);
+    }
+    Ok((ours, theirs, variant.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_is_the_ratio_of_the_medians_and_meets_its_goal_only_within_it() {
+        let c = &configs(Scale::Full).unwrap()[0];
+        let r = row(c, &[30.0, 10.0, 20.0], &[5.0, 4.0, 100.0], None);
+        assert_eq!((r.shardlab_ms, r.peer_ms), (20.0, 5.0));
+        assert_eq!(r.ratio, 4.0);
+        assert!(!r.met, "small's goal is 3x");
+        let r = row(c, &[15.0], &[5.0], None);
+        assert!(r.met && r.ratio == 3.0);
+    }
+
+    #[test]
+    fn the_full_configurations_are_the_issues() {
+        let c = configs(Scale::Full).unwrap();
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["small", "seed auto dp=8", "seed shard_map dp=8", "matmul n=1024"]
+        );
+        assert_eq!(c.iter().map(|c| c.devices()).collect::<Vec<_>>(), [1, 8, 8, 1]);
+        assert_eq!(
+            c.iter().map(|c| c.goal_max_ratio).collect::<Vec<_>>(),
+            [3.0, 4.0, 4.0, 4.0]
+        );
+    }
+
+    #[test]
+    fn a_matmul_row_reports_both_sides_gflops() {
+        let c = &configs(Scale::Full).unwrap()[3];
+        let r = row(c, &[40.0], &[8.0], Some("tex16"));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["config"], "matmul n=1024");
+        assert_eq!(v["peer"], "numpy");
+        assert_eq!(v["ratio"], 5.0);
+        assert_eq!(v["met"], false);
+        let gflops = 2.0 * 1024f64.powi(3) / 40e6;
+        assert!((v["shardlab_gflops"].as_f64().unwrap() - gflops).abs() < 1e-9);
+        assert!((v["peer_gflops"].as_f64().unwrap() - 5.0 * gflops).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,159 @@
+//! `shardlab bench peers [--python PATH] [--steps N] [--json] [--tiny]`: shardlab against JAX
+//! (train steps) and numpy (matmul) on the same CPU cores, alternating, in one run; prints each
+//! configuration's medians, their ratio and the goal.
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use shardlab::bench::peers::{configs, measure_matmul, measure_train, row, PeerRow, Scale, Workload, DRIVER};
+use shardlab::exec::Backend;
+use shardlab::gpu::GpuContext;
+
+use super::peer_process::{check, python, Peer};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The Python with jax and numpy (default: $SHARDLAB_PYTHON, else target/jax-venv from
+    /// `cargo xtask test jax`, else python3).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Measured steps (matmuls) of each side per configuration, alternating, after 2 warm-up each.
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    /// One JSON object: {"adapter":..,"jax":..,"numpy":..,"rows":[{"config","shardlab_ms","peer_ms","ratio",..}]}.
+    #[arg(long)]
+    pub json: bool,
+    /// Tiny configurations of the same kinds (a smoke test in seconds, not the goals' sizes).
+    #[arg(long)]
+    pub tiny: bool,
+    #[command(flatten)]
+    pub retune: crate::tuning_cache::RetuneArg,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    adapter: String,
+    python: String,
+    jax: String,
+    numpy: String,
+    steps: usize,
+    rows: Vec<PeerRow>,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.steps == 0 {
+        return Err("--steps must be at least 1: the benchmark compares medians of measured steps".into());
+    }
+    let python = python(args.python);
+    let (jax, numpy) = check(&python)?;
+    let tuned = crate::tuning_cache::open(args.retune)?;
+    let ctx = &tuned.ctx;
+    let scale = if args.tiny { Scale::Tiny } else { Scale::Full };
+    let dir = std::env::temp_dir().join(format!("shardlab-peers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let result = measure_all(ctx, &python, &dir, scale, args.steps);
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = Report {
+        adapter: format!("{} ({})", ctx.summary.name, ctx.summary.backend),
+        python: python.display().to_string(),
+        jax,
+        numpy,
+        steps: args.steps,
+        rows: result?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+fn measure_all(
+    ctx: &Arc<GpuContext>,
+    python: &std::path::Path,
+    dir: &std::path::Path,
+    scale: Scale,
+    steps: usize,
+) -> Result<Vec<PeerRow>, String> {
+    let driver = dir.join("peers.py");
+    std::fs::write(&driver, DRIVER).map_err(|e| format!("cannot write {}: {e}", driver.display()))?;
+    let mut rows = vec![];
+    for (i, config) in configs(scale).map_err(|e| e.to_string())?.into_iter().enumerate() {
+        eprintln!("measuring {} against {} ...", config.name, config.peer());
+        let stderr_file = dir.join(format!("peer{i}.stderr"));
+        let r = match &config.workload {
+            Workload::Train(opts) => {
+                let script = dir.join(format!("peer{i}.py"));
+                // The script's own loop is not run (the driver steps it); STEPS only has to be valid.
+                let text = shardlab::export::jax_script(opts, (steps + 2) as u64).map_err(|e| e.to_string())?;
+                std::fs::write(&script, text).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+                let mut peer = Peer::start(
+                    python,
+                    &driver,
+                    &script.to_string_lossy(),
+                    config.devices(),
+                    stderr_file,
+                )?;
+                let mut step = || peer.ms("step");
+                let (ours, theirs) =
+                    pollster::block_on(measure_train(Backend::Gpu(ctx.clone()), opts, steps, &mut step))
+                        .map_err(|e| format!("{}: {e}", config.name))?;
+                row(&config, &ours, &theirs, None)
+            }
+            Workload::Matmul { n } => {
+                let mut peer = Peer::start(python, &driver, "numpy", 1, stderr_file)?;
+                let request = format!("matmul {n}");
+                let mut step = || peer.ms(&request);
+                let (ours, theirs, variant) = pollster::block_on(measure_matmul(ctx, *n, steps, &mut step))
+                    .map_err(|e| format!("{}: {e}", config.name))?;
+                row(&config, &ours, &theirs, Some(variant))
+            }
+        };
+        rows.push(r);
+    }
+    Ok(rows)
+}
+
+/// Four significant digits: small and large times keep the same relative precision.
+fn sig(x: f64) -> String {
+    let digits = (3 - x.abs().max(1e-9).log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{x:.digits$}")
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "shardlab on {} vs JAX {} and numpy {} ({}), on the same CPU cores",
+        r.adapter, r.jax, r.numpy, r.python
+    );
+    println!(
+        "{:<24} {:>12} {:>6} {:>12} {:>8} {:>6} {:>4}  detail",
+        "config", "shardlab ms", "peer", "peer ms", "ratio", "goal", "met"
+    );
+    for row in &r.rows {
+        let detail = match (row.variant, row.shardlab_gflops, row.peer_gflops) {
+            (Some(v), Some(ours), Some(theirs)) => format!(
+                "{v}: {} vs {} GFLOP/s, {:.0}% of numpy (goal >= 25%)",
+                sig(ours),
+                sig(theirs),
+                100.0 * ours / theirs
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "{:<24} {:>12} {:>6} {:>12} {:>7.2}x {:>6} {:>4}  {detail}",
+            row.config,
+            sig(row.shardlab_ms),
+            row.peer,
+            sig(row.peer_ms),
+            row.ratio,
+            format!("<={}x", row.goal_max_ratio),
+            if row.met { "yes" } else { "no" }
+        );
+    }
+    println!(
+        "(ratio = shardlab ms / peer ms, medians of {} alternated measurements after 2 warm-up each; goal: at most that ratio)",
+        r.steps
+    );
+    let _ = std::io::stdout().flush();
+}
