@@ -5,6 +5,10 @@
 // document.body.dataset.run (the session's phase), document.body.dataset.selftest
 // (running | done), and window.shardlab.
 
+import {
+  LEARN_FIELDS, initLearn, learnFacts, parseLr, renderExamplePrediction, renderSample, renderTask,
+} from './learn.js';
+
 const $ = (id) => document.getElementById(id);
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
@@ -123,6 +127,7 @@ const FIELDS = {
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
   device: { kind: 'enum', values: [] }, // filled from the core's device presets
+  ...LEARN_FIELDS, // task, optimizer, lr (learn.js)
 };
 
 /** One value from its text, or throws a message naming the problem (in the page's words). */
@@ -154,6 +159,8 @@ function parseField(name, text) {
       if (String(x).includes('e')) throw bad(`is too small to write as a decimal: use 0 or at least 0.000001`);
       return x;
     }
+    case 'lr':
+      return parseLr(text);
     case 'bool':
       if (!['0', '1', 'true', 'false'].includes(text)) throw bad('is not 0 or 1');
       return text === '1' || text === 'true';
@@ -409,7 +416,7 @@ function applySettings(s, { updateHash = true } = {}) {
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
-  $('run-facts').textContent = `${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · AdamW, copy task`;
+  $('run-facts').textContent = `${s.preset} preset · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
   renderPrediction(r.prediction);
   return true;
 }
@@ -452,6 +459,7 @@ function record(r) {
   }
   updateCharts();
   for (const m of ran) if (r.modes[m].example_prediction) renderExamplePrediction(state.steps, r.modes[m].example_prediction);
+  for (const m of ran) if (r.modes[m].sample) renderSample(state.steps, r.modes[m].sample, r.modes[m].loss);
   const key = storyKey(state.settings);
   if (profiled) {
     state.story.profiles[key] = { ...(state.story.profiles[key] || {}), [state.settings.rng]: r.modes };
@@ -1060,42 +1068,7 @@ function renderStory() {
   ol.replaceChildren(gap, comm, cause, flag, caveat);
 }
 
-// ---- the task ------------------------------------------------------------------------------
-
-function renderTask(ex) {
-  const box = $('task');
-  if (!ex || !ex.ok) {
-    box.replaceChildren();
-    return;
-  }
-  const show = (xs) => xs.slice(0, 17).join(' ') + (xs.length > 17 ? ' …' : '');
-  box.replaceChildren(
-    el('p', {}, 'The task: copy. Each sequence is random symbols (1 to 8), a separator 0, then the same symbols again. At every position the model reads the tokens so far and predicts the next one. The first half is random and cannot be predicted; the second half can, so the loss falls as the model learns to copy.'),
-    el('dl', { class: 'facts compact example', 'data-testid': 'example' },
-      el('dt', {}, 'the model reads'), el('dd', {}, el('code', {}, show(ex.inputs))),
-      el('dt', {}, 'it should predict'), el('dd', {}, el('code', {}, show(ex.targets))),
-      el('dt', {}, 'it predicts'), el('dd', { id: 'example-prediction', 'data-testid': 'example-prediction' },
-        el('span', { class: 'muted' }, 'not trained yet: press Step or Play'))));
-  state.example = ex;
-}
-
-/** The model's prediction for the example (argmax per position) after a step, beside the targets. */
-function renderExamplePrediction(step, predicted) {
-  const box = $('example-prediction');
-  if (!box || !state.example || !state.example.ok) return;
-  const t = state.example.targets;
-  const shown = predicted.slice(0, 17);
-  // The copied half (after the separator) is what can be learnt: count it right.
-  const sep = state.example.inputs.indexOf(0);
-  const learnable = t.map((_, i) => i).filter((i) => sep >= 0 && i >= sep);
-  const right = learnable.filter((i) => predicted[i] === t[i]).length;
-  box.dataset.step = String(step);
-  box.dataset.right = String(right);
-  box.dataset.learnable = String(learnable.length);
-  box.replaceChildren(el('code', {}, shown.map((p, i) => el('span', { class: p === t[i] ? 'hit' : 'miss' }, `${p}${i + 1 < shown.length ? ' ' : ''}`)),
-    predicted.length > 17 ? ' …' : ''),
-  el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable.length} copied positions right)`));
-}
+// ---- the task: renderTask, renderExamplePrediction and renderSample live in learn.js -----
 
 // ---- adapter and self-test -----------------------------------------------------------------
 
@@ -1214,7 +1187,9 @@ function wireControls() {
     showHashNotice(null);
     if (e.target.name === 'preset' && !errors.some((x) => x.field === 'preset')) {
       // A preset sets the model and mesh; the mode and the modelled device stay as chosen.
-      const s = { ...presets.presets[settings.preset], mode: settings.mode, device: settings.device };
+      // The task and its optimizer stay too.
+      const keep = ['mode', 'device', 'task', 'optimizer', 'lr'].filter((k) => !errors.some((x) => x.field === k));
+      const s = { ...presets.presets[settings.preset], ...Object.fromEntries(keep.map((k) => [k, settings[k]])) };
       writeControls(s);
       request({ kind: 'configure', settings: s });
       return;
@@ -1296,7 +1271,8 @@ async function main() {
   renderAdapter(state.adapter, probe.info);
 
   wireControls();
-  for (const id of ['controls', 'live', 'story', 'scale-up', 'inspector', 'selftest']) $(id).hidden = false;
+  for (const id of ['controls', 'live', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
+  initLearn();
   const { settings, problem } = settingsFromHash();
   showHashNotice(problem);
   writeControls(settings);

@@ -5,8 +5,10 @@
 mod masks;
 mod plan;
 mod predict;
+mod sample;
 mod session;
 mod settings;
+mod task;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -151,7 +153,8 @@ impl Shardlab {
         self.inner.borrow().mask_overlap().to_string()
     }
 
-    /// The copy task's first example: `{"ok":true,"inputs":[...],"targets":[...]}`.
+    /// The task's first example: `{"ok":true,"task","inputs","targets","names","learnable"}`
+    /// (`sample::example`).
     pub fn example(&self) -> String {
         self.inner.borrow().example().to_string()
     }

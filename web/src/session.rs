@@ -12,6 +12,7 @@ use shardlab::plan::Planned;
 use shardlab::profile;
 
 use crate::plan::Plan;
+use crate::sample::SampleClock;
 use crate::settings::{mode_name, FieldError, Mode, Settings};
 
 /// The most bytes all simulated devices of all running modes may hold on the one GPU a tab
@@ -42,9 +43,6 @@ const COLLECTIVES_EVERY: u64 = 20;
 /// The most expensive ops a profiled step lists per mode.
 const TOP_OPS: usize = 5;
 
-/// Show what the model predicts for the task's example on the first step, then every this many.
-const PREDICT_EVERY: u64 = 5;
-
 pub struct Run {
     generation: u64,
     settings: Settings,
@@ -55,6 +53,8 @@ pub struct Run {
     /// The trainers of the modes that run (`settings.modes()`), built on the first step.
     trainers: Vec<Option<Trainer>>,
     collectives_ms: Vec<Option<f64>>,
+    /// When the model's sample is next due (`sample.rs`).
+    sample_clock: SampleClock,
     steps: u64,
     busy: bool,
 }
@@ -130,6 +130,7 @@ impl Inner {
             plans,
             trainers: (0..running).map(|_| None).collect(),
             collectives_ms: vec![None; running],
+            sample_clock: SampleClock::default(),
             steps: 0,
             busy: false,
         })
@@ -175,19 +176,15 @@ impl Inner {
         crate::masks::overlap(&run.settings, dp)
     }
 
-    /// The first example of step 0's batch: the tokens the model reads and the tokens it should
-    /// predict at each position (the copy task's second half is the learnable part).
+    /// The first example of step 0's batch, with how the page shows its tokens
+    /// (`sample::example`).
     pub fn example(&self) -> Value {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
         let opts = &run.plans[0].planned.options;
         match shardlab::model::Dataset::new(opts.data.clone(), &opts.config, opts.seed) {
-            Ok(data) => {
-                let batch = data.batch(0);
-                let t = run.settings.seq;
-                json!({"ok": true, "inputs": batch.inputs[..t], "targets": batch.targets[..t]})
-            }
+            Ok(data) => crate::sample::example(&run.settings, &data),
             Err(e) => fail(e.to_string()),
         }
     }
@@ -240,6 +237,7 @@ struct Taken {
     modes: Vec<Mode>,
     trainers: Vec<Option<Trainer>>,
     collectives_ms: Vec<Option<f64>>,
+    sample_clock: SampleClock,
 }
 
 pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
@@ -260,6 +258,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             modes: run.settings.modes().to_vec(),
             trainers: std::mem::take(&mut run.trainers),
             collectives_ms: std::mem::take(&mut run.collectives_ms),
+            sample_clock: std::mem::take(&mut run.sample_clock),
         }
     };
     let (planned, settings) = {
@@ -288,6 +287,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
         Ok(modes) => {
             run.trainers = taken.trainers;
             run.collectives_ms = taken.collectives_ms;
+            run.sample_clock = taken.sample_clock;
             run.steps += 1;
             json!({"ok": true, "step": taken.step, "modes": modes})
         }
@@ -347,9 +347,17 @@ async fn run_modes(
         }
         let collectives_ms = t.collectives_ms[k].unwrap_or(0.0);
         // What the first running mode now predicts for the task's example (step 0's first),
-        // on plain steps every few steps: it reads the parameters back.
-        let example = if !profile && k == 0 && t.step.is_multiple_of(PREDICT_EVERY) {
-            Some(trainer.predict(0).await.map_err(|e| e.to_string())?)
+        // and writes for the text task, on plain steps when the clock says: it reads the
+        // parameters back and runs the forward on the CPU.
+        let sample = if !profile && k == 0 {
+            t.sample_clock.stepped(stats.step_ms);
+            if t.sample_clock.due() {
+                let s = crate::sample::take(trainer, settings).await?;
+                t.sample_clock.sampled(s["ms"].as_f64().unwrap_or(0.0));
+                Some(s)
+            } else {
+                None
+            }
         } else {
             None
         };
@@ -365,7 +373,8 @@ async fn run_modes(
                 "build_ms": build_ms,
                 "profiled": profile,
                 "breakdown": breakdown,
-                "example_prediction": example,
+                "example_prediction": sample.as_ref().map(|s| s["prediction"].clone()),
+                "sample": sample,
             }),
         );
     }
@@ -428,6 +437,7 @@ pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
         .map(|_| None)
         .collect();
     run.collectives_ms = vec![None; run.trainers.len()];
+    run.sample_clock = SampleClock::default();
     run.steps = 0;
     run.busy = false;
     json!({"ok": true, "new_device": lost})

@@ -4,10 +4,12 @@
 //! error belongs to.
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
-use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::model::{GptConfig, Init};
 use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
 use shardlab::sharding::Mesh;
+
+use crate::task::{check_lr, Opt, Task, DEFAULT_LR};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -66,6 +68,11 @@ pub struct Settings {
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
+    /// What the model learns, and how (`task.rs`).
+    pub task: Task,
+    pub optimizer: Opt,
+    /// f64 for the same reason as dropout; the core gets it as f32.
+    pub lr: f64,
 }
 
 /// Sizes above these make programs or buffers that a browser tab should not be asked for.
@@ -73,9 +80,6 @@ pub const MAX_DEVICES: usize = 64;
 /// The most elements of one global array: 2 GiB of f32, so its byte count fits a 32-bit usize.
 const MAX_ELEMENTS: u64 = 1 << 29;
 const MAX_DROPOUT: f64 = 0.95;
-/// The copy task's smallest vocabulary and sequence (the core's own minimum).
-const MIN_TASK_VOCAB: usize = 3;
-const MIN_TASK_SEQ: usize = 3;
 const LIMITS: [(&str, usize); 6] = [
     ("layers", 12),
     ("d_model", 1024),
@@ -93,7 +97,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(field: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: &str, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),
@@ -103,8 +107,10 @@ impl FieldError {
     /// An error of the core, whose message names CLI flags: the control is the first flag named,
     /// and the flags read as the page's labels.
     pub fn from_core(message: &str, fallback: &str) -> Self {
-        const FLAGS: [(&str, &str); 9] = [
+        const FLAGS: [(&str, &str); 11] = [
             ("--d-model", "d_model"),
+            ("--lr", "lr"),
+            ("--data", "task"),
             ("--heads", "heads"),
             ("--layers", "layers"),
             ("--batch", "batch"),
@@ -144,6 +150,9 @@ impl Settings {
             dropout_key: Key::Same,
             combine: false,
             device: "tpu_v4".into(),
+            task: Task::Copy,
+            optimizer: Opt::Adamw,
+            lr: DEFAULT_LR,
         };
         match p {
             Preset::Seed => Settings {
@@ -227,6 +236,7 @@ impl Settings {
                 format!("dropout {} must be between 0 and {MAX_DROPOUT}", self.dropout),
             ));
         }
+        check_lr(self.lr)?;
         self.device_profile()?;
         let mesh = self.mesh()?;
         self.check_axes(&mesh)?;
@@ -245,7 +255,7 @@ impl Settings {
                 ),
             ));
         }
-        self.check_task()?;
+        self.task.check(self.vocab, self.seq)?;
         self.check_sizes()?;
         self.config()
             .validate()
@@ -318,29 +328,6 @@ impl Settings {
         ))
     }
 
-    /// The copy task: each example is random symbols followed by their copy.
-    fn check_task(&self) -> Result<(), FieldError> {
-        if self.vocab < MIN_TASK_VOCAB {
-            return Err(FieldError::new(
-                "vocab",
-                format!(
-                    "vocab {} is too small for the copy task: it needs a separator and at least two symbols, so vocab {MIN_TASK_VOCAB} or more",
-                    self.vocab
-                ),
-            ));
-        }
-        if self.seq < MIN_TASK_SEQ {
-            return Err(FieldError::new(
-                "seq",
-                format!(
-                    "seq {} is too short for the copy task: a sequence holds symbols, a separator and their copy, so seq {MIN_TASK_SEQ} or more",
-                    self.seq
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// The largest arrays of a step, counted in u64 before anything is built: none may exceed
     /// MAX_ELEMENTS (so no element or byte count wraps on wasm32).
     fn check_sizes(&self) -> Result<(), FieldError> {
@@ -400,9 +387,9 @@ impl Settings {
         };
         TrainerOptions {
             config: self.config(),
-            optimizer: Optimizer::AdamW { lr: 3e-3 },
+            optimizer: self.optimizer.optimizer(self.lr),
             init: Init::Random { seed: 0 },
-            data: DataSource::Copy,
+            data: self.task.data(),
             seed: 0,
             rng_layout: self.rng_layout(),
             parallel,
