@@ -5,6 +5,8 @@
 // document.body.dataset.run (the session's phase), document.body.dataset.selftest
 // (running | done), and window.shardlab.
 
+import * as editor from './editor.js';
+
 const $ = (id) => document.getElementById(id);
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
@@ -174,15 +176,18 @@ function settingsFromHash() {
   const raw = location.hash.replace(/^#/, '');
   if (!raw) return { settings: defaultSettings(), problem: null };
   try {
-    if (raw.length > 1000) throw new Error('it is too long');
+    if (raw.length > 8000) throw new Error('it is too long');
     const params = new URLSearchParams(raw);
     const given = {};
+    const specs = {};
     for (const [k, v] of params) {
-      if (k in given) throw new Error(`“${k.slice(0, 40)}” appears twice`);
-      given[k] = parseField(k, v);
+      if (k in given || k in specs) throw new Error(`“${k.slice(0, 40)}” appears twice`);
+      if (editor.isSpecKey(k)) specs[k] = v;
+      else given[k] = parseField(k, v);
     }
     const base = presets.presets[given.preset || presets.default];
-    return { settings: { ...base, ...given }, problem: null };
+    const settings = { ...base, ...given };
+    return { settings: { ...settings, specs: editor.readHash(settings, specs) }, problem: null };
   } catch (e) {
     return { settings: defaultSettings(), problem: e.message };
   }
@@ -191,6 +196,7 @@ function settingsFromHash() {
 function hashOf(s) {
   const p = new URLSearchParams();
   for (const k of Object.keys(FIELDS)) p.set(k, fieldText(k, s[k]));
+  editor.writeHash(p, s);
   return `#${p.toString()}`;
 }
 
@@ -216,6 +222,7 @@ function writeControls(s) {
     if (input.type === 'checkbox') input.checked = !!s[k];
     else input.value = fieldText(k, s[k]);
   }
+  editor.write(s);
 }
 
 /** The controls' settings and, for each control whose text the grammar refuses, its error. */
@@ -236,6 +243,9 @@ function readControls() {
       errors.push({ field: k, message: e.message });
     }
   }
+  const specs = editor.read(s, errors.length > 0);
+  s.specs = specs.specs;
+  errors.push(...specs.errors);
   return { settings: s, errors };
 }
 
@@ -406,6 +416,7 @@ function applySettings(s, { updateHash = true } = {}) {
   state.programs = JSON.parse(lab.programs());
   state.story.overlap = JSON.parse(lab.mask_overlap());
   renderPrograms(state.programs);
+  editor.afterPrograms();
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
@@ -1241,6 +1252,11 @@ function wireControls() {
     request({ kind: 'configure', settings, updateHash: !problem });
   });
   wireInspector();
+  editor.init({
+    wasm, el, deviceColor, coordText, changeSettings,
+    lab: () => lab, settings: () => state.settings, programs: () => state.programs,
+    devices: () => (state.programs && state.programs.ok ? state.programs.modes.auto.summary.devices : 1),
+  });
 }
 
 async function main() {

@@ -2,6 +2,8 @@
 //! Every check is the core's own (GptConfig::validate, Mesh::parse, the partitioners); this file
 //! only names the presets, bounds the sizes a browser tab can hold, and says which control an
 //! error belongs to.
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
@@ -66,6 +68,10 @@ pub struct Settings {
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
+    /// Automatic mode's PartitionSpecs beyond the preset's, by value name (see `editor`):
+    /// `w_fc` → `P(None, 'tp')`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub specs: BTreeMap<String, String>,
 }
 
 /// Sizes above these make programs or buffers that a browser tab should not be asked for.
@@ -144,6 +150,7 @@ impl Settings {
             dropout_key: Key::Same,
             combine: false,
             device: "tpu_v4".into(),
+            specs: BTreeMap::new(),
         };
         match p {
             Preset::Seed => Settings {
@@ -250,6 +257,7 @@ impl Settings {
         self.config()
             .validate()
             .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
+        crate::editor::check_specs(self, &mesh)?;
         Ok(mesh)
     }
 
@@ -395,7 +403,7 @@ impl Settings {
             _ => Parallel::Auto {
                 strategy,
                 mesh: mesh.clone(),
-                specs: vec![],
+                specs: crate::editor::overrides(self),
             },
         };
         TrainerOptions {
