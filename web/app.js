@@ -8,6 +8,7 @@
 import {
   LEARN_FIELDS, initLearn, learnFacts, parseLr, renderExamplePrediction, renderSample, renderTask,
 } from './learn.js';
+import * as editor from './editor.js';
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -181,15 +182,18 @@ function settingsFromHash() {
   const raw = location.hash.replace(/^#/, '');
   if (!raw) return { settings: defaultSettings(), problem: null };
   try {
-    if (raw.length > 1000) throw new Error('it is too long');
+    if (raw.length > 8000) throw new Error('it is too long');
     const params = new URLSearchParams(raw);
     const given = {};
+    const specs = {};
     for (const [k, v] of params) {
-      if (k in given) throw new Error(`“${k.slice(0, 40)}” appears twice`);
-      given[k] = parseField(k, v);
+      if (k in given || k in specs) throw new Error(`“${k.slice(0, 40)}” appears twice`);
+      if (editor.isSpecKey(k)) specs[k] = v;
+      else given[k] = parseField(k, v);
     }
     const base = presets.presets[given.preset || presets.default];
-    return { settings: { ...base, ...given }, problem: null };
+    const settings = { ...base, ...given };
+    return { settings: { ...settings, specs: editor.readHash(settings, specs) }, problem: null };
   } catch (e) {
     return { settings: defaultSettings(), problem: e.message };
   }
@@ -198,6 +202,7 @@ function settingsFromHash() {
 function hashOf(s) {
   const p = new URLSearchParams();
   for (const k of Object.keys(FIELDS)) p.set(k, fieldText(k, s[k]));
+  editor.writeHash(p, s);
   return `#${p.toString()}`;
 }
 
@@ -223,6 +228,7 @@ function writeControls(s) {
     if (input.type === 'checkbox') input.checked = !!s[k];
     else input.value = fieldText(k, s[k]);
   }
+  editor.write(s);
 }
 
 /** The controls' settings and, for each control whose text the grammar refuses, its error. */
@@ -243,6 +249,9 @@ function readControls() {
       errors.push({ field: k, message: e.message });
     }
   }
+  const specs = editor.read(s, errors.length > 0);
+  s.specs = specs.specs;
+  errors.push(...specs.errors);
   return { settings: s, errors };
 }
 
@@ -413,6 +422,7 @@ function applySettings(s, { updateHash = true } = {}) {
   state.programs = JSON.parse(lab.programs());
   state.story.overlap = JSON.parse(lab.mask_overlap());
   renderPrograms(state.programs);
+  editor.afterPrograms();
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
@@ -1240,6 +1250,11 @@ function wireControls() {
     request({ kind: 'configure', settings, updateHash: !problem });
   });
   wireInspector();
+  editor.init({
+    wasm, el, deviceColor, coordText, changeSettings,
+    lab: () => lab, settings: () => state.settings, programs: () => state.programs,
+    devices: () => (state.programs && state.programs.ok ? state.programs.modes.auto.summary.devices : 1),
+  });
 }
 
 async function main() {

@@ -2,13 +2,16 @@
 //! kernel self-test, and trains the model in automatic and shard_map mode. No model logic lives
 //! here; every method forwards to `shardlab` and returns JSON, so the page's JavaScript only
 //! renders. Errors come back as values (`{"ok":false,...}`), never as panics or rejections.
+mod editor;
 mod masks;
+mod picture;
 mod plan;
 mod predict;
 mod sample;
 mod session;
 mod settings;
 mod task;
+mod values;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -163,6 +166,37 @@ impl Shardlab {
     /// as the cost model predicts it, for both modes and both RNG layouts (`predict::scale_up`).
     pub fn scale_up() -> String {
         predict::scale_up().to_string()
+    }
+
+    /// The sharding editor's fields for the settings (`editor::groups`): parameter groups with
+    /// their preset specs and suggestions, the token batch, and the with_sharding_constraints.
+    pub fn spec_groups(settings_json: &str) -> String {
+        match serde_json::from_str::<Settings>(settings_json) {
+            Ok(s) => editor::groups(&s).to_string(),
+            Err(e) => json!({"ok": false, "error": format!("the settings are not valid: {e}")}).to_string(),
+        }
+    }
+
+    /// Checks one spec for the value `name` with the core's parser and shardings:
+    /// `{"ok":true,"spec"}` or `{"ok":false,"error"}`.
+    pub fn check_spec(settings_json: &str, name: &str, text: &str) -> String {
+        editor::check_json(settings_json, name, text).to_string()
+    }
+
+    /// Where the named value's blocks live in `mode`'s program (`values::picture`).
+    pub fn picture(&self, mode: &str, name: &str) -> String {
+        match self.inner.borrow().plans() {
+            Some((plans, mesh)) => values::picture(plans, &mesh, mode, name).to_string(),
+            None => json!({"ok": false, "error": "no valid settings yet: configure first"}).to_string(),
+        }
+    }
+
+    /// The device groups of a collective at instruction `instr` of `mode`'s program.
+    pub fn collective_groups(&self, mode: &str, instr: u32) -> String {
+        match self.inner.borrow().plans() {
+            Some((plans, mesh)) => values::collective(plans, &mesh, mode, instr as usize).to_string(),
+            None => json!({"ok": false, "error": "no valid settings yet: configure first"}).to_string(),
+        }
     }
 
     /// Test hook: destroys the GPU device, as a driver reset or a lost GPU would.

@@ -189,6 +189,12 @@ impl Inner {
         }
     }
 
+    /// The current run's mesh and both modes' plans (for `values`: pictures, collective groups).
+    pub fn plans(&self) -> Option<(&[Plan], shardlab::sharding::Mesh)> {
+        let run = self.run.as_ref()?;
+        Some((&run.plans, run.settings.mesh().ok()?))
+    }
+
     pub fn programs(&self) -> Value {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");

@@ -2,6 +2,8 @@
 //! Every check is the core's own (GptConfig::validate, Mesh::parse, the partitioners); this file
 //! only names the presets, bounds the sizes a browser tab can hold, and says which control an
 //! error belongs to.
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
 use shardlab::model::{GptConfig, Init};
@@ -73,6 +75,10 @@ pub struct Settings {
     pub optimizer: Opt,
     /// f64 for the same reason as dropout; the core gets it as f32.
     pub lr: f64,
+    /// Automatic mode's PartitionSpecs beyond the preset's, by value name (see `editor`):
+    /// `w_fc` → `P(None, 'tp')`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub specs: BTreeMap<String, String>,
 }
 
 /// Sizes above these make programs or buffers that a browser tab should not be asked for.
@@ -153,6 +159,7 @@ impl Settings {
             task: Task::Copy,
             optimizer: Opt::Adamw,
             lr: DEFAULT_LR,
+            specs: BTreeMap::new(),
         };
         match p {
             Preset::Seed => Settings {
@@ -260,6 +267,7 @@ impl Settings {
         self.config()
             .validate()
             .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
+        crate::editor::check_specs(self, &mesh)?;
         Ok(mesh)
     }
 
@@ -382,7 +390,7 @@ impl Settings {
             _ => Parallel::Auto {
                 strategy,
                 mesh: mesh.clone(),
-                specs: vec![],
+                specs: crate::editor::overrides(self),
             },
         };
         TrainerOptions {

@@ -2,9 +2,11 @@
 //! backward, update) under jit, with the strategy expressed only through shardings.
 use super::strategy::{check, param_layout};
 use super::{PlanError, Strategy};
-use crate::ir::{RngLayout, Role};
+use std::collections::BTreeMap;
+
+use crate::ir::{RngLayout, Role, ValueId};
 use crate::model::{param_specs, train_step_program, GptConfig, Optimizer, ParamSpec, TrainStep};
-use crate::partition::{jit, AutoProgram};
+use crate::partition::{jit_with_constraints, AutoProgram};
 use crate::sharding::{Mesh, PartitionSpec};
 
 /// The in_sharding of a parameter under `strategy`: shard_map mode's specs, except that
@@ -33,10 +35,13 @@ pub fn auto_train_step(
     auto_train_step_with_specs(cfg, opt, rng_layout, strategy, mesh, &[])
 }
 
-/// [`auto_train_step`] with per-parameter specs overriding the strategy's (`--spec
+/// [`auto_train_step`] with per-value specs overriding the strategy's (`--spec
 /// w_fc=P(None,'tp')`): a name matches a parameter's full name (`h0.w_fc`) or, for block
-/// parameters, its name in every block (`w_fc`). Specs the partitioner cannot honour are
-/// errors naming the parameter.
+/// parameters, its name in every block (`w_fc`), and sets its in_sharding (its optimizer state
+/// and update follow it). Any other named value of the global step is matched by its name: an
+/// input (`tokens`, `targets`) gets the spec as its in_sharding, an intermediate (`h0.att`,
+/// `logits`, a gradient `dh0.w_fc`) as a `jax.lax.with_sharding_constraint`. Specs the
+/// partitioner cannot honour are errors naming the value.
 pub fn auto_train_step_with_specs(
     cfg: &GptConfig,
     opt: Optimizer,
@@ -66,6 +71,9 @@ pub(super) fn jit_train_step(
         .iter()
         .map(|ps| auto_param_spec(cfg, strategy, mesh, ps))
         .collect();
+    let prog = &global.program;
+    let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
+    let mut constraints: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
     for (name, spec) in overrides {
         let leaf = |ps: &ParamSpec| ps.name.rsplit('.').next().map(str::to_string).unwrap_or_default();
         let hits: Vec<usize> = specs
@@ -73,7 +81,11 @@ pub(super) fn jit_train_step(
             .filter(|ps| ps.name == *name || leaf(ps) == *name)
             .map(|ps| ps.index)
             .collect();
-        if hits.is_empty() {
+        let values: Vec<ValueId> = (0..prog.values.len() as u32)
+            .map(ValueId)
+            .filter(|v| prog.info(*v).name.as_deref() == Some(name.as_str()))
+            .collect();
+        if hits.is_empty() && values.is_empty() {
             let names: Vec<String> = specs
                 .iter()
                 .map(leaf)
@@ -82,9 +94,13 @@ pub(super) fn jit_train_step(
                 .collect();
             return Err(PlanError::Invalid {
                 what: format!("--spec {name}={spec}"),
-                why: format!("there is no parameter `{name}`; parameters are {}", names.join(", ")),
+                why: format!(
+                    "there is no parameter or named value `{name}`; parameters are {}, and other values are named as the program text shows (tokens, h0.att, logits, ...)",
+                    names.join(", ")
+                ),
             });
         }
+        let is_param = !hits.is_empty();
         for i in hits {
             let ps = &specs[i];
             crate::sharding::NamedSharding::new(mesh.clone(), spec.clone())
@@ -95,18 +111,37 @@ pub(super) fn jit_train_step(
                 })?;
             pspec[i] = spec.clone();
         }
+        if is_param {
+            // A parameter's own name: its optimizer state and update follow its in_sharding.
+            continue;
+        }
+        for v in values {
+            match prog.inputs.iter().find(|(i, _)| *i == v).map(|(_, role)| role) {
+                Some(Role::OptState { param, .. }) => {
+                    return Err(PlanError::Invalid {
+                        what: format!("--spec {name}={spec}"),
+                        why: format!(
+                            "`{name}` is optimizer state, laid out like its parameter: give `{}` the spec instead",
+                            specs[*param].name
+                        ),
+                    })
+                }
+                Some(_) => inputs.insert(v, spec.clone()),
+                None => constraints.insert(v, spec.clone()),
+            };
+        }
     }
     let batch = if strategy.axes().contains(&"dp") {
         PartitionSpec::from_axes(&[Some("dp"), None])
     } else {
         PartitionSpec::replicated()
     };
-    let in_shardings: Vec<PartitionSpec> = global
-        .program
+    let in_shardings: Vec<PartitionSpec> = prog
         .inputs
         .iter()
-        .map(|(_, role)| match role {
+        .map(|(v, role)| match role {
             Role::Param(i) | Role::OptState { param: i, .. } => pspec[*i].clone(),
+            _ if inputs.contains_key(v) => inputs[v].clone(),
             Role::Tokens | Role::Targets => batch.clone(),
             _ => PartitionSpec::replicated(),
         })
@@ -117,7 +152,7 @@ pub(super) fn jit_train_step(
             out_shardings.push(Some(spec.clone()));
         }
     }
-    let auto = jit(&global.program, mesh, &in_shardings, &out_shardings)?;
+    let auto = jit_with_constraints(prog, mesh, &in_shardings, &out_shardings, &constraints)?;
     Ok((global, auto))
 }
 
@@ -131,5 +166,65 @@ pub(super) fn partitioned_step(global: &TrainStep, auto: &AutoProgram) -> TrainS
         backward_end: start(global.backward_end),
         config: global.config.clone(),
         optimizer: global.optimizer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dp_step(overrides: &[(&str, &str)]) -> Result<(TrainStep, AutoProgram), PlanError> {
+        let cfg = GptConfig {
+            dropout: 0.0,
+            ..GptConfig::tiny()
+        };
+        let mesh = Mesh::new(&[("dp", 2)]).unwrap();
+        let overrides: Vec<(String, PartitionSpec)> = overrides
+            .iter()
+            .map(|(n, s)| (n.to_string(), PartitionSpec::parse(s).unwrap()))
+            .collect();
+        jit_train_step(
+            &cfg,
+            Optimizer::AdamW { lr: 1e-3 },
+            RngLayout::Original,
+            Strategy::Dp,
+            &mesh,
+            &overrides,
+        )
+    }
+
+    fn sharding_of(global: &TrainStep, auto: &AutoProgram, name: &str) -> PartitionSpec {
+        let v = global
+            .program
+            .values
+            .iter()
+            .position(|i| i.name.as_deref() == Some(name))
+            .unwrap();
+        auto.global_shardings[v].clone()
+    }
+
+    #[test]
+    fn a_spec_named_tokens_is_the_token_batchs_in_sharding() {
+        let (global, auto) = dp_step(&[("tokens", "P()")]).unwrap();
+        assert_eq!(sharding_of(&global, &auto, "tokens"), PartitionSpec::replicated());
+        // The targets keep the strategy's batch split.
+        assert_eq!(sharding_of(&global, &auto, "targets").dim_axes(0), vec!["dp"]);
+    }
+
+    #[test]
+    fn a_spec_naming_an_intermediate_is_a_sharding_constraint() {
+        let (global, plain) = dp_step(&[]).unwrap();
+        assert_eq!(sharding_of(&global, &plain, "h0.att").dim_axes(0), vec!["dp"]);
+        let (global, auto) = dp_step(&[("h0.att", "P()")]).unwrap();
+        assert_eq!(sharding_of(&global, &auto, "h0.att"), PartitionSpec::replicated());
+        assert!(auto.inserted.iter().any(|r| r.source_op == "with_sharding_constraint"));
+    }
+
+    #[test]
+    fn a_spec_naming_nothing_or_optimizer_state_is_refused_with_the_fix() {
+        let e = dp_step(&[("nope", "P()")]).unwrap_err().to_string();
+        assert!(e.contains("no parameter or named value `nope`"), "{e}");
+        let e = dp_step(&[("h0.w_fc.m", "P()")]).unwrap_err().to_string();
+        assert!(e.contains("give `h0.w_fc` the spec"), "{e}");
     }
 }

@@ -5,6 +5,7 @@ use super::{combine_train_step, shard_map_train_step, Parallel, PlanError, Train
 use crate::model::{train_step_program, TrainStep};
 use crate::partition::auto::Inserted;
 use crate::partition::combine_auto_program;
+use crate::sharding::PartitionSpec;
 
 /// A planned run: its options and the train step that runs them.
 #[derive(Clone, Debug)]
@@ -16,6 +17,19 @@ pub struct Planned {
     /// In automatic mode, what the partitioner inserted and why, at instructions of
     /// `step.program`; None in the other modes, where the body says every collective.
     pub inserted: Option<Vec<Inserted>>,
+    /// In automatic mode, every named value of the global step (parameters, optimizer state,
+    /// tokens, activations, gradients, updates) with its global shape and the sharding jit
+    /// gave it; empty in the other modes.
+    pub values: Vec<ValueSharding>,
+}
+
+/// A named value of the global step and where jit laid it out (what
+/// `jax.debug.visualize_array_sharding` would be shown).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueSharding {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub spec: PartitionSpec,
 }
 
 /// Plans `opts`: checks the model, strategy and mesh, builds the train step, partitions it and
@@ -25,10 +39,11 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     let cfg = &opts.config;
     let combine = opts.combine_all_reduces;
     let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
-    let (step, inserted) = match &opts.parallel {
+    let (step, inserted, values) = match &opts.parallel {
         Parallel::None => (
             combined(train_step_program(cfg, opts.optimizer, opts.rng_layout)?),
             None,
+            vec![],
         ),
         Parallel::ShardMap {
             strategy,
@@ -44,17 +59,32 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
                 *dropout_key,
             )?),
             None,
+            vec![],
         ),
         Parallel::Auto { strategy, mesh, specs } => {
             let (global, auto) = jit_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?;
             // Combined on jit's result, so the inserted-op records follow the psums they name.
             let auto = if combine { combine_auto_program(&auto) } else { auto };
-            (partitioned_step(&global, &auto), Some(auto.inserted))
+            let values = global
+                .program
+                .values
+                .iter()
+                .zip(&auto.global_shardings)
+                .filter_map(|(info, spec)| {
+                    info.name.as_ref().map(|name| ValueSharding {
+                        name: name.clone(),
+                        shape: info.shape.clone(),
+                        spec: spec.clone(),
+                    })
+                })
+                .collect();
+            (partitioned_step(&global, &auto), Some(auto.inserted), values)
         }
     };
     Ok(Planned {
         options: opts.clone(),
         step,
         inserted,
+        values,
     })
 }

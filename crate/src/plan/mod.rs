@@ -13,7 +13,7 @@ mod shard_map_step;
 mod strategy;
 
 pub use auto_step::{auto_param_spec, auto_train_step, auto_train_step_with_specs};
-pub use build::{build, Planned};
+pub use build::{build, Planned, ValueSharding};
 pub use combine::combine_train_step;
 pub use error::PlanError;
 pub use memory::{
