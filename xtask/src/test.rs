@@ -203,12 +203,20 @@ fn doc(report: &mut Report) {
     report.check("rustdoc", result);
 }
 
+/// Where shardlab keeps calibrations and tunings (crate/src/bin/shardlab/device.rs).
+const CACHE_DIR_VAR: &str = "SHARDLAB_CACHE_DIR";
+
 /// Runs `cmd` (a `cargo test`) with a fresh skip log, counting its results and its skips.
 fn cargo_tests(report: &mut Report, name: &'static str, log_name: &str, cmd: &mut Command) {
     let log = match new_skip_log(log_name) {
         Ok(log) => log,
         Err(e) => return report.failed(name, e),
     };
+    // The tests' calibrations and matmul tunings go to a cache of their own, so a run
+    // neither reads nor overwrites the user's (unless they name one).
+    if std::env::var_os(CACHE_DIR_VAR).is_none() {
+        cmd.env(CACHE_DIR_VAR, crate::util::root().join("target").join("test-cache"));
+    }
     let mut counts = Counts::default();
     let ok = run_scanned(cmd.env(SKIP_LOG_VAR, &log), "cargo test", |l| counts.scan_cargo(l));
     report.runner(name, ok, counts, read_skips(&log));
