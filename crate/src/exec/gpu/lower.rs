@@ -144,7 +144,7 @@ impl Lowering<'_> {
                     ds.push(self.copy(src, &self.slots[s], &c, (local_in(0), local_in(0))).await?);
                     src = &self.slots[s];
                 }
-                ds.push(k::reduce::sum_axis(ctx, src, y(0), devices * p.outer, p.n, p.inner).await?);
+                ds.extend(k::reduce::sum_axis(ctx, src, y(0), (devices * p.outer, p.n, p.inner), None).await?);
                 ds
             }
             Op::Gelu => one(k::gelu::forward(ctx, x(0), y(0), n_in(0)).await?),
