@@ -112,3 +112,82 @@ pub(super) fn swapped(shape: &MatmulShape) -> MatmulShape {
         ..*shape
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::RngLayout;
+    use crate::model::{train_step_program, GptConfig, Optimizer};
+
+    fn fusions(dropout: f32) -> (Vec<Option<Fusion>>, Program) {
+        let cfg = GptConfig {
+            layers: 2,
+            dropout,
+            ..GptConfig::tiny()
+        };
+        let step = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable).unwrap();
+        (plan(&step.program), step.program)
+    }
+
+    fn count(f: &[Option<Fusion>], want: impl Fn(Fusion) -> bool) -> usize {
+        f.iter().flatten().filter(|&&x| want(x)).count()
+    }
+
+    #[test]
+    fn a_train_step_fuses_its_gradient_transposes_and_bias_chains() {
+        for dropout in [0.0, 0.1] {
+            let (f, program) = fusions(dropout);
+            // Per block: dw_qkv, dw_proj, dw_fc, dw_out and attention's dv; and the head's dw.
+            assert_eq!(
+                count(&f, |x| x == Fusion::DotTransposed),
+                2 * 5 + 1,
+                "dropout {dropout}"
+            );
+            assert_eq!(count(&f, |x| x == Fusion::BiasGelu), 2, "dropout {dropout}");
+            // Without dropout both residual adds of a block take the bias add; with it, the
+            // dropout sits between them and fuses with the residual add instead.
+            let bias = count(&f, |x| matches!(x, Fusion::BiasResidual { .. }));
+            let drop = count(&f, |x| matches!(x, Fusion::DropoutResidual { .. }));
+            assert_eq!((bias, drop), if dropout == 0.0 { (4, 0) } else { (0, 4) });
+            // A pair's second instruction starts nothing, and no intermediate that is not
+            // written is read after its pair or returned.
+            for (i, x) in f.iter().enumerate() {
+                let Some(x) = x else { continue };
+                assert!(f[i + 1].is_none(), "instruction {} is in two pairs", i + 1);
+                let v = program.instrs[i].outputs[0];
+                if !x.keeps_intermediate() {
+                    let readers = program.instrs.iter().filter(|ins| ins.inputs.contains(&v)).count();
+                    assert_eq!(readers, 1, "{x:?} at {i}");
+                    assert!(!program.outputs.contains(&v));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn swapping_the_operands_transposes_every_batch_item_of_the_product() {
+        let s = MatmulShape {
+            trans_a: true,
+            ..MatmulShape::new(3, 4, 5, 6)
+        };
+        let t = swapped(&s);
+        assert_eq!((t.m, t.n, t.k, t.batch), (5, 4, 6, 3));
+        assert_eq!((t.trans_a, t.trans_b), (true, false));
+        assert_eq!(
+            (t.stride_a, t.stride_b, t.stride_c),
+            (s.stride_b, s.stride_a, s.stride_c)
+        );
+        let a: Vec<f32> = (0..3 * 24).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b: Vec<f32> = (0..3 * 30).map(|i| (i % 5) as f32 * 0.5).collect();
+        let (mut c, mut ct) = (vec![0.0; 60], vec![0.0; 60]);
+        crate::reference::matmul::matmul(&s, &a, &b, None, &mut c);
+        crate::reference::matmul::matmul(&t, &b, &a, None, &mut ct);
+        for z in 0..3 {
+            for i in 0..4 {
+                for j in 0..5 {
+                    assert_eq!(c[z * 20 + i * 5 + j], ct[z * 20 + j * 4 + i]);
+                }
+            }
+        }
+    }
+}
