@@ -15,6 +15,10 @@ struct Params {
     c: u32,
     rpd: u32,      // rows per device, R
     devices: u32,  // D
+    chunk: u32,    // rows per chunk of the two-stage dgamma, dbeta
+    chunks: u32,   // chunks per device, ceil(R / chunk)
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;            // (rows, C)
@@ -30,6 +34,8 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> dgamma: array<f32>; // (D, C)
 @group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;  // (D, C)
 @group(0) @binding(12) var<uniform> p: Params;
+@group(0) @binding(13) var<storage, read_write> partial: array<f32>; // (D, chunks, 2, C)
+@group(0) @binding(14) var<storage, read> partial_in: array<f32>;    // (D, chunks, 2, C)
 
 const EPS: f32 = 1e-5;
 
@@ -159,6 +165,103 @@ fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
         let g = dout[i];
         dg += g * (x[i] - mean_in[r]) * rstd_in[r];
         db += g;
+    }
+    dgamma[e] = dg;
+    dbeta[e] = db;
+}
+
+// Two stages for long columns: each device's rows split into chunks of `chunk`; stage 1 writes
+// each chunk's (dgamma, dbeta) sums to `partial` (D, chunks, 2, C), stage 2
+// (`backward_params_finish`) adds the chunks up in order. Deterministic, no atomics; many
+// invocations even though there are only D * C outputs. Stage 1 comes in the two RowStrategy
+// variants: `_row`, one invocation per (device, chunk, column) summing its rows in order, and
+// `_wg`, a workgroup per (device, chunk, 64 columns) whose 4 lanes per column sum interleaved
+// rows and combine in workgroup memory.
+
+// (dgamma, dbeta) of column j over rows [r0, r1), `step` apart.
+fn param_sums(j: u32, r0: u32, r1: u32, step: u32) -> vec2<f32> {
+    var dg = 0.0;
+    var db = 0.0;
+    for (var r = r0; r < r1; r += step) {
+        let i = r * p.c + j;
+        let g = dout[i];
+        dg += g * (x[i] - mean_in[r]) * rstd_in[r];
+        db += g;
+    }
+    return vec2<f32>(dg, db);
+}
+
+// Where chunk `ch` of device d puts its sums for column j (dgamma; dbeta is C further).
+fn partial_at(d: u32, ch: u32, j: u32) -> u32 {
+    return (d * p.chunks + ch) * 2u * p.c + j;
+}
+
+@compute @workgroup_size(64)
+fn backward_params_partial_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * 64u; // ((device, chunk), column)
+    if (e >= p.devices * p.chunks * p.c) { return; }
+    let dc = e / p.c;
+    let j = e % p.c;
+    let d = dc / p.chunks;
+    let ch = dc % p.chunks;
+    let r0 = d * p.rpd + ch * p.chunk;
+    let s = param_sums(j, r0, min(r0 + p.chunk, (d + 1u) * p.rpd), 1u);
+    let at = partial_at(d, ch, j);
+    partial[at] = s.x;
+    partial[at + p.c] = s.y;
+}
+
+var<workgroup> lanes_g: array<f32, 256>;
+var<workgroup> lanes_b: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn backward_params_partial_wg(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    // Uniform per workgroup: which (device, chunk) and which 64 columns. No early return:
+    // every invocation reaches the barriers (out-of-range lanes add 0).
+    let tiles = (p.c + 63u) / 64u;
+    let w = wid.x + wid.y * nwg.x;
+    let dc = w / tiles;
+    let j = (w % tiles) * 64u + lid % 64u;
+    let lane = lid / 64u;
+    let d = dc / p.chunks;
+    let ch = dc % p.chunks;
+    let live = dc < p.devices * p.chunks && j < p.c;
+    var s = vec2<f32>(0.0, 0.0);
+    if (live) {
+        let r0 = d * p.rpd + ch * p.chunk;
+        s = param_sums(j, r0 + lane, min(r0 + p.chunk, (d + 1u) * p.rpd), 4u);
+    }
+    lanes_g[lid] = s.x;
+    lanes_b[lid] = s.y;
+    workgroupBarrier();
+    if (lane < 2u) {
+        lanes_g[lid] += lanes_g[lid + 128u];
+        lanes_b[lid] += lanes_b[lid + 128u];
+    }
+    workgroupBarrier();
+    if (lane == 0u && live) {
+        let at = partial_at(d, ch, j);
+        partial[at] = lanes_g[lid] + lanes_g[lid + 64u];
+        partial[at + p.c] = lanes_b[lid] + lanes_b[lid + 64u];
+    }
+}
+
+@compute @workgroup_size(256)
+fn backward_params_finish(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG; // (device, column)
+    if (e >= p.devices * p.c) { return; }
+    let d = e / p.c;
+    let j = e % p.c;
+    var dg = 0.0;
+    var db = 0.0;
+    for (var ch = 0u; ch < p.chunks; ch++) {
+        let at = (d * p.chunks + ch) * 2u * p.c + j;
+        dg += partial_in[at];
+        db += partial_in[at + p.c];
     }
     dgamma[e] = dg;
     dbeta[e] = db;

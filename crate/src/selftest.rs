@@ -698,12 +698,12 @@ async fn embedding_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
 }
 
 async fn sum_axis(ctx: &GpuContext) -> Result<Outcome, GpuError> {
-    let (outer, n, inner) = (3, 17, 65);
+    let (outer, n, inner) = (3, 130, 65); // three chunks, the last one short
     let x = rand_vec(outer * n * inner, 25);
     let (gx, out) = (ctx.upload("x", &x)?, ctx.upload("out", &vec![7.0f32; outer * inner])?);
-    let d = kernels::reduce::sum_axis(ctx, &gx, &out, outer, n, inner).await?;
+    let ds = kernels::reduce::sum_axis(ctx, &gx, &out, (outer, n, inner), None).await?;
     close(
-        run_and_read(ctx, &[d], &[&out]).await?,
+        run_and_read(ctx, &ds, &[&out]).await?,
         reference::reduce::sum_axis(&x, outer, n, inner),
     )
 }

@@ -38,6 +38,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
     ("copy", include_str!("../../shaders/copy.wgsl")),
     ("dropout", include_str!("../../shaders/dropout.wgsl")),
+    ("fused", include_str!("../../shaders/fused.wgsl")),
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
 ];
 

@@ -2,6 +2,7 @@
 //! One dispatch serves D simulated devices ([`LayerNormShape::devices`]): the rows of device d
 //! are [d * R, (d + 1) * R), R = rows / D, with its own gamma, beta, dgamma, dbeta block (D, C).
 use super::check::{need, on_devices, per_device, positive};
+use super::reduce::{partial_entry, CHUNK};
 use super::RowStrategy;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::layernorm::LayerNormShape;
@@ -13,6 +14,9 @@ struct Params {
     c: u32,
     rpd: u32,
     devices: u32,
+    chunk: u32,
+    chunks: u32,
+    _pad: [u32; 2],
 }
 
 /// Checks that the rows (all devices) split evenly over the devices and C is positive.
@@ -24,6 +28,9 @@ fn params(kernel: &str, s: LayerNormShape) -> Result<Params, GpuError> {
         c: s.c as u32,
         rpd: rpd as u32,
         devices: s.devices as u32,
+        chunk: CHUNK as u32,
+        chunks: rpd.div_ceil(CHUNK) as u32,
+        _pad: [0; 2],
     })
 }
 
@@ -82,8 +89,9 @@ pub struct BackwardBuffers<'a> {
 }
 
 /// dx, and each device's dgamma and dbeta (sums over its own R rows, deterministic), from dout
-/// and the forward's x, mean, rstd and gamma. Two dispatches: dx per row (with `strategy`),
-/// then dgamma/dbeta per column.
+/// and the forward's x, mean, rstd and gamma. Dispatches: dx per row (with `strategy`), then
+/// dgamma/dbeta per column, in two stages (chunks of [`CHUNK`] rows, then the chunks added up)
+/// when a device has more than [`CHUNK`] rows.
 pub async fn backward(
     ctx: &GpuContext,
     b: &BackwardBuffers<'_>,
@@ -109,11 +117,29 @@ pub async fn backward(
         .write(9, "dx", b.dx)
         .grid(grid);
     let label = format!("layernorm backward dgamma dbeta ({rows}, {c}){on}");
-    let params_pass = backward_inputs(Kernel::new("layernorm", "backward_params", label), b, &p)
+    let chunks = p.chunks as usize;
+    if chunks <= 1 {
+        let params_pass = backward_inputs(Kernel::new("layernorm", "backward_params", label), b, &p)
+            .write(10, "dgamma", b.dgamma)
+            .write(11, "dbeta", b.dbeta)
+            .grid(grid_1d(devices * c, 256));
+        return Ok(vec![ctx.launch(dx_pass).await?, ctx.launch(params_pass).await?]);
+    }
+    // Two stages (long columns): chunk sums, then the chunks added up in order.
+    let strategy = RowStrategy::or_adapter(strategy, ctx, rows / devices);
+    let (entry, grid) = partial_entry(strategy, "backward_params_partial", c, devices * chunks);
+    let partial = ctx.zeros(&format!("{label} partial sums"), devices * chunks * 2 * c)?;
+    let stage1 = backward_inputs(Kernel::new("layernorm", entry, format!("{label} stage 1")), b, &p)
+        .write(13, "partial", &partial)
+        .grid(grid);
+    let stage1 = ctx.launch(stage1).await?;
+    let stage2 = Kernel::new("layernorm", "backward_params_finish", format!("{label} stage 2"))
+        .read_owned(14, "partial", partial)
         .write(10, "dgamma", b.dgamma)
         .write(11, "dbeta", b.dbeta)
+        .uniform(12, &p)
         .grid(grid_1d(devices * c, 256));
-    Ok(vec![ctx.launch(dx_pass).await?, ctx.launch(params_pass).await?])
+    Ok(vec![ctx.launch(dx_pass).await?, stage1, ctx.launch(stage2).await?])
 }
 
 /// The bindings both backward passes read.

@@ -1,6 +1,11 @@
 //! Reductions (shaders/reduce.wgsl).
 use super::check::need;
+use super::RowStrategy;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
+
+/// Rows per chunk of a two-stage reduction: enough chunks to spread a bias gradient (few
+/// outputs, B*T rows) over many invocations, few enough that stage 2 is a short loop.
+pub const CHUNK: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -8,32 +13,70 @@ struct Params {
     outer: u32,
     n: u32,
     inner: u32,
-    _pad: u32,
+    chunk: u32,
+    chunks: u32,
+    _pad: [u32; 3],
+}
+
+fn params(outer: usize, n: usize, inner: usize) -> Params {
+    Params {
+        outer: outer as u32,
+        n: n as u32,
+        inner: inner as u32,
+        chunk: CHUNK as u32,
+        chunks: n.div_ceil(CHUNK) as u32,
+        _pad: [0; 3],
+    }
+}
+
+/// The stage-1 entry point of `strategy` (`<base>_row` or `<base>_wg`) and its grid for
+/// `outputs` sums over `chunks` chunks (the `_wg` entries take 64 outputs per workgroup).
+pub(crate) fn partial_entry(strategy: RowStrategy, base: &str, outputs: usize, chunks: usize) -> (String, [u32; 3]) {
+    match strategy {
+        RowStrategy::PerInvocation => (format!("{base}_row"), grid_1d(outputs * chunks, 64)),
+        RowStrategy::PerWorkgroup => (format!("{base}_wg"), grid_1d(outputs.div_ceil(64) * chunks, 1)),
+    }
 }
 
 /// `out (outer, inner) = sum over n of x (outer, n, inner)`; bias gradients are
-/// `sum_axis(dy, out, 1, B*T, C)`. Deterministic: each output sums its column in order.
+/// `sum_axis(dy, out, 1, B*T, C)`. Deterministic: rows are summed in chunks of [`CHUNK`] (in
+/// order on CPU adapters), and the chunks in order. One dispatch when n <= [`CHUNK`], else
+/// two. `strategy`: `None` for the adapter's choice (tests run both).
 pub async fn sum_axis(
     ctx: &GpuContext,
     x: &GpuBuffer,
     out: &GpuBuffer,
-    outer: usize,
-    n: usize,
-    inner: usize,
-) -> Result<Dispatch, GpuError> {
+    (outer, n, inner): (usize, usize, usize),
+    strategy: Option<RowStrategy>,
+) -> Result<Vec<Dispatch>, GpuError> {
     let k = "reduce::sum_axis";
     need(k, "x", x, outer * n * inner)?;
     need(k, "out", out, outer * inner)?;
-    let params = Params {
-        outer: outer as u32,
-        n: n as u32,
-        inner: inner as u32,
-        _pad: 0,
-    };
-    let kernel = Kernel::new("reduce", "sum_axis", format!("sum_axis ({outer}, {n}, {inner})"))
+    let p = params(outer, n, inner);
+    let label = format!("sum_axis ({outer}, {n}, {inner})");
+    let chunks = p.chunks as usize;
+    if chunks <= 1 {
+        let kernel = Kernel::new("reduce", "sum_axis", label)
+            .read(0, "x", x)
+            .write(1, "out", out)
+            .uniform(2, &p)
+            .grid(grid_1d(outer * inner, 256));
+        return Ok(vec![ctx.launch(kernel).await?]);
+    }
+    let strategy = RowStrategy::or_adapter(strategy, ctx, n);
+    let (entry, grid) = partial_entry(strategy, "sum_axis_partial", outer * inner, chunks);
+    let partial = ctx.zeros(&format!("{label} partial sums"), outer * chunks * inner)?;
+    let stage1 = Kernel::new("reduce", entry, format!("{label} stage 1"))
         .read(0, "x", x)
+        .write(1, "partial", &partial)
+        .uniform(2, &p)
+        .grid(grid);
+    let stage1 = ctx.launch(stage1).await?;
+    // Stage 2 is the one-stage sum over the chunk axis.
+    let stage2 = Kernel::new("reduce", "sum_axis", format!("{label} stage 2"))
+        .read_owned(0, "partial", partial)
         .write(1, "out", out)
-        .uniform(2, &params)
+        .uniform(2, &params(outer, chunks, inner))
         .grid(grid_1d(outer * inner, 256));
-    ctx.launch(kernel).await
+    Ok(vec![stage1, ctx.launch(stage2).await?])
 }

@@ -6,6 +6,7 @@ pub mod crossentropy;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
+pub mod fused;
 pub mod gelu;
 pub mod layernorm;
 pub mod matmul;

@@ -33,8 +33,9 @@ fn plan(
 const STRATEGIES: [RowStrategy; 2] = [RowStrategy::PerInvocation, RowStrategy::PerWorkgroup];
 
 /// (rows, C) of row-wise kernels: odd sizes, a row longer than a 256-wide workgroup, and
-/// the tiny config's B*T x C.
-const ROWS: &[(usize, usize)] = &[(1, 1), (3, 17), (17, 65), (65, 3), (2, 300), (16, 32)];
+/// the tiny config's B*T x C; (200, 70): more rows than one chunk of the two-stage dgamma,
+/// dbeta (and a short last chunk).
+const ROWS: &[(usize, usize)] = &[(1, 1), (3, 17), (17, 65), (65, 3), (2, 300), (16, 32), (200, 70)];
 
 fn run(ctx: &GpuContext, dispatches: &[Dispatch], out: &GpuBuffer) -> Vec<f32> {
     shardlab_tests::run_dispatches(ctx, dispatches, out)
@@ -451,19 +452,28 @@ fn sum_axis_matches_reference() {
         (17, 3, 65),
         (1, 16, 128),
         (1, 16, 96),
+        // Two stages (n over one chunk): the small config's bias gradient, a short last
+        // chunk, a single column, and more outputs than one workgroup of either variant.
+        (1, 512, 128),
+        (2, 130, 3),
+        (1, 1000, 1),
+        (3, 65, 300),
     ] {
         let x = rand_vec(outer * n * inner, 19);
         let gx = ctx.upload("x", &x).unwrap();
-        let out = ctx.upload("out", &vec![7.0f32; outer * inner]).unwrap();
-        let d = block_on(reduce::sum_axis(ctx, &gx, &out, outer, n, inner)).unwrap();
         let want = reference::reduce::sum_axis(&x, outer, n, inner);
-        assert_close(
-            &format!("sum_axis ({outer}, {n}, {inner})"),
-            &run(ctx, &[d], &out),
-            &want,
-            1e-5,
-            1e-5,
-        );
+        for s in STRATEGIES {
+            let out = ctx.upload("out", &vec![7.0f32; outer * inner]).unwrap();
+            let ds = block_on(reduce::sum_axis(ctx, &gx, &out, (outer, n, inner), Some(s))).unwrap();
+            assert_eq!(ds.len(), if n > reduce::CHUNK { 2 } else { 1 }, "stages of n = {n}");
+            assert_close(
+                &format!("sum_axis {s:?} ({outer}, {n}, {inner})"),
+                &run(ctx, &ds, &out),
+                &want,
+                1e-5,
+                1e-5,
+            );
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod jax_parity;
 mod kernels_copy_bits;
 mod kernels_devices;
 mod kernels_elementwise;
+mod kernels_fused;
 mod kernels_matmul;
 mod kernels_nn;
 mod kernels_optimizer;

@@ -1,4 +1,5 @@
 //! Lowering: the dispatches of one instruction, on the slots the plan gave its values.
+use super::fuse::{swapped, Fusion};
 use super::slots::Scratch;
 use crate::exec::lowering::{on_devices, plan_broadcast, plan_shard_slice, plan_slice, plan_transpose};
 use crate::exec::ExecError;
@@ -19,6 +20,8 @@ pub(super) struct Lowering<'a> {
     pub value_slot: &'a [usize],
     pub sgd_hyper: Option<&'a GpuBuffer>,
     pub adamw_hyper: Option<&'a GpuBuffer>,
+    /// The fused pairs (fuse.rs): the first of a pair lowers both, the second nothing.
+    pub fusion: &'a [Option<Fusion>],
 }
 
 fn strs(a: &[String]) -> Vec<&str> {
@@ -44,6 +47,12 @@ impl Lowering<'_> {
 
     /// The dispatches of instruction `i`; `sc` is its plan from slot planning.
     pub async fn instr(&self, i: usize, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
+        if i > 0 && self.fusion[i - 1].is_some() {
+            return Ok(vec![]);
+        }
+        if let Some(f) = self.fusion[i] {
+            return self.fused(i, f, sc).await;
+        }
         let ctx = self.ctx;
         let prog = self.program;
         let ins: &Instr = &prog.instrs[i];
@@ -119,19 +128,7 @@ impl Lowering<'_> {
             Op::Full { value, .. } => one(k::elementwise::fill(ctx, y(0), n_out, *value).await?),
             Op::DotGeneral { .. } => {
                 let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
-                let mut ds = vec![];
-                let mut a = x(0);
-                let mut b = x(1);
-                if let (Some(perm), Some(s)) = (&p.lhs_perm, sc.lhs) {
-                    let c = plan_transpose(&shape(0), perm);
-                    ds.push(self.copy(a, &self.slots[s], &c, (local_in(0), local_in(0))).await?);
-                    a = &self.slots[s];
-                }
-                if let (Some(perm), Some(s)) = (&p.rhs_perm, sc.rhs) {
-                    let c = plan_transpose(&shape(1), perm);
-                    ds.push(self.copy(b, &self.slots[s], &c, (local_in(1), local_in(1))).await?);
-                    b = &self.slots[s];
-                }
+                let (mut ds, a, b) = self.dot_operands(ins, sc).await?;
                 // Every device's batch of matrices is contiguous: devices multiply the batch.
                 let mut shape = p.shape;
                 shape.batch *= devices;
@@ -147,7 +144,7 @@ impl Lowering<'_> {
                     ds.push(self.copy(src, &self.slots[s], &c, (local_in(0), local_in(0))).await?);
                     src = &self.slots[s];
                 }
-                ds.push(k::reduce::sum_axis(ctx, src, y(0), devices * p.outer, p.n, p.inner).await?);
+                ds.extend(k::reduce::sum_axis(ctx, src, y(0), (devices * p.outer, p.n, p.inner), None).await?);
                 ds
             }
             Op::Gelu => one(k::gelu::forward(ctx, x(0), y(0), n_in(0)).await?),
@@ -293,6 +290,68 @@ impl Lowering<'_> {
                     hyper: self.adamw_hyper.expect("made with the executor"),
                 };
                 one(k::optimizer::adamw(ctx, &b, n_in(0), *wd).await?)
+            }
+        })
+    }
+
+    /// A dot_general's operands as its matmul reads them: each transposed into a scratch slot
+    /// first where its plan says so (those copies are the returned dispatches).
+    async fn dot_operands(
+        &self,
+        ins: &Instr,
+        sc: &Scratch,
+    ) -> Result<(Vec<Dispatch>, &GpuBuffer, &GpuBuffer), ExecError> {
+        let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
+        let mut ds = vec![];
+        let mut ops = [self.buf(ins.inputs[0]), self.buf(ins.inputs[1])];
+        for (k, (perm, slot)) in [(&p.lhs_perm, sc.lhs), (&p.rhs_perm, sc.rhs)].into_iter().enumerate() {
+            if let (Some(perm), Some(s)) = (perm, slot) {
+                let c = plan_transpose(self.program.shape(ins.inputs[k]), perm);
+                let local = self.program.info(ins.inputs[k]).numel();
+                ds.push(self.copy(ops[k], &self.slots[s], &c, (local, local)).await?);
+                ops[k] = &self.slots[s];
+            }
+        }
+        Ok((ds, ops[0], ops[1]))
+    }
+
+    /// The dispatches of the fused pair that instruction `i` starts (see fuse.rs).
+    async fn fused(&self, i: usize, f: Fusion, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
+        let ctx = self.ctx;
+        let prog = self.program;
+        let (first, second) = (&prog.instrs[i], &prog.instrs[i + 1]);
+        let devices = prog.devices();
+        let x = |k: usize| self.buf(first.inputs[k]);
+        let out = self.buf(second.outputs[0]);
+        let numel = |k: usize| prog.info(first.inputs[k]).numel();
+        let shape = k::fused::FusedShape {
+            n: devices * numel(0),
+            nb: numel(1),
+            devices,
+        };
+        Ok(match f {
+            Fusion::DotTransposed => {
+                let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
+                let (mut ds, a, b) = self.dot_operands(first, sc).await?;
+                let mut t = swapped(&p.shape);
+                t.batch *= devices;
+                ds.extend(k::matmul::matmul(ctx, &t, b, a, None, out, None).await?);
+                ds
+            }
+            Fusion::BiasGelu => {
+                let pre = self.buf(first.outputs[0]);
+                vec![k::fused::bias_gelu(ctx, x(0), x(1), pre, out, shape).await?]
+            }
+            Fusion::BiasResidual { residual } => {
+                let r = self.buf(second.inputs[residual]);
+                vec![k::fused::bias_residual(ctx, x(0), x(1), r, out, shape).await?]
+            }
+            Fusion::DropoutResidual { residual } => {
+                let Op::Dropout { rate } = first.op else {
+                    unreachable!("fuse.rs pairs dropout only")
+                };
+                let r = self.buf(second.inputs[residual]);
+                vec![k::fused::dropout_residual(ctx, x(0), x(1), r, out, shape.n, rate).await?]
             }
         })
     }

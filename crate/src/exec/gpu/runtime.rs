@@ -1,4 +1,5 @@
 //! The runtime of the GPU executor: its buffers and dispatches, inputs, outputs and steps.
+use super::fuse;
 use super::lower::Lowering;
 use super::slots;
 use crate::exec::{ExecError, Tensor};
@@ -26,7 +27,8 @@ pub struct GpuExecutor {
 
 impl GpuExecutor {
     pub async fn new(ctx: &GpuContext, program: Program) -> Result<Self, ExecError> {
-        let plan = slots::plan(&program);
+        let fusion = fuse::plan(&program);
+        let plan = slots::plan(&program, &fusion);
         let mut slots = Vec::with_capacity(plan.caps.len());
         for (s, &cap) in plan.caps.iter().enumerate() {
             slots.push(ctx.zeros(&plan.name(&program, s), cap)?);
@@ -43,6 +45,7 @@ impl GpuExecutor {
                 value_slot: &plan.value_slot,
                 sgd_hyper: sgd_hyper.as_ref().map(|(b, _)| b),
                 adamw_hyper: adamw_hyper.as_ref().map(|(b, _)| b),
+                fusion: &fusion,
             };
             for (i, sc) in plan.scratch.iter().enumerate() {
                 let ds = lowering.instr(i, sc).await?;

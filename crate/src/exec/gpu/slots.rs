@@ -1,6 +1,7 @@
 //! Slot planning: every value of a program gets a buffer *slot*; slots are reused as soon as the
 //! values in them are dead (liveness), reshapes alias their operand, and optimizer updates write
 //! into their parameter's slot (donation). Capacities grow while planning; buffers are made after.
+use super::fuse::Fusion;
 use crate::exec::lowering::{plan_dot, plan_reduce, DotPlan, ReducePlan};
 use crate::ir::{Op, Program, ValueId};
 
@@ -87,7 +88,9 @@ impl Slots {
 }
 
 /// Plans the slots of `program`: every value holds all devices' local blocks (`[device, local...]`).
-pub(super) fn plan(program: &Program) -> Slots {
+/// A fused pair (`fusion`, see fuse.rs) is planned as one instruction: its outputs are taken
+/// before any of its operands is released, and an intermediate it does not write gets no slot.
+pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>]) -> Slots {
     let last_use = program.last_uses();
     let devices = program.devices();
     let numel = |v: ValueId| devices * program.info(v).numel();
@@ -97,7 +100,13 @@ pub(super) fn plan(program: &Program) -> Slots {
         value_slot[v.index()] = plan.new_slot(numel(*v), true);
     }
     let mut scratch: Vec<Scratch> = Vec::with_capacity(program.instrs.len());
-    for (i, ins) in program.instrs.iter().enumerate() {
+    let mut i = 0;
+    while i < program.instrs.len() {
+        let ins = &program.instrs[i];
+        let group = match fusion[i] {
+            Some(_) => i..i + 2,
+            None => i..i + 1,
+        };
         let mut sc = Scratch::default();
         match &ins.op {
             Op::Reshape { .. } | Op::Pvary { .. } => {
@@ -150,7 +159,13 @@ pub(super) fn plan(program: &Program) -> Slots {
                 if rhs_perm {
                     sc.rhs = Some(plan.take(numel(ins.inputs[1])));
                 }
-                for o in &ins.outputs {
+                let keep_first = fusion[i].is_none_or(|f| f.keeps_intermediate());
+                if keep_first {
+                    for o in &ins.outputs {
+                        value_slot[o.index()] = plan.take(numel(*o));
+                    }
+                }
+                for o in group.clone().skip(1).flat_map(|j| &program.instrs[j].outputs) {
                     value_slot[o.index()] = plan.take(numel(*o));
                 }
                 for s in [sc.lhs, sc.rhs].into_iter().flatten() {
@@ -159,24 +174,31 @@ pub(super) fn plan(program: &Program) -> Slots {
             }
         }
         scratch.push(sc);
-        // Dead after this instruction: its operands' last reads, and outputs nobody reads.
-        let mut dead: Vec<usize> = ins
-            .inputs
-            .iter()
-            .filter(|v| last_use[v.index()] == Some(i))
+        scratch.extend(group.clone().skip(1).map(|_| Scratch::default()));
+        // Dead after this group: its operands' last reads, and outputs nobody reads (values
+        // without a slot, a fused pair's intermediate, hold nothing to release).
+        let ins_of = |j: usize| &program.instrs[j];
+        let mut dead: Vec<usize> = group
+            .clone()
+            .flat_map(|j| &ins_of(j).inputs)
+            .filter(|v| last_use[v.index()].is_some_and(|u| group.contains(&u)))
             .map(|v| v.index())
             .collect();
-        dead.sort();
-        dead.dedup();
         dead.extend(
-            ins.outputs
-                .iter()
+            group
+                .clone()
+                .flat_map(|j| &ins_of(j).outputs)
                 .filter(|o| last_use[o.index()].is_none())
                 .map(|o| o.index()),
         );
+        dead.sort();
+        dead.dedup();
         for v in dead {
-            plan.release(value_slot[v]);
+            if value_slot[v] != NONE {
+                plan.release(value_slot[v]);
+            }
         }
+        i = group.end;
     }
     Slots {
         caps: plan.caps,

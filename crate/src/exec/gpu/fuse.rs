@@ -1,0 +1,193 @@
+//! Fusion: pairs of consecutive instructions that lowering runs as one kernel, so the
+//! intermediate value makes no trip through memory and the pair costs one dispatch. A pair
+//! qualifies only when the second instruction is the only reader of the first's output (or,
+//! for [`Fusion::BiasGelu`], that output is written anyway) and it is not a program output.
+//! Every fused kernel computes what the pair computes, in the same order (see
+//! shaders/fused.wgsl), so fusing moves no number.
+use crate::ir::{DType, Instr, Op, Program, ValueId};
+use crate::reference::matmul::MatmulShape;
+
+/// How one instruction and the next are lowered together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fusion {
+    /// dot_general, then a transpose that swaps its lhs-free and rhs-free dims (weight and
+    /// attention gradients): the matmul with its operands swapped writes the transpose.
+    DotTransposed,
+    /// add (a bias), then gelu: `fused::bias_gelu`, which also writes the sum (GELU's backward
+    /// reads it).
+    BiasGelu,
+    /// add (a bias), then the residual add; `residual` is the other input of the second add.
+    BiasResidual { residual: usize },
+    /// dropout, then the residual add; `residual` is the other input of the add.
+    DropoutResidual { residual: usize },
+}
+
+impl Fusion {
+    /// Whether the first instruction's output is written (and so has a buffer).
+    pub fn keeps_intermediate(self) -> bool {
+        matches!(self, Fusion::BiasGelu)
+    }
+}
+
+/// For every instruction, the fusion it starts with the next one; `None` for an instruction
+/// lowered alone and for the second of a fused pair (which lowers to no dispatch).
+pub(super) fn plan(program: &Program) -> Vec<Option<Fusion>> {
+    let mut readers = vec![0usize; program.values.len()];
+    for ins in &program.instrs {
+        for v in &ins.inputs {
+            readers[v.index()] += 1;
+        }
+    }
+    for v in &program.outputs {
+        readers[v.index()] += 1;
+    }
+    let n = program.instrs.len();
+    let mut out = vec![None; n];
+    let mut i = 0;
+    while i + 1 < n {
+        let f = pair(program, &program.instrs[i], &program.instrs[i + 1], &readers);
+        out[i] = f;
+        i += if f.is_some() { 2 } else { 1 };
+    }
+    out
+}
+
+/// The fusion of `first` then `second`, if they form one.
+fn pair(program: &Program, first: &Instr, second: &Instr, readers: &[usize]) -> Option<Fusion> {
+    let [v] = first.outputs[..] else { return None };
+    let reads_v = second.inputs.iter().filter(|&&x| x == v).count();
+    if reads_v != 1 || program.info(v).dtype != DType::F32 {
+        return None;
+    }
+    let only_reader = readers[v.index()] == 1;
+    let numel = |x: ValueId| program.info(x).numel();
+    // The other input of a residual add: full size (not broadcast).
+    let residual = || {
+        let r = second.inputs.iter().position(|&x| x != v)?;
+        (numel(second.inputs[r]) == numel(v)).then_some(r)
+    };
+    match (&first.op, &second.op) {
+        (Op::DotGeneral { .. }, Op::Transpose { perm }) if only_reader && swaps_free_dims(program, first, perm) => {
+            Some(Fusion::DotTransposed)
+        }
+        (Op::Add, Op::Gelu) => Some(Fusion::BiasGelu),
+        (Op::Add, Op::Add) if only_reader => residual().map(|residual| Fusion::BiasResidual { residual }),
+        (Op::Dropout { .. }, Op::Add) if only_reader => residual().map(|residual| Fusion::DropoutResidual { residual }),
+        _ => None,
+    }
+}
+
+/// Whether `perm` maps dot_general's output (batch, lhs free, rhs free) to (batch, rhs free,
+/// lhs free), each group in order: what the same product with its operands swapped yields.
+fn swaps_free_dims(program: &Program, dot: &Instr, perm: &[usize]) -> bool {
+    let Op::DotGeneral {
+        lhs_contract,
+        rhs_contract,
+        lhs_batch,
+        ..
+    } = &dot.op
+    else {
+        return false;
+    };
+    let nb = lhs_batch.len();
+    let fl = program.shape(dot.inputs[0]).len() - nb - lhs_contract.len();
+    let fr = program.shape(dot.inputs[1]).len() - nb - rhs_contract.len();
+    if fl == 0 || fr == 0 {
+        return false;
+    }
+    let want: Vec<usize> = (0..nb).chain(nb + fl..nb + fl + fr).chain(nb..nb + fl).collect();
+    perm == want.as_slice()
+}
+
+/// The same product transposed, `C^T = op(B)^T @ op(A)^T`: the shape of the matmul that takes
+/// `b` as its A and `a` as its B and writes `shape`'s C transposed, per batch item.
+pub(super) fn swapped(shape: &MatmulShape) -> MatmulShape {
+    MatmulShape {
+        m: shape.n,
+        n: shape.m,
+        trans_a: !shape.trans_b,
+        trans_b: !shape.trans_a,
+        stride_a: shape.stride_b,
+        stride_b: shape.stride_a,
+        ..*shape
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::RngLayout;
+    use crate::model::{train_step_program, GptConfig, Optimizer};
+
+    fn fusions(dropout: f32) -> (Vec<Option<Fusion>>, Program) {
+        let cfg = GptConfig {
+            layers: 2,
+            dropout,
+            ..GptConfig::tiny()
+        };
+        let step = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable).unwrap();
+        (plan(&step.program), step.program)
+    }
+
+    fn count(f: &[Option<Fusion>], want: impl Fn(Fusion) -> bool) -> usize {
+        f.iter().flatten().filter(|&&x| want(x)).count()
+    }
+
+    #[test]
+    fn a_train_step_fuses_its_gradient_transposes_and_bias_chains() {
+        for dropout in [0.0, 0.1] {
+            let (f, program) = fusions(dropout);
+            // Per block: dw_qkv, dw_proj, dw_fc, dw_out and attention's dv; and the head's dw.
+            assert_eq!(
+                count(&f, |x| x == Fusion::DotTransposed),
+                2 * 5 + 1,
+                "dropout {dropout}"
+            );
+            assert_eq!(count(&f, |x| x == Fusion::BiasGelu), 2, "dropout {dropout}");
+            // Without dropout both residual adds of a block take the bias add; with it, the
+            // dropout sits between them and fuses with the residual add instead.
+            let bias = count(&f, |x| matches!(x, Fusion::BiasResidual { .. }));
+            let drop = count(&f, |x| matches!(x, Fusion::DropoutResidual { .. }));
+            assert_eq!((bias, drop), if dropout == 0.0 { (4, 0) } else { (0, 4) });
+            // A pair's second instruction starts nothing, and no intermediate that is not
+            // written is read after its pair or returned.
+            for (i, x) in f.iter().enumerate() {
+                let Some(x) = x else { continue };
+                assert!(f[i + 1].is_none(), "instruction {} is in two pairs", i + 1);
+                let v = program.instrs[i].outputs[0];
+                if !x.keeps_intermediate() {
+                    let readers = program.instrs.iter().filter(|ins| ins.inputs.contains(&v)).count();
+                    assert_eq!(readers, 1, "{x:?} at {i}");
+                    assert!(!program.outputs.contains(&v));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn swapping_the_operands_transposes_every_batch_item_of_the_product() {
+        let s = MatmulShape {
+            trans_a: true,
+            ..MatmulShape::new(3, 4, 5, 6)
+        };
+        let t = swapped(&s);
+        assert_eq!((t.m, t.n, t.k, t.batch), (5, 4, 6, 3));
+        assert_eq!((t.trans_a, t.trans_b), (true, false));
+        assert_eq!(
+            (t.stride_a, t.stride_b, t.stride_c),
+            (s.stride_b, s.stride_a, s.stride_c)
+        );
+        let a: Vec<f32> = (0..3 * 24).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b: Vec<f32> = (0..3 * 30).map(|i| (i % 5) as f32 * 0.5).collect();
+        let (mut c, mut ct) = (vec![0.0; 60], vec![0.0; 60]);
+        crate::reference::matmul::matmul(&s, &a, &b, None, &mut c);
+        crate::reference::matmul::matmul(&t, &b, &a, None, &mut ct);
+        for z in 0..3 {
+            for i in 0..4 {
+                for j in 0..5 {
+                    assert_eq!(c[z * 20 + i * 5 + j], ct[z * 20 + j * 4 + i]);
+                }
+            }
+        }
+    }
+}
