@@ -7,7 +7,7 @@ use crate::exec::{Backend, ExecError, Parallel, Trainer, TrainerOptions};
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{DropoutKey, Strategy};
-use crate::profile::{predict, DeviceProfile, Placement};
+use crate::profile::{compare_ops, predict, DeviceProfile, OpComparison, Placement};
 use crate::sharding::Mesh;
 
 /// One configuration of the sweep and its two times.
@@ -187,4 +187,62 @@ pub async fn run_sweep(
         mape_pct,
         steps,
     })
+}
+
+/// The configurations `bench model --ops` profiles when none is named: one device, data
+/// parallel with its all-reduces, FSDP with its gathers and tensor parallel with its inserted
+/// copies, at both sizes.
+pub const OPS_DEFAULT: [&str; 4] = [
+    "xs single",
+    "xs auto dp dp=8 original",
+    "s auto fsdp dp=8 partitionable",
+    "s shard_map tp tp=4 partitionable",
+];
+
+/// One configuration's step, predicted on `device` beside its measured per-op profile.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OpsCheck {
+    pub name: String,
+    pub comparison: OpComparison,
+}
+
+/// Profiles the sweep's configurations whose names contain one of `names` (exact names
+/// first) and compares each op's measured time with the model's price on `device`.
+pub async fn run_ops(
+    backend: Backend,
+    device: &DeviceProfile,
+    names: &[String],
+    mut progress: impl FnMut(&OpsCheck),
+) -> Result<Vec<OpsCheck>, ExecError> {
+    let all = sweep_options()?;
+    let mut picked = vec![];
+    for n in names {
+        let exact = all.iter().find(|(name, ..)| name == n);
+        let hits: Vec<_> = match exact {
+            Some(e) => vec![e],
+            None => all.iter().filter(|(name, ..)| name.contains(n.as_str())).collect(),
+        };
+        if hits.is_empty() {
+            return Err(ExecError::Input(format!(
+                "no configuration of the sweep is named like `{n}`; `shardlab bench model` lists them"
+            )));
+        }
+        picked.extend(hits);
+    }
+    let mut out = vec![];
+    for (name, _, _, opts) in picked {
+        let mut t = Trainer::new(backend.clone(), opts.clone()).await?;
+        for _ in 0..2 {
+            t.step().await?;
+        }
+        let (_, profile) = t.profile_step().await?;
+        let profile = profile.ok_or_else(|| ExecError::Input("--ops needs the GPU backend".into()))?;
+        let check = OpsCheck {
+            name: name.clone(),
+            comparison: compare_ops(t.program(), device, Placement::Simulated, &profile),
+        };
+        progress(&check);
+        out.push(check);
+    }
+    Ok(out)
 }
