@@ -7,6 +7,7 @@ mod plan;
 mod predict;
 mod session;
 mod settings;
+mod this_gpu;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -160,6 +161,21 @@ impl Shardlab {
     /// as the cost model predicts it, for both modes and both RNG layouts (`predict::scale_up`).
     pub fn scale_up() -> String {
         predict::scale_up().to_string()
+    }
+
+    /// Calibrates the cost model's `this` profile on this GPU (microbenchmarks, a few seconds)
+    /// and makes it the device kind `this`: resolves to `{"ok":true,"calibration"}`, which the
+    /// page caches per adapter, or `{"ok":false,"error"}`.
+    pub fn calibrate(&self) -> js_sys::Promise {
+        let ctx = self.inner.borrow().ctx.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            Ok(JsValue::from_str(&this_gpu::calibrate(&ctx).await.to_string()))
+        })
+    }
+
+    /// Makes a cached calibration (as `calibrate` returned it) the device kind `this`.
+    pub fn install_calibration(calibration_json: &str) -> String {
+        this_gpu::install_json(calibration_json).to_string()
     }
 
     /// Test hook: destroys the GPU device, as a driver reset or a lost GPU would.

@@ -67,6 +67,9 @@ pub struct Budget {
     pub shrink: u32,
     /// FLOPs of work each matmul program aims at.
     pub matmul_flops: f64,
+    /// Every how many of the matmul shapes are timed (1: all of them; 2: every other one, still
+    /// at least the three points each fit needs).
+    pub shape_step: usize,
 }
 
 impl Budget {
@@ -74,11 +77,13 @@ impl Budget {
         runs: 5,
         shrink: 0,
         matmul_flops: 32e6,
+        shape_step: 1,
     };
     pub const QUICK: Budget = Budget {
-        runs: 3,
-        shrink: 2,
-        matmul_flops: 8e6,
+        runs: 2,
+        shrink: 3,
+        matmul_flops: 4e6,
+        shape_step: 2,
     };
 }
 
@@ -321,7 +326,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     for (batched, family) in [(false, &single[..]), (true, &BATCHED_SHAPES[..])] {
         let mut points = vec![];
         let mut rows = vec![];
-        for &(batch, m, k, nn) in family {
+        for &(batch, m, k, nn) in family.iter().step_by(budget.shape_step.max(1)) {
             let flops = (2 * batch * m * k * nn) as f64;
             let reps = ((budget.matmul_flops / flops) as usize).clamp(2, 16);
             let t = time_program(ctx, dots(batch, m, k, nn, reps)?, runs).await?;

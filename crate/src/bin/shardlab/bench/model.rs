@@ -3,7 +3,7 @@
 //! the mean absolute percentage error.
 use std::sync::Arc;
 
-use shardlab::bench::model::{run_ops, run_sweep, OpsCheck, OPS_DEFAULT};
+use shardlab::bench::model::{pick_configs, run_ops, run_sweep, OpsCheck, OPS_DEFAULT};
 use shardlab::exec::Backend;
 use shardlab::gpu::GpuContext;
 use shardlab::profile::OpGroup;
@@ -61,15 +61,17 @@ fn print_ops(c: &OpsCheck) {
 }
 
 fn run_ops_cli(args: &Args) -> Result<(), String> {
-    let (cal, _) = crate::device::this_calibration(args.recalibrate)?;
-    let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
     let names: Vec<String> = if args.configs.is_empty() {
         OPS_DEFAULT.iter().map(|s| s.to_string()).collect()
     } else {
         args.configs.clone()
     };
+    // Names first: a typo is said before the calibration and the GPU are opened.
+    let configs = pick_configs(&names).map_err(|e| e.to_string())?;
+    let (cal, _) = crate::device::this_calibration(args.recalibrate)?;
+    let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
     let json = args.json;
-    let checks = pollster::block_on(run_ops(Backend::Gpu(ctx), &cal.profile, &names, |c| {
+    let checks = pollster::block_on(run_ops(Backend::Gpu(ctx), &cal.profile, configs, |c| {
         if !json {
             print_ops(c);
         }
