@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(exact[0].0, "xs single");
         // "s single" is a configuration of its own, not every name containing it.
         assert_eq!(pick_configs(&["s single".to_string()]).unwrap().len(), 1);
-        let tp = pick_configs(&["s shard_map tp".to_string()]).unwrap();
+        let tp = pick_configs(&["s shard_map tp tp=4".to_string()]).unwrap();
         assert_eq!(tp.len(), 2, "both RNG layouts");
         for name in OPS_DEFAULT {
             assert_eq!(pick_configs(&[name.to_string()]).unwrap()[0].0, name);
