@@ -9,6 +9,7 @@ import {
   LEARN_FIELDS, initLearn, learnFacts, parseLr, renderExamplePrediction, renderSample, renderTask,
 } from './learn.js';
 import * as editor from './editor.js';
+import { setupThisGpu } from './calibrate.js';
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -561,6 +562,8 @@ function categoryLegend() {
 
 /** The modelled figure: both modes' steps on N real devices of the chosen kind. */
 function renderPrediction(pr) {
+  // web/calibrate.js shows its recalibrate button when the prediction is for this GPU.
+  window.dispatchEvent(new CustomEvent('shardlab:prediction', { detail: pr }));
   $('modelled-n').textContent = String(pr.devices);
   $('modelled-device').textContent = pr.label;
   const scale = Math.max(...MODES.map((m) => pr.modes[m].step_ms));
@@ -603,7 +606,7 @@ function showScaleUp(box, r) {
     el('table', { class: 'compact' },
       el('thead', {}, el('tr', {}, el('th', {}, 'RNG layout'), el('th', { class: 'num' }, 'automatic'), el('th', { class: 'num' }, 'shard_map'), el('th', { class: 'num' }, 'ratio'), el('th', {}, 'memory'))),
       el('tbody', {}, rows)),
-    c.batch < r.report_batch ? el('p', { class: 'small', 'data-testid': 'scale-up-batch-note' }, `Batch ${c.batch}, not the report’s ${r.report_batch}: at batch ${r.report_batch} the global logits exceed the bytes a ${r.address_bits}-bit WebAssembly page can count. \`shardlab plan\` predicts batch ${r.report_batch} natively.`) : null,
+    c.batch < r.report_batch ? el('p', { class: 'small', 'data-testid': 'scale-up-batch-note' }, `Batch ${c.batch}, not the report’s ${r.report_batch}: at batch ${r.report_batch} the global logits have more elements than a ${r.address_bits}-bit WebAssembly page can index. \`shardlab plan\` predicts batch ${r.report_batch} natively.`) : null,
     el('p', { class: 'muted small' }, 'The JAX report measured 2.95 s/it (automatic) vs 1.09 s/it (shard_map) on a TPU v4-8 with the original layout: 2.7×.'),
   ].filter(Boolean));
 }
@@ -1285,7 +1288,10 @@ async function main() {
   state.adapter = JSON.parse(lab.adapter());
   renderAdapter(state.adapter, probe.info);
 
+  // "this GPU" joins the modelled device kinds (web/calibrate.js).
+  const thisGpu = setupThisGpu({ wasm, lab, adapter: state.adapter, presets, el });
   wireControls();
+  thisGpu.wire($('device'), $('device').closest('label'));
   for (const id of ['controls', 'live', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
   initLearn();
   const { settings, problem } = settingsFromHash();

@@ -89,16 +89,19 @@ test('scale up predicts the report’s model on a v4-8 for both modes and layout
     for (const r of rows) {
       assert.equal(r.ms.length, 2);
       for (const t of r.ms) assert.match(t, /\d.*(ms|s)$/);
-      assert.match(r.fits, /fits/);
+      // At batch 32 the f32 program holds about 54 GiB per device (activations without
+      // rematerialisation) against a v4's 32 GiB, as `shardlab plan` says.
+      assert.equal(r.fits, 'does not fit');
     }
     // The original layout's replicated random bits cost automatic mode more than the
     // partitionable layout's do.
     assert.ok(rows[0].ratio > rows[1].ratio, JSON.stringify(rows));
     assert.ok(rows[1].ratio > 0.5 && rows[1].ratio < 2, JSON.stringify(rows));
     const result = await page.getByTestId('scale-up-result').innerText();
-    assert.match(result, /24 layers, d_model 1024, 16 heads, seq 1024, batch (32|16|8), vocab 50,?304/);
-    // A smaller batch than the report's is said, with why.
-    if (!/batch 32,/.test(result)) assert.match(result, /not the report’s 32/);
+    // The report's batch 32, though its logits (6.6 GB) exceed what a 32-bit usize counts in
+    // bytes: sizes are u64 where they overflow, so wasm32 plans it.
+    assert.match(result, /24 layers, d_model 1024, 16 heads, seq 1024, batch 32, vocab 50,?304/);
+    assert.equal(await page.getByTestId('scale-up-batch-note').count(), 0);
     assert.ok(took < 20_000, `scale up took ${took} ms`);
   } finally {
     await context.close();
@@ -120,6 +123,58 @@ test('the task shows what the model predicts for its example after a step', { ti
     await page.getByTestId('reset').click();
     await page.waitForFunction(() => window.shardlab.steps === 0, null, { timeout: 30_000 });
     assert.match(await box.innerText(), /not trained yet/);
+  } finally {
+    await context.close();
+  }
+});
+
+test('this GPU: picking it calibrates the cost model here and shows a modelled step with its breakdown; a reload uses the cached calibration', { timeout: 240_000 }, async () => {
+  const { context, page } = await openReady(hashOf({ device: 'tpu_v4' }));
+  try {
+    const tpu = await bars(page);
+    assert.equal(await page.evaluate(() => document.body.dataset.thisGpu), undefined, 'nothing is calibrated before it is picked');
+    const t0 = Date.now();
+    await setControl(page, 'device', 'this');
+    await page.waitForFunction(() => document.body.dataset.thisGpu === 'measured', null, { timeout: 60_000 });
+    const took = Date.now() - t0;
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.device === 'this', null, { timeout: 60_000 });
+    const live = await page.getByTestId('live').innerText();
+    assert.match(live, /modelled step time on 2 × this GPU/);
+    const mine = await bars(page);
+    for (const [m, b] of Object.entries(mine)) {
+      assert.ok(b.step > 0 && Math.abs(b.sum - b.step) <= 1e-9 * b.step, `${m}: ${JSON.stringify(b)}`);
+      assert.notEqual(b.step, tpu[m].step, 'this GPU is priced on its own profile');
+    }
+    const cats = await page.getByTestId('modelled-bar').first().locator('.seg').evaluateAll((xs) => xs.map((x) => x.dataset.category));
+    assert.ok(cats.includes('matmul') && cats.includes('launch'), cats.join(','));
+    assert.match(await page.getByTestId('this-gpu-status').innerText(), /calibrated in \d/);
+    // The first calibration also compiles its pipelines and tunes its matmul classes (once per
+    // page, shared with training); a slow, loaded CPU takes most of this bound for that.
+    assert.ok(took < 45_000, `calibration and the new prediction took ${took} ms`);
+    const cachedSeconds = () => page.evaluate(() => JSON.parse(localStorage.getItem(Object.keys(localStorage).find((k) => k.startsWith('shardlab.this-gpu.'))) ?? 'null')?.seconds);
+    const first = await cachedSeconds();
+    // Recalibrating in the same page measures again and caches the new profile: the
+    // microbenchmarks alone, which the goal (under 5 s on SwiftShader) is about.
+    await page.getByTestId('recalibrate').click();
+    assert.equal(await page.evaluate(() => document.body.dataset.thisGpu), 'measuring');
+    await page.waitForFunction(() => document.body.dataset.thisGpu === 'measured', null, { timeout: 60_000 });
+    const again = await cachedSeconds();
+    assert.notEqual(again, first, 'a new calibration was cached');
+    assert.ok(again > 0 && again < 5, `the page's recalibration took ${again} s`);
+    // The new profile's prediction replaces the old one.
+    await page.waitForFunction((old) => [...document.querySelectorAll('[data-testid="modelled-bar"]')]
+      .some((b) => b.dataset.mode === 'auto' && Number(b.dataset.stepMs) !== old), mine.auto.step, { timeout: 60_000 });
+    const mine2 = await bars(page);
+
+    // A reload (same browser profile, so the same localStorage) installs the cached calibration.
+    await page.reload();
+    await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 60_000 });
+    assert.equal(await page.evaluate(() => document.body.dataset.thisGpu), 'cached');
+    assert.equal((await formValues(page)).device, 'this');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.device === 'this', null, { timeout: 60_000 });
+    const reloaded = await bars(page);
+    assert.equal(reloaded.auto.step, mine2.auto.step, 'the cached profile gives the same prediction');
+    assert.match(await page.getByTestId('this-gpu-status').innerText(), /cached/);
   } finally {
     await context.close();
   }

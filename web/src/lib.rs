@@ -12,6 +12,7 @@ mod session;
 mod settings;
 mod task;
 mod values;
+mod this_gpu;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -197,6 +198,21 @@ impl Shardlab {
             Some((plans, mesh)) => values::collective(plans, &mesh, mode, instr as usize).to_string(),
             None => json!({"ok": false, "error": "no valid settings yet: configure first"}).to_string(),
         }
+    }
+
+    /// Calibrates the cost model's `this` profile on this GPU (microbenchmarks, a few seconds)
+    /// and makes it the device kind `this`: resolves to `{"ok":true,"calibration"}`, which the
+    /// page caches per adapter, or `{"ok":false,"error"}`.
+    pub fn calibrate(&self) -> js_sys::Promise {
+        let ctx = self.inner.borrow().ctx.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            Ok(JsValue::from_str(&this_gpu::calibrate(&ctx).await.to_string()))
+        })
+    }
+
+    /// Makes a cached calibration (as `calibrate` returned it) the device kind `this`.
+    pub fn install_calibration(calibration_json: &str) -> String {
+        this_gpu::install_json(calibration_json).to_string()
     }
 
     /// Test hook: destroys the GPU device, as a driver reset or a lost GPU would.

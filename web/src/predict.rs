@@ -65,9 +65,10 @@ pub fn scale_up() -> Value {
     let Some(device) = device_preset("tpu_v4") else {
         return json!({"ok": false, "error": "the TPU v4 preset is missing from the core"});
     };
-    // The core traces the global program first, and on wasm32 the global logits of batch 32
-    // (6.6 GB) exceed what a 32-bit usize can count in bytes: the page then plans the largest
-    // batch the core accepts here and says so (`shardlab plan` runs batch 32 natively).
+    // The global logits of batch 32 hold 6.6 GB, more bytes than a 32-bit usize counts, but
+    // the core counts bytes in u64 and only needs element counts to fit usize, so wasm32 plans
+    // the report's batch. Should a larger model not fit, the page plans the largest batch the
+    // core accepts here and says so.
     let Some(batch) = [REPORT_BATCH, REPORT_BATCH / 2, REPORT_BATCH / 4]
         .into_iter()
         .find(|b| report_settings(Rng::Original, *b).config().validate().is_ok())

@@ -212,8 +212,18 @@ impl Settings {
     }
 
     pub fn device_profile(&self) -> Result<DeviceProfile, FieldError> {
+        if self.device == crate::this_gpu::THIS {
+            return crate::this_gpu::profile().ok_or_else(|| {
+                FieldError::new(
+                    "device",
+                    "this GPU is not calibrated yet: pick “this GPU” again to calibrate it",
+                )
+            });
+        }
         device_preset(&self.device).ok_or_else(|| {
-            let names: Vec<String> = presets().into_iter().map(|p| p.name).collect();
+            let names: Vec<String> = std::iter::once(crate::this_gpu::THIS.to_string())
+                .chain(presets().into_iter().map(|p| p.name))
+                .collect();
             FieldError::new(
                 "device",
                 format!("unknown device `{}`: choose one of {}", self.device, names.join(", ")),

@@ -101,38 +101,15 @@ impl GptConfig {
         self.check_sizes()
     }
 
-    /// Checks that the byte size of every tensor the model makes fits in usize (32 bits on
-    /// wasm32), so no element count or byte size computed later can wrap. The largest are
-    /// the ones below (random bits of the original layout have the scores' shape); the
-    /// parameter count covers their sum.
+    /// Checks that every tensor the model makes can be indexed: its element count fits in
+    /// usize (32 bits on wasm32), so no index computed later can wrap. Byte sizes are u64
+    /// everywhere (`ir::size_in_bytes`, the memory plan, the cost model), so a program whose
+    /// tensors exceed 4 GiB can still be planned and priced on wasm32 (the JAX report's model
+    /// at batch 32 has 6.6 GB of logits); running it is refused by the memory checks. The
+    /// largest tensors are the ones below (random bits of the original layout have the scores'
+    /// shape); the parameter count covers their sum.
     fn check_sizes(&self) -> Result<(), ModelError> {
-        let (b, t, d, v, h) = (self.batch, self.seq, self.d_model, self.vocab, self.heads);
-        let bytes = |dims: &[usize]| dims.iter().try_fold(4usize, |acc, &n| acc.checked_mul(n));
-        let tensors: [(&str, &[usize], &str); 6] = [
-            ("wte", &[v, d], "lower --vocab or --d-model"),
-            ("wpe", &[t, d], "lower --seq or --d-model"),
-            ("w_fc", &[d, d, 4], "lower --d-model"),
-            ("logits", &[b, t, v], "lower --batch, --seq or --vocab"),
-            ("attention scores", &[b, h, t, t], "lower --batch, --heads or --seq"),
-            ("MLP hidden", &[b, t, d, 4], "lower --batch, --seq or --d-model"),
-        ];
-        for (name, dims, fix) in tensors {
-            if bytes(dims).is_none() {
-                return Err(ModelError(format!(
-                    "{name} would have more bytes than this machine can address ({} bits): {fix}",
-                    usize::BITS
-                )));
-            }
-        }
-        let params = self.param_count().and_then(|n| usize::try_from(n).ok()?.checked_mul(4));
-        if params.is_none() {
-            return Err(ModelError(format!(
-                "the parameters would have more bytes than this machine can address ({} bits): make the model smaller \
-                 (--layers, --d-model, --vocab)",
-                usize::BITS
-            )));
-        }
-        Ok(())
+        check_sizes_for(self, usize::MAX as u64, usize::BITS)
     }
 
     /// Number of parameters in closed form (u64, checked; None if it overflows): `V*d + T*d`,
@@ -164,4 +141,77 @@ impl GptConfig {
 
 fn largest_divisor_at_most(n: usize, k: usize) -> usize {
     (1..=k.min(n)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1)
+}
+
+/// [`GptConfig::check_sizes`] for a machine whose usize holds at most `max_elements` (`bits`
+/// wide): element counts must fit it, byte sizes only u64.
+fn check_sizes_for(cfg: &GptConfig, max_elements: u64, bits: u32) -> Result<(), ModelError> {
+    let (b, t, d, v, h) = (cfg.batch, cfg.seq, cfg.d_model, cfg.vocab, cfg.heads);
+    let elements = |dims: &[usize]| {
+        dims.iter()
+            .try_fold(1u64, |acc, &n| acc.checked_mul(n as u64))
+            .filter(|&n| n <= max_elements)
+    };
+    let tensors: [(&str, &[usize], &str); 6] = [
+        ("wte", &[v, d], "lower --vocab or --d-model"),
+        ("wpe", &[t, d], "lower --seq or --d-model"),
+        ("w_fc", &[d, d, 4], "lower --d-model"),
+        ("logits", &[b, t, v], "lower --batch, --seq or --vocab"),
+        ("attention scores", &[b, h, t, t], "lower --batch, --heads or --seq"),
+        ("MLP hidden", &[b, t, d, 4], "lower --batch, --seq or --d-model"),
+    ];
+    for (name, dims, fix) in tensors {
+        if elements(dims).and_then(|n| n.checked_mul(4)).is_none() {
+            return Err(ModelError(format!(
+                "{name} would have more elements than this machine can index ({bits} bits): {fix}"
+            )));
+        }
+    }
+    if cfg
+        .param_count()
+        .filter(|&n| n <= max_elements)
+        .and_then(|n| n.checked_mul(4))
+        .is_none()
+    {
+        return Err(ModelError(format!(
+            "the model would have more parameters than this machine can index ({bits} bits): make the model smaller \
+             (--layers, --d-model, --vocab)"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JAX report's ~400M-parameter model at its batch 32.
+    fn report(batch: usize) -> GptConfig {
+        GptConfig {
+            layers: 24,
+            d_model: 1024,
+            heads: 16,
+            seq: 1024,
+            batch,
+            vocab: 50304,
+            tied: false,
+            dropout: 0.1,
+        }
+    }
+
+    #[test]
+    fn report_model_at_batch_32_is_accepted_by_a_32_bit_build() {
+        // Its logits hold 6.6 GB, more bytes than a 32-bit usize counts, but 1.65e9 elements,
+        // which it indexes: byte sizes are u64, so wasm32 can plan it.
+        let logits = crate::ir::size_in_bytes(&[32, 1024, 50304]);
+        assert!(logits > u32::MAX as u64, "{logits}");
+        assert!(check_sizes_for(&report(32), u32::MAX as u64, 32).is_ok());
+    }
+
+    #[test]
+    fn tensors_with_more_elements_than_a_32_bit_usize_indexes_are_refused() {
+        let e = check_sizes_for(&report(128), u32::MAX as u64, 32).unwrap_err();
+        assert!(e.0.contains("logits") && e.0.contains("--batch"), "{e:?}");
+        assert!(check_sizes_for(&report(128), u64::MAX, 64).is_ok());
+    }
 }

@@ -3,11 +3,15 @@
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
 //! and a half-peak size).
+use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit, Topology};
+use super::predict::sim_collective_bytes;
 use super::work::THREEFRY_INT_OPS;
 use crate::exec::{ExecError, GpuExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
+use crate::ir::size_in_bytes;
 use crate::ir::{Builder, DType, Program, RngLayout, Role};
+use crate::sharding::Mesh;
 
 /// One microbenchmark's result, reported with the profile.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -41,8 +45,62 @@ const DOT_SHAPES: [(usize, usize, usize); 5] = [
 /// Batched matmul shapes (batch, m, k, n): products the executor runs as one batched kernel
 /// (attention's dots; every dot of a mesh simulated here, batched over its devices), which the
 /// autotuner tunes as classes of their own and so may run on other kernels than single ones.
-const BATCHED_SHAPES: [(usize, usize, usize, usize); 4] =
-    [(8, 32, 16, 32), (8, 64, 64, 64), (4, 128, 64, 128), (2, 256, 64, 256)];
+/// The first two are attention's shapes at the sweep's sizes (many heads and devices of small
+/// products), where lavapipe runs far below the large batched products' rate.
+const BATCHED_SHAPES: [(usize, usize, usize, usize); 6] = [
+    (64, 32, 16, 32),
+    (64, 32, 32, 16),
+    (8, 32, 16, 32),
+    (8, 64, 64, 64),
+    (4, 128, 64, 128),
+    (2, 256, 64, 256),
+];
+
+/// How long the microbenchmarks run: the CLI's full calibration (under 20 s on lavapipe) or the
+/// page's quick one (under 5 s on SwiftShader): fewer timed runs, smaller arrays, fewer FLOPs
+/// per matmul program.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Timed runs per program (after one warm-up); the median is taken.
+    pub runs: usize,
+    /// Array sizes are divided by 2^shrink.
+    pub shrink: u32,
+    /// FLOPs of work each matmul program aims at.
+    pub matmul_flops: f64,
+    /// Every how many of the matmul shapes are timed (1: all of them; 2: every other one, still
+    /// at least the three points each fit needs).
+    pub shape_step: usize,
+}
+
+impl Budget {
+    pub const FULL: Budget = Budget {
+        runs: 5,
+        shrink: 0,
+        matmul_flops: 32e6,
+        shape_step: 1,
+    };
+    pub const QUICK: Budget = Budget {
+        runs: 2,
+        shrink: 3,
+        matmul_flops: 4e6,
+        shape_step: 2,
+    };
+}
+
+/// A simulated mesh's collectives, chained: per repetition an all-reduce, an all-gather (n to
+/// `devices` x n) and a reduce-scatter back to n, over one axis of `devices`, on blocks of n.
+fn collectives(devices: usize, n: usize, reps: usize) -> Result<Program, ExecError> {
+    let mesh = Mesh::parse(&format!("dp={devices}")).map_err(|e| ExecError::Input(e.to_string()))?;
+    let mut b = Builder::with_mesh(mesh);
+    let mut x = b.input("x", &[n], DType::F32, Role::Other);
+    for _ in 0..reps {
+        x = b.psum(x, &["dp"]);
+        x = b.all_gather(x, &["dp"], 0, true);
+        x = b.psum_scatter(x, &["dp"], 0, true);
+    }
+    b.output(x);
+    Ok(b.finish()?)
+}
 
 fn chain(
     len: usize,
@@ -99,9 +157,11 @@ async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f6
     let exec = GpuExecutor::new(ctx, prog.clone()).await?;
     for (pos, (v, _)) in prog.inputs.iter().enumerate() {
         let info = prog.info(*v);
+        // All simulated devices' blocks (one block without a mesh).
+        let n = prog.devices() * info.numel();
         let t = match info.dtype {
-            DType::F32 => Tensor::F32((0..info.numel()).map(|i| (i % 7) as f32 * 0.01).collect()),
-            DType::U32 => Tensor::U32((0..info.numel() as u32).collect()),
+            DType::F32 => Tensor::F32((0..n).map(|i| (i % 7) as f32 * 0.01).collect()),
+            DType::U32 => Tensor::U32((0..n as u32).collect()),
         };
         exec.write_input(ctx, pos, &t)?;
     }
@@ -139,9 +199,74 @@ fn fit_matmul(points: &[(f64, f64)]) -> (f64, f64) {
     (peak, fixed.max(0.0) * peak)
 }
 
-/// Runs every microbenchmark on `ctx` and returns the `this` profile.
+/// Least squares of seconds = x . coefficients, each row weighted by 1/seconds (so each shape
+/// counts by its relative error), with no coefficient below 0: a negative one is dropped and
+/// the rest fitted again.
+fn fit_nonnegative(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+    let mut active = [true; 3];
+    loop {
+        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+        let n = idx.len();
+        // Normal equations of the active columns.
+        let mut a = vec![vec![0.0; n + 1]; n];
+        for (x, s) in rows {
+            let w = 1.0 / (s * s).max(1e-30);
+            for (r, &i) in idx.iter().enumerate() {
+                for (c, &j) in idx.iter().enumerate() {
+                    a[r][c] += w * x[i] * x[j];
+                }
+                a[r][n] += w * x[i] * s;
+            }
+        }
+        // Gauss-Jordan with partial pivoting.
+        for col in 0..n {
+            let piv = (col..n)
+                .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
+                .unwrap_or(col);
+            a.swap(col, piv);
+            let d = a[col][col];
+            if d.abs() < 1e-300 {
+                continue;
+            }
+            for v in &mut a[col][col..=n] {
+                *v /= d;
+            }
+            let pivot = a[col].clone();
+            for (r, row) in a.iter_mut().enumerate() {
+                if r != col {
+                    let f = row[col];
+                    for (x, p) in row[col..=n].iter_mut().zip(&pivot[col..=n]) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+        let mut out = [0.0; 3];
+        for (r, &i) in idx.iter().enumerate() {
+            out[i] = a[r][n];
+        }
+        match idx.iter().copied().find(|&i| out[i] < 0.0) {
+            Some(i) if n > 1 => active[i] = false,
+            _ => return out.map(|v| v.max(0.0)),
+        }
+    }
+}
+
+/// Runs every microbenchmark on `ctx` and returns the `this` profile (the CLI's calibration).
 pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
+    calibrate_with(ctx, Budget::FULL).await
+}
+
+/// The page's calibration: the same microbenchmarks on a smaller budget.
+pub async fn calibrate_quick(ctx: &GpuContext) -> Result<Calibration, ExecError> {
+    calibrate_with(ctx, Budget::QUICK).await
+}
+
+/// Runs every microbenchmark on `ctx` within `budget` and returns the `this` profile.
+pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibration, ExecError> {
     let start = now_ms();
+    let runs = budget.runs;
+    let sized = |n: usize| (n >> budget.shrink).max(64);
     let mut out = vec![];
     let mut record = |name: &str, ms: f64, value: f64| {
         out.push(Measurement {
@@ -152,8 +277,8 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
     };
     // Launch overhead and the fixed submit-and-wait cost: chains of tiny ops.
     let (short, long) = (4usize, 132usize);
-    let t_short = time_program(ctx, chain(short, 64, |b, x| b.scale(x, 1.0))?, 7).await?;
-    let t_long = time_program(ctx, chain(long, 64, |b, x| b.scale(x, 1.0))?, 7).await?;
+    let t_short = time_program(ctx, chain(short, 64, |b, x| b.scale(x, 1.0))?, runs + 2).await?;
+    let t_long = time_program(ctx, chain(long, 64, |b, x| b.scale(x, 1.0))?, runs + 2).await?;
     let launch_s = ((t_long - t_short) / (long - short) as f64 * 1e-3).max(1e-7);
     let step_s = (t_short * 1e-3 - short as f64 * launch_s).max(0.0);
     record("launch_s", t_long, launch_s);
@@ -161,32 +286,50 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
     let overhead = |launches: usize| step_s + launches as f64 * launch_s;
 
     // Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
-    let (n, reps) = (1usize << 19, 6usize);
-    let t = time_program(ctx, chain(reps, n, |b, x| b.scale(x, 1.0))?, 5).await?;
+    let (n, reps) = (sized(1 << 19), 6usize);
+    let t = time_program(ctx, chain(reps, n, |b, x| b.scale(x, 1.0))?, runs).await?;
     let mem_bandwidth = (reps * 8 * n) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("mem_bandwidth", t, mem_bandwidth);
 
     // Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
-    let (n, reps) = (1usize << 18, 6usize);
-    let t = time_program(ctx, chain(reps, n, |b, x| b.gelu(x))?, 5).await?;
+    let (n, reps) = (sized(1 << 18), 6usize);
+    let t = time_program(ctx, chain(reps, n, |b, x| b.gelu(x))?, runs).await?;
     let vector_flops = (8 * n * reps) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("vector_flops", t, vector_flops);
 
     // Random bits: one Threefry hash per word.
-    let (n, reps) = (1usize << 18, 4usize);
-    let t = time_program(ctx, bits(n, reps)?, 5).await?;
+    let (n, reps) = (sized(1 << 18), 4usize);
+    let t = time_program(ctx, bits(n, reps)?, runs).await?;
     let int_ops = (n * reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(reps)).max(1e-6);
     record("int_ops", t, int_ops);
+
+    // Simulated collectives: copy-and-add kernels between the device blocks of one adapter's
+    // memory, strided per device, priced by the bytes `sim_collective_bytes` counts for them.
+    let (devices, n, reps) = (4usize, sized(1 << 15), 2usize);
+    let t = time_program(ctx, collectives(devices, n, reps)?, runs).await?;
+    let block = size_in_bytes(&[n]);
+    let moved = reps as f64
+        * [
+            (CollectiveKind::AllReduce, block),
+            (CollectiveKind::AllGather, block * devices as u64),
+            (CollectiveKind::ReduceScatter, block * devices as u64),
+        ]
+        .iter()
+        .map(|&(kind, bytes)| sim_collective_bytes(kind, bytes, devices, devices))
+        .sum::<f64>();
+    let sim_collective_bandwidth = moved / (t * 1e-3 - overhead(3 * reps)).max(1e-6);
+    record("sim_collective_bandwidth", t, sim_collective_bandwidth);
 
     // Matmuls at several shapes, single and batched: each family fitted on its own.
     let single: Vec<_> = DOT_SHAPES.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
     let mut fits = vec![];
-    for family in [&single[..], &BATCHED_SHAPES[..]] {
+    for (batched, family) in [(false, &single[..]), (true, &BATCHED_SHAPES[..])] {
         let mut points = vec![];
-        for &(batch, m, k, nn) in family {
+        let mut rows = vec![];
+        for &(batch, m, k, nn) in family.iter().step_by(budget.shape_step.max(1)) {
             let flops = (2 * batch * m * k * nn) as f64;
-            let reps = ((32e6 / flops) as usize).clamp(2, 16);
-            let t = time_program(ctx, dots(batch, m, k, nn, reps)?, 5).await?;
+            let reps = ((budget.matmul_flops / flops) as usize).clamp(2, 16);
+            let t = time_program(ctx, dots(batch, m, k, nn, reps)?, runs).await?;
             let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
             let name = if batch > 1 {
                 format!("matmul_{batch}x{m}x{k}x{nn}")
@@ -195,9 +338,31 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
             };
             record(&name, t, flops / secs);
             points.push((flops, secs));
+            rows.push(([flops, batch as f64, 1.0], secs));
         }
-        let (flops, half_flops) = fit_matmul(&points);
-        fits.push(MatmulFit { flops, half_flops });
+        fits.push(if batched {
+            // Per FLOP, per product and per dispatch: many small products (attention's heads
+            // times the simulated devices) run far below the rate of a few large ones.
+            let [per_flop, per_product_s, fixed_s] = fit_nonnegative(&rows);
+            MatmulFit {
+                flops: if per_flop > 0.0 {
+                    1.0 / per_flop
+                } else {
+                    points.iter().map(|p| p.0 / p.1).fold(0.0, f64::max)
+                },
+                half_flops: 0.0,
+                per_product_s,
+                fixed_s,
+            }
+        } else {
+            let (flops, half_flops) = fit_matmul(&points);
+            MatmulFit {
+                flops,
+                half_flops,
+                per_product_s: 0.0,
+                fixed_s: 0.0,
+            }
+        });
     }
     let (single, batched) = (fits[0], fits[1]);
     let adapter = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
@@ -212,6 +377,7 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
         vector_flops,
         int_ops,
         mem_bandwidth,
+        sim_collective_bandwidth: Some(sim_collective_bandwidth),
         launch_s,
         step_s,
         // WebGPU does not report the adapter's memory: the largest buffer it allows, as a
@@ -237,7 +403,29 @@ pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
 
 #[cfg(test)]
 mod tests {
-    use super::fit_matmul;
+    use super::{fit_matmul, fit_nonnegative};
+
+    #[test]
+    fn batched_fit_recovers_per_flop_per_product_and_fixed_costs() {
+        let truth = [1.0 / 3e9, 1e-4, 2e-3];
+        let rows: Vec<([f64; 3], f64)> = [
+            (2.1e6, 64.0),
+            (2.1e6, 64.0 * 2.0),
+            (2.6e5, 8.0),
+            (4.2e6, 8.0),
+            (1.68e7, 2.0),
+        ]
+        .iter()
+        .map(|&(f, p)| {
+            let x = [f, p, 1.0];
+            (x, x.iter().zip(&truth).map(|(a, b)| a * b).sum())
+        })
+        .collect();
+        let got = fit_nonnegative(&rows);
+        for (g, t) in got.iter().zip(&truth) {
+            assert!((g / t - 1.0).abs() < 1e-6, "{got:?}");
+        }
+    }
 
     #[test]
     fn matmul_fit_recovers_peak_and_half_size() {

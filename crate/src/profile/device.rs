@@ -46,6 +46,13 @@ pub struct DeviceProfile {
     pub int_ops: f64,
     /// Sustained memory bandwidth, bytes/s.
     pub mem_bandwidth: f64,
+    /// A collective simulated as shardlab runs it on one adapter (copy-and-add kernels between
+    /// the devices' blocks of its memory, strided per device), bytes/s as the cost model counts
+    /// them: calibrated on `this`, where it runs well below `mem_bandwidth`; None on the
+    /// presets, whose collectives cross real links (priced by the topology). Without it a
+    /// simulated collective moves at `mem_bandwidth`.
+    #[serde(default)]
+    pub sim_collective_bandwidth: Option<f64>,
     /// Seconds per kernel launch (dispatch) beyond its work.
     pub launch_s: f64,
     /// Fixed seconds per step: submitting the step and reading the loss back.
@@ -69,6 +76,14 @@ pub struct DeviceProfile {
 pub struct MatmulFit {
     pub flops: f64,
     pub half_flops: f64,
+    /// Seconds each independent product of a batched dispatch adds beyond its FLOPs (on
+    /// lavapipe many small products run far below the peak); 0 where not calibrated.
+    #[serde(default)]
+    pub per_product_s: f64,
+    /// Seconds a batched dispatch costs beyond its launch and products (its pack passes); 0
+    /// where not calibrated.
+    #[serde(default)]
+    pub fixed_s: f64,
 }
 
 const GIB: u64 = 1 << 30;
@@ -95,6 +110,7 @@ pub fn tpu_v4() -> DeviceProfile {
         vector_flops: 2.15e12,
         int_ops: 2.15e12,
         mem_bandwidth: 1200e9,
+        sim_collective_bandwidth: None,
         // XLA's per-op cost on TPU (a fused kernel's start-up): estimated.
         launch_s: 2e-6,
         step_s: 50e-6,
@@ -132,6 +148,7 @@ pub fn tpu_v5e() -> DeviceProfile {
         vector_flops: 1.5e12,
         int_ops: 1.5e12,
         mem_bandwidth: 819e9,
+        sim_collective_bandwidth: None,
         launch_s: 2e-6,
         step_s: 50e-6,
         memory_bytes: 16 * GIB,
@@ -166,6 +183,7 @@ pub fn h100() -> DeviceProfile {
         // INT32: 64 lanes per SM per clock, half the FP32 lanes (Hopper whitepaper).
         int_ops: 33.5e12,
         mem_bandwidth: 3.35e12,
+        sim_collective_bandwidth: None,
         // CUDA kernel launch as XLA issues them (~4 us): estimated.
         launch_s: 4e-6,
         step_s: 100e-6,
@@ -194,6 +212,7 @@ pub fn a100() -> DeviceProfile {
         // INT32 19.5 TOPS (datasheet: INT32 at the FP32 rate on Ampere's split datapath).
         int_ops: 19.5e12,
         mem_bandwidth: 2.039e12,
+        sim_collective_bandwidth: None,
         launch_s: 4e-6,
         step_s: 100e-6,
         memory_bytes: 80 * GIB,
@@ -221,6 +240,7 @@ pub fn rtx4090() -> DeviceProfile {
         // INT32 at half the FP32 rate (Ada's shared FP32/INT32 datapath): estimated.
         int_ops: 41.3e12,
         mem_bandwidth: 1008e9,
+        sim_collective_bandwidth: None,
         launch_s: 4e-6,
         step_s: 100e-6,
         memory_bytes: 24 * GIB,
@@ -255,6 +275,7 @@ pub fn m2_max() -> DeviceProfile {
         // INT32 at the FP32 rate: estimated.
         int_ops: 13.6e12,
         mem_bandwidth: 400e9,
+        sim_collective_bandwidth: None,
         // Metal command encoding per kernel: estimated.
         launch_s: 5e-6,
         step_s: 150e-6,

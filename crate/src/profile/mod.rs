@@ -4,6 +4,7 @@
 //! collectives over the mesh topology; and the microbenchmarks that calibrate `this`.
 mod calibrate;
 mod collective;
+mod compare;
 mod cost;
 mod device;
 mod measured;
@@ -12,15 +13,17 @@ mod summary;
 mod topology;
 mod work;
 
-pub use calibrate::{calibrate, Calibration, Measurement};
+pub use calibrate::{calibrate, calibrate_quick, calibrate_with, Budget, Calibration, Measurement};
 pub use collective::CollectiveKind;
+pub use compare::{compare_ops, OpComparison, OpGroup};
 pub use cost::{category, instr_flops, Category};
 pub use device::{
     a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
 };
 pub use measured::{breakdown, MeasuredBreakdown, OpRow, PHASES};
 pub use predict::{
-    matmul_efficiency, matmul_fit, predict, work_seconds, CollectiveCost, DeviceBytes, Prediction, LAUNCH,
+    matmul_efficiency, matmul_fit, predict, price_ops, work_seconds, CollectiveCost, DeviceBytes, OpPrice, Prediction,
+    LAUNCH,
 };
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use topology::{collective_time, CollectiveTime};

@@ -65,6 +65,8 @@ pub fn matmul_fit(d: &DeviceProfile, dot: DotShape, copies: usize) -> MatmulFit 
     let single = MatmulFit {
         flops: d.matmul_flops,
         half_flops: d.matmul_half_flops,
+        per_product_s: 0.0,
+        fixed_s: 0.0,
     };
     match d.matmul_batched {
         Some(b) if copies * dot.batch > 1 => b,
@@ -100,7 +102,13 @@ pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64
 pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
     let c = copies as f64;
     let matmul = match w.dot {
-        Some(dot) => c * w.matmul_flops / (matmul_fit(d, dot, copies).flops * matmul_efficiency(d, dot, copies)),
+        Some(dot) => {
+            let fit = matmul_fit(d, dot, copies);
+            let products = (copies * dot.batch) as f64;
+            fit.fixed_s
+                + products * fit.per_product_s
+                + c * w.matmul_flops / (fit.flops * matmul_efficiency(d, dot, copies))
+        }
         None => 0.0,
     };
     let compute = matmul + c * w.vector_flops / d.vector_flops + c * w.int_ops / d.int_ops;
@@ -109,7 +117,7 @@ pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
 
 /// A collective run as shardlab simulates it: a kernel copying between device blocks of one
 /// adapter's memory. Each output element reads its group's `g` blocks (all-reduce) or one.
-fn simulated_collective_bytes(kind: CollectiveKind, bytes: u64, group: usize, devices: usize) -> f64 {
+pub(crate) fn sim_collective_bytes(kind: CollectiveKind, bytes: u64, group: usize, devices: usize) -> f64 {
     let full = bytes as f64;
     let local_out = match kind {
         CollectiveKind::AllReduce => full,
@@ -122,6 +130,75 @@ fn simulated_collective_bytes(kind: CollectiveKind, bytes: u64, group: usize, de
         _ => full,
     };
     devices as f64 * (reads + local_out)
+}
+
+/// Seconds of a simulated collective on `device`: its bytes at the rate simulated collectives
+/// run at there (calibrated on `this`), else at the memory bandwidth.
+fn simulated_collective_seconds(
+    device: &DeviceProfile,
+    kind: CollectiveKind,
+    bytes: u64,
+    group: usize,
+    devices: usize,
+) -> f64 {
+    sim_collective_bytes(kind, bytes, group, devices) / device.sim_collective_bandwidth.unwrap_or(device.mem_bandwidth)
+}
+
+/// One instruction priced: its launches and its work (or, for a collective, its transfer).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct OpPrice {
+    pub instr: usize,
+    pub category: Category,
+    pub launches: usize,
+    /// Seconds of its launches (`launches` x the profile's launch overhead).
+    pub launch_s: f64,
+    /// Seconds of its work beyond the launches (a collective: its transfer).
+    pub work_s: f64,
+    /// Its matmul and vector FLOPs per device.
+    pub flops: f64,
+    /// The collective it is, with its bytes and link hops (0 hops when simulated).
+    pub collective: Option<(CollectiveKind, u64, f64)>,
+}
+
+/// Prices every instruction of `prog` on `device`, in program order: what [`predict`] sums.
+pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -> Vec<OpPrice> {
+    let devices = prog.devices();
+    let copies = match placement {
+        Placement::Real => 1,
+        Placement::Simulated => devices,
+    };
+    let summary = summarize(prog);
+    let mut uses = summary.collectives.iter().peekable();
+    let mut out = Vec::with_capacity(prog.instrs.len());
+    for (i, ins) in prog.instrs.iter().enumerate() {
+        let w = instr_work(prog, ins, placement);
+        let (work_s, collective) = match uses.peek() {
+            Some(c) if c.instr == i => {
+                let c = uses.next().expect("peeked");
+                match placement {
+                    Placement::Real => {
+                        let t = collective_time(device, c.kind, c.bytes, c.group);
+                        (t.seconds, Some((c.kind, c.bytes, t.hops)))
+                    }
+                    Placement::Simulated => (
+                        simulated_collective_seconds(device, c.kind, c.bytes, c.group, devices),
+                        Some((c.kind, c.bytes, 0.0)),
+                    ),
+                }
+            }
+            _ => (work_seconds(device, &w, copies), None),
+        };
+        out.push(OpPrice {
+            instr: i,
+            category: category(ins),
+            launches: w.launches,
+            launch_s: w.launches as f64 * device.launch_s,
+            work_s,
+            flops: w.matmul_flops + w.vector_flops,
+            collective,
+        });
+    }
+    out
 }
 
 /// Prices `prog` (a per-device program, or a global one for one device) on `device`.
@@ -139,36 +216,18 @@ pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> 
         .map(|k| (k.hlo_name(), CollectiveCost::default()))
         .collect();
     let (mut flops, mut launches) = (0.0, 0usize);
-    let mut uses = summary.collectives.iter().peekable();
-    for (i, ins) in prog.instrs.iter().enumerate() {
-        let w = instr_work(prog, ins, placement);
-        flops += w.matmul_flops + w.vector_flops;
-        launches += w.launches;
-        *breakdown.get_mut(LAUNCH).expect("launch bucket") += w.launches as f64 * device.launch_s;
-        let cat = category(ins);
-        let seconds = match uses.peek() {
-            Some(c) if c.instr == i => {
-                let c = uses.next().expect("peeked");
-                let s = match placement {
-                    Placement::Real => {
-                        let t = collective_time(device, c.kind, c.bytes, c.group);
-                        let e = collectives.get_mut(c.kind.hlo_name()).expect("every kind");
-                        e.hops += t.hops;
-                        t.seconds
-                    }
-                    Placement::Simulated => {
-                        simulated_collective_bytes(c.kind, c.bytes, c.group, devices) / device.mem_bandwidth
-                    }
-                };
-                let e = collectives.get_mut(c.kind.hlo_name()).expect("every kind");
-                e.count += 1;
-                e.bytes += c.bytes;
-                e.ms += s * 1e3;
-                s
-            }
-            _ => work_seconds(device, &w, copies),
-        };
-        *breakdown.get_mut(cat.name()).expect("every category") += seconds;
+    for op in price_ops(prog, device, placement) {
+        flops += op.flops;
+        launches += op.launches;
+        *breakdown.get_mut(LAUNCH).expect("launch bucket") += op.launch_s;
+        if let Some((kind, bytes, hops)) = op.collective {
+            let e = collectives.get_mut(kind.hlo_name()).expect("every kind");
+            e.count += 1;
+            e.bytes += bytes;
+            e.hops += hops;
+            e.ms += op.work_s * 1e3;
+        }
+        *breakdown.get_mut(op.category.name()).expect("every category") += op.work_s;
     }
     for v in breakdown.values_mut() {
         *v *= 1e3;
@@ -277,6 +336,8 @@ mod tests {
         let slow = MatmulFit {
             flops: 1e9,
             half_flops: 0.0,
+            per_product_s: 0.0,
+            fixed_s: 0.0,
         };
         // No tiles or waves, as calibrated on `this`: only the class's figures decide.
         let d = DeviceProfile {
@@ -302,6 +363,39 @@ mod tests {
         assert_eq!(matmul_fit(&d, dot, 1).flops, d.matmul_flops);
         let batched = work_seconds(&d, &w, 4);
         assert!((batched - 4.0 * w.matmul_flops / 1e9).abs() < 1e-9, "{batched}");
+    }
+
+    #[test]
+    fn many_small_batched_products_cost_their_per_product_time() {
+        let fit = MatmulFit {
+            flops: 1e9,
+            half_flops: 0.0,
+            per_product_s: 1e-4,
+            fixed_s: 1e-3,
+        };
+        let d = DeviceProfile {
+            matmul_batched: Some(fit),
+            matmul_tile: [1, 1, 1],
+            matmul_units: 1,
+            ..crate::profile::device::m2_max()
+        };
+        let dot = DotShape {
+            batch: 64,
+            m: 32,
+            n: 32,
+            k: 16,
+        };
+        let flops = 2.0 * 64.0 * 32.0 * 32.0 * 16.0;
+        let w = Work {
+            matmul_flops: flops,
+            dot: Some(dot),
+            launches: 1,
+            ..Default::default()
+        };
+        // On 2 simulated devices: one dispatch of 128 products.
+        let s = work_seconds(&d, &w, 2);
+        let want = 1e-3 + 128.0 * 1e-4 + 2.0 * flops / 1e9;
+        assert!((s - want).abs() < 1e-12, "{s} vs {want}");
     }
 
     #[test]

@@ -35,8 +35,9 @@ pub fn adapter_id(ctx: &GpuContext) -> String {
 /// The cache file of one adapter's calibration.
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
     let id = adapter_id(ctx);
-    // v2: profiles with the batched matmul class; older files are measured again.
-    cache_dir().map(|d| d.join(format!("profile-v2-{id}.json")))
+    // v3: profiles with the simulated collectives' rate and attention-sized batched matmuls;
+    // older files are measured again.
+    cache_dir().map(|d| d.join(format!("profile-v3-{id}.json")))
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else
