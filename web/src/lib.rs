@@ -11,8 +11,8 @@ mod sample;
 mod session;
 mod settings;
 mod task;
-mod values;
 mod this_gpu;
+mod values;
 
 use std::cell::RefCell;
 use std::rc::Rc;

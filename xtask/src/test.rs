@@ -245,6 +245,24 @@ fn native(report: &mut Report) {
             PEER_TESTS,
         ]),
     );
+    // The page's crate is wasm-only in the build, but its settings, editor and task logic are
+    // plain Rust with unit tests: run them natively.
+    const WEB_NAME: &str = "the page's unit tests (cargo test)";
+    step("the page's unit tests: cargo test -p shardlab-web --lib --features shardlab/native");
+    cargo_tests(
+        report,
+        WEB_NAME,
+        "web",
+        cargo().args([
+            "test",
+            "-p",
+            WEB_PACKAGE,
+            "--lib",
+            "--features",
+            "shardlab/native",
+            "--no-fail-fast",
+        ]),
+    );
 }
 
 fn jax_tests(report: &mut Report) {
