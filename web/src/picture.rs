@@ -109,10 +109,20 @@ pub fn layout(mesh: &Mesh, name: &str, shape: &[usize], spec: &PartitionSpec) ->
         .filter(|(a, _)| !spec.uses_axis(a))
         .map(|(a, _)| a.clone())
         .collect();
+    // Written out to the value's rank (jit's canonical P('dp',) reads as P('dp', None)).
+    let shown = if spec.mesh_axes().is_empty() {
+        PartitionSpec::replicated()
+    } else {
+        PartitionSpec::new(
+            (0..shape.len())
+                .map(|d| spec.dim_axes(d).into_iter().map(String::from).collect())
+                .collect(),
+        )
+    };
     Ok(Picture {
         name: name.to_string(),
         shape: shape.to_vec(),
-        spec: spec_text(spec),
+        spec: spec_text(&shown),
         row_dim,
         col_dim,
         row_count,
@@ -191,7 +201,8 @@ mod tests {
     #[test]
     fn a_dim_split_over_dp_4_is_four_blocks_of_one_device_each() {
         let mesh = Mesh::new(&[("dp", 4)]).unwrap();
-        let pic = layout(&mesh, "tokens", &[8, 16], &p("P('dp', None)")).unwrap();
+        let pic = layout(&mesh, "tokens", &[8, 16], &p("P('dp')")).unwrap();
+        assert_eq!(pic.spec, "P('dp', None)");
         assert_eq!((pic.row_count, pic.col_count, pic.blocks.len()), (4, 1, 4));
         assert_eq!(pic.blocks[1].rows, [2, 4]);
         assert_eq!(pic.blocks[1].coords, vec!["dp=1"]);
