@@ -175,9 +175,12 @@ pub fn infer_spec(
     Some((PartitionSpec::new(entries), free.into_iter().map(|(a, _)| a).collect()))
 }
 
+/// A collective's mesh axes and its device groups.
+pub type Groups = (Vec<String>, Vec<Vec<usize>>);
+
 /// The device groups of a collective op (JAX's replica groups) and, for a ppermute, its
 /// source → target pairs. None for an op that is not a collective.
-pub fn collective_groups(mesh: &Mesh, op: &Op) -> Option<Result<(Vec<String>, Vec<Vec<usize>>), String>> {
+pub fn collective_groups(mesh: &Mesh, op: &Op) -> Option<Result<Groups, String>> {
     let axes: Vec<String> = match op {
         Op::Psum { axes, .. }
         | Op::AllGather { axes, .. }
