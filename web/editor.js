@@ -127,7 +127,7 @@ function field(name, shape, placeholder, testid, listId) {
   input.setAttribute('spellcheck', 'false');
   return el('div', { class: 'spec-field' },
     el('label', {}, el('code', {}, name), el('span', { class: 'muted small' }, ` [${shape.join(',')}]`), input),
-    el('span', { class: 'spec-reason field-error', 'data-testid': 'spec-reason', 'data-param': name, 'aria-live': 'polite', hidden: true }));
+    el('span', { class: 'spec-reason', 'data-testid': 'spec-reason', 'data-param': name, 'aria-live': 'polite', hidden: true }));
 }
 
 function build() {

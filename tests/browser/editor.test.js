@@ -155,7 +155,7 @@ test('the mesh diagram draws the selected collective’s device groups', { timeo
     const line = page.locator('#program-aligned td.src[data-mode="auto"] .line.collective').first();
     await line.dispatchEvent('click');
     const groups = page.getByTestId('mesh-group');
-    await groups.first().waitFor({ timeout: 10_000 });
+    await groups.first().waitFor({ state: 'attached', timeout: 10_000 });
     const drawn = await groups.evaluateAll((gs) => gs.map((g) => g.dataset.devices));
     const caption = await page.getByTestId('mesh-caption').textContent();
     // The groups of a collective over some of dp=2,tp=2's axes: every device in exactly one,

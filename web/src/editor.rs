@@ -144,6 +144,23 @@ pub fn check_specs(settings: &Settings, mesh: &Mesh) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// A planning error at the control it belongs to: the spec field of the value it names (a
+/// with_sharding_constraint the partitioner cannot honour), else as the core's errors go.
+pub fn plan_error(settings: &Settings, message: &str) -> FieldError {
+    let named = settings
+        .specs
+        .keys()
+        .filter(|n| message.contains(&format!("`{n}`")) || message.contains(&format!("--spec {n}=")))
+        .max_by_key(|n| n.len());
+    match named {
+        Some(n) => FieldError {
+            field: format!("spec.{n}"),
+            message: message.replace("--spec ", "spec "),
+        },
+        None => FieldError::from_core(message, "mesh"),
+    }
+}
+
 /// The settings' specs as the planner takes them (`TrainerOptions`' `specs`): the token
 /// batch's spec applies to the targets too. Unparsable entries are left out (check_specs
 /// refuses them first).
@@ -275,6 +292,15 @@ mod tests {
         let (mut s, mesh) = dp();
         s.specs.insert("w_qkv".into(), "P('dp', 'dp')".into());
         assert_eq!(check_specs(&s, &mesh).unwrap_err().field, "spec.w_qkv");
+    }
+
+    #[test]
+    fn a_constraint_the_partitioner_refuses_is_an_error_at_its_field() {
+        let (mut s, _) = dp();
+        s.specs.insert("h0.w_fc'".into(), "P('dp')".into());
+        let msg = "jit: with_sharding_constraint PartitionSpec('dp',) on `h0.w_fc'`: conflicts with the sharding given for it as an input or output";
+        assert_eq!(plan_error(&s, msg).field, "spec.h0.w_fc'");
+        assert_eq!(plan_error(&s, "--mesh needs dp").field, "mesh");
     }
 
     #[test]

@@ -109,10 +109,20 @@ pub fn layout(mesh: &Mesh, name: &str, shape: &[usize], spec: &PartitionSpec) ->
         .filter(|(a, _)| !spec.uses_axis(a))
         .map(|(a, _)| a.clone())
         .collect();
+    // Written out to the value's rank (jit's canonical P('dp',) reads as P('dp', None)).
+    let shown = if spec.mesh_axes().is_empty() {
+        PartitionSpec::replicated()
+    } else {
+        PartitionSpec::new(
+            (0..shape.len())
+                .map(|d| spec.dim_axes(d).into_iter().map(String::from).collect())
+                .collect(),
+        )
+    };
     Ok(Picture {
         name: name.to_string(),
         shape: shape.to_vec(),
-        spec: spec_text(spec),
+        spec: spec_text(&shown),
         row_dim,
         col_dim,
         row_count,
@@ -165,9 +175,12 @@ pub fn infer_spec(
     Some((PartitionSpec::new(entries), free.into_iter().map(|(a, _)| a).collect()))
 }
 
+/// A collective's mesh axes and its device groups.
+pub type Groups = (Vec<String>, Vec<Vec<usize>>);
+
 /// The device groups of a collective op (JAX's replica groups) and, for a ppermute, its
 /// source → target pairs. None for an op that is not a collective.
-pub fn collective_groups(mesh: &Mesh, op: &Op) -> Option<Result<(Vec<String>, Vec<Vec<usize>>), String>> {
+pub fn collective_groups(mesh: &Mesh, op: &Op) -> Option<Result<Groups, String>> {
     let axes: Vec<String> = match op {
         Op::Psum { axes, .. }
         | Op::AllGather { axes, .. }
@@ -191,7 +204,8 @@ mod tests {
     #[test]
     fn a_dim_split_over_dp_4_is_four_blocks_of_one_device_each() {
         let mesh = Mesh::new(&[("dp", 4)]).unwrap();
-        let pic = layout(&mesh, "tokens", &[8, 16], &p("P('dp', None)")).unwrap();
+        let pic = layout(&mesh, "tokens", &[8, 16], &p("P('dp')")).unwrap();
+        assert_eq!(pic.spec, "P('dp', None)");
         assert_eq!((pic.row_count, pic.col_count, pic.blocks.len()), (4, 1, 4));
         assert_eq!(pic.blocks[1].rows, [2, 4]);
         assert_eq!(pic.blocks[1].coords, vec!["dp=1"]);

@@ -119,7 +119,7 @@ impl Inner {
             .into_iter()
             .map(|m| Plan::build(&settings, m, &mesh))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| FieldError::from_core(&e.to_string(), "mesh"))?;
+            .map_err(|e| crate::editor::plan_error(&settings, &e.to_string()))?;
         check_memory(&settings, &plans)?;
         let prediction = crate::predict::modes(&plans, &device);
         let running = settings.modes().len();
