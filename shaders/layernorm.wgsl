@@ -178,11 +178,11 @@ fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 // `_wg`, a workgroup per (device, chunk, 64 columns) whose 4 lanes per column sum interleaved
 // rows and combine in workgroup memory.
 
-// (dgamma, dbeta) of column j over rows [r0, r1), `step` apart.
-fn param_sums(j: u32, r0: u32, r1: u32, step: u32) -> vec2<f32> {
+// (dgamma, dbeta) of column j over rows [r0, r1), `stride` apart.
+fn param_sums(j: u32, r0: u32, r1: u32, stride: u32) -> vec2<f32> {
     var dg = 0.0;
     var db = 0.0;
-    for (var r = r0; r < r1; r += step) {
+    for (var r = r0; r < r1; r += stride) {
         let i = r * p.c + j;
         let g = dout[i];
         dg += g * (x[i] - mean_in[r]) * rstd_in[r];

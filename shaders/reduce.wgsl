@@ -49,12 +49,12 @@ fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     out[i] = acc;
 }
 
-// The sum of rows [r0, r1) of output i = (o, k), `step` rows apart from r0.
-fn column_sum(i: u32, r0: u32, r1: u32, step: u32) -> f32 {
+// The sum of rows [r0, r1) of output i = (o, k), `stride` rows apart from r0.
+fn column_sum(i: u32, r0: u32, r1: u32, stride: u32) -> f32 {
     let o = i / p.inner;
     let k = i % p.inner;
     var acc = 0.0;
-    for (var r = r0; r < r1; r += step) {
+    for (var r = r0; r < r1; r += stride) {
         acc += x[(o * p.n + r) * p.inner + k];
     }
     return acc;
