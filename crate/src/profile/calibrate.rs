@@ -2,15 +2,19 @@
 //! tiny IR program run through [`GpuExecutor`] exactly as train steps run: launch overhead
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
-//! and a half-peak size).
+//! and a half-peak size). The CLI's calibration then fits a work scale and the launch cost to
+//! two whole one-device train steps, since ops inside a step run slower than alone.
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit, Topology};
-use super::predict::sim_collective_bytes;
+use super::predict::{price_ops, sim_collective_bytes};
+use super::work::Placement;
 use super::work::THREEFRY_INT_OPS;
 use crate::exec::{ExecError, GpuExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::size_in_bytes;
 use crate::ir::{Builder, DType, Program, RngLayout, Role};
+use crate::model::{DataSource, GptConfig, Init, Optimizer};
+use crate::plan::{Parallel, TrainerOptions};
 use crate::sharding::Mesh;
 
 /// One microbenchmark's result, reported with the profile.
@@ -70,6 +74,10 @@ pub struct Budget {
     /// Every how many of the matmul shapes are timed (1: all of them; 2: every other one, still
     /// at least the three points each fit needs).
     pub shape_step: usize,
+    /// Whether to fit the work scale and launch cost to two whole reference train steps
+    /// (about a second on lavapipe, more with their pipelines to build): the CLI's calibration
+    /// does; the page's keeps within its few seconds without.
+    pub fit_steps: bool,
 }
 
 impl Budget {
@@ -78,12 +86,14 @@ impl Budget {
         shrink: 0,
         matmul_flops: 32e6,
         shape_step: 1,
+        fit_steps: true,
     };
     pub const QUICK: Budget = Budget {
         runs: 2,
         shrink: 3,
         matmul_flops: 4e6,
         shape_step: 2,
+        fit_steps: false,
     };
 }
 
@@ -161,10 +171,13 @@ async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f6
         let n = prog.devices() * info.numel();
         let t = match info.dtype {
             DType::F32 => Tensor::F32((0..n).map(|i| (i % 7) as f32 * 0.01).collect()),
-            DType::U32 => Tensor::U32((0..n as u32).collect()),
+            // Small ids: token inputs must stay below the vocabulary.
+            DType::U32 => Tensor::U32((0..n as u32).map(|i| i % 7).collect()),
         };
         exec.write_input(ctx, pos, &t)?;
     }
+    // A train step's optimizer reads its update number (bias correction): the first.
+    exec.set_step(ctx, 1)?;
     exec.submit(ctx);
     ctx.finish().await?;
     let mut times = Vec::with_capacity(runs);
@@ -176,6 +189,87 @@ async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f6
     }
     times.sort_by(|a, b| a.total_cmp(b));
     Ok(times[times.len() / 2])
+}
+
+/// Whole one-device train steps the fit is made on: a launch-bound and a work-bound size, both
+/// unlike `bench model`'s sweep (which judges the model).
+fn reference_steps() -> [GptConfig; 2] {
+    let config = |layers, d_model, seq, batch| GptConfig {
+        layers,
+        d_model,
+        heads: 2,
+        seq,
+        batch,
+        vocab: 48,
+        tied: false,
+        dropout: 0.1,
+    };
+    [config(1, 48, 16, 4), config(2, 96, 32, 16)]
+}
+
+/// Fits the profile's work scale and launch cost to whole train steps. Inside a step an op runs
+/// slower than its microbenchmark alone, and launches cost other than in a chain of tiny ops:
+/// seconds = work_scale x (the model's work) + launches x launch_s + step_s, solved on the two
+/// reference steps. Where the solution is not positive (noise), the work scale alone is fitted
+/// and the chain's launch cost kept.
+async fn fit_to_steps(
+    ctx: &GpuContext,
+    profile: &mut DeviceProfile,
+    runs: usize,
+    out: &mut Vec<Measurement>,
+) -> Result<(), ExecError> {
+    let mut rows = vec![];
+    for config in reference_steps() {
+        let options = TrainerOptions {
+            config,
+            optimizer: Optimizer::AdamW { lr: 1e-3 },
+            init: Init::Formula,
+            data: DataSource::Copy,
+            seed: 0,
+            rng_layout: RngLayout::Partitionable,
+            parallel: Parallel::None,
+            combine_all_reduces: false,
+        };
+        let prog = crate::plan::build(&options)
+            .map_err(|e| ExecError::Input(e.to_string()))?
+            .step
+            .program;
+        let ms = time_program(ctx, prog.clone(), runs).await?;
+        let ops = price_ops(&prog, profile, Placement::Simulated);
+        let work: f64 = ops.iter().map(|o| o.work_s).sum();
+        let launches: f64 = ops.iter().map(|o| o.launches as f64).sum();
+        out.push(Measurement {
+            name: format!("reference step d_model {}", options.config.d_model),
+            ms,
+            value: ms * 1e-3,
+        });
+        rows.push((work, launches, ms * 1e-3 - profile.step_s));
+    }
+    (profile.work_scale, profile.launch_s) = fit_scale_and_launch([rows[0], rows[1]], profile.launch_s);
+    for (name, value) in [
+        ("work_scale", profile.work_scale),
+        ("launch_s (fitted to steps)", profile.launch_s),
+    ] {
+        out.push(Measurement {
+            name: name.into(),
+            ms: 0.0,
+            value,
+        });
+    }
+    Ok(())
+}
+
+/// Solves seconds = scale x work + launches x launch on two (work s, launches, seconds) rows.
+/// Where that has no positive solution (noise), fits the scale alone with `launch_fallback`.
+fn fit_scale_and_launch(rows: [(f64, f64, f64); 2], launch_fallback: f64) -> (f64, f64) {
+    let [(w0, l0, t0), (w1, l1, t1)] = rows;
+    let det = w0 * l1 - w1 * l0;
+    let (scale, launch) = ((t0 * l1 - t1 * l0) / det, (w0 * t1 - w1 * t0) / det);
+    if det != 0.0 && scale > 0.0 && launch > 0.0 && scale.is_finite() && launch.is_finite() {
+        return (scale, launch);
+    }
+    let (w, t) = (w0 + w1, t0 + t1 - (l0 + l1) * launch_fallback);
+    ((t / w.max(f64::MIN_POSITIVE)).max(0.1), launch_fallback)
 }
 
 /// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
@@ -366,7 +460,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     }
     let (single, batched) = (fits[0], fits[1]);
     let adapter = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
-    let profile = DeviceProfile {
+    let mut profile = DeviceProfile {
         name: "this".into(),
         label: format!("this GPU: {adapter}"),
         matmul_flops: single.flops,
@@ -379,6 +473,8 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         mem_bandwidth,
         sim_collective_bandwidth: Some(sim_collective_bandwidth),
         launch_s,
+        // Fitted to whole steps below.
+        work_scale: 1.0,
         step_s,
         // WebGPU does not report the adapter's memory: the largest buffer it allows, as a
         // floor of what it holds (estimated).
@@ -393,6 +489,9 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             .collect(),
         source: format!("microbenchmarks on {adapter}"),
     };
+    if budget.fit_steps {
+        fit_to_steps(ctx, &mut profile, runs, &mut out).await?;
+    }
     Ok(Calibration {
         adapter,
         profile,
@@ -403,7 +502,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
 
 #[cfg(test)]
 mod tests {
-    use super::{fit_matmul, fit_nonnegative};
+    use super::{fit_matmul, fit_nonnegative, fit_scale_and_launch};
 
     #[test]
     fn batched_fit_recovers_per_flop_per_product_and_fixed_costs() {
@@ -425,6 +524,21 @@ mod tests {
         for (g, t) in got.iter().zip(&truth) {
             assert!((g / t - 1.0).abs() < 1e-6, "{got:?}");
         }
+    }
+
+    #[test]
+    fn step_fit_recovers_work_scale_and_launch_cost() {
+        // 1.5x the modelled work and 80 us per launch, on a launch-bound and a work-bound step.
+        let step = |work: f64, launches: f64| (work, launches, 1.5 * work + launches * 80e-6);
+        let (scale, launch) = fit_scale_and_launch([step(0.01, 120.0), step(0.3, 250.0)], 20e-6);
+        assert!(
+            (scale - 1.5).abs() < 1e-9 && (launch - 80e-6).abs() < 1e-12,
+            "{scale} {launch}"
+        );
+        // Noise that would need a negative launch cost: the scale alone, the launch kept.
+        let (scale, launch) = fit_scale_and_launch([(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
+        assert_eq!(launch, 20e-6);
+        assert!(scale > 0.0 && scale.is_finite());
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub struct DeviceProfile {
     pub sim_collective_bandwidth: Option<f64>,
     /// Seconds per kernel launch (dispatch) beyond its work.
     pub launch_s: f64,
+    /// How much longer an op's work takes inside a whole train step than the microbenchmarks
+    /// measured alone (caches the step's working set evicts, pack passes the model does not
+    /// count): fitted on `this` to whole reference steps; 1 on the presets, whose figures are
+    /// the chips' own.
+    #[serde(default = "unit")]
+    pub work_scale: f64,
     /// Fixed seconds per step: submitting the step and reading the loss back.
     pub step_s: f64,
     /// Device memory, bytes.
@@ -113,6 +119,7 @@ pub fn tpu_v4() -> DeviceProfile {
         sim_collective_bandwidth: None,
         // XLA's per-op cost on TPU (a fused kernel's start-up): estimated.
         launch_s: 2e-6,
+        work_scale: 1.0,
         step_s: 50e-6,
         memory_bytes: 32 * GIB,
         topology: Topology::Torus2d,
@@ -150,6 +157,7 @@ pub fn tpu_v5e() -> DeviceProfile {
         mem_bandwidth: 819e9,
         sim_collective_bandwidth: None,
         launch_s: 2e-6,
+        work_scale: 1.0,
         step_s: 50e-6,
         memory_bytes: 16 * GIB,
         topology: Topology::Torus2d,
@@ -186,6 +194,7 @@ pub fn h100() -> DeviceProfile {
         sim_collective_bandwidth: None,
         // CUDA kernel launch as XLA issues them (~4 us): estimated.
         launch_s: 4e-6,
+        work_scale: 1.0,
         step_s: 100e-6,
         memory_bytes: 80 * GIB,
         topology: Topology::Switch,
@@ -214,6 +223,7 @@ pub fn a100() -> DeviceProfile {
         mem_bandwidth: 2.039e12,
         sim_collective_bandwidth: None,
         launch_s: 4e-6,
+        work_scale: 1.0,
         step_s: 100e-6,
         memory_bytes: 80 * GIB,
         topology: Topology::Switch,
@@ -242,6 +252,7 @@ pub fn rtx4090() -> DeviceProfile {
         mem_bandwidth: 1008e9,
         sim_collective_bandwidth: None,
         launch_s: 4e-6,
+        work_scale: 1.0,
         step_s: 100e-6,
         memory_bytes: 24 * GIB,
         topology: Topology::Ring,
@@ -278,6 +289,7 @@ pub fn m2_max() -> DeviceProfile {
         sim_collective_bandwidth: None,
         // Metal command encoding per kernel: estimated.
         launch_s: 5e-6,
+        work_scale: 1.0,
         step_s: 150e-6,
         memory_bytes: 96 * GIB,
         topology: Topology::Ring,
@@ -303,4 +315,8 @@ pub fn presets() -> Vec<DeviceProfile> {
 /// The preset called `name`, if any.
 pub fn device_preset(name: &str) -> Option<DeviceProfile> {
     presets().into_iter().find(|p| p.name == name)
+}
+
+fn unit() -> f64 {
+    1.0
 }

@@ -186,7 +186,7 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
                     ),
                 }
             }
-            _ => (work_seconds(device, &w, copies), None),
+            _ => (work_seconds(device, &w, copies) * device.work_scale, None),
         };
         out.push(OpPrice {
             instr: i,

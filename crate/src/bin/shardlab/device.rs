@@ -35,9 +35,9 @@ pub fn adapter_id(ctx: &GpuContext) -> String {
 /// The cache file of one adapter's calibration.
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
     let id = adapter_id(ctx);
-    // v3: profiles with the simulated collectives' rate and attention-sized batched matmuls;
-    // older files are measured again.
-    cache_dir().map(|d| d.join(format!("profile-v3-{id}.json")))
+    // v4: profiles with the work scale and launch cost fitted to whole steps; older files are
+    // measured again.
+    cache_dir().map(|d| d.join(format!("profile-v4-{id}.json")))
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else
