@@ -128,3 +128,33 @@ test('settings that cannot run are refused at their control in the page’s word
     await context.close();
   }
 });
+
+test('a spec, the task and the optimizer changed while training apply at the step boundary and training goes on', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    const spec = page.locator('[data-testid="spec-input"][data-param="w_fc"]');
+    await spec.fill("P(None, 'dp')");
+    await spec.dispatchEvent('change');
+    await setControl(page, 'task', 'reverse');
+    await setControl(page, 'optimizer', 'sgd');
+    const before = await page.evaluate(() => window.shardlab.steps);
+    await page.waitForFunction((b) => window.shardlab.steps >= b + 2 || window.shardlab.error, before, { timeout: 3 * STEP_TIMEOUT_MS });
+    await page.getByTestId('play').click(); // pause
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+    const s = await page.evaluate(() => window.shardlab.settings);
+    assert.equal(s.specs.w_fc, "P(None, 'dp')");
+    assert.equal(s.task, 'reverse');
+    assert.equal(s.optimizer, 'sgd');
+    assert.match(location(page), /task=reverse/);
+    assert.match(location(page), /optimizer=sgd/);
+    // The automatic program now gathers w_fc where it is used.
+    assert.ok(await page.locator('[data-testid="program-auto"] [data-testid="collective-row"][data-kind="all-gather"]').count() > 0);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
