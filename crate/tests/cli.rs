@@ -1,20 +1,8 @@
 //! The `shardlab` command line as a user meets it: JSON lines, one-line errors, exit code 2.
-use std::process::Command;
+mod common;
 
 fn shardlab(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlab"))
-        .args(args)
-        .env(
-            "WGPU_BACKEND",
-            std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()),
-        )
-        .output()
-        .expect("run shardlab");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::output(&mut common::command(args))
 }
 
 const TINY: &[&str] = &[
@@ -70,8 +58,7 @@ fn impossible_configurations_exit_2_with_one_line_naming_the_fix() {
 
 #[test]
 fn text_files_that_cannot_be_a_corpus_are_rejected_clearly() {
-    let dir = std::env::temp_dir().join(format!("shardlab-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("cli", "text");
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let binary = dir.join("blob.bin");
@@ -222,8 +209,7 @@ fn shard_map_flags_that_do_not_fit_exit_2_naming_the_fix() {
 
 #[test]
 fn export_jax_writes_a_python_script_for_the_same_run() {
-    let dir = std::env::temp_dir().join(format!("shardlab-cli-export-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("cli", "export");
     let out = dir.join("run.py");
     let mut args = vec![
         "export",

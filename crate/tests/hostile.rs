@@ -7,6 +7,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::command;
+
+mod common;
+
 /// Longest a refused input may take (a debug build on a shared machine); the refusals
 /// themselves take milliseconds.
 const QUICK: Duration = Duration::from_secs(15);
@@ -16,15 +20,6 @@ struct Run {
     out: String,
     err: String,
     took: Duration,
-}
-
-fn command(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_shardlab"));
-    c.args(args).env(
-        "WGPU_BACKEND",
-        std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()),
-    );
-    c
 }
 
 /// Runs shardlab; kills it and fails the test if it is still running after `QUICK`.
@@ -122,9 +117,7 @@ fn tiny_case(args: &[&str], needles: &'static [&'static str]) -> (Vec<String>, &
 }
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("shardlab-hostile-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::temp_dir("hostile", name)
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! $SHARDLAB_PYTHON); without it the test fails unless SHARDLAB_ALLOW_NO_JAX=1, then it is
 //! recorded as skipped like the export tests' (tests/src/skip.rs).
 use std::io::Write;
-use std::process::Command;
+
+mod common;
 
 fn record_skip(why: &str) {
     eprintln!("skipped: no Python with JAX: {why} (SHARDLAB_ALLOW_NO_JAX=1)");
@@ -36,12 +37,7 @@ mod under_jax {
 
     #[test]
     fn bench_peers_prints_each_configuration_with_the_ratio_of_its_measured_medians() {
-        let out = Command::new(env!("CARGO_BIN_EXE_shardlab"))
-            .args(["bench", "peers", "--tiny", "--steps", "1"])
-            .env(
-                "WGPU_BACKEND",
-                std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()),
-            )
+        let out = common::command(&["bench", "peers", "--tiny", "--steps", "1"])
             .output()
             .expect("run shardlab");
         let (stdout, stderr) = (

@@ -4,7 +4,8 @@
 //! directory ($SHARDLAB_CACHE_DIR). Without a GPU adapter the tests fail unless
 //! SHARDLAB_ALLOW_NO_GPU=1.
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+mod common;
 
 const TUNED: &str = "tuned the matmul for";
 const IGNORED: &str = "ignoring the matmul tuning cache";
@@ -15,7 +16,7 @@ struct Run {
 }
 
 fn train(cache: &Path, extra: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlab"))
+    let out = common::command(&[])
         .args([
             "train",
             "--json",
@@ -36,10 +37,6 @@ fn train(cache: &Path, extra: &[&str]) -> Run {
         ])
         .args(extra)
         .env("SHARDLAB_CACHE_DIR", cache)
-        .env(
-            "WGPU_BACKEND",
-            std::env::var("WGPU_BACKEND").unwrap_or_else(|_| "vulkan".into()),
-        )
         .output()
         .expect("run shardlab");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -51,10 +48,7 @@ fn train(cache: &Path, extra: &[&str]) -> Run {
 }
 
 fn cache_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("shardlab-tuning-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::temp_dir("tuning", name)
 }
 
 /// The one matmul cache file in `dir`.
