@@ -191,9 +191,9 @@ async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f6
     Ok(times[times.len() / 2])
 }
 
-/// Whole one-device train steps the fit is made on: a launch-bound and a work-bound size, both
+/// Whole one-device train steps the fit is made on: from launch-bound to work-bound sizes, all
 /// unlike `bench model`'s sweep (which judges the model).
-fn reference_steps() -> [GptConfig; 2] {
+fn reference_steps() -> [GptConfig; 4] {
     let config = |layers, d_model, seq, batch| GptConfig {
         layers,
         d_model,
@@ -204,14 +204,19 @@ fn reference_steps() -> [GptConfig; 2] {
         tied: false,
         dropout: 0.1,
     };
-    [config(1, 48, 16, 4), config(2, 96, 32, 16)]
+    [
+        config(1, 48, 16, 4),
+        config(2, 48, 16, 8),
+        config(1, 96, 32, 8),
+        config(2, 96, 32, 16),
+    ]
 }
 
 /// Fits the profile's work scale and launch cost to whole train steps. Inside a step an op runs
 /// slower than its microbenchmark alone, and launches cost other than in a chain of tiny ops:
-/// seconds = work_scale x (the model's work) + launches x launch_s + step_s, solved on the two
-/// reference steps. Where the solution is not positive (noise), the work scale alone is fitted
-/// and the chain's launch cost kept.
+/// seconds = work_scale x (the model's work) + launches x launch_s + step_s, fitted by least
+/// squares over the reference steps. Where the solution is not positive (noise), the work scale
+/// alone is fitted and the chain's launch cost kept.
 async fn fit_to_steps(
     ctx: &GpuContext,
     profile: &mut DeviceProfile,
@@ -245,7 +250,7 @@ async fn fit_to_steps(
         });
         rows.push((work, launches, ms * 1e-3 - profile.step_s));
     }
-    (profile.work_scale, profile.launch_s) = fit_scale_and_launch([rows[0], rows[1]], profile.launch_s);
+    (profile.work_scale, profile.launch_s) = fit_scale_and_launch(&rows, profile.launch_s);
     for (name, value) in [
         ("work_scale", profile.work_scale),
         ("launch_s (fitted to steps)", profile.launch_s),
@@ -259,17 +264,20 @@ async fn fit_to_steps(
     Ok(())
 }
 
-/// Solves seconds = scale x work + launches x launch on two (work s, launches, seconds) rows.
-/// Where that has no positive solution (noise), fits the scale alone with `launch_fallback`.
-fn fit_scale_and_launch(rows: [(f64, f64, f64); 2], launch_fallback: f64) -> (f64, f64) {
-    let [(w0, l0, t0), (w1, l1, t1)] = rows;
-    let det = w0 * l1 - w1 * l0;
-    let (scale, launch) = ((t0 * l1 - t1 * l0) / det, (w0 * t1 - w1 * t0) / det);
+/// Least squares of seconds = scale x work + launches x launch over (work s, launches, seconds)
+/// rows. Where that has no positive solution (noise), fits the scale alone with
+/// `launch_fallback`.
+fn fit_scale_and_launch(rows: &[(f64, f64, f64)], launch_fallback: f64) -> (f64, f64) {
+    let sum = |f: &dyn Fn(&(f64, f64, f64)) -> f64| rows.iter().map(f).sum::<f64>();
+    let (ww, wl, ll) = (sum(&|r| r.0 * r.0), sum(&|r| r.0 * r.1), sum(&|r| r.1 * r.1));
+    let (wt, lt) = (sum(&|r| r.0 * r.2), sum(&|r| r.1 * r.2));
+    let det = ww * ll - wl * wl;
+    let (scale, launch) = ((wt * ll - lt * wl) / det, (ww * lt - wl * wt) / det);
     if det != 0.0 && scale > 0.0 && launch > 0.0 && scale.is_finite() && launch.is_finite() {
         return (scale, launch);
     }
-    let (w, t) = (w0 + w1, t0 + t1 - (l0 + l1) * launch_fallback);
-    ((t / w.max(f64::MIN_POSITIVE)).max(0.1), launch_fallback)
+    let rest = sum(&|r| r.0 * (r.2 - r.1 * launch_fallback));
+    ((rest / ww.max(f64::MIN_POSITIVE)).max(0.1), launch_fallback)
 }
 
 /// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
@@ -528,15 +536,21 @@ mod tests {
 
     #[test]
     fn step_fit_recovers_work_scale_and_launch_cost() {
-        // 1.5x the modelled work and 80 us per launch, on a launch-bound and a work-bound step.
+        // 1.5x the modelled work and 80 us per launch, from launch-bound to work-bound steps.
         let step = |work: f64, launches: f64| (work, launches, 1.5 * work + launches * 80e-6);
-        let (scale, launch) = fit_scale_and_launch([step(0.01, 120.0), step(0.3, 250.0)], 20e-6);
+        let rows = [step(0.01, 120.0), step(0.05, 180.0), step(0.1, 150.0), step(0.3, 250.0)];
+        let (scale, launch) = fit_scale_and_launch(&rows, 20e-6);
         assert!(
             (scale - 1.5).abs() < 1e-9 && (launch - 80e-6).abs() < 1e-12,
             "{scale} {launch}"
         );
+        // One step 20% slow moves the fitted scale by less than that.
+        let mut noisy = rows;
+        noisy[1].2 *= 1.2;
+        let (scale, _) = fit_scale_and_launch(&noisy, 20e-6);
+        assert!((scale - 1.5).abs() < 0.2 * 1.5, "{scale}");
         // Noise that would need a negative launch cost: the scale alone, the launch kept.
-        let (scale, launch) = fit_scale_and_launch([(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
+        let (scale, launch) = fit_scale_and_launch(&[(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
         assert_eq!(launch, 20e-6);
         assert!(scale > 0.0 && scale.is_finite());
     }
