@@ -3,7 +3,7 @@
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
 //! and a half-peak size). The CLI's calibration then fits a work scale and the launch cost to
-//! two whole one-device train steps, since ops inside a step run slower than alone.
+//! four whole one-device train steps, since ops inside a step run slower than alone.
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit, Topology};
 use super::predict::{price_ops, sim_collective_bytes};
@@ -74,7 +74,7 @@ pub struct Budget {
     /// Every how many of the matmul shapes are timed (1: all of them; 2: every other one, still
     /// at least the three points each fit needs).
     pub shape_step: usize,
-    /// Whether to fit the work scale and launch cost to two whole reference train steps
+    /// Whether to fit the work scale and launch cost to four whole reference train steps
     /// (about a second on lavapipe, more with their pipelines to build): the CLI's calibration
     /// does; the page's keeps within its few seconds without.
     pub fit_steps: bool,
