@@ -94,7 +94,7 @@ pub struct PeerRow {
 pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
     let (small, seed, devices, n) = match scale {
         Scale::Full => (
-            ("small", small_config()),
+            ("small", super::train::small_config()),
             GptConfig {
                 layers: 2,
                 d_model: 128,
@@ -173,20 +173,6 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
             goal_max_ratio: 4.0,
         },
     ])
-}
-
-/// "small" of the issue and of `bench train`.
-fn small_config() -> GptConfig {
-    GptConfig {
-        layers: 2,
-        d_model: 128,
-        heads: 4,
-        seq: 64,
-        batch: 8,
-        vocab: 256,
-        tied: false,
-        dropout: 0.0,
-    }
 }
 
 fn median(v: &[f64]) -> f64 {

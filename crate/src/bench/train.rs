@@ -8,24 +8,23 @@ use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
 use crate::profile::{breakdown, MeasuredBreakdown};
 
+/// The "small": the configuration `bench train` and `bench peers` both measure.
+pub fn small_config() -> GptConfig {
+    GptConfig {
+        layers: 2,
+        d_model: 128,
+        heads: 4,
+        seq: 64,
+        batch: 8,
+        vocab: 256,
+        tied: false,
+        dropout: 0.0,
+    }
+}
+
 /// The two configurations `bench train` reports.
 pub fn configs() -> Vec<(&'static str, GptConfig)> {
-    vec![
-        ("tiny", GptConfig::tiny()),
-        (
-            "small",
-            GptConfig {
-                layers: 2,
-                d_model: 128,
-                heads: 4,
-                seq: 64,
-                batch: 8,
-                vocab: 256,
-                tied: false,
-                dropout: 0.0,
-            },
-        ),
-    ]
+    vec![("tiny", GptConfig::tiny()), ("small", small_config())]
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
