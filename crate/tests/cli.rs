@@ -5,20 +5,7 @@ fn shardlab(args: &[&str]) -> (i32, String, String) {
     common::output(&mut common::command(args))
 }
 
-const TINY: &[&str] = &[
-    "--layers",
-    "1",
-    "--d-model",
-    "16",
-    "--heads",
-    "2",
-    "--seq",
-    "8",
-    "--batch",
-    "2",
-    "--vocab",
-    "16",
-];
+use common::TINY;
 
 #[test]
 fn train_json_prints_one_line_per_step_then_done() {

@@ -16,25 +16,8 @@ struct Run {
 }
 
 fn train(cache: &Path, extra: &[&str]) -> Run {
-    let out = common::command(&[])
-        .args([
-            "train",
-            "--json",
-            "--steps",
-            "1",
-            "--layers",
-            "1",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--seq",
-            "8",
-            "--batch",
-            "2",
-            "--vocab",
-            "16",
-        ])
+    let out = common::command(&["train", "--json", "--steps", "1"])
+        .args(common::TINY)
         .args(extra)
         .env("SHARDLAB_CACHE_DIR", cache)
         .output()

@@ -6,6 +6,22 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The smallest model the CLI tests train: one block, d_model 16, batch 2.
+pub const TINY: &[&str] = &[
+    "--layers",
+    "1",
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--seq",
+    "8",
+    "--batch",
+    "2",
+    "--vocab",
+    "16",
+];
+
 /// `shardlab ARGS`, on Vulkan (lavapipe here) unless $WGPU_BACKEND names another backend.
 pub fn command(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_shardlab"));
