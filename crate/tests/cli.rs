@@ -21,6 +21,10 @@ fn train_json_prints_one_line_per_step_then_done() {
     }
     assert_eq!(lines[3]["done"], true);
     assert_eq!(lines[3]["steps"], 3);
+    // Timed like the exported JAX scripts: the median after two warm-up steps.
+    assert_eq!(lines[3]["mode"], "single");
+    assert_eq!(lines[3]["timed_steps"], 1);
+    assert_eq!(lines[3]["median_step_ms"], lines[2]["step_ms"]);
     assert!(lines[3]["final_loss"].as_f64().unwrap() < lines[0]["loss"].as_f64().unwrap());
 }
 

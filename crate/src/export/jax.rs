@@ -101,11 +101,7 @@ fn settings(opts: &TrainerOptions, program: &Program, steps: u64) -> String {
         py_bool(opts.rng_layout == RngLayout::Partitionable)
     ));
     line(format!("STEPS = {steps}"));
-    let mode = match &opts.parallel {
-        Parallel::None => "single",
-        Parallel::Auto { .. } => "auto",
-        Parallel::ShardMap { .. } => "shard_map",
-    };
+    let mode = opts.parallel.mode_name();
     line(format!(
         "MODE = \"{mode}\"  # single, auto (jit with shardings) or shard_map"
     ));

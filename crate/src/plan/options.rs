@@ -48,6 +48,15 @@ impl Parallel {
             Parallel::ShardMap { mesh, .. } | Parallel::Auto { mesh, .. } => mesh.devices(),
         }
     }
+
+    /// The mode's name as the CLI's `--json` lines and the exported JAX scripts write it.
+    pub fn mode_name(&self) -> &'static str {
+        match self {
+            Parallel::None => "single",
+            Parallel::Auto { .. } => "auto",
+            Parallel::ShardMap { .. } => "shard_map",
+        }
+    }
 }
 
 impl TrainerOptions {
