@@ -6,18 +6,21 @@
 
 # in_shardings of the parameters (and of their optimizer state); outputs keep them.
 {{PARAM_SPECS}}
-BATCH_SPEC = {{BATCH_SPEC}}  # tokens and targets
+BATCH_SPEC = {{BATCH_SPEC}}  # tokens
+TARGETS_SPEC = {{TARGETS_SPEC}}
+# with_sharding_constraint on named values of the step (model code: `constrain(x, name)`).
+{{CONSTRAINTS}}
 
 
 def make_train_step(params, opt_state):
     mesh = make_mesh()
     param_shardings = [NamedSharding(mesh, PARAM_SPECS[name]) for name, _ in param_shapes()]
     state_shardings = () if OPTIMIZER == "sgd" else (param_shardings, param_shardings)
-    batch = NamedSharding(mesh, BATCH_SPEC)
+    batch, targets = NamedSharding(mesh, BATCH_SPEC), NamedSharding(mesh, TARGETS_SPEC)
     replicated = NamedSharding(mesh, P())
     step = jax.jit(
         global_train_step,
-        in_shardings=(param_shardings, state_shardings, batch, batch, replicated, replicated),
+        in_shardings=(param_shardings, state_shardings, batch, targets, replicated, replicated),
         out_shardings=(replicated, param_shardings, state_shardings),
         donate_argnums=(0, 1),
     )

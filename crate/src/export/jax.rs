@@ -40,7 +40,7 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
         Parallel::ShardMap {
             strategy, dropout_key, ..
         } => shard_map_section(&program, &names, *strategy, *dropout_key),
-        Parallel::Auto { .. } => auto_section(&program, &names),
+        Parallel::Auto { specs, .. } => auto_section(&program, &names, &constraints(cfg, &names, specs)?),
     };
     let header = HEADER
         .replace("{{SUMMARY}}", &summary(opts, steps))
@@ -178,8 +178,9 @@ fn mesh_text(mesh: &crate::sharding::Mesh) -> String {
     axes.join(",")
 }
 
-/// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings.
-fn auto_section(program: &Program, names: &[String]) -> String {
+/// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings
+/// and the `--spec`s on named values as with_sharding_constraints.
+fn auto_section(program: &Program, names: &[String], constraints: &[(String, PartitionSpec)]) -> String {
     let mut specs = String::from("PARAM_SPECS = {\n");
     for (pos, (_, role)) in program.inputs.iter().enumerate() {
         if let Role::Param(i) = role {
@@ -187,8 +188,48 @@ fn auto_section(program: &Program, names: &[String]) -> String {
         }
     }
     specs.push('}');
+    let mut pinned = String::from("CONSTRAINTS = {");
+    for (name, spec) in constraints {
+        let _ = write!(pinned, "\n    \"{name}\": {},", py_spec(spec));
+    }
+    pinned.push_str(if constraints.is_empty() { "}" } else { "\n}" });
     AUTO.replace("{{PARAM_SPECS}}", &specs)
-        .replace("{{BATCH_SPEC}}", &py_spec(&tokens_spec(program)))
+        .replace("{{BATCH_SPEC}}", &py_spec(&input_spec(program, Role::Tokens)))
+        .replace("{{TARGETS_SPEC}}", &py_spec(&input_spec(program, Role::Targets)))
+        .replace("{{CONSTRAINTS}}", &pinned)
+}
+
+/// The `--spec`s that pin a named intermediate (not a parameter, `tokens` or `targets`, which
+/// are in_shardings), checked against the values the exported model code can pin: the
+/// forward's named activations, the gradients and the updated parameters.
+fn constraints(
+    cfg: &crate::model::GptConfig,
+    params: &[String],
+    specs: &[(String, PartitionSpec)],
+) -> Result<Vec<(String, PartitionSpec)>, ExportError> {
+    let leaf = |p: &String| p.rsplit('.').next().unwrap_or(p).to_string();
+    let mut pinnable: Vec<String> = ["x0", "logits", "loss"].map(String::from).to_vec();
+    for l in 0..cfg.layers {
+        pinnable.extend(["qkv", "att", "x_att", "x_mlp"].map(|v| format!("h{l}.{v}")));
+    }
+    pinnable.extend(params.iter().map(|p| format!("d{p}")));
+    pinnable.extend(params.iter().map(|p| format!("{p}'")));
+    let mut out = Vec::new();
+    for (name, spec) in specs {
+        if params.iter().any(|p| p == name || leaf(p) == *name) || name == "tokens" || name == "targets" {
+            continue;
+        }
+        if !pinnable.contains(name) {
+            return Err(ExportError(format!(
+                "--spec {name}={spec}: the exported JAX model has no point for a \
+                 with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.qkv, hN.att, \
+                 hN.x_att, hN.x_mlp, a gradient (dh0.w_fc) or an updated parameter (h0.w_fc'): \
+                 drop this --spec to export"
+            )));
+        }
+        out.push((name.clone(), spec.clone()));
+    }
+    Ok(out)
 }
 
 /// The section for `Parallel::ShardMap`: the strategy's body with its layouts.
@@ -235,11 +276,12 @@ fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dr
         .replace("{{DROPOUT_KEY}}", key)
 }
 
-fn tokens_spec(program: &Program) -> PartitionSpec {
+/// The in_sharding of the `tokens` or `targets` input.
+fn input_spec(program: &Program, role: Role) -> PartitionSpec {
     program
         .inputs
         .iter()
-        .position(|(_, r)| *r == Role::Tokens)
+        .position(|(_, r)| *r == role)
         .and_then(|pos| program.in_specs.get(pos).cloned())
         .unwrap_or_else(PartitionSpec::replicated)
 }

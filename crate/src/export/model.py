@@ -129,6 +129,17 @@ class Dataset:
 # -------------------------------------------------------------------------------- forward
 
 
+# with_sharding_constraint per named value of shardlab's program (`--spec h0.att=P(...)` in
+# automatic mode); the automatic section fills it, other modes leave it empty.
+CONSTRAINTS = {}
+
+
+def constrain(x, name):
+    """x pinned to CONSTRAINTS[name] (jax.lax.with_sharding_constraint), else x unchanged."""
+    spec = CONSTRAINTS.get(name)
+    return x if spec is None else jax.lax.with_sharding_constraint(x, NamedSharding(make_mesh(), spec))
+
+
 def layer_norm(x, g, b):
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)  # biased
@@ -167,32 +178,32 @@ def forward_loss(params, tokens, targets, key, tp_axis=None):
     tensor parallelism w_qkv is (d, 3, H/tp, Dh) and b_qkv (3, H/tp, Dh)."""
     bsz, t = tokens.shape
     wte, wpe = params[0], params[1]
-    x = wte[tokens] + wpe[:t]  # (B, T, d)
+    x = constrain(wte[tokens] + wpe[:t], "x0")  # (B, T, d)
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
     for layer in range(LAYERS):
         (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj,
          ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = params[2 + 12 * layer : 2 + 12 * (layer + 1)]
         # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
         h = column_parallel_input(layer_norm(x, ln1_g, ln1_b), tp_axis)
-        qkv = h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1)  # (B, T, 3 * H * Dh)
+        qkv = constrain(h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1), f"h{layer}.qkv")  # (B, T, 3 * H * Dh)
         heads = qkv.shape[-1] // (3 * DH)
         q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
         s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
-        a = jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1)
+        a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
         a = dropout(a, key, 3 * layer + 0)
         y = jnp.einsum("bhij,bhjd->bhid", a, v).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
         y = row_parallel_output(y @ w_proj, tp_axis) + b_proj
-        x = x + dropout(y, key, 3 * layer + 1)
+        x = constrain(x + dropout(y, key, 3 * layer + 1), f"h{layer}.x_att")
         # MLP
         h = column_parallel_input(layer_norm(x, ln2_g, ln2_b), tp_axis)
         f = gelu(h @ w_fc + b_fc)
         f = row_parallel_output(f @ w_out, tp_axis) + b_out
-        x = x + dropout(f, key, 3 * layer + 2)
+        x = constrain(x + dropout(f, key, 3 * layer + 2), f"h{layer}.x_mlp")
     base = 2 + 12 * LAYERS
     x = layer_norm(x, params[base], params[base + 1])
-    logits = x @ (wte.T if TIED else params[base + 2])  # (B, T, V), no bias
+    logits = constrain(x @ (wte.T if TIED else params[base + 2]), "logits")  # (B, T, V), no bias
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
+    return constrain(jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked), "loss")
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -229,9 +240,11 @@ def apply_updates(params, grads, opt_state, hyper):
 
 def global_train_step(params, opt_state, tokens, targets, key, hyper):
     """The whole step on global arrays: loss at the current parameters, gradients, update."""
+    names = [name for name, _ in param_shapes()]
     loss, grads = jax.value_and_grad(forward_loss)(params, tokens, targets, key)
+    grads = [constrain(g, f"d{n}") for n, g in zip(names, grads)]
     params, opt_state = apply_updates(params, grads, opt_state, hyper)
-    return loss, params, opt_state
+    return loss, [constrain(p, f"{n}'") for n, p in zip(names, params)], opt_state
 
 
 # ------------------------------------------------------------------------- keys and mesh

@@ -222,6 +222,49 @@ fn exported_dp_tp_scripts_with_dropout_and_adamw_match_shardlab_in_both_modes() 
     }
 }
 
+/// `--spec`s on named values: constraints on activations, a gradient and an updated parameter,
+/// and targets laid out apart from tokens.
+fn auto_with_constraints() -> TrainerOptions {
+    let p = PartitionSpec::from_axes;
+    golden_batch8(Parallel::Auto {
+        strategy: Strategy::Dp,
+        mesh: mesh("dp=4"),
+        specs: vec![
+            ("h0.x_att".into(), PartitionSpec::replicated()),
+            ("h0.att".into(), p(&[Some("dp"), None, None, None])),
+            ("logits".into(), p(&[None, None, None])),
+            ("dh0.w_fc".into(), PartitionSpec::replicated()),
+            ("h0.w_out'".into(), PartitionSpec::replicated()),
+            ("targets".into(), PartitionSpec::replicated()),
+        ],
+    })
+}
+
+#[test]
+fn auto_script_writes_sharding_constraints_where_the_model_names_the_values() {
+    let s = jax_script(&auto_with_constraints(), STEPS).unwrap();
+    for needle in [
+        "CONSTRAINTS = {\n    \"h0.x_att\": P(),\n    \"h0.att\": P(\"dp\", None, None, None),",
+        "\"logits\": P(),",
+        "\"dh0.w_fc\": P(),",
+        "\"h0.w_out'\": P(),",
+        "BATCH_SPEC = P(\"dp\", None)",
+        "TARGETS_SPEC = P()",
+        "constrain(x + dropout(y, key, 3 * layer + 1), f\"h{layer}.x_att\")",
+        "jax.lax.with_sharding_constraint(x, NamedSharding(make_mesh(), spec))",
+    ] {
+        assert!(s.contains(needle), "the auto script lacks `{needle}`:\n{s}");
+    }
+    let plain = jax_script(&golden_batch8(auto(Strategy::Dp, "dp=4")), STEPS).unwrap();
+    assert!(plain.contains("CONSTRAINTS = {}"), "no --spec, no constraint");
+}
+
+#[test]
+fn exported_auto_script_with_sharding_constraints_matches_shardlab() {
+    jax_or_skip!();
+    script_matches_shardlab("auto_dp4_constraints", &auto_with_constraints());
+}
+
 #[test]
 fn exported_scripts_are_valid_python() {
     let Some(python) = shardlab_tests::python() else {
@@ -307,7 +350,7 @@ fn auto_script_writes_the_jit_shardings_of_the_strategy_and_overrides() {
     let s = jax_script(&opts, STEPS).unwrap();
     for needle in [
         "NamedSharding(mesh, PARAM_SPECS[name])",
-        "in_shardings=(param_shardings, state_shardings, batch, batch, replicated, replicated)",
+        "in_shardings=(param_shardings, state_shardings, batch, targets, replicated, replicated)",
         "out_shardings=(replicated, param_shardings, state_shardings)",
         // auto mode keeps w_qkv's stored shape: its columns split over "tp"
         "\"h0.w_qkv\": P(None, \"tp\"),",
@@ -368,4 +411,12 @@ fn export_rejects_what_train_rejects_with_a_fix() {
     opts.data = DataSource::Text("tiny".into());
     let err = jax_script(&opts, 3).unwrap_err().to_string();
     assert!(err.contains("too short"), "{err}");
+    // a named value the JAX model code has no place for: refused, not silently dropped
+    let dloss = golden_batch8(Parallel::Auto {
+        strategy: Strategy::Dp,
+        mesh: mesh("dp=2"),
+        specs: vec![("dloss".into(), PartitionSpec::replicated())],
+    });
+    let err = jax_script(&dloss, 3).unwrap_err().to_string();
+    assert!(err.contains("`dloss`") && err.contains("drop this --spec"), "{err}");
 }
