@@ -1,6 +1,6 @@
 //! Lowering: the dispatches of one instruction, on the slots the plan gave its values.
 use super::fuse::{swapped, Fusion};
-use super::slots::Scratch;
+use super::slots::{Scratch, UpdatePlan};
 use crate::exec::lowering::{on_devices, plan_broadcast, plan_shard_slice, plan_slice, plan_transpose};
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
@@ -274,23 +274,42 @@ impl Lowering<'_> {
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }
             | Op::FoldInAxisIndex { .. } => one(self.collective(mesh()?, &ins.op, x(0), y(0), &shape(0)).await?),
+            Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => match &sc.update {
+                Some(u) => one(self.update(&ins.op, u).await?),
+                // Packed with later updates: the group's last one lowers them all.
+                None => vec![],
+            },
+        })
+    }
+
+    /// One optimizer dispatch over every update of a group (packing.rs): on its arenas, or on
+    /// one update's own buffers.
+    async fn update(&self, op: &Op, u: &UpdatePlan) -> Result<Dispatch, ExecError> {
+        let buf = |k: usize| &self.slots[u.buffers[k]];
+        Ok(match op {
             Op::SgdUpdate { .. } => {
                 let hyper = self.sgd_hyper.expect("made with the executor");
-                one(k::optimizer::sgd(ctx, x(0), x(1), hyper, n_in(0)).await?)
+                let n = u.segments.last().map_or(0, |s| s.start + s.len);
+                k::optimizer::sgd(self.ctx, buf(0), buf(1), hyper, n).await?
             }
-            Op::AdamWUpdate { b1, b2, eps, wd, .. } => {
+            Op::AdamWUpdate { b1, b2, eps, .. } => {
                 if (*b1, *b2, *eps) != (k::optimizer::ADAMW_B1, k::optimizer::ADAMW_B2, k::optimizer::ADAMW_EPS) {
-                    return Err(unsupported("the GPU AdamW uses MODEL.md's b1, b2 and eps"));
+                    return Err(ExecError::Unsupported {
+                        op: op.name().into(),
+                        executor: "GPU",
+                        why: "the GPU AdamW uses MODEL.md's b1, b2 and eps".into(),
+                    });
                 }
                 let b = k::optimizer::AdamWBuffers {
-                    param: x(0),
-                    grad: x(1),
-                    m: x(2),
-                    v: x(3),
+                    param: buf(0),
+                    grad: buf(1),
+                    m: buf(2),
+                    v: buf(3),
                     hyper: self.adamw_hyper.expect("made with the executor"),
                 };
-                one(k::optimizer::adamw(ctx, &b, n_in(0), *wd).await?)
+                k::optimizer::adamw(self.ctx, &b, &u.segments).await?
             }
+            _ => unreachable!("not an optimizer update"),
         })
     }
 
