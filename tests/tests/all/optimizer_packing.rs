@@ -163,7 +163,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
 }
 
 #[test]
-fn a_train_steps_adamw_takes_one_dispatch_for_all_parameters() {
+fn a_train_steps_adamw_takes_one_dispatch_for_all_parameters_and_trains_as_the_reference() {
     let _ = gpu_or_skip!();
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     let mesh = |m: &str| Mesh::parse(m).unwrap();
@@ -197,5 +197,17 @@ fn a_train_steps_adamw_takes_one_dispatch_for_all_parameters() {
             "{what}: {} AdamW dispatches",
             optimizer_dispatches(&exec)
         );
+        // And the packed updates train as the reference does (MODEL.md's 1e-5).
+        let mut gpu = t;
+        let opts = gpu.options().clone();
+        let mut cpu = pollster::block_on(Trainer::new(Backend::Reference, opts)).unwrap();
+        for step in 0..4 {
+            let a = pollster::block_on(gpu.step()).unwrap().loss;
+            let b = pollster::block_on(cpu.step()).unwrap().loss;
+            assert!(
+                (a - b).abs() <= 1e-5,
+                "{what}: step {step} loss {a} on the GPU, {b} on the reference"
+            );
+        }
     }
 }
