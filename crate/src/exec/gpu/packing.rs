@@ -110,8 +110,8 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
         }
         g
     };
-    for i in 0..program.instrs.len() {
-        if !candidate[i] {
+    for (i, c) in candidate.iter_mut().enumerate() {
+        if !*c {
             continue;
         }
         let ins = &program.instrs[i];
@@ -125,7 +125,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
             .flat_map(|j| &program.instrs[j].inputs)
             .any(|v| packed_grads[root(program, &producer, *v).index()]);
         if shared || reads_packed {
-            candidate[i] = false;
+            *c = false;
         }
     }
 
