@@ -1,12 +1,14 @@
 // Optimizer updates, in place over flat f32 parameters (param is one read_write binding).
+// One launch may cover many parameters packed in arenas (param, grad, m and v laid out alike),
+// each starting on a 256-element block, so a block has one weight decay: `decay[block]`.
 // Step-dependent scalars come from `hyper`, a small storage buffer the host rewrites each
 // step (layouts: crate/src/kernels/optimizer.rs), so a launch is built once and replayed.
 
 struct Params {
     n: u32,               // elements of param, grad, m, v
-    weight_decay: f32,    // AdamW decoupled weight decay of this parameter
     pad0: u32,
     pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> param: array<f32>;
@@ -15,6 +17,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> v: array<f32>;
 @group(0) @binding(4) var<storage, read> hyper: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
+@group(0) @binding(6) var<storage, read> decay: array<f32>;
 
 const WG: u32 = 256u;
 
@@ -30,7 +33,7 @@ fn sgd(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) n
     param[i] = param[i] - hyper[0] * grad[i];
 }
 
-// AdamW as optax computes it (MODEL.md):
+// AdamW as optax computes it (MODEL.md), wd = decay[i / 256]:
 //   m = (1-b1) g + b1 m;  v = (1-b2) g^2 + b2 v;  mhat = m / (1-b1^t);  vhat = v / (1-b2^t)
 //   param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param)
 // hyper: [lr, b1, b2, eps, 1-b1, 1-b2, 1-b1^t, 1-b2^t]
@@ -50,5 +53,6 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     let mhat = mi / hyper[6];
     let vhat = vi / hyper[7];
     let w = param[i];
-    param[i] = w - lr * (mhat / (sqrt(vhat) + eps) + p.weight_decay * w);
+    let wd = decay[i / WG];
+    param[i] = w - lr * (mhat / (sqrt(vhat) + eps) + wd * w);
 }

@@ -792,11 +792,26 @@ async fn sgd(ctx: &GpuContext) -> Result<Outcome, GpuError> {
     close(run_and_read(ctx, &[d], &[&param]).await?, p)
 }
 
-/// Two AdamW steps with weight decay (the second sees non-zero moments).
+/// Two AdamW steps (the second sees non-zero moments) of two parameters packed in one launch:
+/// one with weight decay, one without, the second starting on the next block.
 async fn adamw(ctx: &GpuContext) -> Result<Outcome, GpuError> {
-    use kernels::optimizer::{AdamWHyper, ADAMW_HYPER_LEN, ADAMW_WEIGHT_DECAY};
-    let n = 1023;
+    use kernels::optimizer::{AdamWHyper, Segment, ADAMW_HYPER_LEN, ADAMW_WEIGHT_DECAY, UPDATE_BLOCK};
+    let (n0, n1) = (1023, 300);
+    let segments = [
+        Segment {
+            start: 0,
+            len: n0,
+            weight_decay: ADAMW_WEIGHT_DECAY,
+        },
+        Segment {
+            start: n0.next_multiple_of(UPDATE_BLOCK),
+            len: n1,
+            weight_decay: 0.0,
+        },
+    ];
+    let n = segments[1].start + n1;
     let mut p = rand_vec(n, 31);
+    p[n0..segments[1].start].fill(0.0);
     let (mut m, mut v) = (vec![0.0; n], vec![0.0; n]);
     let (param, grad) = (ctx.upload("param", &p)?, ctx.zeros("grad", n)?);
     let (gm, gv, hyper) = (
@@ -811,14 +826,25 @@ async fn adamw(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         v: &gv,
         hyper: &hyper,
     };
-    let d = kernels::optimizer::adamw(ctx, &b, n, ADAMW_WEIGHT_DECAY).await?;
+    let d = kernels::optimizer::adamw(ctx, &b, &segments).await?;
     for step in 1..=2u32 {
-        let g = rand_vec(n, 31 + step);
+        let mut g = rand_vec(n, 31 + step);
+        g[n0..segments[1].start].fill(0.0);
         let h = AdamWHyper::at(1e-2, step)?;
         ctx.write(&grad, &g);
         ctx.write(&hyper, &h.words());
         ctx.run(std::slice::from_ref(&d));
-        reference::optimizer::adamw(&mut p, &g, &mut m, &mut v, &h, ADAMW_WEIGHT_DECAY);
+        for s in &segments {
+            let r = s.start..s.start + s.len;
+            reference::optimizer::adamw(
+                &mut p[r.clone()],
+                &g[r.clone()],
+                &mut m[r.clone()],
+                &mut v[r],
+                &h,
+                s.weight_decay,
+            );
+        }
     }
     let got = run_and_read(ctx, &[], &[&param, &gm, &gv]).await?;
     close(got, [p, m, v].concat())

@@ -83,6 +83,36 @@ pub fn plan_transpose(shape: &[usize], perm: &[usize]) -> Strided {
     }
 }
 
+/// Part `[start, start + len)` along `axis` of transpose(x, perm), read straight from x: a
+/// transpose and a split as one copy.
+pub fn plan_transpose_slice(shape: &[usize], perm: &[usize], axis: usize, start: usize, len: usize) -> Strided {
+    let mut c = plan_transpose(shape, perm);
+    c.src_offset += start * c.src_strides[axis];
+    c.shape[axis] = len;
+    c.dst_strides = strides(&c.shape);
+    c
+}
+
+/// A part of concat(parts, axis) that starts at `start` along `axis`, written straight to its
+/// place in transpose(concat(parts), perm) (of shape `out_shape`): a concat and a transpose as
+/// one copy per part.
+pub fn plan_into_transposed(part: &[usize], out_shape: &[usize], perm: &[usize], axis: usize, start: usize) -> Strided {
+    let out = strides(out_shape);
+    // Dim d of the concat is dim `position of d in perm` of the output.
+    let mut dst_strides = vec![0; perm.len()];
+    for (i, &d) in perm.iter().enumerate() {
+        dst_strides[d] = out[i];
+    }
+    Strided {
+        shape: part.to_vec(),
+        src_offset: 0,
+        src_strides: strides(part),
+        dst_offset: start * dst_strides[axis],
+        dst_strides,
+        accumulate: false,
+    }
+}
+
 /// out = broadcast_in_dim(x, out_shape, dims): stride 0 along repeated dims.
 pub fn plan_broadcast(in_shape: &[usize], out_shape: &[usize], dims: &[usize]) -> Strided {
     let st = strides(in_shape);
@@ -214,5 +244,56 @@ pub fn on_devices(c: &Strided, devices: usize, blocks: (usize, usize)) -> Stride
         dst_offset: c.dst_offset,
         dst_strides: std::iter::once(blocks.1).chain(c.dst_strides.iter().copied()).collect(),
         accumulate: c.accumulate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::copy::strided;
+
+    fn copy(src: &[f32], n: usize, c: &Strided) -> Vec<f32> {
+        let mut dst = vec![0.0; n];
+        strided(src, &mut dst, c);
+        dst
+    }
+
+    // Attention's heads: (B, T, 3, H, Dh) -> (3, B, H, T, Dh), split along 0, and back.
+    const SHAPE: [usize; 5] = [2, 3, 3, 2, 4];
+    const PERM: [usize; 5] = [2, 0, 3, 1, 4];
+
+    #[test]
+    fn a_transposed_slice_reads_what_a_transpose_then_a_slice_read() {
+        let x: Vec<f32> = (0..numel(&SHAPE)).map(|i| i as f32).collect();
+        let t_shape: Vec<usize> = PERM.iter().map(|&p| SHAPE[p]).collect();
+        let t = copy(&x, x.len(), &plan_transpose(&SHAPE, &PERM));
+        for (start, len) in [(0, 1), (1, 1), (2, 1), (1, 2)] {
+            let n = x.len() / 3 * len;
+            let want = copy(&t, n, &plan_slice(&t_shape, 0, start, len, false));
+            assert_eq!(copy(&x, n, &plan_transpose_slice(&SHAPE, &PERM, 0, start, len)), want);
+        }
+    }
+
+    #[test]
+    fn parts_written_into_the_transpose_equal_a_concat_then_a_transpose() {
+        let whole: Vec<usize> = PERM.iter().map(|&p| SHAPE[p]).collect(); // (3, B, H, T, Dh)
+        let inv = [1, 3, 0, 2, 4]; // back to (B, T, 3, H, Dh)
+        let out_shape: Vec<usize> = inv.iter().map(|&p| whole[p]).collect();
+        let n = numel(&whole);
+        let parts: Vec<Vec<f32>> = (0..3)
+            .map(|k| (0..n / 3).map(|i| (k * 1000 + i) as f32).collect())
+            .collect();
+        let mut cat = vec![0.0; n];
+        for (k, p) in parts.iter().enumerate() {
+            strided(p, &mut cat, &plan_slice(&whole, 0, k, 1, true));
+        }
+        let want = copy(&cat, n, &plan_transpose(&whole, &inv));
+        let mut got = vec![0.0; n];
+        let mut part = whole.clone();
+        part[0] = 1;
+        for (k, p) in parts.iter().enumerate() {
+            strided(p, &mut got, &plan_into_transposed(&part, &out_shape, &inv, 0, k));
+        }
+        assert_eq!(got, want);
     }
 }

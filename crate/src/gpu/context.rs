@@ -199,7 +199,8 @@ impl GpuContext {
     pub fn write<T: bytemuck::Pod>(&self, buf: &GpuBuffer, data: &[T]) {
         debug_assert!(std::mem::size_of_val(data) <= buf.bytes() as usize);
         if !data.is_empty() {
-            self.queue.write_buffer(&buf.buffer, 0, bytemuck::cast_slice(data));
+            self.queue
+                .write_buffer(&buf.buffer, buf.offset, bytemuck::cast_slice(data));
         }
     }
 
@@ -259,7 +260,7 @@ impl GpuContext {
             }
             encoder.resolve_query_set(&set, 0..2 * n, &resolve, 0);
             self.queue.submit([encoder.finish()]);
-            let raw: Vec<u64> = self.read_raw::<u64>("timestamps", &resolve, 16 * n as u64).await?;
+            let raw: Vec<u64> = self.read_raw::<u64>("timestamps", (&resolve, 0), 16 * n as u64).await?;
             let period = self.queue.get_timestamp_period() as f64;
             for (i, d) in chunk.iter().enumerate() {
                 let ns = raw[2 * i + 1].saturating_sub(raw[2 * i]) as f64 * period;
@@ -291,7 +292,9 @@ impl GpuContext {
 
     /// Copies a buffer back to the host as `T`s (awaits `map_async`; never blocks on the web).
     pub async fn read<T: bytemuck::Pod>(&self, buf: &GpuBuffer) -> Result<Vec<T>, GpuError> {
-        let mut v = self.read_raw::<T>(&buf.name, &buf.buffer, buf.bytes()).await?;
+        let mut v = self
+            .read_raw::<T>(&buf.name, (&buf.buffer, buf.offset), buf.bytes())
+            .await?;
         v.truncate(buf.len * 4 / std::mem::size_of::<T>());
         Ok(v)
     }
@@ -302,7 +305,13 @@ impl GpuContext {
         pollster::block_on(self.read(buf))
     }
 
-    async fn read_raw<T: bytemuck::Pod>(&self, name: &str, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<T>, GpuError> {
+    /// `bytes` of buffer `src.0` from byte `src.1`.
+    async fn read_raw<T: bytemuck::Pod>(
+        &self,
+        name: &str,
+        src: (&wgpu::Buffer, u64),
+        bytes: u64,
+    ) -> Result<Vec<T>, GpuError> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("shardlab readback"),
             size: bytes,
@@ -312,7 +321,7 @@ impl GpuContext {
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("shardlab readback copy"),
         });
-        encoder.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
+        encoder.copy_buffer_to_buffer(src.0, src.1, &staging, 0, bytes);
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {

@@ -91,13 +91,17 @@ impl<'a> Kernel<'a> {
         self
     }
 
-    /// Refuses a written buffer bound twice: WebGPU forbids a writable binding aliasing another
-    /// binding of the same dispatch (two read-only bindings of one buffer are fine).
+    /// Refuses a written buffer bound twice: WebGPU forbids a writable binding overlapping
+    /// another binding of the same dispatch, and a buffer written through one binding and only
+    /// read through another (two read-only bindings of one buffer are fine, and so are written
+    /// bindings of disjoint ranges of one arena).
     pub fn check_aliasing(&self) -> Result<(), GpuError> {
         for (i, a) in self.bindings.iter().enumerate() {
-            let Some(ab) = buffer(a) else { continue };
+            let Some((ab, ar)) = buffer(a) else { continue };
             for b in &self.bindings[i + 1..] {
-                if (a.written || b.written) && buffer(b) == Some(ab) {
+                let Some((bb, br)) = buffer(b) else { continue };
+                let overlap = ar.0 < br.1 && br.0 < ar.1;
+                if (a.written || b.written) && ab == bb && (overlap || a.written != b.written) {
                     let name = match &a.resource {
                         Resource::Buffer(g) => g.name.as_str(),
                         _ => a.name,
@@ -115,11 +119,11 @@ impl<'a> Kernel<'a> {
     }
 }
 
-/// The buffer a binding holds (none for a texture).
-fn buffer<'b>(b: &'b Binding<'_>) -> Option<&'b wgpu::Buffer> {
+/// The buffer a binding holds and its byte range (none for a texture).
+fn buffer<'b>(b: &'b Binding<'_>) -> Option<(&'b wgpu::Buffer, (u64, u64))> {
     match &b.resource {
-        Resource::Buffer(g) => Some(&g.buffer),
-        Resource::Owned(g) => Some(&g.buffer),
+        Resource::Buffer(g) => Some((&g.buffer, g.range())),
+        Resource::Owned(g) => Some((&g.buffer, g.range())),
         Resource::Texture(_) => None,
     }
 }
@@ -157,8 +161,8 @@ impl GpuContext {
             .map(|b| wgpu::BindGroupEntry {
                 binding: b.slot,
                 resource: match &b.resource {
-                    Resource::Buffer(g) => g.buffer.as_entire_binding(),
-                    Resource::Owned(g) => g.buffer.as_entire_binding(),
+                    Resource::Buffer(g) => g.binding(),
+                    Resource::Owned(g) => g.binding(),
                     Resource::Texture(v) => wgpu::BindingResource::TextureView(v),
                 },
             })

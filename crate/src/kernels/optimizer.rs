@@ -4,6 +4,11 @@
 //! step (`ctx.write(&hyper, &adamw_hyper(lr, step)?)`), so the [`Dispatch`] of every parameter
 //! is built once and replayed. The layouts are [`sgd_hyper`] and [`AdamWHyper`], defined with
 //! the CPU twins in [`crate::reference::optimizer`].
+//!
+//! One launch updates many parameters when their param, grad and moment buffers are arenas laid
+//! out alike: each parameter a [`Segment`] starting on an [`UPDATE_BLOCK`] boundary (the gaps
+//! hold zeros, which every update keeps at zero), so the executor needs a few dispatches per
+//! step instead of one per parameter.
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::optimizer::{
     sgd_hyper, AdamWHyper, OptimizerError, ADAMW_B1, ADAMW_B2, ADAMW_EPS, ADAMW_HYPER_LEN, ADAMW_WEIGHT_DECAY,
@@ -20,8 +25,43 @@ impl From<OptimizerError> for GpuError {
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     n: u32,
-    weight_decay: f32,
-    pad: [u32; 2],
+    pad: [u32; 3],
+}
+
+/// Elements of a weight-decay block (the kernels' workgroup size): a packed parameter starts on
+/// a block boundary, so every block has one weight decay. 1 KiB, a multiple of every adapter's
+/// `min_storage_buffer_offset_alignment` (at most 256 bytes), so an arena's segments are also
+/// bindable views.
+pub const UPDATE_BLOCK: usize = 256;
+
+/// One parameter of a packed AdamW update: `len` elements from element `start` of each buffer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Segment {
+    /// A multiple of [`UPDATE_BLOCK`].
+    pub start: usize,
+    pub len: usize,
+    /// [`ADAMW_WEIGHT_DECAY`] for 2-D weights, else 0.
+    pub weight_decay: f32,
+}
+
+/// The weight decay of every [`UPDATE_BLOCK`] of `segments` (gaps: 0), and the elements they
+/// span; refuses segments off a block boundary, unordered or overlapping.
+pub fn decay_table(segments: &[Segment]) -> Result<(Vec<f32>, usize), GpuError> {
+    let mut end = 0;
+    let mut table = vec![];
+    for s in segments {
+        if s.start % UPDATE_BLOCK != 0 || s.start < end || s.len == 0 {
+            return Err(GpuError::Invalid(format!(
+                "packed update: segment of {} elements at {} must start on a {UPDATE_BLOCK}-element block, after the \
+                 previous segment's end {end}",
+                s.len, s.start
+            )));
+        }
+        end = s.start + s.len;
+        table.resize(s.start / UPDATE_BLOCK, 0.0);
+        table.resize(end.div_ceil(UPDATE_BLOCK), s.weight_decay);
+    }
+    Ok((table, end))
 }
 
 /// `adamw_hyper(lr, step)` = `AdamWHyper::at(lr, step)?.words()`.
@@ -52,8 +92,7 @@ pub async fn sgd(
     check("sgd", &[(param, n), (grad, n), (hyper, SGD_HYPER_LEN)])?;
     let params = Params {
         n: n as u32,
-        weight_decay: 0.0,
-        pad: [0; 2],
+        pad: [0; 3],
     };
     let kernel = Kernel::new("optimizer", "sgd", format!("sgd n={n}"))
         .write(0, "param", param)
@@ -76,9 +115,10 @@ pub struct AdamWBuffers<'a> {
     pub hyper: &'a GpuBuffer,
 }
 
-/// One AdamW update in place of param and its moments m, v (n elements each); `weight_decay`
-/// is fixed per parameter ([`ADAMW_WEIGHT_DECAY`] for 2-D weights, else 0).
-pub async fn adamw(ctx: &GpuContext, b: &AdamWBuffers<'_>, n: usize, weight_decay: f32) -> Result<Dispatch, GpuError> {
+/// One AdamW update in place of param and its moments m, v over every segment at once (the
+/// elements between segments are zeros in all four buffers and stay zeros).
+pub async fn adamw(ctx: &GpuContext, b: &AdamWBuffers<'_>, segments: &[Segment]) -> Result<Dispatch, GpuError> {
+    let (table, n) = decay_table(segments)?;
     check(
         "adamw",
         &[
@@ -91,16 +131,21 @@ pub async fn adamw(ctx: &GpuContext, b: &AdamWBuffers<'_>, n: usize, weight_deca
     )?;
     let params = Params {
         n: n as u32,
-        weight_decay,
-        pad: [0; 2],
+        pad: [0; 3],
     };
-    let kernel = Kernel::new("optimizer", "adamw", format!("adamw n={n}"))
+    let label = match segments {
+        [_] => format!("adamw n={n}"),
+        _ => format!("adamw n={n} ({} parameters)", segments.len()),
+    };
+    let decay = ctx.upload("adamw weight decay per block", &table)?;
+    let kernel = Kernel::new("optimizer", "adamw", label)
         .write(0, "param", b.param)
         .read(1, "grad", b.grad)
         .write(2, "m", b.m)
         .write(3, "v", b.v)
         .read(4, "hyper", b.hyper)
         .uniform(5, &params)
-        .grid(grid_1d(n, 256));
+        .read_owned(6, "decay", decay)
+        .grid(grid_1d(n, UPDATE_BLOCK as u32));
     ctx.launch(kernel).await
 }

@@ -1,6 +1,9 @@
 //! SGD and AdamW kernels (shaders/optimizer.wgsl) against their CPU twins over several steps,
 //! each launch built once and replayed with host-rewritten hyper-parameters.
-use shardlab::kernels::optimizer::{adamw, adamw_hyper, sgd, sgd_hyper, AdamWBuffers, AdamWHyper, ADAMW_WEIGHT_DECAY};
+use shardlab::kernels::optimizer::{
+    adamw, adamw_hyper, decay_table, sgd, sgd_hyper, AdamWBuffers, AdamWHyper, Segment, ADAMW_WEIGHT_DECAY,
+    UPDATE_BLOCK,
+};
 use shardlab::reference::optimizer as reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
@@ -49,8 +52,11 @@ fn adamw_kernel_matches_reference_over_three_steps() {
                     v: &gv,
                     hyper: &hyper,
                 },
-                n,
-                wd,
+                &[Segment {
+                    start: 0,
+                    len: n,
+                    weight_decay: wd,
+                }],
             ))
             .unwrap();
             for step in 1..=3u32 {
@@ -135,8 +141,11 @@ fn optimizer_launches_reject_aliased_and_short_buffers() {
             v: &h,
             hyper: &h,
         },
-        8,
-        0.0,
+        &[Segment {
+            start: 0,
+            len: 8,
+            weight_decay: 0.0,
+        }],
     ))
     .err()
     .unwrap()
@@ -144,4 +153,138 @@ fn optimizer_launches_reject_aliased_and_short_buffers() {
     assert!(e.contains("bound twice"), "{e}");
     let e = pollster::block_on(sgd(ctx, &a, &b, &h, 9)).err().unwrap().to_string();
     assert!(e.contains("`a` holds 8 elements, needs 9"), "{e}");
+}
+
+/// Segments of several shapes packed on block boundaries, weight decay on and off.
+fn packed_segments() -> Vec<Segment> {
+    let mut start = 0;
+    [
+        (1, 0.0),
+        (300, ADAMW_WEIGHT_DECAY),
+        (256, 0.0),
+        (17, 0.0),
+        (1000, ADAMW_WEIGHT_DECAY),
+    ]
+    .into_iter()
+    .map(|(len, weight_decay)| {
+        let s = Segment {
+            start,
+            len,
+            weight_decay,
+        };
+        start = (start + len).next_multiple_of(UPDATE_BLOCK);
+        s
+    })
+    .collect()
+}
+
+#[test]
+fn packed_adamw_updates_every_segment_as_its_own_launch_does() {
+    let ctx = gpu_or_skip!();
+    let segments = packed_segments();
+    let (_, n) = decay_table(&segments).unwrap();
+    let mut p = rand_vec(n, 3);
+    // The gaps between segments hold zeros, as an arena's do.
+    let in_gap = |i: usize| !segments.iter().any(|s| (s.start..s.start + s.len).contains(&i));
+    let zero_gaps = |x: &mut Vec<f32>| (0..n).filter(|&i| in_gap(i)).for_each(|i| x[i] = 0.0);
+    zero_gaps(&mut p);
+    let arena = |name: &str, data: &[f32]| ctx.upload(name, data).unwrap();
+    let zeros = vec![0.0f32; n];
+    let (param, grad, m, v) = (
+        arena("param", &p),
+        arena("grad", &zeros),
+        arena("m", &zeros),
+        arena("v", &zeros),
+    );
+    let hyper = ctx.zeros("hyper", 8).unwrap();
+    let b = AdamWBuffers {
+        param: &param,
+        grad: &grad,
+        m: &m,
+        v: &v,
+        hyper: &hyper,
+    };
+    let packed = pollster::block_on(adamw(ctx, &b, &segments)).unwrap();
+    // Each segment alone, on its own buffers, as the executor ran them before packing.
+    let alone: Vec<_> = segments
+        .iter()
+        .map(|s| {
+            let r = s.start..s.start + s.len;
+            let bufs = [&p[r.clone()], &zeros[..s.len], &zeros[..s.len], &zeros[..s.len]].map(|d| arena("one", d));
+            let one = Segment { start: 0, ..*s };
+            let b = AdamWBuffers {
+                param: &bufs[0],
+                grad: &bufs[1],
+                m: &bufs[2],
+                v: &bufs[3],
+                hyper: &hyper,
+            };
+            let d = pollster::block_on(adamw(ctx, &b, &[one])).unwrap();
+            (bufs, d)
+        })
+        .collect();
+    let (mut rm, mut rv) = (zeros.clone(), zeros.clone());
+    for step in 1..=3u32 {
+        let mut g = rand_vec(n, 40 + step);
+        zero_gaps(&mut g);
+        let h = AdamWHyper::at(1e-2, step).unwrap();
+        ctx.write(&hyper, &h.words());
+        ctx.write(&grad, &g);
+        for (s, (bufs, _)) in segments.iter().zip(&alone) {
+            ctx.write(&bufs[1], &g[s.start..s.start + s.len]);
+        }
+        ctx.run(std::slice::from_ref(&packed));
+        let ds: Vec<_> = alone.iter().map(|(_, d)| d).collect();
+        for d in ds {
+            ctx.run(std::slice::from_ref(d));
+        }
+        for s in &segments {
+            let r = s.start..s.start + s.len;
+            shardlab::reference::optimizer::adamw(
+                &mut p[r.clone()],
+                &g[r.clone()],
+                &mut rm[r.clone()],
+                &mut rv[r],
+                &h,
+                s.weight_decay,
+            );
+        }
+        let got = [&param, &m, &v].map(|b| ctx.read_blocking::<f32>(b).unwrap());
+        for (what, got, want) in [("param", &got[0], &p), ("m", &got[1], &rm), ("v", &got[2], &rv)] {
+            assert_close(&format!("packed {what} step {step}"), got, want, 1e-6, 1e-6);
+            assert!(
+                (0..n).filter(|&i| in_gap(i)).all(|i| got[i] == 0.0),
+                "{what}: a gap moved"
+            );
+        }
+        for (s, (bufs, _)) in segments.iter().zip(&alone) {
+            for (k, packed) in [(0, &got[0]), (2, &got[1]), (3, &got[2])] {
+                let one = ctx.read_blocking::<f32>(&bufs[k]).unwrap();
+                let same = one
+                    .iter()
+                    .zip(&packed[s.start..])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "step {step}: segment at {} differs bitwise from its own launch",
+                    s.start
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_update_refuses_segments_off_a_block_or_overlapping() {
+    let seg = |start, len| Segment {
+        start,
+        len,
+        weight_decay: 0.0,
+    };
+    let (table, n) = decay_table(&[seg(0, 300), seg(512, 10)]).unwrap();
+    assert_eq!((table.len(), n), (3, 522));
+    for bad in [vec![seg(64, 8)], vec![seg(0, 300), seg(256, 8)], vec![seg(0, 0)]] {
+        let e = decay_table(&bad).unwrap_err().to_string();
+        assert!(e.contains("block"), "{e}");
+    }
 }

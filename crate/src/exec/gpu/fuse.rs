@@ -20,6 +20,12 @@ pub(super) enum Fusion {
     BiasResidual { residual: usize },
     /// dropout, then the residual add; `residual` is the other input of the add.
     DropoutResidual { residual: usize },
+    /// transpose, then a split of it (attention's q, k, v heads): each part copied straight
+    /// from the transpose's operand, one pass instead of two.
+    TransposeSplit,
+    /// concat, then a transpose of it (the q, k, v gradients back to columns): each part
+    /// written straight to its place in the transposed output.
+    ConcatTransposed,
 }
 
 impl Fusion {
@@ -73,6 +79,8 @@ fn pair(program: &Program, first: &Instr, second: &Instr, readers: &[usize]) -> 
         (Op::Add, Op::Gelu) => Some(Fusion::BiasGelu),
         (Op::Add, Op::Add) if only_reader => residual().map(|residual| Fusion::BiasResidual { residual }),
         (Op::Dropout { .. }, Op::Add) if only_reader => residual().map(|residual| Fusion::DropoutResidual { residual }),
+        (Op::Transpose { .. }, Op::Split { .. }) if only_reader => Some(Fusion::TransposeSplit),
+        (Op::Concat { .. }, Op::Transpose { .. }) if only_reader => Some(Fusion::ConcatTransposed),
         _ => None,
     }
 }
@@ -149,6 +157,9 @@ mod tests {
             let bias = count(&f, |x| matches!(x, Fusion::BiasResidual { .. }));
             let drop = count(&f, |x| matches!(x, Fusion::DropoutResidual { .. }));
             assert_eq!((bias, drop), if dropout == 0.0 { (4, 0) } else { (0, 4) });
+            // Per block: the heads' transpose and split forward, their concat and transpose back.
+            assert_eq!(count(&f, |x| x == Fusion::TransposeSplit), 2, "dropout {dropout}");
+            assert_eq!(count(&f, |x| x == Fusion::ConcatTransposed), 2, "dropout {dropout}");
             // A pair's second instruction starts nothing, and no intermediate that is not
             // written is read after its pair or returned.
             for (i, x) in f.iter().enumerate() {

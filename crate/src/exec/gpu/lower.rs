@@ -1,7 +1,10 @@
 //! Lowering: the dispatches of one instruction, on the slots the plan gave its values.
 use super::fuse::{swapped, Fusion};
-use super::slots::Scratch;
-use crate::exec::lowering::{on_devices, plan_broadcast, plan_shard_slice, plan_slice, plan_transpose};
+use super::slots::{Scratch, UpdatePlan};
+use crate::exec::lowering::{
+    on_devices, plan_broadcast, plan_into_transposed, plan_shard_slice, plan_slice, plan_transpose,
+    plan_transpose_slice,
+};
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
 use crate::ir::{DType, Instr, Op, Program, ValueId};
@@ -274,23 +277,42 @@ impl Lowering<'_> {
             | Op::Ppermute { .. }
             | Op::AllToAll { .. }
             | Op::FoldInAxisIndex { .. } => one(self.collective(mesh()?, &ins.op, x(0), y(0), &shape(0)).await?),
+            Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => match &sc.update {
+                Some(u) => one(self.update(&ins.op, u).await?),
+                // Packed with later updates: the group's last one lowers them all.
+                None => vec![],
+            },
+        })
+    }
+
+    /// One optimizer dispatch over every update of a group (packing.rs): on its arenas, or on
+    /// one update's own buffers.
+    async fn update(&self, op: &Op, u: &UpdatePlan) -> Result<Dispatch, ExecError> {
+        let buf = |k: usize| &self.slots[u.buffers[k]];
+        Ok(match op {
             Op::SgdUpdate { .. } => {
                 let hyper = self.sgd_hyper.expect("made with the executor");
-                one(k::optimizer::sgd(ctx, x(0), x(1), hyper, n_in(0)).await?)
+                let n = u.segments.last().map_or(0, |s| s.start + s.len);
+                k::optimizer::sgd(self.ctx, buf(0), buf(1), hyper, n).await?
             }
-            Op::AdamWUpdate { b1, b2, eps, wd, .. } => {
+            Op::AdamWUpdate { b1, b2, eps, .. } => {
                 if (*b1, *b2, *eps) != (k::optimizer::ADAMW_B1, k::optimizer::ADAMW_B2, k::optimizer::ADAMW_EPS) {
-                    return Err(unsupported("the GPU AdamW uses MODEL.md's b1, b2 and eps"));
+                    return Err(ExecError::Unsupported {
+                        op: op.name().into(),
+                        executor: "GPU",
+                        why: "the GPU AdamW uses MODEL.md's b1, b2 and eps".into(),
+                    });
                 }
                 let b = k::optimizer::AdamWBuffers {
-                    param: x(0),
-                    grad: x(1),
-                    m: x(2),
-                    v: x(3),
+                    param: buf(0),
+                    grad: buf(1),
+                    m: buf(2),
+                    v: buf(3),
                     hyper: self.adamw_hyper.expect("made with the executor"),
                 };
-                one(k::optimizer::adamw(ctx, &b, n_in(0), *wd).await?)
+                k::optimizer::adamw(self.ctx, &b, &u.segments).await?
             }
+            _ => unreachable!("not an optimizer update"),
         })
     }
 
@@ -324,7 +346,7 @@ impl Lowering<'_> {
         let x = |k: usize| self.buf(first.inputs[k]);
         let out = self.buf(second.outputs[0]);
         let numel = |k: usize| prog.info(first.inputs[k]).numel();
-        let shape = k::fused::FusedShape {
+        let shape = || k::fused::FusedShape {
             n: devices * numel(0),
             nb: numel(1),
             devices,
@@ -340,18 +362,51 @@ impl Lowering<'_> {
             }
             Fusion::BiasGelu => {
                 let pre = self.buf(first.outputs[0]);
-                vec![k::fused::bias_gelu(ctx, x(0), x(1), pre, out, shape).await?]
+                vec![k::fused::bias_gelu(ctx, x(0), x(1), pre, out, shape()).await?]
             }
             Fusion::BiasResidual { residual } => {
                 let r = self.buf(second.inputs[residual]);
-                vec![k::fused::bias_residual(ctx, x(0), x(1), r, out, shape).await?]
+                vec![k::fused::bias_residual(ctx, x(0), x(1), r, out, shape()).await?]
             }
             Fusion::DropoutResidual { residual } => {
                 let Op::Dropout { rate } = first.op else {
                     unreachable!("fuse.rs pairs dropout only")
                 };
                 let r = self.buf(second.inputs[residual]);
-                vec![k::fused::dropout_residual(ctx, x(0), x(1), r, out, shape.n, rate).await?]
+                vec![k::fused::dropout_residual(ctx, x(0), x(1), r, out, shape().n, rate).await?]
+            }
+            Fusion::TransposeSplit => {
+                let (Op::Transpose { perm }, Op::Split { axis, sizes }) = (&first.op, &second.op) else {
+                    unreachable!("fuse.rs pairs a transpose and a split")
+                };
+                let mut ds = vec![];
+                let mut start = 0;
+                for (k, &len) in sizes.iter().enumerate() {
+                    let c = plan_transpose_slice(prog.shape(first.inputs[0]), perm, *axis, start, len);
+                    let part = second.outputs[k];
+                    ds.push(
+                        self.copy(x(0), self.buf(part), &c, (numel(0), prog.info(part).numel()))
+                            .await?,
+                    );
+                    start += len;
+                }
+                ds
+            }
+            Fusion::ConcatTransposed => {
+                let (Op::Concat { axis }, Op::Transpose { perm }) = (&first.op, &second.op) else {
+                    unreachable!("fuse.rs pairs a concat and a transpose")
+                };
+                let whole = prog.shape(second.outputs[0]);
+                let mut ds = vec![];
+                let mut start = 0;
+                for k in 0..first.inputs.len() {
+                    let part = prog.shape(first.inputs[k]);
+                    let c = plan_into_transposed(part, whole, perm, *axis, start);
+                    let n_out = prog.info(second.outputs[0]).numel();
+                    ds.push(self.copy(x(k), out, &c, (numel(k), n_out)).await?);
+                    start += part[*axis];
+                }
+                ds
             }
         })
     }

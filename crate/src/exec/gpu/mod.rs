@@ -1,7 +1,8 @@
 //! The GPU executor, by job: slot planning (which buffer holds each value), lowering (the
-//! dispatches of each instruction), and the runtime (buffers, inputs, outputs, steps).
+//! dispatches of each instruction), packing (which optimizer updates share one dispatch), and the runtime (buffers, inputs, outputs, steps).
 mod fuse;
 mod lower;
+mod packing;
 mod runtime;
 mod slots;
 

@@ -28,13 +28,21 @@ pub struct GpuExecutor {
 impl GpuExecutor {
     pub async fn new(ctx: &GpuContext, program: Program) -> Result<Self, ExecError> {
         let fusion = fuse::plan(&program);
-        let plan = slots::plan(&program, &fusion);
-        let mut slots = Vec::with_capacity(plan.caps.len());
+        let limits = ctx.limits();
+        let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
+        let plan = slots::plan(&program, &fusion, usize::try_from(max_arena).unwrap_or(usize::MAX));
+        let mut slots: Vec<GpuBuffer> = Vec::with_capacity(plan.caps.len());
         for (s, &cap) in plan.caps.iter().enumerate() {
-            slots.push(ctx.zeros(&plan.name(&program, s), cap)?);
+            let name = plan.name(&program, s);
+            let buf = match plan.views[s] {
+                Some((arena, start)) => slots[arena].view(&name, start, cap)?,
+                None => ctx.zeros(&name, cap)?,
+            };
+            slots.push(buf);
         }
         let [sgd_hyper, adamw_hyper] = Self::make_hyper(ctx, &program)?;
-        let peak_bytes = slots.iter().map(|b| b.bytes()).sum();
+        // Views share their arena's bytes.
+        let peak_bytes = slots.iter().filter(|b| !b.is_view()).map(|b| b.bytes()).sum();
         let mut dispatches = vec![];
         let mut dispatch_instr = vec![];
         {
@@ -225,13 +233,13 @@ impl GpuExecutor {
             }),
         });
         for (slot, copy) in copies {
-            let live = &self.slots[*slot].buffer;
+            let live = &self.slots[*slot];
             let (from, to) = if save {
-                (live, &copy.buffer)
+                ((&live.buffer, live.offset), (&copy.buffer, 0))
             } else {
-                (&copy.buffer, live)
+                ((&copy.buffer, 0), (&live.buffer, live.offset))
             };
-            enc.copy_buffer_to_buffer(from, 0, to, 0, copy.bytes());
+            enc.copy_buffer_to_buffer(from.0, from.1, to.0, to.1, live.bytes());
         }
         ctx.queue.submit([enc.finish()]);
     }

@@ -1,9 +1,13 @@
 //! Slot planning: every value of a program gets a buffer *slot*; slots are reused as soon as the
 //! values in them are dead (liveness), reshapes alias their operand, and optimizer updates write
 //! into their parameter's slot (donation). Capacities grow while planning; buffers are made after.
+//! The tensors of a packed optimizer update (packing.rs) get pinned slots that are views into
+//! their group's arenas.
 use super::fuse::Fusion;
+use super::packing::{self, ROLES};
 use crate::exec::lowering::{plan_dot, plan_reduce, DotPlan, ReducePlan};
 use crate::ir::{Op, Program, ValueId};
+use crate::kernels::optimizer::Segment;
 
 /// A value with no slot yet.
 const NONE: usize = usize::MAX;
@@ -14,6 +18,8 @@ struct SlotPlan {
     caps: Vec<usize>,
     refs: Vec<usize>,
     pinned: Vec<bool>,
+    views: Vec<Option<(usize, usize)>>,
+    names: Vec<Option<String>>,
     free: Vec<usize>,
 }
 
@@ -22,7 +28,16 @@ impl SlotPlan {
         self.caps.push(n);
         self.refs.push(1);
         self.pinned.push(pinned);
+        self.views.push(None);
+        self.names.push(None);
         self.caps.len() - 1
+    }
+
+    /// A pinned slot of `n` elements from element `start` of slot `parent`.
+    fn new_view(&mut self, parent: usize, start: usize, n: usize) -> usize {
+        let s = self.new_slot(n, true);
+        self.views[s] = Some((parent, start));
+        s
     }
 
     /// Best fit among free slots (the smallest that holds `n`, else the largest, grown).
@@ -65,12 +80,24 @@ pub(super) struct Scratch {
     pub reduce: Option<ReducePlan>,
     pub lhs: Option<usize>,
     pub rhs: Option<usize>,
+    /// On the last update of a group (packing.rs): the group's dispatch.
+    pub update: Option<UpdatePlan>,
+}
+
+/// One optimizer dispatch: its buffers' slots (param, grad, and for AdamW m, v) and the
+/// segment of each update it runs.
+pub(super) struct UpdatePlan {
+    pub buffers: Vec<usize>,
+    pub segments: Vec<Segment>,
 }
 
 /// The plan of a whole program.
 pub(super) struct Slots {
     /// Elements of each slot (every device's block of the largest value it holds).
     pub caps: Vec<usize>,
+    /// Per slot, for a view into an arena: the arena's slot and the view's first element.
+    pub views: Vec<Option<(usize, usize)>>,
+    names: Vec<Option<String>>,
     /// The slot of each value.
     pub value_slot: Vec<usize>,
     /// Per instruction.
@@ -78,8 +105,11 @@ pub(super) struct Slots {
 }
 
 impl Slots {
-    /// The name of slot `s`: that of the first named value it holds, else `slot<s>`.
+    /// The name of slot `s`: an arena's, that of the first named value it holds, else `slot<s>`.
     pub fn name(&self, program: &Program, s: usize) -> String {
+        if let Some(n) = &self.names[s] {
+            return n.clone();
+        }
         (0..program.values.len())
             .find(|&v| self.value_slot[v] == s)
             .and_then(|v| program.values[v].name.clone())
@@ -90,14 +120,39 @@ impl Slots {
 /// Plans the slots of `program`: every value holds all devices' local blocks (`[device, local...]`).
 /// A fused pair (`fusion`, see fuse.rs) is planned as one instruction: its outputs are taken
 /// before any of its operands is released, and an intermediate it does not write gets no slot.
-pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>]) -> Slots {
+/// An arena of packed optimizer tensors holds at most `max_arena` elements.
+pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usize) -> Slots {
     let last_use = program.last_uses();
     let devices = program.devices();
     let numel = |v: ValueId| devices * program.info(v).numel();
     let mut plan = SlotPlan::default();
+    let packing = packing::plan(program, fusion, max_arena);
+    // Each packed group's arenas, one slot per role; the group each update instruction ends.
+    let mut arenas: Vec<Vec<usize>> = vec![];
+    let mut ends_group = vec![None; program.instrs.len()];
+    for (g, group) in packing.groups.iter().enumerate() {
+        ends_group[*group.instrs.last().expect("a group has an update")] = Some(g);
+        let first = &program.instrs[group.instrs[0]];
+        let roles = if group.packed { first.inputs.len() } else { 0 };
+        arenas.push(
+            (0..roles)
+                .map(|r| {
+                    let s = plan.new_slot(group.arena_len, true);
+                    plan.names[s] = Some(format!("{} {} (packed {g})", first.op.name(), ROLES[r]));
+                    s
+                })
+                .collect(),
+        );
+    }
+    // A value's new slot: its view if packed, else by liveness (`fresh`: a new pinned one).
+    let alloc = |plan: &mut SlotPlan, v: ValueId, fresh: bool| match packing.placed[v.index()] {
+        Some((g, role, start)) => plan.new_view(arenas[g][role], start, numel(v)),
+        None if fresh => plan.new_slot(numel(v), true),
+        None => plan.take(numel(v)),
+    };
     let mut value_slot = vec![NONE; program.values.len()];
     for (v, _) in &program.inputs {
-        value_slot[v.index()] = plan.new_slot(numel(*v), true);
+        value_slot[v.index()] = alloc(&mut plan, *v, true);
     }
     let mut scratch: Vec<Scratch> = Vec::with_capacity(program.instrs.len());
     let mut i = 0;
@@ -121,6 +176,17 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>]) -> Slots {
                     let s = value_slot[ins.inputs[src].index()];
                     plan.retain(s);
                     value_slot[o.index()] = s;
+                }
+                if let Some(g) = ends_group[i] {
+                    let group = &packing.groups[g];
+                    let buffers = match group.packed {
+                        true => arenas[g].clone(),
+                        false => ins.inputs.iter().map(|v| value_slot[v.index()]).collect(),
+                    };
+                    sc.update = Some(UpdatePlan {
+                        buffers,
+                        segments: group.segments.clone(),
+                    });
                 }
             }
             op => {
@@ -162,11 +228,11 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>]) -> Slots {
                 let keep_first = fusion[i].is_none_or(|f| f.keeps_intermediate());
                 if keep_first {
                     for o in &ins.outputs {
-                        value_slot[o.index()] = plan.take(numel(*o));
+                        value_slot[o.index()] = alloc(&mut plan, *o, false);
                     }
                 }
                 for o in group.clone().skip(1).flat_map(|j| &program.instrs[j].outputs) {
-                    value_slot[o.index()] = plan.take(numel(*o));
+                    value_slot[o.index()] = alloc(&mut plan, *o, false);
                 }
                 for s in [sc.lhs, sc.rhs].into_iter().flatten() {
                     plan.release(s);
@@ -202,6 +268,8 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>]) -> Slots {
     }
     Slots {
         caps: plan.caps,
+        views: plan.views,
+        names: plan.names,
         value_slot,
         scratch,
     }
