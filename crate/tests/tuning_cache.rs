@@ -41,7 +41,8 @@ fn cache_file(dir: &Path) -> PathBuf {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            name.starts_with("matmul-v1-") && name.ends_with(".json")
+            let prefix = format!("matmul-v{}-", shardlab::kernels::TuningCache::VERSION);
+            name.starts_with(&prefix) && name.ends_with(".json")
         })
         .collect();
     assert_eq!(files.len(), 1, "one matmul cache file per adapter: {files:?}");

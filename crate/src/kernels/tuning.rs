@@ -34,7 +34,7 @@ pub struct TuningCache {
 
 impl TuningCache {
     /// Bumped when shape classes or variants change meaning, so old choices are timed again.
-    pub const VERSION: u32 = 1;
+    pub const VERSION: u32 = 2;
 }
 
 impl Tuning {

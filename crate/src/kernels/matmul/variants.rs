@@ -40,7 +40,7 @@ impl Variant {
     fn padding(self) -> Option<(usize, usize)> {
         match self {
             Variant::Block8 => Some((8, 4)),
-            Variant::Tex16 => Some((16, 2)),
+            Variant::Tex16 => Some((16, 1)),
             Variant::Naive | Variant::Tiled => None,
         }
     }
