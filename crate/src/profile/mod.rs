@@ -27,4 +27,4 @@ pub use predict::{
 };
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use topology::{collective_time, CollectiveTime};
-pub use work::{instr_work, DotShape, Placement, Work, THREEFRY_INT_OPS};
+pub use work::{program_work, DotShape, Placement, Work, THREEFRY_INT_OPS};

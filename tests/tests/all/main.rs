@@ -16,6 +16,7 @@ mod kernels_matmul;
 mod kernels_nn;
 mod kernels_optimizer;
 mod kernels_random;
+mod lowered_dispatches;
 mod program_summary;
 mod reference_gradients;
 mod rng_known_answers;
