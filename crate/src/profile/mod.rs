@@ -7,6 +7,7 @@ mod collective;
 mod compare;
 mod cost;
 mod device;
+mod fit;
 mod measured;
 mod predict;
 mod summary;
