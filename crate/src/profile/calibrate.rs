@@ -38,6 +38,10 @@ pub struct Calibration {
     pub measurements: Vec<Measurement>,
     /// Wall time of the whole calibration, seconds.
     pub seconds: f64,
+    /// The part of `seconds` spent building the programs' pipelines, tuning their matmul
+    /// classes and warming them up: once per process (per page), shared with training.
+    #[serde(default)]
+    pub prepare_seconds: f64,
 }
 
 /// Matmul shapes (m, k, n) timed: the small, square and skinny products of per-device steps.
@@ -63,9 +67,14 @@ const BATCHED_SHAPES: [(usize, usize, usize, usize); 6] = [
     (2, 256, 64, 256),
 ];
 
+/// The page's matmul shapes: each family's within one of the autotuner's shape classes
+/// (medium, aligned), so its first calibration tunes two classes rather than four.
+const QUICK_DOT_SHAPES: [(usize, usize, usize); 3] = [(64, 64, 64), (128, 128, 128), (512, 64, 256)];
+const QUICK_BATCHED_SHAPES: [(usize, usize, usize, usize); 3] = [(64, 32, 16, 32), (8, 64, 64, 64), (2, 256, 64, 256)];
+
 /// How long the microbenchmarks run: the CLI's full calibration (under 20 s on lavapipe) or the
 /// page's quick one (under 5 s on SwiftShader): fewer timed runs, smaller arrays, fewer FLOPs
-/// per matmul program.
+/// per matmul program, fewer matmul shape classes to tune.
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {
     /// Timed runs per program (after one warm-up); the median is taken.
@@ -74,9 +83,11 @@ pub struct Budget {
     pub shrink: u32,
     /// FLOPs of work each matmul program aims at.
     pub matmul_flops: f64,
-    /// Every how many of the matmul shapes are timed (1: all of them; 2: every other one, still
-    /// at least the three points each fit needs).
-    pub shape_step: usize,
+    /// The matmul shapes (m, k, n) timed, at least the two points their fit needs.
+    pub single: &'static [(usize, usize, usize)],
+    /// The batched matmul shapes (batch, m, k, n) timed, at least the three points their fit
+    /// needs.
+    pub batched: &'static [(usize, usize, usize, usize)],
     /// Whether to fit the work scale and launch cost to eight whole reference train steps
     /// (a few seconds on lavapipe with their pipelines to build): the CLI's calibration
     /// does; the page's keeps within its few seconds without.
@@ -88,14 +99,16 @@ impl Budget {
         runs: 7,
         shrink: 0,
         matmul_flops: 32e6,
-        shape_step: 1,
+        single: &DOT_SHAPES,
+        batched: &BATCHED_SHAPES,
         fit_steps: true,
     };
     pub const QUICK: Budget = Budget {
         runs: 3,
         shrink: 3,
         matmul_flops: 4e6,
-        shape_step: 2,
+        single: &QUICK_DOT_SHAPES,
+        batched: &QUICK_BATCHED_SHAPES,
         fit_steps: false,
     };
 }
@@ -217,7 +230,7 @@ fn reference_steps() -> Vec<GptConfig> {
         tied: false,
         dropout: 0.1,
     };
-    [(32, 16, 4), (48, 16, 8), (64, 32, 8), (96, 32, 16)]
+    [(32, 8, 2), (32, 16, 4), (48, 16, 8), (64, 32, 8)]
         .into_iter()
         .flat_map(|(d, seq, batch)| [1, 2].map(|layers| config(layers, d, seq, batch)))
         .collect()
@@ -306,14 +319,13 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     // memory, strided per device, priced by the bytes `sim_collective_bytes` counts for them.
     let (coll_devices, coll_n, coll_reps) = (4usize, sized(1 << 15), 2usize);
     // Matmuls at several shapes, single and batched: each family fitted on its own.
-    let single: Vec<_> = DOT_SHAPES.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
+    let single: Vec<_> = budget.single.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
     let families: Vec<(bool, Vec<(usize, usize, usize, usize, usize)>)> =
-        [(false, &single[..]), (true, &BATCHED_SHAPES[..])]
+        [(false, &single[..]), (true, budget.batched)]
             .into_iter()
             .map(|(batched, family)| {
                 let shapes = family
                     .iter()
-                    .step_by(budget.shape_step.max(1))
                     .map(|&(batch, m, k, n)| {
                         let flops = (2 * batch * m * k * n) as f64;
                         (batch, m, k, n, ((budget.matmul_flops / flops) as usize).clamp(2, 16))
@@ -344,6 +356,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     for prog in &programs {
         execs.push(prepare(ctx, prog.clone()).await?);
     }
+    let prepare_seconds = (now_ms() - start) * 1e-3;
     let times = time_rounds(ctx, &execs, budget.runs).await?;
     drop(execs);
     // The times in the order the programs were listed.
@@ -480,5 +493,6 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         profile,
         measurements: out,
         seconds: (now_ms() - start) * 1e-3,
+        prepare_seconds,
     })
 }
