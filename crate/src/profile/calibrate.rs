@@ -88,6 +88,10 @@ pub struct Budget {
     /// The batched matmul shapes (batch, m, k, n) timed, at least the three points their fit
     /// needs.
     pub batched: &'static [(usize, usize, usize, usize)],
+    /// Whether to time the simulated collectives (the rate of collectives between simulated
+    /// devices of this adapter, which only the simulated placement prices): the CLI's
+    /// calibration does (`bench model`); the page's predictions are for real devices.
+    pub sim_collectives: bool,
     /// Whether to fit the work scale and launch cost to eight whole reference train steps
     /// (a few seconds on lavapipe with their pipelines to build): the CLI's calibration
     /// does; the page's keeps within its few seconds without.
@@ -101,6 +105,7 @@ impl Budget {
         matmul_flops: 32e6,
         single: &DOT_SHAPES,
         batched: &BATCHED_SHAPES,
+        sim_collectives: true,
         fit_steps: true,
     };
     pub const QUICK: Budget = Budget {
@@ -109,6 +114,7 @@ impl Budget {
         matmul_flops: 4e6,
         single: &QUICK_DOT_SHAPES,
         batched: &QUICK_BATCHED_SHAPES,
+        sim_collectives: false,
         fit_steps: false,
     };
 }
@@ -342,8 +348,10 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         chain(bw_reps, bw_n, |b, x| b.scale(x, 1.0))?,
         chain(gelu_reps, gelu_n, |b, x| b.gelu(x))?,
         bits(bits_n, bits_reps)?,
-        collectives(coll_devices, coll_n, coll_reps)?,
     ];
+    if budget.sim_collectives {
+        programs.push(collectives(coll_devices, coll_n, coll_reps)?);
+    }
     for (_, shapes) in &families {
         for &(batch, m, k, n, reps) in shapes {
             programs.push(dots(batch, m, k, n, reps)?);
@@ -390,19 +398,24 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     let int_ops = (bits_n * bits_reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(bits_reps)).max(1e-6);
     record("int_ops", t, int_ops);
 
-    let t = next();
-    let block = size_in_bytes(&[coll_n]);
-    let moved = coll_reps as f64
-        * [
-            (CollectiveKind::AllReduce, block),
-            (CollectiveKind::AllGather, block * coll_devices as u64),
-            (CollectiveKind::ReduceScatter, block * coll_devices as u64),
-        ]
-        .iter()
-        .map(|&(kind, bytes)| sim_collective_bytes(kind, bytes, coll_devices, coll_devices))
-        .sum::<f64>();
-    let sim_collective_bandwidth = moved / (t * 1e-3 - overhead(3 * coll_reps)).max(1e-6);
-    record("sim_collective_bandwidth", t, sim_collective_bandwidth);
+    let sim_collective_bandwidth = if budget.sim_collectives {
+        let t = next();
+        let block = size_in_bytes(&[coll_n]);
+        let moved = coll_reps as f64
+            * [
+                (CollectiveKind::AllReduce, block),
+                (CollectiveKind::AllGather, block * coll_devices as u64),
+                (CollectiveKind::ReduceScatter, block * coll_devices as u64),
+            ]
+            .iter()
+            .map(|&(kind, bytes)| sim_collective_bytes(kind, bytes, coll_devices, coll_devices))
+            .sum::<f64>();
+        let bandwidth = moved / (t * 1e-3 - overhead(3 * coll_reps)).max(1e-6);
+        record("sim_collective_bandwidth", t, bandwidth);
+        Some(bandwidth)
+    } else {
+        None
+    };
 
     let mut fits = vec![];
     for (batched, shapes) in &families {
@@ -458,7 +471,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         vector_flops,
         int_ops,
         mem_bandwidth,
-        sim_collective_bandwidth: Some(sim_collective_bandwidth),
+        sim_collective_bandwidth,
         launch_s,
         // Fitted to whole steps below.
         work_scale: 1.0,
@@ -495,4 +508,49 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         seconds: (now_ms() - start) * 1e-3,
         prepare_seconds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::exec::plan_dot;
+    use crate::ir::Op;
+    use crate::kernels::matmul::class_key;
+
+    /// The autotuner's shape classes of the matmuls `budget` times.
+    fn classes(budget: Budget) -> BTreeSet<String> {
+        let single = budget.single.iter().map(|&(m, k, n)| (1, m, k, n));
+        let batched = budget.batched.iter().copied();
+        single
+            .chain(batched)
+            .map(|(batch, m, k, n)| {
+                let prog = dots(batch, m, k, n, 2).unwrap();
+                let ins = &prog.instrs[0];
+                let Op::DotGeneral {
+                    lhs_contract,
+                    rhs_contract,
+                    lhs_batch,
+                    rhs_batch,
+                    alpha,
+                } = &ins.op
+                else {
+                    panic!("a matmul program starts with its dot_general");
+                };
+                let (lhs, rhs) = (prog.shape(ins.inputs[0]), prog.shape(ins.inputs[1]));
+                let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+                class_key(&p.shape).to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_pages_calibration_tunes_one_matmul_class_per_family() {
+        let quick = classes(Budget::QUICK);
+        assert_eq!(quick.len(), 2, "{quick:?}");
+        assert!(quick.iter().any(|c| c.ends_with("/single")) && quick.iter().any(|c| c.ends_with("/batched")));
+        // The full calibration spans more classes, from small to large products.
+        assert!(classes(Budget::FULL).len() > 2);
+    }
 }
