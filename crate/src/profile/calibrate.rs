@@ -279,7 +279,10 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)]
     for ((config, _, ms), outlier) in steps.iter().zip(&fit.outlier) {
         let left_out = if *outlier { " (left out: outlier)" } else { "" };
         out.push(Measurement {
-            name: format!("reference step {}x{}{left_out}", config.layers, config.d_model),
+            name: format!(
+                "reference step {}x{} T{} B{}{left_out}",
+                config.layers, config.d_model, config.seq, config.batch
+            ),
             ms: *ms,
             value: ms * 1e-3,
         });
