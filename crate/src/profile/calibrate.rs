@@ -16,6 +16,7 @@ use crate::exec::{ExecError, GpuExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::size_in_bytes;
 use crate::ir::{Builder, DType, Program, RngLayout, Role};
+use crate::kernels::matmul::Variant;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
 use crate::sharding::Mesh;
@@ -88,6 +89,11 @@ pub struct Budget {
     /// The batched matmul shapes (batch, m, k, n) timed, at least the three points their fit
     /// needs.
     pub batched: &'static [(usize, usize, usize, usize)],
+    /// Whether to time the matmuls with one variant on CPU adapters (the one their autotuner
+    /// picks for most classes there) instead of tuning the calibration's classes: tuning
+    /// compiles every variant, most of a first calibration on SwiftShader. Training still tunes
+    /// its own classes.
+    pub heuristic_matmul: bool,
     /// Whether to time the simulated collectives (the rate of collectives between simulated
     /// devices of this adapter, which only the simulated placement prices): the CLI's
     /// calibration does (`bench model`); the page's predictions are for real devices.
@@ -100,11 +106,12 @@ pub struct Budget {
 
 impl Budget {
     pub const FULL: Budget = Budget {
-        runs: 7,
+        runs: 5,
         shrink: 0,
         matmul_flops: 32e6,
         single: &DOT_SHAPES,
         batched: &BATCHED_SHAPES,
+        heuristic_matmul: false,
         sim_collectives: true,
         fit_steps: true,
     };
@@ -114,6 +121,7 @@ impl Budget {
         matmul_flops: 4e6,
         single: &QUICK_DOT_SHAPES,
         batched: &QUICK_BATCHED_SHAPES,
+        heuristic_matmul: true,
         sim_collectives: false,
         fit_steps: false,
     };
@@ -183,6 +191,33 @@ fn bits(n: usize, reps: usize) -> Result<Program, ExecError> {
     Ok(b.finish()?)
 }
 
+/// Pins the context's matmul variant (when given) while it lives, then puts back the pin it
+/// found: the executors it lowers keep their kernels, later ones are tuned as before.
+struct PinMatmul<'a> {
+    ctx: &'a GpuContext,
+    before: Option<Option<Variant>>,
+}
+
+impl<'a> PinMatmul<'a> {
+    fn new(ctx: &'a GpuContext, pin: Option<Variant>) -> Self {
+        let before = pin.and_then(|v| {
+            let mut t = ctx.tuning.lock().ok()?;
+            let before = t.matmul_pin;
+            t.matmul_pin = before.or(Some(v));
+            Some(before)
+        });
+        PinMatmul { ctx, before }
+    }
+}
+
+impl Drop for PinMatmul<'_> {
+    fn drop(&mut self) {
+        if let (Some(before), Ok(mut t)) = (self.before, self.ctx.tuning.lock()) {
+            t.matmul_pin = before;
+        }
+    }
+}
+
 /// An executor of `prog` with its inputs written and one warm-up run done: what building its
 /// pipelines and tuning its matmul classes costs is paid here, not in its timed runs.
 async fn prepare(ctx: &GpuContext, prog: Program) -> Result<GpuExecutor, ExecError> {
@@ -222,9 +257,10 @@ async fn time_rounds(ctx: &GpuContext, execs: &[GpuExecutor], runs: usize) -> Re
     Ok(times.into_iter().map(crate::gpu::median).collect())
 }
 
-/// Whole one-device train steps the fit is made on: short ones, from launch-bound to
-/// work-bound sizes (one and two layers at each), all unlike `bench model`'s sweep (which
-/// judges the model).
+/// Whole one-device train steps the fit is made on, from launch-bound to work-bound sizes (one
+/// and two layers at each), all unlike `bench model`'s sweep (which judges the model). The
+/// largest are as large as the sweep's: fitted on small steps alone, the work scale absorbs
+/// their fixed per-op costs and the launch cost, and overprices larger steps (17% on lavapipe).
 fn reference_steps() -> Vec<GptConfig> {
     let config = |layers, d_model, seq, batch| GptConfig {
         layers,
@@ -236,7 +272,7 @@ fn reference_steps() -> Vec<GptConfig> {
         tied: false,
         dropout: 0.1,
     };
-    [(32, 8, 2), (32, 16, 4), (48, 16, 8), (64, 32, 8)]
+    [(32, 8, 2), (48, 16, 4), (64, 32, 8), (96, 32, 16)]
         .into_iter()
         .flat_map(|(d, seq, batch)| [1, 2].map(|layers| config(layers, d, seq, batch)))
         .collect()
@@ -363,9 +399,13 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     for config in &references {
         programs.push(reference_program(config)?);
     }
+    let pin = (budget.heuristic_matmul && ctx.summary.device_type == "Cpu").then_some(Variant::Tex16);
     let mut execs = Vec::with_capacity(programs.len());
-    for prog in &programs {
-        execs.push(prepare(ctx, prog.clone()).await?);
+    {
+        let _pinned = PinMatmul::new(ctx, pin);
+        for prog in &programs {
+            execs.push(prepare(ctx, prog.clone()).await?);
+        }
     }
     let prepare_seconds = (now_ms() - start) * 1e-3;
     let times = time_rounds(ctx, &execs, budget.runs).await?;

@@ -137,3 +137,48 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
     }
     w
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{train_step_program, GptConfig, Optimizer};
+
+    #[test]
+    fn a_fused_pair_costs_the_lowerings_launches_and_no_trip_of_its_intermediate() {
+        let cfg = GptConfig {
+            dropout: 0.1,
+            ..GptConfig::tiny()
+        };
+        let prog = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable)
+            .unwrap()
+            .program;
+        let works = program_work(&prog, Placement::Simulated);
+        let lowered = lowered(&prog);
+        let mut seen = vec![];
+        for (i, l) in lowered.iter().enumerate() {
+            assert_eq!(works[i].launches, l.dispatches, "instruction {i}");
+            let Some(f) = l.fuses else { continue };
+            seen.push(f);
+            let (a, b) = (
+                instr_work(&prog, &prog.instrs[i], Placement::Simulated),
+                instr_work(&prog, &prog.instrs[i + 1], Placement::Simulated),
+            );
+            // The pair is priced on its first instruction; the second costs nothing.
+            assert_eq!(works[i + 1], Work::default());
+            let mid = prog_bytes(&prog, prog.instrs[i].outputs[0]);
+            let trips = if f.keeps_intermediate() { 1.0 } else { 2.0 };
+            assert_eq!(works[i].bytes, a.bytes + b.bytes - trips * mid, "{f:?}");
+            assert_eq!(works[i].vector_flops, a.vector_flops + b.vector_flops);
+            if f == Fusion::DotTransposed {
+                let (d, fused) = (a.dot.unwrap(), works[i].dot.unwrap());
+                assert_eq!((fused.m, fused.n, fused.k), (d.n, d.m, d.k));
+            }
+        }
+        for kind in ["DotTransposed", "BiasGelu", "DropoutResidual"] {
+            assert!(
+                seen.iter().any(|f| format!("{f:?}").starts_with(kind)),
+                "{kind}: {seen:?}"
+            );
+        }
+    }
+}
