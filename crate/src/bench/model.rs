@@ -141,14 +141,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs the sweep on `backend` and prices every program on `device` (simulated placement).
-/// `progress` is told each finished check.
+/// Every configuration's trainer is built and warmed up first; then `steps` rounds each take
+/// one step of every configuration in turn, so a burst of load slows one round of all of them
+/// rather than every step of one, and each configuration's median leaves it out. `progress`
+/// is told each finished check.
 pub async fn run_sweep(
     backend: Backend,
     device: &DeviceProfile,
     steps: usize,
     mut progress: impl FnMut(&ModelCheck),
 ) -> Result<ModelSweep, ExecError> {
-    let mut checks = vec![];
+    let mut trainers = vec![];
     for (name, size, rng, opts) in sweep_options()? {
         let (mode, strategy, mesh) = match &opts.parallel {
             Parallel::None => ("single", "none", "-".to_string()),
@@ -159,10 +162,16 @@ pub async fn run_sweep(
         for _ in 0..2 {
             t.step().await?;
         }
-        let mut times = vec![];
-        for _ in 0..steps.max(1) {
-            times.push(t.step().await?.step_ms);
+        trainers.push((name, size, rng, mode, strategy, mesh, t));
+    }
+    let mut times = vec![Vec::with_capacity(steps.max(1)); trainers.len()];
+    for _ in 0..steps.max(1) {
+        for (entry, times) in trainers.iter_mut().zip(&mut times) {
+            times.push(entry.6.step().await?.step_ms);
         }
+    }
+    let mut checks = vec![];
+    for ((name, size, rng, mode, strategy, mesh, t), times) in trainers.into_iter().zip(times) {
         let measured_ms = median(times);
         let p = predict(t.program(), device, Placement::Simulated);
         let check = ModelCheck {

@@ -2,7 +2,7 @@
 //! One dispatch serves D simulated devices ([`LayerNormShape::devices`]): the rows of device d
 //! are [d * R, (d + 1) * R), R = rows / D, with its own gamma, beta, dgamma, dbeta block (D, C).
 use super::check::{need, on_devices, per_device, positive};
-use super::reduce::{partial_entry, CHUNK};
+use super::reduce::{partial_entry, stages, CHUNK};
 use super::RowStrategy;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::layernorm::LayerNormShape;
@@ -88,6 +88,12 @@ pub struct BackwardBuffers<'a> {
     pub dbeta: &'a GpuBuffer,
 }
 
+/// Dispatches of [`backward`] with `rows_per_device` rows on each device: dx, then dgamma and
+/// dbeta in one or two stages ([`stages`]). The cost model counts launches with it.
+pub fn backward_dispatches(rows_per_device: usize) -> usize {
+    1 + stages(rows_per_device)
+}
+
 /// dx, and each device's dgamma and dbeta (sums over its own R rows, deterministic), from dout
 /// and the forward's x, mean, rstd and gamma. Dispatches: dx per row (with `strategy`), then
 /// dgamma/dbeta per column, in two stages (chunks of [`CHUNK`] rows, then the chunks added up)
@@ -118,7 +124,7 @@ pub async fn backward(
         .grid(grid);
     let label = format!("layernorm backward dgamma dbeta ({rows}, {c}){on}");
     let chunks = p.chunks as usize;
-    if chunks <= 1 {
+    if backward_dispatches(p.rpd as usize) == 2 {
         let params_pass = backward_inputs(Kernel::new("layernorm", "backward_params", label), b, &p)
             .write(10, "dgamma", b.dgamma)
             .write(11, "dbeta", b.dbeta)

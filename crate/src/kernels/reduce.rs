@@ -38,6 +38,16 @@ pub(crate) fn partial_entry(strategy: RowStrategy, base: &str, outputs: usize, c
     }
 }
 
+/// Dispatches of a column sum over `n` rows: one pass, or two (chunk sums, then the chunks)
+/// when the rows fill more than one chunk. The cost model counts launches with it.
+pub fn stages(n: usize) -> usize {
+    if n.div_ceil(CHUNK) <= 1 {
+        1
+    } else {
+        2
+    }
+}
+
 /// `out (outer, inner) = sum over n of x (outer, n, inner)`; bias gradients are
 /// `sum_axis(dy, out, 1, B*T, C)`. Deterministic: rows are summed in chunks of [`CHUNK`] (in
 /// order on CPU adapters), and the chunks in order. One dispatch when n <= [`CHUNK`], else
@@ -55,7 +65,7 @@ pub async fn sum_axis(
     let p = params(outer, n, inner);
     let label = format!("sum_axis ({outer}, {n}, {inner})");
     let chunks = p.chunks as usize;
-    if chunks <= 1 {
+    if stages(n) == 1 {
         let kernel = Kernel::new("reduce", "sum_axis", label)
             .read(0, "x", x)
             .write(1, "out", out)

@@ -3,9 +3,12 @@
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
 //! and a half-peak size). The CLI's calibration then fits a work scale and the launch cost to
-//! four whole one-device train steps, since ops inside a step run slower than alone.
+//! eight short whole one-device train steps, since ops inside a step run slower than alone.
+//! Every program is timed in interleaved rounds (medians) and the step fit leaves out steps
+//! a burst of load slowed, so one burst moves the profile little.
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit, Topology};
+use super::fit::{fit_matmul, fit_nonnegative, fit_steps, StepRow};
 use super::predict::{price_ops, sim_collective_bytes};
 use super::work::Placement;
 use super::work::THREEFRY_INT_OPS;
@@ -13,6 +16,7 @@ use crate::exec::{ExecError, GpuExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::size_in_bytes;
 use crate::ir::{Builder, DType, Program, RngLayout, Role};
+use crate::kernels::matmul::Variant;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
 use crate::sharding::Mesh;
@@ -35,6 +39,10 @@ pub struct Calibration {
     pub measurements: Vec<Measurement>,
     /// Wall time of the whole calibration, seconds.
     pub seconds: f64,
+    /// The part of `seconds` spent building the programs' pipelines, tuning their matmul
+    /// classes and warming them up: once per process (per page), shared with training.
+    #[serde(default)]
+    pub prepare_seconds: f64,
 }
 
 /// Matmul shapes (m, k, n) timed: the small, square and skinny products of per-device steps.
@@ -60,9 +68,14 @@ const BATCHED_SHAPES: [(usize, usize, usize, usize); 6] = [
     (2, 256, 64, 256),
 ];
 
+/// The page's matmul shapes: each family's within one of the autotuner's shape classes
+/// (medium, aligned), so its first calibration tunes two classes rather than four.
+const QUICK_DOT_SHAPES: [(usize, usize, usize); 3] = [(64, 64, 64), (128, 128, 128), (512, 64, 256)];
+const QUICK_BATCHED_SHAPES: [(usize, usize, usize, usize); 3] = [(64, 32, 16, 32), (8, 64, 64, 64), (2, 256, 64, 256)];
+
 /// How long the microbenchmarks run: the CLI's full calibration (under 20 s on lavapipe) or the
 /// page's quick one (under 5 s on SwiftShader): fewer timed runs, smaller arrays, fewer FLOPs
-/// per matmul program.
+/// per matmul program, fewer matmul shape classes to tune.
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {
     /// Timed runs per program (after one warm-up); the median is taken.
@@ -71,11 +84,22 @@ pub struct Budget {
     pub shrink: u32,
     /// FLOPs of work each matmul program aims at.
     pub matmul_flops: f64,
-    /// Every how many of the matmul shapes are timed (1: all of them; 2: every other one, still
-    /// at least the three points each fit needs).
-    pub shape_step: usize,
-    /// Whether to fit the work scale and launch cost to four whole reference train steps
-    /// (about a second on lavapipe, more with their pipelines to build): the CLI's calibration
+    /// The matmul shapes (m, k, n) timed, at least the two points their fit needs.
+    pub single: &'static [(usize, usize, usize)],
+    /// The batched matmul shapes (batch, m, k, n) timed, at least the three points their fit
+    /// needs.
+    pub batched: &'static [(usize, usize, usize, usize)],
+    /// Whether to time the matmuls with one variant on CPU adapters (the one their autotuner
+    /// picks for most classes there) instead of tuning the calibration's classes: tuning
+    /// compiles every variant, most of a first calibration on SwiftShader. Training still tunes
+    /// its own classes.
+    pub heuristic_matmul: bool,
+    /// Whether to time the simulated collectives (the rate of collectives between simulated
+    /// devices of this adapter, which only the simulated placement prices): the CLI's
+    /// calibration does (`bench model`); the page's predictions are for real devices.
+    pub sim_collectives: bool,
+    /// Whether to fit the work scale and launch cost to eight whole reference train steps
+    /// (a few seconds on lavapipe with their pipelines to build): the CLI's calibration
     /// does; the page's keeps within its few seconds without.
     pub fit_steps: bool,
 }
@@ -85,14 +109,20 @@ impl Budget {
         runs: 5,
         shrink: 0,
         matmul_flops: 32e6,
-        shape_step: 1,
+        single: &DOT_SHAPES,
+        batched: &BATCHED_SHAPES,
+        heuristic_matmul: false,
+        sim_collectives: true,
         fit_steps: true,
     };
     pub const QUICK: Budget = Budget {
-        runs: 2,
+        runs: 3,
         shrink: 3,
         matmul_flops: 4e6,
-        shape_step: 2,
+        single: &QUICK_DOT_SHAPES,
+        batched: &QUICK_BATCHED_SHAPES,
+        heuristic_matmul: true,
+        sim_collectives: false,
         fit_steps: false,
     };
 }
@@ -161,9 +191,36 @@ fn bits(n: usize, reps: usize) -> Result<Program, ExecError> {
     Ok(b.finish()?)
 }
 
-/// Median milliseconds of `runs` runs of `prog` (after one warm-up), each submitted and
-/// awaited alone, as a train step is.
-async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f64, ExecError> {
+/// Pins the context's matmul variant (when given) while it lives, then puts back the pin it
+/// found: the executors it lowers keep their kernels, later ones are tuned as before.
+struct PinMatmul<'a> {
+    ctx: &'a GpuContext,
+    before: Option<Option<Variant>>,
+}
+
+impl<'a> PinMatmul<'a> {
+    fn new(ctx: &'a GpuContext, pin: Option<Variant>) -> Self {
+        let before = pin.and_then(|v| {
+            let mut t = ctx.tuning.lock().ok()?;
+            let before = t.matmul_pin;
+            t.matmul_pin = before.or(Some(v));
+            Some(before)
+        });
+        PinMatmul { ctx, before }
+    }
+}
+
+impl Drop for PinMatmul<'_> {
+    fn drop(&mut self) {
+        if let (Some(before), Ok(mut t)) = (self.before, self.ctx.tuning.lock()) {
+            t.matmul_pin = before;
+        }
+    }
+}
+
+/// An executor of `prog` with its inputs written and one warm-up run done: what building its
+/// pipelines and tuning its matmul classes costs is paid here, not in its timed runs.
+async fn prepare(ctx: &GpuContext, prog: Program) -> Result<GpuExecutor, ExecError> {
     let exec = GpuExecutor::new(ctx, prog.clone()).await?;
     for (pos, (v, _)) in prog.inputs.iter().enumerate() {
         let info = prog.info(*v);
@@ -180,20 +237,31 @@ async fn time_program(ctx: &GpuContext, prog: Program, runs: usize) -> Result<f6
     exec.set_step(ctx, 1)?;
     exec.submit(ctx);
     ctx.finish().await?;
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
-        let t0 = now_ms();
-        exec.submit(ctx);
-        ctx.finish().await?;
-        times.push(now_ms() - t0);
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    Ok(times[times.len() / 2])
+    Ok(exec)
 }
 
-/// Whole one-device train steps the fit is made on: from launch-bound to work-bound sizes, all
-/// unlike `bench model`'s sweep (which judges the model).
-fn reference_steps() -> [GptConfig; 4] {
+/// Median milliseconds of one run of each executor over `runs` rounds; each round runs every
+/// executor once, in turn, each submitted and awaited alone as a train step is. Interleaved,
+/// a burst of load slows one round of all of them rather than every run of one, and the
+/// median leaves that round out.
+async fn time_rounds(ctx: &GpuContext, execs: &[GpuExecutor], runs: usize) -> Result<Vec<f64>, ExecError> {
+    let mut times = vec![Vec::with_capacity(runs); execs.len()];
+    for _ in 0..runs.max(1) {
+        for (exec, t) in execs.iter().zip(&mut times) {
+            let t0 = now_ms();
+            exec.submit(ctx);
+            ctx.finish().await?;
+            t.push(now_ms() - t0);
+        }
+    }
+    Ok(times.into_iter().map(crate::gpu::median).collect())
+}
+
+/// Whole one-device train steps the fit is made on, from launch-bound to work-bound sizes (one
+/// and two layers at each), all unlike `bench model`'s sweep (which judges the model). The
+/// largest are as large as the sweep's: fitted on small steps alone, the work scale absorbs
+/// their fixed per-op costs and the launch cost, and overprices larger steps (17% on lavapipe).
+fn reference_steps() -> Vec<GptConfig> {
     let config = |layers, d_model, seq, batch| GptConfig {
         layers,
         d_model,
@@ -204,53 +272,58 @@ fn reference_steps() -> [GptConfig; 4] {
         tied: false,
         dropout: 0.1,
     };
-    [
-        config(1, 48, 16, 4),
-        config(2, 48, 16, 8),
-        config(1, 96, 32, 8),
-        config(2, 96, 32, 16),
-    ]
+    [(32, 8, 2), (48, 16, 4), (64, 32, 8), (96, 32, 16)]
+        .into_iter()
+        .flat_map(|(d, seq, batch)| [1, 2].map(|layers| config(layers, d, seq, batch)))
+        .collect()
 }
 
-/// Fits the profile's work scale and launch cost to whole train steps. Inside a step an op runs
-/// slower than its microbenchmark alone, and launches cost other than in a chain of tiny ops:
-/// seconds = work_scale x (the model's work) + launches x launch_s + step_s, fitted by least
-/// squares over the reference steps. Where the solution is not positive (noise), the work scale
-/// alone is fitted and the chain's launch cost kept.
-async fn fit_to_steps(
-    ctx: &GpuContext,
-    profile: &mut DeviceProfile,
-    runs: usize,
-    out: &mut Vec<Measurement>,
-) -> Result<(), ExecError> {
-    let mut rows = vec![];
-    for config in reference_steps() {
-        let options = TrainerOptions {
-            config,
-            optimizer: Optimizer::AdamW { lr: 1e-3 },
-            init: Init::Formula,
-            data: DataSource::Copy,
-            seed: 0,
-            rng_layout: RngLayout::Partitionable,
-            parallel: Parallel::None,
-            combine_all_reduces: false,
-        };
-        let prog = crate::plan::build(&options)
-            .map_err(|e| ExecError::Input(e.to_string()))?
-            .step
-            .program;
-        let ms = time_program(ctx, prog.clone(), runs).await?;
-        let ops = price_ops(&prog, profile, Placement::Simulated);
-        let work: f64 = ops.iter().map(|o| o.work_s).sum();
-        let launches: f64 = ops.iter().map(|o| o.launches as f64).sum();
+/// The one-device train-step program of `config`, as the reference steps run it.
+fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
+    let options = TrainerOptions {
+        config: config.clone(),
+        optimizer: Optimizer::AdamW { lr: 1e-3 },
+        init: Init::Formula,
+        data: DataSource::Copy,
+        seed: 0,
+        rng_layout: RngLayout::Partitionable,
+        parallel: Parallel::None,
+        combine_all_reduces: false,
+    };
+    Ok(crate::plan::build(&options)
+        .map_err(|e| ExecError::Input(e.to_string()))?
+        .step
+        .program)
+}
+
+/// Fits the profile's work scale and launch cost to whole train steps (`steps`: each program
+/// and its median milliseconds). Inside a step an op runs slower than its microbenchmark
+/// alone, and launches cost other than in a chain of tiny ops: seconds = work_scale x (the
+/// model's work) + launches x launch_s + step_s, fitted robustly ([`fit_steps`]: steps a burst
+/// of load slowed are left out).
+fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)], out: &mut Vec<Measurement>) {
+    let rows: Vec<StepRow> = steps
+        .iter()
+        .map(|(_, prog, ms)| {
+            let ops = price_ops(prog, profile, Placement::Simulated);
+            let work: f64 = ops.iter().map(|o| o.work_s).sum();
+            let launches: f64 = ops.iter().map(|o| o.launches as f64).sum();
+            (work, launches, ms * 1e-3 - profile.step_s)
+        })
+        .collect();
+    let fit = fit_steps(&rows, profile.launch_s);
+    for ((config, _, ms), outlier) in steps.iter().zip(&fit.outlier) {
+        let left_out = if *outlier { " (left out: outlier)" } else { "" };
         out.push(Measurement {
-            name: format!("reference step d_model {}", options.config.d_model),
-            ms,
+            name: format!(
+                "reference step {}x{} T{} B{}{left_out}",
+                config.layers, config.d_model, config.seq, config.batch
+            ),
+            ms: *ms,
             value: ms * 1e-3,
         });
-        rows.push((work, launches, ms * 1e-3 - profile.step_s));
     }
-    (profile.work_scale, profile.launch_s) = fit_scale_and_launch(&rows, profile.launch_s);
+    (profile.work_scale, profile.launch_s) = (fit.work_scale, fit.launch_s);
     for (name, value) in [
         ("work_scale", profile.work_scale),
         ("launch_s (fitted to steps)", profile.launch_s),
@@ -260,97 +333,6 @@ async fn fit_to_steps(
             ms: 0.0,
             value,
         });
-    }
-    Ok(())
-}
-
-/// Least squares of seconds = scale x work + launches x launch over (work s, launches, seconds)
-/// rows. Where that has no positive solution (noise), fits the scale alone with
-/// `launch_fallback`.
-fn fit_scale_and_launch(rows: &[(f64, f64, f64)], launch_fallback: f64) -> (f64, f64) {
-    let sum = |f: &dyn Fn(&(f64, f64, f64)) -> f64| rows.iter().map(f).sum::<f64>();
-    let (ww, wl, ll) = (sum(&|r| r.0 * r.0), sum(&|r| r.0 * r.1), sum(&|r| r.1 * r.1));
-    let (wt, lt) = (sum(&|r| r.0 * r.2), sum(&|r| r.1 * r.2));
-    let det = ww * ll - wl * wl;
-    let (scale, launch) = ((wt * ll - lt * wl) / det, (ww * lt - wl * wt) / det);
-    if det != 0.0 && scale > 0.0 && launch > 0.0 && scale.is_finite() && launch.is_finite() {
-        return (scale, launch);
-    }
-    let rest = sum(&|r| r.0 * (r.2 - r.1 * launch_fallback));
-    ((rest / ww.max(f64::MIN_POSITIVE)).max(0.1), launch_fallback)
-}
-
-/// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
-/// kernel beyond its launch), from (flops, seconds) pairs. Returns the peak and the size at
-/// which a matmul reaches half of it (fixed x peak), the profile's form.
-fn fit_matmul(points: &[(f64, f64)]) -> (f64, f64) {
-    let n = points.len() as f64;
-    let (mx, my) = (
-        points.iter().map(|p| p.0).sum::<f64>() / n,
-        points.iter().map(|p| p.1).sum::<f64>() / n,
-    );
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    let fixed = my - slope * mx;
-    let best = points.iter().map(|&(f, s)| f / s).fold(0.0, f64::max);
-    if slope <= 0.0 {
-        return (best, 0.0);
-    }
-    let peak = 1.0 / slope;
-    (peak, fixed.max(0.0) * peak)
-}
-
-/// Least squares of seconds = x . coefficients, each row weighted by 1/seconds (so each shape
-/// counts by its relative error), with no coefficient below 0: a negative one is dropped and
-/// the rest fitted again.
-fn fit_nonnegative(rows: &[([f64; 3], f64)]) -> [f64; 3] {
-    let mut active = [true; 3];
-    loop {
-        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
-        let n = idx.len();
-        // Normal equations of the active columns.
-        let mut a = vec![vec![0.0; n + 1]; n];
-        for (x, s) in rows {
-            let w = 1.0 / (s * s).max(1e-30);
-            for (r, &i) in idx.iter().enumerate() {
-                for (c, &j) in idx.iter().enumerate() {
-                    a[r][c] += w * x[i] * x[j];
-                }
-                a[r][n] += w * x[i] * s;
-            }
-        }
-        // Gauss-Jordan with partial pivoting.
-        for col in 0..n {
-            let piv = (col..n)
-                .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
-                .unwrap_or(col);
-            a.swap(col, piv);
-            let d = a[col][col];
-            if d.abs() < 1e-300 {
-                continue;
-            }
-            for v in &mut a[col][col..=n] {
-                *v /= d;
-            }
-            let pivot = a[col].clone();
-            for (r, row) in a.iter_mut().enumerate() {
-                if r != col {
-                    let f = row[col];
-                    for (x, p) in row[col..=n].iter_mut().zip(&pivot[col..=n]) {
-                        *x -= f * p;
-                    }
-                }
-            }
-        }
-        let mut out = [0.0; 3];
-        for (r, &i) in idx.iter().enumerate() {
-            out[i] = a[r][n];
-        }
-        match idx.iter().copied().find(|&i| out[i] < 0.0) {
-            Some(i) if n > 1 => active[i] = false,
-            _ => return out.map(|v| v.max(0.0)),
-        }
     }
 }
 
@@ -364,11 +346,74 @@ pub async fn calibrate_quick(ctx: &GpuContext) -> Result<Calibration, ExecError>
     calibrate_with(ctx, Budget::QUICK).await
 }
 
-/// Runs every microbenchmark on `ctx` within `budget` and returns the `this` profile.
+/// Runs every microbenchmark on `ctx` within `budget` and returns the `this` profile. Every
+/// program is built and warmed up first, then all are timed in interleaved rounds
+/// ([`time_rounds`]).
 pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibration, ExecError> {
     let start = now_ms();
-    let runs = budget.runs;
     let sized = |n: usize| (n >> budget.shrink).max(64);
+    // Launch overhead and the fixed submit-and-wait cost: chains of tiny ops.
+    let (short, long) = (4usize, 132usize);
+    // Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
+    let (bw_n, bw_reps) = (sized(1 << 19), 6usize);
+    // Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
+    let (gelu_n, gelu_reps) = (sized(1 << 18), 6usize);
+    // Random bits: one Threefry hash per word.
+    let (bits_n, bits_reps) = (sized(1 << 18), 4usize);
+    // Simulated collectives: copy-and-add kernels between the device blocks of one adapter's
+    // memory, strided per device, priced by the bytes `sim_collective_bytes` counts for them.
+    let (coll_devices, coll_n, coll_reps) = (4usize, sized(1 << 15), 2usize);
+    // Matmuls at several shapes, single and batched: each family fitted on its own.
+    let single: Vec<_> = budget.single.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
+    let families: Vec<(bool, Vec<(usize, usize, usize, usize, usize)>)> =
+        [(false, &single[..]), (true, budget.batched)]
+            .into_iter()
+            .map(|(batched, family)| {
+                let shapes = family
+                    .iter()
+                    .map(|&(batch, m, k, n)| {
+                        let flops = (2 * batch * m * k * n) as f64;
+                        (batch, m, k, n, ((budget.matmul_flops / flops) as usize).clamp(2, 16))
+                    })
+                    .collect();
+                (batched, shapes)
+            })
+            .collect();
+    let references: Vec<GptConfig> = if budget.fit_steps { reference_steps() } else { vec![] };
+
+    let mut programs = vec![
+        chain(short, 64, |b, x| b.scale(x, 1.0))?,
+        chain(long, 64, |b, x| b.scale(x, 1.0))?,
+        chain(bw_reps, bw_n, |b, x| b.scale(x, 1.0))?,
+        chain(gelu_reps, gelu_n, |b, x| b.gelu(x))?,
+        bits(bits_n, bits_reps)?,
+    ];
+    if budget.sim_collectives {
+        programs.push(collectives(coll_devices, coll_n, coll_reps)?);
+    }
+    for (_, shapes) in &families {
+        for &(batch, m, k, n, reps) in shapes {
+            programs.push(dots(batch, m, k, n, reps)?);
+        }
+    }
+    for config in &references {
+        programs.push(reference_program(config)?);
+    }
+    let pin = (budget.heuristic_matmul && ctx.summary.device_type == "Cpu").then_some(Variant::Tex16);
+    let mut execs = Vec::with_capacity(programs.len());
+    {
+        let _pinned = PinMatmul::new(ctx, pin);
+        for prog in &programs {
+            execs.push(prepare(ctx, prog.clone()).await?);
+        }
+    }
+    let prepare_seconds = (now_ms() - start) * 1e-3;
+    let times = time_rounds(ctx, &execs, budget.runs).await?;
+    drop(execs);
+    // The times in the order the programs were listed.
+    let mut timed = times.iter().copied();
+    let mut next = || timed.next().expect("a time per program");
+
     let mut out = vec![];
     let mut record = |name: &str, ms: f64, value: f64| {
         out.push(Measurement {
@@ -377,72 +422,62 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             value,
         })
     };
-    // Launch overhead and the fixed submit-and-wait cost: chains of tiny ops.
-    let (short, long) = (4usize, 132usize);
-    let t_short = time_program(ctx, chain(short, 64, |b, x| b.scale(x, 1.0))?, runs + 2).await?;
-    let t_long = time_program(ctx, chain(long, 64, |b, x| b.scale(x, 1.0))?, runs + 2).await?;
+    let (t_short, t_long) = (next(), next());
     let launch_s = ((t_long - t_short) / (long - short) as f64 * 1e-3).max(1e-7);
     let step_s = (t_short * 1e-3 - short as f64 * launch_s).max(0.0);
     record("launch_s", t_long, launch_s);
     record("step_s", t_short, step_s);
     let overhead = |launches: usize| step_s + launches as f64 * launch_s;
 
-    // Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
-    let (n, reps) = (sized(1 << 19), 6usize);
-    let t = time_program(ctx, chain(reps, n, |b, x| b.scale(x, 1.0))?, runs).await?;
-    let mem_bandwidth = (reps * 8 * n) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
+    let t = next();
+    let mem_bandwidth = (bw_reps * 8 * bw_n) as f64 / (t * 1e-3 - overhead(bw_reps)).max(1e-6);
     record("mem_bandwidth", t, mem_bandwidth);
 
-    // Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
-    let (n, reps) = (sized(1 << 18), 6usize);
-    let t = time_program(ctx, chain(reps, n, |b, x| b.gelu(x))?, runs).await?;
-    let vector_flops = (8 * n * reps) as f64 / (t * 1e-3 - overhead(reps)).max(1e-6);
+    let t = next();
+    let vector_flops = (8 * gelu_n * gelu_reps) as f64 / (t * 1e-3 - overhead(gelu_reps)).max(1e-6);
     record("vector_flops", t, vector_flops);
 
-    // Random bits: one Threefry hash per word.
-    let (n, reps) = (sized(1 << 18), 4usize);
-    let t = time_program(ctx, bits(n, reps)?, runs).await?;
-    let int_ops = (n * reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(reps)).max(1e-6);
+    let t = next();
+    let int_ops = (bits_n * bits_reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(bits_reps)).max(1e-6);
     record("int_ops", t, int_ops);
 
-    // Simulated collectives: copy-and-add kernels between the device blocks of one adapter's
-    // memory, strided per device, priced by the bytes `sim_collective_bytes` counts for them.
-    let (devices, n, reps) = (4usize, sized(1 << 15), 2usize);
-    let t = time_program(ctx, collectives(devices, n, reps)?, runs).await?;
-    let block = size_in_bytes(&[n]);
-    let moved = reps as f64
-        * [
-            (CollectiveKind::AllReduce, block),
-            (CollectiveKind::AllGather, block * devices as u64),
-            (CollectiveKind::ReduceScatter, block * devices as u64),
-        ]
-        .iter()
-        .map(|&(kind, bytes)| sim_collective_bytes(kind, bytes, devices, devices))
-        .sum::<f64>();
-    let sim_collective_bandwidth = moved / (t * 1e-3 - overhead(3 * reps)).max(1e-6);
-    record("sim_collective_bandwidth", t, sim_collective_bandwidth);
+    let sim_collective_bandwidth = if budget.sim_collectives {
+        let t = next();
+        let block = size_in_bytes(&[coll_n]);
+        let moved = coll_reps as f64
+            * [
+                (CollectiveKind::AllReduce, block),
+                (CollectiveKind::AllGather, block * coll_devices as u64),
+                (CollectiveKind::ReduceScatter, block * coll_devices as u64),
+            ]
+            .iter()
+            .map(|&(kind, bytes)| sim_collective_bytes(kind, bytes, coll_devices, coll_devices))
+            .sum::<f64>();
+        let bandwidth = moved / (t * 1e-3 - overhead(3 * coll_reps)).max(1e-6);
+        record("sim_collective_bandwidth", t, bandwidth);
+        Some(bandwidth)
+    } else {
+        None
+    };
 
-    // Matmuls at several shapes, single and batched: each family fitted on its own.
-    let single: Vec<_> = DOT_SHAPES.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
     let mut fits = vec![];
-    for (batched, family) in [(false, &single[..]), (true, &BATCHED_SHAPES[..])] {
+    for (batched, shapes) in &families {
         let mut points = vec![];
         let mut rows = vec![];
-        for &(batch, m, k, nn) in family.iter().step_by(budget.shape_step.max(1)) {
-            let flops = (2 * batch * m * k * nn) as f64;
-            let reps = ((budget.matmul_flops / flops) as usize).clamp(2, 16);
-            let t = time_program(ctx, dots(batch, m, k, nn, reps)?, runs).await?;
+        for &(batch, m, k, n, reps) in shapes {
+            let t = next();
+            let flops = (2 * batch * m * k * n) as f64;
             let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
             let name = if batch > 1 {
-                format!("matmul_{batch}x{m}x{k}x{nn}")
+                format!("matmul_{batch}x{m}x{k}x{n}")
             } else {
-                format!("matmul_{m}x{k}x{nn}")
+                format!("matmul_{m}x{k}x{n}")
             };
             record(&name, t, flops / secs);
             points.push((flops, secs));
             rows.push(([flops, batch as f64, 1.0], secs));
         }
-        fits.push(if batched {
+        fits.push(if *batched {
             // Per FLOP, per product and per dispatch: many small products (attention's heads
             // times the simulated devices) run far below the rate of a few large ones.
             let [per_flop, per_product_s, fixed_s] = fit_nonnegative(&rows);
@@ -479,7 +514,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         vector_flops,
         int_ops,
         mem_bandwidth,
-        sim_collective_bandwidth: Some(sim_collective_bandwidth),
+        sim_collective_bandwidth,
         launch_s,
         // Fitted to whole steps below.
         work_scale: 1.0,
@@ -497,73 +532,68 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             .collect(),
         source: format!("microbenchmarks on {adapter}"),
     };
+    let step_programs = programs.split_off(programs.len() - references.len());
+    let steps: Vec<(GptConfig, Program, f64)> = references
+        .into_iter()
+        .zip(step_programs)
+        .map(|(config, prog)| {
+            let ms = next();
+            (config, prog, ms)
+        })
+        .collect();
     if budget.fit_steps {
-        fit_to_steps(ctx, &mut profile, runs, &mut out).await?;
+        fit_to_steps(&mut profile, &steps, &mut out);
     }
     Ok(Calibration {
         adapter,
         profile,
         measurements: out,
         seconds: (now_ms() - start) * 1e-3,
+        prepare_seconds,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{fit_matmul, fit_nonnegative, fit_scale_and_launch};
+    use std::collections::BTreeSet;
 
-    #[test]
-    fn batched_fit_recovers_per_flop_per_product_and_fixed_costs() {
-        let truth = [1.0 / 3e9, 1e-4, 2e-3];
-        let rows: Vec<([f64; 3], f64)> = [
-            (2.1e6, 64.0),
-            (2.1e6, 64.0 * 2.0),
-            (2.6e5, 8.0),
-            (4.2e6, 8.0),
-            (1.68e7, 2.0),
-        ]
-        .iter()
-        .map(|&(f, p)| {
-            let x = [f, p, 1.0];
-            (x, x.iter().zip(&truth).map(|(a, b)| a * b).sum())
-        })
-        .collect();
-        let got = fit_nonnegative(&rows);
-        for (g, t) in got.iter().zip(&truth) {
-            assert!((g / t - 1.0).abs() < 1e-6, "{got:?}");
-        }
+    use super::*;
+    use crate::exec::plan_dot;
+    use crate::ir::Op;
+    use crate::kernels::matmul::class_key;
+
+    /// The autotuner's shape classes of the matmuls `budget` times.
+    fn classes(budget: Budget) -> BTreeSet<String> {
+        let single = budget.single.iter().map(|&(m, k, n)| (1, m, k, n));
+        let batched = budget.batched.iter().copied();
+        single
+            .chain(batched)
+            .map(|(batch, m, k, n)| {
+                let prog = dots(batch, m, k, n, 2).unwrap();
+                let ins = &prog.instrs[0];
+                let Op::DotGeneral {
+                    lhs_contract,
+                    rhs_contract,
+                    lhs_batch,
+                    rhs_batch,
+                    alpha,
+                } = &ins.op
+                else {
+                    panic!("a matmul program starts with its dot_general");
+                };
+                let (lhs, rhs) = (prog.shape(ins.inputs[0]), prog.shape(ins.inputs[1]));
+                let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+                class_key(&p.shape).to_string()
+            })
+            .collect()
     }
 
     #[test]
-    fn step_fit_recovers_work_scale_and_launch_cost() {
-        // 1.5x the modelled work and 80 us per launch, from launch-bound to work-bound steps.
-        let step = |work: f64, launches: f64| (work, launches, 1.5 * work + launches * 80e-6);
-        let rows = [step(0.01, 120.0), step(0.05, 180.0), step(0.1, 150.0), step(0.3, 250.0)];
-        let (scale, launch) = fit_scale_and_launch(&rows, 20e-6);
-        assert!(
-            (scale - 1.5).abs() < 1e-9 && (launch - 80e-6).abs() < 1e-12,
-            "{scale} {launch}"
-        );
-        // One step 20% slow moves the fitted scale by less than that.
-        let mut noisy = rows;
-        noisy[1].2 *= 1.2;
-        let (scale, _) = fit_scale_and_launch(&noisy, 20e-6);
-        assert!((scale - 1.5).abs() < 0.2 * 1.5, "{scale}");
-        // Noise that would need a negative launch cost: the scale alone, the launch kept.
-        let (scale, launch) = fit_scale_and_launch(&[(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
-        assert_eq!(launch, 20e-6);
-        assert!(scale > 0.0 && scale.is_finite());
-    }
-
-    #[test]
-    fn matmul_fit_recovers_peak_and_half_size() {
-        let (peak, half) = (10e9, 4e6);
-        let points: Vec<(f64, f64)> = [1e6, 4e6, 16e6, 64e6]
-            .iter()
-            .map(|&f| (f, f / (peak * f / (f + half))))
-            .collect();
-        let (p, h) = fit_matmul(&points);
-        assert!((p / peak - 1.0).abs() < 1e-6, "{p}");
-        assert!((h / half - 1.0).abs() < 1e-6, "{h}");
+    fn the_pages_calibration_tunes_one_matmul_class_per_family() {
+        let quick = classes(Budget::QUICK);
+        assert_eq!(quick.len(), 2, "{quick:?}");
+        assert!(quick.iter().any(|c| c.ends_with("/single")) && quick.iter().any(|c| c.ends_with("/batched")));
+        // The full calibration spans more classes, from small to large products.
+        assert!(classes(Budget::FULL).len() > 2);
     }
 }

@@ -7,6 +7,7 @@ mod collective;
 mod compare;
 mod cost;
 mod device;
+mod fit;
 mod measured;
 mod predict;
 mod summary;
@@ -27,4 +28,4 @@ pub use predict::{
 };
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use topology::{collective_time, CollectiveTime};
-pub use work::{instr_work, DotShape, Placement, Work, THREEFRY_INT_OPS};
+pub use work::{program_work, DotShape, Placement, Work, THREEFRY_INT_OPS};

@@ -9,7 +9,7 @@ use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit};
 use super::summary::summarize;
 use super::topology::collective_time;
-use super::work::{instr_work, DotShape, Placement, Work};
+use super::work::{program_work, DotShape, Placement, Work};
 use super::{category, Category};
 use crate::ir::Program;
 
@@ -170,8 +170,7 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
     let summary = summarize(prog);
     let mut uses = summary.collectives.iter().peekable();
     let mut out = Vec::with_capacity(prog.instrs.len());
-    for (i, ins) in prog.instrs.iter().enumerate() {
-        let w = instr_work(prog, ins, placement);
+    for ((i, ins), w) in prog.instrs.iter().enumerate().zip(program_work(prog, placement)) {
         let (work_s, collective) = match uses.peek() {
             Some(c) if c.instr == i => {
                 let c = uses.next().expect("peeked");

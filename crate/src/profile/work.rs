@@ -2,7 +2,7 @@
 //! bytes moved through memory, integer operations (Threefry) and kernel launches. Read off
 //! the program alone, so it works for programs far too large to run.
 use super::cost::instr_flops;
-use crate::exec::plan_dot;
+use crate::exec::{lowered, plan_dot, Fusion};
 use crate::ir::{size_in_bytes as bytes, Instr, Op, Program, RngLayout};
 
 /// 32-bit integer operations of one Threefry-2x32 hash: 20 rounds of add, rotate (shift,
@@ -39,7 +39,8 @@ pub struct Work {
     pub int_ops: f64,
     /// Bytes read and written through device memory.
     pub bytes: f64,
-    /// Kernel launches (GPU dispatches); 0 for ops that only rename memory.
+    /// Kernel launches (GPU dispatches); 0 for ops that only rename memory and for the second
+    /// instruction of a fused pair.
     pub launches: usize,
 }
 
@@ -47,21 +48,49 @@ fn prog_bytes(prog: &Program, v: crate::ir::ValueId) -> f64 {
     bytes(prog.shape(v)) as f64
 }
 
-/// The work of instruction `ins` of `prog`. Collectives report only their local copies here;
-/// their traffic between devices is priced by the topology.
-pub fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
+/// The work of every instruction of `prog`, as the GPU lowering runs them
+/// ([`crate::exec::lowered`]): its dispatches are the launches, and a fused pair is priced as
+/// one kernel on its first instruction (their work together, less the intermediate's trip
+/// through memory), its second instruction as nothing. Collectives report only their local
+/// copies here; their traffic between devices is priced by the topology.
+pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
+    let lowered = lowered(prog);
+    let mut out: Vec<Work> = prog.instrs.iter().map(|ins| instr_work(prog, ins, placement)).collect();
+    for (i, l) in lowered.iter().enumerate() {
+        out[i].launches = l.dispatches;
+        if l.fused_into_previous {
+            out[i] = Work::default();
+            continue;
+        }
+        let Some(fusion) = l.fuses else { continue };
+        let next = out[i + 1];
+        let first = &mut out[i];
+        // The intermediate is not read back (and not written, unless the pair keeps it).
+        let trips = if fusion.keeps_intermediate() { 1.0 } else { 2.0 };
+        let intermediate = prog_bytes(prog, prog.instrs[i].outputs[0]);
+        first.bytes = (first.bytes + next.bytes - trips * intermediate).max(0.0);
+        first.vector_flops += next.vector_flops;
+        first.int_ops += next.int_ops;
+        first.matmul_flops += next.matmul_flops;
+        if fusion == Fusion::DotTransposed {
+            // The same product with its operands swapped: m and n trade places.
+            first.dot = first.dot.map(|d| DotShape { m: d.n, n: d.m, ..d });
+        }
+    }
+    out
+}
+
+/// The work of instruction `ins` of `prog` run alone; its launches are set by
+/// [`program_work`] from the lowering.
+fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
     let ins_bytes: f64 = ins.inputs.iter().map(|v| prog_bytes(prog, *v)).sum();
     let out_bytes: f64 = ins.outputs.iter().map(|v| prog_bytes(prog, *v)).sum();
     let mut w = Work {
         bytes: ins_bytes + out_bytes,
-        launches: 1,
         ..Default::default()
     };
     match &ins.op {
         Op::Reshape { .. } | Op::Pvary { .. } => return Work::default(),
-        // One strided copy per piece.
-        Op::Split { .. } => w.launches = ins.outputs.len(),
-        Op::Concat { .. } => w.launches = ins.inputs.len(),
         Op::DotGeneral {
             lhs_contract,
             rhs_contract,
@@ -72,10 +101,9 @@ pub fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
             let (lhs, rhs) = (prog.shape(ins.inputs[0]), prog.shape(ins.inputs[1]));
             let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
             // Operands in neither (free, contract) nor (contract, free) order are copied
-            // transposed first: one more launch and a read and a write each.
+            // transposed first: a read and a write each.
             for (perm, v) in [(&p.lhs_perm, ins.inputs[0]), (&p.rhs_perm, ins.inputs[1])] {
                 if perm.is_some() {
-                    w.launches += 1;
                     w.bytes += 2.0 * prog_bytes(prog, v);
                 }
             }
@@ -89,7 +117,6 @@ pub fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
         }
         Op::ReduceSum { axes } => {
             if crate::exec::plan_reduce(prog.shape(ins.inputs[0]), axes).perm.is_some() {
-                w.launches += 1;
                 w.bytes += 2.0 * ins_bytes;
             }
             w.vector_flops = instr_flops(prog, ins) as f64;
@@ -106,8 +133,52 @@ pub fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
             w.bytes = out_bytes;
         }
         Op::FoldIn { .. } | Op::FoldInAxisIndex { .. } => w.int_ops = THREEFRY_INT_OPS,
-        Op::Psum { .. } => w.launches = ins.inputs.len(),
         _ => w.vector_flops = instr_flops(prog, ins) as f64,
     }
     w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{train_step_program, GptConfig, Optimizer};
+
+    #[test]
+    fn a_fused_pair_costs_the_lowerings_launches_and_no_trip_of_its_intermediate() {
+        let cfg = GptConfig {
+            dropout: 0.1,
+            ..GptConfig::tiny()
+        };
+        let prog = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable)
+            .unwrap()
+            .program;
+        let works = program_work(&prog, Placement::Simulated);
+        let lowered = lowered(&prog);
+        let mut seen = vec![];
+        for (i, l) in lowered.iter().enumerate() {
+            assert_eq!(works[i].launches, l.dispatches, "instruction {i}");
+            let Some(f) = l.fuses else { continue };
+            seen.push(f);
+            let (a, b) = (
+                instr_work(&prog, &prog.instrs[i], Placement::Simulated),
+                instr_work(&prog, &prog.instrs[i + 1], Placement::Simulated),
+            );
+            // The pair is priced on its first instruction; the second costs nothing.
+            assert_eq!(works[i + 1], Work::default());
+            let mid = prog_bytes(&prog, prog.instrs[i].outputs[0]);
+            let trips = if f.keeps_intermediate() { 1.0 } else { 2.0 };
+            assert_eq!(works[i].bytes, a.bytes + b.bytes - trips * mid, "{f:?}");
+            assert_eq!(works[i].vector_flops, a.vector_flops + b.vector_flops);
+            if f == Fusion::DotTransposed {
+                let (d, fused) = (a.dot.unwrap(), works[i].dot.unwrap());
+                assert_eq!((fused.m, fused.n, fused.k), (d.n, d.m, d.k));
+            }
+        }
+        for kind in ["DotTransposed", "BiasGelu", "DropoutResidual"] {
+            assert!(
+                seen.iter().any(|f| format!("{f:?}").starts_with(kind)),
+                "{kind}: {seen:?}"
+            );
+        }
+    }
 }

@@ -16,6 +16,7 @@ mod kernels_matmul;
 mod kernels_nn;
 mod kernels_optimizer;
 mod kernels_random;
+mod lowered_dispatches;
 mod optimizer_packing;
 mod program_summary;
 mod reference_gradients;

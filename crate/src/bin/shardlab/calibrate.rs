@@ -24,7 +24,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let from = if cached {
         "cached; --recalibrate to measure again".to_string()
     } else {
-        format!("measured in {:.1} s", c.seconds)
+        format!(
+            "measured in {:.1} s, {:.1} s of it building and tuning the programs",
+            c.seconds, c.prepare_seconds
+        )
     };
     println!("device `this`: {} ({from})", c.adapter);
     println!(

@@ -35,9 +35,9 @@ pub fn adapter_id(ctx: &GpuContext) -> String {
 /// The cache file of one adapter's calibration.
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
     let id = adapter_id(ctx);
-    // v4: profiles with the work scale and launch cost fitted to whole steps; older files are
-    // measured again.
-    cache_dir().map(|d| d.join(format!("profile-v4-{id}.json")))
+    // v5: the step fit over eight reference steps, robust to outliers, with fused pairs
+    // counted as the lowering runs them; older files are measured again.
+    cache_dir().map(|d| d.join(format!("profile-v5-{id}.json")))
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else

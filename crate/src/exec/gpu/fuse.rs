@@ -9,7 +9,7 @@ use crate::reference::matmul::MatmulShape;
 
 /// How one instruction and the next are lowered together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fusion {
+pub enum Fusion {
     /// dot_general, then a transpose that swaps its lhs-free and rhs-free dims (weight and
     /// attention gradients): the matmul with its operands swapped writes the transpose.
     DotTransposed,

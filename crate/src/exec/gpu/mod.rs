@@ -1,9 +1,14 @@
 //! The GPU executor, by job: slot planning (which buffer holds each value), lowering (the
-//! dispatches of each instruction), packing (which optimizer updates share one dispatch), and the runtime (buffers, inputs, outputs, steps).
+//! dispatches of each instruction; the fused pairs and dispatch counts read off the program
+//! alone, for the cost model), packing (which optimizer updates share one dispatch), and the
+//! runtime (buffers, inputs, outputs, steps).
+mod dispatches;
 mod fuse;
 mod lower;
 mod packing;
 mod runtime;
 mod slots;
 
+pub use dispatches::{lowered, Lowered};
+pub use fuse::Fusion;
 pub use runtime::GpuExecutor;

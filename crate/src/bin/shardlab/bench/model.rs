@@ -10,8 +10,9 @@ use shardlab::profile::OpGroup;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Measured steps per configuration (after 2 warm-up steps).
-    #[arg(long, default_value_t = 5)]
+    /// Measured steps per configuration (after 2 warm-up steps), one per round over all
+    /// configurations; the median is taken.
+    #[arg(long, default_value_t = 7)]
     pub steps: usize,
     /// Calibrate `this` again first.
     #[arg(long)]
@@ -109,7 +110,7 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("{}", serde_json::to_string(&sweep).map_err(|e| e.to_string())?);
     } else {
         println!(
-            "{} configurations on {}: mean absolute percentage error {:.1}% (measured: median of {} steps; predicted: the cost model on `this`)",
+            "{} configurations on {}: mean absolute percentage error {:.1}% (measured: median of {} steps, taken in interleaved rounds over all configurations; predicted: the cost model on `this`)",
             sweep.checks.len(),
             sweep.device,
             sweep.mape_pct,

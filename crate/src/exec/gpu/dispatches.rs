@@ -1,0 +1,165 @@
+//! What the lowering runs for each instruction, read off the program alone (no adapter): the
+//! pairs it fuses (fuse.rs's plan, the one the lowering takes) and the dispatches of each
+//! instruction, per `lower.rs`. The cost model prices launches and memory traffic with it, so
+//! a fused pair is one launch there too. A matmul counts its kernel alone: some tuned
+//! variants add pack passes, which the adapter's autotuner decides at run time.
+use super::fuse::{plan, Fusion};
+use crate::exec::lowering::{plan_dot, plan_reduce};
+use crate::ir::{Instr, Op, Program};
+use crate::kernels::{layernorm, reduce};
+
+/// How the lowering runs one instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lowered {
+    /// Dispatches issued for it: for the first of a fused pair, the pair's; 0 for the second
+    /// of a pair and for ops that only rename memory.
+    pub dispatches: usize,
+    /// The fusion it starts with the next instruction.
+    pub fuses: Option<Fusion>,
+    /// Whether it runs inside the previous instruction's fused kernel.
+    pub fused_into_previous: bool,
+}
+
+/// Every instruction of `program` as the GPU lowering runs it, in program order.
+pub fn lowered(program: &Program) -> Vec<Lowered> {
+    let fusion = plan(program);
+    (0..program.instrs.len())
+        .map(|i| {
+            let fused_into_previous = i > 0 && fusion[i - 1].is_some();
+            let ins = &program.instrs[i];
+            let dispatches = match fusion[i] {
+                _ if fused_into_previous => 0,
+                Some(Fusion::DotTransposed) => operand_copies(program, ins) + 1,
+                Some(_) => 1,
+                None => dispatches(program, ins),
+            };
+            Lowered {
+                dispatches,
+                fuses: fusion[i],
+                fused_into_previous,
+            }
+        })
+        .collect()
+}
+
+/// Transposed copies a dot_general makes of its operands before the matmul.
+fn operand_copies(program: &Program, ins: &Instr) -> usize {
+    let Op::DotGeneral {
+        lhs_contract,
+        rhs_contract,
+        lhs_batch,
+        rhs_batch,
+        alpha,
+    } = &ins.op
+    else {
+        return 0;
+    };
+    let (lhs, rhs) = (program.shape(ins.inputs[0]), program.shape(ins.inputs[1]));
+    let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+    usize::from(p.lhs_perm.is_some()) + usize::from(p.rhs_perm.is_some())
+}
+
+/// The dispatches of an instruction lowered alone (`Lowering::instr`).
+fn dispatches(program: &Program, ins: &Instr) -> usize {
+    match &ins.op {
+        Op::Reshape { .. } | Op::Pvary { .. } => 0,
+        // One strided copy per piece; a combined psum runs one psum per operand.
+        Op::Split { .. } => ins.outputs.len(),
+        Op::Concat { .. } | Op::Psum { .. } => ins.inputs.len(),
+        Op::DotGeneral { .. } => operand_copies(program, ins) + 1,
+        Op::ReduceSum { axes } => {
+            let p = plan_reduce(program.shape(ins.inputs[0]), axes);
+            usize::from(p.perm.is_some()) + reduce::stages(p.n)
+        }
+        Op::LayerNormGrad => {
+            let x = program.shape(ins.inputs[1]);
+            let c = x.last().copied().unwrap_or(1).max(1);
+            layernorm::backward_dispatches(program.info(ins.inputs[1]).numel() / c)
+        }
+        Op::Transpose { .. }
+        | Op::BroadcastInDim { .. }
+        | Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Scale { .. }
+        | Op::Full { .. }
+        | Op::Gelu
+        | Op::GeluGrad
+        | Op::LayerNorm
+        | Op::SoftmaxCausal
+        | Op::SoftmaxCausalGrad
+        | Op::CrossEntropy
+        | Op::CrossEntropyGrad
+        | Op::Gather
+        | Op::ScatterAdd { .. }
+        | Op::FoldIn { .. }
+        | Op::RandomBits { .. }
+        | Op::RandomBitsBlock { .. }
+        | Op::ShardSlice { .. }
+        | Op::Dropout { .. }
+        | Op::AllGather { .. }
+        | Op::PsumScatter { .. }
+        | Op::Ppermute { .. }
+        | Op::AllToAll { .. }
+        | Op::FoldInAxisIndex { .. }
+        | Op::SgdUpdate { .. }
+        | Op::AdamWUpdate { .. } => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::RngLayout;
+    use crate::model::{train_step_program, GptConfig, Optimizer};
+
+    fn step(batch: usize, seq: usize) -> Program {
+        let cfg = GptConfig {
+            layers: 1,
+            batch,
+            seq,
+            dropout: 0.1,
+            ..GptConfig::tiny()
+        };
+        train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable)
+            .unwrap()
+            .program
+    }
+
+    #[test]
+    fn a_fused_pair_is_one_dispatch_on_its_first_instruction() {
+        let program = step(2, 8);
+        let l = lowered(&program);
+        let pairs: Vec<usize> = (0..l.len()).filter(|&i| l[i].fuses.is_some()).collect();
+        assert!(!pairs.is_empty());
+        for i in pairs {
+            assert!(l[i + 1].fused_into_previous && l[i + 1].dispatches == 0, "{i}");
+            assert!(l[i].dispatches >= 1);
+        }
+    }
+
+    #[test]
+    fn column_sums_over_more_than_a_chunk_of_rows_take_two_dispatches() {
+        let count = |batch, seq| {
+            let program = step(batch, seq);
+            let l = lowered(&program);
+            let of = |name: &str| -> Vec<usize> {
+                (0..l.len())
+                    .filter(|&i| program.instrs[i].op.name() == name && !l[i].fused_into_previous)
+                    .map(|i| l[i].dispatches)
+                    .collect()
+            };
+            (of("reduce_sum"), of("layer_norm_grad"))
+        };
+        // 16 rows fit one chunk; 128 rows are two chunks of 64.
+        let (sums, ln) = count(2, 8);
+        assert!(
+            sums.iter().all(|&d| d == 1) && ln.iter().all(|&d| d == 2),
+            "{sums:?} {ln:?}"
+        );
+        // The bias gradients sum B*T = 128 rows; the position embedding's sums B = 4.
+        let (sums, ln) = count(4, 32);
+        assert_eq!(sums, [2, 2, 2, 2, 2, 1]);
+        assert_eq!(ln, [3, 3, 3]);
+    }
+}

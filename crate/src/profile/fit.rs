@@ -1,0 +1,275 @@
+//! The calibration's fits: pure functions of timings, so their behaviour under noise is tested
+//! without a GPU. The step fit is robust to a few timings a burst of load slowed down.
+
+/// One reference step: the model's work in seconds (work scale 1), its launches, and its
+/// measured seconds less the fixed per-step cost.
+pub type StepRow = (f64, f64, f64);
+
+/// Weighted least squares of seconds = scale x work + launches x launch over `rows`, each
+/// weighted by 1/seconds^2 (so each counts by its relative error). None where singular or
+/// where either coefficient is not positive.
+fn solve_steps(rows: &[StepRow]) -> Option<(f64, f64)> {
+    let (mut ww, mut wl, mut ll, mut wt, mut lt) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(w, l, t) in rows {
+        let k = 1.0 / (t * t).max(1e-30);
+        ww += k * w * w;
+        wl += k * w * l;
+        ll += k * l * l;
+        wt += k * w * t;
+        lt += k * l * t;
+    }
+    let det = ww * ll - wl * wl;
+    if det.abs() <= 1e-12 * (ww * ll).abs() {
+        return None;
+    }
+    let (scale, launch) = ((wt * ll - lt * wl) / det, (ww * lt - wl * wt) / det);
+    (scale > 0.0 && launch > 0.0 && scale.is_finite() && launch.is_finite()).then_some((scale, launch))
+}
+
+/// |predicted - measured| / measured of one row under (scale, launch).
+fn relative_residual(&(w, l, t): &StepRow, (scale, launch): (f64, f64)) -> f64 {
+    (scale * w + launch * l - t).abs() / t.abs().max(1e-30)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// The step fit's result: the coefficients and which rows it trusted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepFit {
+    pub work_scale: f64,
+    pub launch_s: f64,
+    /// Per row: whether it was left out as an outlier.
+    pub outlier: Vec<bool>,
+}
+
+/// Fits seconds = work_scale x work + launches x launch_s to the reference steps, robustly: of
+/// the exact solutions through every pair of rows, the one with the least median relative
+/// residual over all rows (least median of squares) picks the inliers, rows within 3x that
+/// median (and at least 5%); the weighted least squares over the inliers is the fit. So a
+/// minority of rows a burst of load slowed down, however much, moves it little. Where no pair
+/// has a positive solution (noise), the work scale alone is fitted (the median over rows) with
+/// `launch_fallback`.
+pub fn fit_steps(rows: &[StepRow], launch_fallback: f64) -> StepFit {
+    let mut best: Option<((f64, f64), f64)> = None;
+    for i in 0..rows.len() {
+        for j in i + 1..rows.len() {
+            let Some(c) = solve_steps(&[rows[i], rows[j]]) else {
+                continue;
+            };
+            let med = median(rows.iter().map(|r| relative_residual(r, c)).collect());
+            if best.is_none_or(|(_, m)| med < m) {
+                best = Some((c, med));
+            }
+        }
+    }
+    let Some((pair, med)) = best else {
+        let scales = rows
+            .iter()
+            .filter(|r| r.0 > 0.0)
+            .map(|&(w, l, t)| (t - l * launch_fallback) / w)
+            .collect();
+        return StepFit {
+            work_scale: median(scales).max(0.1),
+            launch_s: launch_fallback,
+            outlier: vec![false; rows.len()],
+        };
+    };
+    let cut = (3.0 * med).max(0.05);
+    let outlier: Vec<bool> = rows.iter().map(|r| relative_residual(r, pair) > cut).collect();
+    let inliers: Vec<StepRow> = rows
+        .iter()
+        .zip(&outlier)
+        .filter(|(_, &o)| !o)
+        .map(|(r, _)| *r)
+        .collect();
+    let (work_scale, launch_s) = solve_steps(&inliers).unwrap_or(pair);
+    StepFit {
+        work_scale,
+        launch_s,
+        outlier,
+    }
+}
+
+/// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
+/// kernel beyond its launch), from (flops, seconds) pairs. Returns the peak and the size at
+/// which a matmul reaches half of it (fixed x peak), the profile's form.
+pub fn fit_matmul(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (mx, my) = (
+        points.iter().map(|p| p.0).sum::<f64>() / n,
+        points.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let fixed = my - slope * mx;
+    let best = points.iter().map(|&(f, s)| f / s).fold(0.0, f64::max);
+    if slope <= 0.0 {
+        return (best, 0.0);
+    }
+    let peak = 1.0 / slope;
+    (peak, fixed.max(0.0) * peak)
+}
+
+/// Least squares of seconds = x . coefficients, each row weighted by 1/seconds (so each shape
+/// counts by its relative error), with no coefficient below 0: a negative one is dropped and
+/// the rest fitted again.
+pub fn fit_nonnegative(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+    let mut active = [true; 3];
+    loop {
+        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+        let n = idx.len();
+        // Normal equations of the active columns.
+        let mut a = vec![vec![0.0; n + 1]; n];
+        for (x, s) in rows {
+            let w = 1.0 / (s * s).max(1e-30);
+            for (r, &i) in idx.iter().enumerate() {
+                for (c, &j) in idx.iter().enumerate() {
+                    a[r][c] += w * x[i] * x[j];
+                }
+                a[r][n] += w * x[i] * s;
+            }
+        }
+        // Gauss-Jordan with partial pivoting.
+        for col in 0..n {
+            let piv = (col..n)
+                .max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))
+                .unwrap_or(col);
+            a.swap(col, piv);
+            let d = a[col][col];
+            if d.abs() < 1e-300 {
+                continue;
+            }
+            for v in &mut a[col][col..=n] {
+                *v /= d;
+            }
+            let pivot = a[col].clone();
+            for (r, row) in a.iter_mut().enumerate() {
+                if r != col {
+                    let f = row[col];
+                    for (x, p) in row[col..=n].iter_mut().zip(&pivot[col..=n]) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+        let mut out = [0.0; 3];
+        for (r, &i) in idx.iter().enumerate() {
+            out[i] = a[r][n];
+        }
+        match idx.iter().copied().find(|&i| out[i] < 0.0) {
+            Some(i) if n > 1 => active[i] = false,
+            _ => return out.map(|v| v.max(0.0)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Eight reference steps from launch-bound to work-bound: 1.5x the modelled work and 80 us
+    /// per launch.
+    fn steps() -> Vec<StepRow> {
+        [
+            (0.004, 110.0),
+            (0.008, 200.0),
+            (0.01, 120.0),
+            (0.02, 210.0),
+            (0.05, 130.0),
+            (0.08, 230.0),
+            (0.1, 150.0),
+            (0.3, 250.0),
+        ]
+        .iter()
+        .map(|&(w, l)| (w, l, 1.5 * w + l * 80e-6))
+        .collect()
+    }
+
+    fn close(fit: &StepFit, tol: f64) -> bool {
+        (fit.work_scale / 1.5 - 1.0).abs() < tol && (fit.launch_s / 80e-6 - 1.0).abs() < tol
+    }
+
+    #[test]
+    fn step_fit_recovers_work_scale_and_launch_cost() {
+        let fit = fit_steps(&steps(), 20e-6);
+        assert!(close(&fit, 1e-9), "{fit:?}");
+        assert!(fit.outlier.iter().all(|&o| !o));
+    }
+
+    #[test]
+    fn steps_a_burst_slowed_are_left_out_of_the_step_fit() {
+        // Two of eight steps 1.5x and 3x slow (a burst of load during their runs): the fit
+        // is that of the other six, exactly.
+        let mut rows = steps();
+        rows[2].2 *= 1.5;
+        rows[7].2 *= 3.0;
+        let fit = fit_steps(&rows, 20e-6);
+        assert!(close(&fit, 1e-9), "{fit:?}");
+        assert_eq!(fit.outlier, [false, false, true, false, false, false, false, true]);
+        // Plain least squares over all rows is thrown far off by the same two.
+        let plain = solve_steps(&rows).map_or(f64::INFINITY, |(s, _)| (s / 1.5 - 1.0).abs());
+        assert!(plain > 0.1, "{plain}");
+    }
+
+    #[test]
+    fn small_noise_on_every_step_moves_the_fit_by_about_as_much() {
+        // +-3% on every step, alternating: no row is an outlier, and the fit stays within 10%.
+        let rows: Vec<StepRow> = steps()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (w, l, t))| (w, l, t * if i % 2 == 0 { 1.03 } else { 0.97 }))
+            .collect();
+        let fit = fit_steps(&rows, 20e-6);
+        assert!(close(&fit, 0.1), "{fit:?}");
+        assert!(fit.outlier.iter().all(|&o| !o), "{fit:?}");
+    }
+
+    #[test]
+    fn step_fit_without_a_positive_solution_fits_the_scale_alone() {
+        // Noise that would need a negative launch cost: the scale alone, the launch kept.
+        let fit = fit_steps(&[(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
+        assert_eq!(fit.launch_s, 20e-6);
+        assert!(fit.work_scale > 0.0 && fit.work_scale.is_finite());
+    }
+
+    #[test]
+    fn batched_fit_recovers_per_flop_per_product_and_fixed_costs() {
+        let truth = [1.0 / 3e9, 1e-4, 2e-3];
+        let rows: Vec<([f64; 3], f64)> = [
+            (2.1e6, 64.0),
+            (2.1e6, 64.0 * 2.0),
+            (2.6e5, 8.0),
+            (4.2e6, 8.0),
+            (1.68e7, 2.0),
+        ]
+        .iter()
+        .map(|&(f, p)| {
+            let x = [f, p, 1.0];
+            (x, x.iter().zip(&truth).map(|(a, b)| a * b).sum())
+        })
+        .collect();
+        let got = fit_nonnegative(&rows);
+        for (g, t) in got.iter().zip(&truth) {
+            assert!((g / t - 1.0).abs() < 1e-6, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn matmul_fit_recovers_peak_and_half_size() {
+        let (peak, half) = (10e9, 4e6);
+        let points: Vec<(f64, f64)> = [1e6, 4e6, 16e6, 64e6]
+            .iter()
+            .map(|&f| (f, f / (peak * f / (f + half))))
+            .collect();
+        let (p, h) = fit_matmul(&points);
+        assert!((p / peak - 1.0).abs() < 1e-6, "{p}");
+        assert!((h / half - 1.0).abs() < 1e-6, "{h}");
+    }
+}
