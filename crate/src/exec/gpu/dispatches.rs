@@ -1,9 +1,10 @@
 //! What the lowering runs for each instruction, read off the program alone (no adapter): the
 //! pairs it fuses (fuse.rs's plan, the one the lowering takes) and the dispatches of each
-//! instruction, per `lower.rs`. The cost model prices launches and memory traffic with it, so
+//! instruction, per `lower.rs`, with the optimizer updates packed as `packing.rs` plans them. The cost model prices launches and memory traffic with it, so
 //! a fused pair is one launch there too. A matmul counts its kernel alone: some tuned
 //! variants add pack passes, which the adapter's autotuner decides at run time.
 use super::fuse::{plan, Fusion};
+use super::packing;
 use crate::exec::lowering::{plan_dot, plan_reduce};
 use crate::ir::{Instr, Op, Program};
 use crate::kernels::{layernorm, reduce};
@@ -20,9 +21,23 @@ pub struct Lowered {
     pub fused_into_previous: bool,
 }
 
+/// The arena limit the packing is planned with when no adapter is at hand: WebGPU's default
+/// maxStorageBufferBindingSize (128 MiB) in f32 elements, what the page gets.
+const DEFAULT_MAX_ARENA: usize = (128 << 20) / 4;
+
 /// Every instruction of `program` as the GPU lowering runs it, in program order.
 pub fn lowered(program: &Program) -> Vec<Lowered> {
     let fusion = plan(program);
+    // Optimizer updates packed into one dispatch run it at their group's last instruction.
+    let mut update_dispatches = vec![None; program.instrs.len()];
+    for group in packing::plan(program, &fusion, DEFAULT_MAX_ARENA).groups {
+        for &i in &group.instrs {
+            update_dispatches[i] = Some(0);
+        }
+        if let Some(&last) = group.instrs.last() {
+            update_dispatches[last] = Some(1);
+        }
+    }
     (0..program.instrs.len())
         .map(|i| {
             let fused_into_previous = i > 0 && fusion[i - 1].is_some();
@@ -30,8 +45,11 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
             let dispatches = match fusion[i] {
                 _ if fused_into_previous => 0,
                 Some(Fusion::DotTransposed) => operand_copies(program, ins) + 1,
+                // One strided copy per part.
+                Some(Fusion::TransposeSplit) => program.instrs[i + 1].outputs.len(),
+                Some(Fusion::ConcatTransposed) => ins.inputs.len(),
                 Some(_) => 1,
-                None => dispatches(program, ins),
+                None => update_dispatches[i].unwrap_or_else(|| dispatches(program, ins)),
             };
             Lowered {
                 dispatches,
