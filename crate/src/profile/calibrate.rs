@@ -3,7 +3,7 @@
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
 //! and a half-peak size). The CLI's calibration then fits a work scale and the launch cost to
-//! eight short whole one-device train steps, since ops inside a step run slower than alone.
+//! eight whole one-device train steps, since ops inside a step run slower than alone.
 //! Every program is timed in interleaved rounds (medians) and the step fit leaves out steps
 //! a burst of load slowed, so one burst moves the profile little.
 use super::collective::CollectiveKind;
