@@ -3,7 +3,7 @@
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
 //! and a half-peak size). The CLI's calibration then fits a work scale and the launch cost to
-//! eight short whole one-device train steps, since ops inside a step run slower than alone.
+//! eight whole one-device train steps, since ops inside a step run slower than alone.
 //! Every program is timed in interleaved rounds (medians) and the step fit leaves out steps
 //! a burst of load slowed, so one burst moves the profile little.
 use super::collective::CollectiveKind;
@@ -191,6 +191,9 @@ fn bits(n: usize, reps: usize) -> Result<Program, ExecError> {
     Ok(b.finish()?)
 }
 
+/// A timed matmul program: (batch, m, k, n, matmuls in the program).
+type TimedDot = (usize, usize, usize, usize, usize);
+
 /// Pins the context's matmul variant (when given) while it lives, then puts back the pin it
 /// found: the executors it lowers keep their kernels, later ones are tuned as before.
 struct PinMatmul<'a> {
@@ -365,20 +368,19 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     let (coll_devices, coll_n, coll_reps) = (4usize, sized(1 << 15), 2usize);
     // Matmuls at several shapes, single and batched: each family fitted on its own.
     let single: Vec<_> = budget.single.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
-    let families: Vec<(bool, Vec<(usize, usize, usize, usize, usize)>)> =
-        [(false, &single[..]), (true, budget.batched)]
-            .into_iter()
-            .map(|(batched, family)| {
-                let shapes = family
-                    .iter()
-                    .map(|&(batch, m, k, n)| {
-                        let flops = (2 * batch * m * k * n) as f64;
-                        (batch, m, k, n, ((budget.matmul_flops / flops) as usize).clamp(2, 16))
-                    })
-                    .collect();
-                (batched, shapes)
-            })
-            .collect();
+    let families: Vec<(bool, Vec<TimedDot>)> = [(false, &single[..]), (true, budget.batched)]
+        .into_iter()
+        .map(|(batched, family)| {
+            let shapes = family
+                .iter()
+                .map(|&(batch, m, k, n)| {
+                    let flops = (2 * batch * m * k * n) as f64;
+                    (batch, m, k, n, ((budget.matmul_flops / flops) as usize).clamp(2, 16))
+                })
+                .collect();
+            (batched, shapes)
+        })
+        .collect();
     let references: Vec<GptConfig> = if budget.fit_steps { reference_steps() } else { vec![] };
 
     let mut programs = vec![

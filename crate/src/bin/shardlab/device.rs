@@ -43,8 +43,12 @@ fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else
 /// measured and written back. Also says whether it came from the cache.
 pub fn this_calibration(recalibrate: bool) -> Result<(Calibration, bool), String> {
-    let ctx = GpuContext::new_blocking().map_err(|e| format!("device `this` needs a GPU adapter: {e}"))?;
-    let file = cache_file(&ctx);
+    // With the matmul choices cached for this adapter: calibration times the kernels `train`
+    // and `bench` run, and does not tune every class anew.
+    let tuned = crate::tuning_cache::open(crate::tuning_cache::RetuneArg::default())
+        .map_err(|e| format!("device `this` needs a GPU adapter: {e}"))?;
+    let ctx = &tuned.ctx;
+    let file = cache_file(ctx);
     if !recalibrate {
         if let Some(f) = &file {
             if let Ok(text) = std::fs::read_to_string(f) {
@@ -54,7 +58,7 @@ pub fn this_calibration(recalibrate: bool) -> Result<(Calibration, bool), String
             }
         }
     }
-    let c = pollster::block_on(calibrate(&ctx)).map_err(|e| format!("calibration failed: {e}"))?;
+    let c = pollster::block_on(calibrate(ctx)).map_err(|e| format!("calibration failed: {e}"))?;
     if let Some(f) = &file {
         // A cache that cannot be written only costs a recalibration next time.
         let written = f

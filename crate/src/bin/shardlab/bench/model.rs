@@ -1,11 +1,8 @@
 //! `shardlab bench model [--json]`: the cost model's predicted step time (device `this`,
 //! simulated placement) beside the measured one for a sweep of small configurations, then
 //! the mean absolute percentage error.
-use std::sync::Arc;
-
 use shardlab::bench::model::{pick_configs, run_ops, run_sweep, OpsCheck, OPS_DEFAULT};
 use shardlab::exec::Backend;
-use shardlab::gpu::GpuContext;
 use shardlab::profile::OpGroup;
 
 #[derive(clap::Args)]
@@ -17,6 +14,8 @@ pub struct Args {
     /// Calibrate `this` again first.
     #[arg(long)]
     pub recalibrate: bool,
+    #[command(flatten)]
+    pub retune: crate::tuning_cache::RetuneArg,
     /// Print one JSON object at the end instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -70,7 +69,10 @@ fn run_ops_cli(args: &Args) -> Result<(), String> {
     // Names first: a typo is said before the calibration and the GPU are opened.
     let configs = pick_configs(&names).map_err(|e| e.to_string())?;
     let (cal, _) = crate::device::this_calibration(args.recalibrate)?;
-    let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
+    // The matmul choices the calibration timed (cached per adapter), so both run one kernel
+    // per shape class.
+    let tuned = crate::tuning_cache::open(args.retune)?;
+    let ctx = tuned.ctx.clone();
     let json = args.json;
     let checks = pollster::block_on(run_ops(Backend::Gpu(ctx), &cal.profile, configs, |c| {
         if !json {
@@ -89,7 +91,8 @@ pub fn run(args: Args) -> Result<(), String> {
         return run_ops_cli(&args);
     }
     let (cal, _) = crate::device::this_calibration(args.recalibrate)?;
-    let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
+    let tuned = crate::tuning_cache::open(args.retune)?;
+    let ctx = tuned.ctx.clone();
     if !args.json {
         println!(
             "{:<36} {:>7} {:>12} {:>12} {:>7}",
