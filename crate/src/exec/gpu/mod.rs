@@ -5,4 +5,5 @@ mod lower;
 mod runtime;
 mod slots;
 
+pub use lower::MatmulChoice;
 pub use runtime::GpuExecutor;
