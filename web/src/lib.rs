@@ -45,6 +45,7 @@ impl Shardlab {
         let ctx = GpuContext::new().await.map_err(|e| JsError::new(&e.to_string()))?;
         #[allow(clippy::arc_with_non_send_sync)] // the core's Backend::Gpu holds an Arc
         let ctx = Arc::new(ctx);
+        session::prewarm(&ctx);
         Ok(Shardlab {
             inner: Rc::new(RefCell::new(Inner::new(ctx))),
         })

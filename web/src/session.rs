@@ -414,6 +414,18 @@ fn first_guess(ctx: &GpuContext) -> Variant {
     }
 }
 
+/// Starts compiling, in the background, the provisional variant's pipelines for a typical
+/// aligned matmul as soon as the page has a GPU: the first step needs them, and on SwiftShader
+/// they take about a second that the page's own start-up can hide.
+pub fn prewarm(ctx: &Arc<GpuContext>) {
+    let ctx = ctx.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        let typical = MatmulShape::new(1, 64, 64, 64);
+        // Only a head start: a failure shows again, as a value, where the step builds.
+        let _ = kernels::matmul::prepare(&ctx, &typical, Some(first_guess(&ctx))).await;
+    });
+}
+
 /// The provisional matmuls of the running trainers, one of each shape.
 fn provisional(t: &Taken) -> Vec<MatmulShape> {
     let mut shapes: Vec<MatmulShape> = vec![];

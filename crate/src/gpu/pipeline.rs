@@ -19,7 +19,8 @@ pub struct BuildClock {
     /// Shader modules and pipelines compiled.
     pub modules: usize,
     pub pipelines: usize,
-    /// Milliseconds spent compiling them (creation and its error scope).
+    /// Milliseconds callers waited for them (creation and its error scope; on the web, compiles
+    /// that run side by side each count their own wait).
     pub modules_ms: f64,
     pub pipelines_ms: f64,
     /// Milliseconds the matmul autotuner spent timing variants (its pipelines included).
@@ -75,7 +76,11 @@ impl GpuContext {
             label: Some(key),
             source: wgpu::ShaderSource::Wgsl(source.into()),
         });
+        // Cached before the scope resolves, so callers meanwhile share it rather than compile it again.
+        let module = Arc::new(module);
+        self.pipelines.modules.lock().unwrap().insert(key, module.clone());
         if let Some(e) = scope.pop().await {
+            self.pipelines.modules.lock().unwrap().remove(key);
             return Err(GpuError::Shader {
                 shader: key.into(),
                 message: e.to_string(),
@@ -85,8 +90,6 @@ impl GpuContext {
             c.modules += 1;
             c.modules_ms += now_ms() - t0;
         }
-        let module = Arc::new(module);
-        self.pipelines.modules.lock().unwrap().insert(key, module.clone());
         Ok(module)
     }
 
@@ -134,7 +137,15 @@ impl GpuContext {
         if let Some(device) = offered {
             super::async_pipeline::take_unadopted(&device, &label);
         }
+        // Cached before the scope resolves, so callers meanwhile share it.
+        let pipeline = Arc::new(pipeline);
+        self.pipelines
+            .pipelines
+            .lock()
+            .unwrap()
+            .insert(key.clone(), pipeline.clone());
         if let Some(e) = scope.pop().await {
+            self.pipelines.pipelines.lock().unwrap().remove(&key);
             return Err(GpuError::Shader {
                 shader: label,
                 message: e.to_string(),
@@ -144,8 +155,6 @@ impl GpuContext {
             c.pipelines += 1;
             c.pipelines_ms += now_ms() - t0;
         }
-        let pipeline = Arc::new(pipeline);
-        self.pipelines.pipelines.lock().unwrap().insert(key, pipeline.clone());
         Ok(pipeline)
     }
 

@@ -1,5 +1,8 @@
 //! The runtime of the GPU executor: its buffers and dispatches, inputs, outputs and steps.
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use super::fuse::{self, Fusion};
 use super::lower::{Lowering, MatmulChoice};
@@ -31,6 +34,30 @@ pub struct GpuExecutor {
     scratch: Vec<Scratch>,
     /// The matmuls running a provisional variant ([`MatmulChoice::Provisional`]).
     provisional: Vec<MatmulShape>,
+}
+
+/// Runs `futures` together and returns their outputs in order.
+async fn join_in_order<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 /// The dispatches of a program, the instruction of each, and the matmuls left provisional.
@@ -83,8 +110,20 @@ impl GpuExecutor {
             matmuls,
             provisional: RefCell::default(),
         };
-        for (i, sc) in self.scratch.iter().enumerate() {
-            let ds = lowering.instr(i, sc).await?;
+        let lowered = if matches!(matmuls, MatmulChoice::Provisional(_)) {
+            // Nothing tunes meanwhile, so the instructions may lower together: on the web their
+            // pipelines then compile side by side instead of one after another.
+            let all = self.scratch.iter().enumerate().map(|(i, sc)| lowering.instr(i, sc));
+            join_in_order(all.collect()).await
+        } else {
+            let mut each = Vec::with_capacity(self.scratch.len());
+            for (i, sc) in self.scratch.iter().enumerate() {
+                each.push(lowering.instr(i, sc).await);
+            }
+            each
+        };
+        for (i, ds) in lowered.into_iter().enumerate() {
+            let ds = ds?;
             dispatch_instr.extend(std::iter::repeat_n(i, ds.len()));
             dispatches.extend(ds);
         }
