@@ -16,7 +16,7 @@ const PENDING: &str = "__shardlabPending";
 const MODULES: &str = "__shardlabModules";
 
 fn map(device: &JsValue, name: &str) -> Map {
-    if let Ok(m) = Reflect::get(device, &name.into()).and_then(|m| m.dyn_into::<Map>().map_err(JsValue::from)) {
+    if let Ok(m) = Reflect::get(device, &name.into()).and_then(|m| m.dyn_into::<Map>()) {
         return m;
     }
     let m = Map::new();
@@ -94,10 +94,7 @@ fn start(device: &JsValue, shader: &str, source: &str, entry: &str, label: &str)
     Reflect::set(&desc, &"layout".into(), &"auto".into())?;
     Reflect::set(&desc, &"compute".into(), &stage)?;
     let create: Function = Reflect::get(device, &"createComputePipelineAsync".into())?.dyn_into()?;
-    create
-        .call1(device, &desc)?
-        .dyn_into::<Promise>()
-        .map_err(JsValue::from)
+    create.call1(device, &desc)?.dyn_into::<Promise>()
 }
 
 /// Hands a compiled pipeline to the device's `createComputePipeline` for the next creation under
