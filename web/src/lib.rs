@@ -206,7 +206,10 @@ impl Shardlab {
     /// page caches per adapter, or `{"ok":false,"error"}`.
     pub fn calibrate(&self) -> js_sys::Promise {
         let ctx = self.inner.borrow().ctx.clone();
+        let compiling = self.inner.borrow().background_compiles();
         wasm_bindgen_futures::future_to_promise(async move {
+            // Microbenchmarks time by wall clock: not beside the background compiles.
+            session::settled(compiling).await;
             Ok(JsValue::from_str(&this_gpu::calibrate(&ctx).await.to_string()))
         })
     }

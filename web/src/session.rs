@@ -88,6 +88,11 @@ impl Inner {
         }
     }
 
+    /// The current run's background compiles, for work that times by wall clock to wait for.
+    pub fn background_compiles(&self) -> Option<Rc<Cell<Option<bool>>>> {
+        self.run.as_ref().map(|r| r.prepared.clone())
+    }
+
     pub fn configure(&mut self, settings_json: &str) -> Value {
         self.generation += 1;
         self.run = None;
@@ -324,9 +329,7 @@ async fn run_modes(
     if profile {
         // A profile times the step by wall clock: not beside the background compiles, and on
         // the kernels the run keeps.
-        while t.prepared.get() == Some(false) {
-            pause_ms(50).await;
-        }
+        settled(Some(t.prepared.clone())).await;
     }
     let retuned_ms = retune(t).await?;
     let mut order: Vec<usize> = (0..t.modes.len()).collect();
@@ -463,6 +466,14 @@ fn prepare(t: &Taken) {
         }
         prepared.set(Some(true));
     });
+}
+
+/// Resolves once the background compiles behind `compiling` (`Inner::background_compiles`) are done.
+pub async fn settled(compiling: Option<Rc<Cell<Option<bool>>>>) {
+    let Some(prepared) = compiling else { return };
+    while prepared.get() == Some(false) {
+        pause_ms(50).await;
+    }
 }
 
 /// Resolves after `ms` milliseconds (the browser's timer; the page stays responsive).
