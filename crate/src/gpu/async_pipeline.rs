@@ -98,7 +98,7 @@ fn start(device: &JsValue, shader: &str, source: &str, entry: &str, label: &str)
 }
 
 /// Hands a compiled pipeline to the device's `createComputePipeline` for the next creation under
-/// `label` (see [`install`]).
+/// `label` (see `install`).
 pub fn offer(device: &JsValue, label: &str, pipeline: &JsValue) {
     map(device, READY).set(&label.into(), pipeline);
 }
