@@ -1,15 +1,17 @@
 //! The training run behind the handle: the settings, both modes' programs, and the trainers of
 //! the modes that run. A step takes the trainers out while it awaits the GPU, so the page may
 //! call `programs()` or `configure()` meanwhile; a step whose run was replaced is discarded.
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use shardlab::exec::{Backend, Parallel, StepProfile, Trainer};
+use shardlab::exec::{Backend, MatmulChoice, Parallel, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
+use shardlab::kernels::{self, matmul::MatmulShape, matmul::Variant};
 use shardlab::plan::Planned;
 use shardlab::profile;
+use wasm_bindgen::{JsCast, JsValue};
 
 use crate::plan::Plan;
 use crate::sample::SampleClock;
@@ -57,6 +59,9 @@ pub struct Run {
     sample_clock: SampleClock,
     steps: u64,
     busy: bool,
+    /// Whether the pipelines the autotuner will time for the run's provisional matmuls are
+    /// compiled: `None` before it starts, `Some(false)` while it compiles in the background.
+    prepared: Rc<Cell<Option<bool>>>,
 }
 
 pub struct Inner {
@@ -81,6 +86,11 @@ impl Inner {
             generation: 0,
             run: None,
         }
+    }
+
+    /// The current run's background compiles, for work that times by wall clock to wait for.
+    pub fn background_compiles(&self) -> Option<Rc<Cell<Option<bool>>>> {
+        self.run.as_ref().map(|r| r.prepared.clone())
     }
 
     pub fn configure(&mut self, settings_json: &str) -> Value {
@@ -133,6 +143,7 @@ impl Inner {
             sample_clock: SampleClock::default(),
             steps: 0,
             busy: false,
+            prepared: Rc::default(),
         })
     }
 
@@ -244,6 +255,7 @@ struct Taken {
     trainers: Vec<Option<Trainer>>,
     collectives_ms: Vec<Option<f64>>,
     sample_clock: SampleClock,
+    prepared: Rc<Cell<Option<bool>>>,
 }
 
 pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
@@ -265,6 +277,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             trainers: std::mem::take(&mut run.trainers),
             collectives_ms: std::mem::take(&mut run.collectives_ms),
             sample_clock: std::mem::take(&mut run.sample_clock),
+            prepared: run.prepared.clone(),
         }
     };
     let (planned, settings) = {
@@ -290,12 +303,12 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     };
     run.busy = false;
     match result {
-        Ok(modes) => {
+        Ok((modes, retuned_ms)) => {
             run.trainers = taken.trainers;
             run.collectives_ms = taken.collectives_ms;
             run.sample_clock = taken.sample_clock;
             run.steps += 1;
-            json!({"ok": true, "step": taken.step, "modes": modes})
+            json!({"ok": true, "step": taken.step, "modes": modes, "retuned_ms": retuned_ms})
         }
         Err(e) => {
             // The trainers may hold half-updated state: the next step starts over.
@@ -312,7 +325,13 @@ async fn run_modes(
     plans: &[Planned],
     settings: &Settings,
     profile: bool,
-) -> Result<serde_json::Map<String, Value>, String> {
+) -> Result<(serde_json::Map<String, Value>, Option<f64>), String> {
+    if profile {
+        // A profile times the step by wall clock: not beside the background compiles, and on
+        // the kernels the run keeps.
+        settled(Some(t.prepared.clone())).await;
+    }
+    let retuned_ms = retune(t).await?;
     let mut order: Vec<usize> = (0..t.modes.len()).collect();
     // In `both` mode the order alternates, so neither mode always runs on a warmer GPU.
     if !t.step.is_multiple_of(2) {
@@ -322,12 +341,16 @@ async fn run_modes(
     for k in order {
         let planned = &plans[k];
         let mut build_ms = None;
+        let mut build = None;
         if t.trainers[k].is_none() {
             let t0 = shardlab::gpu::now_ms();
-            let trainer = Trainer::from_plan(Backend::Gpu(t.ctx.clone()), planned.clone())
+            let clock = t.ctx.pipelines.clock();
+            let choice = MatmulChoice::Provisional(first_guess(&t.ctx));
+            let trainer = Trainer::from_plan_with(Backend::Gpu(t.ctx.clone()), planned.clone(), choice)
                 .await
                 .map_err(|e| e.to_string())?;
             build_ms = Some(shardlab::gpu::now_ms() - t0);
+            build = Some(t.ctx.pipelines.clock().since(&clock));
             t.trainers[k] = Some(trainer);
         }
         let trainer = t.trainers[k].as_mut().expect("built above");
@@ -377,6 +400,8 @@ async fn run_modes(
                 "tokens_per_s": tokens * 1e3 / stats.step_ms.max(1e-6),
                 "collectives_measured_ms": collectives_ms,
                 "build_ms": build_ms,
+                "build": build,
+                "provisional_matmuls": trainer.provisional_matmuls().len(),
                 "profiled": profile,
                 "breakdown": breakdown,
                 "example_prediction": sample.as_ref().map(|s| s["prediction"].clone()),
@@ -384,7 +409,103 @@ async fn run_modes(
             }),
         );
     }
-    Ok(out)
+    prepare(t);
+    Ok((out, retuned_ms))
+}
+
+/// The matmul variant a trainer's untuned shape classes run until the autotuner has tuned them
+/// (`MatmulChoice::Provisional`): one that compiles fast and runs well enough. On a CPU adapter
+/// (SwiftShader, lavapipe) compiling dominates: block8 takes one pipeline of about a second,
+/// while tiled runs slowly and tex16 compiles for seconds; on a GPU, the classic tiled kernel.
+fn first_guess(ctx: &GpuContext) -> Variant {
+    if ctx.summary.device_type == "Cpu" {
+        Variant::Block8
+    } else {
+        Variant::Tiled
+    }
+}
+
+/// Starts compiling, in the background, the provisional variant's pipelines for a typical
+/// aligned matmul as soon as the page has a GPU: the first step needs them, and on SwiftShader
+/// they take about a second that the page's own start-up can hide.
+pub fn prewarm(ctx: &Arc<GpuContext>) {
+    let ctx = ctx.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        let typical = MatmulShape::new(1, 64, 64, 64);
+        // Only a head start: a failure shows again, as a value, where the step builds.
+        let _ = kernels::matmul::prepare(&ctx, &typical, Some(first_guess(&ctx))).await;
+    });
+}
+
+/// The provisional matmuls of the running trainers, one of each shape.
+fn provisional(t: &Taken) -> Vec<MatmulShape> {
+    let mut shapes: Vec<MatmulShape> = vec![];
+    for s in t.trainers.iter().flatten().flat_map(|tr| tr.provisional_matmuls()) {
+        if !shapes.contains(s) {
+            shapes.push(*s);
+        }
+    }
+    shapes
+}
+
+/// After a step that ran provisional matmuls: compiles, in the background, the pipelines the
+/// autotuner will time for them (the compiles do not hold up the queue, so training goes on).
+fn prepare(t: &Taken) {
+    let shapes = provisional(t);
+    if shapes.is_empty() || t.prepared.get().is_some() {
+        return;
+    }
+    t.prepared.set(Some(false));
+    let (ctx, prepared) = (t.ctx.clone(), t.prepared.clone());
+    wasm_bindgen_futures::spawn_local(async move {
+        for s in &shapes {
+            // A failure here only leaves work to the tuner, which reports its own errors.
+            if kernels::matmul::prepare(&ctx, s, None).await.is_err() {
+                break;
+            }
+        }
+        prepared.set(Some(true));
+    });
+}
+
+/// Resolves once the background compiles behind `compiling` (`Inner::background_compiles`) are done.
+pub async fn settled(compiling: Option<Rc<Cell<Option<bool>>>>) {
+    let Some(prepared) = compiling else { return };
+    while prepared.get() == Some(false) {
+        pause_ms(50).await;
+    }
+}
+
+/// Resolves after `ms` milliseconds (the browser's timer; the page stays responsive).
+async fn pause_ms(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let set_timeout = js_sys::Reflect::get(&js_sys::global(), &"setTimeout".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+        match set_timeout {
+            Some(f) => {
+                let _ = f.call2(&JsValue::NULL, &resolve, &ms.into());
+            }
+            None => {
+                let _ = resolve.call0(&JsValue::NULL);
+            }
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}
+
+/// At the step boundary once the background compiles are done: tunes the provisional matmuls'
+/// classes (timing runs only) and rebuilds every running trainer's dispatches with the tuned
+/// variants, so the next step runs them throughout. Returns how long that took.
+async fn retune(t: &mut Taken) -> Result<Option<f64>, String> {
+    if t.prepared.get() != Some(true) || provisional(t).is_empty() {
+        return Ok(None);
+    }
+    let t0 = shardlab::gpu::now_ms();
+    for trainer in t.trainers.iter_mut().flatten() {
+        trainer.retune().await.map_err(|e| e.to_string())?;
+    }
+    Ok(Some(shardlab::gpu::now_ms() - t0))
 }
 
 /// Where a profiled step's time went, measured by wall clock with split submissions (the
@@ -446,5 +567,6 @@ pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
     run.sample_clock = SampleClock::default();
     run.steps = 0;
     run.busy = false;
+    run.prepared = Rc::default();
     json!({"ok": true, "new_device": lost})
 }

@@ -8,7 +8,7 @@ mod tensor;
 mod trainer;
 
 pub use error::ExecError;
-pub use gpu::{lowered, Fusion, GpuExecutor, Lowered};
+pub use gpu::{lowered, Fusion, GpuExecutor, Lowered, MatmulChoice};
 pub use lowering::{plan_dot, plan_reduce, DotPlan, ReducePlan};
 pub use reference::ReferenceExecutor;
 pub use tensor::Tensor;

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use super::step_profile::{self, StepProfile};
-use super::{ExecError, GpuExecutor, ReferenceExecutor, Tensor};
+use super::{ExecError, GpuExecutor, MatmulChoice, ReferenceExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::{Program, Role};
 use crate::model::{eval_program, init_params, logits_program, param_specs, Batch, Dataset, TrainStep};
@@ -72,18 +72,25 @@ impl Trainer {
         check_config(&opts.config, opts.optimizer, opts.parallel.devices(), limits)?;
         let dataset = Dataset::new(opts.data.clone(), &opts.config, opts.seed)?;
         let planned = plan::build(&opts)?;
-        Self::start(backend, planned, dataset, limits).await
+        Self::start(backend, planned, dataset, limits, MatmulChoice::Tuned).await
     }
 
     /// Starts training a step planned already (by `inspect` or the page, which show the
     /// plan too), without planning it again; its memory plan is checked against the
     /// backend's limits first.
     pub async fn from_plan(backend: Backend, planned: Planned) -> Result<Self, ExecError> {
+        Self::from_plan_with(backend, planned, MatmulChoice::Tuned).await
+    }
+
+    /// [`Trainer::from_plan`], with the GPU matmuls' variants chosen as `matmuls` says: the page
+    /// builds with [`MatmulChoice::Provisional`] so its first step does not wait for the
+    /// autotuner, then calls [`Trainer::retune`] between steps.
+    pub async fn from_plan_with(backend: Backend, planned: Planned, matmuls: MatmulChoice) -> Result<Self, ExecError> {
         let limits = backend.memory_limits();
         let opts = &planned.options;
         check_config(&opts.config, opts.optimizer, opts.parallel.devices(), &limits)?;
         let dataset = Dataset::new(opts.data.clone(), &opts.config, opts.seed)?;
-        Self::start(backend, planned, dataset, &limits).await
+        Self::start(backend, planned, dataset, &limits, matmuls).await
     }
 
     async fn start(
@@ -91,6 +98,7 @@ impl Trainer {
         planned: Planned,
         dataset: Dataset,
         limits: &MemoryLimits,
+        matmuls: MatmulChoice,
     ) -> Result<Self, ExecError> {
         let (opts, step) = (&planned.options, &planned.step);
         plan_and_check(&step.program, &opts.config, opts.optimizer, limits)?;
@@ -111,7 +119,7 @@ impl Trainer {
         let state = match backend {
             Backend::Reference => State::Reference { state },
             Backend::Gpu(ctx) => {
-                let exec = GpuExecutor::new(&ctx, step.program.clone()).await?;
+                let exec = GpuExecutor::with_matmuls(&ctx, step.program.clone(), matmuls).await?;
                 for (i, t) in state.iter().enumerate() {
                     exec.write_input(&ctx, i, t)?;
                 }
@@ -151,6 +159,24 @@ impl Trainer {
 
     pub fn steps_done(&self) -> u64 {
         self.steps_done
+    }
+
+    /// The matmuls running a provisional variant (see [`MatmulChoice::Provisional`]).
+    pub fn provisional_matmuls(&self) -> &[crate::kernels::matmul::MatmulShape] {
+        match &self.state {
+            State::Gpu { exec, .. } => exec.provisional_matmuls(),
+            State::Reference { .. } => &[],
+        }
+    }
+
+    /// Switches provisional matmuls to the autotuner's choices, tuning their classes now if
+    /// they are still untuned (see [`GpuExecutor::retune`]); between steps, so a step runs one
+    /// set of kernels throughout. Returns whether anything changed.
+    pub async fn retune(&mut self) -> Result<bool, ExecError> {
+        match &mut self.state {
+            State::Gpu { ctx, exec } => exec.retune(ctx).await,
+            State::Reference { .. } => Ok(false),
+        }
     }
 
     /// GPU dispatches per step (0 on the reference executor).

@@ -1,5 +1,7 @@
 //! The GPU runtime: one context per adapter, checked buffers, cached pipelines,
 //! and pre-built dispatches that a step replays.
+#[cfg(target_arch = "wasm32")]
+mod async_pipeline;
 mod buffer;
 mod context;
 mod dispatch;
@@ -14,6 +16,6 @@ pub use context::{AdapterSummary, GpuContext};
 pub use dispatch::{grid_1d, Dispatch};
 pub use error::GpuError;
 pub use launch::{Binding, Kernel, Resource};
-pub use pipeline::PipelineCache;
+pub use pipeline::{BuildClock, PipelineCache};
 pub use timer::{now_ms, DispatchTimes};
 pub use wall::median;

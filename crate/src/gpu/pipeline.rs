@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{GpuContext, GpuError};
+use super::{now_ms, GpuContext, GpuError};
 use crate::shaders;
 
 /// Compute pipelines by (shader file, entry point): each is compiled once per context.
@@ -9,6 +9,35 @@ use crate::shaders;
 pub struct PipelineCache {
     modules: Mutex<HashMap<&'static str, Arc<wgpu::ShaderModule>>>,
     pipelines: Mutex<HashMap<(String, String), Arc<wgpu::ComputePipeline>>>,
+    clock: Mutex<BuildClock>,
+}
+
+/// Where building took its time, summed over the context's life: what the page reports with a
+/// trainer's build time (the difference of two readings).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct BuildClock {
+    /// Shader modules and pipelines compiled.
+    pub modules: usize,
+    pub pipelines: usize,
+    /// Milliseconds callers waited for them (creation and its error scope; on the web, compiles
+    /// that run side by side each count their own wait).
+    pub modules_ms: f64,
+    pub pipelines_ms: f64,
+    /// Milliseconds the matmul autotuner spent timing variants (its pipelines included).
+    pub tuning_ms: f64,
+}
+
+impl BuildClock {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &BuildClock) -> BuildClock {
+        BuildClock {
+            modules: self.modules - earlier.modules,
+            pipelines: self.pipelines - earlier.pipelines,
+            modules_ms: self.modules_ms - earlier.modules_ms,
+            pipelines_ms: self.pipelines_ms - earlier.pipelines_ms,
+            tuning_ms: self.tuning_ms - earlier.tuning_ms,
+        }
+    }
 }
 
 impl PipelineCache {
@@ -18,6 +47,18 @@ impl PipelineCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The build clock so far.
+    pub fn clock(&self) -> BuildClock {
+        self.clock.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Adds `ms` of the autotuner's timing runs.
+    pub fn add_tuning_ms(&self, ms: f64) {
+        if let Ok(mut c) = self.clock.lock() {
+            c.tuning_ms += ms;
+        }
     }
 }
 
@@ -29,19 +70,26 @@ impl GpuContext {
         if let Some(m) = self.pipelines.modules.lock().unwrap().get(key) {
             return Ok(m.clone());
         }
+        let t0 = now_ms();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key),
             source: wgpu::ShaderSource::Wgsl(source.into()),
         });
+        // Cached before the scope resolves, so callers meanwhile share it rather than compile it again.
+        let module = Arc::new(module);
+        self.pipelines.modules.lock().unwrap().insert(key, module.clone());
         if let Some(e) = scope.pop().await {
+            self.pipelines.modules.lock().unwrap().remove(key);
             return Err(GpuError::Shader {
                 shader: key.into(),
                 message: e.to_string(),
             });
         }
-        let module = Arc::new(module);
-        self.pipelines.modules.lock().unwrap().insert(key, module.clone());
+        if let Ok(mut c) = self.pipelines.clock.lock() {
+            c.modules += 1;
+            c.modules_ms += now_ms() - t0;
+        }
         Ok(module)
     }
 
@@ -52,8 +100,30 @@ impl GpuContext {
             return Ok(p.clone());
         }
         let module = self.module(shader).await?;
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let t0 = now_ms();
         let label = format!("{shader}::{entry}");
+        // On the web: compiled asynchronously first, then adopted by the creation below.
+        #[cfg(target_arch = "wasm32")]
+        let offered = match self.device.as_webgpu() {
+            Some(raw) => {
+                let device: &wasm_bindgen::JsValue = raw.as_ref();
+                let (name, source) = shaders::get(shader).ok_or_else(|| GpuError::UnknownShader(shader.into()))?;
+                let compiled = super::async_pipeline::compile(device, name, source, entry, &label)
+                    .await
+                    .map_err(|message| GpuError::Shader {
+                        shader: label.clone(),
+                        message,
+                    })?;
+                // Another caller awaiting the same compile adopted it already.
+                if let Some(p) = self.pipelines.pipelines.lock().unwrap().get(&key) {
+                    return Ok(p.clone());
+                }
+                super::async_pipeline::offer(device, &label, &compiled);
+                Some(device.clone())
+            }
+            None => None,
+        };
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
             layout: None,
@@ -62,14 +132,29 @@ impl GpuContext {
             compilation_options: Default::default(),
             cache: None,
         });
+        // Not adopted (the browser's API changed under us): the creation above compiled it anew.
+        #[cfg(target_arch = "wasm32")]
+        if let Some(device) = offered {
+            super::async_pipeline::take_unadopted(&device, &label);
+        }
+        // Cached before the scope resolves, so callers meanwhile share it.
+        let pipeline = Arc::new(pipeline);
+        self.pipelines
+            .pipelines
+            .lock()
+            .unwrap()
+            .insert(key.clone(), pipeline.clone());
         if let Some(e) = scope.pop().await {
+            self.pipelines.pipelines.lock().unwrap().remove(&key);
             return Err(GpuError::Shader {
                 shader: label,
                 message: e.to_string(),
             });
         }
-        let pipeline = Arc::new(pipeline);
-        self.pipelines.pipelines.lock().unwrap().insert(key, pipeline.clone());
+        if let Ok(mut c) = self.pipelines.clock.lock() {
+            c.pipelines += 1;
+            c.pipelines_ms += now_ms() - t0;
+        }
         Ok(pipeline)
     }
 

@@ -1,10 +1,12 @@
-//! Training behaviour on the GPU executor: a tiny model learns the copy task, and the
-//! train step reuses its dispatches instead of re-creating pipelines.
+//! Training behaviour on the GPU executor: a tiny model learns the copy task, the train step
+//! reuses its dispatches instead of re-creating pipelines, and provisional matmuls switch to the
+//! tuned ones between steps.
 use std::sync::Arc;
 
-use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
+use shardlab::exec::{Backend, MatmulChoice, Parallel, Trainer, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::ir::RngLayout;
+use shardlab::kernels::matmul::Variant;
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
 use shardlab_tests::gpu_or_skip;
 
@@ -161,5 +163,41 @@ fn a_trained_model_predicts_the_copied_half_of_an_example() {
             right >= 6,
             "after 200 steps it predicts {predicted:?} for targets {targets:?}: {right} of the copied 7 right"
         );
+    });
+}
+
+#[test]
+fn provisional_matmuls_skip_the_tuner_and_retune_keeps_the_losses() {
+    let _ = gpu_or_skip!();
+    // A context of its own: its autotuner has tuned nothing yet.
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    let opts = copy_task(0.1);
+    pollster::block_on(async {
+        let planned = shardlab::plan::build(&opts).unwrap();
+        let choice = MatmulChoice::Provisional(Variant::Naive);
+        let mut first = Trainer::from_plan_with(Backend::Gpu(ctx.clone()), planned.clone(), choice)
+            .await
+            .unwrap();
+        assert!(!first.provisional_matmuls().is_empty());
+        assert_eq!(ctx.tuning.lock().unwrap().tuned, 0, "building tuned nothing");
+        let mut losses = vec![first.step().await.unwrap().loss];
+        assert!(first.retune().await.unwrap(), "the provisional matmuls switched");
+        assert!(first.provisional_matmuls().is_empty());
+        assert!(ctx.tuning.lock().unwrap().tuned > 0, "retune tuned their classes");
+        assert!(!first.retune().await.unwrap(), "nothing left to switch");
+        for _ in 0..2 {
+            losses.push(first.step().await.unwrap().loss);
+        }
+
+        // The same run on the tuned variants throughout: the classes are tuned now, so nothing is
+        // provisional, and the losses agree to the tolerance the matmul variants share.
+        let mut tuned = Trainer::from_plan_with(Backend::Gpu(ctx.clone()), planned, choice)
+            .await
+            .unwrap();
+        assert!(tuned.provisional_matmuls().is_empty());
+        for (i, want) in losses.iter().enumerate() {
+            let got = tuned.step().await.unwrap().loss;
+            assert!((got - want).abs() <= 1e-4 * want.abs(), "step {i}: {got} vs {want}");
+        }
     });
 }

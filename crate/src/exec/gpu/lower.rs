@@ -1,4 +1,6 @@
 //! Lowering: the dispatches of one instruction, on the slots the plan gave its values.
+use std::cell::RefCell;
+
 use super::fuse::{swapped, Fusion};
 use super::slots::{Scratch, UpdatePlan};
 use crate::exec::lowering::{
@@ -11,9 +13,22 @@ use crate::ir::{DType, Instr, Op, Program, ValueId};
 use crate::kernels as k;
 use crate::kernels::collectives::CollectiveArgs;
 use crate::kernels::copy::Strided;
+use crate::kernels::matmul::{MatmulShape, Variant};
 use crate::kernels::random::{Draw, KeyMode};
 use crate::rng::Block;
 use crate::sharding::Mesh;
+
+/// How an executor's matmuls pick their variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulChoice {
+    /// The autotuner's choice for each shape class, tuning a class at its first matmul.
+    Tuned,
+    /// The autotuner's choice where it has one; a class it has not tuned yet runs this variant
+    /// instead of tuning now, so building waits neither for the timing runs nor for compiling
+    /// every variant (the page's first step). [`GpuExecutor::retune`](super::GpuExecutor::retune)
+    /// switches to the tuned choices later.
+    Provisional(Variant),
+}
 
 /// What lowering reads: the program, the buffer of each value, and the optimizer's hyper buffers.
 pub(super) struct Lowering<'a> {
@@ -25,6 +40,9 @@ pub(super) struct Lowering<'a> {
     pub adamw_hyper: Option<&'a GpuBuffer>,
     /// The fused pairs (fuse.rs): the first of a pair lowers both, the second nothing.
     pub fusion: &'a [Option<Fusion>],
+    pub matmuls: MatmulChoice,
+    /// The matmuls that ran a provisional variant (their class was untuned).
+    pub provisional: RefCell<Vec<MatmulShape>>,
 }
 
 fn strs(a: &[String]) -> Vec<&str> {
@@ -34,6 +52,18 @@ fn strs(a: &[String]) -> Vec<&str> {
 impl Lowering<'_> {
     fn buf(&self, v: ValueId) -> &GpuBuffer {
         &self.slots[self.value_slot[v.index()]]
+    }
+
+    /// The variant a matmul of shape `s` runs: `None` leaves it to the autotuner.
+    fn matmul_variant(&self, s: &MatmulShape) -> Option<Variant> {
+        let MatmulChoice::Provisional(v) = self.matmuls else {
+            return None;
+        };
+        if k::matmul::tuned_variant(self.ctx, s).is_some() {
+            return None;
+        }
+        self.provisional.borrow_mut().push(*s);
+        Some(k::matmul::supported_variant(self.ctx, v, s))
     }
 
     /// A strided copy of every device's block at once.
@@ -135,7 +165,8 @@ impl Lowering<'_> {
                 // Every device's batch of matrices is contiguous: devices multiply the batch.
                 let mut shape = p.shape;
                 shape.batch *= devices;
-                ds.extend(k::matmul::matmul(ctx, &shape, a, b, None, y(0), None).await?);
+                let v = self.matmul_variant(&shape);
+                ds.extend(k::matmul::matmul(ctx, &shape, a, b, None, y(0), v).await?);
                 ds
             }
             Op::ReduceSum { .. } => {
@@ -357,7 +388,8 @@ impl Lowering<'_> {
                 let (mut ds, a, b) = self.dot_operands(first, sc).await?;
                 let mut t = swapped(&p.shape);
                 t.batch *= devices;
-                ds.extend(k::matmul::matmul(ctx, &t, b, a, None, out, None).await?);
+                let v = self.matmul_variant(&t);
+                ds.extend(k::matmul::matmul(ctx, &t, b, a, None, out, v).await?);
                 ds
             }
             Fusion::BiasGelu => {

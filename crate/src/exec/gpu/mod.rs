@@ -11,4 +11,5 @@ mod slots;
 
 pub use dispatches::{lowered, Lowered};
 pub use fuse::Fusion;
+pub use lower::MatmulChoice;
 pub use runtime::GpuExecutor;

@@ -1,11 +1,17 @@
 //! The runtime of the GPU executor: its buffers and dispatches, inputs, outputs and steps.
-use super::fuse;
-use super::lower::Lowering;
-use super::slots;
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use super::fuse::{self, Fusion};
+use super::lower::{Lowering, MatmulChoice};
+use super::slots::{self, Scratch};
 use crate::exec::{ExecError, Tensor};
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
 use crate::ir::{DType, Op, Program, Role};
 use crate::kernels as k;
+use crate::kernels::matmul::MatmulShape;
 
 /// Runs one program on the GPU, step after step.
 ///
@@ -23,10 +29,47 @@ pub struct GpuExecutor {
     sgd_hyper: Option<(GpuBuffer, f32)>,
     adamw_hyper: Option<(GpuBuffer, f32)>,
     peak_bytes: u64,
+    /// What lowering needs again when the dispatches are rebuilt ([`GpuExecutor::retune`]).
+    fusion: Vec<Option<Fusion>>,
+    scratch: Vec<Scratch>,
+    /// The matmuls running a provisional variant ([`MatmulChoice::Provisional`]).
+    provisional: Vec<MatmulShape>,
 }
+
+/// Runs `futures` together and returns their outputs in order.
+async fn join_in_order<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// The dispatches of a program, the instruction of each, and the matmuls left provisional.
+type LoweredDispatches = (Vec<Dispatch>, Vec<usize>, Vec<MatmulShape>);
 
 impl GpuExecutor {
     pub async fn new(ctx: &GpuContext, program: Program) -> Result<Self, ExecError> {
+        Self::with_matmuls(ctx, program, MatmulChoice::Tuned).await
+    }
+
+    /// [`GpuExecutor::new`], with the matmuls' variants chosen as `matmuls` says.
+    pub async fn with_matmuls(ctx: &GpuContext, program: Program, matmuls: MatmulChoice) -> Result<Self, ExecError> {
         let fusion = fuse::plan(&program);
         let limits = ctx.limits();
         let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
@@ -43,35 +86,73 @@ impl GpuExecutor {
         let [sgd_hyper, adamw_hyper] = Self::make_hyper(ctx, &program)?;
         // Views share their arena's bytes.
         let peak_bytes = slots.iter().filter(|b| !b.is_view()).map(|b| b.bytes()).sum();
-        let mut dispatches = vec![];
-        let mut dispatch_instr = vec![];
-        {
-            let lowering = Lowering {
-                ctx,
-                program: &program,
-                slots: &slots,
-                value_slot: &plan.value_slot,
-                sgd_hyper: sgd_hyper.as_ref().map(|(b, _)| b),
-                adamw_hyper: adamw_hyper.as_ref().map(|(b, _)| b),
-                fusion: &fusion,
-            };
-            for (i, sc) in plan.scratch.iter().enumerate() {
-                let ds = lowering.instr(i, sc).await?;
-                dispatch_instr.extend(std::iter::repeat_n(i, ds.len()));
-                dispatches.extend(ds);
-            }
-        }
-        ctx.check()?;
-        Ok(Self {
+        let mut exec = Self {
             program,
             slots,
             value_slot: plan.value_slot,
-            dispatches,
-            dispatch_instr,
+            dispatches: vec![],
+            dispatch_instr: vec![],
             sgd_hyper,
             adamw_hyper,
             peak_bytes,
-        })
+            fusion,
+            scratch: plan.scratch,
+            provisional: vec![],
+        };
+        (exec.dispatches, exec.dispatch_instr, exec.provisional) = exec.lower(ctx, matmuls).await?;
+        Ok(exec)
+    }
+
+    /// Every instruction's dispatches on the executor's slots.
+    async fn lower(&self, ctx: &GpuContext, matmuls: MatmulChoice) -> Result<LoweredDispatches, ExecError> {
+        let mut dispatches = vec![];
+        let mut dispatch_instr = vec![];
+        let lowering = Lowering {
+            ctx,
+            program: &self.program,
+            slots: &self.slots,
+            value_slot: &self.value_slot,
+            sgd_hyper: self.sgd_hyper.as_ref().map(|(b, _)| b),
+            adamw_hyper: self.adamw_hyper.as_ref().map(|(b, _)| b),
+            fusion: &self.fusion,
+            matmuls,
+            provisional: RefCell::default(),
+        };
+        let lowered = if matches!(matmuls, MatmulChoice::Provisional(_)) {
+            // Nothing tunes meanwhile, so the instructions may lower together: on the web their
+            // pipelines then compile side by side instead of one after another.
+            let all = self.scratch.iter().enumerate().map(|(i, sc)| lowering.instr(i, sc));
+            join_in_order(all.collect()).await
+        } else {
+            let mut each = Vec::with_capacity(self.scratch.len());
+            for (i, sc) in self.scratch.iter().enumerate() {
+                each.push(lowering.instr(i, sc).await);
+            }
+            each
+        };
+        for (i, ds) in lowered.into_iter().enumerate() {
+            let ds = ds?;
+            dispatch_instr.extend(std::iter::repeat_n(i, ds.len()));
+            dispatches.extend(ds);
+        }
+        ctx.check()?;
+        Ok((dispatches, dispatch_instr, lowering.provisional.into_inner()))
+    }
+
+    /// The matmuls that run a provisional variant, their class untuned when the executor was built.
+    pub fn provisional_matmuls(&self) -> &[MatmulShape] {
+        &self.provisional
+    }
+
+    /// Rebuilds the dispatches with the autotuner's choices (tuning the classes still untuned)
+    /// where matmuls ran a provisional variant; the buffers, and so the state, stay as they are.
+    /// Returns whether anything was rebuilt. Call it between steps.
+    pub async fn retune(&mut self, ctx: &GpuContext) -> Result<bool, ExecError> {
+        if self.provisional.is_empty() {
+            return Ok(false);
+        }
+        (self.dispatches, self.dispatch_instr, self.provisional) = self.lower(ctx, MatmulChoice::Tuned).await?;
+        Ok(true)
     }
 
     fn buf(&self, v: crate::ir::ValueId) -> &GpuBuffer {

@@ -141,7 +141,9 @@ pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant
     let tuned = match cached {
         Some(v) => v,
         None => {
+            let t0 = now_ms();
             let v = tune(ctx, &representative(s)).await?;
+            ctx.pipelines.add_tuning_ms(now_ms() - t0);
             if let Ok(mut t) = ctx.tuning.lock() {
                 t.matmul.insert(key, v);
                 t.tuned += 1;
@@ -154,6 +156,46 @@ pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant
         .into_iter()
         .find(|v| shape_supports(ctx, *v, s).is_ok())
         .unwrap_or(Variant::Naive))
+}
+
+/// The choice for `s` without tuning: the pinned variant or the tuned choice of its class, `None` when
+/// its class is untuned.
+pub fn tuned_variant(ctx: &GpuContext, s: &MatmulShape) -> Option<Variant> {
+    let t = ctx.tuning.lock().ok()?;
+    t.matmul_pin.or_else(|| t.matmul.get(&class_key(s)).copied())
+}
+
+/// `v`, or when it cannot take `s` (limits) the first of block8, tiled, naive that can.
+pub fn supported_variant(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> Variant {
+    [v, Variant::Block8, Variant::Tiled, Variant::Naive]
+        .into_iter()
+        .find(|v| shape_supports(ctx, *v, s).is_ok())
+        .unwrap_or(Variant::Naive)
+}
+
+/// Compiles the pipelines the autotuner will time for `s`'s class (every variant the adapter supports,
+/// on its representative problem and on `s` itself), or only `only`'s, without running anything: on
+/// the web the compiles do not hold up the queue, so a page can prepare while it trains and tune later
+/// in a few timing runs. A variant that fails to build is left to the tuner, which skips it.
+pub async fn prepare(ctx: &GpuContext, s: &MatmulShape, only: Option<Variant>) -> Result<(), GpuError> {
+    for shape in [representative(s), *s] {
+        let a = ctx.zeros("prepare A", shape.a_len())?;
+        let b = ctx.zeros("prepare B", shape.b_len())?;
+        let c = ctx.zeros("prepare C", shape.c_len())?;
+        let ops = Operands {
+            a: &a,
+            b: &b,
+            bias: None,
+            c: &c,
+        };
+        for v in Variant::ALL {
+            if only.is_some_and(|o| o != v) || shape_supports(ctx, v, &shape).is_err() {
+                continue;
+            }
+            let _ = build(ctx, v, &shape, ops).await;
+        }
+    }
+    Ok(())
 }
 
 /// Times every supported variant on `rep` and returns the fastest verified one (naive if none beats it).

@@ -6,6 +6,8 @@ mod launch;
 mod variants;
 
 pub use crate::reference::matmul::MatmulShape;
-pub use autotune::{choose_variant, class_key, time_dispatches, MatmulClass, SizeClass};
+pub use autotune::{
+    choose_variant, class_key, prepare, supported_variant, time_dispatches, tuned_variant, MatmulClass, SizeClass,
+};
 pub use launch::{matmul, variants};
 pub use variants::Variant;
