@@ -351,7 +351,7 @@ pub async fn calibrate_quick(ctx: &GpuContext) -> Result<Calibration, ExecError>
 
 /// Runs every microbenchmark on `ctx` within `budget` and returns the `this` profile. Every
 /// program is built and warmed up first, then all are timed in interleaved rounds
-/// ([`time_rounds`]).
+/// (`time_rounds`).
 pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibration, ExecError> {
     let start = now_ms();
     let sized = |n: usize| (n >> budget.shrink).max(64);

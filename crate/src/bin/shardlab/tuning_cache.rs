@@ -1,6 +1,7 @@
 //! The matmul autotuner's choices, cached per adapter beside the calibration
-//! (`<cache dir>/matmul-v1-<adapter>.json`), so that separate processes run the same kernels
-//! instead of each timing them anew under whatever load there is. `--retune` times them again.
+//! (`<cache dir>/matmul-v<TuningCache::VERSION>-<adapter>.json`), so that separate processes
+//! run the same kernels instead of each timing them anew under whatever load there is.
+//! `--retune` times them again.
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
