@@ -50,6 +50,7 @@ struct Pack {
 @group(0) @binding(7) var<storage, read> pa: array<vec4<f32>>;  // (items, Kp, Mp/4): A^T packed
 @group(0) @binding(8) var<storage, read> pb: array<vec4<f32>>;  // (items, Kp, Np/4): B packed
 @group(0) @binding(9) var<storage, read_write> c4: array<vec4<f32>>; // C as vec4 (the `_v4` entry points)
+@group(0) @binding(10) var<storage, read> src4: array<vec4<f32>>; // pack_k4's source, as vec4
 
 // ---- epilogue: alpha, bias, accumulate, bounds ----
 
@@ -174,6 +175,35 @@ fn pack(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let base = gid.z * pk.stride;
     packed[gid.z * per_item + id] = vec4(pack_value(base, r, kk), pack_value(base, r + 1u, kk),
                                           pack_value(base, r + 2u, kk), pack_value(base, r + 3u, kk));
+}
+
+// X[r, kk .. kk+3] as one vec4 (zero past the rows).
+fn row4(base: u32, r: u32, kk: u32) -> vec4<f32> {
+    if (r >= pk.rows) { return vec4(0.0); }
+    return src4[(base + r * pk.sr + kk) / 4u];
+}
+
+// pack_k4: `pack` where a row's values X[r, kk .. kk+3] lie side by side in the source (sk = 1; sr,
+// the batch stride and the binding's offset multiples of 4; K = Kp a multiple of 4): a 4x4 block
+// per invocation from four vec4 loads, stored transposed, instead of sixteen strided scalar loads.
+@compute @workgroup_size(64)
+fn pack_k4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = gid.x + gid.y * nwg.x * 64u;
+    let kq = pk.kp / 4u;
+    if (id >= pk.rows4 * kq) { return; }
+    let kk = (id % kq) * 4u;
+    let x = id / kq;
+    let r = x * 4u;
+    let base = gid.z * pk.stride;
+    let x0 = row4(base, r, kk);
+    let x1 = row4(base, r + 1u, kk);
+    let x2 = row4(base, r + 2u, kk);
+    let x3 = row4(base, r + 3u, kk);
+    let out = gid.z * pk.rows4 * pk.kp + kk * pk.rows4 + x;
+    packed[out] = vec4(x0.x, x1.x, x2.x, x3.x);
+    packed[out + pk.rows4] = vec4(x0.y, x1.y, x2.y, x3.y);
+    packed[out + 2u * pk.rows4] = vec4(x0.z, x1.z, x2.z, x3.z);
+    packed[out + 3u * pk.rows4] = vec4(x0.w, x1.w, x2.w, x3.w);
 }
 
 // ---- block8: one 8x8 block of C per invocation; adjacent invocations take adjacent column blocks ----

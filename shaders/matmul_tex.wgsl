@@ -4,6 +4,7 @@
 //   pack   op(A) (as A^T) or op(B) into a texture, batch items stacked in y: texel (x, z * Kp + k) =
 //          X[4x .. 4x+3, k] of batch item z, zero past the matrix (M, N padded to 16). One plain 2D
 //          texture, never an array: lavapipe compiles a shader per texture target it meets.
+//          pack_k4 does the same with vec4 loads where a row of the operand is contiguous.
 //   tex16  one 16x16 block of C per invocation, no workgroup memory, no barriers. On lavapipe a texel load is
 //          inline while a storage-buffer load is a per-lane loop with bounds checks, so this is the fastest
 //          there (see shared/notes/lavapipe-kernels.md); on GPUs its 64 accumulators per invocation cost
@@ -49,6 +50,7 @@ struct Pack {
 @group(0) @binding(7) var at: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = A[4x .. 4x+3, k]
 @group(0) @binding(8) var bt: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = B[k, 4x .. 4x+3]
 @group(0) @binding(9) var<storage, read_write> c4: array<vec4<f32>>; // C as vec4 (the `_v4` entry point)
+@group(0) @binding(10) var<storage, read> src4: array<vec4<f32>>; // pack_k4's source, as vec4
 
 // ---- pack ----
 
@@ -68,6 +70,41 @@ fn pack(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let v = vec4(pack_value(base, r, kk), pack_value(base, r + 1u, kk), pack_value(base, r + 2u, kk),
                  pack_value(base, r + 3u, kk));
     textureStore(packed, vec2(x, gid.z * pk.kp + kk), v);
+}
+
+// On lavapipe every storage-buffer load is a per-lane loop with bounds checks, and a transposing
+// pack's scalar loads are strided, so pack_k4 loads whole vec4s: a quarter of the loads, the same
+// values. (Where a texel's four values are already contiguous the scalar loads cost no more: the
+// texture stores dominate there, about 13 ns a texel on lavapipe.)
+
+// X[r, kk .. kk+3] as one vec4 (zero past the rows).
+fn row4(base: u32, r: u32, kk: u32) -> vec4<f32> {
+    if (r >= pk.rows) { return vec4(0.0); }
+    return src4[(base + r * pk.sr + kk) / 4u];
+}
+
+// pack_k4: a row's values X[r, kk .. kk+3] lie side by side in src (sk = 1; sr, the batch stride and
+// the binding's offset multiples of 4; K = Kp a multiple of 4): each invocation loads a 4x4 block
+// as four vec4s and stores it transposed as four texels. Neighbouring invocations take neighbouring
+// k, so their loads are contiguous.
+@compute @workgroup_size(64)
+fn pack_k4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let id = gid.x + gid.y * nwg.x * 64u;
+    let kq = pk.kp / 4u;
+    if (id >= pk.rows4 * kq) { return; }
+    let kk = (id % kq) * 4u;
+    let x = id / kq;
+    let r = x * 4u;
+    let base = gid.z * pk.stride;
+    let x0 = row4(base, r, kk);
+    let x1 = row4(base, r + 1u, kk);
+    let x2 = row4(base, r + 2u, kk);
+    let x3 = row4(base, r + 3u, kk);
+    let y = gid.z * pk.kp + kk;
+    textureStore(packed, vec2(x, y), vec4(x0.x, x1.x, x2.x, x3.x));
+    textureStore(packed, vec2(x, y + 1u), vec4(x0.y, x1.y, x2.y, x3.y));
+    textureStore(packed, vec2(x, y + 2u), vec4(x0.z, x1.z, x2.z, x3.z));
+    textureStore(packed, vec2(x, y + 3u), vec4(x0.w, x1.w, x2.w, x3.w));
 }
 
 // ---- tex16 ----

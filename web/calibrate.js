@@ -3,7 +3,8 @@
 // per adapter in localStorage so a reload does not measure again; a button measures again.
 // The predictions it feeds are modelled, like every other device kind's.
 
-const KEY_PREFIX = 'shardlab.this-gpu.v1:';
+// v2: the matmul packs load vec4s, so a v1 calibration overprices matmuls and is measured again.
+const KEY_PREFIX = 'shardlab.this-gpu.v2:';
 
 /** The localStorage key of one adapter's calibration. */
 function cacheKey(adapter) {

@@ -33,8 +33,9 @@ pub struct TuningCache {
 }
 
 impl TuningCache {
-    /// Bumped when shape classes or variants change meaning, so old choices are timed again.
-    pub const VERSION: u32 = 2;
+    /// Bumped when shape classes or variants change meaning, so old choices are timed again
+    /// (3: block8 reads operands already in its layout without a pack pass).
+    pub const VERSION: u32 = 3;
 }
 
 impl Tuning {

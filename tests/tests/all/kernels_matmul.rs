@@ -171,6 +171,35 @@ fn every_variant_handles_batches_with_strides_and_broadcast() {
     }
 }
 
+/// The packed variants pack an operand whose rows are contiguous (A as stored, B transposed)
+/// with vec4 loads when K and the batch strides are multiples of 4, and block8 reads an operand
+/// already in its layout (A transposed, B as stored, M or N a multiple of 8) without a pack: rows
+/// past the matrix, items back to back, strides that keep the vec4s aligned and strides that do
+/// not (the scalar pack), and a broadcast operand.
+#[test]
+fn every_variant_matches_reference_where_operands_pack_as_vec4_or_not_at_all() {
+    let ctx = gpu_or_skip!();
+    for v in variants(ctx) {
+        for (ta, tb) in TRANSPOSES {
+            for &(m, n, k) in &[(18, 21, 12), (5, 3, 4), (33, 64, 36), (16, 24, 12)] {
+                Case::new(shape(3, m, n, k, ta, tb), true, 59).check(ctx, Some(v));
+                let mut s = shape(3, m, n, k, ta, tb);
+                s.stride_a += 4;
+                s.stride_b += 8;
+                Case::new(s, true, 61).check(ctx, Some(v));
+                let mut s = shape(3, m, n, k, ta, tb);
+                s.stride_a += 2;
+                s.stride_b += 6;
+                Case::new(s, false, 67).check(ctx, Some(v));
+                let mut s = shape(2, m, n, k, ta, tb);
+                s.stride_b = 0;
+                s.accumulate = true;
+                Case::new(s, false, 71).check(ctx, Some(v));
+            }
+        }
+    }
+}
+
 /// The matmuls of a forward and backward step of MODEL.md's tiny model.
 fn tiny_model_shapes() -> Vec<MatmulShape> {
     let cfg = GptConfig::tiny();
