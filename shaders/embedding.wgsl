@@ -42,10 +42,11 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
 // block d with v % groups == g. It zeroes them, then walks device d's ids in order adding the
 // matching dout rows, so each sum has a fixed order and no two invocations write the same
 // element. `groups` trades parallelism (D * groups * C invocations) against redundant id
-// reads (each invocation reads all nl ids of its device).
-@compute @workgroup_size(256)
+// reads (each invocation reads all nl ids of its device). Workgroups of 64, so that few
+// invocations still make enough workgroups to spread over a CPU driver's threads.
+@compute @workgroup_size(64)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * WG;
+    let e = gid.x + gid.y * nwg.x * 64u;
     if (e >= p.devices * p.groups * p.c) { return; }
     let d = e / (p.groups * p.c);
     let g = (e / p.c) % p.groups;
