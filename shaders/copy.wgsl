@@ -11,6 +11,10 @@
 // each entry point (`copy_<rank>`, `accumulate_<rank>`) so the driver drops unused axes;
 // a rank read from the uniform made a plain copy 4x slower on lavapipe.
 // One invocation per element, the last axis fastest; ids fold into y past 65535 workgroups.
+// `copy4_<rank>` moves four elements per invocation as a vec4 where the launcher found the last
+// axis contiguous on both sides and everything else a multiple of 4 (then shape, strides and
+// offsets are in units of four elements): on lavapipe every storage access is a per-lane loop,
+// so a vec4 moves four elements for the price of one, and the index arithmetic is shared by four.
 
 struct Params {
     shape: array<vec4<u32>, 2>,       // axes 0..5 in .xyzw of [0] then .xy of [1], right-aligned
@@ -32,6 +36,8 @@ struct Params {
 @group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(2) var<uniform> p: Params;
+@group(0) @binding(3) var<storage, read> src4: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read_write> dst4: array<vec4<u32>>;
 
 const WG: u32 = 256u;
 
@@ -157,4 +163,52 @@ fn accumulate_6(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     if (e >= p.total) { return; }
     let a = addresses(e, 6u);
     dst[a.y] = bitcast<u32>(bitcast<f32>(dst[a.y]) + bitcast<f32>(src[a.x]));
+}
+
+@compute @workgroup_size(256)
+fn copy4_1(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    if (e >= p.total) { return; }
+    let a = addresses(e, 1u);
+    dst4[a.y] = src4[a.x];
+}
+
+@compute @workgroup_size(256)
+fn copy4_2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    if (e >= p.total) { return; }
+    let a = addresses(e, 2u);
+    dst4[a.y] = src4[a.x];
+}
+
+@compute @workgroup_size(256)
+fn copy4_3(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    if (e >= p.total) { return; }
+    let a = addresses(e, 3u);
+    dst4[a.y] = src4[a.x];
+}
+
+@compute @workgroup_size(256)
+fn copy4_4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    if (e >= p.total) { return; }
+    let a = addresses(e, 4u);
+    dst4[a.y] = src4[a.x];
+}
+
+@compute @workgroup_size(256)
+fn copy4_5(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    if (e >= p.total) { return; }
+    let a = addresses(e, 5u);
+    dst4[a.y] = src4[a.x];
+}
+
+@compute @workgroup_size(256)
+fn copy4_6(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * WG;
+    if (e >= p.total) { return; }
+    let a = addresses(e, 6u);
+    dst4[a.y] = src4[a.x];
 }

@@ -111,14 +111,42 @@ pub async fn strided(ctx: &GpuContext, src: &GpuBuffer, dst: &GpuBuffer, c: &Str
         need(k, "dst", dst, last(dst_offset, dst_strides)? + 1)?;
     }
     // Right-align the collapsed axes into the kernel's 6; padding axes have extent 1.
-    let axes = collapse(shape, src_strides, dst_strides);
+    let mut axes = collapse(shape, src_strides, dst_strides);
+    // Four elements at a time where the last axis is contiguous on both sides and every other
+    // stride, every offset and its extent are multiples of 4: the same copy in vec4 units.
+    let vec4 = !accumulate
+        && total > 0
+        && matches!(axes.last(), Some(&(e, 1, 1)) if e.is_multiple_of(4))
+        && axes[..axes.len() - 1]
+            .iter()
+            .all(|&(_, s, d)| s.is_multiple_of(4) && d.is_multiple_of(4))
+        && src_offset.is_multiple_of(4)
+        && dst_offset.is_multiple_of(4)
+        && src.offset.is_multiple_of(16)
+        && dst.offset.is_multiple_of(16);
+    let (unit, entry) = match (vec4, accumulate) {
+        (true, _) => (4, "copy4"),
+        (false, true) => (1, "accumulate"),
+        (false, false) => (1, "copy"),
+    };
+    if vec4 {
+        let last = axes.len() - 1;
+        for (a, (e, s, d)) in axes.iter_mut().enumerate() {
+            if a == last {
+                *e /= 4;
+            } else {
+                *s /= 4;
+                *d /= 4;
+            }
+        }
+    }
     let mut params = Params {
         shape: [1; 8],
         src_strides: [0; 8],
         dst_strides: [0; 8],
-        total: total as u32,
-        src_offset: src_offset as u32,
-        dst_offset: dst_offset as u32,
+        total: (total / unit) as u32,
+        src_offset: (src_offset / unit) as u32,
+        dst_offset: (dst_offset / unit) as u32,
         src_outer: axes[0].1 as u32,
         dst_outer: axes[0].2 as u32,
         _pad: [0; 3],
@@ -129,12 +157,13 @@ pub async fn strided(ctx: &GpuContext, src: &GpuBuffer, dst: &GpuBuffer, c: &Str
         params.src_strides[slot] = s as u32;
         params.dst_strides[slot] = d as u32;
     }
-    let entry = format!("{}_{}", if accumulate { "accumulate" } else { "copy" }, axes.len());
+    let entry = format!("{entry}_{}", axes.len());
     let label = format!("{entry} {shape:?} src {src_offset}+{src_strides:?} dst {dst_offset}+{dst_strides:?}");
+    let (src_slot, dst_slot) = if vec4 { (3, 4) } else { (0, 1) };
     let kernel = Kernel::new("copy", entry, label)
-        .read(0, "src", src)
-        .write(1, "dst", dst)
+        .read(src_slot, "src", src)
+        .write(dst_slot, "dst", dst)
         .uniform(2, &params)
-        .grid(grid_1d(total, 256));
+        .grid(grid_1d(total / unit, 256));
     ctx.launch(kernel).await
 }

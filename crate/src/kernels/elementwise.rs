@@ -66,6 +66,9 @@ pub async fn binary(
         Binary::Add => "add",
         Binary::Mul => "mul",
     };
+    // Four elements per invocation where every block of four stays inside one period of `b`
+    // and the bindings start on 16 bytes (the shader's add4 / mul4).
+    let vec4 = nb.is_multiple_of(4) && [a, b, out].iter().all(|x| x.offset.is_multiple_of(16));
     let label = if devices == 1 {
         format!("{entry} n={n}")
     } else {
@@ -75,12 +78,25 @@ pub async fn binary(
         nl: nl as u32,
         ..single(n, nb, alpha, beta)
     };
-    let kernel = Kernel::new("elementwise", entry, label)
-        .read(0, "a", a)
-        .read(1, "b", b)
-        .write(2, "out", out)
-        .uniform(3, &params)
-        .grid(grid_1d(n, 256));
+    let kernel = if vec4 {
+        let entry = match op {
+            Binary::Add => "add4",
+            Binary::Mul => "mul4",
+        };
+        Kernel::new("elementwise", entry, label)
+            .read(4, "a", a)
+            .read(5, "b", b)
+            .write(6, "out", out)
+            .uniform(3, &params)
+            .grid(grid_1d(n / 4, 256))
+    } else {
+        Kernel::new("elementwise", entry, label)
+            .read(0, "a", a)
+            .read(1, "b", b)
+            .write(2, "out", out)
+            .uniform(3, &params)
+            .grid(grid_1d(n, 256))
+    };
     ctx.launch(kernel).await
 }
 

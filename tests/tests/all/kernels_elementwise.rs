@@ -2,7 +2,18 @@ use shardlab::kernels::elementwise::{binary, scale, Binary, BinaryArgs};
 use shardlab::reference::elementwise as reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
-const SIZES: &[(usize, usize)] = &[(1, 1), (3, 3), (17, 1), (65, 13), (1000, 10), (70_001, 70_001)];
+/// (n, period of b): odd ones, and ones whose period is a multiple of 4 (the vec4 kernels).
+const SIZES: &[(usize, usize)] = &[
+    (1, 1),
+    (3, 3),
+    (17, 1),
+    (65, 13),
+    (1000, 10),
+    (70_001, 70_001),
+    (1024, 256),
+    (96, 4),
+    (70_004, 70_004),
+];
 
 #[test]
 fn elementwise_kernels_match_reference_on_odd_sizes() {

@@ -6,8 +6,17 @@ use shardlab::kernels::{dropout, gelu};
 use shardlab::reference::fused as reference;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
-/// (n over all devices, bias period per device, devices)
-const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (17, 17, 1), (1000, 10, 1), (4 * 96, 24, 4), (70_001, 1, 1)];
+/// (n over all devices, bias period per device, devices); n and the period multiples of 4 take
+/// the vec4 kernels.
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (17, 17, 1),
+    (1000, 10, 1),
+    (4 * 96, 24, 4),
+    (70_001, 1, 1),
+    (4096, 128, 1),
+    (2 * 520, 4, 2),
+];
 
 fn bits(n: usize, seed: u32) -> Vec<u32> {
     rand_vec(n, seed)

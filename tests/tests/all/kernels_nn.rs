@@ -501,6 +501,70 @@ fn contiguous(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// A copy whose last axis is contiguous on both sides, with every other stride, the offsets and
+/// that axis a multiple of 4, moves vec4s (`copy4_*`); anything else, and every accumulate,
+/// moves elements. Both write exactly the reference's result and leave the rest of dst alone.
+#[test]
+fn strided_copy_moves_vec4s_where_rows_are_contiguous_and_elements_elsewhere() {
+    let ctx = gpu_or_skip!();
+    // (what, src len, dst len, copy, the entry it must take)
+    let cases = [
+        (
+            "slice cols 4..12 of (6, 16)",
+            96,
+            48,
+            plan(&[6, 8], 4, &[16, 1], 0, &[8, 1], false),
+            "copy4_2",
+        ),
+        (
+            "slice cols 2..10 of (6, 16)",
+            96,
+            48,
+            plan(&[6, 8], 2, &[16, 1], 0, &[8, 1], false),
+            "copy_2",
+        ),
+        (
+            "into cols 8..16 of (6, 24)",
+            48,
+            144,
+            plan(&[6, 8], 0, &[8, 1], 8, &[24, 1], false),
+            "copy4_2",
+        ),
+        (
+            "broadcast a row of 12",
+            12,
+            60,
+            plan(&[5, 12], 0, &[0, 1], 0, &[12, 1], false),
+            "copy4_2",
+        ),
+        (
+            "heads (2, 8, 4, 8) -> (2, 4, 8, 8)",
+            512,
+            512,
+            plan(&[2, 8, 4, 8], 0, &[256, 32, 8, 1], 0, &[256, 8, 64, 1], false),
+            "copy4_4",
+        ),
+        (
+            "rows of 6",
+            36,
+            36,
+            plan(&[6, 6], 0, &[6, 1], 0, &[1, 6], false),
+            "copy_2",
+        ),
+        (
+            "accumulate cols 4..12",
+            96,
+            48,
+            plan(&[6, 8], 4, &[16, 1], 0, &[8, 1], true),
+            "accumulate_2",
+        ),
+    ];
+    for (what, src_len, dst_len, c, entry) in cases {
+        let label = check_copy(ctx, what, src_len, dst_len, &c);
+        assert!(label.starts_with(&format!("{entry} ")), "{what}: {label}");
+    }
+}
+
 #[test]
 fn strided_copy_transposes_slices_concatenates_and_broadcasts() {
     let ctx = gpu_or_skip!();
@@ -605,7 +669,8 @@ fn strided_copy_splits_qkv_heads_and_permutes_rank_6() {
         n,
         &plan(&src_shape, 0, &src_strides, 0, &dst_strides, false),
     );
-    assert!(label.starts_with("copy_5 "), "{label}");
+    // Dh = 8 is contiguous on both sides: four elements per invocation (`copy4_*`).
+    assert!(label.starts_with("copy4_5 "), "{label}");
     // Heads out of (B, T, H, Dh) into (B, H, T, Dh), and the same for one sequence (B = 1).
     for (bb, rank) in [(b, 4), (1, 3)] {
         let n = bb * t * h * dh;
@@ -623,7 +688,7 @@ fn strided_copy_splits_qkv_heads_and_permutes_rank_6() {
                 false,
             ),
         );
-        assert!(label.starts_with(&format!("copy_{rank} ")), "{label}");
+        assert!(label.starts_with(&format!("copy4_{rank} ")), "{label}");
     }
     // Rank 6 with odd extents, no two axes mergeable: permutation (5, 2, 0, 4, 1, 3) of the source.
     let shape = [2, 2, 3, 2, 5, 3];
