@@ -56,3 +56,32 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     let wd = decay[i / WG];
     param[i] = w - lr * (mhat / (sqrt(vhat) + eps) + wd * w);
 }
+
+// adamw4: adamw four elements per invocation as vec4s, where n is a multiple of 4 and the
+// bindings start on 16 bytes (on lavapipe every storage access is a per-lane loop, and each
+// element of adamw makes seven). The same arithmetic per element; a block of 256 elements is
+// 64 vec4s, so wd = decay[j / 64].
+@group(0) @binding(10) var<storage, read_write> param4: array<vec4<f32>>;
+@group(0) @binding(11) var<storage, read> grad4: array<vec4<f32>>;
+@group(0) @binding(12) var<storage, read_write> m4: array<vec4<f32>>;
+@group(0) @binding(13) var<storage, read_write> v4: array<vec4<f32>>;
+
+@compute @workgroup_size(256)
+fn adamw4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let j = index(gid, nwg);
+    if (j * 4u >= p.n) { return; }
+    let lr = hyper[0];
+    let b1 = hyper[1];
+    let b2 = hyper[2];
+    let eps = hyper[3];
+    let g = grad4[j];
+    let mi = hyper[4] * g + b1 * m4[j];
+    let vi = hyper[5] * (g * g) + b2 * v4[j];
+    m4[j] = mi;
+    v4[j] = vi;
+    let mhat = mi / hyper[6];
+    let vhat = vi / hyper[7];
+    let w = param4[j];
+    let wd = decay[j / (WG / 4u)];
+    param4[j] = w - lr * (mhat / (sqrt(vhat) + eps) + wd * w);
+}

@@ -138,14 +138,17 @@ pub async fn adamw(ctx: &GpuContext, b: &AdamWBuffers<'_>, segments: &[Segment])
         _ => format!("adamw n={n} ({} parameters)", segments.len()),
     };
     let decay = ctx.upload("adamw weight decay per block", &table)?;
-    let kernel = Kernel::new("optimizer", "adamw", label)
-        .write(0, "param", b.param)
-        .read(1, "grad", b.grad)
-        .write(2, "m", b.m)
-        .write(3, "v", b.v)
+    // Four elements per invocation (`adamw4`) where n and every binding's start allow vec4s.
+    let vec4 = n.is_multiple_of(4) && [b.param, b.grad, b.m, b.v].iter().all(|x| x.offset.is_multiple_of(16));
+    let (entry, shift, invocations) = if vec4 { ("adamw4", 10, n / 4) } else { ("adamw", 0, n) };
+    let kernel = Kernel::new("optimizer", entry, label)
+        .write(shift, "param", b.param)
+        .read(1 + shift, "grad", b.grad)
+        .write(2 + shift, "m", b.m)
+        .write(3 + shift, "v", b.v)
         .read(4, "hyper", b.hyper)
         .uniform(5, &params)
         .read_owned(6, "decay", decay)
-        .grid(grid_1d(n, UPDATE_BLOCK as u32));
+        .grid(grid_1d(invocations, UPDATE_BLOCK as u32));
     ctx.launch(kernel).await
 }
