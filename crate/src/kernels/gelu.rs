@@ -17,14 +17,25 @@ fn params(n: usize) -> Params {
 }
 
 /// `out = GELU(x)` over `n` elements.
+/// `entry`, or its vec4 form (`entry4`, bindings + 10, a quarter of the invocations) where `n`
+/// is a multiple of 4 and every binding starts on 16 bytes: (entry, binding shift, invocations).
+fn layout(entry: &'static str, n: usize, bufs: &[&GpuBuffer]) -> (String, u32, usize) {
+    if n.is_multiple_of(4) && bufs.iter().all(|b| b.offset.is_multiple_of(16)) {
+        (format!("{entry}4"), 10, n / 4)
+    } else {
+        (entry.to_string(), 0, n)
+    }
+}
+
 pub async fn forward(ctx: &GpuContext, x: &GpuBuffer, out: &GpuBuffer, n: usize) -> Result<Dispatch, GpuError> {
     need("gelu::forward", "x", x, n)?;
     need("gelu::forward", "out", out, n)?;
-    let kernel = Kernel::new("gelu", "forward", format!("gelu n={n}"))
-        .read(0, "x", x)
-        .write(1, "out", out)
+    let (entry, shift, invocations) = layout("forward", n, &[x, out]);
+    let kernel = Kernel::new("gelu", entry, format!("gelu n={n}"))
+        .read(shift, "x", x)
+        .write(1 + shift, "out", out)
         .uniform(4, &params(n))
-        .grid(grid_1d(n, 256));
+        .grid(grid_1d(invocations, 256));
     ctx.launch(kernel).await
 }
 
@@ -39,11 +50,12 @@ pub async fn backward(
     need("gelu::backward", "x", x, n)?;
     need("gelu::backward", "dout", dout, n)?;
     need("gelu::backward", "dx", dx, n)?;
-    let kernel = Kernel::new("gelu", "backward", format!("gelu backward n={n}"))
-        .read(0, "x", x)
-        .read(2, "dout", dout)
-        .write(3, "dx", dx)
+    let (entry, shift, invocations) = layout("backward", n, &[x, dout, dx]);
+    let kernel = Kernel::new("gelu", entry, format!("gelu backward n={n}"))
+        .read(shift, "x", x)
+        .read(2 + shift, "dout", dout)
+        .write(3 + shift, "dx", dx)
         .uniform(4, &params(n))
-        .grid(grid_1d(n, 256));
+        .grid(grid_1d(invocations, 256));
     ctx.launch(kernel).await
 }
