@@ -153,8 +153,14 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
     for (const b of bars) {
       const sum = b.segs.reduce((x, s) => x + s.ms, 0);
       assert.ok(b.step > 0 && Math.abs(sum - b.step) <= 0.25 * b.step, `${b.mode}: segments ${sum} ms vs step ${b.step} ms`);
-      assert.ok(b.segs.some((s) => s.c === 'matmul') && b.segs.some((s) => s.c === 'optimizer'), JSON.stringify(b.segs));
+      assert.ok(b.segs.some((s) => s.c === 'matmul'), JSON.stringify(b.segs));
     }
+    // shard_map's update phase is the optimizer alone, so its time is the optimizer's even when
+    // the one AdamW dispatch is too cheap for the browser's 0.1 ms clock to time alone. (In
+    // automatic mode the update phase also holds the gradient all-reduces, which take its time
+    // when AdamW reads 0.)
+    const sm = bars.find((b) => b.mode === 'shard_map');
+    assert.ok(sm.segs.some((s) => s.c === 'optimizer' && s.ms > 0), JSON.stringify(sm.segs));
     assert.equal(await page.locator('[data-testid="top-ops"]').count(), 2);
     assert.deepEqual(await chartPoints(page, 'measured'), [steps + 1, steps, steps]);
     assert.deepEqual(await chartPoints(page, 'loss'), [steps + 1, steps, steps]);
