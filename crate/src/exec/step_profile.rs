@@ -146,12 +146,12 @@ pub async fn measure(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> 
     // A phase whose ops all read 0 alone (cheaper than the clock resolves, as a small model's
     // optimizer update under a browser's 0.1 ms timer) while the phase itself takes time: its
     // time is shared by its ops' dispatches, rather than shown as no op's.
-    for p in 0..3 {
+    for (p, &phase_ms) in phases_ms.iter().enumerate() {
         let unresolved = ops.iter().filter(|o| o.phase == p).all(|o| o.ms <= 0.0);
         let dispatches: usize = ops.iter().filter(|o| o.phase == p).map(|o| o.dispatches).sum();
-        if unresolved && dispatches > 0 && phases_ms[p] > 0.0 {
+        if unresolved && dispatches > 0 && phase_ms > 0.0 {
             for o in ops.iter_mut().filter(|o| o.phase == p) {
-                o.ms = phases_ms[p] * o.dispatches as f64 / dispatches as f64;
+                o.ms = phase_ms * o.dispatches as f64 / dispatches as f64;
             }
         }
     }
