@@ -67,6 +67,43 @@ fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     rstd[r] = rs;
 }
 
+// The vec4 views of the row kernels' operands (`forward_row4`, `backward_dx_row4`: C a multiple
+// of 4, bindings on 16 bytes). On lavapipe every storage access is a per-lane loop, so a row
+// reads a quarter as many times; the sums still add the elements one by one, in order.
+@group(0) @binding(15) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(16) var<storage, read> gamma4: array<vec4<f32>>;
+@group(0) @binding(17) var<storage, read> beta4: array<vec4<f32>>;
+@group(0) @binding(18) var<storage, read_write> out4: array<vec4<f32>>;
+@group(0) @binding(19) var<storage, read> dout4: array<vec4<f32>>;
+@group(0) @binding(20) var<storage, read_write> dx4: array<vec4<f32>>;
+
+fn sum4(acc: f32, v: vec4<f32>) -> f32 {
+    return acc + v.x + v.y + v.z + v.w;
+}
+
+@compute @workgroup_size(64)
+fn forward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= p.rows) { return; }
+    let c4 = p.c / 4u;
+    let base = r * c4;
+    let pb = param_base(r) / 4u;
+    var s = 0.0;
+    for (var j = 0u; j < c4; j++) { s = sum4(s, x4[base + j]); }
+    let m = s / f32(p.c);
+    var v = 0.0;
+    for (var j = 0u; j < c4; j++) {
+        let d = x4[base + j] - m;
+        v = sum4(v, d * d);
+    }
+    let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
+    for (var j = 0u; j < c4; j++) {
+        out4[base + j] = (x4[base + j] - m) * rs * gamma4[pb + j] + beta4[pb + j];
+    }
+    mean[r] = m;
+    rstd[r] = rs;
+}
+
 @compute @workgroup_size(256)
 fn forward_wg(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -118,6 +155,31 @@ fn backward_dx_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
         let dn = dout[base + j] * gamma[pb + j];
         let xhat = (x[base + j] - m) * rs;
         dx[base + j] = rs * (dn - a - xhat * b);
+    }
+}
+
+@compute @workgroup_size(64)
+fn backward_dx_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= p.rows) { return; }
+    let c4 = p.c / 4u;
+    let base = r * c4;
+    let pb = param_base(r) / 4u;
+    let m = mean_in[r];
+    let rs = rstd_in[r];
+    var a = 0.0;
+    var b = 0.0;
+    for (var j = 0u; j < c4; j++) {
+        let dn = dout4[base + j] * gamma4[pb + j];
+        a = sum4(a, dn);
+        b = sum4(b, dn * (x4[base + j] - m) * rs);
+    }
+    a /= f32(p.c);
+    b /= f32(p.c);
+    for (var j = 0u; j < c4; j++) {
+        let dn = dout4[base + j] * gamma4[pb + j];
+        let xhat = (x4[base + j] - m) * rs;
+        dx4[base + j] = rs * (dn - a - xhat * b);
     }
 }
 

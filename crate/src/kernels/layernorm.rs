@@ -63,11 +63,17 @@ pub async fn forward(
     need(k, "rstd", b.rstd, rows)?;
     let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, c).entry("forward", rows);
     let label = format!("layernorm ({rows}, {c}){}", on_devices(devices));
+    let v4 = entry == "forward_row" && rows_as_vec4(c, &[b.x, b.gamma, b.beta, b.out]);
+    let (entry, [x, gamma, beta, out]) = if v4 {
+        ("forward_row4".to_string(), [15, 16, 17, 18])
+    } else {
+        (entry, [0, 1, 2, 3])
+    };
     let kernel = Kernel::new("layernorm", entry, label)
-        .read(0, "x", b.x)
-        .read(1, "gamma", b.gamma)
-        .read(2, "beta", b.beta)
-        .write(3, "out", b.out)
+        .read(x, "x", b.x)
+        .read(gamma, "gamma", b.gamma)
+        .read(beta, "beta", b.beta)
+        .write(out, "out", b.out)
         .write(4, "mean", b.mean)
         .write(5, "rstd", b.rstd)
         .uniform(12, &p)
@@ -118,10 +124,21 @@ pub async fn backward(
     let on = on_devices(devices);
     let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, c).entry("backward_dx", rows);
     let label = format!("layernorm backward dx ({rows}, {c}){on}");
-    let dx_pass = backward_inputs(Kernel::new("layernorm", entry, label), b, &p)
-        .read(1, "gamma", b.gamma)
-        .write(9, "dx", b.dx)
-        .grid(grid);
+    let dx_pass = if entry == "backward_dx_row" && rows_as_vec4(c, &[b.dout, b.x, b.gamma, b.dx]) {
+        Kernel::new("layernorm", "backward_dx_row4", label)
+            .read(19, "dout", b.dout)
+            .read(15, "x", b.x)
+            .read(7, "mean", b.mean)
+            .read(8, "rstd", b.rstd)
+            .read(16, "gamma", b.gamma)
+            .write(20, "dx", b.dx)
+            .uniform(12, &p)
+    } else {
+        backward_inputs(Kernel::new("layernorm", entry, label), b, &p)
+            .read(1, "gamma", b.gamma)
+            .write(9, "dx", b.dx)
+    }
+    .grid(grid);
     let label = format!("layernorm backward dgamma dbeta ({rows}, {c}){on}");
     let chunks = p.chunks as usize;
     if backward_dispatches(p.rpd as usize) == 2 {
@@ -149,6 +166,12 @@ pub async fn backward(
 }
 
 /// The bindings both backward passes read.
+/// Whether the one-invocation-per-row kernels can read rows of `c` as vec4s: `c` a multiple of
+/// 4 and every binding on 16 bytes (their `_row4` entry points).
+fn rows_as_vec4(c: usize, bufs: &[&GpuBuffer]) -> bool {
+    c.is_multiple_of(4) && bufs.iter().all(|b| b.offset.is_multiple_of(16))
+}
+
 fn backward_inputs<'a>(kernel: Kernel<'a>, b: &BackwardBuffers<'a>, p: &Params) -> Kernel<'a> {
     kernel
         .read(6, "dout", b.dout)
