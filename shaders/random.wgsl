@@ -119,6 +119,24 @@ fn random_bits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     bits[i] = bits_at(d, i - d * p.n_block);
 }
 
+// random_bits where every device's block is the whole array in the original layout: one
+// invocation per counter pair (j, j + h) writes both words of its hash, elements j and j + h (the
+// same words bits_at gives them, from one hash instead of two).
+@compute @workgroup_size(256)
+fn random_bits_pairs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let h = p.n_global - p.n_global / 2u;
+    let i = index(gid, nwg);
+    if (i >= p.n_dev * h) { return; }
+    let d = i / h;
+    let j = i - d * h;
+    let second = j + h < p.n_global;
+    let y2 = threefry(key[d * p.key_stride], key[d * p.key_stride + 1u], j, select(0u, j + h, second));
+    bits[d * p.n_block + j] = y2.x;
+    if (second) {
+        bits[d * p.n_block + j + h] = y2.y;
+    }
+}
+
 // y = keep ? x * (1 / keep_prob) : 0
 @compute @workgroup_size(256)
 fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

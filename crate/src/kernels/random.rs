@@ -192,13 +192,27 @@ async fn launch(
         block_size: c.block_size,
         global_stride: c.global_stride,
     };
+    // Original-layout bits of the whole array on every device (automatic mode's replicated
+    // generation): one invocation per counter pair writes both words of its hash, as XLA hashes
+    // each pair once, where `random_bits` would hash it once per element.
+    let whole = c.n_block == c.n_global && c.offsets.iter().all(|&o| o == 0);
+    let pairs = entry == "random_bits" && draw.layout == RngLayout::Original && whole;
+    let invocations = if pairs {
+        n_dev * (c.n_global as usize).div_ceil(2)
+    } else {
+        n_dev * c.n_block as usize
+    };
     let label = format!("{entry} {:?} {n_dev}x{}", draw.layout, c.n_block);
-    let offsets = ctx.upload(&format!("{label} offsets"), &c.offsets)?;
     let mut kernel = kernel
         .read(0, "key", key)
-        .read_owned(4, "offsets", offsets)
         .uniform(5, &params)
-        .grid(grid_1d(n_dev * c.n_block as usize, 256));
+        .grid(grid_1d(invocations, 256));
+    if pairs {
+        // Its blocks all start at 0: no offsets to read.
+        kernel.entry = "random_bits_pairs".to_string();
+    } else {
+        kernel = kernel.read_owned(4, "offsets", ctx.upload(&format!("{label} offsets"), &c.offsets)?);
+    }
     kernel.label = label;
     ctx.launch(kernel).await
 }

@@ -17,7 +17,8 @@ pub enum Placement {
     /// would: the original Threefry layout hashes two words per call.
     Real,
     /// All mesh positions as shards of one adapter, as shardlab runs them: every dispatch
-    /// covers all devices, collectives are copies in its memory, one hash per word.
+    /// covers all devices, collectives are copies in its memory, one hash per word but for the
+    /// original layout's whole arrays (a hash per pair, as XLA).
     Simulated,
 }
 
@@ -123,10 +124,16 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
         }
         Op::RandomBits { shape, layout } | Op::RandomBitsBlock { shape, layout, .. } => {
             let words: f64 = shape.iter().product::<usize>() as f64;
-            // JAX's original layout hashes a pair of counters into two words; shardlab's
-            // kernel (and the partitionable layout everywhere) hashes once per word.
+            // JAX's original layout hashes a pair of counters into two words, and so does
+            // shardlab's kernel for a whole array (`random_bits_pairs`); a block of it and the
+            // partitionable layout everywhere hash once per word.
+            let whole = match &ins.op {
+                Op::RandomBitsBlock { global, .. } => global == shape,
+                _ => true,
+            };
             let hashes = match (layout, placement) {
                 (RngLayout::Original, Placement::Real) => words / 2.0,
+                (RngLayout::Original, Placement::Simulated) if whole => words / 2.0,
                 _ => words,
             };
             w.int_ops = hashes * THREEFRY_INT_OPS;
