@@ -143,18 +143,6 @@ pub async fn measure(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> 
     for o in &mut ops {
         o.ms = o.split_ms * phase_factor[o.phase];
     }
-    // A phase whose ops all read 0 alone (cheaper than the clock resolves, as a small model's
-    // optimizer update under a browser's 0.1 ms timer) while the phase itself takes time: its
-    // time is shared by its ops' dispatches, rather than shown as no op's.
-    for (p, &phase_ms) in phases_ms.iter().enumerate() {
-        let unresolved = ops.iter().filter(|o| o.phase == p).all(|o| o.ms <= 0.0);
-        let dispatches: usize = ops.iter().filter(|o| o.phase == p).map(|o| o.dispatches).sum();
-        if unresolved && dispatches > 0 && phase_ms > 0.0 {
-            for o in ops.iter_mut().filter(|o| o.phase == p) {
-                o.ms = phase_ms * o.dispatches as f64 / dispatches as f64;
-            }
-        }
-    }
     let per_dispatch = Some(ops.iter().filter(|o| o.phase < 2).map(|o| (o.instr, o.ms)).collect());
     Ok(StepProfile {
         step_ms: median(step_t),
