@@ -42,3 +42,11 @@ pub(crate) fn on_devices(devices: usize) -> String {
         format!(" on {devices} devices")
     }
 }
+
+/// Whether `n` elements in each of `bufs` can be read and written as vec4s: `n` a multiple of 4
+/// and every binding starting on 16 bytes. The launchers with a vec4 form (the `*4` entry
+/// points) take it when this holds; on lavapipe every storage access is a per-lane loop, so a
+/// vec4 moves four elements for the price of one.
+pub(crate) fn vec4_ok(n: usize, bufs: &[&GpuBuffer]) -> bool {
+    n.is_multiple_of(4) && bufs.iter().all(|b| b.offset.is_multiple_of(16))
+}

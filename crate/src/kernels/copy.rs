@@ -1,5 +1,5 @@
 //! Strided copy (shaders/copy.wgsl): one kernel for transpose, slice, concat and broadcast.
-use super::check::need;
+use super::check::{need, vec4_ok};
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::copy::Strided;
 
@@ -122,8 +122,7 @@ pub async fn strided(ctx: &GpuContext, src: &GpuBuffer, dst: &GpuBuffer, c: &Str
             .all(|&(_, s, d)| s.is_multiple_of(4) && d.is_multiple_of(4))
         && src_offset.is_multiple_of(4)
         && dst_offset.is_multiple_of(4)
-        && src.offset.is_multiple_of(16)
-        && dst.offset.is_multiple_of(16);
+        && vec4_ok(total, &[src, dst]);
     let (unit, entry) = match (vec4, accumulate) {
         (true, _) => (4, "copy4"),
         (false, true) => (1, "accumulate"),

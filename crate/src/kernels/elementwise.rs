@@ -1,5 +1,5 @@
 //! Elementwise kernels (shaders/elementwise.wgsl).
-use super::check::need;
+use super::check::{need, vec4_ok};
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::elementwise::{Binary, BinaryArgs};
 
@@ -68,7 +68,7 @@ pub async fn binary(
     };
     // Four elements per invocation where every block of four stays inside one period of `b`
     // and the bindings start on 16 bytes (the shader's add4 / mul4).
-    let vec4 = nb.is_multiple_of(4) && [a, b, out].iter().all(|x| x.offset.is_multiple_of(16));
+    let vec4 = vec4_ok(nb, &[a, b, out]);
     let label = if devices == 1 {
         format!("{entry} n={n}")
     } else {

@@ -1,7 +1,7 @@
 //! Fused elementwise chains (shaders/fused.wgsl): bias + GELU, bias + residual, dropout +
 //! residual, each one dispatch and one pass where the unfused program makes two. The executor's
 //! lowering picks them (crate/src/exec/gpu/fuse.rs). CPU twins: [`crate::reference::fused`].
-use super::check::need;
+use super::check::{need, vec4_ok};
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::fused::FusedShape;
 use crate::rng::keep_scale;
@@ -51,9 +51,8 @@ fn elementwise<'a>(
     nb: usize,
     bindings: &[(u32, &'static str, &'a GpuBuffer, bool)],
 ) -> Kernel<'a> {
-    let vec4 = n.is_multiple_of(4)
-        && (nb == 1 && !bindings.iter().any(|b| b.0 == 1) || nb.is_multiple_of(4))
-        && bindings.iter().all(|b| b.2.offset.is_multiple_of(16));
+    let bufs: Vec<&GpuBuffer> = bindings.iter().map(|b| b.2).collect();
+    let vec4 = vec4_ok(n, &bufs) && (nb == 1 && !bindings.iter().any(|b| b.0 == 1) || nb.is_multiple_of(4));
     let (entry, shift, invocations) = if vec4 {
         (format!("{entry}4"), 10, n / 4)
     } else {

@@ -1,5 +1,5 @@
 //! GELU, tanh form (shaders/gelu.wgsl).
-use super::check::need;
+use super::check::{need, vec4_ok};
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
 #[repr(C)]
@@ -20,7 +20,7 @@ fn params(n: usize) -> Params {
 /// `entry`, or its vec4 form (`entry4`, bindings + 10, a quarter of the invocations) where `n`
 /// is a multiple of 4 and every binding starts on 16 bytes: (entry, binding shift, invocations).
 fn layout(entry: &'static str, n: usize, bufs: &[&GpuBuffer]) -> (String, u32, usize) {
-    if n.is_multiple_of(4) && bufs.iter().all(|b| b.offset.is_multiple_of(16)) {
+    if vec4_ok(n, bufs) {
         (format!("{entry}4"), 10, n / 4)
     } else {
         (entry.to_string(), 0, n)

@@ -1,7 +1,7 @@
 //! LayerNorm over the last axis (shaders/layernorm.wgsl): eps 1e-5, biased variance.
 //! One dispatch serves D simulated devices ([`LayerNormShape::devices`]): the rows of device d
 //! are [d * R, (d + 1) * R), R = rows / D, with its own gamma, beta, dgamma, dbeta block (D, C).
-use super::check::{need, on_devices, per_device, positive};
+use super::check::{need, on_devices, per_device, positive, vec4_ok};
 use super::reduce::{partial_entry, stages, CHUNK};
 use super::RowStrategy;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
@@ -63,7 +63,8 @@ pub async fn forward(
     need(k, "rstd", b.rstd, rows)?;
     let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, c).entry("forward", rows);
     let label = format!("layernorm ({rows}, {c}){}", on_devices(devices));
-    let v4 = entry == "forward_row" && rows_as_vec4(c, &[b.x, b.gamma, b.beta, b.out]);
+    // Rows of C as vec4s (`forward_row4`) where C and the bindings allow.
+    let v4 = entry == "forward_row" && vec4_ok(c, &[b.x, b.gamma, b.beta, b.out]);
     let (entry, [x, gamma, beta, out]) = if v4 {
         ("forward_row4".to_string(), [15, 16, 17, 18])
     } else {
@@ -124,7 +125,7 @@ pub async fn backward(
     let on = on_devices(devices);
     let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, c).entry("backward_dx", rows);
     let label = format!("layernorm backward dx ({rows}, {c}){on}");
-    let dx_pass = if entry == "backward_dx_row" && rows_as_vec4(c, &[b.dout, b.x, b.gamma, b.dx]) {
+    let dx_pass = if entry == "backward_dx_row" && vec4_ok(c, &[b.dout, b.x, b.gamma, b.dx]) {
         Kernel::new("layernorm", "backward_dx_row4", label)
             .read(19, "dout", b.dout)
             .read(15, "x", b.x)
@@ -166,12 +167,6 @@ pub async fn backward(
 }
 
 /// The bindings both backward passes read.
-/// Whether the one-invocation-per-row kernels can read rows of `c` as vec4s: `c` a multiple of
-/// 4 and every binding on 16 bytes (their `_row4` entry points).
-fn rows_as_vec4(c: usize, bufs: &[&GpuBuffer]) -> bool {
-    c.is_multiple_of(4) && bufs.iter().all(|b| b.offset.is_multiple_of(16))
-}
-
 fn backward_inputs<'a>(kernel: Kernel<'a>, b: &BackwardBuffers<'a>, p: &Params) -> Kernel<'a> {
     kernel
         .read(6, "dout", b.dout)

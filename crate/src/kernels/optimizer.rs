@@ -9,6 +9,7 @@
 //! out alike: each parameter a [`Segment`] starting on an [`UPDATE_BLOCK`] boundary (the gaps
 //! hold zeros, which every update keeps at zero), so the executor needs a few dispatches per
 //! step instead of one per parameter.
+use super::check::vec4_ok;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::optimizer::{
     sgd_hyper, AdamWHyper, OptimizerError, ADAMW_B1, ADAMW_B2, ADAMW_EPS, ADAMW_HYPER_LEN, ADAMW_WEIGHT_DECAY,
@@ -139,7 +140,7 @@ pub async fn adamw(ctx: &GpuContext, b: &AdamWBuffers<'_>, segments: &[Segment])
     };
     let decay = ctx.upload("adamw weight decay per block", &table)?;
     // Four elements per invocation (`adamw4`) where n and every binding's start allow vec4s.
-    let vec4 = n.is_multiple_of(4) && [b.param, b.grad, b.m, b.v].iter().all(|x| x.offset.is_multiple_of(16));
+    let vec4 = vec4_ok(n, &[b.param, b.grad, b.m, b.v]);
     let (entry, shift, invocations) = if vec4 { ("adamw4", 10, n / 4) } else { ("adamw", 0, n) };
     let kernel = Kernel::new("optimizer", entry, label)
         .write(shift, "param", b.param)

@@ -231,10 +231,11 @@ pub(crate) async fn build(
         (Variant::Tex16, true) => "tex16_v4",
     };
     let main = ctx.pipeline(v.shader(), entry).await?;
+    let packing = pack_entries(v, s, ops);
     let pack = match v.padding() {
         Some(_) => {
             let mut pipelines = [None, None];
-            for (p, how) in pipelines.iter_mut().zip(pack_entries(v, s, ops)) {
+            for (p, how) in pipelines.iter_mut().zip(packing) {
                 if let Packing::Pass { entry, .. } = how {
                     *p = Some(ctx.pipeline(v.shader(), entry).await?);
                 }
@@ -246,7 +247,14 @@ pub(crate) async fn build(
     let label = format!("matmul.{} {}", v.name(), s.describe());
     // Resources are created synchronously inside one error scope, so a refusal comes back here as a value.
     let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let planned = plan(ctx, v, s, ops, Pipelines { entry, main, pack, v4 }, &label);
+    let pipelines = Pipelines {
+        entry,
+        main,
+        pack,
+        packing,
+        v4,
+    };
+    let planned = plan(ctx, v, s, ops, pipelines, &label);
     if let Some(e) = scope.pop().await {
         return Err(GpuError::from_wgpu(&label, e));
     }
@@ -259,6 +267,8 @@ struct Pipelines {
     entry: &'static str,
     main: Arc<wgpu::ComputePipeline>,
     pack: Option<[Option<Arc<wgpu::ComputePipeline>>; 2]>,
+    /// How A and B reach the matmul (`pack_entries`), which the pack pipelines were built for.
+    packing: [Packing; 2],
     v4: bool,
 }
 
@@ -329,7 +339,13 @@ fn plan(
     pipelines: Pipelines,
     label: &str,
 ) -> Result<Vec<Dispatch>, GpuError> {
-    let Pipelines { entry, main, pack, v4 } = pipelines;
+    let Pipelines {
+        entry,
+        main,
+        pack,
+        packing,
+        v4,
+    } = pipelines;
     let (a_si, a_sk) = s.a_strides();
     let (b_sk, b_sj) = s.b_strides();
     // With one batch item the strides are never used: keep them out of the u32 range checks.
@@ -378,7 +394,6 @@ fn plan(
 
     // Packed operands: A as A^T rows (K, Mp), B as rows (K, Np), per batch item unless broadcast.
     let (la, lb) = packed_items(s);
-    let entries = pack_entries(v, s, ops);
     let operands = [
         ("A", ops.a, s.m, mp, (a_si, a_sk), s.stride_a, la),
         ("B", ops.b, s.n, np, (b_sj, b_sk), s.stride_b, lb),
@@ -390,7 +405,7 @@ fn plan(
     let mut bufs: Vec<(u32, GpuBuffer)> = Vec::new();
     let mut direct: Vec<(u32, &GpuBuffer)> = Vec::new();
     for (((slot, (name, src, rows, rows_p, (sr, sk), src_stride, nl)), how), pack) in
-        [7, 8].into_iter().zip(operands).zip(entries).zip(pack)
+        [7, 8].into_iter().zip(operands).zip(packing).zip(pack)
     {
         let (
             Packing::Pass {
