@@ -140,6 +140,7 @@ pub const KERNELS: &[Case] = &[
     Case::Matmul(Variant::Tiled),
     Case::Matmul(Variant::Block8),
     Case::Matmul(Variant::Tex16),
+    Case::Matmul(Variant::Sg),
     Case::LayerNormForward,
     Case::LayerNormBackward,
     Case::GeluForward,
@@ -179,6 +180,7 @@ impl Case {
             Case::Matmul(Variant::Tiled) => "matmul tiled",
             Case::Matmul(Variant::Block8) => "matmul block8",
             Case::Matmul(Variant::Tex16) => "matmul tex16",
+            Case::Matmul(Variant::Sg) => "matmul sg",
             Case::LayerNormForward => "layernorm forward",
             Case::LayerNormBackward => "layernorm backward",
             Case::GeluForward => "gelu forward",
@@ -317,7 +319,7 @@ pub async fn check_shader(ctx: &GpuContext, shader: &str, src: &str) -> Vec<Pipe
     if entries.is_empty() {
         return vec![item("-", Status::Fail, Some("no @compute entry point found".into()))];
     }
-    let missing: Vec<&str> = shaders::enables(src)
+    let missing: Vec<&str> = shaders::extensions(shader, src)
         .into_iter()
         .filter(|e| !adapter_has(ctx, e))
         .collect();

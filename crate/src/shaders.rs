@@ -13,15 +13,36 @@ macro_rules! rows {
     };
 }
 
+/// The output prelude of the texture matmuls (shaders/matmul_out.wgsl: Params, C, bias, stores).
+macro_rules! matmul_out {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../shaders/matmul_out.wgsl"),
+            "\n",
+            include_str!(concat!("../../shaders/", $file))
+        )
+    };
+}
+
 /// (name, source) of every shared WGSL prelude: no entry points, only what kernels compose.
-pub const PRELUDES: &[(&str, &str)] = &[("rows", include_str!("../../shaders/rows.wgsl"))];
+pub const PRELUDES: &[(&str, &str)] = &[
+    ("rows", include_str!("../../shaders/rows.wgsl")),
+    ("matmul_out", include_str!("../../shaders/matmul_out.wgsl")),
+];
 
 /// (shader, the preludes composed in front of it, in order) for every composed shader.
 pub const COMPOSED: &[(&str, &[&str])] = &[
     ("layernorm", &["rows"]),
     ("softmax", &["rows"]),
     ("crossentropy", &["rows"]),
+    ("matmul_tex", &["matmul_out"]),
+    ("matmul_sg", &["matmul_out"]),
 ];
+
+/// (shader, the WGSL extension it uses without an `enable` line). naga (wgpu 30) turns subgroup
+/// operations on with the device's feature and rejects `enable subgroups;`, while browsers require
+/// it: the sources leave it out and [`for_browser`] puts it in.
+pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups")];
 
 /// (name, source) of every shader as compiled, preludes composed; `name` is the file stem.
 pub const ALL: &[(&str, &str)] = &[
@@ -30,7 +51,8 @@ pub const ALL: &[(&str, &str)] = &[
     ("optimizer", include_str!("../../shaders/optimizer.wgsl")),
     ("layernorm", rows!("layernorm.wgsl")),
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
-    ("matmul_tex", include_str!("../../shaders/matmul_tex.wgsl")),
+    ("matmul_tex", matmul_out!("matmul_tex.wgsl")),
+    ("matmul_sg", matmul_out!("matmul_sg.wgsl")),
     ("gelu", include_str!("../../shaders/gelu.wgsl")),
     ("softmax", rows!("softmax.wgsl")),
     ("crossentropy", rows!("crossentropy.wgsl")),
@@ -91,6 +113,23 @@ pub fn enables(src: &str) -> Vec<&str> {
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .collect()
+}
+
+/// Every extension shader `name` needs: its `enable` lines and its row of [`EXTENSIONS`].
+pub fn extensions<'a>(name: &str, src: &'a str) -> Vec<&'a str> {
+    let mut all = enables(src);
+    all.extend(EXTENSIONS.iter().filter(|(n, _)| *n == name).map(|(_, e)| *e));
+    all
+}
+
+/// `src` as a browser's WGSL compiler takes it: the `enable` lines of [`EXTENSIONS`] in front.
+pub fn for_browser(name: &str, src: &str) -> String {
+    let mut out = String::new();
+    for (_, e) in EXTENSIONS.iter().filter(|(n, _)| *n == name) {
+        out.push_str(&format!("enable {e};\n"));
+    }
+    out.push_str(src);
+    out
 }
 
 /// The identifier-like words and `@` signs of a WGSL source, outside comments (which nest).

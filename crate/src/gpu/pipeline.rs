@@ -72,6 +72,9 @@ impl GpuContext {
         }
         let t0 = now_ms();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        // The browser compiles the WGSL itself and wants every extension enabled in it.
+        #[cfg(target_arch = "wasm32")]
+        let source = shaders::for_browser(key, source);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(key),
             source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -108,7 +111,8 @@ impl GpuContext {
             Some(raw) => {
                 let device: &wasm_bindgen::JsValue = raw.as_ref();
                 let (name, source) = shaders::get(shader).ok_or_else(|| GpuError::UnknownShader(shader.into()))?;
-                let compiled = super::async_pipeline::compile(device, name, source, entry, &label)
+                let source = shaders::for_browser(name, source);
+                let compiled = super::async_pipeline::compile(device, name, &source, entry, &label)
                     .await
                     .map_err(|message| GpuError::Shader {
                         shader: label.clone(),

@@ -34,8 +34,8 @@ pub struct TuningCache {
 
 impl TuningCache {
     /// Bumped when shape classes or variants change meaning, so old choices are timed again
-    /// (3: block8 reads operands already in its layout without a pack pass).
-    pub const VERSION: u32 = 3;
+    /// (3: block8 reads operands already in its layout without a pack pass; 4: the sg variant).
+    pub const VERSION: u32 = 4;
 }
 
 impl Tuning {

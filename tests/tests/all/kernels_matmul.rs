@@ -304,3 +304,74 @@ fn matmul_rejects_bad_operands_with_a_message() {
     let msg = err(pollster::block_on(matmul(ctx, &empty, &a, &b, None, &c, None)));
     assert!(msg.contains("empty shape"), "{msg}");
 }
+
+/// lavapipe runs a subgroup as the lanes of one CPU vector: 8 with its default 256-bit vectors, 16
+/// with `LP_NATIVE_VECTOR_WIDTH=512` (what the `shardlab` binary sets on AVX-512 CPUs). sg must
+/// be offered there, or every test above would pass without it.
+#[test]
+fn sg_is_offered_where_a_subgroup_is_one_cpu_vector() {
+    let ctx = gpu_or_skip!();
+    if !ctx.summary.name.contains("llvmpipe") {
+        return;
+    }
+    assert!(variants(ctx).contains(&Variant::Sg), "{:?}", variants(ctx));
+    let lanes = match std::env::var("LP_NATIVE_VECTOR_WIDTH").as_deref() {
+        Ok("512") => 16,
+        _ => 8,
+    };
+    assert_eq!(ctx.adapter.get_info().subgroup_max_size, lanes);
+}
+
+/// sg's blocks are 64 rows by 64 (8 lanes) or 128 (16 lanes) columns: shapes that need several
+/// of each, with a partial last block, every transpose, batches, bias and accumulate.
+#[test]
+fn sg_matches_reference_across_several_blocks_of_rows_and_columns() {
+    let ctx = gpu_or_skip!();
+    if !variants(ctx).contains(&Variant::Sg) {
+        return;
+    }
+    for (ta, tb) in TRANSPOSES {
+        Case::new(shape(2, 130, 270, 21, ta, tb), true, 31).check(ctx, Some(Variant::Sg));
+    }
+    let mut s = shape(3, 70, 132, 64, false, false);
+    s.accumulate = true;
+    s.alpha = 0.5;
+    Case::new(s, false, 41).check(ctx, Some(Variant::Sg));
+}
+
+/// The 16-lane entry points, checked in a child process of this test binary with 512-bit vectors
+/// (lavapipe fixes its vector width when it loads, once per process). Runs where lavapipe and
+/// AVX-512 are both here; elsewhere there is no 16-lane lavapipe to check.
+#[test]
+fn sg16_matches_reference_with_512_bit_vectors_in_a_child_process() {
+    if std::env::var_os("LP_NATIVE_VECTOR_WIDTH").is_some() {
+        return; // the child (or a user's setting): the tests above run at this width already
+    }
+    let ctx = gpu_or_skip!();
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    if !ctx.summary.name.contains("llvmpipe") || !avx512 {
+        eprintln!("no 16-lane lavapipe here: nothing to check");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["kernels_matmul::", "--test-threads", "1"])
+        .env("LP_NATIVE_VECTOR_WIDTH", "512")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kernels_matmul with 512-bit vectors:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "sg_is_offered_where_a_subgroup_is_one_cpu_vector ... ok",
+        "sg_matches_reference_across_several_blocks_of_rows_and_columns ... ok",
+        "every_variant_matches_reference_on_odd_shapes_and_transposes ... ok",
+    ] {
+        assert!(stdout.contains(name), "{name} missing:\n{stdout}");
+    }
+}

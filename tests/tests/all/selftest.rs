@@ -94,3 +94,19 @@ fn enables_lists_the_extensions_a_shader_needs() {
     );
     assert!(enables(shaders::get("elementwise").unwrap().1).is_empty());
 }
+
+/// naga (native) rejects `enable subgroups;`, browsers require it: the sg matmul's source leaves
+/// it out, its extension is still known (adapters without subgroups skip it) and the browser's
+/// copy has it first, before the prelude's declarations.
+#[test]
+fn the_sg_matmul_needs_subgroups_and_the_browser_gets_them_enabled() {
+    let (name, src) = shaders::get("matmul_sg").unwrap();
+    assert!(enables(src).is_empty(), "naga rejects an enable line");
+    assert_eq!(shaders::extensions(name, src), vec!["subgroups"]);
+    let web = shaders::for_browser(name, src);
+    assert!(web.starts_with("enable subgroups;\n"), "{}", &web[..60]);
+    assert!(web.ends_with(src));
+    let (tex, tex_src) = shaders::get("matmul_tex").unwrap();
+    assert!(shaders::extensions(tex, tex_src).is_empty());
+    assert_eq!(shaders::for_browser(tex, tex_src), tex_src);
+}

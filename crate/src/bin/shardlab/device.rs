@@ -35,9 +35,10 @@ pub fn adapter_id(ctx: &GpuContext) -> String {
 /// The cache file of one adapter's calibration.
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
     let id = adapter_id(ctx);
-    // v6: matmul packs load vec4s, so matmuls cost less than a v5 file says (v5: the step fit
-    // over eight reference steps, robust to outliers); older files are measured again.
-    cache_dir().map(|d| d.join(format!("profile-v6-{id}.json")))
+    // v7: the sg matmul variant, so matmuls cost less than a v6 file says (v6: packs load vec4s;
+    // v5: the step fit over eight reference steps, robust to outliers); older files are measured
+    // again.
+    cache_dir().map(|d| d.join(format!("profile-v7-{id}.json")))
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else

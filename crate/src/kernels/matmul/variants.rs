@@ -1,13 +1,13 @@
 //! The matmul variants: what each needs from the adapter and the shape, and how each is launched.
 //! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
-//! unaligned sizes: naive and tiled by bounds checks, block8 and tex16 by packing the operands into
-//! zero-padded layouts first (one `pack` dispatch per operand, replayed every step).
+//! unaligned sizes: naive and tiled by bounds checks, block8, tex16 and sg by packing the operands
+//! into zero-padded layouts first (one `pack` dispatch per operand, replayed every step).
 use std::sync::Arc;
 
 use super::MatmulShape;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
-/// A matmul kernel design (see shaders/matmul.wgsl and shaders/matmul_tex.wgsl).
+/// A matmul kernel design (see shaders/matmul.wgsl, matmul_tex.wgsl and matmul_sg.wgsl).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     /// One output per invocation: the baseline, runs anywhere.
@@ -18,10 +18,19 @@ pub enum Variant {
     Block8,
     /// 16x16 register block per invocation from read-only rgba32float storage textures.
     Tex16,
+    /// tex16's textures, a 64-row block per subgroup of 8 or 16 whose A values are shared by
+    /// subgroupBroadcast: a fraction of tex16's texel loads per multiply-add.
+    Sg,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 4] = [Variant::Naive, Variant::Tiled, Variant::Block8, Variant::Tex16];
+    pub const ALL: [Variant; 5] = [
+        Variant::Naive,
+        Variant::Tiled,
+        Variant::Block8,
+        Variant::Tex16,
+        Variant::Sg,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -29,6 +38,7 @@ impl Variant {
             Variant::Tiled => "tiled",
             Variant::Block8 => "block8",
             Variant::Tex16 => "tex16",
+            Variant::Sg => "sg",
         }
     }
 
@@ -40,7 +50,7 @@ impl Variant {
     fn padding(self) -> Option<(usize, usize)> {
         match self {
             Variant::Block8 => Some((8, 4)),
-            Variant::Tex16 => Some((16, 1)),
+            Variant::Tex16 | Variant::Sg => Some((16, 1)),
             Variant::Naive | Variant::Tiled => None,
         }
     }
@@ -48,8 +58,22 @@ impl Variant {
     fn shader(self) -> &'static str {
         match self {
             Variant::Tex16 => "matmul_tex",
+            Variant::Sg => "matmul_sg",
             _ => "matmul",
         }
+    }
+
+    /// The shader of the pack passes: sg reads the textures tex16's passes write.
+    fn pack_shader(self) -> &'static str {
+        match self {
+            Variant::Sg => "matmul_tex",
+            v => v.shader(),
+        }
+    }
+
+    /// Whether the packed operands are textures (else storage buffers).
+    fn packs_textures(self) -> bool {
+        matches!(self, Variant::Tex16 | Variant::Sg)
     }
 }
 
@@ -62,7 +86,7 @@ impl std::fmt::Display for Variant {
 impl std::str::FromStr for Variant {
     type Err = GpuError;
 
-    /// A variant by name (`naive`, `tiled`, `block8`, `tex16`), as the CLI and tests spell it.
+    /// A variant by name (`naive`, `tiled`, `block8`, `tex16`, `sg`), as the CLI and tests spell it.
     fn from_str(name: &str) -> Result<Self, GpuError> {
         Variant::from_name(name).ok_or_else(|| {
             let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
@@ -136,7 +160,22 @@ pub(crate) fn adapter_supports(ctx: &GpuContext, v: Variant) -> Result<(), Strin
                 Err("tex16 needs read-only and write-only rgba32float storage textures".into())
             }
         }
+        Variant::Sg => {
+            adapter_supports(ctx, Variant::Tex16).map_err(|e| format!("sg reads tex16's textures: {e}"))?;
+            subgroup_lanes(ctx)
+                .map(|_| ())
+                .ok_or_else(|| "sg needs the subgroups feature with a subgroup size fixed at 8 or 16".to_string())
+        }
     }
+}
+
+/// The subgroup size where sg can run: subgroups on, and every subgroup 8 or 16 invocations (its
+/// entry points make a workgroup of exactly one subgroup). lavapipe: 8, or 16 with 512-bit vectors.
+fn subgroup_lanes(ctx: &GpuContext) -> Option<u32> {
+    let info = ctx.adapter.get_info();
+    let fixed = info.subgroup_min_size == info.subgroup_max_size;
+    let lanes = info.subgroup_max_size;
+    (ctx.device.features().contains(wgpu::Features::SUBGROUP) && fixed && matches!(lanes, 8 | 16)).then_some(lanes)
 }
 
 /// Whether `v` can run shape `s` within this adapter's limits; the reason when not.
@@ -154,7 +193,7 @@ pub(crate) fn shape_supports(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> R
     let groups = match v {
         Variant::Naive => [s.n.div_ceil(16), s.m.div_ceil(16), s.batch],
         Variant::Tiled => [s.n.div_ceil(64), s.m.div_ceil(64), s.batch],
-        Variant::Block8 | Variant::Tex16 => [1, 1, s.batch],
+        Variant::Block8 | Variant::Tex16 | Variant::Sg => [1, 1, s.batch],
     };
     for g in groups {
         if g > max_groups {
@@ -168,7 +207,7 @@ pub(crate) fn shape_supports(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> R
             s.k.next_multiple_of(kq),
         );
         let (la, lb) = packed_items(s);
-        if v == Variant::Tex16 {
+        if v.packs_textures() {
             let dim = limits.max_texture_dimension_2d as usize;
             let sizes = [
                 ("texture width (M/4)", mp / 4),
@@ -229,6 +268,12 @@ pub(crate) async fn build(
         (Variant::Block8, true) => "block8_v4",
         (Variant::Tex16, false) => "tex16",
         (Variant::Tex16, true) => "tex16_v4",
+        (Variant::Sg, v4) => match (subgroup_lanes(ctx), v4) {
+            (Some(16), false) => "sg16",
+            (Some(16), true) => "sg16_v4",
+            (_, false) => "sg8",
+            (_, true) => "sg8_v4",
+        },
     };
     let main = ctx.pipeline(v.shader(), entry).await?;
     let packing = pack_entries(v, s, ops);
@@ -237,7 +282,7 @@ pub(crate) async fn build(
             let mut pipelines = [None, None];
             for (p, how) in pipelines.iter_mut().zip(packing) {
                 if let Packing::Pass { entry, .. } = how {
-                    *p = Some(ctx.pipeline(v.shader(), entry).await?);
+                    *p = Some(ctx.pipeline(v.pack_shader(), entry).await?);
                 }
             }
             Some(pipelines)
@@ -399,7 +444,7 @@ fn plan(
         ("B", ops.b, s.n, np, (b_sj, b_sk), s.stride_b, lb),
     ];
     let mut dispatches = Vec::with_capacity(3);
-    // What the matmul reads at slots 7 and 8: textures the pack passes wrote (tex16), buffers they
+    // What the matmul reads at slots 7 and 8: textures the pack passes wrote (tex16, sg), buffers they
     // wrote (block8), or the operand itself (block8, `Packing::Direct`).
     let mut views: Vec<(u32, wgpu::TextureView)> = Vec::new();
     let mut bufs: Vec<(u32, GpuBuffer)> = Vec::new();
@@ -432,11 +477,11 @@ fn plan(
         let mut groups = grid_1d(rows_p / 4 * kp.div_ceil(k_rows), 64);
         groups[2] = nl as u32;
         // `pack` reads the source as f32s, `pack_k4` as vec4s.
-        let kernel = Kernel::new(v.shader(), pack_entry, &plabel)
+        let kernel = Kernel::new(v.pack_shader(), pack_entry, &plabel)
             .read(if pack_entry == "pack" { 0 } else { 10 }, name, src)
             .uniform(5, &pk)
             .grid(groups);
-        if v == Variant::Tex16 {
+        if v.packs_textures() {
             let view = texture(ctx, &plabel, rows_p / 4, nl * kp);
             dispatches.push(ctx.launch_with(pack, kernel.texture(6, "packed", &view, true))?);
             views.push((slot, view));
@@ -446,8 +491,14 @@ fn plan(
             bufs.push((slot, dst));
         }
     }
-    let nblocks = (mp / v.padding().map_or(1, |p| p.0)) * (np / v.padding().map_or(1, |p| p.0));
-    let mut groups = grid_1d(nblocks, 64);
+    let mut groups = match (v, subgroup_lanes(ctx)) {
+        // A workgroup (one subgroup) per block of 64 rows and 8 columns per invocation.
+        (Variant::Sg, Some(lanes)) => grid_1d(mp.div_ceil(64) * np.div_ceil(8 * lanes as usize), 1),
+        _ => {
+            let block = v.padding().map_or(1, |p| p.0);
+            grid_1d((mp / block) * (np / block), 64)
+        }
+    };
     groups[2] = s.batch as u32;
     let mut kernel = Kernel::new(v.shader(), entry, label)
         .write(c_binding, "C", ops.c)

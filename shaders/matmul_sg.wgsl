@@ -1,0 +1,170 @@
+// Matmul with the A values shared across a subgroup: C = alpha * op(A) @ op(B) (+ bias) (+ C), batched.
+// It reads the textures tex16's pack passes write (matmul_tex.wgsl: texel (x, z * Kp + k) = A[4x .. 4x+3, k]
+// and B[k, 4x .. 4x+3]) and is composed after matmul_out.wgsl (Params, C, the bias and the stores).
+//   sg8, sg16  a workgroup is one subgroup of 8 or 16 invocations and computes a 64-row block of C,
+//              8 columns per invocation (64 or 128 columns). Per k each invocation loads the A^T texels
+//              of 8 (sg8) or 4 (sg16) of the rows and the two B texels of its columns, and
+//              subgroupBroadcast hands every invocation all 64 rows' A values.
+// Why: lavapipe runs a subgroup as the lanes of one AVX2 (8) or AVX-512 (16) vector. A texel load is
+// a loop over the lanes, a broadcast one shuffle, so 3 loads feed 512 multiply-adds here against
+// tex16's 8 loads for 256 (n = 1024: 45 -> 54 GFLOP/s with 8 lanes, 97 with 16). The launcher offers
+// these only where the subgroup size is fixed at 8 or 16: the entry points assume one subgroup per
+// workgroup. No `enable subgroups;` here: naga takes subgroups from the device's feature and rejects
+// the directive; the page adds it for the browser's compiler (shaders::for_browser).
+// Entry points ending in `_v4` store C as vec4 (N and stride_c multiples of 4).
+
+@group(0) @binding(7) var at: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = A[4x .. 4x+3, k]
+@group(0) @binding(8) var bt: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = B[k, 4x .. 4x+3]
+
+// m[2t + j][q] = C[row0 + 4t + q, col0 + 4j .. +3]: rows 4t .. 4t+3 of the block, this invocation's
+// columns. Indexed with constants only, so the driver never copies it.
+var<private> m: array<mat4x4<f32>, 32>;
+
+// Where workgroup `tile` of batch item z works: (first texel column of its 64 rows in A^T, of its
+// columns in B, first texel row of the item's A^T, of its B), or x = mp4 when it lies past C. The
+// same for every invocation of the subgroup, so the loops that use it stay in uniform control flow.
+fn sg_tile(tile: u32, z: u32, lanes: u32) -> vec4<u32> {
+    let nbc = (p.np4 + 2u * lanes - 1u) / (2u * lanes);
+    if (tile >= (p.mp4 + 15u) / 16u * nbc) { return vec4(p.mp4, 0u, 0u, 0u); }
+    let ka = select(z, 0u, p.stride_a == 0u) * p.kp;
+    let kb = select(z, 0u, p.stride_b == 0u) * p.kp;
+    return vec4(tile / nbc * 16u, tile % nbc * 2u * lanes, ka, kb);
+}
+
+// One k-step of sg16: invocation s holds A rows 4s .. 4s+3 in `a`.
+fn kstep16(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    var v = subgroupBroadcast(a, 0u); m[0] += outer(v, b0); m[1] += outer(v, b1);
+    v = subgroupBroadcast(a, 1u); m[2] += outer(v, b0); m[3] += outer(v, b1);
+    v = subgroupBroadcast(a, 2u); m[4] += outer(v, b0); m[5] += outer(v, b1);
+    v = subgroupBroadcast(a, 3u); m[6] += outer(v, b0); m[7] += outer(v, b1);
+    v = subgroupBroadcast(a, 4u); m[8] += outer(v, b0); m[9] += outer(v, b1);
+    v = subgroupBroadcast(a, 5u); m[10] += outer(v, b0); m[11] += outer(v, b1);
+    v = subgroupBroadcast(a, 6u); m[12] += outer(v, b0); m[13] += outer(v, b1);
+    v = subgroupBroadcast(a, 7u); m[14] += outer(v, b0); m[15] += outer(v, b1);
+    v = subgroupBroadcast(a, 8u); m[16] += outer(v, b0); m[17] += outer(v, b1);
+    v = subgroupBroadcast(a, 9u); m[18] += outer(v, b0); m[19] += outer(v, b1);
+    v = subgroupBroadcast(a, 10u); m[20] += outer(v, b0); m[21] += outer(v, b1);
+    v = subgroupBroadcast(a, 11u); m[22] += outer(v, b0); m[23] += outer(v, b1);
+    v = subgroupBroadcast(a, 12u); m[24] += outer(v, b0); m[25] += outer(v, b1);
+    v = subgroupBroadcast(a, 13u); m[26] += outer(v, b0); m[27] += outer(v, b1);
+    v = subgroupBroadcast(a, 14u); m[28] += outer(v, b0); m[29] += outer(v, b1);
+    v = subgroupBroadcast(a, 15u); m[30] += outer(v, b0); m[31] += outer(v, b1);
+}
+
+// One k-step of sg8: invocation s holds A rows 8s .. 8s+3 in `a0` and 8s+4 .. 8s+7 in `a1`.
+fn kstep8(a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    var v = subgroupBroadcast(a0, 0u); m[0] += outer(v, b0); m[1] += outer(v, b1);
+    v = subgroupBroadcast(a1, 0u); m[2] += outer(v, b0); m[3] += outer(v, b1);
+    v = subgroupBroadcast(a0, 1u); m[4] += outer(v, b0); m[5] += outer(v, b1);
+    v = subgroupBroadcast(a1, 1u); m[6] += outer(v, b0); m[7] += outer(v, b1);
+    v = subgroupBroadcast(a0, 2u); m[8] += outer(v, b0); m[9] += outer(v, b1);
+    v = subgroupBroadcast(a1, 2u); m[10] += outer(v, b0); m[11] += outer(v, b1);
+    v = subgroupBroadcast(a0, 3u); m[12] += outer(v, b0); m[13] += outer(v, b1);
+    v = subgroupBroadcast(a1, 3u); m[14] += outer(v, b0); m[15] += outer(v, b1);
+    v = subgroupBroadcast(a0, 4u); m[16] += outer(v, b0); m[17] += outer(v, b1);
+    v = subgroupBroadcast(a1, 4u); m[18] += outer(v, b0); m[19] += outer(v, b1);
+    v = subgroupBroadcast(a0, 5u); m[20] += outer(v, b0); m[21] += outer(v, b1);
+    v = subgroupBroadcast(a1, 5u); m[22] += outer(v, b0); m[23] += outer(v, b1);
+    v = subgroupBroadcast(a0, 6u); m[24] += outer(v, b0); m[25] += outer(v, b1);
+    v = subgroupBroadcast(a1, 6u); m[26] += outer(v, b0); m[27] += outer(v, b1);
+    v = subgroupBroadcast(a0, 7u); m[28] += outer(v, b0); m[29] += outer(v, b1);
+    v = subgroupBroadcast(a1, 7u); m[30] += outer(v, b0); m[31] += outer(v, b1);
+}
+
+// Accumulates workgroup `tile` of batch item z into m; returns (row0, col0), or row0 >= M when idle.
+// The loop runs in uniform control flow: `tile` is the same for the whole subgroup.
+fn sg16_body(tile: u32, z: u32, lane: u32) -> vec2<u32> {
+    let o = sg_tile(tile, z, 16u);
+    if (o.x >= p.mp4) { return vec2(p.m, 0u); }
+    let bx = o.y + 2u * lane;
+    for (var kk = 0u; kk < p.kp; kk++) {
+        let a = textureLoad(at, vec2(o.x + lane, o.z + kk));
+        kstep16(a, textureLoad(bt, vec2(bx, o.w + kk)), textureLoad(bt, vec2(bx + 1u, o.w + kk)));
+    }
+    return vec2(o.x * 4u, bx * 4u);
+}
+
+fn sg8_body(tile: u32, z: u32, lane: u32) -> vec2<u32> {
+    let o = sg_tile(tile, z, 8u);
+    if (o.x >= p.mp4) { return vec2(p.m, 0u); }
+    let ax = o.x + 2u * lane;
+    let bx = o.y + 2u * lane;
+    for (var kk = 0u; kk < p.kp; kk++) {
+        let a0 = textureLoad(at, vec2(ax, o.z + kk));
+        let a1 = textureLoad(at, vec2(ax + 1u, o.z + kk));
+        kstep8(a0, a1, textureLoad(bt, vec2(bx, o.w + kk)), textureLoad(bt, vec2(bx + 1u, o.w + kk)));
+    }
+    return vec2(o.x * 4u, bx * 4u);
+}
+
+// The block in m to C. Unrolled: m is indexed with constants only.
+fn store_all(cb: u32, r: u32, c: u32) {
+    store_block(cb, r + 0u, c, m[0]); store_block(cb, r + 0u, c + 4u, m[1]);
+    store_block(cb, r + 4u, c, m[2]); store_block(cb, r + 4u, c + 4u, m[3]);
+    store_block(cb, r + 8u, c, m[4]); store_block(cb, r + 8u, c + 4u, m[5]);
+    store_block(cb, r + 12u, c, m[6]); store_block(cb, r + 12u, c + 4u, m[7]);
+    store_block(cb, r + 16u, c, m[8]); store_block(cb, r + 16u, c + 4u, m[9]);
+    store_block(cb, r + 20u, c, m[10]); store_block(cb, r + 20u, c + 4u, m[11]);
+    store_block(cb, r + 24u, c, m[12]); store_block(cb, r + 24u, c + 4u, m[13]);
+    store_block(cb, r + 28u, c, m[14]); store_block(cb, r + 28u, c + 4u, m[15]);
+    store_block(cb, r + 32u, c, m[16]); store_block(cb, r + 32u, c + 4u, m[17]);
+    store_block(cb, r + 36u, c, m[18]); store_block(cb, r + 36u, c + 4u, m[19]);
+    store_block(cb, r + 40u, c, m[20]); store_block(cb, r + 40u, c + 4u, m[21]);
+    store_block(cb, r + 44u, c, m[22]); store_block(cb, r + 44u, c + 4u, m[23]);
+    store_block(cb, r + 48u, c, m[24]); store_block(cb, r + 48u, c + 4u, m[25]);
+    store_block(cb, r + 52u, c, m[26]); store_block(cb, r + 52u, c + 4u, m[27]);
+    store_block(cb, r + 56u, c, m[28]); store_block(cb, r + 56u, c + 4u, m[29]);
+    store_block(cb, r + 60u, c, m[30]); store_block(cb, r + 60u, c + 4u, m[31]);
+}
+
+fn store_all_v4(cb: u32, r: u32, c: u32) {
+    store_block_v4(cb, r + 0u, c, m[0]); store_block_v4(cb, r + 0u, c + 4u, m[1]);
+    store_block_v4(cb, r + 4u, c, m[2]); store_block_v4(cb, r + 4u, c + 4u, m[3]);
+    store_block_v4(cb, r + 8u, c, m[4]); store_block_v4(cb, r + 8u, c + 4u, m[5]);
+    store_block_v4(cb, r + 12u, c, m[6]); store_block_v4(cb, r + 12u, c + 4u, m[7]);
+    store_block_v4(cb, r + 16u, c, m[8]); store_block_v4(cb, r + 16u, c + 4u, m[9]);
+    store_block_v4(cb, r + 20u, c, m[10]); store_block_v4(cb, r + 20u, c + 4u, m[11]);
+    store_block_v4(cb, r + 24u, c, m[12]); store_block_v4(cb, r + 24u, c + 4u, m[13]);
+    store_block_v4(cb, r + 28u, c, m[14]); store_block_v4(cb, r + 28u, c + 4u, m[15]);
+    store_block_v4(cb, r + 32u, c, m[16]); store_block_v4(cb, r + 32u, c + 4u, m[17]);
+    store_block_v4(cb, r + 36u, c, m[18]); store_block_v4(cb, r + 36u, c + 4u, m[19]);
+    store_block_v4(cb, r + 40u, c, m[20]); store_block_v4(cb, r + 40u, c + 4u, m[21]);
+    store_block_v4(cb, r + 44u, c, m[22]); store_block_v4(cb, r + 44u, c + 4u, m[23]);
+    store_block_v4(cb, r + 48u, c, m[24]); store_block_v4(cb, r + 48u, c + 4u, m[25]);
+    store_block_v4(cb, r + 52u, c, m[26]); store_block_v4(cb, r + 52u, c + 4u, m[27]);
+    store_block_v4(cb, r + 56u, c, m[28]); store_block_v4(cb, r + 56u, c + 4u, m[29]);
+    store_block_v4(cb, r + 60u, c, m[30]); store_block_v4(cb, r + 60u, c + 4u, m[31]);
+}
+
+// One workgroup per 64-row block, folded into y past 65535 (grid_1d); z is the batch item.
+fn tile_of(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wg.x + wg.y * nwg.x;
+}
+
+@compute @workgroup_size(16)
+fn sg16(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg16_body(tile_of(wg, nwg), wg.z, lane);
+    if (rc.x < p.m) { store_all(wg.z * p.stride_c, rc.x, rc.y); }
+}
+
+@compute @workgroup_size(16)
+fn sg16_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg16_body(tile_of(wg, nwg), wg.z, lane);
+    if (rc.x < p.m) { store_all_v4(wg.z * p.stride_c, rc.x, rc.y); }
+}
+
+@compute @workgroup_size(8)
+fn sg8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg8_body(tile_of(wg, nwg), wg.z, lane);
+    if (rc.x < p.m) { store_all(wg.z * p.stride_c, rc.x, rc.y); }
+}
+
+@compute @workgroup_size(8)
+fn sg8_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg8_body(tile_of(wg, nwg), wg.z, lane);
+    if (rc.x < p.m) { store_all_v4(wg.z * p.stride_c, rc.x, rc.y); }
+}
