@@ -298,12 +298,7 @@ impl Trainer {
             return Ok(Some(0.0));
         }
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            for d in &picked {
-                d.encode(&mut pass);
-            }
-        }
+        crate::gpu::encode_all(&mut encoder, picked, "shardlab collectives");
         // Collectives read and write only their own buffers' values, which the next real step
         // recomputes before use, so running them again leaves training unchanged.
         let t0 = now_ms();

@@ -209,15 +209,7 @@ impl GpuContext {
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("shardlab step"),
         });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("shardlab dispatches"),
-                timestamp_writes: None,
-            });
-            for d in dispatches {
-                d.encode(&mut pass);
-            }
-        }
+        super::encode_all(&mut encoder, dispatches, "shardlab dispatches");
         self.queue.submit([encoder.finish()])
     }
 
@@ -248,15 +240,7 @@ impl GpuContext {
                 label: Some("shardlab timed step"),
             });
             for (i, d) in chunk.iter().enumerate() {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(&d.label),
-                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                        query_set: &set,
-                        beginning_of_pass_write_index: Some(2 * i as u32),
-                        end_of_pass_write_index: Some(2 * i as u32 + 1),
-                    }),
-                });
-                d.encode(&mut pass);
+                super::encode_timed(&mut encoder, d, &set, i as u32);
             }
             encoder.resolve_query_set(&set, 0..2 * n, &resolve, 0);
             self.queue.submit([encoder.finish()]);

@@ -3,7 +3,7 @@
 //! that no written buffer aliases another binding.
 use std::sync::Arc;
 
-use super::{Dispatch, GpuBuffer, GpuContext, GpuError};
+use super::{Dispatch, GpuBuffer, GpuContext, GpuError, Work};
 
 /// What one binding of a kernel holds.
 pub enum Resource<'a> {
@@ -185,9 +185,11 @@ impl GpuContext {
         }));
         Ok(Dispatch {
             label,
-            pipeline,
-            bind_group,
-            workgroups: grid,
+            work: Work::Compute {
+                pipeline,
+                bind_group,
+                workgroups: grid,
+            },
             uniforms: keep,
         })
     }

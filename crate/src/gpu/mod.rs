@@ -13,7 +13,7 @@ mod wall;
 
 pub use buffer::GpuBuffer;
 pub use context::{AdapterSummary, GpuContext};
-pub use dispatch::{grid_1d, Dispatch};
+pub use dispatch::{encode_all, encode_timed, grid_1d, Dispatch, TextureCopy, Work};
 pub use error::GpuError;
 pub use launch::{Binding, Kernel, Resource};
 pub use pipeline::{BuildClock, PipelineCache};

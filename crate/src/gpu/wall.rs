@@ -18,17 +18,8 @@ impl GpuContext {
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("shardlab timed submission"),
         });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("shardlab timed dispatches"),
-                timestamp_writes: None,
-            });
-            for _ in 0..times {
-                for d in dispatches {
-                    d.encode(&mut pass);
-                }
-            }
-        }
+        let repeated = (0..times).flat_map(|_| dispatches.iter());
+        super::encode_all(&mut encoder, repeated, "shardlab timed dispatches");
         self.queue.submit([encoder.finish()]);
         self.finish().await?;
         Ok(now_ms() - t0)

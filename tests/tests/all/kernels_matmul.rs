@@ -181,7 +181,7 @@ fn every_variant_matches_reference_where_operands_pack_as_vec4_or_not_at_all() {
     let ctx = gpu_or_skip!();
     for v in variants(ctx) {
         for (ta, tb) in TRANSPOSES {
-            for &(m, n, k) in &[(18, 21, 12), (5, 3, 4), (33, 64, 36), (16, 24, 12)] {
+            for &(m, n, k) in &[(18, 21, 12), (5, 3, 4), (33, 64, 36), (16, 24, 12), (64, 128, 20)] {
                 Case::new(shape(3, m, n, k, ta, tb), true, 59).check(ctx, Some(v));
                 let mut s = shape(3, m, n, k, ta, tb);
                 s.stride_a += 4;
@@ -373,5 +373,35 @@ fn sg16_matches_reference_with_512_bit_vectors_in_a_child_process() {
         "every_variant_matches_reference_on_odd_shapes_and_transposes ... ok",
     ] {
         assert!(stdout.contains(name), "{name} missing:\n{stdout}");
+    }
+}
+
+/// tex16 and sg copy an operand into its texture when its memory already is the texture's rows
+/// (A transposed, B as stored, rows of a multiple of 64 values, items back to back) instead of
+/// packing it; anything else is packed.
+#[test]
+fn texture_variants_copy_operands_already_in_their_layout() {
+    let ctx = gpu_or_skip!();
+    for v in [Variant::Tex16, Variant::Sg] {
+        if !variants(ctx).contains(&v) {
+            continue;
+        }
+        let labels = |s: &MatmulShape| {
+            let a = ctx.zeros("a", s.a_len()).unwrap();
+            let b = ctx.zeros("b", s.b_len()).unwrap();
+            let c = ctx.zeros("c", s.c_len()).unwrap();
+            let d = pollster::block_on(matmul(ctx, s, &a, &b, None, &c, Some(v))).unwrap();
+            d.iter().map(|d| d.label.clone()).collect::<Vec<_>>()
+        };
+        let both = labels(&shape(2, 64, 128, 20, true, false));
+        assert!(both[0].ends_with("copy A") && both[1].ends_with("copy B"), "{both:?}");
+        let packed = labels(&shape(2, 64, 128, 20, false, true));
+        assert!(packed[0].ends_with("pack A") && packed[1].ends_with("pack B"), "{packed:?}");
+        let mut gap = shape(2, 64, 128, 20, true, false);
+        gap.stride_b += 64;
+        let one = labels(&gap);
+        assert!(one[0].ends_with("copy A") && one[1].ends_with("pack B"), "{one:?}");
+        Case::new(gap, true, 83).check(ctx, Some(v));
+        Case::new(shape(2, 64, 128, 20, true, false), true, 89).check(ctx, Some(v));
     }
 }
