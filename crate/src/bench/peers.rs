@@ -1,8 +1,11 @@
 //! `shardlab bench peers`: shardlab against its peers on the same CPU cores, in one run. Each
 //! configuration alternates one shardlab measurement with one of the peer (JAX's train step of
 //! the same experiment, or numpy's matmul), after warm-up, and compares the medians, so that
-//! load from other work on a shared machine hits both alike. The peer runs in another process
-//! (see peers.py); this module measures shardlab and reduces the pairs to rows.
+//! load from other work on a shared machine hits both alike. Each measurement is the second of
+//! two runs in a row of its side, and the peer's threads get a pause to go quiet before
+//! shardlab's: neither side is timed while the other's thread pool still spins or wakes. The
+//! peer runs in another process (see peers.py); this module measures shardlab and reduces the
+//! pairs to rows.
 use crate::exec::{Backend, ExecError, Trainer};
 use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
@@ -204,14 +207,18 @@ pub fn row(config: &PeerConfig, shardlab: &[f64], peer: &[f64], variant: Option<
     }
 }
 
-/// The peer's side of one measurement: runs one step or matmul and returns its ms.
+/// The peer's side of one measurement: runs one step or matmul unmeasured and one measured (as
+/// shardlab's side does, so neither is timed straight after the other's work), returns the
+/// measured one's ms once the peer's threads have gone quiet.
 pub type PeerStep<'a> = &'a mut dyn FnMut() -> Result<f64, String>;
 
 fn peer_error(e: String) -> ExecError {
     ExecError::Input(format!("the peer failed: {e}"))
 }
 
-/// Alternates `steps` shardlab train steps with `steps` peer steps, after [`WARMUP`] of each.
+/// Alternates `steps` shardlab train steps with `steps` peer steps, after [`WARMUP`] of each. Each
+/// measured step is the second of two in a row of its side: thread pools that wake or spin
+/// after the other side's work (see [`PeerStep`]) cost the first.
 pub async fn measure_train(
     backend: Backend,
     opts: &TrainerOptions,
@@ -230,6 +237,7 @@ pub async fn measure_train(
     }
     let (mut ours, mut theirs) = (vec![], vec![]);
     for _ in 0..steps {
+        t.step().await?;
         ours.push(t.step().await?.step_ms);
         theirs.push(peer().map_err(peer_error)?);
     }
@@ -266,6 +274,7 @@ pub async fn measure_matmul(
     check_matmul(ctx, &c, &want, variant, n).await?;
     let (mut ours, mut theirs) = (vec![], vec![]);
     for _ in 0..reps {
+        time_dispatches(ctx, &d).await?;
         ours.push(time_dispatches(ctx, &d).await?);
         theirs.push(peer().map_err(peer_error)?);
     }

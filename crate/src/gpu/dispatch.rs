@@ -89,7 +89,11 @@ impl Dispatch {
 
 /// Encodes `dispatches` in order: runs of compute dispatches share one compute pass (`label`),
 /// and a copy ends the pass before it.
-pub fn encode_all<'a>(encoder: &mut wgpu::CommandEncoder, dispatches: impl IntoIterator<Item = &'a Dispatch>, label: &str) {
+pub fn encode_all<'a>(
+    encoder: &mut wgpu::CommandEncoder,
+    dispatches: impl IntoIterator<Item = &'a Dispatch>,
+    label: &str,
+) {
     let mut pass: Option<wgpu::ComputePass<'static>> = None;
     for d in dispatches {
         if d.is_copy() {

@@ -396,7 +396,10 @@ fn texture_variants_copy_operands_already_in_their_layout() {
         let both = labels(&shape(2, 64, 128, 20, true, false));
         assert!(both[0].ends_with("copy A") && both[1].ends_with("copy B"), "{both:?}");
         let packed = labels(&shape(2, 64, 128, 20, false, true));
-        assert!(packed[0].ends_with("pack A") && packed[1].ends_with("pack B"), "{packed:?}");
+        assert!(
+            packed[0].ends_with("pack A") && packed[1].ends_with("pack B"),
+            "{packed:?}"
+        );
         let mut gap = shape(2, 64, 128, 20, true, false);
         gap.stride_b += 64;
         let one = labels(&gap);

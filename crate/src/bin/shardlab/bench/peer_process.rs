@@ -6,10 +6,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use serde_json::Value;
 
-/// How long the peer gets after each answer before shardlab measures. BLAS and XLA thread pools
+/// How long the peer gets after a measurement before shardlab measures. BLAS and XLA thread pools
 /// spin for a while after their work (OpenBLAS about 0.1 s): measured straight after numpy's
 /// matmul, shardlab's n = 1024 matmul took 101 ms against 57 ms after a pause, because those
-/// spinning threads held both cores. Each side is timed on quiet cores.
+/// spinning threads held both cores.
 pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The fix for a Python without JAX, named in every such error.
@@ -113,13 +113,21 @@ impl Peer {
         Ok(peer)
     }
 
-    /// One request, its answer's `ms`; returns once the peer's threads have gone quiet ([`SETTLE`]).
+    /// One measurement as `bench peers` takes it: `request` twice in a row (the first wakes the
+    /// peer's threads after shardlab's work), the second's `ms`, returned after [`SETTLE`].
+    pub fn measured_ms(&mut self, request: &str) -> Result<f64, String> {
+        self.ms(request)?;
+        let ms = self.ms(request)?;
+        std::thread::sleep(SETTLE);
+        Ok(ms)
+    }
+
+    /// One request, its answer's `ms`.
     pub fn ms(&mut self, request: &str) -> Result<f64, String> {
         writeln!(self.stdin, "{request}")
             .and_then(|_| self.stdin.flush())
             .map_err(|e| self.failed(&format!("cannot send `{request}` ({e})")))?;
         let v = self.answer()?;
-        std::thread::sleep(SETTLE);
         v["ms"]
             .as_f64()
             .filter(|ms| ms.is_finite() && *ms > 0.0)

@@ -95,7 +95,7 @@ fn measure_all(
                     config.devices(),
                     stderr_file,
                 )?;
-                let mut step = || peer.ms("step");
+                let mut step = || peer.measured_ms("step");
                 let (ours, theirs) =
                     pollster::block_on(measure_train(Backend::Gpu(ctx.clone()), opts, steps, &mut step))
                         .map_err(|e| format!("{}: {e}", config.name))?;
@@ -104,7 +104,7 @@ fn measure_all(
             Workload::Matmul { n } => {
                 let mut peer = Peer::start(python, &driver, "numpy", 1, stderr_file)?;
                 let request = format!("matmul {n}");
-                let mut step = || peer.ms(&request);
+                let mut step = || peer.measured_ms(&request);
                 let (ours, theirs, variant) = pollster::block_on(measure_matmul(ctx, *n, steps, &mut step))
                     .map_err(|e| format!("{}: {e}", config.name))?;
                 row(&config, &ours, &theirs, Some(variant))
@@ -152,7 +152,7 @@ fn print_table(r: &Report) {
         );
     }
     println!(
-        "(ratio = shardlab ms / peer ms, medians of {} alternated measurements after 2 warm-up each; goal: at most that ratio)",
+        "(ratio = shardlab ms / peer ms, medians of {} alternated measurements, each the second of two runs in a row, after 2 warm-up each; goal: at most that ratio)",
         r.steps
     );
     let _ = std::io::stdout().flush();
