@@ -46,9 +46,12 @@ test('page shows the adapter and passes the kernel self-test on SwiftShader WebG
     // Only an extension the adapter lacks may skip a pipeline.
     for (const p of report.pipelines.filter((p) => p.status === 'skip')) assert.match(p.message, /lacks/);
 
-    // Every kernel line passed, and the page shows each one.
+    // Every kernel line passed, and the page shows each one. Only a matmul variant this adapter
+    // cannot run may be skipped (sg needs subgroups of 8 or 16; SwiftShader's are 4), and naive
+    // and tex16 must run.
     assert.ok(report.kernels.length > 0, 'no kernels in the report');
-    const badKernels = report.kernels.filter((k) => k.status !== 'pass');
+    const unsupported = (k) => k.status === 'skip' && /^matmul (?!naive|tex16)/.test(k.name) && /does not support/.test(k.message);
+    const badKernels = report.kernels.filter((k) => k.status !== 'pass' && !unsupported(k));
     assert.deepEqual(badKernels.map((k) => `${k.name} (${k.shape}): ${k.message}`), []);
     assert.equal(report.passed, true);
     const rows = page.locator('[data-testid="selftest-row"][data-kind="kernel"]');
