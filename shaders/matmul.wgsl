@@ -13,7 +13,7 @@ struct Params {
     m: u32,
     n: u32,
     k: u32,
-    flags: u32,    // 1: add the old C (accumulate), 2: add bias[j]
+    flags: u32,    // 1: add the old C (accumulate), 2: add the bias (bias[j] of C's item)
     a_si: u32,     // element strides of op(A)[i, k]
     a_sk: u32,
     b_sk: u32,     // element strides of op(B)[k, j]
@@ -25,7 +25,7 @@ struct Params {
     mp4: u32,      // packed operands (block8): vec4s per k-row of A^T (M padded / 4) and of B (N padded / 4)
     np4: u32,
     kp: u32,       // packed k-rows per batch item (K padded)
-    pad: u32,
+    stride_bias: u32, // elements between batch items' biases (0: one bias for all)
 }
 
 // `pack`: packed[z, k, r4] = vec4(X[4 r4 + q, k] for q in 0..4), zero past rows or k.
@@ -42,7 +42,7 @@ struct Pack {
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;      // (batch, M, K) or (batch, K, M); also pack's source
 @group(0) @binding(1) var<storage, read> b: array<f32>;      // (batch, K, N) or (batch, N, K)
-@group(0) @binding(2) var<storage, read> bias: array<f32>;   // (N)
+@group(0) @binding(2) var<storage, read> bias: array<f32>;   // (N), or one per batch item
 @group(0) @binding(3) var<storage, read_write> c: array<f32>; // (batch, M, N)
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<uniform> pk: Pack;
@@ -54,9 +54,15 @@ struct Pack {
 
 // ---- epilogue: alpha, bias, accumulate, bounds ----
 
+// Where the bias of the batch item holding C element `idx` starts.
+fn bias_base(idx: u32) -> u32 {
+    if (p.stride_bias == 0u) { return 0u; }
+    return idx / p.stride_c * p.stride_bias;
+}
+
 fn finish(x: f32, col: u32, idx: u32) -> f32 {
     var y = p.alpha * x;
-    if ((p.flags & 2u) != 0u) { y += bias[col]; }
+    if ((p.flags & 2u) != 0u) { y += bias[bias_base(idx) + col]; }
     if ((p.flags & 1u) != 0u) { y += c[idx]; }
     return y;
 }
@@ -76,7 +82,10 @@ fn store4_v4(cb: u32, row: u32, col: u32, v: vec4<f32>) {
     if (row >= p.m || col >= p.n) { return; }
     let i = (cb + row * p.n + col) / 4u;
     var y = p.alpha * v;
-    if ((p.flags & 2u) != 0u) { y += vec4(bias[col], bias[col + 1u], bias[col + 2u], bias[col + 3u]); }
+    if ((p.flags & 2u) != 0u) {
+        let bb = bias_base(cb) + col;
+        y += vec4(bias[bb], bias[bb + 1u], bias[bb + 2u], bias[bb + 3u]);
+    }
     if ((p.flags & 1u) != 0u) { y += c4[i]; }
     c4[i] = y;
 }

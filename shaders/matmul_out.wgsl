@@ -6,7 +6,7 @@ struct Params {
     m: u32,
     n: u32,
     k: u32,
-    flags: u32,    // 1: add the old C (accumulate), 2: add bias[j]
+    flags: u32,    // 1: add the old C (accumulate), 2: add the bias (bias[j] of C's item)
     a_si: u32,     // (unused here: pack has its own strides)
     a_sk: u32,
     b_sk: u32,
@@ -18,10 +18,10 @@ struct Params {
     mp4: u32,      // texels per k-row of A^T (M padded / 4) and of B (N padded / 4)
     np4: u32,
     kp: u32,       // k-rows per batch item (K)
-    pad: u32,
+    stride_bias: u32, // elements between batch items' biases (0: one bias for all)
 }
 
-@group(0) @binding(2) var<storage, read> bias: array<f32>;   // (N)
+@group(0) @binding(2) var<storage, read> bias: array<f32>;   // (N), or one per batch item
 @group(0) @binding(3) var<storage, read_write> c: array<f32>; // (batch, M, N)
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(9) var<storage, read_write> c4: array<vec4<f32>>; // C as vec4 (the `_v4` entry point)
@@ -32,9 +32,15 @@ fn outer(x: vec4<f32>, y: vec4<f32>) -> mat4x4<f32> {
 }
 
 // alpha * x, plus the bias and the old C where flagged.
+// Where the bias of the batch item holding C element `idx` starts.
+fn bias_base(idx: u32) -> u32 {
+    if (p.stride_bias == 0u) { return 0u; }
+    return idx / p.stride_c * p.stride_bias;
+}
+
 fn finish(x: f32, col: u32, idx: u32) -> f32 {
     var y = p.alpha * x;
-    if ((p.flags & 2u) != 0u) { y += bias[col]; }
+    if ((p.flags & 2u) != 0u) { y += bias[bias_base(idx) + col]; }
     if ((p.flags & 1u) != 0u) { y += c[idx]; }
     return y;
 }
@@ -57,7 +63,10 @@ fn store_block(cb: u32, row: u32, col: u32, v: mat4x4<f32>) {
 fn store_block_v4(cb: u32, row: u32, col: u32, v: mat4x4<f32>) {
     if (col >= p.n) { return; }
     var bv = vec4(0.0);
-    if ((p.flags & 2u) != 0u) { bv = vec4(bias[col], bias[col + 1u], bias[col + 2u], bias[col + 3u]); }
+    if ((p.flags & 2u) != 0u) {
+        let bb = bias_base(cb) + col;
+        bv = vec4(bias[bb], bias[bb + 1u], bias[bb + 2u], bias[bb + 3u]);
+    }
     for (var r = 0u; r < 4u; r++) {
         if (row + r < p.m) {
             let i = (cb + (row + r) * p.n + col) / 4u;

@@ -63,6 +63,7 @@ pub fn plan_dot(
             stride_a: m * k,
             stride_b: k * n,
             stride_c: m * n,
+            stride_bias: 0,
             alpha,
             accumulate: false,
         },

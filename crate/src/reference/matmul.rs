@@ -3,7 +3,8 @@
 //! The oracle of the GPU variants and the fallback executor's matmul.
 
 /// a: (batch, M, K) or (batch, K, M) if trans_a; b: (batch, K, N) or (batch, N, K) if trans_b;
-/// bias: (N); c: (batch, M, N); batch items `stride_*` elements apart (0 broadcasts).
+/// bias: (N), or one per batch item `stride_bias` apart; c: (batch, M, N); batch items `stride_*`
+/// elements apart (0 broadcasts).
 ///
 /// Panics with the reason if the slices are too short for `s` (check with [`MatmulShape::check`] first
 /// where the shape comes from a user).
@@ -22,6 +23,7 @@ pub fn matmul(s: &MatmulShape, a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &m
             c_item.fill(0.0);
         }
         if let Some(bias) = bias {
+            let bias = &bias[z * s.stride_bias..z * s.stride_bias + s.n];
             for row in c_item.chunks_exact_mut(s.n) {
                 row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
             }
@@ -67,6 +69,9 @@ pub struct MatmulShape {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    /// Elements between the batch items' biases; 0 = one bias for every item. A fused bias add of
+    /// simulated devices: each device's matmul item adds its own device's bias.
+    pub stride_bias: usize,
     /// C = alpha * op(A) @ op(B) (+ bias) (+ C if accumulate).
     pub alpha: f32,
     pub accumulate: bool,
@@ -85,6 +90,7 @@ impl MatmulShape {
             stride_a: m * k,
             stride_b: k * n,
             stride_c: m * n,
+            stride_bias: 0,
             alpha: 1.0,
             accumulate: false,
         }
@@ -161,13 +167,24 @@ impl MatmulShape {
             }
         }
         if let Some(len) = bias_len {
-            if len < s.n {
+            let need = (s.batch - 1) * s.stride_bias + s.n;
+            if len < need {
                 return Err(format!(
-                    "matmul {}: bias holds {len} elements, needs n = {}",
+                    "matmul {}: bias holds {len} elements, needs {need} (n = {}, stride_bias {})",
                     s.describe(),
-                    s.n
+                    s.n,
+                    s.stride_bias
                 ));
             }
+        }
+        // The kernels find a C element's batch item as its index / stride_c.
+        if s.stride_bias > 0 && s.stride_c < s.m * s.n {
+            return Err(format!(
+                "matmul {}: a bias per batch item needs stride_c >= m*n = {}, not {}",
+                s.describe(),
+                s.m * s.n,
+                s.stride_c
+            ));
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ impl Case {
         Case {
             a: rand_vec(s.a_len(), seed),
             b: rand_vec(s.b_len(), seed + 1),
-            bias: with_bias.then(|| rand_vec(s.n, seed + 2)),
+            bias: with_bias.then(|| rand_vec((s.batch - 1) * s.stride_bias + s.n, seed + 2)),
             c0: rand_vec(s.c_len(), seed + 3),
             s,
         }
@@ -89,7 +89,7 @@ fn loops_f64(s: &MatmulShape, a: &[f32], b: &[f32], bias: Option<&[f32]>, c: &mu
                 }
                 let idx = z * s.stride_c + i * s.n + j;
                 let old = if s.accumulate { c[idx] as f64 } else { 0.0 };
-                c[idx] = (s.alpha as f64 * acc + bias.map_or(0.0, |x| x[j] as f64) + old) as f32;
+                c[idx] = (s.alpha as f64 * acc + bias.map_or(0.0, |x| x[z * s.stride_bias + j] as f64) + old) as f32;
             }
         }
     }
@@ -105,10 +105,27 @@ fn reference_matmul_matches_f64_loops_with_every_flag() {
             s.stride_c += 1;
             s.alpha = -0.75;
             s.accumulate = true;
+            s.stride_bias = if ta { n + 3 } else { 0 };
             let case = Case::new(s, true, 7);
             let mut want = case.c0.clone();
             loops_f64(&s, &case.a, &case.b, case.bias.as_deref(), &mut want);
             assert_close(&format!("reference {}", s.describe()), &case.want(), &want, 1e-5, 1e-5);
+        }
+    }
+}
+
+/// A bias per batch item (a fused bias add of simulated devices: each device's item adds its own
+/// device's bias), with the vec4 stores and without.
+#[test]
+fn every_variant_adds_each_batch_items_own_bias() {
+    let ctx = gpu_or_skip!();
+    for v in variants(ctx) {
+        for (m, n, k) in [(17, 33, 65), (64, 128, 64)] {
+            for tb in [false, true] {
+                let mut s = shape(3, m, n, k, false, tb);
+                s.stride_bias = n + 4;
+                Case::new(s, true, 53).check(ctx, Some(v));
+            }
         }
     }
 }

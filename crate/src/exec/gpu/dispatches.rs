@@ -44,7 +44,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
             let ins = &program.instrs[i];
             let dispatches = match fusion[i] {
                 _ if fused_into_previous => 0,
-                Some(Fusion::DotTransposed) => operand_copies(program, ins) + 1,
+                Some(Fusion::DotTransposed | Fusion::DotBias { .. }) => operand_copies(program, ins) + 1,
                 // One strided copy per part.
                 Some(Fusion::TransposeSplit) => program.instrs[i + 1].outputs.len(),
                 Some(Fusion::ConcatTransposed) => ins.inputs.len(),

@@ -4,6 +4,7 @@
 //! for [`Fusion::BiasGelu`], that output is written anyway) and it is not a program output.
 //! Every fused kernel computes what the pair computes, in the same order (see
 //! shaders/fused.wgsl), so fusing moves no number.
+use crate::exec::plan_dot;
 use crate::ir::{DType, Instr, Op, Program, ValueId};
 use crate::reference::matmul::MatmulShape;
 
@@ -13,6 +14,10 @@ pub enum Fusion {
     /// dot_general, then a transpose that swaps its lhs-free and rhs-free dims (weight and
     /// attention gradients): the matmul with its operands swapped writes the transpose.
     DotTransposed,
+    /// dot_general of one matrix per device, then the add of a bias along its last axis
+    /// (`bias` is that input of the add): the matmul adds each device's bias as it stores C,
+    /// `acc + bias` as the add computes it.
+    DotBias { bias: usize },
     /// add (a bias), then gelu: `fused::bias_gelu`, which also writes the sum (GELU's backward
     /// reads it).
     BiasGelu,
@@ -49,9 +54,15 @@ pub(super) fn plan(program: &Program) -> Vec<Option<Fusion>> {
     }
     let n = program.instrs.len();
     let mut out = vec![None; n];
+    let pair_at = |i: usize| pair(program, &program.instrs[i], &program.instrs[i + 1], &readers);
     let mut i = 0;
     while i + 1 < n {
-        let f = pair(program, &program.instrs[i], &program.instrs[i + 1], &readers);
+        let mut f = pair_at(i);
+        // A bias add that starts a fusion of its own (with GELU, the residual) keeps it: that
+        // pair saves a pass over the same tensor and more work.
+        if matches!(f, Some(Fusion::DotBias { .. })) && i + 2 < n && pair_at(i + 1).is_some() {
+            f = None;
+        }
         out[i] = f;
         i += if f.is_some() { 2 } else { 1 };
     }
@@ -76,6 +87,9 @@ fn pair(program: &Program, first: &Instr, second: &Instr, readers: &[usize]) -> 
         (Op::DotGeneral { .. }, Op::Transpose { perm }) if only_reader && swaps_free_dims(program, first, perm) => {
             Some(Fusion::DotTransposed)
         }
+        (Op::DotGeneral { .. }, Op::Add) if only_reader => {
+            dot_bias(program, first, second, v).map(|bias| Fusion::DotBias { bias })
+        }
         (Op::Add, Op::Gelu) => Some(Fusion::BiasGelu),
         (Op::Add, Op::Add) if only_reader => residual().map(|residual| Fusion::BiasResidual { residual }),
         (Op::Dropout { .. }, Op::Add) if only_reader => residual().map(|residual| Fusion::DropoutResidual { residual }),
@@ -83,6 +97,29 @@ fn pair(program: &Program, first: &Instr, second: &Instr, readers: &[usize]) -> 
         (Op::Concat { .. }, Op::Transpose { .. }) if only_reader => Some(Fusion::ConcatTransposed),
         _ => None,
     }
+}
+
+/// The input of `add` that is a bias of `dot`'s output `v`: a vector as long as v's last axis,
+/// which is the matmul's N, of a dot that is one matrix product per device (the kernel adds
+/// one bias per batch item).
+fn dot_bias(program: &Program, dot: &Instr, add: &Instr, v: ValueId) -> Option<usize> {
+    let Op::DotGeneral {
+        lhs_contract,
+        rhs_contract,
+        lhs_batch,
+        rhs_batch,
+        alpha,
+    } = &dot.op
+    else {
+        return None;
+    };
+    let (lhs, rhs) = (program.shape(dot.inputs[0]), program.shape(dot.inputs[1]));
+    let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+    let bias = add.inputs.iter().position(|&x| x != v)?;
+    let out = program.shape(v);
+    let one_product = p.shape.batch == 1 && out.last() == Some(&p.shape.n);
+    let is_bias = program.shape(add.inputs[bias]) == [p.shape.n] && program.shape(add.outputs[0]) == out;
+    (one_product && is_bias).then_some(bias)
 }
 
 /// Whether `perm` maps dot_general's output (batch, lhs free, rhs free) to (batch, rhs free,
@@ -157,6 +194,10 @@ mod tests {
             let bias = count(&f, |x| matches!(x, Fusion::BiasResidual { .. }));
             let drop = count(&f, |x| matches!(x, Fusion::DropoutResidual { .. }));
             assert_eq!((bias, drop), if dropout == 0.0 { (4, 0) } else { (0, 4) });
+            // The qkv bias joins its matmul; with dropout so do the biases the residual adds
+            // no longer take (dropout sits between).
+            let dot_bias = count(&f, |x| matches!(x, Fusion::DotBias { .. }));
+            assert_eq!(dot_bias, if dropout == 0.0 { 2 } else { 6 }, "dropout {dropout}");
             // Per block: the heads' transpose and split forward, their concat and transpose back.
             assert_eq!(count(&f, |x| x == Fusion::TransposeSplit), 2, "dropout {dropout}");
             assert_eq!(count(&f, |x| x == Fusion::ConcatTransposed), 2, "dropout {dropout}");

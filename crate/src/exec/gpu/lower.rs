@@ -392,6 +392,19 @@ impl Lowering<'_> {
                 ds.extend(k::matmul::matmul(ctx, &t, b, a, None, out, v).await?);
                 ds
             }
+            Fusion::DotBias { bias } => {
+                let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
+                let (mut ds, a, b) = self.dot_operands(first, sc).await?;
+                // One product per device (fuse.rs): a batch item per device, each adding its
+                // own device's bias.
+                let mut t = p.shape;
+                t.batch *= devices;
+                t.stride_bias = prog.info(second.inputs[bias]).numel();
+                let v = self.matmul_variant(&t);
+                let bias = self.buf(second.inputs[bias]);
+                ds.extend(k::matmul::matmul(ctx, &t, a, b, Some(bias), out, v).await?);
+                ds
+            }
             Fusion::BiasGelu => {
                 let pre = self.buf(first.outputs[0]);
                 vec![k::fused::bias_gelu(ctx, x(0), x(1), pre, out, shape()).await?]

@@ -117,7 +117,7 @@ struct Params {
     mp4: u32,
     np4: u32,
     kp: u32,
-    pad: u32,
+    stride_bias: u32,
 }
 
 /// The uniform of a `pack` dispatch (shaders' `Pack`).
@@ -434,7 +434,7 @@ fn plan(
         mp4: (mp / 4) as u32,
         np4: (np / 4) as u32,
         kp: kp as u32,
-        pad: 0,
+        stride_bias: stride(s.stride_bias),
     };
     let c_binding = if v4 { 9 } else { 3 };
 
