@@ -1,6 +1,6 @@
 //! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
 //! both run exactly the same decomposition.
-use crate::ir::{numel, strides};
+use crate::ir::{numel, strides, Instr, Op, Program};
 use crate::reference::copy::Strided;
 use crate::reference::matmul::MatmulShape;
 use crate::sharding::Mesh;
@@ -31,6 +31,30 @@ fn operand_layout(rank: usize, batch: &[usize], contract: &[usize]) -> (Option<V
     } else {
         (Some(free_first), false)
     }
+}
+
+/// [`plan_dot`] of instruction `ins` of `program`; None when it is not a dot_general.
+pub fn plan_instr_dot(program: &Program, ins: &Instr) -> Option<DotPlan> {
+    let Op::DotGeneral {
+        lhs_contract,
+        rhs_contract,
+        lhs_batch,
+        rhs_batch,
+        alpha,
+    } = &ins.op
+    else {
+        return None;
+    };
+    let (lhs, rhs) = (program.shape(ins.inputs[0]), program.shape(ins.inputs[1]));
+    Some(plan_dot(
+        lhs,
+        rhs,
+        lhs_contract,
+        rhs_contract,
+        lhs_batch,
+        rhs_batch,
+        *alpha,
+    ))
 }
 
 pub fn plan_dot(

@@ -560,8 +560,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::exec::plan_dot;
-    use crate::ir::Op;
+    use crate::exec::plan_instr_dot;
     use crate::kernels::matmul::class_key;
 
     /// The autotuner's shape classes of the matmuls `budget` times.
@@ -572,19 +571,7 @@ mod tests {
             .chain(batched)
             .map(|(batch, m, k, n)| {
                 let prog = dots(batch, m, k, n, 2).unwrap();
-                let ins = &prog.instrs[0];
-                let Op::DotGeneral {
-                    lhs_contract,
-                    rhs_contract,
-                    lhs_batch,
-                    rhs_batch,
-                    alpha,
-                } = &ins.op
-                else {
-                    panic!("a matmul program starts with its dot_general");
-                };
-                let (lhs, rhs) = (prog.shape(ins.inputs[0]), prog.shape(ins.inputs[1]));
-                let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+                let p = plan_instr_dot(&prog, &prog.instrs[0]).expect("a matmul program starts with its dot_general");
                 class_key(&p.shape).to_string()
             })
             .collect()

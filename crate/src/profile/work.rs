@@ -2,7 +2,7 @@
 //! bytes moved through memory, integer operations (Threefry) and kernel launches. Read off
 //! the program alone, so it works for programs far too large to run.
 use super::cost::instr_flops;
-use crate::exec::{lowered, plan_dot, Fusion};
+use crate::exec::{lowered, plan_instr_dot, Fusion};
 use crate::ir::{size_in_bytes as bytes, Instr, Op, Program, RngLayout};
 
 /// 32-bit integer operations of one Threefry-2x32 hash: 20 rounds of add, rotate (shift,
@@ -92,15 +92,8 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
     };
     match &ins.op {
         Op::Reshape { .. } | Op::Pvary { .. } => return Work::default(),
-        Op::DotGeneral {
-            lhs_contract,
-            rhs_contract,
-            lhs_batch,
-            rhs_batch,
-            alpha,
-        } => {
-            let (lhs, rhs) = (prog.shape(ins.inputs[0]), prog.shape(ins.inputs[1]));
-            let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+        Op::DotGeneral { .. } => {
+            let p = plan_instr_dot(prog, ins).expect("a dot_general");
             // Operands in neither (free, contract) nor (contract, free) order are copied
             // transposed first: a read and a write each.
             for (perm, v) in [(&p.lhs_perm, ins.inputs[0]), (&p.rhs_perm, ins.inputs[1])] {

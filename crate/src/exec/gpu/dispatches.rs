@@ -5,7 +5,7 @@
 //! variants add pack passes, which the adapter's autotuner decides at run time.
 use super::fuse::{plan, Fusion};
 use super::packing;
-use crate::exec::lowering::{plan_dot, plan_reduce};
+use crate::exec::lowering::{plan_instr_dot, plan_reduce};
 use crate::ir::{Instr, Op, Program};
 use crate::kernels::{layernorm, reduce};
 
@@ -62,19 +62,9 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
 
 /// Transposed copies a dot_general makes of its operands before the matmul.
 fn operand_copies(program: &Program, ins: &Instr) -> usize {
-    let Op::DotGeneral {
-        lhs_contract,
-        rhs_contract,
-        lhs_batch,
-        rhs_batch,
-        alpha,
-    } = &ins.op
-    else {
-        return 0;
-    };
-    let (lhs, rhs) = (program.shape(ins.inputs[0]), program.shape(ins.inputs[1]));
-    let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
-    usize::from(p.lhs_perm.is_some()) + usize::from(p.rhs_perm.is_some())
+    plan_instr_dot(program, ins).map_or(0, |p| {
+        usize::from(p.lhs_perm.is_some()) + usize::from(p.rhs_perm.is_some())
+    })
 }
 
 /// The dispatches of an instruction lowered alone (`Lowering::instr`).

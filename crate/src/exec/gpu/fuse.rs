@@ -4,7 +4,7 @@
 //! for [`Fusion::BiasGelu`], that output is written anyway) and it is not a program output.
 //! Every fused kernel computes what the pair computes, in the same order (see
 //! shaders/fused.wgsl), so fusing moves no number.
-use crate::exec::plan_dot;
+use crate::exec::plan_instr_dot;
 use crate::ir::{DType, Instr, Op, Program, ValueId};
 use crate::reference::matmul::MatmulShape;
 
@@ -103,18 +103,7 @@ fn pair(program: &Program, first: &Instr, second: &Instr, readers: &[usize]) -> 
 /// which is the matmul's N, of a dot that is one matrix product per device (the kernel adds
 /// one bias per batch item).
 fn dot_bias(program: &Program, dot: &Instr, add: &Instr, v: ValueId) -> Option<usize> {
-    let Op::DotGeneral {
-        lhs_contract,
-        rhs_contract,
-        lhs_batch,
-        rhs_batch,
-        alpha,
-    } = &dot.op
-    else {
-        return None;
-    };
-    let (lhs, rhs) = (program.shape(dot.inputs[0]), program.shape(dot.inputs[1]));
-    let p = plan_dot(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch, *alpha);
+    let p = plan_instr_dot(program, dot)?;
     let bias = add.inputs.iter().position(|&x| x != v)?;
     let out = program.shape(v);
     let one_product = p.shape.batch == 1 && out.last() == Some(&p.shape.n);

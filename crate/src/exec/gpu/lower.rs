@@ -159,16 +159,7 @@ impl Lowering<'_> {
             }
             Op::Scale { alpha } => one(k::elementwise::scale(ctx, x(0), y(0), n_in(0), *alpha, 0.0).await?),
             Op::Full { value, .. } => one(k::elementwise::fill(ctx, y(0), n_out, *value).await?),
-            Op::DotGeneral { .. } => {
-                let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
-                let (mut ds, a, b) = self.dot_operands(ins, sc).await?;
-                // Every device's batch of matrices is contiguous: devices multiply the batch.
-                let mut shape = p.shape;
-                shape.batch *= devices;
-                let v = self.matmul_variant(&shape);
-                ds.extend(k::matmul::matmul(ctx, &shape, a, b, None, y(0), v).await?);
-                ds
-            }
+            Op::DotGeneral { .. } => self.dot(ins, sc, None, y(0)).await?,
             Op::ReduceSum { .. } => {
                 let p = sc.reduce.as_ref().expect("slot planning plans every reduce_sum");
                 let mut ds = vec![];
@@ -347,6 +338,29 @@ impl Lowering<'_> {
         })
     }
 
+    /// dot_general `ins` into `out`, adding `bias` (one per device) where given: its operand
+    /// copies and its matmul.
+    async fn dot(
+        &self,
+        ins: &Instr,
+        sc: &Scratch,
+        bias: Option<ValueId>,
+        out: &GpuBuffer,
+    ) -> Result<Vec<Dispatch>, ExecError> {
+        let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
+        let (mut ds, a, b) = self.dot_operands(ins, sc).await?;
+        // Every device's batch of matrices is contiguous: devices multiply the batch.
+        let mut shape = p.shape;
+        shape.batch *= self.program.devices();
+        if let Some(bias) = bias {
+            shape.stride_bias = self.program.info(bias).numel();
+        }
+        let v = self.matmul_variant(&shape);
+        let bias = bias.map(|x| self.buf(x));
+        ds.extend(k::matmul::matmul(self.ctx, &shape, a, b, bias, out, v).await?);
+        Ok(ds)
+    }
+
     /// A dot_general's operands as its matmul reads them: each transposed into a scratch slot
     /// first where its plan says so (those copies are the returned dispatches).
     async fn dot_operands(
@@ -392,19 +406,8 @@ impl Lowering<'_> {
                 ds.extend(k::matmul::matmul(ctx, &t, b, a, None, out, v).await?);
                 ds
             }
-            Fusion::DotBias { bias } => {
-                let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
-                let (mut ds, a, b) = self.dot_operands(first, sc).await?;
-                // One product per device (fuse.rs): a batch item per device, each adding its
-                // own device's bias.
-                let mut t = p.shape;
-                t.batch *= devices;
-                t.stride_bias = prog.info(second.inputs[bias]).numel();
-                let v = self.matmul_variant(&t);
-                let bias = self.buf(second.inputs[bias]);
-                ds.extend(k::matmul::matmul(ctx, &t, a, b, Some(bias), out, v).await?);
-                ds
-            }
+            // One product per device (fuse.rs): each device's item adds its own device's bias.
+            Fusion::DotBias { bias } => self.dot(first, sc, Some(second.inputs[bias]), out).await?,
             Fusion::BiasGelu => {
                 let pre = self.buf(first.outputs[0]);
                 vec![k::fused::bias_gelu(ctx, x(0), x(1), pre, out, shape()).await?]

@@ -5,7 +5,7 @@
 //! their group's arenas.
 use super::fuse::Fusion;
 use super::packing::{self, ROLES};
-use crate::exec::lowering::{plan_dot, plan_reduce, DotPlan, ReducePlan};
+use crate::exec::lowering::{plan_instr_dot, plan_reduce, DotPlan, ReducePlan};
 use crate::ir::{Op, Program, ValueId};
 use crate::kernels::optimizer::Segment;
 
@@ -191,22 +191,8 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
             }
             op => {
                 let (lhs_perm, rhs_perm) = match op {
-                    Op::DotGeneral {
-                        lhs_contract,
-                        rhs_contract,
-                        lhs_batch,
-                        rhs_batch,
-                        alpha,
-                    } => {
-                        let p = plan_dot(
-                            program.shape(ins.inputs[0]),
-                            program.shape(ins.inputs[1]),
-                            lhs_contract,
-                            rhs_contract,
-                            lhs_batch,
-                            rhs_batch,
-                            *alpha,
-                        );
+                    Op::DotGeneral { .. } => {
+                        let p = plan_instr_dot(program, ins).expect("a dot_general");
                         let perms = (p.lhs_perm.is_some(), p.rhs_perm.is_some());
                         sc.dot = Some(p);
                         perms
