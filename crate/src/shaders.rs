@@ -62,6 +62,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("dropout", include_str!("../../shaders/dropout.wgsl")),
     ("fused", include_str!("../../shaders/fused.wgsl")),
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
+    ("ceiling", include_str!("../../shaders/ceiling.wgsl")),
 ];
 
 /// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).

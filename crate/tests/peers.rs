@@ -57,7 +57,7 @@ mod under_jax {
         let header: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(
             header,
-            ["config", "shardlab", "ms", "peer", "peer", "ms", "ratio", "goal", "met", "detail"],
+            ["config", "shardlab", "ms", "peer", "peer", "ms", "ratio", "goal", "met", "floor", "detail"],
             "{stdout}"
         );
         let rows = [
@@ -66,7 +66,7 @@ mod under_jax {
             ("tiny seed shard_map dp=2", "jax", 4.0),
             ("matmul n=64", "numpy", 4.0),
         ];
-        assert_eq!(lines.len(), 2 + rows.len() + 1, "{stdout}");
+        assert_eq!(lines.len(), 2 + rows.len() + 2, "{stdout}");
         for (line, (name, peer, goal)) in lines[2..].iter().zip(rows) {
             assert!(line.starts_with(name), "row `{line}` should be {name}");
             let cells: Vec<&str> = line[name.len()..].split_whitespace().collect();
@@ -81,10 +81,13 @@ mod under_jax {
             );
             assert_eq!(cells[4], format!("<={goal}x"), "{line}");
             assert_eq!(cells[5], if ratio <= goal { "yes" } else { "no" }, "{line}");
+            // The floor: shardlab's least time on this adapter's ceilings, over the peer's.
+            assert!(number(cells[6]) > 0.0, "{line}: a positive floor ratio");
             if peer == "numpy" {
                 assert!(line.contains("GFLOP/s") && line.contains("% of numpy"), "{line}");
             }
         }
-        assert!(lines.last().unwrap().contains("medians of 1 alternated"), "{stdout}");
+        assert!(lines[lines.len() - 2].contains("medians of 1 alternated"), "{stdout}");
+        assert!(lines[lines.len() - 1].starts_with("(floor = "), "{stdout}");
     }
 }

@@ -1,9 +1,12 @@
 //! `shardlab bench kernels`: matmul GFLOP/s (the autotuned variant beside the naive kernel and the CPU
-//! reference, measured in the same run) and GB/s of an elementwise and a softmax kernel.
+//! reference, measured in the same run) and GB/s of an elementwise and a softmax kernel, each beside the
+//! adapter's ceilings (arithmetic alone, the best storage-buffer copy) measured in the same run.
 use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::kernels::ceiling::{copy4, fma_peak, FMA_PEAK_FLOPS_PER_TRIP};
 use crate::kernels::elementwise::{binary, Binary, BinaryArgs};
 use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape, Variant};
 use crate::kernels::softmax;
+use crate::profile::Roofline;
 use crate::reference;
 
 /// The square matmul sizes of the report.
@@ -32,6 +35,90 @@ pub struct BandwidthBench {
     pub bytes: u64,
     pub ms: f64,
     pub gbps: f64,
+}
+
+/// What this adapter gives at best, measured: every kernel's speed reads as a fraction of these.
+/// Serializes as `{"kernel":"ceilings","fma_gflops":..,"copy_gbps":..}`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Ceilings {
+    pub kernel: &'static str,
+    /// GFLOP/s of `fma_peak`: independent f32 FMAs in registers, no memory traffic. No matmul can
+    /// pass it; a kernel's FLOPs over it are the least time its arithmetic takes here.
+    pub fma_gflops: f64,
+    /// GB/s (bytes read plus written) of `copy4` over the largest buffer one binding holds, up to
+    /// 64 MiB: the best an elementwise kernel's storage-buffer traffic gets here.
+    pub copy_gbps: f64,
+}
+
+impl Ceilings {
+    /// The ceilings as the cost model's [`Roofline`] (per second).
+    pub fn roofline(&self) -> Roofline {
+        Roofline {
+            flops: self.fma_gflops * 1e9,
+            bytes_per_s: self.copy_gbps * 1e9,
+        }
+    }
+}
+
+/// `fma_peak` launches this many invocations: 4096 workgroups of 64, enough to fill a large GPU.
+const PEAK_INVOCATIONS: usize = 1 << 18;
+/// Its x = fma(x, M, C) converges to 1; the starting values stay distinct for thousands of rounds.
+const PEAK_M: f32 = 0.9999;
+const PEAK_C: f32 = 1.0 - PEAK_M;
+
+/// Measures [`Ceilings`]. `fma_peak` runs once untimed, then 4, 16, 64, ... loop trips until one run takes 50 ms (so the
+/// launch is a small part of it on any adapter), then is timed as every kernel of the report; both
+/// kernels' results are checked against their CPU twins, so a kernel the driver skipped or cut short
+/// fails the benchmark instead of raising the ceiling.
+pub async fn ceilings(ctx: &GpuContext) -> Result<Ceilings, GpuError> {
+    let out = ctx.zeros("ceiling out", 4 * PEAK_INVOCATIONS)?;
+    let mut iters = 4;
+    let mut peak = fma_peak(ctx, &out, PEAK_INVOCATIONS, iters, PEAK_M, PEAK_C).await?;
+    // Untimed: a driver may compile the pipeline at its first dispatch (lavapipe does).
+    time_dispatches(ctx, std::slice::from_ref(&peak)).await?;
+    while time_dispatches(ctx, std::slice::from_ref(&peak)).await? < 50.0 && iters < 1 << 16 {
+        iters *= 4;
+        peak = fma_peak(ctx, &out, PEAK_INVOCATIONS, iters, PEAK_M, PEAK_C).await?;
+    }
+    let peak_ms = gpu_ms(ctx, std::slice::from_ref(&peak), 1000.0).await?;
+    let got: Vec<f32> = ctx.read(&out).await?;
+    for i in (0..PEAK_INVOCATIONS)
+        .step_by(PEAK_INVOCATIONS / 16)
+        .chain([PEAK_INVOCATIONS - 1])
+    {
+        let want = reference::ceiling::fma_peak(i, iters, PEAK_M, PEAK_C);
+        for (lane, w) in want.iter().enumerate() {
+            let g = got[4 * i + lane];
+            if !close(g, *w, 1e-4, 1e-4) {
+                return Err(GpuError::Invalid(format!(
+                    "bench: fma_peak invocation {i} lane {lane} after {iters} trips stored {g}, its CPU twin {w}"
+                )));
+            }
+        }
+    }
+    let flops = PEAK_INVOCATIONS as f64 * iters as f64 * FMA_PEAK_FLOPS_PER_TRIP;
+
+    let limit = (ctx.summary.max_storage_buffer_binding_size / 4) as usize;
+    let n = (1usize << 24).min(limit) / 4 * 4;
+    let data = noise(n, 6);
+    let src = ctx.upload("ceiling src", &data)?;
+    let dst = ctx.zeros("ceiling dst", n)?;
+    let copy = copy4(ctx, &src, &dst, n).await?;
+    let copy_ms = gpu_ms(ctx, std::slice::from_ref(&copy), 1000.0).await?;
+    let mut want = vec![0f32; n];
+    reference::ceiling::copy4(&data, &mut want);
+    let got: Vec<f32> = ctx.read(&dst).await?;
+    if let Some(i) = got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        return Err(GpuError::Invalid(format!(
+            "bench: copy4 of {n} floats differs from its source at {i}: {} vs {}",
+            got[i], want[i]
+        )));
+    }
+    Ok(Ceilings {
+        kernel: "ceilings",
+        fma_gflops: flops / (peak_ms * 1e6),
+        copy_gbps: (8 * n) as f64 / (copy_ms * 1e6),
+    })
 }
 
 /// C = A @ B at n x n x n: the autotuned variant, the naive kernel and the CPU reference. Both GPU results

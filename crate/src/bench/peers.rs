@@ -12,6 +12,7 @@ use crate::ir::RngLayout;
 use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
+use crate::profile::{step_floor, Roofline};
 use crate::reference;
 use crate::sharding::Mesh;
 
@@ -90,6 +91,35 @@ pub struct PeerRow {
     pub variant: Option<&'static str>,
     /// Measured samples of each side (after warm-up).
     pub samples: usize,
+    /// shardlab's floor on this adapter's measured ceilings ([`floor_ms`]), when measured.
+    pub floor_ms: Option<f64>,
+    /// floor_ms / peer_ms: the least ratio this adapter allows, every op at its ceilings.
+    pub floor_ratio: Option<f64>,
+}
+
+impl PeerRow {
+    /// The row with shardlab's floor beside its measurement.
+    pub fn with_floor(mut self, floor_ms: f64) -> Self {
+        self.floor_ms = Some(floor_ms);
+        self.floor_ratio = Some(floor_ms / self.peer_ms);
+        self
+    }
+}
+
+/// What `config` takes on an adapter with `roofline`'s ceilings at the least: a train step's
+/// [`step_floor`] (its program as the trainer builds it), or a matmul's FLOPs over the FMA ceiling
+/// (its three matrices over the copy ceiling, if more). No tuning of these kernels beats it there.
+pub fn floor_ms(config: &PeerConfig, roofline: Roofline) -> Result<f64, ExecError> {
+    Ok(match &config.workload {
+        Workload::Train(opts) => {
+            let built = crate::plan::build(opts).map_err(|e| ExecError::Input(e.to_string()))?;
+            step_floor(&built.step.program, roofline).total_ms
+        }
+        Workload::Matmul { n } => {
+            let n = *n as f64;
+            1e3 * (2.0 * n.powi(3) / roofline.flops).max(12.0 * n * n / roofline.bytes_per_s)
+        }
+    })
 }
 
 /// The benchmark's configurations: "small" on one device, the seed preset on dp=8 in both
@@ -204,6 +234,8 @@ pub fn row(config: &PeerConfig, shardlab: &[f64], peer: &[f64], variant: Option<
         peer_gflops: gflops(peer_ms),
         variant,
         samples: shardlab.len().min(peer.len()),
+        floor_ms: None,
+        floor_ratio: None,
     }
 }
 

@@ -6,7 +6,7 @@ use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
-use crate::profile::{breakdown, MeasuredBreakdown};
+use crate::profile::{breakdown, step_floor, MeasuredBreakdown, Roofline, StepFloor};
 
 /// The "small": the configuration `bench train` and `bench peers` both measure.
 pub fn small_config() -> GptConfig {
@@ -45,6 +45,8 @@ pub struct TrainBench {
     pub profile: MeasuredBreakdown,
     pub dispatches_per_step: usize,
     pub peak_bytes: u64,
+    /// The step's floor on this adapter's measured ceilings, when they were given.
+    pub floor: Option<StepFloor>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -52,8 +54,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Trains `cfg` for `steps` measured steps (after 2 warm-up steps) with AdamW.
-pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usize) -> Result<TrainBench, ExecError> {
+/// Trains `cfg` for `steps` measured steps (after 2 warm-up steps) with AdamW; with the adapter's
+/// `roofline`, also prices the step's floor on it.
+pub async fn train(
+    ctx: Arc<GpuContext>,
+    name: &str,
+    cfg: GptConfig,
+    steps: usize,
+    roofline: Option<Roofline>,
+) -> Result<TrainBench, ExecError> {
     let opts = TrainerOptions {
         config: cfg.clone(),
         optimizer: Optimizer::AdamW { lr: 1e-3 },
@@ -76,6 +85,10 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
     let (_, profile) = t.profile_step().await?;
     let profile = profile.expect("GPU runs are profiled");
     let read = breakdown(t.program(), &profile);
+    let mut dispatches = vec![false; t.program().instrs.len()];
+    for o in &profile.ops {
+        dispatches[o.instr] = true;
+    }
     Ok(TrainBench {
         config: name.to_string(),
         params: cfg.num_params(),
@@ -89,5 +102,6 @@ pub async fn train(ctx: Arc<GpuContext>, name: &str, cfg: GptConfig, steps: usiz
         profile: read,
         dispatches_per_step: t.dispatches_per_step(),
         peak_bytes: t.peak_bytes(),
+        floor: roofline.map(|r| step_floor(t.program(), r).charged_to_dispatches(&dispatches)),
     })
 }

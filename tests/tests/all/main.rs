@@ -8,6 +8,7 @@ mod combine;
 mod export_jax;
 mod gpu_runtime;
 mod jax_parity;
+mod kernels_ceiling;
 mod kernels_copy_bits;
 mod kernels_devices;
 mod kernels_elementwise;

@@ -86,3 +86,28 @@ fn categories_and_phases_add_up_to_the_step_and_collectives_are_measured() {
         });
     }
 }
+
+#[test]
+fn the_floor_of_a_profiled_step_is_charged_to_the_ops_that_ran_it() {
+    let _ = gpu_or_skip!();
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    let roofline = shardlab::profile::Roofline {
+        flops: 50e9,
+        bytes_per_s: 2e9,
+    };
+    let cfg = tiny(Parallel::None).config;
+    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, Some(roofline))).unwrap();
+    let floor = r.floor.expect("a floor for the given ceilings");
+    assert_eq!(floor.roofline, roofline);
+    // Every op row carries its own floor and those of the instructions it ran (the optimizer's
+    // packed updates, fused pairs): the rows' floors add up to the step's.
+    let rows: f64 = r.profile.ops.iter().map(|o| floor.instr_ms[o.instr]).sum();
+    assert!(
+        (rows - floor.total_ms).abs() <= 1e-9 * floor.total_ms,
+        "rows {rows} vs step {}",
+        floor.total_ms
+    );
+    let optimizer = r.profile.ops.iter().find(|o| o.category == Category::Optimizer).expect("an update op");
+    let want = floor.categories_ms.iter().find(|(c, _)| *c == Category::Optimizer).unwrap().1;
+    assert!(want > 0.0 && (floor.instr_ms[optimizer.instr] - want).abs() <= 1e-9 * want);
+}

@@ -1,7 +1,9 @@
 //! `shardlab bench kernels [--json]`: prints each measurement of shardlab::bench::kernels as it completes.
 use std::io::Write;
 
-use shardlab::bench::kernels::{causal_softmax, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES};
+use shardlab::bench::kernels::{
+    causal_softmax, ceilings, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,9 +31,19 @@ pub fn run(args: Args) -> Result<(), String> {
             "adapter: {} ({}, {}, {})",
             s.name, s.backend, s.device_type, s.driver
         ));
+    }
+    // The ceilings first: the rows below read as fractions of them.
+    let ceil = pollster::block_on(ceilings(ctx)).map_err(|e| e.to_string())?;
+    if args.json {
+        out(json_line(&ceil));
+    } else {
         out(format!(
-            "{:<8} {:>5}  {:<8} {:>9} {:>14} {:>12} {:>9}",
-            "kernel", "n", "variant", "GFLOP/s", "naive GFLOP/s", "CPU GFLOP/s", "x naive"
+            "ceilings: {:.2} GFLOP/s of FMAs alone (fma_peak), {:.2} GB/s of storage-buffer copy (copy4)",
+            ceil.fma_gflops, ceil.copy_gbps
+        ));
+        out(format!(
+            "{:<8} {:>5}  {:<8} {:>9} {:>9} {:>14} {:>12} {:>9}",
+            "kernel", "n", "variant", "GFLOP/s", "% FMAs", "naive GFLOP/s", "CPU GFLOP/s", "x naive"
         ));
     }
     for n in MATMUL_SIZES {
@@ -40,11 +52,12 @@ pub fn run(args: Args) -> Result<(), String> {
             out(json_line(&r));
         } else {
             out(format!(
-                "{:<8} {:>5}  {:<8} {:>9.2} {:>14.2} {:>12.2} {:>8.1}x",
+                "{:<8} {:>5}  {:<8} {:>9.2} {:>8.1}% {:>14.2} {:>12.2} {:>8.1}x",
                 r.kernel,
                 r.n,
                 r.variant,
                 r.gflops,
+                100.0 * r.gflops / ceil.fma_gflops,
                 r.naive_gflops,
                 r.cpu_gflops,
                 r.gflops / r.naive_gflops
@@ -56,8 +69,12 @@ pub fn run(args: Args) -> Result<(), String> {
             out(json_line(&r));
         } else {
             out(format!(
-                "{:<12} {:<36} {:>8.2} GB/s  ({:.2} ms)",
-                r.kernel, r.shape, r.gbps, r.ms
+                "{:<12} {:<36} {:>8.2} GB/s {:>6.1}% of copy  ({:.2} ms)",
+                r.kernel,
+                r.shape,
+                r.gbps,
+                100.0 * r.gbps / ceil.copy_gbps,
+                r.ms
             ));
         }
     };

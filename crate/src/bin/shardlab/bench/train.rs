@@ -1,15 +1,19 @@
 //! `shardlab bench train [--steps N] [--ops] [--json]`: steps/s, tokens/s and ms per step split
 //! into forward, backward and update, for the tiny and a small configuration; with `--ops`,
-//! the ops that take the most time and the categories against the step.
+//! the ops that take the most time and the categories against the step, each beside its floor on
+//! this adapter's measured ceilings.
 
+use shardlab::bench::kernels::ceilings;
 use shardlab::bench::train::{self, TrainBench};
+use shardlab::profile::Category;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Measured steps per configuration (after 2 warm-up steps).
     #[arg(long, default_value_t = 20)]
     steps: usize,
-    /// List the ops that take the most time, and the categories with their sum vs the step.
+    /// List the ops that take the most time, and the categories with their sum vs the step, each
+    /// beside its floor on this adapter's measured ceilings (FMAs alone, storage-buffer copy).
     #[arg(long)]
     ops: bool,
     /// Ops listed with --ops.
@@ -34,6 +38,18 @@ pub fn run(args: Args) -> Result<(), String> {
             "config", "params", "ms/step", "steps/s", "tokens/s", "fwd ms", "bwd ms", "update ms", "dispatches"
         )
     };
+    let roofline = if args.ops {
+        let c = pollster::block_on(ceilings(ctx)).map_err(|e| e.to_string())?;
+        if !args.json {
+            println!(
+                "ceilings: {:.2} GFLOP/s of FMAs alone, {:.2} GB/s of storage-buffer copy (as `bench kernels`)",
+                c.fma_gflops, c.copy_gbps
+            );
+        }
+        Some(c.roofline())
+    } else {
+        None
+    };
     if !args.json {
         println!("adapter: {} ({})", ctx.summary.name, ctx.summary.backend);
         header();
@@ -42,7 +58,8 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.ops && !args.json && k > 0 {
             header();
         }
-        let r = pollster::block_on(train::train(ctx.clone(), name, cfg, args.steps)).map_err(|e| e.to_string())?;
+        let r = pollster::block_on(train::train(ctx.clone(), name, cfg, args.steps, roofline))
+            .map_err(|e| e.to_string())?;
         if args.json {
             println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
             continue;
@@ -77,25 +94,54 @@ fn print_ops(r: &TrainBench, top: usize) {
         "  {}: profiled step {:.2} ms (all dispatches in one submission, awaited; median of split runs)",
         r.config, p.step_ms
     );
+    let floor_ms = |i: usize| r.floor.as_ref().map_or(0.0, |f| f.instr_ms[i]);
+    let category_floor = |c: Category| {
+        r.floor
+            .as_ref()
+            .and_then(|f| f.categories_ms.iter().find(|(k, _)| *k == c))
+            .map_or(0.0, |(_, ms)| *ms)
+    };
+    // "x floor": the measured time over the floor; blank where there is no floor to divide by.
+    let times = |ms: f64, floor: f64| {
+        if floor > 0.0 {
+            format!("{:.1}x", ms / floor)
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "  {:>5} {:<22} {:<9} {:<11} {:>9} {:>7}  shape",
-        "instr", "op", "phase", "category", "ms", "% step"
+        "  {:>5} {:<22} {:<9} {:<11} {:>9} {:>7} {:>9} {:>8}  shape",
+        "instr", "op", "phase", "category", "ms", "% step", "floor ms", "x floor"
     );
     for o in p.ops.iter().take(top) {
+        let floor = floor_ms(o.instr);
         println!(
-            "  {:>5} {:<22} {:<9} {:<11} {:>9.3} {:>6.1}%  {}",
+            "  {:>5} {:<22} {:<9} {:<11} {:>9.3} {:>6.1}% {:>9.3} {:>8}  {}",
             o.instr,
             o.op,
             o.phase,
             format!("{:?}", o.category).to_lowercase(),
             o.ms,
             o.percent,
+            floor,
+            times(o.ms, floor),
             o.shape
         );
     }
-    println!("  {:<26} {:>9} {:>7}", "category", "ms", "% step");
+    println!(
+        "  {:<26} {:>9} {:>7} {:>9} {:>8}",
+        "category", "ms", "% step", "floor ms", "x floor"
+    );
     for (c, ms) in &p.categories_ms {
-        println!("  {:<26} {:>9.3} {:>6.1}%", c.name(), ms, pct(*ms));
+        let floor = category_floor(*c);
+        println!(
+            "  {:<26} {:>9.3} {:>6.1}% {:>9.3} {:>8}",
+            c.name(),
+            ms,
+            pct(*ms),
+            floor,
+            times(*ms, floor)
+        );
     }
     println!(
         "  {:<26} {:>9.3} {:>6.1}%",
@@ -123,6 +169,15 @@ fn print_ops(r: &TrainBench, top: usize) {
         p.split_submissions,
         p.split_overhead_ms
     );
+    if let Some(f) = &r.floor {
+        println!(
+            "  floor {:.2} ms: each op at the larger of its FLOPs over {:.2} GFLOP/s and its bytes over {:.2} GB/s, launches not counted; the step takes {:.1}x its floor",
+            f.total_ms,
+            f.roofline.flops / 1e9,
+            f.roofline.bytes_per_s / 1e9,
+            p.step_ms / f.total_ms.max(f64::MIN_POSITIVE)
+        );
+    }
     println!(
         "  op ms: each phase's measured time shared out by its ops' split-measured cost (factors forward {:.2}, backward {:.2}, update {:.2})",
         p.phase_factor[0], p.phase_factor[1], p.phase_factor[2]
