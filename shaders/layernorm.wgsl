@@ -328,3 +328,53 @@ fn backward_params_finish(@builtin(global_invocation_id) gid: vec3<u32>, @builti
     dgamma[e] = dg;
     dbeta[e] = db;
 }
+
+// backward_params_partial_row4 and backward_params_finish4: the two stages of dgamma and dbeta
+// with four adjacent columns per invocation (C a multiple of 4, bindings on 16 bytes): on
+// lavapipe every storage access is a per-lane loop, so dout and x move four columns per load, and
+// a row's mean and rstd are read once for four. Each column still adds its rows one by one, in
+// order: the same arithmetic as backward_params_partial_row and backward_params_finish.
+@group(0) @binding(21) var<storage, read_write> partial4: array<vec4<f32>>; // (D, chunks, 2, C / 4)
+@group(0) @binding(22) var<storage, read> partial_in4: array<vec4<f32>>;    // (D, chunks, 2, C / 4)
+@group(0) @binding(23) var<storage, read_write> dgamma4: array<vec4<f32>>;  // (D, C / 4)
+@group(0) @binding(24) var<storage, read_write> dbeta4: array<vec4<f32>>;   // (D, C / 4)
+
+@compute @workgroup_size(64)
+fn backward_params_partial_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let c4 = p.c / 4u;
+    let e = gid.x + gid.y * nwg.x * 64u; // ((device, chunk), column quad)
+    if (e >= p.devices * p.chunks * c4) { return; }
+    let dc = e / c4;
+    let j = e % c4;
+    let d = dc / p.chunks;
+    let r0 = d * p.rpd + (dc % p.chunks) * p.chunk;
+    var dg = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    for (var r = r0; r < min(r0 + p.chunk, (d + 1u) * p.rpd); r++) {
+        let i = r * c4 + j;
+        let g = dout4[i];
+        dg += g * (x4[i] - mean_in[r]) * rstd_in[r];
+        db += g;
+    }
+    let at = dc * 2u * c4 + j;
+    partial4[at] = dg;
+    partial4[at + c4] = db;
+}
+
+@compute @workgroup_size(256)
+fn backward_params_finish4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let c4 = p.c / 4u;
+    let e = gid.x + gid.y * nwg.x * WG; // (device, column quad)
+    if (e >= p.devices * c4) { return; }
+    let d = e / c4;
+    let j = e % c4;
+    var dg = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    for (var ch = 0u; ch < p.chunks; ch++) {
+        let at = (d * p.chunks + ch) * 2u * c4 + j;
+        dg += partial_in4[at];
+        db += partial_in4[at + c4];
+    }
+    dgamma4[e] = dg;
+    dbeta4[e] = db;
+}

@@ -103,3 +103,41 @@ fn sum_axis_partial_wg(
         out[partial_index(i, c)] = lanes[lid] + lanes[lid + COLS];
     }
 }
+
+// sum_axis4 and sum_axis_partial_row4: the same sums, four adjacent outputs per invocation, where
+// inner is a multiple of 4 and the bindings start on 16 bytes. On lavapipe every storage access is
+// a per-lane loop, so a vec4 reads four outputs' elements for the price of one. Each output still
+// adds its rows one by one, in order: the same arithmetic as sum_axis and sum_axis_partial_row.
+@group(0) @binding(3) var<storage, read> x4: array<vec4<f32>>;          // (outer, n, inner / 4)
+@group(0) @binding(4) var<storage, read_write> out4: array<vec4<f32>>;  // (outer, inner / 4), or (outer, chunks, inner / 4)
+
+@compute @workgroup_size(256)
+fn sum_axis4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG; // (o, k): outputs 4k .. 4k+3 of o
+    let inner4 = p.inner / 4u;
+    if (i >= p.outer * inner4) { return; }
+    var acc = vec4<f32>(0.0);
+    var at = (i / inner4) * p.n * inner4 + i % inner4;
+    for (var j = 0u; j < p.n; j++) {
+        acc += x4[at];
+        at += inner4;
+    }
+    out4[i] = acc;
+}
+
+@compute @workgroup_size(64)
+fn sum_axis_partial_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * 64u; // (chunk, (o, k))
+    let inner4 = p.inner / 4u;
+    let outputs = p.outer * inner4;
+    if (e >= outputs * p.chunks) { return; }
+    let c = e / outputs;
+    let o = (e % outputs) / inner4;
+    let k = e % inner4;
+    let r0 = c * p.chunk;
+    var acc = vec4<f32>(0.0);
+    for (var r = r0; r < min(r0 + p.chunk, p.n); r++) {
+        acc += x4[(o * p.n + r) * inner4 + k];
+    }
+    out4[(o * p.chunks + c) * inner4 + k] = acc;
+}

@@ -151,18 +151,36 @@ pub async fn backward(
     }
     // Two stages (long columns): chunk sums, then the chunks added up in order.
     let strategy = RowStrategy::or_adapter(strategy, ctx, rows / devices);
-    let (entry, grid) = partial_entry(strategy, "backward_params_partial", c, devices * chunks);
     let partial = ctx.zeros(&format!("{label} partial sums"), devices * chunks * 2 * c)?;
-    let stage1 = backward_inputs(Kernel::new("layernorm", entry, format!("{label} stage 1")), b, &p)
-        .write(13, "partial", &partial)
-        .grid(grid);
+    // Four columns per invocation in both stages where rows hold whole vec4s.
+    let four = strategy == RowStrategy::PerInvocation && vec4_ok(c, &[b.dout, b.x, b.dgamma, b.dbeta]);
+    let stage1 = if four {
+        Kernel::new("layernorm", "backward_params_partial_row4", format!("{label} stage 1"))
+            .read(19, "dout", b.dout)
+            .read(15, "x", b.x)
+            .read(7, "mean", b.mean)
+            .read(8, "rstd", b.rstd)
+            .write(21, "partial", &partial)
+            .uniform(12, &p)
+            .grid(grid_1d(devices * chunks * c / 4, 64))
+    } else {
+        let (entry, grid) = partial_entry(strategy, "backward_params_partial", c, devices * chunks);
+        backward_inputs(Kernel::new("layernorm", entry, format!("{label} stage 1")), b, &p)
+            .write(13, "partial", &partial)
+            .grid(grid)
+    };
     let stage1 = ctx.launch(stage1).await?;
-    let stage2 = Kernel::new("layernorm", "backward_params_finish", format!("{label} stage 2"))
-        .read_owned(14, "partial", partial)
-        .write(10, "dgamma", b.dgamma)
-        .write(11, "dbeta", b.dbeta)
+    let (entry, slots, unit) = if four {
+        ("backward_params_finish4", [22, 23, 24], 4)
+    } else {
+        ("backward_params_finish", [14, 10, 11], 1)
+    };
+    let stage2 = Kernel::new("layernorm", entry, format!("{label} stage 2"))
+        .read_owned(slots[0], "partial", partial)
+        .write(slots[1], "dgamma", b.dgamma)
+        .write(slots[2], "dbeta", b.dbeta)
         .uniform(12, &p)
-        .grid(grid_1d(devices * c, 256));
+        .grid(grid_1d(devices * c / unit, 256));
     Ok(vec![ctx.launch(dx_pass).await?, stage1, ctx.launch(stage2).await?])
 }
 

@@ -1,5 +1,5 @@
 //! Reductions (shaders/reduce.wgsl).
-use super::check::need;
+use super::check::{need, vec4_ok};
 use super::RowStrategy;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 
@@ -65,28 +65,39 @@ pub async fn sum_axis(
     let p = params(outer, n, inner);
     let label = format!("sum_axis ({outer}, {n}, {inner})");
     let chunks = p.chunks as usize;
+    // Four adjacent outputs per invocation where rows of x and out hold whole vec4s.
+    let vec4 = inner.is_multiple_of(4) && vec4_ok(inner, &[x, out]);
+    // The one-stage sum (the whole sum, or stage 2 over the chunks): its entry, slots, grid.
+    let (entry, x_slot, out_slot) = if vec4 { ("sum_axis4", 3, 4) } else { ("sum_axis", 0, 1) };
+    let grid = grid_1d(outer * inner / if vec4 { 4 } else { 1 }, 256);
     if stages(n) == 1 {
-        let kernel = Kernel::new("reduce", "sum_axis", label)
-            .read(0, "x", x)
-            .write(1, "out", out)
+        let kernel = Kernel::new("reduce", entry, label)
+            .read(x_slot, "x", x)
+            .write(out_slot, "out", out)
             .uniform(2, &p)
-            .grid(grid_1d(outer * inner, 256));
+            .grid(grid);
         return Ok(vec![ctx.launch(kernel).await?]);
     }
     let strategy = RowStrategy::or_adapter(strategy, ctx, n);
-    let (entry, grid) = partial_entry(strategy, "sum_axis_partial", outer * inner, chunks);
     let partial = ctx.zeros(&format!("{label} partial sums"), outer * chunks * inner)?;
-    let stage1 = Kernel::new("reduce", entry, format!("{label} stage 1"))
-        .read(0, "x", x)
-        .write(1, "partial", &partial)
-        .uniform(2, &p)
-        .grid(grid);
-    let stage1 = ctx.launch(stage1).await?;
+    let stage1 = if vec4 && strategy == RowStrategy::PerInvocation {
+        Kernel::new("reduce", "sum_axis_partial_row4", format!("{label} stage 1"))
+            .read(3, "x", x)
+            .write(4, "partial", &partial)
+            .grid(grid_1d(outer * inner / 4 * chunks, 64))
+    } else {
+        let (entry, grid) = partial_entry(strategy, "sum_axis_partial", outer * inner, chunks);
+        Kernel::new("reduce", entry, format!("{label} stage 1"))
+            .read(0, "x", x)
+            .write(1, "partial", &partial)
+            .grid(grid)
+    };
+    let stage1 = ctx.launch(stage1.uniform(2, &p)).await?;
     // Stage 2 is the one-stage sum over the chunk axis.
-    let stage2 = Kernel::new("reduce", "sum_axis", format!("{label} stage 2"))
-        .read_owned(0, "partial", partial)
-        .write(1, "out", out)
+    let stage2 = Kernel::new("reduce", entry, format!("{label} stage 2"))
+        .read_owned(x_slot, "partial", partial)
+        .write(out_slot, "out", out)
         .uniform(2, &params(outer, chunks, inner))
-        .grid(grid_1d(outer * inner, 256));
+        .grid(grid);
     Ok(vec![stage1, ctx.launch(stage2).await?])
 }

@@ -174,8 +174,9 @@ fn layernorm_devices_normalizes_with_each_devices_gamma_and_beta() {
 #[test]
 fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
     let ctx = gpu_or_skip!();
-    // (130, 5): each device's columns sum in two stages (three chunks, the last short).
-    for (r, c) in [(5, 17), (3, 300), (130, 5)] {
+    // (130, 5): each device's columns sum in two stages (three chunks, the last short); (130, 8)
+    // the same four columns at a time.
+    for (r, c) in [(5, 17), (3, 300), (130, 5), (130, 8)] {
         for devices in DEVICES {
             let rows = devices * r;
             let x: Vec<f32> = rand_vec(rows * c, 4).iter().map(|v| 2.0 * v - 0.5).collect();

@@ -35,7 +35,17 @@ const STRATEGIES: [RowStrategy; 2] = [RowStrategy::PerInvocation, RowStrategy::P
 /// (rows, C) of row-wise kernels: odd sizes, a row longer than a 256-wide workgroup, and
 /// the tiny config's B*T x C; (200, 70): more rows than one chunk of the two-stage dgamma,
 /// dbeta (and a short last chunk).
-const ROWS: &[(usize, usize)] = &[(1, 1), (3, 17), (17, 65), (65, 3), (2, 300), (16, 32), (200, 70)];
+// (200, 64): two-stage column sums four columns at a time (C a multiple of 4).
+const ROWS: &[(usize, usize)] = &[
+    (1, 1),
+    (3, 17),
+    (17, 65),
+    (65, 3),
+    (2, 300),
+    (16, 32),
+    (200, 70),
+    (200, 64),
+];
 
 fn run(ctx: &GpuContext, dispatches: &[Dispatch], out: &GpuBuffer) -> Vec<f32> {
     shardlab_tests::run_dispatches(ctx, dispatches, out)
@@ -458,6 +468,8 @@ fn sum_axis_matches_reference() {
         (2, 130, 3),
         (1, 1000, 1),
         (3, 65, 300),
+        // Four outputs per invocation (inner a multiple of 4) over several outer items.
+        (2, 130, 8),
     ] {
         let x = rand_vec(outer * n * inner, 19);
         let gx = ctx.upload("x", &x).unwrap();

@@ -107,7 +107,17 @@ fn the_floor_of_a_profiled_step_is_charged_to_the_ops_that_ran_it() {
         "rows {rows} vs step {}",
         floor.total_ms
     );
-    let optimizer = r.profile.ops.iter().find(|o| o.category == Category::Optimizer).expect("an update op");
-    let want = floor.categories_ms.iter().find(|(c, _)| *c == Category::Optimizer).unwrap().1;
+    let optimizer = r
+        .profile
+        .ops
+        .iter()
+        .find(|o| o.category == Category::Optimizer)
+        .expect("an update op");
+    let want = floor
+        .categories_ms
+        .iter()
+        .find(|(c, _)| *c == Category::Optimizer)
+        .unwrap()
+        .1;
     assert!(want > 0.0 && (floor.instr_ms[optimizer.instr] - want).abs() <= 1e-9 * want);
 }
