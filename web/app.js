@@ -507,6 +507,11 @@ function renderBreakdown(r) {
       row('one submission', (x) => fmtMs(x.submit_ms)),
       row('step, measured whole', (x) => fmtMs(x.step_ms)),
       row('categories off the step by', offBy),
+      // The floor: what no kernel gets below on this GPU (see floorNote).
+      el('tr', { 'data-testid': 'floor-row' }, el('th', {}, 'floor on this GPU'), ran.map((m) => el('td', {
+        class: 'num', 'data-mode': m, 'data-floor-ms': String(b(m).floor ? b(m).floor.step_ms : ''),
+      }, b(m).floor ? fmtMs(b(m).floor.step_ms) : '–'))),
+      row('step over its floor', (x) => (x.floor ? `${fmtTimes(x.step_ms / x.floor.step_ms)}` : '–')),
     ]));
   const top = el('div', {}, ran.map((m) => el('div', { 'data-testid': 'top-ops', 'data-mode': m },
     el('p', { class: 'small' }, el('strong', {}, `${MODE_LABEL[m]}: the most expensive ops`)),
@@ -515,8 +520,32 @@ function renderBreakdown(r) {
   $('breakdown').replaceChildren(
     el('h3', {}, el('span', { class: 'tag measured' }, 'measured'), ` where step ${r.step + 1}'s time went`),
     el('p', { class: 'muted small' }, 'Each op timed alone by wall clock (split submissions), shared out over its phase’s measured time. Profiling re-runs the step many times, so this step is not charted and its time is not a step time.'),
-    bars, measuredLegend(), phases, top);
+    bars, measuredLegend(), phases, floorNote(ran.map((m) => [m, b(m)])), top);
   $('breakdown').hidden = false;
+}
+
+/** "3.3×": how many times one time is another. */
+function fmtTimes(x) {
+  return `${x < 10 ? x.toFixed(1) : x.toFixed(0)}×`;
+}
+
+/**
+ * What the floor is, and each category's time over its floor per mode: where the step is far from
+ * what this GPU allows (a kernel to improve) and where it is at it (only fewer bytes or FLOPs help).
+ */
+function floorNote(modes) {
+  const f = modes.map(([, x]) => x.floor).find((x) => x);
+  if (!f) return el('p', { class: 'muted small' }, 'No floor: this GPU’s ceilings were not measured.');
+  const perMode = modes.filter(([, x]) => x.floor).map(([m, x]) => {
+    const parts = Object.entries(x.floor.categories_ms)
+      .filter(([c, floor]) => floor > 0 && x.categories_ms[c] > 0)
+      .map(([c, floor]) => `${c} ${fmtTimes(x.categories_ms[c] / floor)}`);
+    return el('span', { 'data-testid': 'floor-categories', 'data-mode': m }, ` ${MODE_LABEL[m]}: ${parts.join(', ')}.`);
+  });
+  return el('p', { class: 'small', 'data-testid': 'floor-note' },
+    `Floor: every op at the larger of its FLOPs at ${f.fma_gflops.toFixed(1)} GFLOP/s and its bytes at ${f.copy_gbps.toFixed(2)} GB/s, `
+    + 'both measured on this GPU (FMAs alone, and a storage-buffer copy); launches not counted. No kernel gets below it here. '
+    + 'Each category’s time over its floor:', ...perMode);
 }
 
 // ---- the cost model: modelled steps on real devices ----------------------------------------

@@ -174,6 +174,18 @@ test('trains in each mode, switches modes, and its charts get points', { timeout
       assert.ok(b.segs.some((s) => s.c === 'matmul'), JSON.stringify(b.segs));
     }
     assert.equal(await page.locator('[data-testid="top-ops"]').count(), 2);
+    // The floor on this GPU's measured ceilings, per mode, and each category against its own.
+    const floors = await page.locator('[data-testid="floor-row"] td').evaluateAll((tds) => tds.map((td) => ({
+      mode: td.dataset.mode, ms: Number(td.dataset.floorMs), text: td.textContent,
+    })));
+    assert.deepEqual(floors.map((f) => f.mode).sort(), ['auto', 'shard_map']);
+    for (const f of floors) assert.ok(f.ms > 0 && /s$/.test(f.text), JSON.stringify(f));
+    const note = await page.getByTestId('floor-note').innerText();
+    assert.match(note, /Floor: every op at the larger of its FLOPs at [\d.]+ GFLOP\/s and its bytes at [\d.]+ GB\/s/);
+    for (const m of ['auto', 'shard_map']) {
+      const cats = await page.locator(`[data-testid="floor-categories"][data-mode="${m}"]`).innerText();
+      assert.match(cats, /matmul [\d.]+×/, `${m}: ${cats}`);
+    }
     assert.deepEqual(await chartPoints(page, 'measured'), [steps + profiles, steps, steps]);
     assert.deepEqual(await chartPoints(page, 'loss'), [steps + profiles, steps, steps]);
     assert.equal(await page.getByTestId('step-ms').innerText(), lastStep);

@@ -6,11 +6,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use shardlab::bench::kernels::{ceilings_with, CeilingRun};
 use shardlab::exec::{Backend, MatmulChoice, Parallel, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
 use shardlab::kernels::{self, matmul::MatmulShape, matmul::Variant};
 use shardlab::plan::Planned;
-use shardlab::profile;
+use shardlab::profile::{self, Roofline};
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::plan::Plan;
@@ -68,6 +69,8 @@ pub struct Inner {
     pub ctx: Arc<GpuContext>,
     generation: u64,
     run: Option<Run>,
+    /// `ctx`'s ceilings, measured when a profiled step first asks (the floors in its breakdown).
+    roofline: Option<Roofline>,
 }
 
 fn fail(message: impl Into<String>) -> Value {
@@ -85,6 +88,7 @@ impl Inner {
             ctx,
             generation: 0,
             run: None,
+            roofline: None,
         }
     }
 
@@ -249,6 +253,7 @@ fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
 /// What a step needs while it awaits, taken out of the run.
 struct Taken {
     ctx: Arc<GpuContext>,
+    roofline: Option<Roofline>,
     generation: u64,
     step: u64,
     modes: Vec<Mode>,
@@ -262,6 +267,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let taken = {
         let mut i = inner.borrow_mut();
         let ctx = i.ctx.clone();
+        let roofline = i.roofline;
         let Some(run) = i.run.as_mut() else {
             return fail("no valid settings yet: fix the settings shown in red first");
         };
@@ -271,6 +277,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
         run.busy = true;
         Taken {
             ctx,
+            roofline,
             generation: run.generation,
             step: run.steps,
             modes: run.settings.modes().to_vec(),
@@ -298,6 +305,10 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let mut taken = taken;
     let result = run_modes(&mut taken, &planned, &settings, profile).await;
     let mut i = inner.borrow_mut();
+    // The ceilings are the device's: kept unless the device was replaced meanwhile.
+    if Arc::ptr_eq(&i.ctx, &taken.ctx) {
+        i.roofline = i.roofline.or(taken.roofline);
+    }
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
         return discarded();
     };
@@ -330,6 +341,12 @@ async fn run_modes(
         // A profile times the step by wall clock: not beside the background compiles, and on
         // the kernels the run keeps.
         settled(Some(t.prepared.clone())).await;
+        if t.roofline.is_none() {
+            let c = ceilings_with(&t.ctx, CeilingRun::PAGE)
+                .await
+                .map_err(|e| e.to_string())?;
+            t.roofline = Some(c.roofline());
+        }
     }
     let retuned_ms = retune(t).await?;
     let mut order: Vec<usize> = (0..t.modes.len()).collect();
@@ -369,7 +386,7 @@ async fn run_modes(
                 t.step + 1
             ));
         }
-        let breakdown = prof.map(|p| breakdown(trainer, &p));
+        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline));
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
@@ -512,8 +529,27 @@ async fn retune(t: &mut Taken) -> Result<Option<f64>, String> {
 /// core's `exec::step_profile`, read by `profile::breakdown`, as `bench train --ops` shows it):
 /// the step, its phases, and its ops summed per category. The categories plus the one
 /// submission the step pays add up to the step (the ops are scaled to their phase's time).
-fn breakdown(trainer: &Trainer, p: &StepProfile) -> Value {
+fn breakdown(trainer: &Trainer, p: &StepProfile, roofline: Option<Roofline>) -> Value {
     let b = profile::breakdown(trainer.program(), p);
+    // The step's floor on this device's ceilings, charged as the profile charges time.
+    let floor = roofline.map(|r| {
+        let mut dispatches = vec![false; trainer.program().instrs.len()];
+        for o in &p.ops {
+            dispatches[o.instr] = true;
+        }
+        let f = profile::step_floor(trainer.program(), r).charged_to_dispatches(&dispatches);
+        let categories: serde_json::Map<String, Value> = f
+            .categories_ms
+            .iter()
+            .map(|(c, ms)| (c.name().to_string(), json!(ms)))
+            .collect();
+        json!({
+            "step_ms": f.total_ms,
+            "categories_ms": categories,
+            "fma_gflops": r.flops / 1e9,
+            "copy_gbps": r.bytes_per_s / 1e9,
+        })
+    });
     let categories: serde_json::Map<String, Value> = b
         .categories_ms
         .iter()
@@ -538,6 +574,7 @@ fn breakdown(trainer: &Trainer, p: &StepProfile) -> Value {
         "categories_ms": categories,
         "categories_sum_ms": b.categories_sum_ms,
         "top_ops": top,
+        "floor": floor,
     })
 }
 
@@ -549,7 +586,11 @@ pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
         match GpuContext::new().await {
             // wasm is single-threaded; the core's Backend::Gpu holds an Arc all the same.
             #[allow(clippy::arc_with_non_send_sync)]
-            Ok(ctx) => inner.borrow_mut().ctx = Arc::new(ctx),
+            Ok(ctx) => {
+                let mut i = inner.borrow_mut();
+                i.ctx = Arc::new(ctx);
+                i.roofline = None;
+            }
             Err(e) => return fail(format!("could not open a new GPU device: {e}")),
         }
     }

@@ -45,8 +45,8 @@ pub struct Ceilings {
     /// GFLOP/s of `fma_peak`: independent f32 FMAs in registers, no memory traffic. No matmul can
     /// pass it; a kernel's FLOPs over it are the least time its arithmetic takes here.
     pub fma_gflops: f64,
-    /// GB/s (bytes read plus written) of `copy4` over the largest buffer one binding holds, up to
-    /// 64 MiB: the best an elementwise kernel's storage-buffer traffic gets here.
+    /// GB/s (bytes read plus written) of `copy4` (64 MiB, or what one binding holds; 4 MiB on the
+    /// page): the best an elementwise kernel's storage-buffer traffic gets here.
     pub copy_gbps: f64,
 }
 
@@ -66,21 +66,52 @@ const PEAK_INVOCATIONS: usize = 1 << 18;
 const PEAK_M: f32 = 0.9999;
 const PEAK_C: f32 = 1.0 - PEAK_M;
 
-/// Measures [`Ceilings`]. `fma_peak` runs once untimed, then 4, 16, 64, ... loop trips until one run takes 50 ms (so the
-/// launch is a small part of it on any adapter), then is timed as every kernel of the report; both
-/// kernels' results are checked against their CPU twins, so a kernel the driver skipped or cut short
-/// fails the benchmark instead of raising the ceiling.
+/// How long and how large [`ceilings_with`] measures.
+#[derive(Clone, Copy, Debug)]
+pub struct CeilingRun {
+    /// `fma_peak` grows its loop trips until one run takes this long.
+    pub run_ms: f64,
+    /// Floats `copy4` copies.
+    pub copy_floats: usize,
+    /// Time each kernel is repeated for after its warm-up (2 to 10 runs; the best counts).
+    pub budget_ms: f64,
+}
+
+impl CeilingRun {
+    /// `bench`'s: 50 ms runs, a 64 MiB copy (or what one binding holds), a second of repeats.
+    pub const BENCH: CeilingRun = CeilingRun {
+        run_ms: 50.0,
+        copy_floats: 1 << 24,
+        budget_ms: 1000.0,
+    };
+    /// The page's, measured when a profiled step first asks: 20 ms runs, a 4 MiB copy.
+    pub const PAGE: CeilingRun = CeilingRun {
+        run_ms: 20.0,
+        copy_floats: 1 << 20,
+        budget_ms: 150.0,
+    };
+}
+
+/// Measures [`Ceilings`] as `bench` does ([`CeilingRun::BENCH`]).
 pub async fn ceilings(ctx: &GpuContext) -> Result<Ceilings, GpuError> {
+    ceilings_with(ctx, CeilingRun::BENCH).await
+}
+
+/// Measures [`Ceilings`]. `fma_peak` runs once untimed, then 4, 16, 64, ... loop trips until one run
+/// takes `run.run_ms` (so the launch is a small part of it on any adapter), then is timed as every
+/// kernel of the report; both kernels' results are checked against their CPU twins, so a kernel the
+/// driver skipped or cut short fails the benchmark instead of raising the ceiling.
+pub async fn ceilings_with(ctx: &GpuContext, run: CeilingRun) -> Result<Ceilings, GpuError> {
     let out = ctx.zeros("ceiling out", 4 * PEAK_INVOCATIONS)?;
     let mut iters = 4;
     let mut peak = fma_peak(ctx, &out, PEAK_INVOCATIONS, iters, PEAK_M, PEAK_C).await?;
     // Untimed: a driver may compile the pipeline at its first dispatch (lavapipe does).
     time_dispatches(ctx, std::slice::from_ref(&peak)).await?;
-    while time_dispatches(ctx, std::slice::from_ref(&peak)).await? < 50.0 && iters < 1 << 16 {
+    while time_dispatches(ctx, std::slice::from_ref(&peak)).await? < run.run_ms && iters < 1 << 16 {
         iters *= 4;
         peak = fma_peak(ctx, &out, PEAK_INVOCATIONS, iters, PEAK_M, PEAK_C).await?;
     }
-    let peak_ms = gpu_ms(ctx, std::slice::from_ref(&peak), 1000.0).await?;
+    let peak_ms = gpu_ms(ctx, std::slice::from_ref(&peak), run.budget_ms).await?;
     let got: Vec<f32> = ctx.read(&out).await?;
     for i in (0..PEAK_INVOCATIONS)
         .step_by(PEAK_INVOCATIONS / 16)
@@ -99,12 +130,12 @@ pub async fn ceilings(ctx: &GpuContext) -> Result<Ceilings, GpuError> {
     let flops = PEAK_INVOCATIONS as f64 * iters as f64 * FMA_PEAK_FLOPS_PER_TRIP;
 
     let limit = (ctx.summary.max_storage_buffer_binding_size / 4) as usize;
-    let n = (1usize << 24).min(limit) / 4 * 4;
+    let n = run.copy_floats.min(limit) / 4 * 4;
     let data = noise(n, 6);
     let src = ctx.upload("ceiling src", &data)?;
     let dst = ctx.zeros("ceiling dst", n)?;
     let copy = copy4(ctx, &src, &dst, n).await?;
-    let copy_ms = gpu_ms(ctx, std::slice::from_ref(&copy), 1000.0).await?;
+    let copy_ms = gpu_ms(ctx, std::slice::from_ref(&copy), run.budget_ms).await?;
     let mut want = vec![0f32; n];
     reference::ceiling::copy4(&data, &mut want);
     let got: Vec<f32> = ctx.read(&dst).await?;
