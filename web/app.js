@@ -535,7 +535,11 @@ function fmtTimes(x) {
  */
 function floorNote(modes) {
   const f = modes.map(([, x]) => x.floor).find((x) => x);
-  if (!f) return el('p', { class: 'muted small' }, 'No floor: this GPU’s ceilings were not measured.');
+  if (!f) {
+    const why = modes.map(([, x]) => x.floor_error).find((x) => x);
+    return el('p', { class: 'muted small', 'data-testid': 'floor-note' },
+      `No floor: this GPU’s ceilings could not be measured${why ? ` (${why})` : ''}. The profile above does not need them.`);
+  }
   const perMode = modes.filter(([, x]) => x.floor).map(([m, x]) => {
     const parts = Object.entries(x.floor.categories_ms)
       .filter(([c, floor]) => floor > 0 && x.categories_ms[c] > 0)

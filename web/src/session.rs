@@ -65,12 +65,16 @@ pub struct Run {
     prepared: Rc<Cell<Option<bool>>>,
 }
 
+/// A device's measured ceilings, or why they could not be measured.
+type Ceiled = Result<Roofline, String>;
+
 pub struct Inner {
     pub ctx: Arc<GpuContext>,
     generation: u64,
     run: Option<Run>,
-    /// `ctx`'s ceilings, measured when a profiled step first asks (the floors in its breakdown).
-    roofline: Option<Roofline>,
+    /// `ctx`'s ceilings, measured when a profiled step first asks (the floors in its breakdown),
+    /// or why they could not be: a profile then goes on without floors.
+    roofline: Option<Ceiled>,
 }
 
 fn fail(message: impl Into<String>) -> Value {
@@ -253,7 +257,7 @@ fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
 /// What a step needs while it awaits, taken out of the run.
 struct Taken {
     ctx: Arc<GpuContext>,
-    roofline: Option<Roofline>,
+    roofline: Option<Ceiled>,
     generation: u64,
     step: u64,
     modes: Vec<Mode>,
@@ -267,7 +271,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let taken = {
         let mut i = inner.borrow_mut();
         let ctx = i.ctx.clone();
-        let roofline = i.roofline;
+        let roofline = i.roofline.clone();
         let Some(run) = i.run.as_mut() else {
             return fail("no valid settings yet: fix the settings shown in red first");
         };
@@ -307,7 +311,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     let mut i = inner.borrow_mut();
     // The ceilings are the device's: kept unless the device was replaced meanwhile.
     if Arc::ptr_eq(&i.ctx, &taken.ctx) {
-        i.roofline = i.roofline.or(taken.roofline);
+        i.roofline = i.roofline.take().or(taken.roofline.take());
     }
     let Some(run) = i.run.as_mut().filter(|r| r.generation == taken.generation) else {
         return discarded();
@@ -342,10 +346,9 @@ async fn run_modes(
         // the kernels the run keeps.
         settled(Some(t.prepared.clone())).await;
         if t.roofline.is_none() {
-            let c = ceilings_with(&t.ctx, CeilingRun::PAGE)
-                .await
-                .map_err(|e| e.to_string())?;
-            t.roofline = Some(c.roofline());
+            // A measurement that fails costs the floors, not the step.
+            let c = ceilings_with(&t.ctx, CeilingRun::PAGE).await;
+            t.roofline = Some(c.map(|c| c.roofline()).map_err(|e| e.to_string()));
         }
     }
     let retuned_ms = retune(t).await?;
@@ -386,7 +389,7 @@ async fn run_modes(
                 t.step + 1
             ));
         }
-        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline));
+        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline.as_ref()));
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
@@ -529,10 +532,10 @@ async fn retune(t: &mut Taken) -> Result<Option<f64>, String> {
 /// core's `exec::step_profile`, read by `profile::breakdown`, as `bench train --ops` shows it):
 /// the step, its phases, and its ops summed per category. The categories plus the one
 /// submission the step pays add up to the step (the ops are scaled to their phase's time).
-fn breakdown(trainer: &Trainer, p: &StepProfile, roofline: Option<Roofline>) -> Value {
+fn breakdown(trainer: &Trainer, p: &StepProfile, roofline: Option<&Ceiled>) -> Value {
     let b = profile::breakdown(trainer.program(), p);
     // The step's floor on this device's ceilings, charged as the profile charges time.
-    let floor = roofline.map(|r| {
+    let floor = roofline.and_then(|r| r.as_ref().ok()).map(|&r| {
         let mut dispatches = vec![false; trainer.program().instrs.len()];
         for o in &p.ops {
             dispatches[o.instr] = true;
@@ -575,6 +578,7 @@ fn breakdown(trainer: &Trainer, p: &StepProfile, roofline: Option<Roofline>) -> 
         "categories_sum_ms": b.categories_sum_ms,
         "top_ops": top,
         "floor": floor,
+        "floor_error": roofline.and_then(|r| r.as_ref().err()),
     })
 }
 
