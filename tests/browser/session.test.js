@@ -38,6 +38,31 @@ test('changes, story buttons and Reset made during a step apply at its end, neve
   }
 });
 
+test('Reset while a profiled step measures the GPU\'s ceilings drops that step; the next profile shows its floor', { timeout: 6 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    // The first profile press measures the ceilings before it profiles: Reset lands in it.
+    await page.getByTestId('profile').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await page.getByTestId('reset').click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.equal(await page.getByTestId('error').isVisible(), false);
+    assert.equal(await page.getByTestId('step').textContent(), '0');
+    // A profile after the reset still gets its floor, per mode.
+    const before = await page.evaluate(() => window.shardlab.steps);
+    await page.getByTestId('profile').click();
+    await page.waitForFunction((n) => window.shardlab.steps > n || window.shardlab.error, before, { timeout: 2 * STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    const floors = await page.locator('[data-testid="floor-row"] td').evaluateAll((tds) => tds.map((td) => Number(td.dataset.floorMs)));
+    assert.equal(floors.length, 2);
+    assert.ok(floors.every((ms) => ms > 0), JSON.stringify(floors));
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
 test('switching presets while training applies at the step boundary and keeps training', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
   const { context, page, consoleErrors } = await openReady(hashOf());
   try {

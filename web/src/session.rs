@@ -536,11 +536,7 @@ fn breakdown(trainer: &Trainer, p: &StepProfile, roofline: Option<&Ceiled>) -> V
     let b = profile::breakdown(trainer.program(), p);
     // The step's floor on this device's ceilings, charged as the profile charges time.
     let floor = roofline.and_then(|r| r.as_ref().ok()).map(|&r| {
-        let mut dispatches = vec![false; trainer.program().instrs.len()];
-        for o in &p.ops {
-            dispatches[o.instr] = true;
-        }
-        let f = profile::step_floor(trainer.program(), r).charged_to_dispatches(&dispatches);
+        let f = profile::profiled_floor(trainer.program(), p, r);
         let categories: serde_json::Map<String, Value> = f
             .categories_ms
             .iter()

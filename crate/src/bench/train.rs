@@ -6,7 +6,7 @@ use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
-use crate::profile::{breakdown, step_floor, MeasuredBreakdown, Roofline, StepFloor};
+use crate::profile::{breakdown, profiled_floor, MeasuredBreakdown, Roofline, StepFloor};
 
 /// The "small": the configuration `bench train` and `bench peers` both measure.
 pub fn small_config() -> GptConfig {
@@ -85,10 +85,6 @@ pub async fn train(
     let (_, profile) = t.profile_step().await?;
     let profile = profile.expect("GPU runs are profiled");
     let read = breakdown(t.program(), &profile);
-    let mut dispatches = vec![false; t.program().instrs.len()];
-    for o in &profile.ops {
-        dispatches[o.instr] = true;
-    }
     Ok(TrainBench {
         config: name.to_string(),
         params: cfg.num_params(),
@@ -102,6 +98,6 @@ pub async fn train(
         profile: read,
         dispatches_per_step: t.dispatches_per_step(),
         peak_bytes: t.peak_bytes(),
-        floor: roofline.map(|r| step_floor(t.program(), r).charged_to_dispatches(&dispatches)),
+        floor: roofline.map(|r| profiled_floor(t.program(), &profile, r)),
     })
 }

@@ -5,6 +5,7 @@
 //! says what no kernel tuning of this op decomposition can beat there.
 use super::predict::sim_collective_bytes;
 use super::{category, program_work, summarize, Category, Placement, Work};
+use crate::exec::StepProfile;
 use crate::ir::Program;
 
 /// One adapter's ceilings, measured (`shardlab bench`'s `fma_peak` and `copy4`).
@@ -52,6 +53,18 @@ impl StepFloor {
         }
         self
     }
+}
+
+/// The floor of a profiled step of `prog`, charged as its profile `p` charges time: each op's
+/// floor on the op whose dispatches ran it ([`StepFloor::charged_to_dispatches`]).
+pub fn profiled_floor(prog: &Program, p: &StepProfile, roofline: Roofline) -> StepFloor {
+    let mut dispatches = vec![false; prog.instrs.len()];
+    for o in &p.ops {
+        if let Some(d) = dispatches.get_mut(o.instr) {
+            *d = true;
+        }
+    }
+    step_floor(prog, roofline).charged_to_dispatches(&dispatches)
 }
 
 /// The floor of `prog` as shardlab runs it: every dispatch covers all simulated devices' shards

@@ -22,7 +22,7 @@ pub use cost::{category, instr_flops, Category};
 pub use device::{
     a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
 };
-pub use floor::{step_floor, Roofline, StepFloor};
+pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
 pub use measured::{breakdown, MeasuredBreakdown, OpRow, PHASES};
 pub use predict::{
     matmul_efficiency, matmul_fit, predict, price_ops, work_seconds, CollectiveCost, DeviceBytes, OpPrice, Prediction,
