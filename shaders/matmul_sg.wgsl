@@ -5,6 +5,10 @@
 //              8 columns per invocation (64 or 128 columns). Per k each invocation loads the A^T texels
 //              of 8 (sg8) or 4 (sg16) of the rows and the two B texels of its columns, and
 //              subgroupBroadcast hands every invocation all 64 rows' A values.
+//   sg1_8, sg1_16  the same with one A texel and one B texel per invocation per k: a 32x32 (8 lanes) or
+//              64x64 (16 lanes) block, 4 columns per invocation, and a quarter (half) of sg's 512
+//              accumulators, which lavapipe keeps in memory: fewer of them cost less than the loads saved
+//              (AVX2, n = 1024: ~25 against ~21 GFLOP/s in a standalone probe).
 // Why: lavapipe runs a subgroup as the lanes of one AVX2 (8) or AVX-512 (16) vector. A texel load is
 // a loop over the lanes, a broadcast one shuffle, so 3 loads feed 512 multiply-adds here against
 // tex16's 8 loads for 256 (n = 1024: 45 -> 54 GFLOP/s with 8 lanes, 97 with 16). The launcher offers
@@ -19,6 +23,8 @@
 // m[2t + j][q] = C[row0 + 4t + q, col0 + 4j .. +3]: rows 4t .. 4t+3 of the block, this invocation's
 // columns. Indexed with constants only, so the driver never copies it.
 var<private> m: array<mat4x4<f32>, 32>;
+// sg1: m1[s] = C[row0 + 4s .. +3, col0 + 4 lane .. +3].
+var<private> m1: array<mat4x4<f32>, 16>;
 
 // Where workgroup `tile` of batch item z works: (first texel column of its 64 rows in A^T, of its
 // columns in B, first texel row of the item's A^T, of its B), or x = mp4 when it lies past C. The
@@ -29,6 +35,46 @@ fn sg_tile(tile: u32, z: u32, lanes: u32) -> vec4<u32> {
     let ka = select(z, 0u, p.stride_a == 0u) * p.kp;
     let kb = select(z, 0u, p.stride_b == 0u) * p.kp;
     return vec4(tile / nbc * 16u, tile % nbc * 2u * lanes, ka, kb);
+}
+
+// sg_tile for sg1: blocks of `lanes` texel rows and `lanes` texel columns.
+fn sg1_tile(tile: u32, z: u32, lanes: u32) -> vec4<u32> {
+    let nbc = (p.np4 + lanes - 1u) / lanes;
+    if (tile >= (p.mp4 + lanes - 1u) / lanes * nbc) { return vec4(p.mp4, 0u, 0u, 0u); }
+    let ka = select(z, 0u, p.stride_a == 0u) * p.kp;
+    let kb = select(z, 0u, p.stride_b == 0u) * p.kp;
+    return vec4(tile / nbc * lanes, tile % nbc * lanes, ka, kb);
+}
+
+// One k-step of sg1_8 (sg1_16): invocation s holds A rows 4s .. 4s+3 in `a`, its 4 columns' B in `b`.
+fn kstep1_8(a: vec4<f32>, b: vec4<f32>) {
+    m1[0] += outer(subgroupBroadcast(a, 0u), b);
+    m1[1] += outer(subgroupBroadcast(a, 1u), b);
+    m1[2] += outer(subgroupBroadcast(a, 2u), b);
+    m1[3] += outer(subgroupBroadcast(a, 3u), b);
+    m1[4] += outer(subgroupBroadcast(a, 4u), b);
+    m1[5] += outer(subgroupBroadcast(a, 5u), b);
+    m1[6] += outer(subgroupBroadcast(a, 6u), b);
+    m1[7] += outer(subgroupBroadcast(a, 7u), b);
+}
+
+fn kstep1_16(a: vec4<f32>, b: vec4<f32>) {
+    m1[0] += outer(subgroupBroadcast(a, 0u), b);
+    m1[1] += outer(subgroupBroadcast(a, 1u), b);
+    m1[2] += outer(subgroupBroadcast(a, 2u), b);
+    m1[3] += outer(subgroupBroadcast(a, 3u), b);
+    m1[4] += outer(subgroupBroadcast(a, 4u), b);
+    m1[5] += outer(subgroupBroadcast(a, 5u), b);
+    m1[6] += outer(subgroupBroadcast(a, 6u), b);
+    m1[7] += outer(subgroupBroadcast(a, 7u), b);
+    m1[8] += outer(subgroupBroadcast(a, 8u), b);
+    m1[9] += outer(subgroupBroadcast(a, 9u), b);
+    m1[10] += outer(subgroupBroadcast(a, 10u), b);
+    m1[11] += outer(subgroupBroadcast(a, 11u), b);
+    m1[12] += outer(subgroupBroadcast(a, 12u), b);
+    m1[13] += outer(subgroupBroadcast(a, 13u), b);
+    m1[14] += outer(subgroupBroadcast(a, 14u), b);
+    m1[15] += outer(subgroupBroadcast(a, 15u), b);
 }
 
 // One k-step of sg16: invocation s holds A rows 4s .. 4s+3 in `a`.
@@ -167,4 +213,87 @@ fn sg8_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
           @builtin(subgroup_invocation_id) lane: u32) {
     let rc = sg8_body(tile_of(wg, nwg), wg.z, lane);
     if (rc.x < p.m) { store_all_v4(wg.z * p.stride_c, rc.x, rc.y); }
+}
+
+// Accumulates sg1's block `tile` of batch item z into m1; returns (row0, this invocation's col0), or
+// row0 >= M when idle. Uniform control flow as in sg16_body.
+fn sg1_body(tile: u32, z: u32, lane: u32, lanes: u32) -> vec2<u32> {
+    let o = sg1_tile(tile, z, lanes);
+    if (o.x >= p.mp4) { return vec2(p.m, 0u); }
+    let bx = o.y + lane;
+    for (var kk = 0u; kk < p.kp; kk++) {
+        let a = textureLoad(at, vec2(o.x + lane, o.z + kk));
+        let b = textureLoad(bt, vec2(bx, o.w + kk));
+        if (lanes == 8u) { kstep1_8(a, b); } else { kstep1_16(a, b); }
+    }
+    return vec2(o.x * 4u, bx * 4u);
+}
+
+// sg1's block in m1 to C (the first `lanes` entries); unrolled: m1 is indexed with constants only.
+fn store1(cb: u32, r: u32, c: u32, lanes: u32) {
+    store_block(cb, r + 0u, c, m1[0]);
+    store_block(cb, r + 4u, c, m1[1]);
+    store_block(cb, r + 8u, c, m1[2]);
+    store_block(cb, r + 12u, c, m1[3]);
+    store_block(cb, r + 16u, c, m1[4]);
+    store_block(cb, r + 20u, c, m1[5]);
+    store_block(cb, r + 24u, c, m1[6]);
+    store_block(cb, r + 28u, c, m1[7]);
+    if (lanes == 8u) { return; }
+    store_block(cb, r + 32u, c, m1[8]);
+    store_block(cb, r + 36u, c, m1[9]);
+    store_block(cb, r + 40u, c, m1[10]);
+    store_block(cb, r + 44u, c, m1[11]);
+    store_block(cb, r + 48u, c, m1[12]);
+    store_block(cb, r + 52u, c, m1[13]);
+    store_block(cb, r + 56u, c, m1[14]);
+    store_block(cb, r + 60u, c, m1[15]);
+}
+
+fn store1_v4(cb: u32, r: u32, c: u32, lanes: u32) {
+    store_block_v4(cb, r + 0u, c, m1[0]);
+    store_block_v4(cb, r + 4u, c, m1[1]);
+    store_block_v4(cb, r + 8u, c, m1[2]);
+    store_block_v4(cb, r + 12u, c, m1[3]);
+    store_block_v4(cb, r + 16u, c, m1[4]);
+    store_block_v4(cb, r + 20u, c, m1[5]);
+    store_block_v4(cb, r + 24u, c, m1[6]);
+    store_block_v4(cb, r + 28u, c, m1[7]);
+    if (lanes == 8u) { return; }
+    store_block_v4(cb, r + 32u, c, m1[8]);
+    store_block_v4(cb, r + 36u, c, m1[9]);
+    store_block_v4(cb, r + 40u, c, m1[10]);
+    store_block_v4(cb, r + 44u, c, m1[11]);
+    store_block_v4(cb, r + 48u, c, m1[12]);
+    store_block_v4(cb, r + 52u, c, m1[13]);
+    store_block_v4(cb, r + 56u, c, m1[14]);
+    store_block_v4(cb, r + 60u, c, m1[15]);
+}
+
+@compute @workgroup_size(8)
+fn sg1_8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1_body(tile_of(wg, nwg), wg.z, lane, 8u);
+    if (rc.x < p.m) { store1(wg.z * p.stride_c, rc.x, rc.y, 8u); }
+}
+
+@compute @workgroup_size(8)
+fn sg1_8_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1_body(tile_of(wg, nwg), wg.z, lane, 8u);
+    if (rc.x < p.m) { store1_v4(wg.z * p.stride_c, rc.x, rc.y, 8u); }
+}
+
+@compute @workgroup_size(16)
+fn sg1_16(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1_body(tile_of(wg, nwg), wg.z, lane, 16u);
+    if (rc.x < p.m) { store1(wg.z * p.stride_c, rc.x, rc.y, 16u); }
+}
+
+@compute @workgroup_size(16)
+fn sg1_16_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1_body(tile_of(wg, nwg), wg.z, lane, 16u);
+    if (rc.x < p.m) { store1_v4(wg.z * p.stride_c, rc.x, rc.y, 16u); }
 }

@@ -331,7 +331,9 @@ fn sg_is_offered_where_a_subgroup_is_one_cpu_vector() {
     if !ctx.summary.name.contains("llvmpipe") {
         return;
     }
-    assert!(variants(ctx).contains(&Variant::Sg), "{:?}", variants(ctx));
+    for v in [Variant::Sg, Variant::Sg1] {
+        assert!(variants(ctx).contains(&v), "{v} missing from {:?}", variants(ctx));
+    }
     let lanes = match std::env::var("LP_NATIVE_VECTOR_WIDTH").as_deref() {
         Ok("512") => 16,
         _ => 8,
@@ -339,21 +341,24 @@ fn sg_is_offered_where_a_subgroup_is_one_cpu_vector() {
     assert_eq!(ctx.adapter.get_info().subgroup_max_size, lanes);
 }
 
-/// sg's blocks are 64 rows by 64 (8 lanes) or 128 (16 lanes) columns: shapes that need several
-/// of each, with a partial last block, every transpose, batches, bias and accumulate.
+/// sg's blocks are 64 rows by 64 (8 lanes) or 128 (16 lanes) columns, sg1's 32 by 32 (8 lanes) or
+/// 64 by 64 (16 lanes): shapes that need several of each, with a partial last block, every
+/// transpose, batches, bias and accumulate.
 #[test]
 fn sg_matches_reference_across_several_blocks_of_rows_and_columns() {
     let ctx = gpu_or_skip!();
-    if !variants(ctx).contains(&Variant::Sg) {
-        return;
+    for v in [Variant::Sg, Variant::Sg1] {
+        if !variants(ctx).contains(&v) {
+            continue;
+        }
+        for (ta, tb) in TRANSPOSES {
+            Case::new(shape(2, 130, 270, 21, ta, tb), true, 31).check(ctx, Some(v));
+        }
+        let mut s = shape(3, 70, 132, 64, false, false);
+        s.accumulate = true;
+        s.alpha = 0.5;
+        Case::new(s, false, 41).check(ctx, Some(v));
     }
-    for (ta, tb) in TRANSPOSES {
-        Case::new(shape(2, 130, 270, 21, ta, tb), true, 31).check(ctx, Some(Variant::Sg));
-    }
-    let mut s = shape(3, 70, 132, 64, false, false);
-    s.accumulate = true;
-    s.alpha = 0.5;
-    Case::new(s, false, 41).check(ctx, Some(Variant::Sg));
 }
 
 /// The 16-lane entry points, checked in a child process of this test binary with 512-bit vectors
@@ -399,7 +404,7 @@ fn sg16_matches_reference_with_512_bit_vectors_in_a_child_process() {
 #[test]
 fn texture_variants_copy_operands_already_in_their_layout() {
     let ctx = gpu_or_skip!();
-    for v in [Variant::Tex16, Variant::Sg] {
+    for v in [Variant::Tex16, Variant::Sg, Variant::Sg1] {
         if !variants(ctx).contains(&v) {
             continue;
         }

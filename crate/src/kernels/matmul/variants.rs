@@ -1,6 +1,6 @@
 //! The matmul variants: what each needs from the adapter and the shape, and how each is launched.
 //! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
-//! unaligned sizes: naive and tiled by bounds checks, block8, tex16 and sg by packing the operands
+//! unaligned sizes: naive and tiled by bounds checks, block8, tex16, sg and sg1 by packing the operands
 //! into zero-padded layouts first (one `pack` dispatch per operand, replayed every step).
 use std::sync::Arc;
 
@@ -21,15 +21,19 @@ pub enum Variant {
     /// tex16's textures, a 64-row block per subgroup of 8 or 16 whose A values are shared by
     /// subgroupBroadcast: a fraction of tex16's texel loads per multiply-add.
     Sg,
+    /// sg with one A and one B texel per invocation per k: a 32x32 (8 lanes) or 64x64 (16 lanes)
+    /// block, a quarter (half) of sg's accumulators, more blocks for small shapes.
+    Sg1,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::Naive,
         Variant::Tiled,
         Variant::Block8,
         Variant::Tex16,
         Variant::Sg,
+        Variant::Sg1,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +43,7 @@ impl Variant {
             Variant::Block8 => "block8",
             Variant::Tex16 => "tex16",
             Variant::Sg => "sg",
+            Variant::Sg1 => "sg1",
         }
     }
 
@@ -50,7 +55,7 @@ impl Variant {
     fn padding(self) -> Option<(usize, usize)> {
         match self {
             Variant::Block8 => Some((8, 4)),
-            Variant::Tex16 | Variant::Sg => Some((16, 1)),
+            Variant::Tex16 | Variant::Sg | Variant::Sg1 => Some((16, 1)),
             Variant::Naive | Variant::Tiled => None,
         }
     }
@@ -58,22 +63,22 @@ impl Variant {
     fn shader(self) -> &'static str {
         match self {
             Variant::Tex16 => "matmul_tex",
-            Variant::Sg => "matmul_sg",
+            Variant::Sg | Variant::Sg1 => "matmul_sg",
             _ => "matmul",
         }
     }
 
-    /// The shader of the pack passes: sg reads the textures tex16's passes write.
+    /// The shader of the pack passes: sg and sg1 read the textures tex16's passes write.
     fn pack_shader(self) -> &'static str {
         match self {
-            Variant::Sg => "matmul_tex",
+            Variant::Sg | Variant::Sg1 => "matmul_tex",
             v => v.shader(),
         }
     }
 
     /// Whether the packed operands are textures (else storage buffers).
     fn packs_textures(self) -> bool {
-        matches!(self, Variant::Tex16 | Variant::Sg)
+        matches!(self, Variant::Tex16 | Variant::Sg | Variant::Sg1)
     }
 }
 
@@ -86,7 +91,7 @@ impl std::fmt::Display for Variant {
 impl std::str::FromStr for Variant {
     type Err = GpuError;
 
-    /// A variant by name (`naive`, `tiled`, `block8`, `tex16`, `sg`), as the CLI and tests spell it.
+    /// A variant by name (`naive`, `tiled`, `block8`, `tex16`, `sg`, `sg1`), as the CLI and tests spell it.
     fn from_str(name: &str) -> Result<Self, GpuError> {
         Variant::from_name(name).ok_or_else(|| {
             let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
@@ -160,11 +165,12 @@ pub(crate) fn adapter_supports(ctx: &GpuContext, v: Variant) -> Result<(), Strin
                 Err("tex16 needs read-only and write-only rgba32float storage textures".into())
             }
         }
-        Variant::Sg => {
-            adapter_supports(ctx, Variant::Tex16).map_err(|e| format!("sg reads tex16's textures: {e}"))?;
+        Variant::Sg | Variant::Sg1 => {
+            let name = v.name();
+            adapter_supports(ctx, Variant::Tex16).map_err(|e| format!("{name} reads tex16's textures: {e}"))?;
             subgroup_lanes(ctx)
                 .map(|_| ())
-                .ok_or_else(|| "sg needs the subgroups feature with a subgroup size fixed at 8 or 16".to_string())
+                .ok_or_else(|| format!("{name} needs the subgroups feature with a subgroup size fixed at 8 or 16"))
         }
     }
 }
@@ -193,7 +199,7 @@ pub(crate) fn shape_supports(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> R
     let groups = match v {
         Variant::Naive => [s.n.div_ceil(16), s.m.div_ceil(16), s.batch],
         Variant::Tiled => [s.n.div_ceil(64), s.m.div_ceil(64), s.batch],
-        Variant::Block8 | Variant::Tex16 | Variant::Sg => [1, 1, s.batch],
+        Variant::Block8 | Variant::Tex16 | Variant::Sg | Variant::Sg1 => [1, 1, s.batch],
     };
     for g in groups {
         if g > max_groups {
@@ -273,6 +279,12 @@ pub(crate) async fn build(
             (Some(16), true) => "sg16_v4",
             (_, false) => "sg8",
             (_, true) => "sg8_v4",
+        },
+        (Variant::Sg1, v4) => match (subgroup_lanes(ctx), v4) {
+            (Some(16), false) => "sg1_16",
+            (Some(16), true) => "sg1_16_v4",
+            (_, false) => "sg1_8",
+            (_, true) => "sg1_8_v4",
         },
     };
     let main = ctx.pipeline(v.shader(), entry).await?;
@@ -459,7 +471,7 @@ fn plan(
         ("B", ops.b, s.n, np, (b_sj, b_sk), s.stride_b, lb),
     ];
     let mut dispatches = Vec::with_capacity(3);
-    // What the matmul reads at slots 7 and 8: textures the pack passes wrote (tex16, sg), buffers they
+    // What the matmul reads at slots 7 and 8: textures the pack passes wrote (tex16, sg, sg1), buffers they
     // wrote (block8), or the operand itself (block8, `Packing::Direct`).
     let mut views: Vec<(u32, wgpu::TextureView)> = Vec::new();
     let mut bufs: Vec<(u32, GpuBuffer)> = Vec::new();
@@ -528,6 +540,11 @@ fn plan(
     let mut groups = match (v, subgroup_lanes(ctx)) {
         // A workgroup (one subgroup) per block of 64 rows and 8 columns per invocation.
         (Variant::Sg, Some(lanes)) => grid_1d(mp.div_ceil(64) * np.div_ceil(8 * lanes as usize), 1),
+        // sg1: a block of 4 rows and 4 columns per invocation in each direction.
+        (Variant::Sg1, Some(lanes)) => {
+            let block = 4 * lanes as usize;
+            grid_1d(mp.div_ceil(block) * np.div_ceil(block), 1)
+        }
         _ => {
             let block = v.padding().map_or(1, |p| p.0);
             grid_1d((mp / block) * (np / block), 64)
