@@ -81,24 +81,41 @@ fn sum4(acc: f32, v: vec4<f32>) -> f32 {
     return acc + v.x + v.y + v.z + v.w;
 }
 
+// A row of up to ROW_CACHE vec4s stays in the invocation's private memory after its first read:
+// lavapipe's private arrays are plain stack memory, several times cheaper than its per-lane
+// storage loads, so the later passes over the row load nothing from storage. Longer rows are read
+// again from storage. The arithmetic and its order are the same either way.
+const ROW_CACHE: u32 = 64u;
+var<private> row_a: array<vec4<f32>, 64>;
+var<private> row_b: array<vec4<f32>, 64>;
+
 @compute @workgroup_size(64)
 fn forward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= p.rows) { return; }
     let c4 = p.c / 4u;
+    let cached = c4 <= ROW_CACHE;
     let base = r * c4;
     let pb = param_base(r) / 4u;
     var s = 0.0;
-    for (var j = 0u; j < c4; j++) { s = sum4(s, x4[base + j]); }
+    for (var j = 0u; j < c4; j++) {
+        let xv = x4[base + j];
+        if (cached) { row_a[j] = xv; }
+        s = sum4(s, xv);
+    }
     let m = s / f32(p.c);
     var v = 0.0;
     for (var j = 0u; j < c4; j++) {
-        let d = x4[base + j] - m;
+        var xv: vec4<f32>;
+        if (cached) { xv = row_a[j]; } else { xv = x4[base + j]; }
+        let d = xv - m;
         v = sum4(v, d * d);
     }
     let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
     for (var j = 0u; j < c4; j++) {
-        out4[base + j] = (x4[base + j] - m) * rs * gamma4[pb + j] + beta4[pb + j];
+        var xv: vec4<f32>;
+        if (cached) { xv = row_a[j]; } else { xv = x4[base + j]; }
+        out4[base + j] = (xv - m) * rs * gamma4[pb + j] + beta4[pb + j];
     }
     mean[r] = m;
     rstd[r] = rs;
@@ -158,11 +175,13 @@ fn backward_dx_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     }
 }
 
+// As backward_dx_row, caching each row's dnorm and x (row_a, row_b) as forward_row4 caches x.
 @compute @workgroup_size(64)
 fn backward_dx_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= p.rows) { return; }
     let c4 = p.c / 4u;
+    let cached = c4 <= ROW_CACHE;
     let base = r * c4;
     let pb = param_base(r) / 4u;
     let m = mean_in[r];
@@ -171,14 +190,24 @@ fn backward_dx_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     var b = 0.0;
     for (var j = 0u; j < c4; j++) {
         let dn = dout4[base + j] * gamma4[pb + j];
+        let xv = x4[base + j];
+        if (cached) { row_a[j] = dn; row_b[j] = xv; }
         a = sum4(a, dn);
-        b = sum4(b, dn * (x4[base + j] - m) * rs);
+        b = sum4(b, dn * (xv - m) * rs);
     }
     a /= f32(p.c);
     b /= f32(p.c);
     for (var j = 0u; j < c4; j++) {
-        let dn = dout4[base + j] * gamma4[pb + j];
-        let xhat = (x4[base + j] - m) * rs;
+        var dn: vec4<f32>;
+        var xv: vec4<f32>;
+        if (cached) {
+            dn = row_a[j];
+            xv = row_b[j];
+        } else {
+            dn = dout4[base + j] * gamma4[pb + j];
+            xv = x4[base + j];
+        }
+        let xhat = (xv - m) * rs;
         dx4[base + j] = rs * (dn - a - xhat * b);
     }
 }

@@ -35,7 +35,9 @@ const STRATEGIES: [RowStrategy; 2] = [RowStrategy::PerInvocation, RowStrategy::P
 /// (rows, C) of row-wise kernels: odd sizes, a row longer than a 256-wide workgroup, and
 /// the tiny config's B*T x C; (200, 70): more rows than one chunk of the two-stage dgamma,
 /// dbeta (and a short last chunk).
-// (200, 64): two-stage column sums four columns at a time (C a multiple of 4).
+// (200, 64): two-stage column sums four columns at a time (C a multiple of 4). The per-row vec4
+// kernels keep rows of up to 256 columns in private memory: (5, 256) is the longest cached row,
+// (3, 264) is read from storage again.
 const ROWS: &[(usize, usize)] = &[
     (1, 1),
     (3, 17),
@@ -45,6 +47,8 @@ const ROWS: &[(usize, usize)] = &[
     (16, 32),
     (200, 70),
     (200, 64),
+    (5, 256),
+    (3, 264),
 ];
 
 fn run(ctx: &GpuContext, dispatches: &[Dispatch], out: &GpuBuffer) -> Vec<f32> {
