@@ -109,11 +109,36 @@ fn aligned(s: &MatmulShape) -> bool {
     s.m.is_multiple_of(16) && s.n.is_multiple_of(16) && s.k.is_multiple_of(16)
 }
 
-/// The problem timed for `s`'s class: small enough to tune in well under a second on lavapipe.
-/// Large enough too: at 256 block8, which reads B (or a transposed A) without a pack, and tex16,
-/// whose packs cost more the smaller the matmul, are within 10-20% of each other on lavapipe and
-/// noise picks either, while from 384 up tex16 is a clear 30-40% faster.
+/// The problem timed for `s`'s class: `s` itself where it does at most twice the work of the class's
+/// stand-in below, else the stand-in. The shape itself ranks the variants as its class's first matmul
+/// will run: attention's batched (64 x 64) @ (64 x 32) leaves half of sg's 64-column blocks idle,
+/// and sg1 ran it 2.5x faster, where on a cube stand-in noise picked either. The stand-ins are
+/// small enough to tune in well under a second on lavapipe, and large enough too: at 256 block8,
+/// which reads B (or a transposed A) without a pack, and tex16, whose packs cost more the smaller
+/// the matmul, are within 10-20% of each other on lavapipe and noise picks either, while from 384
+/// up tex16 is a clear 30-40% faster.
 fn representative(s: &MatmulShape) -> MatmulShape {
+    let stand_in = stand_in(s);
+    let work = |x: &MatmulShape| x.batch * x.m * x.n * x.k;
+    if work(s) <= 2 * work(&stand_in) {
+        // Items back to back (a broadcast operand stays one item); bias, alpha and accumulate
+        // change no variant's loop: the tuner times a plain product of the same dimensions.
+        let fresh = MatmulShape::new(s.batch, s.m, s.n, s.k);
+        MatmulShape {
+            trans_a: s.trans_a,
+            trans_b: s.trans_b,
+            stride_a: if s.stride_a == 0 { 0 } else { fresh.stride_a },
+            stride_b: if s.stride_b == 0 { 0 } else { fresh.stride_b },
+            ..fresh
+        }
+    } else {
+        stand_in
+    }
+}
+
+/// A cube (or a batch of 8 cubes) of the class's size, nudged off multiples of 16 for unaligned
+/// classes.
+fn stand_in(s: &MatmulShape) -> MatmulShape {
     let work = s.batch * s.m * s.n * s.k;
     let d = if work < SMALL_WORK {
         32
@@ -300,4 +325,37 @@ fn pattern(n: usize, seed: usize) -> Vec<f32> {
 /// |got - want| <= atol + rtol * |want|; NaN is never close.
 fn close(got: f32, want: f32, atol: f32, rtol: f32) -> bool {
     (got - want).abs() <= atol + rtol * want.abs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tuner_times_a_shape_itself_unless_it_outweighs_its_class_stand_in() {
+        // Attention's batched P @ V: its own dimensions, items back to back, no flags.
+        let mut att = MatmulShape::new(32, 64, 32, 64);
+        att.stride_c = 3000;
+        att.stride_bias = 32;
+        att.alpha = 0.5;
+        att.accumulate = true;
+        let rep = representative(&att);
+        assert_eq!((rep.batch, rep.m, rep.n, rep.k), (32, 64, 32, 64));
+        assert_eq!((rep.stride_a, rep.stride_b, rep.stride_c), (64 * 64, 64 * 32, 64 * 32));
+        assert_eq!((rep.stride_bias, rep.alpha, rep.accumulate), (0, 1.0, false));
+        // A broadcast operand stays one item; transposes are kept.
+        let mut bcast = MatmulShape::new(4, 16, 16, 16);
+        bcast.stride_b = 0;
+        bcast.trans_a = true;
+        let rep = representative(&bcast);
+        assert_eq!((rep.stride_b, rep.trans_a, rep.trans_b), (0, true, false));
+        // n = 1024 does far more work than the large class's 384-cube: the cube is timed.
+        let big = representative(&MatmulShape::new(1, 1024, 1024, 1024));
+        assert_eq!((big.batch, big.m, big.n, big.k), (1, 384, 384, 384));
+        // Just over twice the medium stand-in's work (8 x 64^3): the stand-in; at twice: itself.
+        let at_twice = MatmulShape::new(16, 64, 64, 64);
+        assert_eq!(representative(&at_twice).batch, 16);
+        let over = MatmulShape::new(17, 64, 64, 64);
+        assert_eq!(representative(&over).batch, 8);
+    }
 }
