@@ -26,24 +26,17 @@ var<private> m: array<mat4x4<f32>, 32>;
 // sg1: m1[s] = C[row0 + 4s .. +3, col0 + 4 lane .. +3].
 var<private> m1: array<mat4x4<f32>, 16>;
 
-// Where workgroup `tile` of batch item z works: (first texel column of its 64 rows in A^T, of its
-// columns in B, first texel row of the item's A^T, of its B), or x = mp4 when it lies past C. The
-// same for every invocation of the subgroup, so the loops that use it stay in uniform control flow.
-fn sg_tile(tile: u32, z: u32, lanes: u32) -> vec4<u32> {
-    let nbc = (p.np4 + 2u * lanes - 1u) / (2u * lanes);
-    if (tile >= (p.mp4 + 15u) / 16u * nbc) { return vec4(p.mp4, 0u, 0u, 0u); }
+// Where workgroup `tile` of batch item z works, for blocks of `rt` texel rows (4 rt rows of C) and `ct`
+// texel columns: (first texel column of its rows in A^T, of its columns in B, first texel row of the
+// item's A^T, of its B), or x = mp4 when it lies past C. sg's blocks are 16 x 2 lanes texels, sg1's
+// lanes x lanes. The same for every invocation of the subgroup, so the loops that use it stay in
+// uniform control flow.
+fn sg_tile(tile: u32, z: u32, rt: u32, ct: u32) -> vec4<u32> {
+    let nbc = (p.np4 + ct - 1u) / ct;
+    if (tile >= (p.mp4 + rt - 1u) / rt * nbc) { return vec4(p.mp4, 0u, 0u, 0u); }
     let ka = select(z, 0u, p.stride_a == 0u) * p.kp;
     let kb = select(z, 0u, p.stride_b == 0u) * p.kp;
-    return vec4(tile / nbc * 16u, tile % nbc * 2u * lanes, ka, kb);
-}
-
-// sg_tile for sg1: blocks of `lanes` texel rows and `lanes` texel columns.
-fn sg1_tile(tile: u32, z: u32, lanes: u32) -> vec4<u32> {
-    let nbc = (p.np4 + lanes - 1u) / lanes;
-    if (tile >= (p.mp4 + lanes - 1u) / lanes * nbc) { return vec4(p.mp4, 0u, 0u, 0u); }
-    let ka = select(z, 0u, p.stride_a == 0u) * p.kp;
-    let kb = select(z, 0u, p.stride_b == 0u) * p.kp;
-    return vec4(tile / nbc * lanes, tile % nbc * lanes, ka, kb);
+    return vec4(tile / nbc * rt, tile % nbc * ct, ka, kb);
 }
 
 // One k-step of sg1_8 (sg1_16): invocation s holds A rows 4s .. 4s+3 in `a`, its 4 columns' B in `b`.
@@ -120,7 +113,7 @@ fn kstep8(a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
 // Accumulates workgroup `tile` of batch item z into m; returns (row0, col0), or row0 >= M when idle.
 // The loop runs in uniform control flow: `tile` is the same for the whole subgroup.
 fn sg16_body(tile: u32, z: u32, lane: u32) -> vec2<u32> {
-    let o = sg_tile(tile, z, 16u);
+    let o = sg_tile(tile, z, 16u, 32u);
     if (o.x >= p.mp4) { return vec2(p.m, 0u); }
     let bx = o.y + 2u * lane;
     for (var kk = 0u; kk < p.kp; kk++) {
@@ -131,7 +124,7 @@ fn sg16_body(tile: u32, z: u32, lane: u32) -> vec2<u32> {
 }
 
 fn sg8_body(tile: u32, z: u32, lane: u32) -> vec2<u32> {
-    let o = sg_tile(tile, z, 8u);
+    let o = sg_tile(tile, z, 16u, 16u);
     if (o.x >= p.mp4) { return vec2(p.m, 0u); }
     let ax = o.x + 2u * lane;
     let bx = o.y + 2u * lane;
@@ -218,7 +211,7 @@ fn sg8_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
 // Accumulates sg1's block `tile` of batch item z into m1; returns (row0, this invocation's col0), or
 // row0 >= M when idle. Uniform control flow as in sg16_body.
 fn sg1_body(tile: u32, z: u32, lane: u32, lanes: u32) -> vec2<u32> {
-    let o = sg1_tile(tile, z, lanes);
+    let o = sg_tile(tile, z, lanes, lanes);
     if (o.x >= p.mp4) { return vec2(p.m, 0u); }
     let bx = o.y + lane;
     for (var kk = 0u; kk < p.kp; kk++) {
