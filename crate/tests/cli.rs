@@ -336,3 +336,61 @@ fn plan_rejects_unknown_devices_and_bad_flags_with_exit_2() {
         );
     }
 }
+
+#[test]
+fn plan_writes_its_timeline_as_a_chrome_trace_and_can_switch_overlap_off() {
+    let dir = common::temp_dir("cli", "trace");
+    let file = dir.join("seed.json");
+    let base = [
+        "plan",
+        "--json",
+        "--preset",
+        "seed",
+        "--device",
+        "h100",
+        "--mode",
+        "shard_map",
+        "--mesh",
+        "dp=4",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--trace", file.to_str().unwrap()]);
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    let on: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let named = |what: &str| events.iter().filter(|e| e["ph"] == "M" && e["name"] == what).count();
+    // One process per device, a compute and a communication thread each.
+    assert_eq!((named("process_name"), named("thread_name")), (4, 8));
+    assert!(events.iter().any(|e| e["ph"] == "X" && e["name"] == "psum"));
+    let mut args = base.to_vec();
+    args.push("--no-overlap");
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    let off: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let ms = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    assert_eq!(
+        (on["overlap"].as_bool(), off["overlap"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert!((ms(&off, "step_ms") - ms(&off, "serial_ms")).abs() < 1e-9 * ms(&off, "step_ms"));
+    assert!(ms(&on, "step_ms") < ms(&off, "step_ms"), "{on} {off}");
+    assert_eq!(ms(&on, "serial_ms"), ms(&off, "serial_ms"));
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_or_has_nothing_to_trace_exits_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["plan", "--device", "h100", "--trace", "/nonexistent-dir/t.json"],
+            "--trace",
+        ),
+        (&["bench", "train", "--trace", "t.json"], "--ops"),
+    ];
+    for (args, needle) in cases {
+        let (code, out, err) = shardlab(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

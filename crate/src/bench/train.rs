@@ -4,9 +4,9 @@ use std::sync::Arc;
 use crate::exec::{Backend, ExecError, Trainer};
 use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
-use crate::model::{DataSource, GptConfig, Init, Optimizer};
+use crate::model::{DataSource, GptConfig, Init, Optimizer, TrainStep};
 use crate::plan::{Parallel, TrainerOptions};
-use crate::profile::{breakdown, profiled_floor, MeasuredBreakdown, Roofline, StepFloor};
+use crate::profile::{breakdown, measured_timeline, profiled_floor, MeasuredBreakdown, Roofline, StepFloor, Timeline};
 
 /// The "small": the configuration `bench train` and `bench peers` both measure.
 pub fn small_config() -> GptConfig {
@@ -47,6 +47,12 @@ pub struct TrainBench {
     pub peak_bytes: u64,
     /// The step's floor on this adapter's measured ceilings, when they were given.
     pub floor: Option<StepFloor>,
+    /// The profiled step as a timeline on the adapter (what `--trace` writes).
+    #[serde(skip)]
+    pub timeline: Timeline,
+    /// The train step that ran, whose instructions the timeline names.
+    #[serde(skip)]
+    pub step: TrainStep,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -73,6 +79,7 @@ pub async fn train(
         parallel: Parallel::None,
         combine_all_reduces: false,
     };
+    let adapter = ctx.summary.name.clone();
     let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;
     for _ in 0..2 {
         t.step().await?;
@@ -99,5 +106,7 @@ pub async fn train(
         dispatches_per_step: t.dispatches_per_step(),
         peak_bytes: t.peak_bytes(),
         floor: roofline.map(|r| profiled_floor(t.program(), &profile, r)),
+        timeline: measured_timeline(t.program(), &profile, &adapter),
+        step: t.train_step().clone(),
     })
 }

@@ -1,6 +1,8 @@
 //! Reads a measured [`StepProfile`]: its ops with names, shapes and categories, the
-//! categories and phases with their sums against the step, and the submission overhead.
+//! categories and phases with their sums against the step, and the submission overhead; and
+//! the same ops as a timeline on the adapter's one queue.
 use super::cost::{category, Category};
+use super::timeline::{DeviceTimeline, Span, SpanKind, Timeline};
 use crate::exec::StepProfile;
 use crate::ir::Program;
 
@@ -55,7 +57,8 @@ impl MeasuredBreakdown {
     }
 }
 
-fn shape(prog: &Program, ins: &crate::ir::Instr) -> String {
+/// Operand shapes and the result's: `[64,128] x [128,512] -> [64,512]`.
+pub(crate) fn shape_text(prog: &Program, ins: &crate::ir::Instr) -> String {
     let fmt = |v: &crate::ir::ValueId| {
         let s: Vec<String> = prog.shape(*v).iter().map(|d| d.to_string()).collect();
         format!("[{}]", s.join(","))
@@ -77,7 +80,7 @@ pub fn breakdown(prog: &Program, profile: &StepProfile) -> MeasuredBreakdown {
             OpRow {
                 instr: o.instr,
                 op: ins.op.name(),
-                shape: shape(prog, ins),
+                shape: shape_text(prog, ins),
                 category: category(ins),
                 phase: PHASES[o.phase],
                 ms: o.ms,
@@ -108,5 +111,51 @@ pub fn breakdown(prog: &Program, profile: &StepProfile) -> MeasuredBreakdown {
         categories_sum_ms: categories_ms.iter().map(|(_, ms)| ms).sum::<f64>() + overhead,
         categories_ms,
         ops,
+    }
+}
+
+/// The bucket of a measured step's one submission (the page's measured bars call it so too).
+pub const SUBMIT: &str = "submit";
+
+/// `profile` of a step of `prog` as a timeline on `adapter`: one row (the simulated devices
+/// share the adapter), its one submission and then every op in submission order, each lasting
+/// its share of its phase's measured time. It ends at the categories' sum plus the submission,
+/// which [`MeasuredBreakdown::categories_sum_ms`] compares with the measured step.
+pub fn measured_timeline(prog: &Program, profile: &StepProfile, adapter: &str) -> Timeline {
+    let mut at = 0.0;
+    let mut compute = vec![];
+    let mut push = |dur_ms: f64, kind: SpanKind, category: &'static str, instr: Option<usize>, name: &'static str| {
+        compute.push(Span {
+            start_ms: at,
+            dur_ms,
+            kind,
+            category,
+            launch_ms: 0.0,
+            instr,
+            name,
+        });
+        at += dur_ms;
+    };
+    push(profile.submit_overhead_ms, SpanKind::Submit, SUBMIT, None, "submit");
+    for o in &profile.ops {
+        let ins = &prog.instrs[o.instr];
+        push(o.ms, SpanKind::Op, category(ins).name(), Some(o.instr), ins.op.name());
+    }
+    let label = match prog.devices() {
+        1 => "this adapter".to_string(),
+        n => format!("this adapter ({n} simulated devices)"),
+    };
+    Timeline {
+        kind: "measured",
+        device: adapter.to_string(),
+        overlap: false,
+        comm_stream: false,
+        step_ms: at,
+        devices: vec![DeviceTimeline {
+            label,
+            program: 0,
+            compute,
+            comm: vec![],
+        }],
     }
 }

@@ -1,7 +1,9 @@
 //! What a program costs. Read off the program (modelled): FLOPs, memory, random bits,
 //! collectives and op categories; the cost model that prices a per-device program op by op
 //! on a device profile (calibrated `this`, or a preset such as TPU v4 or H100) with its
-//! collectives over the mesh topology; and the microbenchmarks that calibrate `this`.
+//! collectives over the mesh topology; the step as a timeline per device, modelled (with
+//! asynchronous collectives overlapping compute) or measured, and as Chrome trace-event JSON;
+//! and the microbenchmarks that calibrate `this`.
 mod calibrate;
 mod collective;
 mod compare;
@@ -11,8 +13,11 @@ mod fit;
 mod floor;
 mod measured;
 mod predict;
+mod schedule;
 mod summary;
+mod timeline;
 mod topology;
+mod trace;
 mod work;
 
 pub use calibrate::{calibrate, calibrate_quick, calibrate_with, Budget, Calibration, Measurement};
@@ -23,11 +28,16 @@ pub use device::{
     a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
 };
 pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
-pub use measured::{breakdown, MeasuredBreakdown, OpRow, PHASES};
+pub use measured::{breakdown, measured_timeline, MeasuredBreakdown, OpRow, PHASES, SUBMIT};
 pub use predict::{
-    matmul_efficiency, matmul_fit, predict, price_ops, work_seconds, CollectiveCost, DeviceBytes, OpPrice, Prediction,
-    LAUNCH,
+    matmul_efficiency, matmul_fit, model_step, predict, price_ops, work_seconds, CollectiveCost, DeviceBytes, OpPrice,
+    Prediction, LAUNCH,
 };
+pub use schedule::{schedule, ScheduleError};
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
+pub use timeline::{
+    mesh_label, spmd_work, DeviceTimeline, DeviceWork, Exchange, Span, SpanKind, StepWork, Task, Timeline, IDLE,
+};
 pub use topology::{collective_time, CollectiveTime};
+pub use trace::{OpSource, Trace};
 pub use work::{program_work, DotShape, Placement, Work, THREEFRY_INT_OPS};

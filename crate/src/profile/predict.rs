@@ -1,13 +1,16 @@
 //! The cost model: a per-device program priced op by op on a device profile. Each
 //! instruction costs its launches plus the larger of its arithmetic time (matmul FLOPs at a
 //! shape-dependent throughput, vector FLOPs, integer ops) and its memory time (a roofline);
-//! collectives cross the mesh topology. Every device runs the same program (SPMD), so one
-//! breakdown holds for each of them.
+//! collectives cross the mesh topology. The priced ops are then placed on a timeline, a row
+//! per device ([`super::schedule`]): the step is its end, and the breakdown its spans summed by
+//! category. Every device runs the same program (SPMD), so one breakdown holds for each of them.
 use std::collections::BTreeMap;
 
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit};
+use super::schedule::schedule;
 use super::summary::summarize;
+use super::timeline::{spmd_work, Timeline};
 use super::topology::collective_time;
 use super::work::{program_work, DotShape, Placement, Work};
 use super::{category, Category};
@@ -42,15 +45,24 @@ pub struct Prediction {
     pub device_label: String,
     pub devices: usize,
     pub placement: Placement,
-    /// Modelled milliseconds per step.
+    /// Modelled milliseconds per step: the end of the step's timeline.
     pub step_ms: f64,
+    /// Whether asynchronous collectives overlapped later compute (always false simulated: the
+    /// adapter runs everything in one queue).
+    pub overlap: bool,
+    /// Every op of a device one after another, nothing overlapped: the step's upper bound
+    /// (what the step is without overlap, on an SPMD program).
+    pub serial_ms: f64,
     /// Milliseconds per category (matmul, attention, rng, collectives, optimizer, other,
-    /// launch), per device; they add up to `step_ms`.
+    /// launch, idle), per device, from the timeline's compute spans; they add up to `step_ms`.
+    /// With overlap, `collectives` is the communication the compute stream waited for (what
+    /// overlap did not hide); `collectives` of [`Prediction::collectives`] is all of it.
     pub breakdown_ms: BTreeMap<&'static str, f64>,
     pub bytes_per_device: DeviceBytes,
     /// Memory of one device (simulated: of the one adapter, which holds every device).
     pub capacity_bytes: u64,
     pub fits: bool,
+    /// Each kind's collectives, their whole transfer time whether hidden or not.
     pub collectives: BTreeMap<&'static str, CollectiveCost>,
     pub flops_per_device: f64,
     pub launches: usize,
@@ -200,25 +212,35 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
     out
 }
 
-/// Prices `prog` (a per-device program, or a global one for one device) on `device`.
+/// Prices `prog` (a per-device program, or a global one for one device) on `device`, with
+/// asynchronous collectives overlapping later compute as XLA schedules them.
 pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> Prediction {
+    model_step(prog, device, placement, true).0
+}
+
+/// The modelled step of `prog` on `device` and its timeline, with overlap on or off.
+pub fn model_step(
+    prog: &Program,
+    device: &DeviceProfile,
+    placement: Placement,
+    overlap: bool,
+) -> (Prediction, Timeline) {
+    let overlap = overlap && placement == Placement::Real;
     let devices = prog.devices();
     let copies = match placement {
         Placement::Real => 1,
         Placement::Simulated => devices,
     };
     let summary = summarize(prog);
-    let mut breakdown: BTreeMap<&'static str, f64> = Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
-    breakdown.insert(LAUNCH, device.step_s);
     let mut collectives: BTreeMap<&'static str, CollectiveCost> = CollectiveKind::ALL
         .iter()
         .map(|k| (k.hlo_name(), CollectiveCost::default()))
         .collect();
-    let (mut flops, mut launches) = (0.0, 0usize);
+    let (mut flops, mut launches, mut serial) = (0.0, 0usize, device.step_s);
     for op in price_ops(prog, device, placement) {
         flops += op.flops;
         launches += op.launches;
-        *breakdown.get_mut(LAUNCH).expect("launch bucket") += op.launch_s;
+        serial += op.launch_s + op.work_s;
         if let Some((kind, bytes, hops)) = op.collective {
             let e = collectives.get_mut(kind.hlo_name()).expect("every kind");
             e.count += 1;
@@ -226,12 +248,14 @@ pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> 
             e.hops += hops;
             e.ms += op.work_s * 1e3;
         }
-        *breakdown.get_mut(op.category.name()).expect("every category") += op.work_s;
     }
-    for v in breakdown.values_mut() {
-        *v *= 1e3;
-    }
-    let step_ms = breakdown.values().sum();
+    // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
+    let mut timeline = schedule(&spmd_work(prog, device, placement), overlap).expect("an SPMD program schedules");
+    timeline.comm_stream = placement == Placement::Real;
+    timeline.device = match placement {
+        Placement::Real => format!("{devices} x {}", device.label),
+        Placement::Simulated => format!("{devices} simulated devices on one {}", device.label),
+    };
     let bytes_per_device = DeviceBytes {
         params: summary.params_bytes,
         optimizer_state: summary.optimizer_state_bytes,
@@ -239,13 +263,15 @@ pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> 
         total: summary.total_bytes,
     };
     let held = bytes_per_device.total * copies as u64;
-    Prediction {
+    let prediction = Prediction {
         device: device.name.clone(),
         device_label: device.label.clone(),
         devices,
         placement,
-        step_ms,
-        breakdown_ms: breakdown,
+        step_ms: timeline.step_ms,
+        overlap,
+        serial_ms: serial * 1e3,
+        breakdown_ms: timeline.breakdown_ms(),
         bytes_per_device,
         capacity_bytes: device.memory_bytes,
         fits: held <= device.memory_bytes,
@@ -253,7 +279,8 @@ pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> 
         flops_per_device: flops,
         launches,
         estimated: device.estimated.clone(),
-    }
+    };
+    (prediction, timeline)
 }
 
 #[cfg(test)]

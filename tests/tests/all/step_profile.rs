@@ -121,3 +121,44 @@ fn the_floor_of_a_profiled_step_is_charged_to_the_ops_that_ran_it() {
         .1;
     assert!(want > 0.0 && (floor.instr_ms[optimizer.instr] - want).abs() <= 1e-9 * want);
 }
+
+#[test]
+fn the_measured_timeline_is_the_profile_on_one_queue_in_submission_order() {
+    let _ = gpu_or_skip!();
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    let cfg = tiny(Parallel::None).config;
+    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, None)).unwrap();
+    let t = &r.timeline;
+    assert_eq!((t.kind, t.devices.len(), t.comm_stream), ("measured", 1, false));
+    let spans = &t.devices[0].compute;
+    // The one submission, then every profiled op in the order it was submitted, back to back.
+    assert_eq!(spans[0].category, shardlab::profile::SUBMIT);
+    let instrs: Vec<usize> = spans[1..].iter().map(|s| s.instr.unwrap()).collect();
+    let mut sorted = instrs.clone();
+    sorted.sort_unstable();
+    assert_eq!(instrs, sorted, "program order is submission order");
+    assert_eq!(instrs.len(), r.profile.ops.len());
+    for w in spans.windows(2) {
+        assert!((w[1].start_ms - w[0].end_ms()).abs() < 1e-9);
+    }
+    assert!((t.step_ms - r.profile.categories_sum_ms).abs() < 1e-9 * t.step_ms);
+    let b = t.device_breakdown_ms(0);
+    for (c, ms) in &r.profile.categories_ms {
+        assert!(
+            (b[c.name()] - ms).abs() < 1e-9 * t.step_ms.max(1.0),
+            "{c:?}: {} vs {ms}",
+            b[c.name()]
+        );
+    }
+    // As a trace: one process, one thread, the ops named as the program names them.
+    let mut trace = shardlab::profile::Trace::new();
+    trace.add("tiny", t, &[shardlab::profile::OpSource::of_step(&r.step)]);
+    let v: serde_json::Value = serde_json::from_str(&trace.to_json().to_string()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let count = |name: &str| events.iter().filter(|e| e["name"] == name && e["ph"] == "M").count();
+    assert_eq!((count("process_name"), count("thread_name")), (1, 1));
+    for e in events.iter().filter(|e| e["ph"] == "X" && e["args"]["instr"].is_u64()) {
+        let i = e["args"]["instr"].as_u64().unwrap() as usize;
+        assert_eq!(e["name"], r.step.program.instrs[i].op.name());
+    }
+}

@@ -29,6 +29,7 @@ mod info;
 mod inspect;
 mod plan;
 mod stdout;
+mod trace_file;
 mod train;
 mod tuning_cache;
 

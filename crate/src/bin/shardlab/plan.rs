@@ -1,8 +1,10 @@
-//! `shardlab plan <model and parallel flags> --device NAME [--json]`: the modelled step on
-//! real devices of one kind, from the per-device program alone (nothing is trained, so
-//! configurations far too large to run here plan in seconds).
+//! `shardlab plan <model and parallel flags> --device NAME [--no-overlap] [--trace FILE] [--json]`:
+//! the modelled step on real devices of one kind, from the per-device program alone (nothing is
+//! trained, so configurations far too large to run here plan in seconds), and its timeline.
+use std::path::PathBuf;
+
 use shardlab::exec::Parallel;
-use shardlab::profile::{predict, Placement};
+use shardlab::profile::{model_step, OpSource, Placement, Trace};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -20,6 +22,15 @@ pub struct Args {
     /// checks), instead of one real device per mesh position.
     #[arg(long)]
     pub simulated: bool,
+    /// Collectives block compute until they are done, instead of overlapping the independent
+    /// compute after them as XLA's latency-hiding scheduler lets them: the step is then every
+    /// op's time added up.
+    #[arg(long)]
+    pub no_overlap: bool,
+    /// Write the modelled timeline to FILE as Chrome trace-event JSON (a process per device, a
+    /// thread per stream), which ui.perfetto.dev and chrome://tracing open.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -33,18 +44,37 @@ pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
     let opts = trainer_options(&args.model, &args.parallel)?;
     let device = crate::device::profile(&args.device)?;
-    let step = shardlab::plan::build(&opts).map_err(|e| e.to_string())?.step;
+    let planned = shardlab::plan::build(&opts).map_err(|e| e.to_string())?;
+    let trace_file = args
+        .trace
+        .as_deref()
+        .map(crate::trace_file::TraceFile::create)
+        .transpose()?;
     let placement = if args.simulated {
         Placement::Simulated
     } else {
         Placement::Real
     };
-    let p = predict(&step.program, &device, placement);
+    let (p, timeline) = model_step(&planned.step.program, &device, placement, !args.no_overlap);
     let (mode, strategy, mesh) = match &opts.parallel {
         Parallel::None => ("single", None, None),
         Parallel::Auto { strategy, mesh, .. } => ("auto", Some(strategy.name()), Some(mesh.to_string())),
         Parallel::ShardMap { strategy, mesh, .. } => ("shard_map", Some(strategy.name()), Some(mesh.to_string())),
     };
+    if let Some(file) = trace_file {
+        let mut trace = Trace::new();
+        let title = strategy.map_or(mode.to_string(), |s| format!("{mode} {s}"));
+        trace.add(&title, &timeline, &[OpSource::of_planned(&planned)]);
+        let path = file.path().display().to_string();
+        file.write(&trace)?;
+        if !args.json {
+            println!(
+                "wrote {path} ({} devices, {} spans): open it in https://ui.perfetto.dev or chrome://tracing",
+                timeline.devices.len(),
+                timeline.spans()
+            );
+        }
+    }
     let rng = match opts.rng_layout {
         shardlab::ir::RngLayout::Original => "original",
         shardlab::ir::RngLayout::Partitionable => "partitionable",
@@ -69,6 +99,19 @@ pub fn run(mut args: Args) -> Result<(), String> {
         Placement::Simulated => format!("{} simulated devices on one {}", p.devices, p.device_label),
     };
     println!("modelled step ({what}, rng {rng}) on {on}: {:.3} ms", p.step_ms);
+    if placement == Placement::Real {
+        let hidden = p.serial_ms - p.step_ms;
+        if p.overlap {
+            println!(
+                "  collectives overlap later compute; every op one after another: {:.3} ms (overlap hides {:.3} ms, {:.1}%)",
+                p.serial_ms,
+                hidden,
+                100.0 * hidden / p.serial_ms.max(f64::MIN_POSITIVE)
+            );
+        } else {
+            println!("  no overlap (--no-overlap): every op one after another");
+        }
+    }
     println!("  per device, by category:");
     for (cat, ms) in &p.breakdown_ms {
         println!("    {cat:<12} {ms:>12.3} ms  {:>5.1}%", 100.0 * ms / p.step_ms);
@@ -76,7 +119,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     for (kind, c) in &p.collectives {
         if c.count > 0 {
             println!(
-                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms",
+                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms in flight",
                 c.count, c.bytes, c.hops, c.ms
             );
         }

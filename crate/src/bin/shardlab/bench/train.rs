@@ -3,9 +3,11 @@
 //! the ops that take the most time and the categories against the step, each beside its floor on
 //! this adapter's measured ceilings.
 
+use std::path::PathBuf;
+
 use shardlab::bench::kernels::ceilings;
 use shardlab::bench::train::{self, TrainBench};
-use shardlab::profile::Category;
+use shardlab::profile::{Category, OpSource, Trace};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,6 +21,11 @@ pub struct Args {
     /// Ops listed with --ops.
     #[arg(long, default_value_t = 15)]
     top: usize,
+    /// Write the profiled steps to FILE as Chrome trace-event JSON (one process per
+    /// configuration, its ops on the adapter's queue in submission order), which
+    /// ui.perfetto.dev and chrome://tracing open. Needs --ops.
+    #[arg(long, value_name = "FILE", requires = "ops")]
+    trace: Option<PathBuf>,
     /// One JSON object per configuration.
     #[arg(long)]
     json: bool,
@@ -30,6 +37,11 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.steps == 0 {
         return Err("--steps must be at least 1".into());
     }
+    let trace_file = args
+        .trace
+        .as_deref()
+        .map(crate::trace_file::TraceFile::create)
+        .transpose()?;
     let tuned = crate::tuning_cache::open(args.retune)?;
     let ctx = &tuned.ctx;
     let header = || {
@@ -54,12 +66,14 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("adapter: {} ({})", ctx.summary.name, ctx.summary.backend);
         header();
     }
+    let mut trace = Trace::new();
     for (k, (name, cfg)) in train::configs().into_iter().enumerate() {
         if args.ops && !args.json && k > 0 {
             header();
         }
         let r = pollster::block_on(train::train(ctx.clone(), name, cfg, args.steps, roofline))
             .map_err(|e| e.to_string())?;
+        trace.add(&r.config, &r.timeline, &[OpSource::of_step(&r.step)]);
         if args.json {
             println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
             continue;
@@ -82,6 +96,15 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     if !args.json {
         println!("ms/step: wall time, measured (median); fwd/bwd/update: wall time of each phase submitted alone, less one submission's overhead, measured");
+    }
+    if let Some(file) = trace_file {
+        let path = file.path().display().to_string();
+        file.write(&trace)?;
+        if !args.json {
+            println!(
+                "wrote {path}: each configuration's profiled step on the adapter's queue; open it in https://ui.perfetto.dev or chrome://tracing"
+            );
+        }
     }
     Ok(())
 }

@@ -1,0 +1,290 @@
+//! The step as a timeline: a row per device, each with a compute stream and a communication
+//! stream, spans coloured by category, waits as spans of their own. What a device runs is
+//! [`StepWork`] (tasks with their costs and dependencies, collectives matched across devices by a
+//! key); [`super::schedule`] places it; [`spmd_work`] builds it for a per-device (SPMD) program
+//! priced by the cost model, the same program on every device.
+//!
+//! Every device's compute track covers the whole step, from 0 to the step's end, with no gap:
+//! the step's fixed cost, its ops, and waits. So the sum of one device's compute spans is the
+//! step, and its breakdown by category ([`Timeline::device_breakdown_ms`]) is those spans
+//! summed by category.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::collective::CollectiveKind;
+use super::cost::{category, Category};
+use super::device::DeviceProfile;
+use super::predict::{price_ops, LAUNCH};
+use super::work::Placement;
+use crate::ir::{Op, Program};
+use crate::sharding::Mesh;
+
+/// The breakdown's bucket for waiting on other devices: a collective whose group is not all
+/// there yet (a pipeline's bubble), or the end of a step another device is still running.
+pub const IDLE: &str = "idle";
+
+/// One instruction's work on one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Task {
+    /// The instruction of the device's program it runs.
+    pub instr: usize,
+    /// Its op, as the program prints it (`dot_general`, `psum`).
+    pub name: &'static str,
+    pub category: Category,
+    /// Seconds of its kernel launches.
+    pub launch_s: f64,
+    /// Seconds of its work beyond the launches (a collective: its transfer).
+    pub work_s: f64,
+    /// Earlier tasks of the same device whose results it reads (indices into its tasks).
+    pub deps: Vec<usize>,
+    /// Set for a collective between devices: it runs on the communication stream.
+    pub exchange: Option<Exchange>,
+}
+
+/// A collective as one device takes part in it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Exchange {
+    pub kind: CollectiveKind,
+    /// Names the same collective on every device of its group (in an SPMD program, its
+    /// instruction).
+    pub key: usize,
+    /// Which of [`StepWork::groupings`] splits the devices into this collective's groups.
+    pub grouping: usize,
+}
+
+/// What one device runs, in its program order (every dependency points backwards).
+#[derive(Clone, Debug)]
+pub struct DeviceWork {
+    /// The row's label: the device's mesh coordinates (`dp=1, tp=0`).
+    pub label: String,
+    /// Which program its tasks' instructions index (0 for an SPMD program, which every device
+    /// runs): a trace reads op names and shapes from it.
+    pub program: usize,
+    /// Shared between devices that run the same tasks at the same costs.
+    pub tasks: Arc<[Task]>,
+}
+
+/// A step's work on every device.
+#[derive(Clone, Debug)]
+pub struct StepWork {
+    pub devices: Vec<DeviceWork>,
+    /// The ways collectives split the devices into groups (one per set of mesh axes the
+    /// collectives use), each a list of groups of device indices, as `Mesh::axis_groups` forms them.
+    pub groupings: Vec<Vec<Vec<usize>>>,
+    /// Seconds of the fixed cost every device pays at the start of the step.
+    pub step_s: f64,
+}
+
+/// What a span of a track is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpanKind {
+    /// The step's fixed cost.
+    Step,
+    /// An instruction running (on the communication stream: a collective in flight).
+    Op,
+    /// The compute stream waiting: for a collective (its instruction is named), or for the
+    /// other devices to end the step (no instruction).
+    Wait,
+    /// A measured step's one submission.
+    Submit,
+}
+
+/// One span of a track, times in milliseconds from the step's start.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Span {
+    pub start_ms: f64,
+    pub dur_ms: f64,
+    pub kind: SpanKind,
+    /// The breakdown's bucket: a category's name, `launch` (the step's fixed cost), `idle`, or
+    /// `submit` (measured).
+    pub category: &'static str,
+    /// Of `dur_ms`, the part that is launch overhead (its kernel launches; of a wait, the
+    /// awaited collective's launch it did not hide); the breakdown counts it as `launch`.
+    pub launch_ms: f64,
+    /// The instruction it runs or waits for.
+    pub instr: Option<usize>,
+    /// Its op's name, or what it waits for (`psum`; `step end`).
+    pub name: &'static str,
+}
+
+impl Span {
+    pub fn end_ms(&self) -> f64 {
+        self.start_ms + self.dur_ms
+    }
+}
+
+/// One device's row.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct DeviceTimeline {
+    pub label: String,
+    pub program: usize,
+    /// Covers the whole step without a gap.
+    pub compute: Vec<Span>,
+    /// Collectives in flight (empty where the device has no separate communication stream).
+    pub comm: Vec<Span>,
+}
+
+/// A step laid out in time, per device.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Timeline {
+    /// `modelled` or `measured`.
+    pub kind: &'static str,
+    /// What it ran on (`4 x TPU v4`, the adapter's name).
+    pub device: String,
+    /// Whether asynchronous collectives overlapped later independent compute.
+    pub overlap: bool,
+    /// Whether its rows have a communication stream besides compute (real devices do; one
+    /// adapter runs everything in one queue).
+    pub comm_stream: bool,
+    pub step_ms: f64,
+    pub devices: Vec<DeviceTimeline>,
+}
+
+impl Timeline {
+    /// One device's compute spans summed by category (launch parts as `launch`); they add up
+    /// to the step. Every category, `launch` and `idle` is present.
+    pub fn device_breakdown_ms(&self, device: usize) -> BTreeMap<&'static str, f64> {
+        let mut out = empty_breakdown();
+        for s in &self.devices[device].compute {
+            *out.entry(s.category).or_insert(0.0) += s.dur_ms - s.launch_ms;
+            *out.get_mut(LAUNCH).expect("launch bucket") += s.launch_ms;
+        }
+        out
+    }
+
+    /// The devices' breakdowns, averaged: what one device spends per category. It adds up to
+    /// the step; on an SPMD program every device's is the same.
+    pub fn breakdown_ms(&self) -> BTreeMap<&'static str, f64> {
+        let mut out = empty_breakdown();
+        let n = self.devices.len().max(1) as f64;
+        for d in 0..self.devices.len() {
+            for (k, v) in self.device_breakdown_ms(d) {
+                *out.entry(k).or_insert(0.0) += v / n;
+            }
+        }
+        out
+    }
+
+    /// Spans on every track.
+    pub fn spans(&self) -> usize {
+        self.devices.iter().map(|d| d.compute.len() + d.comm.len()).sum()
+    }
+}
+
+/// Every category, `launch` and `idle` at 0 ms.
+pub(crate) fn empty_breakdown() -> BTreeMap<&'static str, f64> {
+    let mut out: BTreeMap<&'static str, f64> = Category::ALL.iter().map(|c| (c.name(), 0.0)).collect();
+    out.insert(LAUNCH, 0.0);
+    out.insert(IDLE, 0.0);
+    out
+}
+
+/// The row label of `device` on `mesh`: its coordinates, `dp=1, tp=0`.
+pub fn mesh_label(mesh: &Mesh, device: usize) -> String {
+    let coords = mesh.device_coords(device).unwrap_or_default();
+    mesh.axes()
+        .iter()
+        .zip(coords)
+        .map(|((name, _), c)| format!("{name}={c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The mesh axes a collective runs over.
+fn collective_axes(op: &Op) -> Vec<&str> {
+    match op {
+        Op::Psum { axes, .. }
+        | Op::AllGather { axes, .. }
+        | Op::PsumScatter { axes, .. }
+        | Op::AllToAll { axes, .. } => axes.iter().map(String::as_str).collect(),
+        Op::Ppermute { axis, .. } => vec![axis.as_str()],
+        _ => vec![],
+    }
+}
+
+/// The tasks of `prog` (a per-device program) priced on `device`: one per instruction, each
+/// reading the instructions that define its operands. On real devices a collective runs on the
+/// communication stream; simulated, it is one more kernel in the adapter's one queue.
+fn tasks(prog: &Program, device: &DeviceProfile, placement: Placement) -> (Vec<Task>, Vec<Vec<Vec<usize>>>) {
+    let mut producer = vec![usize::MAX; prog.values.len()];
+    for (i, ins) in prog.instrs.iter().enumerate() {
+        for v in &ins.outputs {
+            producer[v.index()] = i;
+        }
+    }
+    let mut axes_seen: Vec<Vec<&str>> = vec![];
+    let mut groupings = vec![];
+    let mut out = Vec::with_capacity(prog.instrs.len());
+    for (op, ins) in price_ops(prog, device, placement).into_iter().zip(&prog.instrs) {
+        let mut deps: Vec<usize> = ins
+            .inputs
+            .iter()
+            .map(|v| producer[v.index()])
+            .filter(|&p| p != usize::MAX)
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        let exchange = match (&op.collective, placement, &prog.mesh) {
+            (Some((kind, _, _)), Placement::Real, Some(mesh)) => {
+                let axes = collective_axes(&ins.op);
+                let grouping = match axes_seen.iter().position(|a| *a == axes) {
+                    Some(g) => g,
+                    None => {
+                        // The program's collectives name mesh axes the partitioner checked.
+                        groupings.push(mesh.axis_groups(&axes).expect("a collective's axes are mesh axes"));
+                        axes_seen.push(axes);
+                        axes_seen.len() - 1
+                    }
+                };
+                Some(Exchange {
+                    kind: *kind,
+                    key: op.instr,
+                    grouping,
+                })
+            }
+            _ => None,
+        };
+        out.push(Task {
+            instr: op.instr,
+            name: ins.op.name(),
+            category: category(ins),
+            launch_s: op.launch_s,
+            work_s: op.work_s,
+            deps,
+            exchange,
+        });
+    }
+    (out, groupings)
+}
+
+/// The work of an SPMD program on `device`: on real devices, one row per mesh position, all
+/// running the same tasks (shared); simulated, one row for the adapter that holds them all.
+pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -> StepWork {
+    let (tasks, groupings) = tasks(prog, device, placement);
+    let tasks: Arc<[Task]> = tasks.into();
+    let devices = match (placement, &prog.mesh) {
+        (Placement::Real, Some(mesh)) => (0..mesh.devices())
+            .map(|d| DeviceWork {
+                label: mesh_label(mesh, d),
+                program: 0,
+                tasks: tasks.clone(),
+            })
+            .collect(),
+        (Placement::Real, None) => vec![DeviceWork {
+            label: "device 0".into(),
+            program: 0,
+            tasks,
+        }],
+        (Placement::Simulated, _) => vec![DeviceWork {
+            label: format!("one {} ({} simulated devices)", device.label, prog.devices()),
+            program: 0,
+            tasks,
+        }],
+    };
+    StepWork {
+        devices,
+        groupings,
+        step_s: device.step_s,
+    }
+}
