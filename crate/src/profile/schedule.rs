@@ -846,6 +846,49 @@ mod tests {
     }
 
     #[test]
+    fn a_point_to_point_transfer_is_a_group_of_two_and_the_later_stage_idles_first() {
+        // Three stages: 0 sends to 1 (grouping 0: [[0, 1]]), 1 sends to 2 (grouping 1: [[1, 2]]).
+        let send = |key: usize, grouping: usize| {
+            Some(Exchange {
+                kind: CollectiveKind::CollectivePermute,
+                key,
+                grouping,
+            })
+        };
+        let ppermute = |key, grouping, deps| task("ppermute", 0.5, deps, send(key, grouping));
+        let stage0 = vec![task("dot_general", 1.0, vec![], None), ppermute(1, 0, vec![0])];
+        let stage1 = vec![
+            ppermute(1, 0, vec![]),
+            task("dot_general", 1.0, vec![0], None),
+            ppermute(2, 1, vec![1]),
+        ];
+        let stage2 = vec![ppermute(2, 1, vec![]), task("dot_general", 1.0, vec![0], None)];
+        let w = StepWork {
+            devices: [stage0, stage1, stage2]
+                .into_iter()
+                .enumerate()
+                .map(|(d, tasks)| DeviceWork {
+                    label: format!("pp={d}"),
+                    program: d,
+                    tasks: tasks.into(),
+                })
+                .collect(),
+            groupings: vec![vec![vec![0, 1]], vec![vec![1, 2]]],
+            step_s: 0.0,
+        };
+        let t = schedule(&w, true).unwrap();
+        // 1 s on stage 0, 0.5 s transfer, 1 s on stage 1, 0.5 s transfer, 1 s on stage 2.
+        assert!(close(t.step_ms, 4000.0), "{}", t.step_ms);
+        let idle = |d: usize| t.device_breakdown_ms(d)[IDLE];
+        // Stage 2 waits 1.5 s for its peer to reach the second transfer, stage 0 waits out the
+        // last 2.5 s, stage 1 waits 1 s for stage 0, then the end of stage 2.
+        assert!(close(idle(2), 2500.0), "{}", idle(2));
+        assert!(close(idle(0), 2500.0), "{}", idle(0));
+        assert!(close(idle(1), 2000.0), "{}", idle(1));
+        assert_eq!(t.devices[1].program, 1);
+    }
+
+    #[test]
     fn collectives_that_do_not_match_across_devices_are_refused() {
         let mut w = two([1.0, 1.0]);
         w.devices[1].tasks = Arc::from(vec![task("dot_general", 1.0, vec![], None)]);

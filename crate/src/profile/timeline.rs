@@ -8,6 +8,16 @@
 //! the step's fixed cost, its ops, and waits. So the sum of one device's compute spans is the
 //! step, and its breakdown by category ([`Timeline::device_breakdown_ms`]) is those spans
 //! summed by category.
+//!
+//! Devices that do different work (pipeline stages, an unbalanced causal ring) get a
+//! [`StepWork`] built for them instead of [`spmd_work`]: one [`DeviceWork`] per device with its
+//! own tasks (its own `Arc`, or a stage's shared by the devices of that stage), `program`
+//! pointing at that device's program among the trace's sources, and per-device costs in
+//! `launch_s` / `work_s`. A collective is matched across devices by its [`Exchange::key`]
+//! within the group its `grouping` puts the device in: every member must carry a task with that
+//! key, and it runs as long as its slowest member's figures. A point-to-point transfer between
+//! two stages is a grouping of its own (`[[s, s + 1]]`, the other devices in no group of it).
+//! The bubble then shows up as `idle` waits, per device.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
