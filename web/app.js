@@ -1192,18 +1192,20 @@ function exportJax() {
 
 async function copyLink() {
   const url = location.href;
-  state.lastLink = url;
   const box = $('link-box');
+  // The link shows at once, selected, so it can be copied by hand: a clipboard that is refused or
+  // never answers (no permission, headless, an insecure origin) leaves the person with the link.
+  const input = el('input', { readOnly: true, value: url, 'aria-label': 'link to these settings' });
+  box.replaceChildren(input);
+  box.hidden = false;
+  input.select();
+  state.lastLink = url;
   try {
     await navigator.clipboard.writeText(url);
-    box.replaceChildren(el('span', { class: 'muted small' }, 'Link copied: it reopens these settings.'));
+    box.append(el('span', { class: 'muted small' }, 'Link copied: it reopens these settings.'));
   } catch {
-    // No clipboard permission: show the link, selected, to copy by hand.
-    const input = el('input', { readOnly: true, value: url, 'aria-label': 'link to these settings' });
-    box.replaceChildren(input);
-    input.select();
+    // Nothing to add: the link is already shown and selected.
   }
-  box.hidden = false;
 }
 
 async function runSelftest() {
