@@ -90,10 +90,10 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         Op::FoldIn { .. } | Op::FoldInAxisIndex { .. } | Op::RandomBits { .. } | Op::RandomBitsBlock { .. } => {
             vec![None; x.len()]
         }
-        // psum's transpose is pvary: an invariant cotangent reaches every device unchanged.
+        // psum's transpose is a pcast to varying: an invariant cotangent reaches every device unchanged.
         // Per operand of a combined psum: absent cotangents stay absent.
         Op::Psum { .. } => cts.to_vec(),
-        Op::Pvary { axes } => {
+        Op::Pcast { axes } => {
             let group = b.mesh().map_or(1, |m| {
                 m.axes_size(&axes.iter().map(String::as_str).collect::<Vec<_>>())
                     .unwrap_or(1)

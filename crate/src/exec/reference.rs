@@ -278,7 +278,7 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
     let f = |k: usize| get(k).f32();
     let out_shape = |k: usize| prog.shape(ins.outputs[k]);
     Ok(match &ins.op {
-        Op::Reshape { .. } | Op::Pvary { .. } => vec![get(0).clone()],
+        Op::Reshape { .. } | Op::Pcast { .. } => vec![get(0).clone()],
         Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
         Op::BroadcastInDim { shape: to, dims } => {
             let mut out = vec![0.0; numel(to)];

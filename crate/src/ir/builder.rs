@@ -360,11 +360,12 @@ impl Builder {
         )
     }
 
-    /// `jax.lax.pvary`: the identity whose transpose is a psum (Megatron's `f` operator).
-    pub fn pvary(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
-        self.group("pvary", axes);
+    /// `jax.lax.pcast(x, axes, to="varying")`: the identity whose transpose is a psum
+    /// (Megatron's `f` operator). JAX refuses it on a value already varying along `axes`.
+    pub fn pcast(&mut self, x: ValueId, axes: &[&str]) -> ValueId {
+        self.group("pcast", axes);
         self.emit1(
-            Op::Pvary {
+            Op::Pcast {
                 axes: Self::names(axes),
             },
             &[x],

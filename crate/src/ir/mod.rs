@@ -13,4 +13,4 @@ pub use error::IrError;
 pub use op::{Op, RngLayout};
 pub use program::{DType, Instr, Program, Role, ValueId, ValueInfo};
 pub use shape::{fmt_shape, numel, size_in_bytes, strides};
-pub use vma::varying_axes;
+pub use vma::{check_vma, varying_axes, Axes, VmaRefusal};

@@ -127,9 +127,10 @@ pub enum Op {
         split_axis: usize,
         concat_axis: usize,
     },
-    /// Identity on values, marking an invariant value as varying along `axes` (jax.lax.pvary):
-    /// its transpose is a psum, so gradients reaching a replicated value are summed.
-    Pvary {
+    /// Identity on values, marking an invariant value as varying along `axes`
+    /// (`jax.lax.pcast(x, axes, to="varying")`, once `jax.lax.pvary`): its transpose is a psum,
+    /// so gradients reaching a replicated value are summed. The only direction shardlab needs.
+    Pcast {
         axes: Vec<String>,
     },
     /// key -> fold_in(key, axis_index(axes)): a different key on every device along `axes`.
@@ -234,14 +235,14 @@ impl Op {
             Op::FoldInAxisIndex { .. } => "random_fold_in",
             Op::ShardSlice { .. } => "dynamic_slice",
             Op::RandomBitsBlock { .. } => "random_bits",
-            Op::Pvary { .. } => "pvary",
+            Op::Pcast { .. } => "pcast",
             Op::SgdUpdate { .. } => "sgd_update",
             Op::AdamWUpdate { .. } => "adamw_update",
         }
     }
 
     /// Whether the op moves data between devices (psum, all_gather, psum_scatter, ppermute,
-    /// all_to_all); axis_index folds and pvary move nothing.
+    /// all_to_all); axis_index folds and pcast move nothing.
     pub fn is_collective(&self) -> bool {
         matches!(
             self,
@@ -280,7 +281,8 @@ impl Op {
             Op::FoldIn { data } => format!("data={data}"),
             Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
             Op::Dropout { rate } => format!("rate={rate}"),
-            Op::Psum { axes, .. } | Op::Pvary { axes } => format!("axes={}", axes_text(axes)),
+            Op::Psum { axes, .. } => format!("axes={}", axes_text(axes)),
+            Op::Pcast { axes } => format!("axes={} to=varying", axes_text(axes)),
             Op::AllGather { axes, axis, tiled, .. } => format!("axes={} axis={axis} tiled={tiled}", axes_text(axes)),
             Op::PsumScatter {
                 axes,
@@ -570,7 +572,7 @@ impl Op {
                     })
                     .collect())
             }
-            Op::Ppermute { .. } | Op::Pvary { .. } => {
+            Op::Ppermute { .. } | Op::Pcast { .. } => {
                 want(1)?;
                 Ok(vec![ValueInfo {
                     shape: s(0),

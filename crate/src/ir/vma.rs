@@ -1,43 +1,92 @@
 //! Varying manual axes (JAX's `vma`, checked by shard_map's `check_vma`): for every value of
 //! a per-device program, the mesh axes along which it may differ between devices. It lives
 //! beside the values it describes, as JAX keeps vma in its core types.
+//!
+//! The rules are JAX 0.10's, each checked against JAX itself (tests/tests/all/vma_jax.rs):
+//! - psum / pmean over `axes` make the result invariant along them. Each operand must vary
+//!   along all of them or along none (JAX refuses a mix);
+//! - all_gather, psum_scatter, all_to_all and ppermute leave the result varying along their
+//!   axes, even from an invariant operand (JAX casts it to varying first). An all_gather's
+//!   result is the same on every device, but JAX's type does not say so;
+//! - axis_index varies along its axes, and so do the keys folded with it;
+//! - pcast(to="varying") adds its axes, and is refused on a value already varying along one;
+//! - every other op varies along the union of its operands' axes.
 use std::collections::BTreeSet;
 
 use super::{Op, Program};
 
-/// The varying axes of every value: inputs vary along the axes of their in_spec; collectives
-/// remove (psum, per operand; all_gather) or add (psum_scatter, all_to_all, pvary, axis_index) axes;
-/// every other op varies along the union of its operands' axes.
-pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
-    let mut vma: Vec<BTreeSet<String>> = vec![BTreeSet::new(); prog.values.len()];
+/// The axes one value varies along.
+pub type Axes = BTreeSet<String>;
+
+/// An op JAX's check_vma refuses: instruction `instr`, with the reason in JAX's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmaRefusal {
+    pub instr: usize,
+    pub op: &'static str,
+    pub why: String,
+}
+
+/// The varying axes of every value, or the first op JAX would refuse.
+pub fn check_vma(prog: &Program) -> Result<Vec<Axes>, VmaRefusal> {
+    walk(prog, true)
+}
+
+/// The varying axes of every value. A body JAX would refuse still gets its axes (the op's
+/// refusal is [`check_vma`]'s to report), so a printed program always shows them.
+pub fn varying_axes(prog: &Program) -> Vec<Axes> {
+    walk(prog, false).unwrap_or_default()
+}
+
+fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
+    let mut vma: Vec<Axes> = vec![Axes::new(); prog.values.len()];
     for (pos, (v, _)) in prog.inputs.iter().enumerate() {
         if let Some(spec) = prog.in_specs.get(pos) {
             vma[v.index()] = spec.mesh_axes().into_iter().map(String::from).collect();
         }
     }
-    for ins in &prog.instrs {
+    for (at, ins) in prog.instrs.iter().enumerate() {
+        let refuse = |why: String| VmaRefusal {
+            instr: at,
+            op: ins.op.name(),
+            why,
+        };
         // A combined psum reduces each operand alone: output k varies as operand k, less `axes`.
         if let Op::Psum { axes, .. } = &ins.op {
             for (x, o) in ins.inputs.iter().zip(&ins.outputs) {
+                let (varying, invariant): (Vec<&String>, Vec<&String>) =
+                    axes.iter().partition(|a| vma[x.index()].contains(*a));
+                if strict && !varying.is_empty() && !invariant.is_empty() {
+                    return Err(refuse(format!(
+                        "its operand varies along {varying:?} but not along {invariant:?}; psum over \
+                         axes it varies along, or pcast it to varying along {invariant:?} first"
+                    )));
+                }
                 vma[o.index()] = vma[x.index()].iter().filter(|a| !axes.contains(a)).cloned().collect();
             }
             continue;
         }
-        let mut axes: BTreeSet<String> = ins.inputs.iter().flat_map(|v| vma[v.index()].iter().cloned()).collect();
+        let mut axes: Axes = ins.inputs.iter().flat_map(|v| vma[v.index()].iter().cloned()).collect();
         match &ins.op {
-            Op::AllGather { axes: a, .. } => {
-                for x in a {
-                    axes.remove(x);
+            Op::Pcast { axes: a } => {
+                match a.iter().find(|x| axes.contains(*x)) {
+                    Some(already) if strict => {
+                        return Err(refuse(format!(
+                            "its operand already varies along '{already}' (JAX: unsupported pcast from \
+                             varying to varying); drop the pcast"
+                        )))
+                    }
+                    _ => {}
                 }
+                axes.extend(a.iter().cloned());
             }
-            Op::PsumScatter { axes: a, .. }
+            Op::AllGather { axes: a, .. }
+            | Op::PsumScatter { axes: a, .. }
             | Op::AllToAll { axes: a, .. }
-            | Op::Pvary { axes: a }
-            | Op::FoldInAxisIndex { axes: a } => axes.extend(a.iter().cloned()),
+            | Op::FoldInAxisIndex { axes: a }
+            | Op::ShardSlice { axes: a, .. } => axes.extend(a.iter().cloned()),
             Op::Ppermute { axis, .. } => {
                 axes.insert(axis.clone());
             }
-            Op::ShardSlice { axes: a, .. } => axes.extend(a.iter().cloned()),
             Op::RandomBitsBlock { spec, .. } => axes.extend(spec.mesh_axes().into_iter().map(String::from)),
             _ => {}
         }
@@ -45,5 +94,5 @@ pub fn varying_axes(prog: &Program) -> Vec<BTreeSet<String>> {
             vma[o.index()] = axes.clone();
         }
     }
-    vma
+    Ok(vma)
 }

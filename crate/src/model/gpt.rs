@@ -15,7 +15,7 @@ pub struct Activations<'a> {
 
 /// The sizes one device sees (the MLP width follows its local w_fc), and the tensor-parallel axis if the model is split Megatron
 /// style: heads and the MLP's hidden units divided over `tp`, with a psum after the
-/// row-parallel projections and a pvary (psum in the backward) before the column-parallel ones.
+/// row-parallel projections and a pcast to varying (psum in the backward) before the column-parallel ones.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Local {
     pub batch: usize,
@@ -37,7 +37,7 @@ impl Local {
 /// Column-parallel input: under tensor parallelism the replicated activation becomes varying.
 fn col_in(b: &mut Builder, a: &Activations, x: ValueId) -> ValueId {
     match &a.local.tp {
-        Some(tp) => b.pvary(x, &[tp]),
+        Some(tp) => b.pcast(x, &[tp]),
         None => x,
     }
 }

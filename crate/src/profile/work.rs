@@ -91,7 +91,7 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
         ..Default::default()
     };
     match &ins.op {
-        Op::Reshape { .. } | Op::Pvary { .. } => return Work::default(),
+        Op::Reshape { .. } | Op::Pcast { .. } => return Work::default(),
         Op::DotGeneral { .. } => {
             let p = plan_instr_dot(prog, ins).expect("a dot_general");
             // Operands in neither (free, contract) nor (contract, free) order are copied

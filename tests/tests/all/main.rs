@@ -28,3 +28,4 @@ mod shard_map_equivalence;
 mod sharding;
 mod step_profile;
 mod training;
+mod vma_jax;

@@ -70,7 +70,7 @@ fn operand_copies(program: &Program, ins: &Instr) -> usize {
 /// The dispatches of an instruction lowered alone (`Lowering::instr`).
 fn dispatches(program: &Program, ins: &Instr) -> usize {
     match &ins.op {
-        Op::Reshape { .. } | Op::Pvary { .. } => 0,
+        Op::Reshape { .. } | Op::Pcast { .. } => 0,
         // One strided copy per piece; a combined psum runs one psum per operand.
         Op::Split { .. } => ins.outputs.len(),
         Op::Concat { .. } | Op::Psum { .. } => ins.inputs.len(),

@@ -111,7 +111,7 @@ impl Lowering<'_> {
         let one = |d: Dispatch| vec![d];
         let per_device = KeyMode::PerDevice;
         Ok(match &ins.op {
-            Op::Reshape { .. } | Op::Pvary { .. } => vec![],
+            Op::Reshape { .. } | Op::Pcast { .. } => vec![],
             Op::Transpose { perm } => {
                 if prog.info(ins.inputs[0]).dtype != DType::F32 {
                     return Err(unsupported("only f32 arrays are transposed on the GPU"));

@@ -32,11 +32,11 @@ pub(super) struct Packing {
     pub placed: Vec<Option<(usize, usize, usize)>>,
 }
 
-/// The value whose buffer `v` shares (reshape and pvary alias their operand).
+/// The value whose buffer `v` shares (reshape and pcast alias their operand).
 fn root(program: &Program, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
     while let Some(i) = producer[v.index()] {
         match program.instrs[i].op {
-            Op::Reshape { .. } | Op::Pvary { .. } => v = program.instrs[i].inputs[0],
+            Op::Reshape { .. } | Op::Pcast { .. } => v = program.instrs[i].inputs[0],
             _ => break,
         }
     }

@@ -164,7 +164,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
         };
         let mut sc = Scratch::default();
         match &ins.op {
-            Op::Reshape { .. } | Op::Pvary { .. } => {
+            Op::Reshape { .. } | Op::Pcast { .. } => {
                 let s = value_slot[ins.inputs[0].index()];
                 plan.retain(s);
                 value_slot[ins.outputs[0].index()] = s;

@@ -208,7 +208,7 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
         | Op::PsumScatter { .. }
         | Op::Ppermute { .. }
         | Op::AllToAll { .. }
-        | Op::Pvary { .. }
+        | Op::Pcast { .. }
         | Op::FoldInAxisIndex { .. }
         | Op::ShardSlice { .. }
         | Op::RandomBitsBlock { .. } => {
