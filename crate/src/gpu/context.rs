@@ -1,3 +1,5 @@
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{Dispatch, DispatchTimes, GpuBuffer, GpuError, PipelineCache};
@@ -21,6 +23,14 @@ pub struct AdapterSummary {
     pub max_storage_buffers_per_shader_stage: u32,
 }
 
+impl AdapterSummary {
+    /// The adapter's identity: name, backend and driver. What is measured or tuned on one
+    /// adapter is cached under it, and a cache of another identity is not read.
+    pub fn identity(&self) -> String {
+        format!("{} ({}, {})", self.name, self.backend, self.driver)
+    }
+}
+
 /// One adapter, device and queue, shared by every executor of a session.
 ///
 /// Errors that wgpu reports asynchronously (validation, out of memory, device
@@ -33,9 +43,10 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub summary: AdapterSummary,
     pub pipelines: PipelineCache,
-    /// The kernel choices tuned for this adapter (matmul variants, row strategy). The type lives
-    /// with the kernels it describes; the context only holds it, one per adapter.
-    pub tuning: Mutex<crate::kernels::Tuning>,
+    /// State the layers above keep per adapter, one value per type (the kernels keep their
+    /// tuned choices here). The runtime holds it without knowing its type, so it imports
+    /// nothing above it.
+    state: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     errors: Arc<Mutex<Vec<GpuError>>>,
     lost: Arc<Mutex<Option<String>>>,
 }
@@ -98,7 +109,7 @@ impl GpuContext {
             queue,
             summary,
             pipelines: PipelineCache::default(),
-            tuning: Mutex::default(),
+            state: Mutex::default(),
             errors,
             lost,
         })
@@ -130,6 +141,18 @@ impl GpuContext {
     #[cfg(feature = "native")]
     pub fn new_blocking() -> Result<Self, GpuError> {
         pollster::block_on(Self::new())
+    }
+
+    /// Runs `f` on this context's value of type `T`, made by `T::default()` on first use.
+    /// `None` only when an earlier `f` panicked while holding it. `f` must not call `with_state`
+    /// again (the state is locked while it runs).
+    pub fn with_state<T: Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let mut state = self.state.lock().ok()?;
+        let value = state
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(T::default()))
+            .downcast_mut::<T>()?;
+        Some(f(value))
     }
 
     /// Returns the first error wgpu reported since the last check, or device loss.

@@ -1,4 +1,5 @@
 //! How the row-wise kernels (layernorm, softmax, crossentropy) map rows onto invocations.
+use super::Tuning;
 use crate::gpu::{grid_1d, GpuContext};
 
 /// How a row-wise kernel maps rows onto invocations.
@@ -13,11 +14,11 @@ pub enum RowStrategy {
 }
 
 impl RowStrategy {
-    /// The tuned choice of this adapter (`ctx.tuning.rowwise`), else per invocation on CPU
+    /// The tuned choice of this adapter (`Tuning::rowwise`), else per invocation on CPU
     /// adapters and for rows of at most 64 columns (a 256-wide workgroup would idle), and per
     /// workgroup for longer rows on GPUs.
     pub fn for_adapter(ctx: &GpuContext, cols: usize) -> Self {
-        let tuned = ctx.tuning.lock().ok().and_then(|t| t.rowwise);
+        let tuned = Tuning::with(ctx, |t| t.rowwise).flatten();
         match tuned {
             Some(s) => s,
             None if ctx.summary.device_type == "Cpu" || cols <= 64 => RowStrategy::PerInvocation,

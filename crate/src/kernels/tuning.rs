@@ -1,4 +1,4 @@
-//! The choices tuned per adapter, held by [`GpuContext::tuning`](crate::gpu::GpuContext): typed,
+//! The choices tuned per adapter, kept in the context's state ([`Tuning::with`]): typed,
 //! so a misspelt variant cannot silently fall back. The matmul choices persist between
 //! processes as a [`TuningCache`] (the command line keeps one file per adapter), so that every
 //! process of the same benchmark runs the same kernels.
@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::matmul::{MatmulClass, Variant};
 use super::RowStrategy;
+use crate::gpu::GpuContext;
 
 #[derive(Clone, Debug, Default)]
 pub struct Tuning {
@@ -39,6 +40,11 @@ impl TuningCache {
 }
 
 impl Tuning {
+    /// Runs `f` on the choices of `ctx`'s adapter; `None` only after a panic while they were held.
+    pub fn with<R>(ctx: &GpuContext, f: impl FnOnce(&mut Tuning) -> R) -> Option<R> {
+        ctx.with_state(f)
+    }
+
     /// The matmul choices, for `adapter`.
     pub fn to_cache(&self, adapter: &str) -> TuningCache {
         TuningCache {

@@ -9,7 +9,7 @@
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit, Topology};
 use super::fit::{fit_matmul, fit_nonnegative, fit_steps, StepRow};
-use super::predict::{price_ops, sim_collective_bytes};
+use super::price::{price_ops, sim_collective_bytes};
 use super::work::Placement;
 use super::work::THREEFRY_INT_OPS;
 use crate::exec::{ExecError, GpuExecutor, Tensor};
@@ -17,6 +17,7 @@ use crate::gpu::{now_ms, GpuContext};
 use crate::ir::size_in_bytes;
 use crate::ir::{Builder, DType, Program, RngLayout, Role};
 use crate::kernels::matmul::Variant;
+use crate::kernels::Tuning;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::plan::{Parallel, TrainerOptions};
 use crate::sharding::Mesh;
@@ -204,10 +205,11 @@ struct PinMatmul<'a> {
 impl<'a> PinMatmul<'a> {
     fn new(ctx: &'a GpuContext, pin: Option<Variant>) -> Self {
         let before = pin.and_then(|v| {
-            let mut t = ctx.tuning.lock().ok()?;
-            let before = t.matmul_pin;
-            t.matmul_pin = before.or(Some(v));
-            Some(before)
+            Tuning::with(ctx, |t| {
+                let before = t.matmul_pin;
+                t.matmul_pin = before.or(Some(v));
+                before
+            })
         });
         PinMatmul { ctx, before }
     }
@@ -215,8 +217,8 @@ impl<'a> PinMatmul<'a> {
 
 impl Drop for PinMatmul<'_> {
     fn drop(&mut self) {
-        if let (Some(before), Ok(mut t)) = (self.before, self.ctx.tuning.lock()) {
-            t.matmul_pin = before;
+        if let Some(before) = self.before {
+            Tuning::with(self.ctx, |t| t.matmul_pin = before);
         }
     }
 }
@@ -504,7 +506,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         });
     }
     let (single, batched) = (fits[0], fits[1]);
-    let adapter = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
+    let adapter = ctx.summary.identity();
     let mut profile = DeviceProfile {
         name: "this".into(),
         label: format!("this GPU: {adapter}"),

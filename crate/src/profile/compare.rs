@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::cost::Category;
 use super::device::DeviceProfile;
-use super::predict::price_ops;
+use super::price::price_ops;
 use super::work::Placement;
 use crate::exec::StepProfile;
 use crate::ir::Program;

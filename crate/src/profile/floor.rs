@@ -3,7 +3,7 @@
 //! the copy ceiling. Launches and waits are not counted, so what an op takes beyond its floor is
 //! time spent on neither arithmetic nor memory traffic at the adapter's best, and a step's floor
 //! says what no kernel tuning of this op decomposition can beat there.
-use super::predict::sim_collective_bytes;
+use super::price::sim_collective_bytes;
 use super::{category, program_work, summarize, Category, Placement, Work};
 use crate::exec::StepProfile;
 use crate::ir::Program;

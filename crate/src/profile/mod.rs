@@ -13,6 +13,7 @@ mod fit;
 mod floor;
 mod measured;
 mod predict;
+mod price;
 mod schedule;
 mod summary;
 mod timeline;
@@ -29,10 +30,8 @@ pub use device::{
 };
 pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
 pub use measured::{breakdown, measured_timeline, MeasuredBreakdown, OpRow, PHASES, SUBMIT};
-pub use predict::{
-    matmul_efficiency, matmul_fit, model_step, predict, price_ops, work_seconds, CollectiveCost, DeviceBytes, OpPrice,
-    Prediction, LAUNCH,
-};
+pub use predict::{model_step, predict, CollectiveCost, DeviceBytes, Prediction};
+pub use price::{matmul_efficiency, matmul_fit, price_ops, work_seconds, OpPrice, LAUNCH};
 pub use schedule::{schedule, ScheduleError};
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use timeline::{

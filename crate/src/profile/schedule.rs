@@ -501,7 +501,7 @@ pub fn schedule(work: &StepWork, overlap: bool) -> Result<Timeline, ScheduleErro
                 start_ms: 0.0,
                 dur_ms: start * MS,
                 kind: SpanKind::Step,
-                category: super::predict::LAUNCH,
+                category: super::price::LAUNCH,
                 launch_ms: start * MS,
                 instr: None,
                 name: "step",
@@ -584,7 +584,8 @@ mod tests {
     use crate::plan::Strategy;
     use crate::profile::collective::CollectiveKind;
     use crate::profile::device::{h100, tpu_v4};
-    use crate::profile::predict::{model_step, price_ops, LAUNCH};
+    use crate::profile::predict::model_step;
+    use crate::profile::price::{price_ops, LAUNCH};
     use crate::profile::timeline::{DeviceWork, Exchange};
     use crate::profile::work::Placement;
     use crate::sharding::Mesh;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use super::collective::CollectiveKind;
 use super::cost::{category, Category};
 use super::device::DeviceProfile;
-use super::predict::{price_ops, LAUNCH};
+use super::price::{price_ops, LAUNCH};
 use super::work::Placement;
 use crate::ir::{Op, Program};
 use crate::sharding::Mesh;

@@ -39,7 +39,7 @@ fn lowered_dispatch_counts_match_what_the_gpu_executor_dispatches() {
     // Its own context: a pinned single-pass matmul (tuned variants may add pack passes, which
     // the adapter decides, not the program).
     let ctx = GpuContext::new_blocking().unwrap();
-    ctx.tuning.lock().unwrap().matmul_pin = Some(shardlab::kernels::matmul::Variant::Tiled);
+    shardlab::kernels::Tuning::with(&ctx, |t| t.matmul_pin = Some(shardlab::kernels::matmul::Variant::Tiled)).unwrap();
     let mesh = |m: &str| Mesh::parse(m).unwrap();
     let cases = [
         Parallel::None,

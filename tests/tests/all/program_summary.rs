@@ -45,7 +45,10 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     // The autotuner may pick matmul variants with a packing pass for some shape classes and
     // not others; the device count must not change the count, so compare with one variant.
-    ctx.tuning.lock().unwrap().matmul_pin = Some(shardlab::kernels::matmul::Variant::Block8);
+    shardlab::kernels::Tuning::with(&ctx, |t| {
+        t.matmul_pin = Some(shardlab::kernels::matmul::Variant::Block8)
+    })
+    .unwrap();
     let count = |mesh: &str| {
         let opts = TrainerOptions {
             config: cfg(0.1),
@@ -109,7 +112,7 @@ fn collectives_are_counted_per_kind_for_each_strategy() {
     assert_eq!(fsdp["all-gather"].bytes, fsdp["reduce-scatter"].bytes);
     let tp = totals(Strategy::Tp, "tp=2");
     // Per layer: a psum after each row-parallel projection (2) and one in the backward of
-    // each pvary before the column-parallel ones (2).
+    // each pcast before the column-parallel ones (2).
     assert_eq!(tp["all-reduce"].count, 4 * cfg(0.0).layers);
 }
 

@@ -179,11 +179,18 @@ fn provisional_matmuls_skip_the_tuner_and_retune_keeps_the_losses() {
             .await
             .unwrap();
         assert!(!first.provisional_matmuls().is_empty());
-        assert_eq!(ctx.tuning.lock().unwrap().tuned, 0, "building tuned nothing");
+        assert_eq!(
+            shardlab::kernels::Tuning::with(&ctx, |t| t.tuned).unwrap(),
+            0,
+            "building tuned nothing"
+        );
         let mut losses = vec![first.step().await.unwrap().loss];
         assert!(first.retune().await.unwrap(), "the provisional matmuls switched");
         assert!(first.provisional_matmuls().is_empty());
-        assert!(ctx.tuning.lock().unwrap().tuned > 0, "retune tuned their classes");
+        assert!(
+            shardlab::kernels::Tuning::with(&ctx, |t| t.tuned).unwrap() > 0,
+            "retune tuned their classes"
+        );
         assert!(!first.retune().await.unwrap(), "nothing left to switch");
         for _ in 0..2 {
             losses.push(first.step().await.unwrap().loss);

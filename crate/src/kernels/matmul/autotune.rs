@@ -1,10 +1,11 @@
 //! The matmul autotuner: at the first matmul of a shape class on an adapter, time every variant the
 //! adapter supports on a small representative problem of that class, keep the fastest one whose result
-//! matches the naive kernel's, and cache the choice in `ctx.tuning`. Async throughout: in the browser it
+//! matches the naive kernel's, and cache the choice in the context's [`Tuning`]. Async throughout: in the browser it
 //! awaits the GPU instead of blocking.
 use super::variants::{build, shape_supports, Operands, Variant};
 use super::MatmulShape;
 use crate::gpu::{now_ms, Dispatch, GpuContext, GpuError};
+use crate::kernels::Tuning;
 
 /// Work (batch*m*n*k) below which a matmul is "small", and "medium"; above, "large".
 const SMALL_WORK: usize = 1 << 18;
@@ -156,26 +157,22 @@ fn stand_in(s: &MatmulShape) -> MatmulShape {
     }
 }
 
-/// The variant the launcher uses for `s` on this adapter: the pinned variant (`ctx.tuning.matmul_pin`),
+/// The variant the launcher uses for `s` on this adapter: the pinned variant (`Tuning::matmul_pin`),
 /// else the tuned choice of its class (tuning it now if this is the class's first matmul); when that
 /// variant cannot take this shape (limits), the first of block8, tiled, naive that can.
 pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant, GpuError> {
     let key = class_key(s);
-    let cached = ctx
-        .tuning
-        .lock()
-        .ok()
-        .and_then(|t| t.matmul_pin.or_else(|| t.matmul.get(&key).copied()));
+    let cached = Tuning::with(ctx, |t| t.matmul_pin.or_else(|| t.matmul.get(&key).copied())).flatten();
     let tuned = match cached {
         Some(v) => v,
         None => {
             let t0 = now_ms();
             let v = tune(ctx, &representative(s)).await?;
             ctx.pipelines.add_tuning_ms(now_ms() - t0);
-            if let Ok(mut t) = ctx.tuning.lock() {
+            Tuning::with(ctx, |t| {
                 t.matmul.insert(key, v);
                 t.tuned += 1;
-            }
+            });
             v
         }
     };
@@ -189,8 +186,7 @@ pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant
 /// The choice for `s` without tuning: the pinned variant or the tuned choice of its class, `None` when
 /// its class is untuned.
 pub fn tuned_variant(ctx: &GpuContext, s: &MatmulShape) -> Option<Variant> {
-    let t = ctx.tuning.lock().ok()?;
-    t.matmul_pin.or_else(|| t.matmul.get(&class_key(s)).copied())
+    Tuning::with(ctx, |t| t.matmul_pin.or_else(|| t.matmul.get(&class_key(s)).copied())).flatten()
 }
 
 /// `v`, or when it cannot take `s` (limits) the first of block8, tiled, naive that can.

@@ -6,7 +6,7 @@ use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
 
 /// `C = alpha * op(A) @ op(B) (+ bias) (+ C if accumulate)` for every batch item, with `variant`, or
 /// when `None` the one the autotuner picked for this adapter and `s`'s shape class (tuned on first use,
-/// then cached in `ctx.tuning`). Returns its dispatches in order (pack passes, then the matmul); any
+/// then cached in the context's `Tuning`). Returns its dispatches in order (pack passes, then the matmul); any
 /// intermediate buffers or textures are created here and kept alive by the dispatches.
 ///
 /// a: (batch, M, K), or (batch, K, M) if trans_a; b: (batch, K, N), or (batch, N, K) if trans_b;

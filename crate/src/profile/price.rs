@@ -1,0 +1,264 @@
+//! One instruction priced on a device profile: its launches plus the larger of its arithmetic
+//! time (matmul FLOPs at a shape-dependent throughput, vector FLOPs, integer ops) and its
+//! memory time (a roofline); a collective crosses the mesh topology, or, simulated, is a
+//! copy between device blocks of one adapter. `predict` places the priced ops on a
+//! timeline.
+use super::collective::CollectiveKind;
+use super::device::{DeviceProfile, MatmulFit};
+use super::summary::summarize;
+use super::topology::collective_time;
+use super::work::{program_work, DotShape, Placement, Work};
+use super::{category, Category};
+use crate::ir::Program;
+
+/// The breakdown's bucket for kernel-launch overhead (and the fixed per-step cost).
+pub const LAUNCH: &str = "launch";
+
+/// The kernel figures a matmul of `dot` (times `copies` devices' worth of batch, as one
+/// dispatch) runs at on `d`: batched products (more than one in the dispatch) at the batched
+/// class's where the profile has them, as the executor's autotuner picks kernels per class.
+pub fn matmul_fit(d: &DeviceProfile, dot: DotShape, copies: usize) -> MatmulFit {
+    let single = MatmulFit {
+        flops: d.matmul_flops,
+        half_flops: d.matmul_half_flops,
+        per_product_s: 0.0,
+        fixed_s: 0.0,
+    };
+    match d.matmul_batched {
+        Some(b) if copies * dot.batch > 1 => b,
+        _ => single,
+    }
+}
+
+/// Throughput fraction a matmul of `dot` (times `copies` independent devices' worth of
+/// batch) reaches on `d` against its class's peak: padding waste per tile dimension, the idle
+/// units of a partial last wave, and the start-up cost of small products (half the peak at
+/// the class's `half_flops`).
+pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64 {
+    let pad = |x: usize, t: usize| {
+        let t = t.max(1);
+        x as f64 / (x.div_ceil(t) * t) as f64
+    };
+    let [tm, tn, tk] = d.matmul_tile;
+    let tiles = copies * dot.batch * dot.m.div_ceil(tm.max(1)) * dot.n.div_ceil(tn.max(1));
+    let units = d.matmul_units.max(1);
+    let wave = tiles as f64 / (tiles.div_ceil(units) * units) as f64;
+    // In f64: the product overflows a 32-bit usize (wasm32) for the report's model.
+    let flops = 2.0
+        * [copies, dot.batch, dot.m, dot.n, dot.k]
+            .iter()
+            .map(|&x| x as f64)
+            .product::<f64>();
+    let half = matmul_fit(d, dot, copies).half_flops;
+    let size = if half > 0.0 { flops / (flops + half) } else { 1.0 };
+    (pad(dot.m, tm) * pad(dot.n, tn) * pad(dot.k, tk) * wave * size).max(1e-6)
+}
+
+/// Seconds of one instruction's work (launches excluded), `copies` devices' worth at once.
+pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
+    let c = copies as f64;
+    let matmul = match w.dot {
+        Some(dot) => {
+            let fit = matmul_fit(d, dot, copies);
+            let products = (copies * dot.batch) as f64;
+            fit.fixed_s
+                + products * fit.per_product_s
+                + c * w.matmul_flops / (fit.flops * matmul_efficiency(d, dot, copies))
+        }
+        None => 0.0,
+    };
+    let compute = matmul + c * w.vector_flops / d.vector_flops + c * w.int_ops / d.int_ops;
+    compute.max(c * w.bytes / d.mem_bandwidth)
+}
+
+/// A collective run as shardlab simulates it: a kernel copying between device blocks of one
+/// adapter's memory. Each output element reads its group's `g` blocks (all-reduce) or one.
+pub(crate) fn sim_collective_bytes(kind: CollectiveKind, bytes: u64, group: usize, devices: usize) -> f64 {
+    let full = bytes as f64;
+    let local_out = match kind {
+        CollectiveKind::AllReduce => full,
+        CollectiveKind::AllGather => full,
+        CollectiveKind::ReduceScatter => full / group as f64,
+        CollectiveKind::AllToAll | CollectiveKind::CollectivePermute => full,
+    };
+    let reads = match kind {
+        CollectiveKind::AllReduce => full * group as f64,
+        _ => full,
+    };
+    devices as f64 * (reads + local_out)
+}
+
+/// Seconds of a simulated collective on `device`: its bytes at the rate simulated collectives
+/// run at there (calibrated on `this`), else at the memory bandwidth.
+fn simulated_collective_seconds(
+    device: &DeviceProfile,
+    kind: CollectiveKind,
+    bytes: u64,
+    group: usize,
+    devices: usize,
+) -> f64 {
+    sim_collective_bytes(kind, bytes, group, devices) / device.sim_collective_bandwidth.unwrap_or(device.mem_bandwidth)
+}
+
+/// One instruction priced: its launches and its work (or, for a collective, its transfer).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct OpPrice {
+    pub instr: usize,
+    pub category: Category,
+    pub launches: usize,
+    /// Seconds of its launches (`launches` x the profile's launch overhead).
+    pub launch_s: f64,
+    /// Seconds of its work beyond the launches (a collective: its transfer).
+    pub work_s: f64,
+    /// Its matmul and vector FLOPs per device.
+    pub flops: f64,
+    /// The collective it is, with its bytes and link hops (0 hops when simulated).
+    pub collective: Option<(CollectiveKind, u64, f64)>,
+}
+
+/// Prices every instruction of `prog` on `device`, in program order: what `predict` sums.
+pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -> Vec<OpPrice> {
+    let devices = prog.devices();
+    let copies = match placement {
+        Placement::Real => 1,
+        Placement::Simulated => devices,
+    };
+    let summary = summarize(prog);
+    let mut uses = summary.collectives.iter().peekable();
+    let mut out = Vec::with_capacity(prog.instrs.len());
+    for ((i, ins), w) in prog.instrs.iter().enumerate().zip(program_work(prog, placement)) {
+        let (work_s, collective) = match uses.peek() {
+            Some(c) if c.instr == i => {
+                let c = uses.next().expect("peeked");
+                match placement {
+                    Placement::Real => {
+                        let t = collective_time(device, c.kind, c.bytes, c.group);
+                        (t.seconds, Some((c.kind, c.bytes, t.hops)))
+                    }
+                    Placement::Simulated => (
+                        simulated_collective_seconds(device, c.kind, c.bytes, c.group, devices),
+                        Some((c.kind, c.bytes, 0.0)),
+                    ),
+                }
+            }
+            _ => (work_seconds(device, &w, copies) * device.work_scale, None),
+        };
+        out.push(OpPrice {
+            instr: i,
+            category: category(ins),
+            launches: w.launches,
+            launch_s: w.launches as f64 * device.launch_s,
+            work_s,
+            flops: w.matmul_flops + w.vector_flops,
+            collective,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::device::{h100, tpu_v4};
+
+    #[test]
+    fn h100_matmul_of_4096_cubed_takes_about_a_third_of_a_millisecond() {
+        // 2 * 4096^3 FLOPs at 494.7 TFLOP/s TF32 is 0.278 ms at the peak; 1024 output tiles
+        // over 132 SMs leave the last wave partly idle (97%).
+        let dot = DotShape {
+            batch: 1,
+            m: 4096,
+            n: 4096,
+            k: 4096,
+        };
+        let w = Work {
+            matmul_flops: 2.0 * 4096f64.powi(3),
+            dot: Some(dot),
+            bytes: 3.0 * 4.0 * 4096.0 * 4096.0,
+            launches: 1,
+            ..Default::default()
+        };
+        let ms = work_seconds(&h100(), &w, 1) * 1e3;
+        assert!((0.28..0.30).contains(&ms), "{ms}");
+    }
+
+    #[test]
+    fn matmuls_off_the_tile_grid_run_below_the_peak() {
+        let d = tpu_v4();
+        let aligned = DotShape {
+            batch: 1,
+            m: 1024,
+            n: 1024,
+            k: 1024,
+        };
+        let ragged = DotShape { m: 1025, ..aligned };
+        assert!(matmul_efficiency(&d, ragged, 1) < 0.9 * matmul_efficiency(&d, aligned, 1));
+    }
+
+    #[test]
+    fn batched_matmuls_run_at_the_batched_class_figures() {
+        let slow = MatmulFit {
+            flops: 1e9,
+            half_flops: 0.0,
+            per_product_s: 0.0,
+            fixed_s: 0.0,
+        };
+        // No tiles or waves, as calibrated on `this`: only the class's figures decide.
+        let d = DeviceProfile {
+            matmul_batched: Some(slow),
+            matmul_tile: [1, 1, 1],
+            matmul_units: 1,
+            ..crate::profile::device::m2_max()
+        };
+        let dot = DotShape {
+            batch: 1,
+            m: 256,
+            n: 256,
+            k: 256,
+        };
+        let w = Work {
+            matmul_flops: 2.0 * 256f64.powi(3),
+            dot: Some(dot),
+            launches: 1,
+            ..Default::default()
+        };
+        // One product is a single matmul; the same product on 4 simulated devices is one
+        // batched dispatch over them, priced at the batched class's 1 GFLOP/s.
+        assert_eq!(matmul_fit(&d, dot, 1).flops, d.matmul_flops);
+        let batched = work_seconds(&d, &w, 4);
+        assert!((batched - 4.0 * w.matmul_flops / 1e9).abs() < 1e-9, "{batched}");
+    }
+
+    #[test]
+    fn many_small_batched_products_cost_their_per_product_time() {
+        let fit = MatmulFit {
+            flops: 1e9,
+            half_flops: 0.0,
+            per_product_s: 1e-4,
+            fixed_s: 1e-3,
+        };
+        let d = DeviceProfile {
+            matmul_batched: Some(fit),
+            matmul_tile: [1, 1, 1],
+            matmul_units: 1,
+            ..crate::profile::device::m2_max()
+        };
+        let dot = DotShape {
+            batch: 64,
+            m: 32,
+            n: 32,
+            k: 16,
+        };
+        let flops = 2.0 * 64.0 * 32.0 * 32.0 * 16.0;
+        let w = Work {
+            matmul_flops: flops,
+            dot: Some(dot),
+            launches: 1,
+            ..Default::default()
+        };
+        // On 2 simulated devices: one dispatch of 128 products.
+        let s = work_seconds(&d, &w, 2);
+        let want = 1e-3 + 128.0 * 1e-4 + 2.0 * flops / 1e9;
+        assert!((s - want).abs() < 1e-12, "{s} vs {want}");
+    }
+}
