@@ -5,40 +5,12 @@ use std::path::PathBuf;
 use shardlab::gpu::GpuContext;
 use shardlab::profile::{calibrate, device_preset, presets, Calibration, DeviceProfile};
 
-/// The directory of cached calibrations and tunings: $SHARDLAB_CACHE_DIR, else
-/// $XDG_CACHE_HOME/shardlab, else ~/.cache/shardlab.
-pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("SHARDLAB_CACHE_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(d).join("shardlab"));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("shardlab"))
-}
-
-/// One adapter: its name, backend and driver, as a file name.
-pub fn adapter_id(ctx: &GpuContext) -> String {
-    let s = &ctx.summary;
-    format!("{}-{}-{}", s.name, s.backend, s.driver)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// The cache file of one adapter's calibration.
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
-    let id = adapter_id(ctx);
     // v7: the sg matmul variant, so matmuls cost less than a v6 file says (v6: packs load vec4s;
     // v5: the step fit over eight reference steps, robust to outliers); older files are measured
     // again.
-    cache_dir().map(|d| d.join(format!("profile-v7-{id}.json")))
+    crate::cache::file(ctx, "profile-v7")
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else
@@ -62,12 +34,7 @@ pub fn this_calibration(recalibrate: bool) -> Result<(Calibration, bool), String
     let c = pollster::block_on(calibrate(ctx)).map_err(|e| format!("calibration failed: {e}"))?;
     if let Some(f) = &file {
         // A cache that cannot be written only costs a recalibration next time.
-        let written = f
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| std::fs::write(f, serde_json::to_string_pretty(&c).unwrap_or_default()));
-        if let Err(e) = written {
+        if let Err(e) = crate::cache::write(f, &serde_json::to_string_pretty(&c).unwrap_or_default()) {
             eprintln!("note: could not cache the calibration in {}: {e}", f.display());
         }
     }

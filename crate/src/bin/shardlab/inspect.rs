@@ -42,7 +42,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     } else {
         match GpuContext::new_blocking() {
             Ok(ctx) => {
-                let name = format!("{} ({})", ctx.summary.name, ctx.summary.backend);
+                let name = ctx.summary.identity();
                 (Backend::Gpu(Arc::new(ctx)), name)
             }
             Err(e) => {

@@ -22,6 +22,7 @@ macro_rules! print {
 
 mod args;
 mod bench;
+mod cache;
 mod calibrate;
 mod device;
 mod export;

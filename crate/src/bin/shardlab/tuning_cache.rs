@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use shardlab::gpu::GpuContext;
-use shardlab::kernels::TuningCache;
-
-use crate::device::{adapter_id, cache_dir};
+use shardlab::kernels::{Tuning, TuningCache};
 
 /// The flag of every command that tunes matmuls.
 #[derive(clap::Args, Clone, Copy, Default)]
@@ -26,14 +24,8 @@ pub struct TunedContext {
     file: Option<PathBuf>,
 }
 
-/// The adapter as the cache file names it inside: its name, backend and driver.
-fn adapter_label(ctx: &GpuContext) -> String {
-    let s = &ctx.summary;
-    format!("{} ({}, {})", s.name, s.backend, s.driver)
-}
-
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
-    cache_dir().map(|d| d.join(format!("matmul-v{}-{}.json", TuningCache::VERSION, adapter_id(ctx))))
+    crate::cache::file(ctx, &format!("matmul-v{}", TuningCache::VERSION))
 }
 
 /// The cache in `file`, or why it cannot be used (None when there is none).
@@ -55,12 +47,10 @@ pub fn open(retune: RetuneArg) -> Result<TunedContext, String> {
     let ctx = Arc::new(GpuContext::new_blocking().map_err(|e| e.to_string())?);
     let file = cache_file(&ctx);
     if let (false, Some(f)) = (retune.retune, &file) {
-        match read(f, &adapter_label(&ctx)) {
+        match read(f, &ctx.summary.identity()) {
             None => {}
             Some(Ok(cache)) => {
-                if let Ok(mut t) = ctx.tuning.lock() {
-                    let _ = t.load_cache(&cache, &adapter_label(&ctx));
-                }
+                Tuning::with(&ctx, |t| t.load_cache(&cache, &ctx.summary.identity()));
             }
             Some(Err(why)) => eprintln!(
                 "note: ignoring the matmul tuning cache {}: {why}; tuning again",
@@ -74,38 +64,28 @@ pub fn open(retune: RetuneArg) -> Result<TunedContext, String> {
 impl Drop for TunedContext {
     fn drop(&mut self) {
         let Some(file) = &self.file else { return };
-        let adapter = adapter_label(&self.ctx);
-        let Ok(mut tuning) = self.ctx.tuning.lock().map(|t| t.clone()) else {
+        let adapter = self.ctx.summary.identity();
+        let Some(mut tuning) = Tuning::with(&self.ctx, |t| t.clone()) else {
             return;
         };
         if tuning.tuned == 0 {
             return;
         }
         // Choices this process did not make (other shapes, other commands) are kept.
-        let mut merged = shardlab::kernels::Tuning::default();
+        let mut merged = Tuning::default();
         if let Some(Ok(old)) = read(file, &adapter) {
             let _ = merged.load_cache(&old, &adapter);
         }
         merged.matmul.extend(tuning.matmul.drain());
         let text = serde_json::to_string_pretty(&merged.to_cache(&adapter)).unwrap_or_default();
-        // Written aside and renamed, so a concurrent reader never sees half a file.
-        let tmp = file.with_extension(format!("json.{}", std::process::id()));
-        let written = file
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| std::fs::write(&tmp, text))
-            .and_then(|_| std::fs::rename(&tmp, file));
+        let written = crate::cache::write(file, &text);
         match written {
             Ok(()) => eprintln!(
                 "note: tuned the matmul for {} shape class(es) on this adapter; cached in {} (--retune redoes it)",
                 tuning.tuned,
                 file.display()
             ),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                eprintln!("note: could not cache the matmul tuning in {}: {e}", file.display());
-            }
+            Err(e) => eprintln!("note: could not cache the matmul tuning in {}: {e}", file.display()),
         }
     }
 }

@@ -55,7 +55,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let result = measure_all(ctx, &python, &dir, scale, args.steps);
     let _ = std::fs::remove_dir_all(&dir);
     let report = Report {
-        adapter: format!("{} ({})", ctx.summary.name, ctx.summary.backend),
+        adapter: ctx.summary.identity(),
         python: python.display().to_string(),
         jax,
         numpy,

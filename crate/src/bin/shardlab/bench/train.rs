@@ -63,7 +63,7 @@ pub fn run(args: Args) -> Result<(), String> {
         None
     };
     if !args.json {
-        println!("adapter: {} ({})", ctx.summary.name, ctx.summary.backend);
+        println!("adapter: {}", ctx.summary.identity());
         header();
     }
     let mut trace = Trace::new();
