@@ -8,7 +8,7 @@ mod python;
 mod skip;
 
 pub use python::{jax_python, python, python_program, PYTHON_VAR};
-pub use skip::{unavailable, Need, SKIP_LOG_VAR};
+pub use skip::{adapter_lacks, unavailable, Need, SKIP_LOG_VAR};
 
 /// The process-wide GPU context. With no adapter the calling test fails, unless
 /// `SHARDLAB_ALLOW_NO_GPU=1`: then the skip is recorded and this returns `None`.

@@ -1,7 +1,9 @@
 //! Tests that cannot run do not pass: a test whose machine lacks what it needs (a GPU adapter,
 //! Python with JAX) fails, unless the matching `SHARDLAB_ALLOW_NO_*` variable is `1`. Then it
 //! returns early and records the skip in the file named by [`SKIP_LOG_VAR`], one line per
-//! test, so `cargo xtask test` counts it as skipped rather than passed.
+//! test, so `cargo xtask test` counts it as skipped rather than passed. A test of what only
+//! some adapters have (lavapipe's subgroups, AVX-512 lanes) is skipped on the others
+//! ([`adapter_lacks`]): there is nothing wrong with such a machine, and nothing was checked.
 use std::io::Write;
 
 /// Names the file that skips are appended to (set by `cargo xtask test`; unset, skips are only printed).
@@ -14,6 +16,12 @@ pub enum Need {
     Gpu,
     /// A Python interpreter with JAX, to run exported scripts.
     Jax,
+    /// lavapipe (Mesa's llvmpipe), whose subgroups are the lanes of one CPU vector.
+    Llvmpipe,
+    /// An adapter that offers the subgroup matmul variants.
+    Subgroups,
+    /// lavapipe on a CPU with AVX-512, for 16-lane subgroups.
+    Avx512,
 }
 
 impl Need {
@@ -22,6 +30,8 @@ impl Need {
         match self {
             Need::Gpu => "SHARDLAB_ALLOW_NO_GPU",
             Need::Jax => "SHARDLAB_ALLOW_NO_JAX",
+            // Never needed: such a skip is always allowed.
+            Need::Llvmpipe | Need::Subgroups | Need::Avx512 => "",
         }
     }
 
@@ -30,6 +40,9 @@ impl Need {
         match self {
             Need::Gpu => "gpu",
             Need::Jax => "jax",
+            Need::Llvmpipe => "llvmpipe",
+            Need::Subgroups => "subgroups",
+            Need::Avx512 => "avx512",
         }
     }
 
@@ -37,6 +50,9 @@ impl Need {
         match self {
             Need::Gpu => "a GPU adapter",
             Need::Jax => "Python with JAX",
+            Need::Llvmpipe => "lavapipe",
+            Need::Subgroups => "subgroup matmuls",
+            Need::Avx512 => "lavapipe with AVX-512",
         }
     }
 
@@ -47,6 +63,7 @@ impl Need {
                 "run `cargo xtask test jax` (it installs JAX in target/jax-venv), or point SHARDLAB_PYTHON at a \
                  Python with the versions in tests/jax-requirements.txt"
             }
+            Need::Llvmpipe | Need::Subgroups | Need::Avx512 => "run it where the adapter has it",
         }
     }
 }
@@ -65,6 +82,15 @@ pub fn unavailable(need: Need, why: &str) {
         );
     }
     eprintln!("skipped: no {}: {why} ({var}=1)", need.what());
+    if let Err(e) = record(need, why) {
+        panic!("cannot record the skip in ${SKIP_LOG_VAR}: {e}");
+    }
+}
+
+/// Called by a test of what only some adapters have, on one that lacks it (`need`; `why` says
+/// what the adapter is): records the skip and returns, and the caller returns from the test.
+pub fn adapter_lacks(need: Need, why: &str) {
+    eprintln!("skipped: not {} here: {why}", need.what());
     if let Err(e) = record(need, why) {
         panic!("cannot record the skip in ${SKIP_LOG_VAR}: {e}");
     }

@@ -105,6 +105,9 @@ impl Skips {
             .map(|(need, tests)| match need.as_str() {
                 "gpu" => format!("{} without a GPU adapter (SHARDLAB_ALLOW_NO_GPU=1)", tests.len()),
                 "jax" => format!("{} without JAX (SHARDLAB_ALLOW_NO_JAX=1)", tests.len()),
+                "llvmpipe" => format!("{} that check lavapipe, on another adapter", tests.len()),
+                "subgroups" => format!("{} without subgroup matmuls on this adapter", tests.len()),
+                "avx512" => format!("{} that need AVX-512 for 16-lane lavapipe", tests.len()),
                 other => format!("{} without {other}", tests.len()),
             })
             .collect();

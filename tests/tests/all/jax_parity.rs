@@ -64,6 +64,14 @@ fn check(what: &str, g: &Value, losses: &[f32], params: &[Vec<f32>], param_rtol:
         .iter()
         .map(|v| v.as_f64().unwrap())
         .collect();
+    // zip stops at the shorter: a missing or extra loss must fail, not pass unchecked.
+    assert_eq!(
+        losses.len(),
+        want.len(),
+        "{what}: {} losses against JAX's {}",
+        losses.len(),
+        want.len()
+    );
     for (k, (&got, &w)) in losses.iter().zip(&want).enumerate() {
         assert!(
             (got as f64 - w).abs() <= 1e-5,
@@ -73,6 +81,11 @@ fn check(what: &str, g: &Value, losses: &[f32], params: &[Vec<f32>], param_rtol:
     }
     for p in g["params_final"].as_array().unwrap() {
         let i = p["index"].as_u64().unwrap() as usize;
+        assert!(
+            i < params.len(),
+            "{what}: JAX has parameter {i}, shardlab {}",
+            params.len()
+        );
         let sum: f64 = params[i].iter().map(|&x| x as f64).sum();
         let sumsq: f64 = params[i].iter().map(|&x| (x as f64) * (x as f64)).sum();
         let (ws, wq) = (p["sum"].as_f64().unwrap(), p["sumsq"].as_f64().unwrap());

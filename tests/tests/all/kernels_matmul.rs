@@ -5,7 +5,7 @@ use shardlab::gpu::GpuContext;
 use shardlab::kernels::matmul::{class_key, matmul, variants, MatmulShape, Variant};
 use shardlab::model::GptConfig;
 use shardlab::reference::matmul as reference;
-use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
+use shardlab_tests::{assert_close, gpu_or_skip, rand_vec, Need};
 
 const ODD: &[(usize, usize, usize)] = &[(1, 1, 1), (3, 5, 7), (17, 33, 65), (65, 17, 3)];
 const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
@@ -329,7 +329,7 @@ fn matmul_rejects_bad_operands_with_a_message() {
 fn sg_is_offered_where_a_subgroup_is_one_cpu_vector() {
     let ctx = gpu_or_skip!();
     if !ctx.summary.name.contains("llvmpipe") {
-        return;
+        return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
     }
     for v in [Variant::Sg, Variant::Sg1] {
         assert!(variants(ctx).contains(&v), "{v} missing from {:?}", variants(ctx));
@@ -347,6 +347,9 @@ fn sg_is_offered_where_a_subgroup_is_one_cpu_vector() {
 #[test]
 fn sg_matches_reference_across_several_blocks_of_rows_and_columns() {
     let ctx = gpu_or_skip!();
+    if ![Variant::Sg, Variant::Sg1].iter().any(|v| variants(ctx).contains(v)) {
+        return shardlab_tests::adapter_lacks(Need::Subgroups, &ctx.summary.identity());
+    }
     for v in [Variant::Sg, Variant::Sg1] {
         if !variants(ctx).contains(&v) {
             continue;
@@ -374,9 +377,11 @@ fn sg16_matches_reference_with_512_bit_vectors_in_a_child_process() {
     let avx512 = std::arch::is_x86_feature_detected!("avx512f");
     #[cfg(not(target_arch = "x86_64"))]
     let avx512 = false;
-    if !ctx.summary.name.contains("llvmpipe") || !avx512 {
-        eprintln!("no 16-lane lavapipe here: nothing to check");
-        return;
+    if !ctx.summary.name.contains("llvmpipe") {
+        return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
+    }
+    if !avx512 {
+        return shardlab_tests::adapter_lacks(Need::Avx512, "this CPU has no AVX-512, so no 16-lane lavapipe");
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["kernels_matmul::", "--test-threads", "1"])

@@ -90,6 +90,9 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.ops {
         return run_ops_cli(&args);
     }
+    if args.steps == 0 {
+        return Err("--steps must be at least 1: the sweep reports medians of measured steps".into());
+    }
     let (cal, _) = crate::device::this_calibration(args.recalibrate)?;
     let tuned = crate::tuning_cache::open(args.retune)?;
     let ctx = tuned.ctx.clone();
