@@ -113,18 +113,20 @@ const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTime
 // ---- settings, controls and the URL hash ---------------------------------------------------
 
 // The one grammar of every setting: the hash reader and the form both parse with it, so a link
-// the page writes always reopens, and a value the form accepts is one a link may carry.
+// the page writes always reopens, and a value the form accepts is one a link may carry. The
+// preset names and the numeric bounds are the core's (shardlab::plan::Preset and PAGE_LIMITS),
+// filled in by applyCoreLimits before any setting is read.
 const FIELDS = {
-  preset: { kind: 'enum', values: ['seed', 'dp', 'fsdp', 'tp', 'dp_tp'] },
+  preset: { kind: 'enum', values: [] },
   mode: { kind: 'enum', values: ['auto', 'shard_map', 'both'] },
   mesh: { kind: 'mesh' },
-  layers: { kind: 'int', min: 1, max: 12 },
-  d_model: { kind: 'int', min: 1, max: 1024 },
-  heads: { kind: 'int', min: 1, max: 64 },
-  seq: { kind: 'int', min: 1, max: 512 },
-  batch: { kind: 'int', min: 1, max: 512 },
-  vocab: { kind: 'int', min: 2, max: 4096 },
-  dropout: { kind: 'float', min: 0, max: 0.95 },
+  layers: { kind: 'int' },
+  d_model: { kind: 'int' },
+  heads: { kind: 'int' },
+  seq: { kind: 'int' },
+  batch: { kind: 'int' },
+  vocab: { kind: 'int' },
+  dropout: { kind: 'float' },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
@@ -1227,6 +1229,21 @@ async function runSelftest() {
 
 // ---- start ---------------------------------------------------------------------------------
 
+/** The core's preset names and bounds into FIELDS and onto the number inputs; a field the
+ * core bounds but the page lacks (or the reverse) is a build mismatch, said at once. */
+function applyCoreLimits() {
+  FIELDS.preset.values = presets.order;
+  for (const [name, { min, max }] of Object.entries(presets.limits)) {
+    const f = FIELDS[name];
+    if (!f) throw new Error(`the core bounds a setting “${name}” this page does not have`);
+    Object.assign(f, { min, max });
+    const input = form().elements.namedItem(name);
+    if (input && input.type === 'number') Object.assign(input, { min: String(min), max: String(max) });
+  }
+  const unbounded = Object.entries(FIELDS).filter(([, f]) => ['int', 'float', 'lr'].includes(f.kind) && f.max === undefined);
+  if (unbounded.length) throw new Error(`the core sent no bounds for ${unbounded.map(([n]) => n).join(', ')}`);
+}
+
 function wireControls() {
   $('device').replaceChildren(...presets.devices.map((d) => el('option', { value: d.name }, d.label)));
   FIELDS.device.values = presets.devices.map((d) => d.name);
@@ -1314,6 +1331,7 @@ async function main() {
   await wasm.default();
   $('version').textContent = `shardlab ${wasm.Shardlab.version()}`;
   presets = JSON.parse(wasm.Shardlab.presets());
+  applyCoreLimits();
 
   setState('loading', 'Opening the GPU…');
   lab = await wasm.Shardlab.create();

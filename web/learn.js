@@ -23,9 +23,6 @@ function el(tag, attrs = {}, ...children) {
 
 // ---- the controls' grammar -------------------------------------------------------------------
 
-/** The learning rate the page accepts (web/src/task.rs MIN_LR and MAX_LR). */
-const MIN_LR = 0.000001;
-const MAX_LR = 1;
 const TASKS = ['copy', 'reverse', 'modadd', 'text'];
 const OPTIMIZERS = { adamw: 'AdamW', sgd: 'SGD' };
 
@@ -33,17 +30,18 @@ const OPTIMIZERS = { adamw: 'AdamW', sgd: 'SGD' };
 export const LEARN_FIELDS = {
   task: { kind: 'enum', values: TASKS },
   optimizer: { kind: 'enum', values: Object.keys(OPTIMIZERS) },
-  lr: { kind: 'lr' },
+  lr: { kind: 'lr' }, // min and max: the core's (PAGE_LIMITS), set by app.js's applyCoreLimits
 };
 
 /** The learning rate from its text, or throws a message in the page's words. The writer's
- * String(x) never uses an exponent in [MIN_LR, MAX_LR], and a typed 3e-3 is read too. */
+ * String(x) never uses an exponent within the bounds (1e-6 to 1), and a typed 3e-3 is read too. */
 export function parseLr(text) {
+  const { min, max } = LEARN_FIELDS.lr;
   const bad = (why) => new Error(`lr “${text.slice(0, 40)}” ${why}`);
   if (!/^(\d{1,3}(\.\d{1,17})?|\d(\.\d{1,16})?e-?\d{1,2})$/.test(text)) throw bad('is not a number like 0.003');
   const x = Number(text);
-  if (!(Number.isFinite(x) && x >= MIN_LR && x <= MAX_LR)) {
-    throw bad(`must be from ${MIN_LR} to ${MAX_LR} (AdamW learns well near 0.003, SGD near 0.1)`);
+  if (!(Number.isFinite(x) && x >= min && x <= max)) {
+    throw bad(`must be from ${min} to ${max} (AdamW learns well near 0.003, SGD near 0.1)`);
   }
   return x;
 }

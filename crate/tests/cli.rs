@@ -394,3 +394,29 @@ fn a_trace_that_cannot_be_written_or_has_nothing_to_trace_exits_2() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn every_page_preset_plans_from_the_command_line_on_its_mesh() {
+    for (preset, devices) in [("seed", 8), ("dp", 4), ("fsdp", 4), ("tp", 2), ("dp_tp", 4)] {
+        let (code, out, err) = shardlab(&[
+            "plan", "--json", "--preset", preset, "--mode", "auto", "--device", "h100",
+        ]);
+        assert_eq!(code, 0, "--preset {preset}: {err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["devices"], devices, "--preset {preset}: {out}");
+    }
+}
+
+#[test]
+fn a_spec_may_name_an_intermediate_as_the_planner_matches_names() {
+    let base = ["plan", "--json", "--preset", "dp", "--mode", "auto", "--device", "h100"];
+    let mut args = base.to_vec();
+    args.extend(["--spec", "h0.att=P()"]);
+    let (code, _, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    let mut args = base.to_vec();
+    args.extend(["--spec", "h0.w_fc.m=P()"]);
+    let (code, _, err) = shardlab(&args);
+    assert_eq!(code, 2);
+    assert!(err.contains("give `h0.w_fc` the spec"), "{err}");
+}

@@ -430,7 +430,7 @@ fn bad_specs_name_their_origin() {
         (auto("w_fc=P("), &["--spec"]),
         (auto("w_fc=P('nope')"), &["--spec", "nope"]),
         (auto("w_fc=P('dp','dp')"), &["--spec", "twice"]),
-        (auto("ŵ=P()"), &["--spec", "no parameter `ŵ`"]),
+        (auto("ŵ=P()"), &["--spec", "no parameter or named value `ŵ`"]),
         (auto("=P()"), &["--spec", "no parameter"]),
         (auto("w_fc=P(None,None,'dp')"), &["--spec", "w_fc"]),
         (auto("b_fc=P('dp','dp')"), &["--spec"]),
@@ -708,6 +708,17 @@ fn bench_peers_refuses_a_missing_python_and_zero_steps_naming_the_fix() {
         ),
         case(
             &["bench", "peers", "--steps", "0", "--tiny"],
+            &["--steps must be at least 1"],
+        ),
+    ]);
+}
+
+#[test]
+fn bench_sweeps_refuse_zero_steps_before_measuring() {
+    refused(&[
+        case(&["bench", "model", "--steps", "0"], &["--steps must be at least 1"]),
+        case(
+            &["bench", "compare", "--cpu", "--steps", "0"],
             &["--steps must be at least 1"],
         ),
     ]);

@@ -2,44 +2,24 @@
 //! (a block parameter's short name, `w_fc`, applies to every block; its full name, `h0.w_fc`,
 //! to one), per token batch (`tokens`), and per intermediate value (a
 //! `jax.lax.with_sharding_constraint`, named as the program text names it: `h0.att`). These are
-//! the names the CLI's `--spec` and the core's planner take; every check here is the core's
-//! (PartitionSpec::parse, NamedSharding), so the page and the CLI agree.
+//! the names the CLI's `--spec` takes, matched and checked by the core
+//! (`shardlab::plan::resolve_spec`), so the page and the CLI agree.
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 use shardlab::ir::Role;
 use shardlab::model::{param_specs, train_step_program, ParamSpec};
-use shardlab::plan::auto_param_spec;
+use shardlab::plan::{auto_param_spec, block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};
 use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use crate::picture::spec_text;
-use crate::settings::{FieldError, Mode, Settings};
+use crate::settings::{parse_spec, Mode, Settings};
 
-/// The token batch's name (the global step's input; the targets follow it).
-pub const TOKENS: &str = "tokens";
-/// More specs than this in one link are not a hand-made edit.
-const MAX_SPECS: usize = 256;
-
-/// A block parameter's short name (`w_fc` for `h0.w_fc`), None for a model-level one (`wte`).
-fn block_leaf(name: &str) -> Option<&str> {
-    let (block, leaf) = name.split_once('.')?;
-    (block.starts_with('h') && block[1..].parse::<usize>().is_ok()).then_some(leaf)
-}
-
-/// The parameters a spec name covers: its full name, or every block's parameter of that short name.
-fn params_named<'a>(params: &'a [ParamSpec], name: &str) -> Vec<&'a ParamSpec> {
-    params
-        .iter()
-        .filter(|p| p.name == name || block_leaf(&p.name) == Some(name))
-        .collect()
-}
-
-/// `spec` fits a value of `shape` on `mesh` (the core's check), else why not.
-fn fits(mesh: &Mesh, spec: &PartitionSpec, what: &str, shape: &[usize]) -> Result<(), String> {
+/// `spec` fits a value of `shape` on `mesh` (the core's check).
+fn fits(mesh: &Mesh, spec: &PartitionSpec, shape: &[usize]) -> bool {
     NamedSharding::new(mesh.clone(), spec.clone())
         .and_then(|s| s.shard_shape(shape))
-        .map(|_| ())
-        .map_err(|e| format!("{} on {what} {shape:?}: {e}", spec_text(spec)))
+        .is_ok()
 }
 
 /// The specs worth offering for a value of `shape` on `mesh`: `P()`, each axis on each
@@ -76,104 +56,38 @@ pub fn suggestions(mesh: &Mesh, shape: &[usize]) -> Vec<String> {
         }
     }
     out.into_iter()
-        .filter(|s| fits(mesh, s, "", shape).is_ok())
+        .filter(|s| fits(mesh, s, shape))
         .map(|s| spec_text(&s))
         .collect()
 }
 
-/// Checks one spec (`text`) for the value `name` under `settings` on `mesh`; the spec, or the
-/// reason in the page's words.
+/// Checks one spec (`text`) for the value `name` under `settings` on `mesh`, as the planner
+/// will: the spec, or the reason in the page's words. The editor's fields are parameters, the
+/// token batch and intermediates, so another input of the step (`targets`, `key`) is refused.
 pub fn check_one(settings: &Settings, mesh: &Mesh, name: &str, text: &str) -> Result<PartitionSpec, String> {
-    let spec = PartitionSpec::parse(text.trim()).map_err(|e| format!("{e} (write it like P('dp', None) or P())"))?;
+    let spec = parse_spec(text)?;
     let cfg = settings.config();
-    let params = param_specs(&cfg);
-    let hits = params_named(&params, name);
-    if !hits.is_empty() {
-        for p in hits {
-            fits(mesh, &spec, &p.name, &p.shape)?;
-        }
-        return Ok(spec);
-    }
-    if name == TOKENS {
-        fits(mesh, &spec, "the token batch", &[cfg.batch, cfg.seq])?;
-        return Ok(spec);
-    }
-    // Any other name is an intermediate of the global step, as the program text names it.
     let optimizer = settings.options(Mode::Auto, mesh).optimizer;
     let global = train_step_program(&cfg, optimizer, settings.rng_layout()).map_err(|e| e.to_string())?;
     let prog = &global.program;
-    let Some(v) = (0..prog.values.len()).find(|v| prog.values[*v].name.as_deref() == Some(name)) else {
-        let mut groups: Vec<&str> = params.iter().map(|p| block_leaf(&p.name).unwrap_or(&p.name)).collect();
-        groups.dedup();
-        return Err(format!(
-            "there is no value “{name}”: name a parameter ({}, or one block's, like h0.w_fc), tokens, or a value as the program text names it (h0.att, logits)",
-            groups.join(", ")
-        ));
+    let page_words = |e: String| {
+        e.replace(
+            &format!("--spec {name}={spec}"),
+            &format!("{} on {name}", spec_text(&spec)),
+        )
     };
-    if let Some((_, role)) = prog.inputs.iter().find(|(i, _)| i.index() == v) {
-        let fix = match role {
-            Role::OptState { param, .. } => format!(
-                "it is laid out like its parameter: give {} a spec instead",
-                params[*param].name
-            ),
-            _ => "only parameters, tokens and intermediate values take a spec here".to_string(),
-        };
-        return Err(format!("“{name}” is an input of the step: {fix}"));
-    }
-    fits(mesh, &spec, name, &prog.values[v].shape)?;
-    Ok(spec)
-}
-
-/// Every spec of the settings, checked; the first problem at its field (`spec.NAME`).
-pub fn check_specs(settings: &Settings, mesh: &Mesh) -> Result<(), FieldError> {
-    if settings.specs.len() > MAX_SPECS {
-        return Err(FieldError {
-            field: String::new(),
-            message: format!(
-                "{} specs are more than the page takes (at most {MAX_SPECS})",
-                settings.specs.len()
-            ),
-        });
-    }
-    for (name, text) in &settings.specs {
-        check_one(settings, mesh, name, text).map_err(|message| FieldError {
-            field: format!("spec.{name}"),
-            message,
-        })?;
-    }
-    Ok(())
-}
-
-/// A planning error at the control it belongs to: the spec field of the value it names (a
-/// with_sharding_constraint the partitioner cannot honour), else as the core's errors go.
-pub fn plan_error(settings: &Settings, message: &str) -> FieldError {
-    let named = settings
-        .specs
-        .keys()
-        .filter(|n| message.contains(&format!("`{n}`")) || message.contains(&format!("--spec {n}=")))
-        .max_by_key(|n| n.len());
-    match named {
-        Some(n) => FieldError {
-            field: format!("spec.{n}"),
-            message: message.replace("--spec ", "spec "),
-        },
-        None => FieldError::from_core(message, "mesh"),
-    }
-}
-
-/// The settings' specs as the planner takes them (`TrainerOptions`' `specs`): the token
-/// batch's spec applies to the targets too. Unparsable entries are left out (check_specs
-/// refuses them first).
-pub fn overrides(settings: &Settings) -> Vec<(String, PartitionSpec)> {
-    let mut out = vec![];
-    for (name, text) in &settings.specs {
-        let Ok(spec) = PartitionSpec::parse(text) else { continue };
-        if name == TOKENS && !settings.specs.contains_key("targets") {
-            out.push(("targets".to_string(), spec.clone()));
+    let target = resolve_spec(&param_specs(&cfg), prog, mesh, name, &spec).map_err(|e| page_words(e.to_string()))?;
+    if let SpecTarget::Values { inputs, .. } = &target {
+        let other = inputs
+            .iter()
+            .find(|v| !matches!(prog.inputs.iter().find(|(i, _)| i == *v), Some((_, Role::Tokens))));
+        if other.is_some() {
+            return Err(format!(
+                "“{name}” is an input of the step: only parameters, tokens and intermediate values take a spec here"
+            ));
         }
-        out.push((name.clone(), spec));
     }
-    out
+    Ok(spec)
 }
 
 /// The editor's fields under `settings`: each parameter group with its preset spec, shape,
@@ -191,7 +105,7 @@ pub fn groups(settings: &Settings) -> Value {
     let mut groups: BTreeMap<String, Value> = BTreeMap::new();
     let mut order: Vec<String> = vec![];
     for p in &params {
-        let group = block_leaf(&p.name).unwrap_or(&p.name).to_string();
+        let group = group_name(&p.name).to_string();
         let entry = groups.entry(group.clone()).or_insert_with(|| {
             order.push(group.clone());
             json!({
@@ -259,16 +173,6 @@ mod tests {
     }
 
     #[test]
-    fn a_short_name_covers_every_block_and_a_full_name_one() {
-        let (s, _) = dp();
-        let params = param_specs(&s.config());
-        let all: Vec<&str> = params_named(&params, "w_fc").iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(all, vec!["h0.w_fc", "h1.w_fc"]);
-        assert_eq!(params_named(&params, "h1.w_fc").len(), 1);
-        assert_eq!(block_leaf("wte"), None);
-    }
-
-    #[test]
     fn specs_are_checked_by_the_core_with_the_value_named() {
         let (s, mesh) = dp();
         assert_eq!(
@@ -282,33 +186,11 @@ mod tests {
         assert!(check_one(&s, &mesh, TOKENS, "P('dp')").is_ok());
         assert!(check_one(&s, &mesh, "h0.att", "P()").is_ok());
         let e = check_one(&s, &mesh, "nothing", "P()").unwrap_err();
-        assert!(e.contains("no value “nothing”"), "{e}");
+        assert!(e.contains("no parameter or named value `nothing`"), "{e}");
         let e = check_one(&s, &mesh, "h0.w_fc.m", "P()").unwrap_err();
-        assert!(e.contains("give h0.w_fc a spec"), "{e}");
-    }
-
-    #[test]
-    fn a_bad_spec_in_the_settings_is_an_error_at_its_field() {
-        let (mut s, mesh) = dp();
-        s.specs.insert("w_qkv".into(), "P('dp', 'dp')".into());
-        assert_eq!(check_specs(&s, &mesh).unwrap_err().field, "spec.w_qkv");
-    }
-
-    #[test]
-    fn a_constraint_the_partitioner_refuses_is_an_error_at_its_field() {
-        let (mut s, _) = dp();
-        s.specs.insert("h0.w_fc'".into(), "P('dp')".into());
-        let msg = "jit: with_sharding_constraint PartitionSpec('dp',) on `h0.w_fc'`: conflicts with the sharding given for it as an input or output";
-        assert_eq!(plan_error(&s, msg).field, "spec.h0.w_fc'");
-        assert_eq!(plan_error(&s, "--mesh needs dp").field, "mesh");
-    }
-
-    #[test]
-    fn the_token_batchs_spec_covers_the_targets() {
-        let (mut s, _) = dp();
-        s.specs.insert(TOKENS.into(), "P()".into());
-        let names: Vec<String> = overrides(&s).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, vec!["targets", "tokens"]);
+        assert!(e.contains("give `h0.w_fc` the spec"), "{e}");
+        let e = check_one(&s, &mesh, "targets", "P()").unwrap_err();
+        assert!(e.contains("only parameters, tokens and intermediate values"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! here; every method forwards to `shardlab` and returns JSON, so the page's JavaScript only
 //! renders. Errors come back as values (`{"ok":false,...}`), never as panics or rejections.
 mod editor;
+mod field_error;
 mod masks;
 mod picture;
 mod plan;
@@ -78,23 +79,29 @@ impl Shardlab {
         env!("CARGO_PKG_VERSION").to_string()
     }
 
-    /// Every preset's settings, the default preset, and the cost model's device presets, as
-    /// JSON: `{"default":"dp","presets":{"seed":{...},...},"devices":[{"name","label",...}]}`.
+    /// Every preset's settings (the core's presets, `shardlab::plan::Preset`), the default one,
+    /// the bounds of the numeric controls (`shardlab::plan::PAGE_LIMITS`) and the cost model's
+    /// device presets, as JSON: `{"default":"dp","order":["seed",...],"presets":{"seed":{...}},
+    /// "limits":{"layers":{"min":1,"max":12},...},"devices":[{"name","label",...}]}`.
     pub fn presets() -> String {
-        let presets: serde_json::Map<String, serde_json::Value> =
-            [Preset::Seed, Preset::Dp, Preset::Fsdp, Preset::Tp, Preset::DpTp]
-                .into_iter()
-                .map(|p| {
-                    let s = Settings::preset(p);
-                    let name = serde_json::to_value(p)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string));
-                    (name.unwrap_or_default(), serde_json::to_value(s).unwrap_or_default())
-                })
-                .collect();
+        let presets: serde_json::Map<String, serde_json::Value> = Preset::ALL
+            .into_iter()
+            .map(|p| {
+                (
+                    p.name().to_string(),
+                    serde_json::to_value(Settings::preset(p)).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let limits: serde_json::Map<String, serde_json::Value> = shardlab::plan::PAGE_LIMITS
+            .into_iter()
+            .map(|l| (l.field.to_string(), json!({"min": l.min, "max": l.max})))
+            .collect();
         json!({
-            "default": "dp",
+            "default": Preset::Dp.name(),
+            "order": Preset::ALL.map(Preset::name),
             "presets": presets,
+            "limits": limits,
             "devices": shardlab::profile::presets(),
         })
         .to_string()

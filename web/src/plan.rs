@@ -9,7 +9,7 @@ use shardlab::plan::{self, Inserted, PlanError, Planned};
 use shardlab::profile::{category, summarize, Category, ProgramSummary};
 use shardlab::sharding::Mesh;
 
-use crate::settings::{mode_name, Mode, Settings};
+use crate::settings::{Mode, Settings};
 
 /// A line of the program text worth a highlight.
 #[derive(Clone, Debug, Serialize)]
@@ -43,7 +43,7 @@ impl Plan {
         let text = program.to_text();
         let marks = marks(program, &text, &summary, inserted.as_deref().unwrap_or(&[]));
         let view = json!({
-            "mode": mode_name(mode),
+            "mode": mode.name(),
             "text": text,
             "marks": marks,
             "summary": summary_json(&summary),

@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 use shardlab::profile::{device_preset, predict, DeviceProfile, Placement, Prediction};
 
 use crate::plan::Plan;
-use crate::settings::{mode_name, Mode, Preset, Rng, Settings};
+use crate::settings::{Mode, Preset, Settings};
+use shardlab::ir::RngLayout;
 
 /// One mode's modelled step as the page shows it: the core's prediction plus the rng share.
 fn view(p: &Prediction) -> Value {
@@ -24,7 +25,7 @@ pub fn modes(plans: &[Plan], device: &DeviceProfile) -> Value {
         .iter()
         .map(|p| {
             let pred = predict(&p.planned.step.program, device, Placement::Real);
-            (mode_name(p.mode).to_string(), view(&pred))
+            (p.mode.name().to_string(), view(&pred))
         })
         .collect();
     json!({
@@ -41,7 +42,7 @@ pub const REPORT_BATCH: usize = 32;
 
 /// The JAX report's experiment (about 400M parameters, dp over the 4 chips of a v4-8,
 /// dropout 0.1) at full size.
-pub fn report_settings(rng: Rng, batch: usize) -> Settings {
+pub fn report_settings(rng: RngLayout, batch: usize) -> Settings {
     Settings {
         preset: Preset::Dp,
         mesh: "dp=4".into(),
@@ -71,13 +72,13 @@ pub fn scale_up() -> Value {
     // core accepts here and says so.
     let Some(batch) = [REPORT_BATCH, REPORT_BATCH / 2, REPORT_BATCH / 4]
         .into_iter()
-        .find(|b| report_settings(Rng::Original, *b).config().validate().is_ok())
+        .find(|b| report_settings(RngLayout::Original, *b).config().validate().is_ok())
     else {
         return json!({"ok": false, "error": "the report's model is too large for this build's address space"});
     };
     let mut layouts = serde_json::Map::new();
     let mut params = 0;
-    for rng in [Rng::Original, Rng::Partitionable] {
+    for rng in [RngLayout::Original, RngLayout::Partitionable] {
         let s = report_settings(rng, batch);
         params = s.config().num_params();
         let mesh = match s.mesh() {
@@ -91,16 +92,12 @@ pub fn scale_up() -> Value {
                 Err(e) => return json!({"ok": false, "error": e.to_string()}),
             };
             let p = predict(&planned.step.program, &device, Placement::Real);
-            modes.insert(mode_name(mode).to_string(), view(&p));
+            modes.insert(mode.name().to_string(), view(&p));
         }
         let ms = |m: &str| modes[m]["step_ms"].as_f64().unwrap_or(0.0);
         let ratio = ms("auto") / ms("shard_map").max(1e-12);
         let fits = modes.values().all(|m| m["fits"].as_bool().unwrap_or(false));
-        let name = match rng {
-            Rng::Original => "original",
-            Rng::Partitionable => "partitionable",
-        };
-        layouts.insert(name.into(), json!({"modes": modes, "ratio": ratio, "fits": fits}));
+        layouts.insert(rng.name().into(), json!({"modes": modes, "ratio": ratio, "fits": fits}));
     }
     json!({
         "ok": true,

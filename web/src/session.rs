@@ -14,9 +14,10 @@ use shardlab::plan::Planned;
 use shardlab::profile::{self, Roofline};
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::field_error::FieldError;
 use crate::plan::Plan;
 use crate::sample::SampleClock;
-use crate::settings::{mode_name, FieldError, Mode, Settings};
+use crate::settings::{Mode, Settings};
 
 /// The most bytes all simulated devices of all running modes may hold on the one GPU a tab
 /// shares with the desktop.
@@ -117,7 +118,7 @@ impl Inner {
                     "ok": true,
                     "settings": run.settings,
                     "devices": run.plans[0].summary.devices,
-                    "modes": run.settings.modes().iter().map(|m| mode_name(*m)).collect::<Vec<_>>(),
+                    "modes": run.settings.modes().iter().map(|m| m.name()).collect::<Vec<_>>(),
                     "tokens_per_step": run.settings.batch * run.settings.seq,
                     "params": run.settings.config().num_params(),
                     "prediction": run.prediction,
@@ -137,7 +138,7 @@ impl Inner {
             .into_iter()
             .map(|m| Plan::build(&settings, m, &mesh))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| crate::editor::plan_error(&settings, &e.to_string()))?;
+            .map_err(|e| FieldError::from_plan(&settings.specs, &e.to_string()))?;
         check_memory(&settings, &plans)?;
         let prediction = crate::predict::modes(&plans, &device);
         let running = settings.modes().len();
@@ -160,7 +161,7 @@ impl Inner {
         let per: serde_json::Map<String, Value> = run
             .plans
             .iter()
-            .map(|p| (mode_name(p.mode).to_string(), json!(memory_per_device(p))))
+            .map(|p| (p.mode.name().to_string(), json!(memory_per_device(p))))
             .collect();
         json!({"per_device": per, "budget": GPU_BUDGET_BYTES})
     }
@@ -171,7 +172,7 @@ impl Inner {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
-        let Some(plan) = run.plans.iter().find(|p| mode_name(p.mode) == mode) else {
+        let Some(plan) = run.plans.iter().find(|p| p.mode.name() == mode) else {
             return fail(format!("unknown mode `{mode}`: use auto or shard_map"));
         };
         match shardlab::export::jax_script(&plan.planned.options, steps) {
@@ -221,7 +222,7 @@ impl Inner {
         let modes: serde_json::Map<String, Value> = run
             .plans
             .iter()
-            .map(|p| (mode_name(p.mode).to_string(), p.view.clone()))
+            .map(|p| (p.mode.name().to_string(), p.view.clone()))
             .collect();
         json!({"ok": true, "modes": modes})
     }
@@ -384,7 +385,7 @@ async fn run_modes(
         if !profile && !stats.loss.is_finite() {
             return Err(format!(
                 "the {} loss became {} at step {}: training stopped. Lower the dropout or the model size, then press Reset",
-                mode_name(t.modes[k]),
+                t.modes[k].name(),
                 stats.loss,
                 t.step + 1
             ));
@@ -412,7 +413,7 @@ async fn run_modes(
         };
         let tokens = (settings.batch * settings.seq) as f64;
         out.insert(
-            mode_name(t.modes[k]).to_string(),
+            t.modes[k].name().to_string(),
             json!({
                 "step": stats.step,
                 "loss": stats.loss,

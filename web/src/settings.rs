@@ -1,50 +1,31 @@
 //! What the page's controls choose, as JSON, and how it maps onto the core's `TrainerOptions`.
-//! Every check is the core's own (GptConfig::validate, Mesh::parse, the partitioners); this file
-//! only names the presets, bounds the sizes a browser tab can hold, and says which control an
+//! The model's, the specs' and the partitioners' checks are the core's (GptConfig::validate,
+//! PartitionSpec::parse, plan::resolve_spec); this file names the presets, bounds what a
+//! browser tab can hold (the mesh's size and shape, array sizes), and says which control an
 //! error belongs to.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
 use shardlab::model::{GptConfig, Init};
-use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
+use shardlab::plan::{
+    page_limit, DropoutKey, Parallel, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
+    TOKENS,
+};
+pub use shardlab::plan::{Mode, Preset};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
-use shardlab::sharding::Mesh;
+use shardlab::sharding::{Mesh, PartitionSpec};
 
+use crate::field_error::FieldError;
 use crate::task::{check_lr, Opt, Task, DEFAULT_LR};
 
+/// Which modes run: one, or both in turn (one step of each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Preset {
-    /// The JAX report's run: dp on 8 devices, dropout 0.1, the original RNG layout.
-    Seed,
-    Dp,
-    Fsdp,
-    Tp,
-    DpTp,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
+pub enum Modes {
     Auto,
     ShardMap,
-    /// Both, one step of each in turn.
     Both,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Rng {
-    Original,
-    Partitionable,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Key {
-    Same,
-    FoldIn,
 }
 
 /// The page's state: every control, and nothing else (it round-trips through the URL hash).
@@ -52,7 +33,7 @@ pub enum Key {
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub preset: Preset,
-    pub mode: Mode,
+    pub mode: Modes,
     /// `dp=4` or `dp=2,tp=2`.
     pub mesh: String,
     pub layers: usize,
@@ -64,8 +45,8 @@ pub struct Settings {
     /// f64 so the page's number round-trips exactly (0.1 stays 0.1 in the hash); the core
     /// gets it as f32.
     pub dropout: f64,
-    pub rng: Rng,
-    pub dropout_key: Key,
+    pub rng: RngLayout,
+    pub dropout_key: DropoutKey,
     pub combine: bool,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
@@ -81,114 +62,36 @@ pub struct Settings {
     pub specs: BTreeMap<String, String>,
 }
 
-/// Sizes above these make programs or buffers that a browser tab should not be asked for.
-pub const MAX_DEVICES: usize = 64;
-/// The most elements of one global array: 2 GiB of f32, so its byte count fits a 32-bit usize.
-const MAX_ELEMENTS: u64 = 1 << 29;
-const MAX_DROPOUT: f64 = 0.95;
-const LIMITS: [(&str, usize); 6] = [
-    ("layers", 12),
-    ("d_model", 1024),
-    ("heads", 64),
-    ("seq", 512),
-    ("batch", 512),
-    ("vocab", 4096),
-];
-
-/// One problem with the settings: the control it belongs to and what to do.
-#[derive(Clone, Debug, Serialize)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub(crate) fn new(field: &str, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    /// An error of the core, whose message names CLI flags: the control is the first flag named,
-    /// and the flags read as the page's labels.
-    pub fn from_core(message: &str, fallback: &str) -> Self {
-        const FLAGS: [(&str, &str); 11] = [
-            ("--d-model", "d_model"),
-            ("--lr", "lr"),
-            ("--data", "task"),
-            ("--heads", "heads"),
-            ("--layers", "layers"),
-            ("--batch", "batch"),
-            ("--seq", "seq"),
-            ("--vocab", "vocab"),
-            ("--dropout", "dropout"),
-            ("--mesh", "mesh"),
-            ("--strategy", "mesh"),
-        ];
-        let first = FLAGS
-            .iter()
-            .filter_map(|(flag, field)| message.find(flag).map(|at| (at, *field)))
-            .min_by_key(|(at, _)| *at);
-        let mut text = message.to_string();
-        for (flag, field) in FLAGS {
-            text = text.replace(flag, field);
-        }
-        Self::new(first.map_or(fallback, |(_, f)| f), text)
-    }
-}
-
 impl Settings {
-    /// The controls a preset sets (the user may change any of them afterwards).
+    /// The controls a preset sets (the user may change any of them afterwards): its model,
+    /// mesh, RNG layout and dropout keys are the core's ([`Preset`]); both modes run, priced on
+    /// a TPU v4, learning the copy task with AdamW.
     pub fn preset(p: Preset) -> Settings {
-        let base = Settings {
+        let c = p.config();
+        Settings {
             preset: p,
-            mode: Mode::Both,
-            mesh: "dp=4".into(),
-            layers: 2,
-            d_model: 64,
-            heads: 4,
-            seq: 32,
-            batch: 8,
-            vocab: 32,
-            dropout: 0.1,
-            rng: Rng::Original,
-            dropout_key: Key::Same,
+            mode: Modes::Both,
+            mesh: p.mesh().into(),
+            layers: c.layers,
+            d_model: c.d_model,
+            heads: c.heads,
+            seq: c.seq,
+            batch: c.batch,
+            vocab: c.vocab,
+            dropout: f64::from(c.dropout),
+            rng: p.rng_layout(),
+            dropout_key: p.dropout_key(),
             combine: false,
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
             lr: DEFAULT_LR,
             specs: BTreeMap::new(),
-        };
-        match p {
-            Preset::Seed => Settings {
-                mesh: "dp=8".into(),
-                d_model: 128,
-                seq: 64,
-                batch: 32,
-                vocab: 256,
-                ..base
-            },
-            Preset::Dp | Preset::Fsdp => base,
-            Preset::Tp => Settings {
-                mesh: "tp=2".into(),
-                ..base
-            },
-            Preset::DpTp => Settings {
-                mesh: "dp=2,tp=2".into(),
-                ..base
-            },
         }
     }
 
     pub fn strategy(&self) -> Strategy {
-        match self.preset {
-            Preset::Seed | Preset::Dp => Strategy::Dp,
-            Preset::Fsdp => Strategy::Fsdp,
-            Preset::Tp => Strategy::Tp,
-            Preset::DpTp => Strategy::DpTp,
-        }
+        self.preset.strategy()
     }
 
     pub fn config(&self) -> GptConfig {
@@ -205,10 +108,7 @@ impl Settings {
     }
 
     pub fn rng_layout(&self) -> RngLayout {
-        match self.rng {
-            Rng::Original => RngLayout::Original,
-            Rng::Partitionable => RngLayout::Partitionable,
-        }
+        self.rng
     }
 
     pub fn device_profile(&self) -> Result<DeviceProfile, FieldError> {
@@ -235,22 +135,38 @@ impl Settings {
     /// task. Every size is derived in u64 with checked arithmetic before the core sees it, so
     /// nothing wraps on wasm32 (where usize is 32 bits).
     pub fn check(&self) -> Result<Mesh, FieldError> {
-        let values = [self.layers, self.d_model, self.heads, self.seq, self.batch, self.vocab];
-        for ((field, max), v) in LIMITS.iter().zip(values) {
-            if v == 0 {
-                return Err(FieldError::new(field, format!("{field} must be at least 1")));
-            }
-            if v > *max {
+        let sizes = [
+            ("layers", self.layers),
+            ("d_model", self.d_model),
+            ("heads", self.heads),
+            ("seq", self.seq),
+            ("batch", self.batch),
+            ("vocab", self.vocab),
+        ];
+        for (field, v) in sizes {
+            let limit = page_limit(field);
+            // Whole numbers within an f64's exact range: the casts are exact.
+            if (v as f64) < limit.min {
                 return Err(FieldError::new(
                     field,
-                    format!("{field} {v} is more than this page handles (at most {max})"),
+                    format!("{field} must be at least {}", limit.min),
+                ));
+            }
+            if v as f64 > limit.max {
+                return Err(FieldError::new(
+                    field,
+                    format!("{field} {v} is more than this page handles (at most {})", limit.max),
                 ));
             }
         }
-        if !(0.0..=MAX_DROPOUT).contains(&self.dropout) {
+        let dropout = page_limit("dropout");
+        if !(dropout.min..=dropout.max).contains(&self.dropout) {
             return Err(FieldError::new(
                 "dropout",
-                format!("dropout {} must be between 0 and {MAX_DROPOUT}", self.dropout),
+                format!(
+                    "dropout {} must be between {} and {}",
+                    self.dropout, dropout.min, dropout.max
+                ),
             ));
         }
         check_lr(self.lr)?;
@@ -258,7 +174,7 @@ impl Settings {
         let mesh = self.mesh()?;
         self.check_axes(&mesh)?;
         if !self.d_model.is_multiple_of(self.heads) {
-            let fits: Vec<String> = (1..=self.d_model.min(LIMITS[2].1))
+            let fits: Vec<String> = (1..=self.d_model.min(page_limit("heads").max as usize))
                 .filter(|h| self.d_model.is_multiple_of(*h))
                 .map(|h| h.to_string())
                 .collect();
@@ -277,11 +193,44 @@ impl Settings {
         self.config()
             .validate()
             .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
-        crate::editor::check_specs(self, &mesh)?;
+        self.check_spec_texts()?;
         Ok(mesh)
     }
 
-    /// The mesh: one or two named axes whose sizes multiply (checked) to at most MAX_DEVICES.
+    /// The specs are few enough and each parses. What each names, and whether it fits, the
+    /// planner checks as it builds the step ([`shardlab::plan::resolve_spec`]), once.
+    fn check_spec_texts(&self) -> Result<(), FieldError> {
+        if self.specs.len() > PAGE_MAX_SPECS {
+            return Err(FieldError::new(
+                "",
+                format!(
+                    "{} specs are more than the page takes (at most {PAGE_MAX_SPECS})",
+                    self.specs.len()
+                ),
+            ));
+        }
+        for (name, text) in &self.specs {
+            parse_spec(text).map_err(|message| FieldError::new(&format!("spec.{name}"), message))?;
+        }
+        Ok(())
+    }
+
+    /// The specs as the planner takes them (`Parallel::Auto`'s `specs`): the token batch's
+    /// spec applies to the targets too, as the editor shows one field for both. Unparsable
+    /// entries are left out (`check` refuses them first).
+    pub fn spec_overrides(&self) -> Vec<(String, PartitionSpec)> {
+        let mut out = vec![];
+        for (name, text) in &self.specs {
+            let Ok(spec) = parse_spec(text) else { continue };
+            if name == TOKENS && !self.specs.contains_key("targets") {
+                out.push(("targets".to_string(), spec.clone()));
+            }
+            out.push((name.clone(), spec));
+        }
+        out
+    }
+
+    /// The mesh: one or two named axes whose sizes multiply (checked) to at most PAGE_MAX_DEVICES.
     pub fn mesh(&self) -> Result<Mesh, FieldError> {
         let bad = |why: String| FieldError::new("mesh", why);
         let mut axes: Vec<(&str, usize)> = vec![];
@@ -300,13 +249,13 @@ impl Settings {
                 )));
             }
             devices = devices.saturating_mul(size);
-            if devices > MAX_DEVICES as u64 {
+            if devices > PAGE_MAX_DEVICES as u64 {
                 return Err(bad(format!(
-                    "mesh {} has more than {MAX_DEVICES} devices; the page simulates at most {MAX_DEVICES}",
+                    "mesh {} has more than {PAGE_MAX_DEVICES} devices; the page simulates at most {PAGE_MAX_DEVICES}",
                     self.mesh
                 )));
             }
-            // Bounded by MAX_DEVICES above, so it fits usize on every target.
+            // Bounded by PAGE_MAX_DEVICES above, so it fits usize on every target.
             axes.push((name, size as usize));
         }
         if axes.len() > 2 {
@@ -328,16 +277,12 @@ impl Settings {
             return Ok(());
         }
         let quoted = |xs: &[&str]| xs.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" and ");
-        let example = match strategy {
-            Strategy::Dp | Strategy::Fsdp => "dp=4",
-            Strategy::Tp => "tp=2",
-            Strategy::DpTp => "dp=2,tp=2",
-        };
+        let example = strategy.example_mesh();
         Err(FieldError::new(
             "mesh",
             format!(
                 "the {} preset needs a mesh with {} {} (e.g. {example}); {} has {}",
-                preset_name(self.preset),
+                self.preset.name(),
                 if needs.len() == 1 { "axis" } else { "axes" },
                 quoted(needs),
                 self.mesh,
@@ -347,7 +292,7 @@ impl Settings {
     }
 
     /// The largest arrays of a step, counted in u64 before anything is built: none may exceed
-    /// MAX_ELEMENTS (so no element or byte count wraps on wasm32).
+    /// PAGE_MAX_ELEMENTS (so no element or byte count wraps on wasm32).
     fn check_sizes(&self) -> Result<(), FieldError> {
         let [b, t, d, h, v] = [self.batch, self.seq, self.d_model, self.heads, self.vocab].map(|x| x as u64);
         let arrays: [(&str, &str, &str, [u64; 4]); 4] = [
@@ -359,7 +304,7 @@ impl Settings {
         for (name, formula, field, dims) in arrays {
             let n = dims.iter().try_fold(1u64, |acc, x| acc.checked_mul(*x));
             match n {
-                Some(n) if n <= MAX_ELEMENTS => {}
+                Some(n) if n <= PAGE_MAX_ELEMENTS => {}
                 _ => {
                     let shown = n.map_or_else(|| "more than 2^64".to_string(), group_digits);
                     let gib = n.map_or(f64::INFINITY, |n| n as f64 * 4.0 / (1u64 << 30) as f64);
@@ -367,7 +312,7 @@ impl Settings {
                         field,
                         format!(
                             "the {name} would have {shown} elements ({formula}, {gib:.1} GiB as f32); the page handles at most {} per array: lower {field} or batch",
-                            group_digits(MAX_ELEMENTS)
+                            group_digits(PAGE_MAX_ELEMENTS)
                         ),
                     ));
                 }
@@ -379,9 +324,9 @@ impl Settings {
     /// The modes this setting runs, in order.
     pub fn modes(&self) -> &'static [Mode] {
         match self.mode {
-            Mode::Auto => &[Mode::Auto],
-            Mode::ShardMap => &[Mode::ShardMap],
-            Mode::Both => &[Mode::Auto, Mode::ShardMap],
+            Modes::Auto => &[Mode::Auto],
+            Modes::ShardMap => &[Mode::ShardMap],
+            Modes::Both => &[Mode::Auto, Mode::ShardMap],
         }
     }
 
@@ -392,16 +337,14 @@ impl Settings {
             Mode::ShardMap => Parallel::ShardMap {
                 strategy,
                 mesh: mesh.clone(),
-                dropout_key: match self.dropout_key {
-                    Key::Same => DropoutKey::Same,
-                    Key::FoldIn => DropoutKey::FoldIn,
-                },
+                dropout_key: self.dropout_key,
             },
-            _ => Parallel::Auto {
+            Mode::Auto => Parallel::Auto {
                 strategy,
                 mesh: mesh.clone(),
-                specs: crate::editor::overrides(self),
+                specs: self.spec_overrides(),
             },
+            Mode::Single => Parallel::None,
         };
         TrainerOptions {
             config: self.config(),
@@ -416,14 +359,9 @@ impl Settings {
     }
 }
 
-pub fn preset_name(p: Preset) -> &'static str {
-    match p {
-        Preset::Seed => "seed",
-        Preset::Dp => "dp",
-        Preset::Fsdp => "fsdp",
-        Preset::Tp => "tp",
-        Preset::DpTp => "dp_tp",
-    }
+/// A spec as the page writes it, or why it does not parse in the page's words.
+pub fn parse_spec(text: &str) -> Result<PartitionSpec, String> {
+    PartitionSpec::parse(text.trim()).map_err(|e| format!("{e} (write it like P('dp', None) or P())"))
 }
 
 /// 8589934592 as 8,589,934,592.
@@ -439,10 +377,51 @@ pub fn group_digits(n: u64) -> String {
     out
 }
 
-pub fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Auto => "auto",
-        Mode::ShardMap => "shard_map",
-        Mode::Both => "both",
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_presets_controls_are_the_cores_preset_and_pass_the_checks() {
+        for p in Preset::ALL {
+            let s = Settings::preset(p);
+            assert_eq!(s.config(), p.config(), "{p:?}");
+            assert_eq!(s.mesh().unwrap(), Mesh::parse(p.mesh()).unwrap());
+            assert_eq!(
+                (s.strategy(), s.rng_layout(), s.dropout_key),
+                (p.strategy(), p.rng_layout(), p.dropout_key())
+            );
+            s.check().unwrap_or_else(|e| panic!("{p:?}: {}", e.message));
+        }
+    }
+
+    #[test]
+    fn sizes_outside_the_cores_page_limits_are_refused_at_their_control() {
+        let mut s = Settings::preset(Preset::Dp);
+        s.vocab = page_limit("vocab").min as usize - 1;
+        assert_eq!(s.check().unwrap_err().field, "vocab");
+        let mut s = Settings::preset(Preset::Dp);
+        s.layers = page_limit("layers").max as usize + 1;
+        assert_eq!(s.check().unwrap_err().field, "layers");
+        let mut s = Settings::preset(Preset::Dp);
+        s.dropout = page_limit("dropout").max + 0.01;
+        assert_eq!(s.check().unwrap_err().field, "dropout");
+    }
+
+    #[test]
+    fn a_spec_that_does_not_parse_is_an_error_at_its_field() {
+        let mut s = Settings::preset(Preset::Dp);
+        s.specs.insert("w_qkv".into(), "P('dp'".into());
+        let e = s.check().unwrap_err();
+        assert_eq!(e.field, "spec.w_qkv");
+        assert!(e.message.contains("write it like"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_token_batchs_spec_covers_the_targets() {
+        let mut s = Settings::preset(Preset::Dp);
+        s.specs.insert(TOKENS.into(), "P()".into());
+        let names: Vec<String> = s.spec_overrides().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["targets", "tokens"]);
     }
 }

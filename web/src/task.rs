@@ -4,8 +4,9 @@
 //! in the page's words, and prepares the bundled text.
 use serde::{Deserialize, Serialize};
 use shardlab::model::{DataSource, Optimizer};
+use shardlab::plan::page_limit;
 
-use crate::settings::FieldError;
+use crate::field_error::FieldError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -31,10 +32,6 @@ const OPTS: [Opt; 2] = [Opt::Adamw, Opt::Sgd];
 /// The learning rate the presets start from (what the page trained with before it had a
 /// control for it).
 pub const DEFAULT_LR: f64 = 3e-3;
-/// The range the lr control accepts: below it nothing visibly learns in the steps a page runs;
-/// above it AdamW and SGD both diverge on every preset.
-pub const MIN_LR: f64 = 1e-6;
-pub const MAX_LR: f64 = 1.0;
 
 /// Lewis Carroll, "Alice's Adventures in Wonderland" (1865), the start of chapter I, "Down the
 /// Rabbit-Hole": public domain (published 1865; the author died in 1898).
@@ -147,14 +144,18 @@ impl Opt {
     }
 }
 
-/// The learning rate: positive, finite and within [MIN_LR, MAX_LR].
+/// The learning rate: finite and within the page's bounds (`shardlab::plan::PAGE_LIMITS`).
 pub fn check_lr(lr: f64) -> Result<(), FieldError> {
-    if lr.is_finite() && (MIN_LR..=MAX_LR).contains(&lr) {
+    let limit = page_limit("lr");
+    if lr.is_finite() && (limit.min..=limit.max).contains(&lr) {
         return Ok(());
     }
     Err(FieldError::new(
         "lr",
-        format!("lr {lr} must be a number from 0.000001 to 1 (AdamW learns well near 0.003, SGD near 0.1)"),
+        format!(
+            "lr {lr} must be a number from {} to {} (AdamW learns well near 0.003, SGD near 0.1)",
+            limit.min, limit.max
+        ),
     ))
 }
 
@@ -217,7 +218,7 @@ mod tests {
             let e = check_lr(bad).unwrap_err();
             assert_eq!(e.field, "lr", "{bad}");
         }
-        for good in [MIN_LR, DEFAULT_LR, 0.1, MAX_LR] {
+        for good in [page_limit("lr").min, DEFAULT_LR, 0.1, page_limit("lr").max] {
             check_lr(good).unwrap();
         }
     }
@@ -228,7 +229,7 @@ mod tests {
     fn every_task_optimizer_and_lr_the_page_writes_reads_back_and_trains() {
         for task in TASKS {
             for optimizer in OPTS {
-                for lr in [MIN_LR, 3e-4, DEFAULT_LR, 0.1, MAX_LR] {
+                for lr in [page_limit("lr").min, 3e-4, DEFAULT_LR, 0.1, page_limit("lr").max] {
                     let s = Settings {
                         task,
                         optimizer,
@@ -239,7 +240,7 @@ mod tests {
                     let back: Settings = serde_json::from_str(&json).unwrap();
                     assert_eq!(back, s);
                     back.check().unwrap_or_else(|e| panic!("{json}: {}", e.message));
-                    let opts = back.options(crate::settings::Mode::Auto, &back.mesh().unwrap());
+                    let opts = back.options(shardlab::plan::Mode::Auto, &back.mesh().unwrap());
                     assert_eq!(opts.optimizer, optimizer.optimizer(lr));
                     assert_eq!(opts.data.name(), task.name());
                 }

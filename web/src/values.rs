@@ -9,7 +9,7 @@ use shardlab::sharding::Mesh;
 
 use crate::picture::{collective_groups, infer_spec, layout};
 use crate::plan::Plan;
-use crate::settings::{mode_name, Mode};
+use crate::settings::Mode;
 
 fn fail(message: impl Into<String>) -> Value {
     json!({"ok": false, "error": message.into()})
@@ -18,7 +18,7 @@ fn fail(message: impl Into<String>) -> Value {
 fn plan_of<'a>(plans: &'a [Plan], mode: &str) -> Result<&'a Plan, Value> {
     plans
         .iter()
-        .find(|p| mode_name(p.mode) == mode)
+        .find(|p| p.mode.name() == mode)
         .ok_or_else(|| fail(format!("unknown mode `{mode}`: use auto or shard_map")))
 }
 

@@ -11,7 +11,7 @@ use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
-use crate::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
+use crate::plan::{DropoutKey, Parallel, Preset, Strategy, TrainerOptions};
 use crate::profile::{step_floor, Roofline};
 use crate::reference;
 use crate::sharding::Mesh;
@@ -126,21 +126,7 @@ pub fn floor_ms(config: &PeerConfig, roofline: Roofline) -> Result<f64, ExecErro
 /// modes, and matmul at n = 1024 (tiny scale: the same shapes of run, small enough for tests).
 pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
     let (small, seed, devices, n) = match scale {
-        Scale::Full => (
-            ("small", super::train::small_config()),
-            GptConfig {
-                layers: 2,
-                d_model: 128,
-                heads: 4,
-                seq: 64,
-                batch: 32,
-                vocab: 256,
-                tied: false,
-                dropout: 0.1,
-            },
-            8,
-            1024,
-        ),
+        Scale::Full => (("small", super::train::small_config()), Preset::Seed.config(), 8, 1024),
         Scale::Tiny => (
             ("tiny", GptConfig::tiny()),
             GptConfig {

@@ -1,5 +1,6 @@
 //! The train step of a strategy in automatic mode: the global step (forward, autodiff
 //! backward, update) under jit, with the strategy expressed only through shardings.
+use super::spec_names::{resolve_spec, SpecTarget};
 use super::strategy::{check, param_layout};
 use super::{PlanError, Strategy};
 use std::collections::BTreeMap;
@@ -36,7 +37,7 @@ pub fn auto_train_step(
 }
 
 /// [`auto_train_step`] with per-value specs overriding the strategy's (`--spec
-/// w_fc=P(None,'tp')`): a name matches a parameter's full name (`h0.w_fc`) or, for block
+/// w_fc=P(None,'tp')`), matched by [`resolve_spec`]: a name matches a parameter's full name (`h0.w_fc`) or, for block
 /// parameters, its name in every block (`w_fc`), and sets its in_sharding (its optimizer state
 /// and update follow it). Any other named value of the global step is matched by its name: an
 /// input (`tokens`, `targets`) gets the spec as its in_sharding, an intermediate (`h0.att`,
@@ -75,60 +76,19 @@ pub(super) fn jit_train_step(
     let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
     let mut constraints: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
     for (name, spec) in overrides {
-        let leaf = |ps: &ParamSpec| ps.name.rsplit('.').next().map(str::to_string).unwrap_or_default();
-        let hits: Vec<usize> = specs
-            .iter()
-            .filter(|ps| ps.name == *name || leaf(ps) == *name)
-            .map(|ps| ps.index)
-            .collect();
-        let values: Vec<ValueId> = (0..prog.values.len() as u32)
-            .map(ValueId)
-            .filter(|v| prog.info(*v).name.as_deref() == Some(name.as_str()))
-            .collect();
-        if hits.is_empty() && values.is_empty() {
-            let names: Vec<String> = specs
-                .iter()
-                .map(leaf)
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            return Err(PlanError::Invalid {
-                what: format!("--spec {name}={spec}"),
-                why: format!(
-                    "there is no parameter or named value `{name}`; parameters are {}, and other values are named as the program text shows (tokens, h0.att, logits, ...)",
-                    names.join(", ")
-                ),
-            });
-        }
-        let is_param = !hits.is_empty();
-        for i in hits {
-            let ps = &specs[i];
-            crate::sharding::NamedSharding::new(mesh.clone(), spec.clone())
-                .and_then(|s| s.shard_shape(&ps.shape))
-                .map_err(|e| PlanError::Invalid {
-                    what: format!("--spec {name}={spec} for parameter `{}` {:?}", ps.name, ps.shape),
-                    why: e.to_string(),
-                })?;
-            pspec[i] = spec.clone();
-        }
-        if is_param {
-            // A parameter's own name: its optimizer state and update follow its in_sharding.
-            continue;
-        }
-        for v in values {
-            match prog.inputs.iter().find(|(i, _)| *i == v).map(|(_, role)| role) {
-                Some(Role::OptState { param, .. }) => {
-                    return Err(PlanError::Invalid {
-                        what: format!("--spec {name}={spec}"),
-                        why: format!(
-                            "`{name}` is optimizer state, laid out like its parameter: give `{}` the spec instead",
-                            specs[*param].name
-                        ),
-                    })
+        match resolve_spec(&specs, prog, mesh, name, spec)? {
+            SpecTarget::Params(hits) => hits.into_iter().for_each(|i| pspec[i] = spec.clone()),
+            SpecTarget::Values {
+                inputs: named_inputs,
+                intermediates,
+            } => {
+                for v in named_inputs {
+                    inputs.insert(v, spec.clone());
                 }
-                Some(_) => inputs.insert(v, spec.clone()),
-                None => constraints.insert(v, spec.clone()),
-            };
+                for v in intermediates {
+                    constraints.insert(v, spec.clone());
+                }
+            }
         }
     }
     let batch = if strategy.axes().contains(&"dp") {

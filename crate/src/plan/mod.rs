@@ -9,7 +9,9 @@ mod combine;
 mod error;
 mod memory;
 mod options;
+mod presets;
 mod shard_map_step;
+mod spec_names;
 mod strategy;
 
 pub use auto_step::{auto_param_spec, auto_train_step, auto_train_step_with_specs};
@@ -21,7 +23,9 @@ pub use memory::{
     DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
 };
 pub use options::{Parallel, TrainerOptions};
+pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};
 pub use shard_map_step::shard_map_train_step;
-pub use strategy::{DropoutKey, Strategy};
+pub use spec_names::{block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};
+pub use strategy::{DropoutKey, Mode, Strategy};
 // A plan's record of inserted ops is the partitioner's.
 pub use crate::partition::auto::Inserted;

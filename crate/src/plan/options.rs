@@ -1,5 +1,5 @@
 //! What a run chooses: the model, data, optimizer and how the step is partitioned.
-use super::{DropoutKey, Strategy};
+use super::{DropoutKey, Mode, Strategy};
 use crate::ir::RngLayout;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::sharding::{Mesh, PartitionSpec};
@@ -20,7 +20,8 @@ pub enum Parallel {
     Auto {
         strategy: Strategy,
         mesh: Mesh,
-        /// Per-parameter specs overriding the strategy's (`--spec name=P(...)`).
+        /// Specs overriding the strategy's (`--spec name=P(...)`), by name: a parameter's, an
+        /// input's (`tokens`) or an intermediate's (`h0.att`); see [`super::resolve_spec`].
         specs: Vec<(String, PartitionSpec)>,
     },
 }
@@ -49,17 +50,37 @@ impl Parallel {
         }
     }
 
+    pub fn mode(&self) -> Mode {
+        match self {
+            Parallel::None => Mode::Single,
+            Parallel::Auto { .. } => Mode::Auto,
+            Parallel::ShardMap { .. } => Mode::ShardMap,
+        }
+    }
+
     /// The mode's name as the CLI's `--json` lines and the exported JAX scripts write it.
     pub fn mode_name(&self) -> &'static str {
-        match self {
-            Parallel::None => "single",
-            Parallel::Auto { .. } => "auto",
-            Parallel::ShardMap { .. } => "shard_map",
-        }
+        self.mode().name()
     }
 }
 
 impl TrainerOptions {
+    /// A run of `config` partitioned by `parallel`, with the defaults of a run: AdamW at 3e-3
+    /// (the CLI's and the page's), seeded random init, the copy task, seed 0, the
+    /// partitionable RNG layout, no all-reduce combiner.
+    pub fn new(config: GptConfig, parallel: Parallel) -> Self {
+        TrainerOptions {
+            config,
+            optimizer: Optimizer::AdamW { lr: 3e-3 },
+            init: Init::Random { seed: 0 },
+            data: DataSource::Copy,
+            seed: 0,
+            rng_layout: RngLayout::Partitionable,
+            parallel,
+            combine_all_reduces: false,
+        }
+    }
+
     /// The same run in automatic mode and in shard_map mode, on this strategy and mesh (what
     /// `bench compare` races): the auto one keeps these options' spec overrides, the shard_map
     /// one their dropout key (else the same key on every device). None on one device.

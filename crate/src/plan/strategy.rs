@@ -20,6 +20,9 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    pub const ALL: [Strategy; 4] = [Strategy::Dp, Strategy::Fsdp, Strategy::Tp, Strategy::DpTp];
+
+    /// The name the CLI (`--strategy`), the page and the exported scripts use.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Dp => "dp",
@@ -27,6 +30,10 @@ impl Strategy {
             Strategy::Tp => "tp",
             Strategy::DpTp => "dp_tp",
         }
+    }
+
+    pub fn parse(name: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.name() == name)
     }
 
     /// The mesh axes the strategy needs.
@@ -56,6 +63,51 @@ pub enum DropoutKey {
     Same,
     /// `fold_in(key, axis_index("dp"))`: a different mask on every data-parallel shard.
     FoldIn,
+}
+
+impl DropoutKey {
+    pub const ALL: [DropoutKey; 2] = [DropoutKey::Same, DropoutKey::FoldIn];
+
+    /// The name the CLI (`--dropout-key`) and the page use.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropoutKey::Same => "same",
+            DropoutKey::FoldIn => "fold_in",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<DropoutKey> {
+        DropoutKey::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// How a train step is partitioned: JAX's two ways, or not at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The global program on one device.
+    Single,
+    /// The global program partitioned from shardings (jax.jit with shardings).
+    Auto,
+    /// A hand-written per-device body with explicit collectives (jax.shard_map).
+    ShardMap,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Single, Mode::Auto, Mode::ShardMap];
+
+    /// The name the CLI (`--mode`, `--json` lines), the page and the exported scripts use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Single => "single",
+            Mode::Auto => "auto",
+            Mode::ShardMap => "shard_map",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == name)
+    }
 }
 
 pub(super) fn p(entries: &[Option<&str>]) -> PartitionSpec {

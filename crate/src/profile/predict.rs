@@ -140,30 +140,14 @@ mod tests {
     use super::*;
     use crate::exec::{Parallel, TrainerOptions};
     use crate::ir::RngLayout;
-    use crate::model::{DataSource, GptConfig, Init, Optimizer};
-    use crate::plan::Strategy;
+    use crate::plan::{Preset, Strategy};
     use crate::profile::device::tpu_v4;
     use crate::sharding::Mesh;
 
     fn seed_options(parallel: Parallel, rng_layout: RngLayout) -> TrainerOptions {
         TrainerOptions {
-            config: GptConfig {
-                layers: 2,
-                d_model: 128,
-                heads: 4,
-                seq: 64,
-                batch: 32,
-                vocab: 256,
-                tied: false,
-                dropout: 0.1,
-            },
-            optimizer: Optimizer::AdamW { lr: 3e-3 },
-            init: Init::Random { seed: 0 },
-            data: DataSource::Copy,
-            seed: 0,
             rng_layout,
-            parallel,
-            combine_all_reduces: false,
+            ..TrainerOptions::new(Preset::Seed.config(), parallel)
         }
     }
 

@@ -580,7 +580,6 @@ mod tests {
     use super::*;
     use crate::exec::{Parallel, TrainerOptions};
     use crate::ir::RngLayout;
-    use crate::model::{DataSource, GptConfig, Init, Optimizer};
     use crate::plan::Strategy;
     use crate::profile::collective::CollectiveKind;
     use crate::profile::device::{h100, tpu_v4};
@@ -592,36 +591,22 @@ mod tests {
 
     fn options(strategy: Strategy, mesh: &str, auto: bool, rng_layout: RngLayout) -> TrainerOptions {
         let mesh = Mesh::parse(mesh).unwrap();
+        let parallel = if auto {
+            Parallel::Auto {
+                strategy,
+                mesh,
+                specs: vec![],
+            }
+        } else {
+            Parallel::ShardMap {
+                strategy,
+                mesh,
+                dropout_key: crate::plan::DropoutKey::Same,
+            }
+        };
         TrainerOptions {
-            config: GptConfig {
-                layers: 2,
-                d_model: 128,
-                heads: 4,
-                seq: 64,
-                batch: 32,
-                vocab: 256,
-                tied: false,
-                dropout: 0.1,
-            },
-            optimizer: Optimizer::AdamW { lr: 3e-3 },
-            init: Init::Random { seed: 0 },
-            data: DataSource::Copy,
-            seed: 0,
             rng_layout,
-            parallel: if auto {
-                Parallel::Auto {
-                    strategy,
-                    mesh,
-                    specs: vec![],
-                }
-            } else {
-                Parallel::ShardMap {
-                    strategy,
-                    mesh,
-                    dropout_key: crate::plan::DropoutKey::Same,
-                }
-            },
-            combine_all_reduces: false,
+            ..TrainerOptions::new(crate::plan::Preset::Seed.config(), parallel)
         }
     }
 

@@ -5,11 +5,28 @@ use super::{Block, Key, RngError};
 
 /// Which of JAX's two Threefry bit layouts (`jax_threefry_partitionable` False / True).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RngLayout {
     /// Counters span the whole flattened global array: only the global array can be made.
     Original,
     /// Each element's bits depend on its global index only: any block can be made alone.
     Partitionable,
+}
+
+impl RngLayout {
+    pub const ALL: [RngLayout; 2] = [RngLayout::Original, RngLayout::Partitionable];
+
+    /// The name the CLI (`--rng`) and the page use.
+    pub fn name(self) -> &'static str {
+        match self {
+            RngLayout::Original => "original",
+            RngLayout::Partitionable => "partitionable",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<RngLayout> {
+        RngLayout::ALL.into_iter().find(|l| l.name() == name)
+    }
 }
 
 /// `jax.random.bits(key, shape, uint32)`, row-major.

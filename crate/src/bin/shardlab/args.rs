@@ -1,9 +1,10 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use shardlab::ir::RngLayout;
-use shardlab::model::{param_specs, read_text_file, DataSource, GptConfig, Init, Optimizer};
-use shardlab::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
-use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
+use shardlab::model::{param_specs, read_text_file, train_step_program, DataSource, GptConfig, Init, Optimizer};
+use shardlab::plan::{resolve_spec, DropoutKey, Mode, Parallel, Preset, Strategy, TrainerOptions};
+use shardlab::sharding::{Mesh, PartitionSpec};
 
 /// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
 const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
@@ -29,10 +30,60 @@ pub enum OptArg {
     Adamw,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum RngArg {
-    Original,
-    Partitionable,
+/// A flag whose values are a core enum's names (`RngLayout::name`, ...), parsed into the enum
+/// itself, so the CLI and the page read the same names into the same type.
+fn one_of<T: Copy + Send + Sync + 'static>(
+    all: &'static [T],
+    name: fn(T) -> &'static str,
+    help: fn(T) -> &'static str,
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(all.iter().map(move |v| PossibleValue::new(name(*v)).help(help(*v)))).map(move |text| {
+        all.iter()
+            .copied()
+            .find(|v| name(*v) == text)
+            .expect("one of the possible values")
+    })
+}
+
+fn rng_help(l: RngLayout) -> &'static str {
+    match l {
+        RngLayout::Original => "jax_threefry_partitionable=False: only the global array of bits can be made",
+        RngLayout::Partitionable => "jax_threefry_partitionable=True: each device makes its own block",
+    }
+}
+
+fn mode_help(m: Mode) -> &'static str {
+    match m {
+        Mode::Single => "The global program on one device",
+        Mode::ShardMap => "A hand-written per-device body with explicit collectives (jax.shard_map)",
+        Mode::Auto => "The global program partitioned automatically from shardings (jax.jit with shardings)",
+    }
+}
+
+fn strategy_help(s: Strategy) -> &'static str {
+    match s {
+        Strategy::Dp => "Data parallelism over 'dp'",
+        Strategy::Fsdp => "Parameters and optimizer state split over 'dp'",
+        Strategy::Tp => "Megatron tensor parallelism over 'tp'",
+        Strategy::DpTp => "Both, on a mesh with 'dp' and 'tp'",
+    }
+}
+
+fn dropout_key_help(k: DropoutKey) -> &'static str {
+    match k {
+        DropoutKey::Same => "The same key on every device (masks repeat across \"dp\" shards)",
+        DropoutKey::FoldIn => "fold_in(key, axis_index(\"dp\"))",
+    }
+}
+
+fn preset_help(p: Preset) -> &'static str {
+    match p {
+        Preset::Seed => "The JAX report's run: dp on 8 devices, width 128, dropout 0.1",
+        Preset::Dp => "Data parallelism on dp=4, width 64, dropout 0.1",
+        Preset::Fsdp => "FSDP on dp=4, width 64, dropout 0.1",
+        Preset::Tp => "Tensor parallelism on tp=2, width 64, dropout 0.1",
+        Preset::DpTp => "Both on dp=2,tp=2, width 64, dropout 0.1",
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -80,19 +131,15 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Random-bit layout of dropout (JAX's jax_threefry_partitionable False / True);
-    /// default partitionable (original with --preset seed).
-    #[arg(long, value_enum)]
-    pub rng: Option<RngArg>,
-    /// A named setup: `seed` is the JAX report's data-parallel run (dp on 8 devices, dropout
-    /// 0.1, original RNG layout, layers 2, d-model 128, heads 4, seq 64, batch 32, vocab 256).
-    /// It replaces the model flags and the strategy; --rng, --mesh, --mode and --steps still apply.
-    #[arg(long, value_enum)]
-    pub preset: Option<PresetArg>,
-}
-
-#[derive(Clone, Copy, PartialEq, ValueEnum)]
-pub enum PresetArg {
-    Seed,
+    /// default partitionable (original with a --preset).
+    #[arg(long, value_parser = one_of(&RngLayout::ALL, RngLayout::name, rng_help))]
+    pub rng: Option<RngLayout>,
+    /// A named setup, the page's presets: `seed` is the JAX report's data-parallel run (dp on 8
+    /// devices, dropout 0.1, original RNG layout, layers 2, d-model 128, heads 4, seq 64, batch
+    /// 32, vocab 256); the others are its strategies on a smaller model. It replaces the model
+    /// flags and the strategy; --rng, --mesh, --mode and --steps still apply.
+    #[arg(long, value_parser = one_of(&Preset::ALL, Preset::name, preset_help))]
+    pub preset: Option<Preset>,
 }
 
 impl ModelArgs {
@@ -143,75 +190,51 @@ impl ModelArgs {
 
     pub fn rng_layout(&self) -> RngLayout {
         match (self.rng, self.preset) {
-            (Some(RngArg::Original), _) | (None, Some(PresetArg::Seed)) => RngLayout::Original,
-            (Some(RngArg::Partitionable), _) | (None, None) => RngLayout::Partitionable,
+            (Some(layout), _) => layout,
+            (None, Some(preset)) => preset.rng_layout(),
+            (None, None) => RngLayout::Partitionable,
         }
     }
 
     /// Applies `--preset` to the model flags and the parallelism flags.
     pub fn apply_preset(&mut self, parallel: &mut ParallelArgs) {
-        if self.preset == Some(PresetArg::Seed) {
-            (self.layers, self.d_model, self.heads, self.seq, self.batch, self.vocab) = (2, 128, 4, 64, 32, 256);
-            self.dropout = 0.1;
-            self.tied = false;
+        if let Some(preset) = self.preset {
+            let c = preset.config();
+            (self.layers, self.d_model, self.heads, self.seq, self.batch, self.vocab) =
+                (c.layers, c.d_model, c.heads, c.seq, c.batch, c.vocab);
+            self.dropout = c.dropout;
+            self.tied = c.tied;
             self.init = InitArg::Random;
             self.data = DataArg::Copy;
             self.text = None;
-            parallel.strategy = Some(StrategyArg::Dp);
-            parallel.mesh.get_or_insert_with(|| "dp=8".into());
-            if parallel.mode == ModeArg::Single {
-                parallel.mode = ModeArg::ShardMap;
+            parallel.strategy = Some(preset.strategy());
+            parallel.mesh.get_or_insert_with(|| preset.mesh().into());
+            if parallel.mode == Mode::Single {
+                parallel.mode = Mode::ShardMap;
             }
         }
     }
-}
-
-#[derive(Clone, Copy, PartialEq, ValueEnum)]
-pub enum ModeArg {
-    /// The global program on one device.
-    Single,
-    /// A hand-written per-device body with explicit collectives (jax.shard_map).
-    #[value(name = "shard_map")]
-    ShardMap,
-    /// The global program partitioned automatically from shardings (jax.jit with shardings).
-    Auto,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum StrategyArg {
-    Dp,
-    Fsdp,
-    Tp,
-    #[value(name = "dp_tp")]
-    DpTp,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum DropoutKeyArg {
-    /// The same key on every device (masks repeat across "dp" shards).
-    Same,
-    /// fold_in(key, axis_index("dp")).
-    #[value(name = "fold_in")]
-    FoldIn,
 }
 
 /// How the step is partitioned over simulated devices.
 #[derive(clap::Args, Clone)]
 pub struct ParallelArgs {
     /// Partitioning mode.
-    #[arg(long, value_enum, default_value_t = ModeArg::Single)]
-    pub mode: ModeArg,
+    #[arg(long, value_parser = one_of(&Mode::ALL, Mode::name, mode_help), default_value = "single")]
+    pub mode: Mode,
     /// Parallelism strategy (with --mode shard_map or auto; default dp).
-    #[arg(long, value_enum)]
-    pub strategy: Option<StrategyArg>,
+    #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
+    pub strategy: Option<Strategy>,
     /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2, dp=2,tp=2).
     #[arg(long)]
     pub mesh: Option<String>,
     /// Dropout keys in shard_map mode (default same).
-    #[arg(long = "dropout-key", value_enum)]
-    pub dropout_key: Option<DropoutKeyArg>,
-    /// With --mode auto: a parameter's sharding, overriding the strategy's, e.g.
-    /// --spec 'w_fc=P(None,"tp")' (repeatable; a block parameter's short name applies to every block).
+    #[arg(long = "dropout-key", value_parser = one_of(&DropoutKey::ALL, DropoutKey::name, dropout_key_help))]
+    pub dropout_key: Option<DropoutKey>,
+    /// With --mode auto: a sharding overriding the strategy's, e.g. --spec 'w_fc=P(None,"tp")'
+    /// (repeatable): a parameter's (a block parameter's short name applies to every block), an
+    /// input's (tokens) or an intermediate's as the program text names it (h0.att), which
+    /// becomes a with_sharding_constraint.
     #[arg(long = "spec", value_name = "NAME=SPEC")]
     pub specs: Vec<String>,
     /// Merge independent all-reduces into one (XLA's all-reduce combiner).
@@ -260,16 +283,16 @@ impl ParallelArgs {
 
     /// Flags the chosen mode would ignore are errors, not silently dropped.
     fn check_mode_flags(&self) -> Result<(), String> {
-        if self.mode != ModeArg::Auto && (!self.specs.is_empty() || self.spec_file.is_some()) {
+        if self.mode != Mode::Auto && (!self.specs.is_empty() || self.spec_file.is_some()) {
             return Err("--spec and --spec-file need --mode auto".into());
         }
-        if self.mode != ModeArg::ShardMap && self.dropout_key.is_some() {
+        if self.mode != Mode::ShardMap && self.dropout_key.is_some() {
             return Err(
                 "--dropout-key applies only to --mode shard_map (in automatic mode the partitioner derives the keys)"
                     .into(),
             );
         }
-        if self.mode == ModeArg::Single {
+        if self.mode == Mode::Single {
             for (given, flag) in [
                 (self.mesh.is_some(), "--mesh"),
                 (self.strategy.is_some(), "--strategy"),
@@ -287,18 +310,13 @@ impl ParallelArgs {
 
     pub fn parallel(&self) -> Result<Parallel, String> {
         self.check_mode_flags()?;
-        if self.mode == ModeArg::Single {
+        if self.mode == Mode::Single {
             return Ok(Parallel::None);
         }
-        let strategy = match self.strategy.unwrap_or(StrategyArg::Dp) {
-            StrategyArg::Dp => Strategy::Dp,
-            StrategyArg::Fsdp => Strategy::Fsdp,
-            StrategyArg::Tp => Strategy::Tp,
-            StrategyArg::DpTp => Strategy::DpTp,
-        };
+        let strategy = self.strategy.unwrap_or(Strategy::Dp);
         let text = self.mesh.clone().unwrap_or_else(|| strategy.example_mesh().to_string());
         let mesh = Mesh::parse(&text).map_err(|e| format!("--mesh {text}: {e}"))?;
-        if self.mode == ModeArg::Auto {
+        if self.mode == Mode::Auto {
             return Ok(Parallel::Auto {
                 strategy,
                 mesh,
@@ -308,45 +326,26 @@ impl ParallelArgs {
         Ok(Parallel::ShardMap {
             strategy,
             mesh,
-            dropout_key: match self.dropout_key {
-                Some(DropoutKeyArg::FoldIn) => DropoutKey::FoldIn,
-                Some(DropoutKeyArg::Same) | None => DropoutKey::Same,
-            },
+            dropout_key: self.dropout_key.unwrap_or(DropoutKey::Same),
         })
     }
 }
 
-/// Checks each `--spec` override against the model's parameters and the mesh, so an error
-/// names the file and line it came from.
-fn check_overrides(cfg: &GptConfig, mesh: &Mesh, overrides: &[SpecOverride]) -> Result<(), String> {
-    let params = param_specs(cfg);
-    let leaf = |name: &str| name.rsplit('.').next().unwrap_or(name).to_string();
+/// Checks each `--spec` override as the planner will match it ([`resolve_spec`]: a
+/// parameter, an input or an intermediate of the global step), so an error names the file and
+/// line it came from.
+fn check_overrides(opts: &TrainerOptions, mesh: &Mesh, overrides: &[SpecOverride]) -> Result<(), String> {
+    let global = train_step_program(&opts.config, opts.optimizer, opts.rng_layout).map_err(|e| e.to_string())?;
+    let params = param_specs(&opts.config);
     for o in overrides {
-        let hits: Vec<_> = params
-            .iter()
-            .filter(|p| p.name == o.name || leaf(&p.name) == o.name)
-            .collect();
-        if hits.is_empty() {
-            let mut names: Vec<String> = params.iter().map(|p| leaf(&p.name)).collect();
-            names.sort();
-            names.dedup();
-            return Err(format!(
-                "{}: there is no parameter `{}`; parameters are {}",
-                o.origin,
-                o.name,
-                names.join(", ")
-            ));
-        }
-        for p in hits {
-            NamedSharding::new(mesh.clone(), o.spec.clone())
-                .and_then(|s| s.shard_shape(&p.shape))
-                .map_err(|e| {
-                    format!(
-                        "{}: {}={} for parameter `{}` {:?}: {e}",
-                        o.origin, o.name, o.spec, p.name, p.shape
-                    )
-                })?;
-        }
+        resolve_spec(&params, &global.program, mesh, &o.name, &o.spec).map_err(|e| {
+            let e = e.to_string();
+            let own = format!("--spec {}={}", o.name, o.spec);
+            match e.strip_prefix(&own) {
+                Some(rest) => format!("{}: {}={}{rest}", o.origin, o.name, o.spec),
+                None => format!("{}: {e}", o.origin),
+            }
+        })?;
     }
     Ok(())
 }
@@ -365,7 +364,7 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if let Parallel::Auto { mesh, .. } = &opts.parallel {
-        check_overrides(&opts.config, mesh, &parallel.spec_overrides()?)?;
+        check_overrides(&opts, mesh, &parallel.spec_overrides()?)?;
     }
     Ok(opts)
 }

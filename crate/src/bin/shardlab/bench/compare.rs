@@ -26,9 +26,9 @@ pub struct Args {
 
 pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
-    if args.parallel.mode == crate::args::ModeArg::Single {
+    if args.parallel.mode == shardlab::plan::Mode::Single {
         // Both modes run anyway; the mode flag only matters for which specs apply.
-        args.parallel.mode = crate::args::ModeArg::ShardMap;
+        args.parallel.mode = shardlab::plan::Mode::ShardMap;
     }
     let opts = trainer_options(&args.model, &args.parallel)?;
     if args.steps == 0 {

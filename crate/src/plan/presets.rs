@@ -1,0 +1,239 @@
+//! The named setups and the page's limits, in one place. The CLI (`--preset seed`), the page
+//! (which sends them to app.js) and the benchmarks read each preset's model, mesh, strategy
+//! and RNG layout here, and the page's controls take their bounds from [`PAGE_LIMITS`].
+use super::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
+use crate::ir::RngLayout;
+use crate::model::GptConfig;
+use crate::sharding::Mesh;
+
+/// A named setup: a model, a mesh and a strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// The JAX report's run: data parallelism on 8 devices, dropout 0.1, the original RNG
+    /// layout, a 2-layer model of width 128 on batches of 32 x 64 tokens.
+    Seed,
+    Dp,
+    Fsdp,
+    Tp,
+    DpTp,
+}
+
+impl Preset {
+    pub const ALL: [Preset; 5] = [Preset::Seed, Preset::Dp, Preset::Fsdp, Preset::Tp, Preset::DpTp];
+
+    /// The name the CLI, the page and its links use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Seed => "seed",
+            Preset::Dp => "dp",
+            Preset::Fsdp => "fsdp",
+            Preset::Tp => "tp",
+            Preset::DpTp => "dp_tp",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Preset> {
+        Preset::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    pub fn strategy(self) -> Strategy {
+        match self {
+            Preset::Seed | Preset::Dp => Strategy::Dp,
+            Preset::Fsdp => Strategy::Fsdp,
+            Preset::Tp => Strategy::Tp,
+            Preset::DpTp => Strategy::DpTp,
+        }
+    }
+
+    /// The mesh, as `--mesh` takes it: the seed's 8 devices, else the strategy's example mesh.
+    pub fn mesh(self) -> &'static str {
+        match self {
+            Preset::Seed => "dp=8",
+            p => p.strategy().example_mesh(),
+        }
+    }
+
+    /// The model. The seed's is the report's; the others are smaller, so that a browser tab
+    /// steps them quickly.
+    pub fn config(self) -> GptConfig {
+        let small = GptConfig {
+            layers: 2,
+            d_model: 64,
+            heads: 4,
+            seq: 32,
+            batch: 8,
+            vocab: 32,
+            tied: false,
+            dropout: 0.1,
+        };
+        match self {
+            Preset::Seed => GptConfig {
+                d_model: 128,
+                seq: 64,
+                batch: 32,
+                vocab: 256,
+                ..small
+            },
+            _ => small,
+        }
+    }
+
+    /// The RNG layout: the original one (jax_threefry_partitionable off), whose replicated
+    /// random bits are the report's cause.
+    pub fn rng_layout(self) -> RngLayout {
+        RngLayout::Original
+    }
+
+    /// The dropout keys of the shard_map body: the same on every device, as the report's body.
+    pub fn dropout_key(self) -> DropoutKey {
+        DropoutKey::Same
+    }
+
+    /// The preset's partitioning in `mode` (`Single`: its model on one device).
+    pub fn parallel(self, mode: Mode) -> Parallel {
+        let mesh = || Mesh::parse(self.mesh()).expect("every preset's mesh parses (tested)");
+        match mode {
+            Mode::Single => Parallel::None,
+            Mode::Auto => Parallel::Auto {
+                strategy: self.strategy(),
+                mesh: mesh(),
+                specs: vec![],
+            },
+            Mode::ShardMap => Parallel::ShardMap {
+                strategy: self.strategy(),
+                mesh: mesh(),
+                dropout_key: self.dropout_key(),
+            },
+        }
+    }
+
+    /// The preset's run in `mode`, with the defaults of a run ([`TrainerOptions::new`]).
+    pub fn options(self, mode: Mode) -> TrainerOptions {
+        TrainerOptions {
+            rng_layout: self.rng_layout(),
+            ..TrainerOptions::new(self.config(), self.parallel(mode))
+        }
+    }
+}
+
+/// The bounds of one numeric control of the page.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Limit {
+    pub field: &'static str,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// The page's bounds: sizes above these make programs or buffers a browser tab should not be
+/// asked for (vocab needs two tokens for a task to have anything to learn); a dropout rate
+/// above 0.95 leaves nothing to train; below 1e-6 nothing visibly learns in the steps a page
+/// runs, and above 1 AdamW and SGD both diverge on every preset.
+pub const PAGE_LIMITS: [Limit; 8] = [
+    Limit {
+        field: "layers",
+        min: 1.0,
+        max: 12.0,
+    },
+    Limit {
+        field: "d_model",
+        min: 1.0,
+        max: 1024.0,
+    },
+    Limit {
+        field: "heads",
+        min: 1.0,
+        max: 64.0,
+    },
+    Limit {
+        field: "seq",
+        min: 1.0,
+        max: 512.0,
+    },
+    Limit {
+        field: "batch",
+        min: 1.0,
+        max: 512.0,
+    },
+    Limit {
+        field: "vocab",
+        min: 2.0,
+        max: 4096.0,
+    },
+    Limit {
+        field: "dropout",
+        min: 0.0,
+        max: 0.95,
+    },
+    Limit {
+        field: "lr",
+        min: 1e-6,
+        max: 1.0,
+    },
+];
+
+/// The page's bound of `field`.
+pub fn page_limit(field: &str) -> Limit {
+    PAGE_LIMITS
+        .into_iter()
+        .find(|l| l.field == field)
+        .unwrap_or_else(|| panic!("PAGE_LIMITS has no `{field}`"))
+}
+
+/// The most simulated devices the page's mesh may have.
+pub const PAGE_MAX_DEVICES: usize = 64;
+/// The most elements of one global array the page builds: 2 GiB of f32, so its byte count fits
+/// a 32-bit usize.
+pub const PAGE_MAX_ELEMENTS: u64 = 1 << 29;
+/// More spec overrides than this in one link are not a hand-made edit.
+pub const PAGE_MAX_SPECS: usize = 256;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sharding::Mesh;
+
+    #[test]
+    fn every_preset_is_named_once_and_parses_back() {
+        for p in Preset::ALL {
+            assert_eq!(Preset::parse(p.name()), Some(p));
+            assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+        }
+        assert_eq!(Preset::parse("zz"), None);
+    }
+
+    #[test]
+    fn every_presets_run_plans_in_both_modes() {
+        for p in Preset::ALL {
+            for mode in [Mode::Auto, Mode::ShardMap] {
+                let planned = crate::plan::build(&p.options(mode)).unwrap_or_else(|e| panic!("{p:?} {mode:?}: {e}"));
+                assert_eq!(planned.step.program.devices(), Mesh::parse(p.mesh()).unwrap().devices());
+            }
+        }
+    }
+
+    #[test]
+    fn every_presets_model_and_mesh_fit_its_strategy_and_the_pages_limits() {
+        for p in Preset::ALL {
+            let cfg = p.config();
+            cfg.validate().unwrap();
+            let mesh = Mesh::parse(p.mesh()).unwrap();
+            assert!(
+                p.strategy().axes().iter().all(|a| mesh.axis_names().contains(a)),
+                "{p:?}"
+            );
+            assert!(mesh.devices() <= PAGE_MAX_DEVICES);
+            for (field, v) in [
+                ("layers", cfg.layers),
+                ("d_model", cfg.d_model),
+                ("heads", cfg.heads),
+                ("seq", cfg.seq),
+                ("batch", cfg.batch),
+                ("vocab", cfg.vocab),
+            ] {
+                let l = page_limit(field);
+                assert!((l.min..=l.max).contains(&(v as f64)), "{p:?} {field} {v}");
+            }
+        }
+    }
+}
