@@ -341,6 +341,24 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)]
     }
 }
 
+/// What one calibration program measures. Each program is listed with its key and its time
+/// read back by the key, so a program and the code that reads its time cannot fall out of
+/// step (as they could when both followed the order of a list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Bench {
+    /// The chains of tiny ops, short and long: launch and per-step overhead.
+    LaunchShort,
+    LaunchLong,
+    Bandwidth,
+    Vector,
+    RandomBits,
+    SimCollectives,
+    /// Matmul `index` of the single (`batched: false`) or batched family.
+    Dot { batched: bool, index: usize },
+    /// Reference train step `index` of [`reference_steps`].
+    Step(usize),
+}
+
 /// Runs every microbenchmark on `ctx` and returns the `this` profile (the CLI's calibration).
 pub async fn calibrate(ctx: &GpuContext) -> Result<Calibration, ExecError> {
     calibrate_with(ctx, Budget::FULL).await
@@ -385,38 +403,37 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         .collect();
     let references: Vec<GptConfig> = if budget.fit_steps { reference_steps() } else { vec![] };
 
-    let mut programs = vec![
-        chain(short, 64, |b, x| b.scale(x, 1.0))?,
-        chain(long, 64, |b, x| b.scale(x, 1.0))?,
-        chain(bw_reps, bw_n, |b, x| b.scale(x, 1.0))?,
-        chain(gelu_reps, gelu_n, |b, x| b.gelu(x))?,
-        bits(bits_n, bits_reps)?,
+    let mut programs: Vec<(Bench, Program)> = vec![
+        (Bench::LaunchShort, chain(short, 64, |b, x| b.scale(x, 1.0))?),
+        (Bench::LaunchLong, chain(long, 64, |b, x| b.scale(x, 1.0))?),
+        (Bench::Bandwidth, chain(bw_reps, bw_n, |b, x| b.scale(x, 1.0))?),
+        (Bench::Vector, chain(gelu_reps, gelu_n, |b, x| b.gelu(x))?),
+        (Bench::RandomBits, bits(bits_n, bits_reps)?),
     ];
     if budget.sim_collectives {
-        programs.push(collectives(coll_devices, coll_n, coll_reps)?);
+        programs.push((Bench::SimCollectives, collectives(coll_devices, coll_n, coll_reps)?));
     }
-    for (_, shapes) in &families {
-        for &(batch, m, k, n, reps) in shapes {
-            programs.push(dots(batch, m, k, n, reps)?);
+    for (batched, shapes) in &families {
+        for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
+            programs.push((Bench::Dot { batched: *batched, index }, dots(batch, m, k, n, reps)?));
         }
     }
-    for config in &references {
-        programs.push(reference_program(config)?);
+    for (index, config) in references.iter().enumerate() {
+        programs.push((Bench::Step(index), reference_program(config)?));
     }
     let pin = (budget.heuristic_matmul && ctx.summary.device_type == "Cpu").then_some(Variant::Tex16);
     let mut execs = Vec::with_capacity(programs.len());
     {
         let _pinned = PinMatmul::new(ctx, pin);
-        for prog in &programs {
+        for (_, prog) in &programs {
             execs.push(prepare(ctx, prog.clone()).await?);
         }
     }
     let prepare_seconds = (now_ms() - start) * 1e-3;
     let times = time_rounds(ctx, &execs, budget.runs).await?;
     drop(execs);
-    // The times in the order the programs were listed.
-    let mut timed = times.iter().copied();
-    let mut next = || timed.next().expect("a time per program");
+    let times: std::collections::HashMap<Bench, f64> = programs.iter().map(|(b, _)| *b).zip(times).collect();
+    let time = |b: Bench| *times.get(&b).unwrap_or_else(|| panic!("{b:?} was listed and timed"));
 
     let mut out = vec![];
     let mut record = |name: &str, ms: f64, value: f64| {
@@ -426,27 +443,27 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             value,
         })
     };
-    let (t_short, t_long) = (next(), next());
+    let (t_short, t_long) = (time(Bench::LaunchShort), time(Bench::LaunchLong));
     let launch_s = ((t_long - t_short) / (long - short) as f64 * 1e-3).max(1e-7);
     let step_s = (t_short * 1e-3 - short as f64 * launch_s).max(0.0);
     record("launch_s", t_long, launch_s);
     record("step_s", t_short, step_s);
     let overhead = |launches: usize| step_s + launches as f64 * launch_s;
 
-    let t = next();
+    let t = time(Bench::Bandwidth);
     let mem_bandwidth = (bw_reps * 8 * bw_n) as f64 / (t * 1e-3 - overhead(bw_reps)).max(1e-6);
     record("mem_bandwidth", t, mem_bandwidth);
 
-    let t = next();
+    let t = time(Bench::Vector);
     let vector_flops = (8 * gelu_n * gelu_reps) as f64 / (t * 1e-3 - overhead(gelu_reps)).max(1e-6);
     record("vector_flops", t, vector_flops);
 
-    let t = next();
+    let t = time(Bench::RandomBits);
     let int_ops = (bits_n * bits_reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(bits_reps)).max(1e-6);
     record("int_ops", t, int_ops);
 
     let sim_collective_bandwidth = if budget.sim_collectives {
-        let t = next();
+        let t = time(Bench::SimCollectives);
         let block = size_in_bytes(&[coll_n]);
         let moved = coll_reps as f64
             * [
@@ -468,8 +485,11 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     for (batched, shapes) in &families {
         let mut points = vec![];
         let mut rows = vec![];
-        for &(batch, m, k, n, reps) in shapes {
-            let t = next();
+        for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
+            let t = time(Bench::Dot {
+                batched: *batched,
+                index,
+            });
             let flops = (2 * batch * m * k * n) as f64;
             let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
             let name = if batch > 1 {
@@ -536,13 +556,11 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             .collect(),
         source: format!("microbenchmarks on {adapter}"),
     };
-    let step_programs = programs.split_off(programs.len() - references.len());
-    let steps: Vec<(GptConfig, Program, f64)> = references
+    let steps: Vec<(GptConfig, Program, f64)> = programs
         .into_iter()
-        .zip(step_programs)
-        .map(|(config, prog)| {
-            let ms = next();
-            (config, prog, ms)
+        .filter_map(|(b, prog)| match b {
+            Bench::Step(index) => Some((references[index].clone(), prog, time(b))),
+            _ => None,
         })
         .collect();
     if budget.fit_steps {
