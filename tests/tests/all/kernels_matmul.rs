@@ -275,7 +275,7 @@ fn autotuned_matmul_is_right_for_every_shape_class() {
             classes.insert(class_key(&s));
         }
     }
-    let tuned = shardlab::kernels::Tuning::with(&ctx, |t| t.matmul.clone()).unwrap();
+    let tuned = shardlab::kernels::Tuning::with(ctx, |t| t.matmul.clone()).unwrap();
     for key in &classes {
         let v = tuned
             .get(key)
