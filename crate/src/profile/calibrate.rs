@@ -354,7 +354,10 @@ enum Bench {
     RandomBits,
     SimCollectives,
     /// Matmul `index` of the single (`batched: false`) or batched family.
-    Dot { batched: bool, index: usize },
+    Dot {
+        batched: bool,
+        index: usize,
+    },
     /// Reference train step `index` of [`reference_steps`].
     Step(usize),
 }
@@ -415,7 +418,13 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     }
     for (batched, shapes) in &families {
         for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
-            programs.push((Bench::Dot { batched: *batched, index }, dots(batch, m, k, n, reps)?));
+            programs.push((
+                Bench::Dot {
+                    batched: *batched,
+                    index,
+                },
+                dots(batch, m, k, n, reps)?,
+            ));
         }
     }
     for (index, config) in references.iter().enumerate() {
