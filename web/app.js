@@ -1,6 +1,11 @@
 // The page: checks for WebGPU first, then loads the wasm handle (pkg/, built by
 // `cargo xtask serve`), and drives it: settings in, steps, programs and summaries out (JSON).
 // All model and partitioning logic lives in the wasm; this file renders and keeps the URL hash.
+// It is the page's entry and owns the run: the settings and the hash, the session, the live
+// figures and the cost model's bars, the adapter and the self-test. Its other parts are modules
+// it imports and hands what they need: format.js (numbers and names), dom.js ($ and el),
+// charts.js, inspector.js (the programs), story.js (the seed's story), learn.js, editor.js and
+// calibrate.js.
 // State for tests: document.body.dataset.state (loading | no-webgpu | ready | error),
 // document.body.dataset.run (the session's phase), document.body.dataset.selftest
 // (running | done), and window.shardlab.
@@ -10,8 +15,14 @@ import {
 } from './learn.js';
 import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
+import { $, el } from './dom.js';
+import {
+  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median,
+} from './format.js';
+import { init as initCharts, makeCharts, updateCharts } from './charts.js';
+import { coordText, deviceColor, renderPrograms, wireInspector } from './inspector.js';
+import { init as initStory, renderStory } from './story.js';
 
-const $ = (id) => document.getElementById(id);
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
   last: null, steps: 0, playing: false, busy: false, charts: {}, hashNotice: null,
@@ -25,31 +36,12 @@ window.shardlab = state;
 let lab = null; // the wasm handle
 let wasm = null;
 let presets = null; // {default, presets: {name: settings}, devices: [...]}
-const MODES = ['auto', 'shard_map'];
-const MODE_LABEL = { auto: 'automatic', shard_map: 'shard_map' };
-const MODE_COLOR = { auto: '#4f46e5', shard_map: '#d97706' };
 /** Steps per mode and RNG layout that "Run the story" trains; the first is warm-up. */
 const STORY_STEPS = 4;
-let uPlot = null;
 
 function setState(s, status) {
   document.body.dataset.state = s;
   if (status !== undefined) document.querySelector('[data-testid="status"]').textContent = status;
-}
-
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null) continue;
-    if (k === 'class') e.className = v;
-    else if (k.startsWith('data-') || k.startsWith('aria-') || k === 'title' || k === 'role') e.setAttribute(k, v);
-    else e[k] = v;
-  }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return e;
 }
 
 // ---- errors -------------------------------------------------------------------------------
@@ -85,30 +77,7 @@ function noWebGpu(reason) {
   setState('no-webgpu', 'WebGPU unavailable');
 }
 
-// ---- formatting ---------------------------------------------------------------------------
-
-const fmtBytes = (n) => (n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(1)} MiB`
-  : n >= 2 ** 10 ? `${(n / 2 ** 10).toFixed(1)} KiB` : `${n} B`);
-const fmtErr = (x) => (x === null || x === undefined ? '—' : x === 0 ? '0' : x.toExponential(1));
-const fmtMs = (ms) => (ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : ms < 1000 ? `${ms.toFixed(1)} ms` : `${(ms / 1000).toFixed(2)} s`);
-const fmtInt = (n) => Number(n).toLocaleString('en-US');
-const fmtRate = (x) => (x >= 1e6 ? `${(x / 1e6).toFixed(2)} M` : x >= 1e3 ? `${(x / 1e3).toFixed(1)} k` : x.toFixed(0));
-/** 44.5 MFLOP, 1.20 GFLOP: SI prefixes, three significant digits. */
-function fmtFlops(x) {
-  const units = [[1e15, 'PFLOP'], [1e12, 'TFLOP'], [1e9, 'GFLOP'], [1e6, 'MFLOP'], [1e3, 'kFLOP']];
-  for (const [size, unit] of units) if (x >= size) return `${Number((x / size).toPrecision(3))} ${unit}`;
-  return `${x} FLOP`;
-}
-/** The core's notes name CLI flags in parentheses, e.g. "(--dropout-key fold_in)": the page
- * has controls instead, so the flags are dropped. */
-const pageWords = (text) => String(text).replace(/\s*\(--[^)]*\)/g, '');
-const fmtPct = (x) => `${(100 * x).toFixed(1)}%`;
-const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? '' : 's'}`;
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.floor(s.length / 2)] : NaN;
-};
-const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+// ---- formatting: the fmt* helpers, pageWords, plural, median and frame live in format.js ----
 
 // ---- settings, controls and the URL hash ---------------------------------------------------
 
@@ -424,7 +393,7 @@ function applySettings(s, { updateHash = true } = {}) {
   resetView();
   state.programs = JSON.parse(lab.programs());
   state.story.overlap = JSON.parse(lab.mask_overlap());
-  renderPrograms(state.programs);
+  showPrograms(state.programs);
   editor.afterPrograms();
   renderStory();
   renderTask(JSON.parse(lab.example()));
@@ -524,11 +493,6 @@ function renderBreakdown(r) {
     el('p', { class: 'muted small' }, 'Each op timed alone by wall clock (split submissions), shared out over its phase’s measured time. Profiling re-runs the step many times, so this step is not charted and its time is not a step time.'),
     bars, measuredLegend(), phases, floorNote(ran.map((m) => [m, b(m)])), top);
   $('breakdown').hidden = false;
-}
-
-/** "3.3×": how many times one time is another. */
-function fmtTimes(x) {
-  return `${x < 10 ? x.toFixed(1) : x.toFixed(0)}×`;
 }
 
 /**
@@ -662,336 +626,16 @@ function updateButtons() {
   $('run-state').className = `badge ${state.playing ? 'pass' : state.phase === 'error' ? 'fail' : ''}`;
 }
 
-// ---- charts (uPlot, vendored from npm by xtask) --------------------------------------------
+// ---- charts: makeCharts and updateCharts live in charts.js ---------------------------------
 
-const CHARTS = [
-  ['chart-measured', 'measured', 'ms'],
-  ['chart-loss', 'loss', ''],
-];
+// ---- program inspector: renderPrograms and wireInspector live in inspector.js --------------
 
-/** Before the first step each chart is a one-line hint; the charts appear with the first point. */
-function makeCharts() {
-  for (const c of Object.values(state.charts)) c.destroy?.();
-  state.charts = {};
-  for (const [id] of CHARTS) {
-    $(id).replaceChildren(el('p', { class: 'chart-hint muted small', 'data-testid': 'chart-hint' },
-      uPlot ? 'Press Play or Step: each mode that runs gets a line here.'
-        : 'The chart library (uPlot) was not found: run `npm ci` in tests/browser and rebuild.'));
-  }
-}
-
-function createCharts() {
-  const running = state.configured ? state.configured.modes : [];
-  const css = getComputedStyle(document.documentElement);
-  const axisColor = css.getPropertyValue('--muted').trim() || '#5d6673';
-  const gridColor = css.getPropertyValue('--line').trim() || '#e1e4e8';
-  for (const [id, key, unit] of CHARTS) {
-    const box = $(id);
-    box.replaceChildren();
-    const width = Math.max(260, box.clientWidth || 320);
-    const fmt = (v) => (v == null ? '—' : unit === 'ms' ? fmtMs(v) : v.toFixed(3));
-    const opts = {
-      width, height: 170,
-      legend: { show: true },
-      cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: false } },
-      axes: [
-        { stroke: axisColor, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000], grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor } },
-        { stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor }, size: 84, values: (u, vals) => vals.map(fmt) },
-      ],
-      series: [
-        { label: 'step' },
-        ...running.map((m) => ({ label: MODE_LABEL[m], stroke: MODE_COLOR[m], width: 2, spanGaps: true, value: (u, v) => fmt(v) })),
-      ],
-    };
-    const chart = new uPlot(opts, [[], ...running.map(() => [])], box);
-    chart.key = key;
-    chart.modes = running;
-    state.charts[key] = chart;
-  }
-}
-
-function updateCharts() {
-  if (!uPlot) return;
-  if (!Object.keys(state.charts).length) createCharts();
-  const h = state.history;
-  for (const [key, chart] of Object.entries(state.charts)) {
-    chart.setData([h.step, ...chart.modes.map((m) => h[key][m])]);
-  }
-}
-
-window.addEventListener('resize', () => {
-  for (const c of Object.values(state.charts)) {
-    const box = c.root.parentElement;
-    if (box && box.clientWidth) c.setSize({ width: box.clientWidth, height: 170 });
-  }
-});
-
-// ---- program inspector ---------------------------------------------------------------------
-
-/** The mesh's axes from its text: [[name, size], ...] (already checked by the core). */
-const meshAxes = (text) => String(text).split(',').map((p) => p.split('=')).map(([n, s]) => [n.trim(), Number(s)]);
-/** Device d's mesh coordinates, row-major as JAX lays out mesh.devices: {dp: 0, tp: 1}. */
-function deviceCoords(d, axes) {
-  const out = [];
-  let rest = d;
-  for (let i = axes.length - 1; i >= 0; i--) {
-    out[i] = [axes[i][0], rest % axes[i][1]];
-    rest = Math.floor(rest / axes[i][1]);
-  }
-  return out;
-}
-const coordText = (d, axes) => deviceCoords(d, axes).map(([n, i]) => `${n}=${i}`).join(', ');
-const PALETTE = ['#4f46e5', '#d97706', '#059669', '#db2777', '#0891b2', '#7c3aed', '#65a30d', '#dc2626'];
-const deviceColor = (d, n) => (n <= PALETTE.length ? PALETTE[d] : `hsl(${Math.round((360 * d) / n)} 65% 45%)`);
-const deviceChip = (d, axes, n) => el('span', { class: 'dev', style: `--dev:${deviceColor(d, n)}`, title: `device ${d}: ${coordText(d, axes)}` },
-  `${d} (${coordText(d, axes)})`);
-
-function deviceLegend(n, axes) {
-  return el('div', { class: 'device-legend', 'data-testid': 'device-legend' },
-    el('span', { class: 'muted small' }, `${n} simulated devices on the mesh ${axes.map(([a, s]) => `${a}=${s}`).join(', ')}: `),
-    [...Array(n).keys()].map((d) => deviceChip(d, axes, n)));
-}
-
-function collectiveTable(summary) {
-  const rows = Object.entries(summary.collectives).filter(([, t]) => t.count > 0);
-  if (!rows.length) return el('p', { class: 'muted small' }, 'no collectives');
-  return el('table', { class: 'compact' },
-    el('thead', {}, el('tr', {}, el('th', {}, 'collective'), el('th', { class: 'num' }, 'ops'), el('th', { class: 'num' }, 'arrays'), el('th', { class: 'num' }, 'bytes'))),
-    el('tbody', {}, rows.map(([kind, t]) => el('tr', { 'data-testid': 'collective-row', 'data-kind': kind },
-      el('td', {}, el('mark', { class: 'collective' }, kind)), el('td', { class: 'num' }, t.count),
-      el('td', { class: 'num' }, t.operands), el('td', { class: 'num' }, fmtBytes(t.bytes))))));
-}
-
-function layoutPicture(layout, devices, axes) {
-  // Which device holds which block, as jax.debug.visualize_array_sharding draws a 1D or 2D array.
-  const shape = layout.shape;
-  const dims = shape.length >= 2 ? [shape.length - 2, shape.length - 1] : [0];
-  const rowsOf = (d) => (dims.length === 2 ? layout.blocks[d][dims[0]] : [0, 1]);
-  const colsOf = (d) => layout.blocks[d][dims[dims.length - 1]];
-  const rowCuts = [...new Set(layout.blocks.map((b, d) => rowsOf(d)[0]))].sort((a, b) => a - b);
-  const colCuts = [...new Set(layout.blocks.map((b, d) => colsOf(d)[0]))].sort((a, b) => a - b);
-  const grid = el('div', { class: 'blocks' });
-  grid.style.gridTemplateColumns = `repeat(${colCuts.length}, 1fr)`;
-  for (const r of rowCuts) {
-    for (const c of colCuts) {
-      const holders = [...Array(devices).keys()].filter((d) => rowsOf(d)[0] === r && colsOf(d)[0] === c);
-      grid.append(el('span', { class: 'block' }, holders.length === devices && devices > 1
-        ? el('span', { class: 'dev all' }, `all ${devices} devices`)
-        : holders.map((d) => deviceChip(d, axes, devices))));
-    }
-  }
-  return el('div', { class: 'layout' }, el('code', {}, `${layout.name} [${shape.join(',')}]`), el('span', { class: 'muted small' }, layout.spec), grid);
-}
-
-// What each highlighted op does, in words (the popover's first sentence).
-const OP_WORDS = {
-  'all-reduce': 'An all-reduce: every device ends with the sum of the array over the devices of the axis.',
-  'all-gather': 'An all-gather: every device ends with the whole array, its blocks collected from every device of the axis.',
-  'reduce-scatter': 'A reduce-scatter: the array is summed over the devices of the axis, and each device keeps one block of the sum.',
-  'all-to-all': 'An all-to-all: each device sends one block to every other device of the axis, re-splitting the array along another dimension.',
-  'collective-permute': 'A collective-permute: each device sends its block to one other device.',
-  psum: 'An all-reduce (psum): every device ends with the sum of the array over the devices of the axis.',
-  all_gather: 'An all-gather: every device ends with the whole array, its blocks collected from every device of the axis.',
-  psum_scatter: 'A reduce-scatter (psum_scatter): the array is summed over the axis, and each device keeps one block of the sum.',
-  all_to_all: 'An all-to-all: each device sends one block to every other device of the axis.',
-  dynamic_slice: 'A dynamic-slice: each device keeps only its own block of an array it holds whole.',
-  random_bits: 'Random bits for the whole global array, made on every device.',
-};
-
-function explanation(m, mode) {
-  const what = OP_WORDS[m.op] || OP_WORDS[m.inserted && m.inserted.op] || `A ${m.op} op.`;
-  const parts = [what];
-  if (m.kind === 'rng_replicated') {
-    parts.push('With the original Threefry layout no device can make just its own block, so every device makes all the bits of the global array and then keeps its block: the device count times the work.');
-  } else if (m.kind === 'rng') {
-    parts.push('Each device makes only the bits of its own block.');
-  }
-  if (m.inserted) {
-    const r = m.inserted;
-    const of = r.value && !r.value.startsWith('%') ? ` of ${r.value}` : '';
-    parts.push(`The partitioner inserted it${of} for the ${r.source_op === 'output' ? 'program output' : `${r.source_op} op`}: ${r.rule}.`);
-  } else if (mode === 'shard_map' && m.kind === 'collective') {
-    parts.push('In shard_map it is written in the body by hand.');
-  }
-  return parts.join(' ');
-}
-
-/** Lines to compare across the programs: the op (and a parameter's name), not the SSA ids. */
-function lineKey(line) {
-  const m = /^\s*%[\d, %]+=\s*([A-Za-z_][\w.-]*)(?:\s+([\w.]+))?/.exec(line);
-  if (!m) return line.trim();
-  return m[1] === 'parameter' ? `parameter ${m[2]}` : m[1];
-}
-
-/** Rows pairing the lines of two programs where their ops correspond (longest common
- * subsequence of the ops); [i, null] or [null, j] where one program has a line the other lacks. */
-function align(a, b) {
-  const n = a.length;
-  const m = b.length;
-  if (n * m > 16e6 || n > 65000 || m > 65000) return null;
-  const ids = new Map();
-  const id = (k) => (ids.has(k) ? ids.get(k) : (ids.set(k, ids.size), ids.size - 1));
-  const ka = a.map(id);
-  const kb = b.map(id);
-  const w = m + 1;
-  const L = new Uint16Array((n + 1) * w);
-  for (let i = n - 1; i >= 0; i--) {
-    for (let j = m - 1; j >= 0; j--) {
-      L[i * w + j] = ka[i] === kb[j] ? L[(i + 1) * w + j + 1] + 1 : Math.max(L[(i + 1) * w + j], L[i * w + j + 1]);
-    }
-  }
-  const rows = [];
-  let i = 0;
-  let j = 0;
-  while (i < n || j < m) {
-    if (i < n && j < m && ka[i] === kb[j]) rows.push([i++, j++]);
-    else if (j >= m || (i < n && L[(i + 1) * w + j] >= L[i * w + j + 1])) rows.push([i++, null]);
-    else rows.push([null, j++]);
-  }
-  return rows;
-}
-
-/** One program line: marked ops get their explanation; SSA ids link to their defining line. */
-function renderLine(mode, line, mark) {
-  const parts = [];
-  let last = 0;
-  for (const match of line.matchAll(/%\d+/g)) {
-    parts.push(line.slice(last, match.index));
-    parts.push(el('a', { class: 'ssa', href: '#', 'data-target': `${mode}-v${match[0].slice(1)}` }, match[0]));
-    last = match.index + match[0].length;
-  }
-  parts.push(line.slice(last));
-  if (!mark) return el('span', { class: 'src-line' }, parts);
-  return el('span', {
-    class: `line ${mark.kind}`, 'data-kind': mark.kind, 'data-op': mark.op, tabIndex: 0,
-    'data-explain': explanation(mark, mode), 'aria-describedby': 'explain',
-  }, parts);
-}
-
-function renderAligned(views) {
-  const texts = MODES.map((m) => views[m].text.split('\n').filter((l, i, all) => i < all.length - 1 || l !== ''));
-  const marks = MODES.map((m) => new Map(views[m].marks.map((k) => [k.line, k])));
-  const rows = align(texts[0].map(lineKey), texts[1].map(lineKey))
-    || [...Array(Math.max(texts[0].length, texts[1].length)).keys()].map((i) => [i < texts[0].length ? i : null, i < texts[1].length ? i : null]);
-  const cell = (k, i) => {
-    const mode = MODES[k];
-    if (i === null) return el('td', { class: 'src gap', 'data-mode': mode });
-    const line = texts[k][i];
-    const td = el('td', { class: 'src', 'data-mode': mode }, renderLine(mode, line, marks[k].get(i)));
-    const defined = /^\s*(%[\d, %]+)=/.exec(line);
-    if (defined) td.id = `${mode}-v${defined[1].match(/\d+/)[0]}`;
-    for (const v of defined ? defined[1].match(/\d+/g).slice(1) : []) td.prepend(el('span', { id: `${mode}-v${v}` }));
-    return td;
-  };
-  const table = el('table', { class: 'aligned' },
-    el('thead', {}, el('tr', {}, MODES.map((m) => el('th', {}, MODE_LABEL[m])))),
-    el('tbody', {}, rows.map(([i, j]) => el('tr', {}, cell(0, i), cell(1, j)))));
-  const box = el('div', { class: 'program-scroll', 'data-testid': 'program-text' }, table);
-  // Open the text at its first highlighted line: the parameters above it are all alike.
-  const first = table.querySelector('.line');
-  if (first) {
-    requestAnimationFrame(() => {
-      box.scrollTop = Math.max(0, first.getBoundingClientRect().top - box.getBoundingClientRect().top - 40);
-    });
-  }
-  return box;
-}
-
-function renderPane(box, view, running, axes) {
-  const s = view.summary;
-  const inserted = view.inserted
-    ? el('details', { class: 'inserted-list', 'data-testid': 'inserted' },
-      el('summary', {}, `ops the partitioner inserted (${view.inserted.length})`),
-      el('ol', {}, view.inserted.map((r) => el('li', {}, el('code', {}, r.op), ` for ${r.source_op}${r.value && !r.value.startsWith('%') ? ` of ${r.value}` : ''}`,
-        el('div', { class: 'muted small' }, r.rule)))))
-    : el('p', { class: 'muted small' }, 'shard_map: every collective is written in the body by hand.');
-  const mem = s.peak_bytes_per_device;
-  const warnings = s.warnings.map((w) => el('p', { class: 'warning', 'data-testid': 'warning' }, `⚠ ${pageWords(w)}`));
-  const layouts = el('details', { class: 'layouts' }, el('summary', {}, 'which device holds which block'),
-    el('div', { class: 'layout-grid' }, view.layouts.map((l) => layoutPicture(l, s.devices, axes))));
-  box.replaceChildren(
-    el('h3', {}, `${MODE_LABEL[view.mode]}${running ? '' : ' (not running in this mode)'}`),
-    el('dl', { class: 'facts compact' },
-      el('dt', {}, 'random bits per device'), el('dd', { 'data-testid': 'rng-bits' }, fmtInt(s.rng_bits_per_device)),
-      el('dt', {}, 'memory per device'), el('dd', {}, `${fmtBytes(mem.total)} (params ${fmtBytes(mem.params)}, optimizer ${fmtBytes(mem.optimizer_state)}, activations ${fmtBytes(mem.activations)})`),
-      el('dt', {}, 'compute per device'), el('dd', { 'data-testid': 'flops' }, fmtFlops(s.flops_per_device)),
-      el('dt', {}, 'instructions'), el('dd', {}, fmtInt(s.instructions))),
-    collectiveTable(s), ...warnings, inserted, layouts);
-}
-
-function renderPrograms(p) {
+function showPrograms(p) {
   if (!p.ok) return showError(p.error);
-  const running = state.configured ? state.configured.modes : [];
-  const axes = meshAxes(state.settings.mesh);
-  const devices = p.modes.auto.summary.devices;
-  $('device-legend').replaceChildren(deviceLegend(devices, axes));
-  renderPane($('program-auto'), p.modes.auto, running.includes('auto'), axes);
-  renderPane($('program-shard-map'), p.modes.shard_map, running.includes('shard_map'), axes);
-  $('program-aligned').replaceChildren(renderAligned(p.modes));
+  return renderPrograms(p, { running: state.configured ? state.configured.modes : [], mesh: state.settings.mesh });
 }
 
-// The explanation popover: the same words on hover, keyboard focus and tap.
-function wireInspector() {
-  const tip = $('explain');
-  let pinned = null;
-  const show = (target) => {
-    tip.textContent = target.dataset.explain;
-    tip.hidden = false;
-    const r = target.getBoundingClientRect();
-    tip.style.left = `${Math.max(8, Math.min(window.scrollX + r.left, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8))}px`;
-    tip.style.top = `${window.scrollY + r.bottom + 6}px`;
-  };
-  const hide = () => {
-    if (!pinned) tip.hidden = true;
-  };
-  const box = $('program-aligned');
-  box.addEventListener('mouseover', (e) => {
-    const t = e.target.closest('[data-explain]');
-    if (t) show(t);
-  });
-  box.addEventListener('mouseout', (e) => {
-    if (e.target.closest('[data-explain]')) hide();
-  });
-  box.addEventListener('focusin', (e) => {
-    const t = e.target.closest('[data-explain]');
-    if (t) show(t);
-  });
-  box.addEventListener('focusout', () => {
-    pinned = null;
-    hide();
-  });
-  box.addEventListener('click', (e) => {
-    const link = e.target.closest('a.ssa');
-    if (link) {
-      // Follow an SSA id to the line that defines it, without touching the settings' hash.
-      e.preventDefault();
-      const def = document.getElementById(link.dataset.target);
-      if (def) {
-        const row = def.closest('td');
-        row.scrollIntoView({ block: 'center' });
-        row.classList.remove('flash');
-        void row.offsetWidth;
-        row.classList.add('flash');
-      }
-      return;
-    }
-    const t = e.target.closest('[data-explain]');
-    if (t) {
-      pinned = pinned === t ? null : t;
-      if (pinned) show(t);
-      else tip.hidden = true;
-    }
-  });
-  document.addEventListener('keydown', (e) => {
-    if (e.key === 'Escape') {
-      pinned = null;
-      tip.hidden = true;
-    }
-  });
-}
-
-// ---- the seed, as a story --------------------------------------------------------------------
+// ---- the seed, as a story: renderStory lives in story.js; its buttons' actions are here ----
 
 /** A settings change from a button: it takes effect at the next step boundary. */
 function changeSettings(change) {
@@ -1021,99 +665,6 @@ function runStory(base) {
   showHashNotice(null);
   request({ kind: 'configure', settings: { ...start, rng: 'original' } }, ...steps(),
     { kind: 'configure', settings: { ...start, rng: 'partitionable' } }, ...steps());
-}
-
-/** "29 all-gathers, 29 reduce-scatters" from a summary's per-kind totals. */
-function collectiveWords(summary) {
-  const rows = Object.entries(summary.collectives).filter(([, t]) => t.count > 0);
-  return rows.length ? rows.map(([kind, t]) => plural(t.count, kind)).join(', ') : 'no collectives';
-}
-
-function renderStory() {
-  const ol = $('story-steps');
-  const s = state.settings;
-  const p = state.programs;
-  if (!p || !p.ok || !s) {
-    ol.replaceChildren(el('li', { class: 'muted' }, 'Fix the marked settings to see this run’s story.'));
-    return;
-  }
-  const a = p.modes.auto.summary;
-  const m = p.modes.shard_map.summary;
-  const key = storyKey(s);
-  const measured = state.story.measured[key] || {};
-  const cur = measured[s.rng];
-  const toggle = (label, change) => el('button', { type: 'button', class: 'inline', 'data-testid': 'story-toggle', onclick: () => changeSettings(change) }, label);
-  const ratio = (rng) => (measured[rng]
-    ? el('strong', { 'data-testid': 'story-ratio', 'data-rng': rng }, `${(measured[rng].auto / measured[rng].shard_map).toFixed(2)}×`)
-    : el('em', { class: 'muted' }, 'not measured yet'));
-  const runIt = 'press “Run the story” above to train both modes under both RNG layouts for a few steps';
-
-  const gap = el('li', {}, el('strong', {}, 'The gap. '),
-    cur
-      ? [`On your GPU, with these settings, the automatic step takes ${fmtMs(cur.auto)} and the shard_map step ${fmtMs(cur.shard_map)} (medians of this run’s steps, measured): automatic is `, ratio(s.rng), ' the shard_map time. ']
-      : [`Not measured yet for these settings: ${runIt}, or train in both modes. `],
-    s.mode === 'both' ? toggle('Train automatic only', { mode: 'auto' }) : toggle('Train both modes', { mode: 'both' }), ' ',
-    el('span', { class: 'muted' }, '(The JAX report: 2.95 s/it automatic against 1.09 s/it with shard_map, 2.7×, on a TPU v4-8.)'));
-
-  const aw = collectiveWords(a);
-  const mw = collectiveWords(m);
-  const hasAllReduce = a.collectives['all-reduce'].count + m.collectives['all-reduce'].count > 0;
-  const comm = el('li', {}, el('strong', {}, 'Not the collectives. '),
-    aw === mw
-      ? `Both programs issue the same collectives: ${aw}. The same communication cannot explain a gap. `
-      : `The automatic program issues ${aw}; shard_map issues ${mw}. `,
-    hasAllReduce ? (s.combine ? toggle('Stop combining all-reduces', { combine: false }) : toggle('Combine all-reduces', { combine: true })) : null);
-
-  const bitsRatio = m.rng_bits_per_device > 0 ? a.rng_bits_per_device / m.rng_bits_per_device : null;
-  const prof = (state.story.profiles[key] || {})[s.rng];
-  const rngShare = (mode) => {
-    const x = prof && prof[mode] && prof[mode].breakdown;
-    if (!x) return null;
-    const total = x.step_ms;
-    return total > 0 ? `${fmtMs(x.categories_ms.rng)} of ${fmtMs(total)} (${fmtPct(x.categories_ms.rng / total)}) in ${MODE_LABEL[mode]}` : null;
-  };
-  const shares = MODES.map(rngShare).filter(Boolean);
-  const pr = state.configured.prediction;
-  const modelledShare = (mode) => {
-    const p = pr.modes[mode];
-    return el('span', { 'data-testid': 'rng-modelled', 'data-mode': mode, 'data-rng-ms': String(p.rng_ms), 'data-step-ms': String(p.step_ms) },
-      `${fmtMs(p.rng_ms)} of ${fmtMs(p.step_ms)} (${fmtPct(p.rng_share)}) in ${MODE_LABEL[mode]}`);
-  };
-  const modelled = el('span', {}, ` On ${pr.devices} × ${pr.label} the cost model gives the random bits `,
-    modelledShare('auto'), ' and ', modelledShare('shard_map'), ' (modelled); the JAX report measured ',
-    el('span', { 'data-testid': 'report-times' }, '2.95 vs 1.09 s/it on a TPU v4-8'), '. ');
-  const cause = el('li', {}, el('strong', {}, 'The cause: random bits. '),
-    `Each device generates ${fmtInt(a.rng_bits_per_device)} random bits per step in automatic mode and ${fmtInt(m.rng_bits_per_device)} in shard_map`,
-    bitsRatio ? ` (${bitsRatio.toFixed(1)}×). ` : '. ',
-    s.rng === 'original'
-      ? 'With the original Threefry layout no device can make its own block, so the partitioner has every device generate the whole global array and slice its part: the lines marked in the automatic program below. '
-      : 'With the partitionable layout each device makes only its block. ',
-    shares.length
-      ? el('span', { 'data-testid': 'rng-time' }, `In a profiled step the random bits took ${shares.join(', and ')} (measured).`)
-      : 'Press “Where does the time go?” to measure the random bits’ share of each mode’s step.',
-    modelled);
-
-  const flag = el('li', {}, el('strong', {}, 'The flag. '),
-    `jax_threefry_partitionable (the RNG layout here) is now ${s.rng === 'partitionable' ? 'True' : 'False'}. Measured ratio automatic/shard_map on these settings: original `, ratio('original'),
-    ', partitionable ', ratio('partitionable'), '. ',
-    toggle(s.rng === 'original' ? 'Flip to partitionable' : 'Back to original', { rng: s.rng === 'original' ? 'partitionable' : 'original' }));
-
-  const o = state.story.overlap;
-  let masks;
-  if (s.dropout === 0) masks = 'Dropout is off, so no masks are drawn. ';
-  else if (!o || o.same_key === undefined) masks = 'This mesh has one data-parallel device, so there is no mask to repeat. ';
-  else {
-    const chance = (1 - s.dropout) ** 2 + s.dropout ** 2;
-    masks = [`In shard_map, with the same key on every device, `,
-      el('strong', { 'data-testid': 'mask-share', 'data-key': 'same' }, fmtPct(o.same_key)),
-      ` of the dropout mask bits are identical across the ${o.devices} data-parallel devices: every device drops the same positions of different examples. With fold_in(key, axis_index('dp')), `,
-      el('strong', { 'data-testid': 'mask-share', 'data-key': 'fold_in' }, fmtPct(o.fold_in)),
-      ` are: what independent masks share by chance at dropout ${s.dropout} (${fmtPct(chance)}). (From the first ${fmtInt(o.elements)} bits of each device’s first mask.) `];
-  }
-  const caveat = el('li', {}, el('strong', {}, 'The same-key caveat. '), masks,
-    s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' }));
-
-  ol.replaceChildren(gap, comm, cause, flag, caveat);
 }
 
 // ---- the task: renderTask, renderExamplePrediction and renderSample live in learn.js -----
@@ -1305,6 +856,7 @@ function wireControls() {
     request({ kind: 'configure', settings, updateHash: !problem });
   });
   wireInspector();
+  initStory({ state, storyKey, changeSettings });
   editor.init({
     wasm, el, deviceColor, coordText, changeSettings,
     lab: () => lab, settings: () => state.settings, programs: () => state.programs,
@@ -1324,10 +876,12 @@ async function main() {
   }
 
   setState('loading', 'Loading the wasm module…');
+  let uPlot;
   [wasm, uPlot] = await Promise.all([
     import('../pkg/shardlab_web.js'),
     import('./vendor/uplot/uPlot.esm.js').then((m) => m.default).catch(() => null),
   ]);
+  initCharts({ state, uPlot });
   await wasm.default();
   $('version').textContent = `shardlab ${wasm.Shardlab.version()}`;
   presets = JSON.parse(wasm.Shardlab.presets());

@@ -1,0 +1,38 @@
+// How the page writes numbers and names: byte sizes, times, rates, FLOPs, percentages and plurals,
+// the core's notes in the page's words, and the modes' labels and colours. Pure functions and
+// constants, no state and no elements: split out of app.js so that the inspector, the charts and the
+// story (each its own module) write a number the same way the live figures do.
+
+/** The two partitioning modes, in the order the page shows them. */
+export const MODES = ['auto', 'shard_map'];
+export const MODE_LABEL = { auto: 'automatic', shard_map: 'shard_map' };
+export const MODE_COLOR = { auto: '#4f46e5', shard_map: '#d97706' };
+
+export const fmtBytes = (n) => (n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(1)} MiB`
+  : n >= 2 ** 10 ? `${(n / 2 ** 10).toFixed(1)} KiB` : `${n} B`);
+export const fmtErr = (x) => (x === null || x === undefined ? '—' : x === 0 ? '0' : x.toExponential(1));
+export const fmtMs = (ms) => (ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : ms < 1000 ? `${ms.toFixed(1)} ms` : `${(ms / 1000).toFixed(2)} s`);
+export const fmtInt = (n) => Number(n).toLocaleString('en-US');
+export const fmtRate = (x) => (x >= 1e6 ? `${(x / 1e6).toFixed(2)} M` : x >= 1e3 ? `${(x / 1e3).toFixed(1)} k` : x.toFixed(0));
+/** 44.5 MFLOP, 1.20 GFLOP: SI prefixes, three significant digits. */
+export function fmtFlops(x) {
+  const units = [[1e15, 'PFLOP'], [1e12, 'TFLOP'], [1e9, 'GFLOP'], [1e6, 'MFLOP'], [1e3, 'kFLOP']];
+  for (const [size, unit] of units) if (x >= size) return `${Number((x / size).toPrecision(3))} ${unit}`;
+  return `${x} FLOP`;
+}
+/** The core's notes name CLI flags in parentheses, e.g. "(--dropout-key fold_in)": the page
+ * has controls instead, so the flags are dropped. */
+export const pageWords = (text) => String(text).replace(/\s*\(--[^)]*\)/g, '');
+export const fmtPct = (x) => `${(100 * x).toFixed(1)}%`;
+/** "3.3×": how many times one time is another. */
+export function fmtTimes(x) {
+  return `${x < 10 ? x.toFixed(1) : x.toFixed(0)}×`;
+}
+export const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? '' : 's'}`;
+export const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor(s.length / 2)] : NaN;
+};
+/** Resolves once the browser has painted a frame: the session waits on it between steps. */
+export const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+
