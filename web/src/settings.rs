@@ -78,7 +78,8 @@ impl Settings {
             seq: c.seq,
             batch: c.batch,
             vocab: c.vocab,
-            dropout: f64::from(c.dropout),
+            // The f32's shortest decimal, so the link says 0.1 and not 0.10000000149011612.
+            dropout: c.dropout.to_string().parse().unwrap_or(0.0),
             rng: p.rng_layout(),
             dropout_key: p.dropout_key(),
             combine: false,
@@ -386,6 +387,7 @@ mod tests {
         for p in Preset::ALL {
             let s = Settings::preset(p);
             assert_eq!(s.config(), p.config(), "{p:?}");
+            assert_eq!(s.dropout.to_string(), p.config().dropout.to_string(), "{p:?}");
             assert_eq!(s.mesh().unwrap(), Mesh::parse(p.mesh()).unwrap());
             assert_eq!(
                 (s.strategy(), s.rng_layout(), s.dropout_key),
