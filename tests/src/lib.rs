@@ -7,7 +7,7 @@ use shardlab::gpu::GpuContext;
 mod python;
 mod skip;
 
-pub use python::{jax_python, python, python_program, PYTHON_VAR};
+pub use python::{jax_python, python, python_program, run_jax_script, PYTHON_VAR};
 pub use skip::{adapter_lacks, unavailable, Need, SKIP_LOG_VAR};
 
 /// The process-wide GPU context. With no adapter the calling test fails, unless

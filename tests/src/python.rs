@@ -70,3 +70,27 @@ pub fn jax_python() -> Option<&'static Path> {
         }
     }
 }
+
+/// Writes `script` to `<temp>/shardlab-<dir>-<pid>/<name>.py` and runs it with [`python_program`]
+/// on `devices` simulated CPU devices (XLA's host platform); returns its stdout, after failing
+/// the test with both streams if the script failed.
+pub fn run_jax_script(dir: &str, name: &str, script: &str, devices: usize) -> String {
+    let dir = std::env::temp_dir().join(format!("shardlab-{dir}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.py"));
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new(python_program())
+        .arg(&path)
+        .env("XLA_FLAGS", format!("--xla_force_host_platform_device_count={devices}"))
+        .env("JAX_PLATFORMS", "cpu")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name}: the script failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

@@ -107,20 +107,7 @@ fn write_script(name: &str, script: &str) -> std::path::PathBuf {
 /// Runs the script on 8 simulated CPU devices; returns its step losses then its final loss,
 /// after checking the JSON lines' shape.
 fn run_script(name: &str, script: &str, steps: u64) -> Vec<f64> {
-    let path = write_script(name, script);
-    let out = Command::new(shardlab_tests::python_program())
-        .arg(&path)
-        .env("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-        .env("JAX_PLATFORMS", "cpu")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{name}: the script failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = shardlab_tests::run_jax_script("export-jax", name, script, 8);
     let lines: Vec<Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: `{l}` is not JSON: {e}")))

@@ -2,8 +2,6 @@
 //! once in JAX (the same collective, in_spec and out_spec), on a dp=2, tp=2 mesh. shardlab must
 //! refuse exactly the bodies JAX 0.10 refuses. The verdicts JAX gave are written in the table
 //! so that shardlab's check is held to them without Python too; `under_jax::` runs JAX itself.
-use std::process::Command;
-
 use shardlab::ir::{Builder, DType, Role, ValueId};
 use shardlab::partition::{shard_map, Arg, PartitionError};
 use shardlab::sharding::{Mesh, PartitionSpec};
@@ -372,26 +370,10 @@ mod under_jax {
 
     #[test]
     fn jax_refuses_exactly_the_bodies_the_table_and_shardlab_refuse_under_jax() {
-        let Some(python) = shardlab_tests::jax_python() else {
+        if shardlab_tests::jax_python().is_none() {
             return;
-        };
-        let dir = std::env::temp_dir().join(format!("shardlab-vma-jax-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("vma.py");
-        std::fs::write(&path, script()).unwrap();
-        let out = Command::new(python)
-            .arg(&path)
-            .env("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-            .env("JAX_PLATFORMS", "cpu")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "the script failed ({}):\n{stdout}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        }
+        let stdout = shardlab_tests::run_jax_script("vma-jax", "vma", &script(), 4);
         let cases = cases();
         let lines: Vec<&str> = stdout.lines().collect();
         assert_eq!(lines.len(), cases.len(), "one line per case:\n{stdout}");
