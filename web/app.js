@@ -20,7 +20,8 @@ import {
   MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
-import { coordText, deviceColor, renderPrograms, wireInspector } from './inspector.js';
+import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
+import { renderTimeline } from './timeline.js';
 import { init as initStory, renderStory } from './story.js';
 
 const state = {
@@ -381,6 +382,8 @@ function applySettings(s, { updateHash = true } = {}) {
   if (!r.ok) {
     state.configured = null;
     state.programs = null;
+    state.timeline = null;
+    $('timeline-body').replaceChildren();
     markFieldErrors(r.errors);
     resetView();
     renderStory();
@@ -400,7 +403,43 @@ function applySettings(s, { updateHash = true } = {}) {
   const perDevice = Math.max(...Object.values(r.memory.per_device));
   $('run-facts').textContent = `${s.preset} preset · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
   renderPrediction(r.prediction);
+  showTimeline();
   return true;
+}
+
+// ---- the timeline: drawn by timeline.js from the core's modelled timelines -----------------
+
+/** Both modes' modelled timelines for the current settings, overlap as the checkbox says. */
+function showTimeline() {
+  const t = JSON.parse(lab.timelines($('timeline-overlap').checked));
+  if (!t.ok) return showError(t.error);
+  state.timeline = t;
+  $('timeline-device').textContent = t.label;
+  const body = $('timeline-body');
+  // The row labels take 6.5rem (style.css's --tl-label); the time axis gets the rest.
+  const width = Math.max(200, body.clientWidth - 112);
+  renderTimeline(body, t, {
+    width,
+    colors: CATEGORY_COLOR,
+    fmtMs,
+    modeLabel: (m) => MODE_LABEL[m],
+    onSelect: (mode, instr) => {
+      if (!selectInstr(mode, instr)) $('program-aligned').scrollIntoView({ block: 'start' });
+    },
+  });
+  body.append(categoryLegend());
+  return true;
+}
+
+/** The timelines as one Chrome trace-event file. */
+function downloadTrace() {
+  if (!state.timeline) return;
+  const blob = new Blob([JSON.stringify(state.timeline.trace)], { type: 'application/json' });
+  const a = el('a', { href: URL.createObjectURL(blob), download: `shardlab_${state.settings.preset}_timeline.json` });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 0);
 }
 
 function resetView() {
@@ -899,7 +938,9 @@ async function main() {
   const thisGpu = setupThisGpu({ wasm, lab, adapter: state.adapter, presets, el });
   wireControls();
   thisGpu.wire($('device'), $('device').closest('label'));
-  for (const id of ['controls', 'live', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
+  for (const id of ['controls', 'live', 'timeline', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
+  $('timeline-overlap').addEventListener('change', () => { if (state.configured) showTimeline(); });
+  $('timeline-download').addEventListener('click', downloadTrace);
   initLearn();
   const { settings, problem } = settingsFromHash();
   showHashNotice(problem);

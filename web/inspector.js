@@ -157,7 +157,7 @@ function renderAligned(views) {
     const mode = MODES[k];
     if (i === null) return el('td', { class: 'src gap', 'data-mode': mode });
     const line = texts[k][i];
-    const td = el('td', { class: 'src', 'data-mode': mode }, renderLine(mode, line, marks[k].get(i)));
+    const td = el('td', { class: 'src', 'data-mode': mode, 'data-line': String(i) }, renderLine(mode, line, marks[k].get(i)));
     const defined = /^\s*(%[\d, %]+)=/.exec(line);
     if (defined) td.id = `${mode}-v${defined[1].match(/\d+/)[0]}`;
     for (const v of defined ? defined[1].match(/\d+/g).slice(1) : []) td.prepend(el('span', { id: `${mode}-v${v}` }));
@@ -203,7 +203,31 @@ function renderPane(box, view, running, axes) {
  * Both per-device programs (a planned `p`, with `ok`), side by side with their summaries; `running`
  * names the modes this run trains, `mesh` is the settings' mesh text ("dp=2,tp=2").
  */
+/** Each mode's text line of its first instruction (instruction i is on line first + i). */
+const firstInstrLine = {};
+
+/**
+ * Shows instruction `instr` of `mode`'s program in the aligned text (the timeline's spans select
+ * their op this way): scrolled to, flashed and focused. False when the text does not have it.
+ */
+export function selectInstr(mode, instr) {
+  const first = firstInstrLine[mode];
+  if (first === undefined) return false;
+  const td = $('program-aligned').querySelector(`td.src[data-mode="${mode}"][data-line="${first + instr}"]`);
+  if (!td) return false;
+  for (const old of $('program-aligned').querySelectorAll('td.selected')) old.classList.remove('selected');
+  td.classList.add('selected');
+  td.tabIndex = -1;
+  td.scrollIntoView({ block: 'center' });
+  td.focus({ preventScroll: true });
+  td.classList.remove('flash');
+  void td.offsetWidth;
+  td.classList.add('flash');
+  return true;
+}
+
 export function renderPrograms(p, { running, mesh }) {
+  for (const m of MODES) firstInstrLine[m] = p.modes[m].first_instr_line;
   const axes = meshAxes(mesh);
   const devices = p.modes.auto.summary.devices;
   $('device-legend').replaceChildren(deviceLegend(devices, axes));

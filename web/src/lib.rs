@@ -13,6 +13,7 @@ mod session;
 mod settings;
 mod task;
 mod this_gpu;
+mod timeline;
 mod values;
 
 use std::cell::RefCell;
@@ -146,6 +147,13 @@ impl Shardlab {
     /// inserted ops with their rules, and where each parameter's blocks live.
     pub fn programs(&self) -> String {
         self.inner.borrow().programs().to_string()
+    }
+
+    /// Both modes' modelled timelines on the chosen device, with overlap on or off, and the
+    /// same as a Chrome trace-event file (`timeline::timelines`); `{"ok":false,"error"}` before
+    /// the settings are valid.
+    pub fn timelines(&self, overlap: bool) -> String {
+        self.inner.borrow().timelines(overlap).to_string()
     }
 
     /// Forgets the trained state (and opens a new GPU device if the old one was lost, or when

@@ -42,9 +42,12 @@ impl Plan {
         let summary = summarize(program);
         let text = program.to_text();
         let marks = marks(program, &text, &summary, inserted.as_deref().unwrap_or(&[]));
+        // The text is a header, one line per input, one per instruction, then `return`.
+        let first_instr_line = text.lines().count().saturating_sub(1 + program.instrs.len());
         let view = json!({
             "mode": mode.name(),
             "text": text,
+            "first_instr_line": first_instr_line,
             "marks": marks,
             "summary": summary_json(&summary),
             "inserted": inserted,

@@ -215,6 +215,16 @@ impl Inner {
         Some((&run.plans, run.settings.mesh().ok()?))
     }
 
+    pub fn timelines(&self, overlap: bool) -> Value {
+        let Some(run) = &self.run else {
+            return fail("no valid settings yet: configure first");
+        };
+        match run.settings.device_profile() {
+            Ok(device) => crate::timeline::timelines(&run.plans, &device, overlap),
+            Err(e) => fail(e.message),
+        }
+    }
+
     pub fn programs(&self) -> Value {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
