@@ -1,6 +1,8 @@
 //! One connection: read the request head into a fixed buffer before a deadline, answer with
 //! the file or an error before another deadline, and close. A client that sends too much or
-//! too slowly gets 431 or 408, so it holds no more than the buffer and the two deadlines.
+//! too slowly gets 431 or 408, so it holds no more than the buffer and the two deadlines. A
+//! request must name this server as its Host (127.0.0.1, localhost or [::1], with its port):
+//! a page on another name that a DNS-rebinding attack points here gets 421 and no file.
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::Path;
@@ -24,9 +26,32 @@ enum Refused {
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Serves one request on `stream` from `root`.
-pub fn handle(mut stream: TcpStream, root: &Path, limits: &Limits) {
-    let (method, target) = match read_head(&mut stream, limits) {
+/// The request line's method and target, and the Host header's value.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    method: String,
+    target: String,
+    host: Option<String>,
+}
+
+/// Whether `host` (a Host header's value) names this server: a loopback name with `port`, or
+/// without a port when `port` is HTTP's default.
+fn host_allowed(host: &str, port: u16) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let (name, rest) = match host.strip_prefix("[::1]") {
+        Some(rest) => ("[::1]", rest),
+        None => host.find(':').map_or((host.as_str(), ""), |i| (&host[..i], &host[i..])),
+    };
+    let port_ok = match rest.strip_prefix(':') {
+        Some(p) => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>() == Ok(port),
+        None => rest.is_empty() && port == 80,
+    };
+    matches!(name, "127.0.0.1" | "localhost" | "[::1]") && port_ok
+}
+
+/// Serves one request on `stream` from `root`, for a client that names this server's `port`.
+pub fn handle(mut stream: TcpStream, root: &Path, limits: &Limits, port: u16) {
+    let Head { method, target, host } = match read_head(&mut stream, limits) {
         Ok(head) => head,
         Err(refused) => {
             let (code, body): (u16, &[u8]) = match refused {
@@ -39,6 +64,10 @@ pub fn handle(mut stream: TcpStream, root: &Path, limits: &Limits) {
             return linger(stream, limits);
         }
     };
+    if !host.as_deref().is_some_and(|h| host_allowed(h, port)) {
+        let body = format!("this server answers only 127.0.0.1:{port}, localhost:{port} and [::1]:{port}\n");
+        return respond(&mut stream, limits, 421, TEXT, body.as_bytes(), false);
+    }
     let head = method == "HEAD";
     if method != "GET" && !head {
         return respond(&mut stream, limits, 405, TEXT, b"only GET and HEAD\n", false);
@@ -54,9 +83,9 @@ fn left(deadline: Instant) -> Option<Duration> {
     Some(deadline.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero())
 }
 
-/// The request line's method and target, read with the headers (which are ignored) into a
-/// buffer of `limits.header_bytes`, all before `limits.read` has passed.
-fn read_head(stream: &mut TcpStream, limits: &Limits) -> Result<(String, String), Refused> {
+/// The request line and the Host header, read with the other headers (which are ignored) into
+/// a buffer of `limits.header_bytes`, all before `limits.read` has passed.
+fn read_head(stream: &mut TcpStream, limits: &Limits) -> Result<Head, Refused> {
     let deadline = Instant::now() + limits.read;
     let mut buf = vec![0u8; limits.header_bytes];
     let mut len = 0;
@@ -100,16 +129,28 @@ fn head_end(bytes: &[u8]) -> Option<usize> {
     })
 }
 
-fn request_line(head: &[u8]) -> Result<(String, String), Refused> {
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+fn request_line(head: &[u8]) -> Result<Head, Refused> {
+    let mut lines = head.split(|&b| b == b'\n');
+    let line = lines.next().unwrap_or_default();
     let line = std::str::from_utf8(line).map_err(|_| Refused::Malformed)?;
     let mut parts = line.split_whitespace();
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(method), Some(target), Some(version)) if version.starts_with("HTTP/") => {
-            Ok((method.to_string(), target.to_string()))
-        }
-        _ => Err(Refused::Malformed),
-    }
+    let (method, target) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(method), Some(target), Some(version)) if version.starts_with("HTTP/") => (method, target),
+        _ => return Err(Refused::Malformed),
+    };
+    // The first Host header; a header that is not UTF-8 is no Host.
+    let host = lines.find_map(|l| {
+        let l = std::str::from_utf8(l).ok()?;
+        let (name, value) = l.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("host")
+            .then(|| value.trim().to_string())
+    });
+    Ok(Head {
+        method: method.to_string(),
+        target: target.to_string(),
+        host,
+    })
 }
 
 /// Writes the whole response before `limits.write` has passed, or gives up.
@@ -120,6 +161,7 @@ fn respond(stream: &mut TcpStream, limits: &Limits, code: u16, content_type: &st
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         _ => "Service Unavailable",
     };
@@ -186,10 +228,40 @@ mod tests {
     #[test]
     fn a_request_line_needs_a_method_a_target_and_an_http_version() {
         assert_eq!(
-            request_line(b"GET /a.js HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Ok(("GET".into(), "/a.js".into()))
+            request_line(b"GET /a.js HTTP/1.1\r\nAccept: */*\r\nhost:  x:1 \r\n\r\n"),
+            Ok(Head {
+                method: "GET".into(),
+                target: "/a.js".into(),
+                host: Some("x:1".into())
+            })
         );
         assert_eq!(request_line(b"GET /a.js\r\n\r\n"), Err(Refused::Malformed));
         assert_eq!(request_line(b"\xff\xfe / HTTP/1.1\r\n\r\n"), Err(Refused::Malformed));
+    }
+
+    #[test]
+    fn only_a_loopback_name_with_the_servers_port_is_this_server() {
+        for ok in [
+            "127.0.0.1:8000",
+            "localhost:8000",
+            "LOCALHOST:8000",
+            "[::1]:8000",
+            " 127.0.0.1:8000 ",
+        ] {
+            assert!(host_allowed(ok, 8000), "{ok}");
+        }
+        for bad in [
+            "evil.example:8000",
+            "127.0.0.1:8001",
+            "127.0.0.1",
+            "localhost.evil.example:8000",
+            "127.0.0.1:+8000",
+            "127.0.0.1:",
+            "[::1]",
+            "",
+        ] {
+            assert!(!host_allowed(bad, 8000), "{bad}");
+        }
+        assert!(host_allowed("localhost", 80));
     }
 }

@@ -73,9 +73,10 @@ impl Server {
                 .map_err(|e| format!("cannot serve {}: {e}", root.display()))?,
         );
         let active = Arc::new(AtomicUsize::new(0));
+        let port = addr.port();
         let acceptor = thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                accept(stream, &root, &limits, &active);
+                accept(stream, &root, &limits, &active, port);
             }
         });
         Ok(Server { addr, acceptor })
@@ -91,7 +92,7 @@ impl Server {
     }
 }
 
-fn accept(stream: TcpStream, root: &Arc<PathBuf>, limits: &Limits, active: &Arc<AtomicUsize>) {
+fn accept(stream: TcpStream, root: &Arc<PathBuf>, limits: &Limits, active: &Arc<AtomicUsize>, port: u16) {
     if active.fetch_add(1, Ordering::SeqCst) >= limits.connections {
         active.fetch_sub(1, Ordering::SeqCst);
         return busy(stream);
@@ -101,7 +102,7 @@ fn accept(stream: TcpStream, root: &Arc<PathBuf>, limits: &Limits, active: &Arc<
     // When the thread cannot start, the closure and its slot are dropped and the client sees a close.
     let _ = thread::Builder::new().name("xtask-http".into()).spawn(move || {
         let _slot = slot;
-        handle(stream, Path::new(root.as_ref()), &limits);
+        handle(stream, Path::new(root.as_ref()), &limits, port);
     });
 }
 

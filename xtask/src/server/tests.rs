@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 use super::files::tests::site;
 use super::{Limits, Server};
 
+/// `METHOD TARGET` as a browser on this server's URL sends it, with its Host header.
+fn req(server: &Server, line: &str) -> String {
+    format!("{line} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", server.addr.port())
+}
+
 /// Sends `request` and reads the response, up to the close (or a reset after it).
 fn get(server: &Server, request: &str) -> String {
     let mut s = TcpStream::connect(server.addr).unwrap();
@@ -27,16 +32,37 @@ fn stall(server: &Server) -> TcpStream {
 #[test]
 fn server_answers_get_head_and_missing_files() {
     let server = Server::start(site("answers"), 0).unwrap();
-    let ok = get(&server, "GET /web/app.js HTTP/1.1\r\nHost: x\r\n\r\n");
+    let ok = get(&server, &req(&server, "GET /web/app.js"));
     assert!(
         ok.starts_with("HTTP/1.1 200") && ok.contains("text/javascript") && ok.ends_with("\r\n\r\n1"),
         "{ok}"
     );
-    let head = get(&server, "HEAD / HTTP/1.1\r\n\r\n");
+    let head = get(&server, &req(&server, "HEAD /"));
     assert!(head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"), "{head}");
-    assert!(get(&server, "GET /../etc/passwd HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
-    assert!(get(&server, "POST / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    assert!(get(&server, &req(&server, "GET /../etc/passwd")).starts_with("HTTP/1.1 404"));
+    assert!(get(&server, &req(&server, "POST /")).starts_with("HTTP/1.1 405"));
     assert!(get(&server, "hello\r\n\r\n").starts_with("HTTP/1.1 400"));
+}
+
+#[test]
+fn a_request_for_another_host_gets_421_and_no_file() {
+    let server = Server::start(site("host"), 0).unwrap();
+    let port = server.addr.port();
+    for host in [format!("localhost:{port}"), format!("[::1]:{port}")] {
+        let ok = get(&server, &format!("GET /web/app.js HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+        assert!(ok.starts_with("HTTP/1.1 200"), "{host}: {ok}");
+    }
+    // A DNS-rebinding page reaches 127.0.0.1 under its own name; a wrong port or no Host at all
+    // is not this server either.
+    for head in [
+        format!("Host: evil.example:{port}\r\n"),
+        format!("Host: 127.0.0.1:{}\r\n", port.wrapping_add(1)),
+        String::new(),
+    ] {
+        let refused = get(&server, &format!("GET /web/app.js HTTP/1.1\r\n{head}\r\n"));
+        assert!(refused.starts_with("HTTP/1.1 421"), "{head:?}: {refused}");
+        assert!(!refused.ends_with("\r\n\r\n1"), "{head:?}: the file was served");
+    }
 }
 
 #[test]
@@ -93,7 +119,7 @@ fn slow_clients_do_not_stop_another_request_being_served() {
     // More stalled clients than the old server had workers, each holding its connection open.
     let stalled: Vec<TcpStream> = (0..12).map(|_| stall(&server)).collect();
     let start = Instant::now();
-    let ok = get(&server, "GET /index.html HTTP/1.1\r\n\r\n");
+    let ok = get(&server, &req(&server, "GET /index.html"));
     assert!(ok.starts_with("HTTP/1.1 200") && ok.ends_with("<p>hi</p>"), "{ok}");
     assert!(
         start.elapsed() < Duration::from_secs(3),
@@ -114,7 +140,7 @@ fn clients_past_the_connection_limit_get_503_at_once() {
     // The acceptor counts a connection only once it takes it: give it the two stalled ones first.
     std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
-    let busy = get(&server, "GET / HTTP/1.1\r\n\r\n");
+    let busy = get(&server, &req(&server, "GET /"));
     assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
     assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
     drop(stalled);
