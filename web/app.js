@@ -106,8 +106,9 @@ const FIELDS = {
 
 /** One value from its text, or throws a message naming the problem (in the page's words). */
 function parseField(name, text) {
-  const f = FIELDS[name];
-  if (!f) throw new Error(`unknown setting “${name}”`);
+  // Own properties only: `constructor` or `__proto__` in a link is an unknown setting.
+  const f = Object.hasOwn(FIELDS, name) ? FIELDS[name] : null;
+  if (!f) throw new Error(`unknown setting “${name.slice(0, 40)}”`);
   const bad = (why) => new Error(`${name} “${text.slice(0, 40)}” ${why}`);
   switch (f.kind) {
     case 'enum':
@@ -160,7 +161,7 @@ function settingsFromHash() {
     const given = {};
     const specs = {};
     for (const [k, v] of params) {
-      if (k in given || k in specs) throw new Error(`“${k.slice(0, 40)}” appears twice`);
+      if (Object.hasOwn(given, k) || Object.hasOwn(specs, k)) throw new Error(`“${k.slice(0, 40)}” appears twice`);
       if (editor.isSpecKey(k)) specs[k] = v;
       else given[k] = parseField(k, v);
     }
@@ -663,6 +664,19 @@ function updateButtons() {
   const label = state.playing ? 'training' : { idle: 'ready', building: 'building', stepping: 'stepping', paused: 'paused', error: 'error' }[state.phase];
   $('run-state').textContent = stepping && !state.playing ? (state.phase === 'building' ? 'building' : 'stepping') : label;
   $('run-state').className = `badge ${state.playing ? 'pass' : state.phase === 'error' ? 'fail' : ''}`;
+  // The header says what the session is doing once the page is up (loading and errors say
+  // their own).
+  if (document.body.dataset.state === 'ready') setState('ready', headerStatus(stepping));
+}
+
+/** The header's status line for the session as it stands. */
+function headerStatus(stepping) {
+  if (state.playing) return 'Training: press Pause to stop';
+  if (state.phase === 'error') return 'Stopped: the message above says why';
+  if (state.phase === 'building') return 'Building the programs…';
+  if (stepping) return 'Stepping…';
+  if (!state.configured) return 'Fix the settings shown in red to train';
+  return state.steps > 0 ? `Paused at step ${fmtInt(state.steps)}: press Play to go on` : 'Ready: press Play';
 }
 
 // ---- charts: makeCharts and updateCharts live in charts.js ---------------------------------

@@ -4,7 +4,7 @@
 // the wasm's (the core's parser and NamedSharding); this module only renders and reads fields.
 // Specs live in settings.specs ({name: "P(None, 'tp')"}) and in the hash as spec.NAME=P(...).
 
-let api = null; // {wasm, lab(), el, deviceColor, coordText, meshAxes, settings(), changeSettings}
+let api = null; // {wasm, lab(), el, deviceColor, coordText, changeSettings, settings(), programs(), devices()}
 let groups = null; // the last editor::groups answer
 let groupsKey = '';
 let constraints = {}; // intermediates' with_sharding_constraints, {name: spec}
@@ -168,7 +168,7 @@ function renderConstraints() {
 export function afterPrograms() {
   for (const td of document.querySelectorAll('#program-aligned td.src[data-mode="auto"]')) {
     const name = lineName(td.textContent);
-    if (name && constraints[name] && !name.startsWith('parameter ')) {
+    if (name && Object.hasOwn(constraints, name) && !name.startsWith('parameter ')) {
       td.append(api.el('span', { class: 'constraint-badge', 'data-testid': 'constraint-badge' }, ` with_sharding_constraint ${constraints[name]}`));
     }
   }

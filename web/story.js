@@ -106,8 +106,11 @@ export function renderStory() {
       el('strong', { 'data-testid': 'mask-share', 'data-key': 'fold_in' }, fmtPct(o.fold_in)),
       ` are: what independent masks share by chance at dropout ${s.dropout} (${fmtPct(chance)}). (From the first ${fmtInt(o.elements)} bits of each device’s first mask.) `];
   }
-  const caveat = el('li', {}, el('strong', {}, 'The same-key caveat. '), masks,
-    s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' }));
+  // The key only matters where masks could repeat: no toggle without them.
+  const repeats = s.dropout !== 0 && o && o.same_key !== undefined;
+  const keyToggle = !repeats ? null
+    : s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' });
+  const caveat = el('li', { 'data-testid': 'story-caveat' }, el('strong', {}, 'The same-key caveat. '), masks, keyToggle);
 
   ol.replaceChildren(gap, comm, cause, flag, caveat);
 }

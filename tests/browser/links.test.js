@@ -71,6 +71,8 @@ const HOSTILE = {
   negative: '#batch=-8',
   'exponent notation': '#dropout=1e-1',
   'exponent in an integer': '#d_model=1e3',
+  'an inherited key': '#constructor=1',
+  'the prototype key': '#__proto__=1',
 };
 for (const [what, hash] of Object.entries(HOSTILE)) {
   test(`a hostile hash (${what}) shows the defaults with a notice`, { timeout: 90_000 }, async () => {
@@ -87,3 +89,16 @@ for (const [what, hash] of Object.entries(HOSTILE)) {
     }
   });
 }
+
+test('a key that only the prototype has is an unknown setting, not a duplicate', { timeout: 90_000 }, async () => {
+  for (const key of ['constructor', 'toString', '__proto__']) {
+    const { context, page } = await openReady(`${hashOf()}&${key}=1`);
+    try {
+      const notice = await page.getByTestId('hash-notice').innerText();
+      assert.match(notice, new RegExp(`unknown setting “${key}”`), notice);
+      assert.doesNotMatch(notice, /twice/);
+    } finally {
+      await context.close();
+    }
+  }
+});

@@ -101,3 +101,20 @@ test('the inspector aligns the programs, explains inserted ops on focus and tap,
     await context.close();
   }
 });
+
+test('the same-key caveat offers fold_in only where masks could repeat', { timeout: 120_000 }, async () => {
+  const { context, page } = await openReady(hashOf({ preset: 'tp', mesh: 'tp=2' }));
+  try {
+    const caveat = page.getByTestId('story-caveat');
+    assert.match(await caveat.innerText(), /no mask to repeat/);
+    assert.equal(await caveat.getByTestId('story-toggle').count(), 0);
+  } finally {
+    await context.close();
+  }
+  const dp = await openReady(hashOf());
+  try {
+    assert.equal(await dp.page.getByTestId('story-caveat').getByTestId('story-toggle').count(), 1);
+  } finally {
+    await dp.context.close();
+  }
+});
