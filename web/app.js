@@ -517,13 +517,19 @@ function renderBreakdown(r) {
       ...['forward', 'backward', 'update'].map((p) => row(p, (x) => fmtMs(x.phases_ms[p]))),
       row('one submission', (x) => fmtMs(x.submit_ms)),
       row('step, measured whole', (x) => fmtMs(x.step_ms)),
-      row('categories off the step by', offBy),
       // The floor: what no kernel gets below on this GPU (see floorNote).
       el('tr', { 'data-testid': 'floor-row' }, el('th', {}, 'floor on this GPU'), ran.map((m) => el('td', {
         class: 'num', 'data-mode': m, 'data-floor-ms': String(b(m).floor ? b(m).floor.step_ms : ''),
       }, b(m).floor ? fmtMs(b(m).floor.step_ms) : '–'))),
       row('step over its floor', (x) => (x.floor ? `${fmtTimes(x.step_ms / x.floor.step_ms)}` : '–')),
     ]));
+  // How well the ops' shares add up to the step measured whole: a check of the profile itself,
+  // folded away from the learner's first look.
+  const selfCheck = el('details', { class: 'small', 'data-testid': 'profile-check' },
+    el('summary', {}, 'how much to trust this profile'),
+    el('p', {}, 'The ops are timed alone and shared out over their phase, so their categories need not add up to the step measured whole. Here they are off by ',
+      ran.flatMap((m, i) => [i ? ', ' : '', `${offBy(b(m))} (${MODE_LABEL[m]})`]), '. ',
+      '“One submission” is the fixed cost of handing the step to the GPU and reading the loss back.'));
   const top = el('div', {}, ran.map((m) => el('div', { 'data-testid': 'top-ops', 'data-mode': m },
     el('p', { class: 'small' }, el('strong', {}, `${MODE_LABEL[m]}: the most expensive ops`)),
     el('ol', { class: 'small' }, b(m).top_ops.map((o) => el('li', {},
@@ -531,7 +537,7 @@ function renderBreakdown(r) {
   $('breakdown').replaceChildren(
     el('h3', {}, el('span', { class: 'tag measured' }, 'measured'), ` where step ${r.step + 1}'s time went`),
     el('p', { class: 'muted small' }, 'Each op timed alone by wall clock (split submissions), shared out over its phase’s measured time. Profiling re-runs the step many times, so this step is not charted and its time is not a step time.'),
-    bars, measuredLegend(), phases, floorNote(ran.map((m) => [m, b(m)])), top);
+    bars, measuredLegend(), phases, floorNote(ran.map((m) => [m, b(m)])), top, selfCheck);
   $('breakdown').hidden = false;
 }
 
@@ -599,6 +605,12 @@ function categoryLegend() {
     el('span', {}, el('i', { style: `background:${CATEGORY_COLOR[c]}` }), c)));
 }
 
+/** Which of the profile's figures are estimates, in words, with each identifier on hover. */
+function estimatedFigures(labels) {
+  const items = labels.flatMap(({ field, label }, i) => [i ? ', ' : '', el('abbr', { title: field, 'data-testid': 'estimated-figure' }, label)]);
+  return el('span', {}, ' Estimated rather than published: ', items, '.');
+}
+
 /** The modelled figure: both modes' steps on N real devices of the chosen kind. */
 function renderPrediction(pr) {
   // web/calibrate.js shows its recalibrate button when the prediction is for this GPU.
@@ -612,7 +624,7 @@ function renderPrediction(pr) {
     categoryLegend(),
     el('p', { class: 'muted small' }, `From each mode’s per-device program priced op by op on ${pr.label} (the cost model; nothing here ran on one). `,
       fits ? 'Both fit in its memory.' : 'It does not fit in one device’s memory.',
-      pr.estimated.length ? ` Estimated figures: ${pr.estimated.join(', ')}.` : ''),
+      pr.estimated_labels.length ? estimatedFigures(pr.estimated_labels) : ''),
   );
 }
 

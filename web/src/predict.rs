@@ -3,7 +3,7 @@
 //! JAX report's experiment at a size no browser tab could train. Nothing here prices an op;
 //! it only calls the core and shapes its answer for the page.
 use serde_json::{json, Value};
-use shardlab::profile::{device_preset, predict, DeviceProfile, Placement, Prediction};
+use shardlab::profile::{device_preset, figure_label, predict, DeviceProfile, Placement, Prediction};
 
 use crate::plan::Plan;
 use crate::settings::{Mode, Preset, Settings};
@@ -17,6 +17,16 @@ fn view(p: &Prediction) -> Value {
     v["rng_share"] = json!(if p.step_ms > 0.0 { rng_ms / p.step_ms } else { 0.0 });
     v["kind"] = json!("modelled");
     v
+}
+
+/// The profile's estimated figures in a learner's words, each with its identifier:
+/// `[{"field":"launch_s","label":"the cost of launching one kernel"}]`.
+fn estimated_labels(device: &DeviceProfile) -> Vec<Value> {
+    device
+        .estimated
+        .iter()
+        .map(|f| json!({"field": f, "label": figure_label(f).unwrap_or(f.as_str())}))
+        .collect()
 }
 
 /// Both modes' modelled steps on `device`: `{"device","label","devices","modes":{"auto":..}}`.
@@ -33,6 +43,7 @@ pub fn modes(plans: &[Plan], device: &DeviceProfile) -> Value {
         "label": device.label,
         "devices": plans.first().map(|p| p.summary.devices).unwrap_or(1),
         "estimated": device.estimated,
+        "estimated_labels": estimated_labels(device),
         "modes": modes,
     })
 }

@@ -98,6 +98,31 @@ fn est(names: &[&str]) -> Vec<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
 
+/// A [`DeviceProfile`] figure in a learner's words (`launch_s` is "the cost of launching one
+/// kernel"), for the page and reports that list which figures are estimates; None for a name
+/// that is no figure.
+pub fn figure_label(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "matmul_flops" => "matrix-multiply throughput",
+        "matmul_tile" => "the matrix unit's tile",
+        "matmul_units" => "matrix units working at once",
+        "matmul_half_flops" => "how large a matmul must be to reach half the throughput",
+        "matmul_batched" => "batched matmul throughput",
+        "vector_flops" => "arithmetic outside matmuls",
+        "int_ops" => "integer arithmetic (the random-bit hash)",
+        "mem_bandwidth" => "memory bandwidth",
+        "sim_collective_bandwidth" => "collectives between simulated devices",
+        "launch_s" => "the cost of launching one kernel",
+        "work_scale" => "how much slower ops run inside a step than alone",
+        "step_s" => "the fixed cost of a step",
+        "memory_bytes" => "memory per device",
+        "topology" => "how the devices are linked",
+        "link_bandwidth" => "bandwidth of a link between devices",
+        "link_latency" => "latency of a link between devices",
+        _ => return None,
+    })
+}
+
 /// Google Cloud TPU v4, one chip (two TensorCores as one JAX device, "megacore").
 /// Sources: cloud.google.com/tpu/docs/v4 (275 TFLOP/s bf16, 32 GiB HBM2 at 1200 GB/s,
 /// 3-D torus ICI); Jouppi et al., "TPU v4", ISCA 2023 (4 MXUs of 128x128 per core, 6 ICI
@@ -319,4 +344,20 @@ pub fn device_preset(name: &str) -> Option<DeviceProfile> {
 
 fn unit() -> f64 {
     1.0
+}
+
+#[cfg(test)]
+mod labels {
+    use super::*;
+
+    #[test]
+    fn every_estimated_figure_of_every_preset_has_a_learners_label() {
+        for p in presets() {
+            for f in &p.estimated {
+                assert!(figure_label(f).is_some(), "{}: `{f}` has no label", p.name);
+            }
+        }
+        assert_eq!(figure_label("launch_s"), Some("the cost of launching one kernel"));
+        assert_eq!(figure_label("nonsense"), None);
+    }
 }

@@ -26,7 +26,8 @@ pub use collective::CollectiveKind;
 pub use compare::{compare_ops, OpComparison, OpGroup};
 pub use cost::{category, instr_flops, Category};
 pub use device::{
-    a100, device_preset, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit, Topology,
+    a100, device_preset, figure_label, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit,
+    Topology,
 };
 pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
 pub use measured::{breakdown, measured_timeline, MeasuredBreakdown, OpRow, PHASES, SUBMIT};
