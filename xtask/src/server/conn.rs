@@ -1,7 +1,7 @@
 //! One connection: read the request head into a fixed buffer before a deadline, answer with
 //! the file or an error before another deadline, and close. A client that sends too much or
 //! too slowly gets 431 or 408, so it holds no more than the buffer and the two deadlines. A
-//! request must name this server as its Host (127.0.0.1, localhost or [::1], with its port):
+//! request must name this server as its Host (127.0.0.1, localhost or `[::1]`, with its port):
 //! a page on another name that a DNS-rebinding attack points here gets 421 and no file.
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
