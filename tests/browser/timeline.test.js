@@ -60,3 +60,24 @@ test('overlap off gives the serial step, never shorter, and the trace downloads 
     await context.close();
   }
 });
+
+test('switching overlap while Play trains redraws the timeline and training goes on', { timeout: 240_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mesh: 'dp=4', batch: '8' }));
+  try {
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.steps >= 1, null, { timeout: 180_000 });
+    await page.getByTestId('timeline-overlap').uncheck();
+    await page.waitForFunction(() => window.shardlab.timeline && window.shardlab.timeline.overlap === false);
+    const at = await page.evaluate(() => window.shardlab.steps);
+    await page.waitForFunction((n) => window.shardlab.steps > n, at, { timeout: 180_000 });
+    await page.getByTestId('timeline-overlap').check();
+    await page.waitForFunction(() => window.shardlab.timeline.overlap === true);
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => !window.shardlab.driving && !window.shardlab.busy, null, { timeout: 180_000 });
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.equal(await rows(page, 'auto').count(), 4);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
