@@ -11,13 +11,13 @@
 // (running | done), and window.shardlab.
 
 import {
-  LEARN_FIELDS, initLearn, learnFacts, parseLr, renderExamplePrediction, renderSample, renderTask,
+  LEARN_FIELDS, initLearn, learnFacts, parseLr, renderExamplePrediction, renderSample, renderSampleStep, renderTask,
 } from './learn.js';
 import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median,
+  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median, quantile,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
@@ -29,16 +29,20 @@ const state = {
   last: null, steps: 0, playing: false, busy: false, charts: {}, hashNotice: null,
   // The session: one phase at a time, and the actions waiting for the next step boundary.
   phase: 'idle', queue: [], driving: false, deviceLost: false,
-  // Story measurements, per settings (minus mode and RNG layout), then per RNG layout.
-  story: { measured: {}, profiles: {}, overlap: null },
+  // Story measurements, per settings (minus mode and RNG layout), then per RNG layout: the
+  // paired steps' statistics, profiles, and both programs' summaries.
+  story: { measured: {}, profiles: {}, summaries: {}, overlap: null },
 };
 window.shardlab = state;
 
 let lab = null; // the wasm handle
 let wasm = null;
 let presets = null; // {default, presets: {name: settings}, devices: [...]}
-/** Steps per mode and RNG layout that "Run the story" trains; the first is warm-up. */
-const STORY_STEPS = 4;
+/** Paired rounds "Run the story" measures: in each, one step of both modes under each RNG
+ * layout, the layouts' order alternating from round to round. */
+const STORY_ROUNDS = 5;
+/** Paired steps a layout needs before the story reports its ratio. */
+const STORY_MIN_STEPS = 3;
 
 function setState(s, status) {
   document.body.dataset.state = s;
@@ -118,10 +122,14 @@ function parseField(name, text) {
       if (/^[A-Za-z_]\w{0,15}=\d{1,3}(,[A-Za-z_]\w{0,15}=\d{1,3}){2,}$/.test(text)) {
         throw bad('has more than two axes: a mesh here has one or two (dp, tp), like dp=4 or dp=2,tp=2');
       }
-      if (!/^[A-Za-z_]\w{0,15}=\d{1,3}(,[A-Za-z_]\w{0,15}=\d{1,3})?$/.test(text)) throw bad('is not a mesh like dp=4 or dp=2,tp=2');
+      if (!/^[A-Za-z_]\w{0,15}=\d{1,12}(,[A-Za-z_]\w{0,15}=\d{1,12})?$/.test(text)) throw bad('is not a mesh like dp=4 or dp=2,tp=2');
+      {
+        const devices = text.split(',').reduce((n, axis) => n * Number(axis.split('=')[1]), 1);
+        if (devices > presets.max_devices) throw bad(`has ${fmtInt(devices)} devices: the page simulates at most ${presets.max_devices}`);
+      }
       return text;
     case 'int': {
-      if (!/^\d{1,6}$/.test(text)) throw bad('is not a whole number');
+      if (!/^\d+$/.test(text)) throw bad('is not a whole number');
       const n = Number(text);
       if (n < f.min || n > f.max) throw bad(`is outside ${f.min} to ${f.max}`);
       return n;
@@ -203,6 +211,7 @@ function writeControls(s) {
     else input.value = fieldText(k, s[k]);
   }
   editor.write(s);
+  writeFoldFacts(s);
 }
 
 /** The controls' settings and, for each control whose text the grammar refuses, its error. */
@@ -229,12 +238,18 @@ function readControls() {
   return { settings: s, errors };
 }
 
+/** Where the settings' controls live: the form, and the sharding editor's own panel. */
+const controlRoots = () => [form(), $('shardings')];
+const controlNamed = (name) => controlRoots().map((r) => r.querySelector(`[name="${CSS.escape(name)}"]`)).find(Boolean);
+
 function markFieldErrors(errors) {
-  for (const old of form().querySelectorAll('.field-error')) old.remove();
-  for (const old of form().querySelectorAll('.invalid')) old.classList.remove('invalid');
-  for (const old of form().querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
+  for (const root of controlRoots()) {
+    for (const old of root.querySelectorAll('[data-testid="field-error"]')) old.remove();
+    for (const old of root.querySelectorAll('.invalid')) old.classList.remove('invalid');
+    for (const old of root.querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
+  }
   for (const e of errors) {
-    const input = e.field && form().elements[e.field];
+    const input = e.field && controlNamed(e.field);
     const label = input ? input.closest('label') : form().querySelector('label');
     const id = `error-${e.field || 'settings'}`;
     if (input) {
@@ -242,9 +257,30 @@ function markFieldErrors(errors) {
       input.setAttribute('aria-invalid', 'true');
       input.setAttribute('aria-describedby', id);
     }
+    // A folded part opens to show its error.
+    for (let d = label.closest('details'); d; d = d.parentElement.closest('details')) d.open = true;
+    // A spec field's own reason says the same: the message shows once.
+    const reason = input && input.closest('.spec-field')?.querySelector('.spec-reason');
+    if (reason) reason.hidden = true;
     label.after(el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, e.message));
   }
   $('settings-blocked').hidden = errors.length === 0;
+}
+
+/** A link that sets shardings opens the editor on them. */
+function openSpecsOf(s) {
+  if (Object.keys(s.specs || {}).length) $('spec-editor').open = true;
+}
+
+/** Each folded part's summary line says what it holds, so folding hides no setting's value. */
+function writeFoldFacts(s) {
+  const facts = {
+    model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}`,
+    learning: learnFacts(s),
+    rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
+    shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
+  };
+  for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
 }
 
 // ---- the session: one phase at a time ----------------------------------------------------------
@@ -375,11 +411,14 @@ async function doReset() {
 
 /** Key of the story's measurements: the settings except the mode and the RNG layout. */
 const storyKey = (s) => hashOf({ ...s, mode: 'both', rng: 'original' });
+/** Key of the charts' history: the settings except the RNG layout, so both layouts' steps of
+ * one experiment stay on the charts side by side. */
+const historyKey = (s) => hashOf({ ...s, rng: 'original' });
 
-function applySettings(s, { updateHash = true } = {}) {
+function applySettings(s, { updateHash = true, fresh = false } = {}) {
   state.settings = s;
   if (updateHash) history.replaceState(null, '', hashOf(s));
-  const r = JSON.parse(lab.configure(JSON.stringify(s)));
+  const r = JSON.parse(lab.configure(JSON.stringify(s), !fresh));
   if (!r.ok) {
     state.configured = null;
     state.programs = null;
@@ -394,8 +433,13 @@ function applySettings(s, { updateHash = true } = {}) {
   markFieldErrors([]);
   if (!state.deviceLost) clearError();
   state.configured = r;
-  resetView();
+  resetView(r, historyKey(s));
   state.programs = JSON.parse(lab.programs());
+  if (state.programs.ok) {
+    const key = storyKey(s);
+    state.story.summaries[key] = { ...(state.story.summaries[key] || {}),
+      [s.rng]: { auto: state.programs.modes.auto.summary, shard_map: state.programs.modes.shard_map.summary, prediction: r.prediction } };
+  }
   state.story.overlap = JSON.parse(lab.mask_overlap());
   showPrograms(state.programs);
   editor.afterPrograms();
@@ -443,55 +487,95 @@ function downloadTrace() {
   setTimeout(() => URL.revokeObjectURL(a.href), 0);
 }
 
-function resetView() {
-  state.steps = 0;
-  state.last = null;
-  state.history = { step: [], measured: { auto: [], shard_map: [] }, loss: { auto: [], shard_map: [] } };
-  $('step').textContent = '0';
-  for (const id of ['step-ms', 'loss', 'tokens-per-s']) $(id).textContent = '—';
-  $('breakdown').hidden = true;
-  // A new run has not predicted anything yet.
-  if (state.example) renderTask(state.example);
-  makeCharts();
+/**
+ * The live figures for a run that starts (or, `resumed`, goes on from `steps`). The charts keep
+ * the history of the experiment `key` names: a resumed run adds to its own series, a new run
+ * replaces its own, and the other RNG layout's series stay beside them.
+ */
+function resetView({ resumed = false, steps = 0, settings } = {}, key = null) {
+  state.steps = resumed ? steps : 0;
+  const h = state.history;
+  if (!h || h.key !== key || key === null) state.history = { key, series: {} };
+  else if (!resumed && settings) for (const m of MODES) delete h.series[seriesKey(m, settings.rng)];
+  $('step').textContent = String(state.steps);
+  $('run-line-step').textContent = `step ${fmtInt(state.steps)}`;
+  if (!resumed) {
+    state.last = null;
+    for (const id of ['step-ms', 'loss', 'tokens-per-s', 'run-line-ms']) $(id).textContent = '—';
+    $('breakdown').hidden = true;
+    // A new run has not predicted anything yet.
+    if (state.example) renderTask(state.example);
+  }
+  if (Object.keys(state.history.series).length) updateCharts();
+  else makeCharts();
+}
+
+const seriesKey = (mode, rng) => `${mode}:${rng}`;
+
+/** One mode's steps under one RNG layout: measured times and losses indexed by step. */
+function seriesOf(mode, rng) {
+  const all = state.history.series;
+  return (all[seriesKey(mode, rng)] ||= { mode, rng, measured: [], loss: [] });
+}
+
+/**
+ * The story's statistics of a layout's paired steps: each plain step after the first (the
+ * warm-up) that ran both modes gives one paired ratio, automatic over shard_map, measured in the
+ * same step. The ratio is their median, the spread their interquartile range.
+ */
+function pairedStats(rng) {
+  const a = state.history.series[seriesKey('auto', rng)];
+  const m = state.history.series[seriesKey('shard_map', rng)];
+  if (!a || !m) return null;
+  const pairs = [];
+  for (let i = 1; i < Math.max(a.measured.length, m.measured.length); i++) {
+    if (a.measured[i] != null && m.measured[i] != null) pairs.push([a.measured[i], m.measured[i]]);
+  }
+  if (pairs.length < STORY_MIN_STEPS) return null;
+  const ratios = pairs.map(([x, y]) => x / y);
+  return {
+    auto: median(pairs.map(([x]) => x)), shard_map: median(pairs.map(([, y]) => y)),
+    ratio: median(ratios), q1: quantile(ratios, 0.25), q3: quantile(ratios, 0.75), steps: pairs.length,
+  };
 }
 
 function record(r) {
   state.last = r;
   state.steps = r.step + 1;
-  const h = state.history;
-  h.step.push(r.step);
   for (const m of MODES) {
     const s = r.modes[m];
+    if (!s) continue;
+    const line = seriesOf(m, state.settings.rng);
     // A profiled step waits after every phase: its time is not a step time, so it is neither
-    // charted nor shown as the last step time.
-    h.measured[m].push(s && !s.profiled ? s.step_ms : null);
-    // The loss a profiled step reads back is not reliable in automatic mode (the step re-runs
-    // forward and backward under timestamp queries): it is neither charted nor shown.
-    h.loss[m].push(s && !s.profiled ? s.loss : null);
+    // charted nor shown as the last step time. The loss it reads back is not reliable in
+    // automatic mode (the step re-runs forward and backward under timestamp queries) either.
+    line.measured[r.step] = s.profiled ? null : s.step_ms;
+    line.loss[r.step] = s.profiled ? null : s.loss;
   }
   const ran = MODES.filter((m) => r.modes[m]);
   const profiled = ran.some((m) => r.modes[m].profiled);
   const per = (id, f) => $(id).replaceChildren(...ran.map((m) =>
     el('span', { 'data-mode': m }, ran.length > 1 ? `${MODE_LABEL[m]} ${f(r.modes[m])}` : f(r.modes[m]))));
   $('step').textContent = String(state.steps);
+  $('run-line-step').textContent = `step ${fmtInt(state.steps)}`;
   if (!profiled) {
     per('step-ms', (s) => fmtMs(s.step_ms));
+    $('run-line-ms').textContent = ran.map((m) => (ran.length > 1 ? `${MODE_LABEL[m]} ${fmtMs(r.modes[m].step_ms)}` : fmtMs(r.modes[m].step_ms))).join(', ');
     per('loss', (s) => s.loss.toFixed(4));
     per('tokens-per-s', (s) => fmtRate(s.tokens_per_s));
   }
   updateCharts();
   for (const m of ran) if (r.modes[m].example_prediction) renderExamplePrediction(state.steps, r.modes[m].example_prediction);
   for (const m of ran) if (r.modes[m].sample) renderSample(state.steps, r.modes[m].sample, r.modes[m].loss);
+  renderSampleStep(state.steps);
   const key = storyKey(state.settings);
   if (profiled) {
     state.story.profiles[key] = { ...(state.story.profiles[key] || {}), [state.settings.rng]: r.modes };
     renderBreakdown(r);
   }
-  // The story's gap: medians of this run's own plain steps, after the first (warm-up).
-  const recent = (m) => h.measured[m].slice(1).filter((x) => x != null);
-  if (ran.length === 2 && recent('auto').length >= STORY_STEPS - 1 && recent('shard_map').length >= STORY_STEPS - 1) {
-    state.story.measured[key] = { ...(state.story.measured[key] || {}), [state.settings.rng]: { auto: median(recent('auto')), shard_map: median(recent('shard_map')) } };
-  }
+  // The story's gap: this layout's paired steps so far.
+  const stats = pairedStats(state.settings.rng);
+  if (stats) state.story.measured[key] = { ...(state.story.measured[key] || {}), [state.settings.rng]: stats };
   renderStory();
 }
 
@@ -623,9 +707,16 @@ function renderPrediction(pr) {
     predictionBars(pr.modes, scale, 'modelled-bar'),
     categoryLegend(),
     el('p', { class: 'muted small' }, `From each mode’s per-device program priced op by op on ${pr.label} (the cost model; nothing here ran on one). `,
-      fits ? 'Both fit in its memory.' : 'It does not fit in one device’s memory.',
+      fits ? 'Both fit in its memory.' : overflowWords(pr.modes),
       pr.estimated_labels.length ? estimatedFigures(pr.estimated_labels) : ''),
   );
+}
+
+/** Why the modes that do not fit do not, in the core's words: one line per different reason. */
+function overflowWords(modes, label = (m) => MODE_LABEL[m]) {
+  const seen = new Set();
+  const lines = Object.entries(modes).filter(([, x]) => x.overflow && !seen.has(x.overflow) && seen.add(x.overflow));
+  return el('span', { 'data-testid': 'overflow' }, lines.map(([m, x]) => el('span', { class: 'overflow' }, `${label(m)} ${x.overflow} `)));
 }
 
 /** The JAX report's experiment at full size, predicted (computed once, on demand). */
@@ -654,12 +745,25 @@ function showScaleUp(box, r) {
   box.replaceChildren(...[
     el('p', { class: 'small' }, `${c.layers} layers, d_model ${c.d_model}, ${c.heads} heads, seq ${c.seq}, batch ${c.batch}, vocab ${fmtInt(c.vocab)} (${fmtInt(r.params)} parameters), dropout ${c.dropout}, ${c.mesh} on ${r.devices} × ${r.label}. `,
       el('span', { class: 'tag modelled' }, 'modelled'), ' per step:'),
-    el('table', { class: 'compact' },
+    el('div', { class: 'table-scroll' }, el('table', { class: 'compact' },
       el('thead', {}, el('tr', {}, el('th', {}, 'RNG layout'), el('th', { class: 'num' }, 'automatic'), el('th', { class: 'num' }, 'shard_map'), el('th', { class: 'num' }, 'ratio'), el('th', {}, 'memory'))),
-      el('tbody', {}, rows)),
+      el('tbody', {}, rows))),
     c.batch < r.report_batch ? el('p', { class: 'small', 'data-testid': 'scale-up-batch-note' }, `Batch ${c.batch}, not the report’s ${r.report_batch}: at batch ${r.report_batch} the global logits have more elements than a ${r.address_bits}-bit WebAssembly page can index. \`shardlab plan\` predicts batch ${r.report_batch} natively.`) : null,
     el('p', { class: 'muted small' }, 'The JAX report measured 2.95 s/it (automatic) vs 1.09 s/it (shard_map) on a TPU v4-8 with the original layout: 2.7×.'),
   ].filter(Boolean));
+  // Why a layout does not fit, per mode and layout (each different reason once).
+  const all = Object.fromEntries(['original', 'partitionable'].flatMap((rng) => MODES.map((m) => [`${m}:${rng}`, r.layouts[rng].modes[m]])));
+  if (Object.values(all).some((x) => x.overflow)) {
+    box.append(el('p', { class: 'small', 'data-testid': 'scale-up-overflow' },
+      overflowWords(all, (k) => { const [m, rng] = k.split(':'); return `${MODE_LABEL[m]}, ${rng}:`; })));
+  }
+  // The partitionable layout's one cost: it hashes once per word, where the original hashes a
+  // pair of counters into two words, so shard_map (which made only its block either way) pays more.
+  const sm = (rng) => r.layouts[rng].modes.shard_map.step_ms;
+  if (sm('partitionable') > sm('original')) {
+    box.append(el('p', { class: 'small', 'data-testid': 'scale-up-partitionable' },
+      `With partitionable, shard_map’s step is slower (${fmtMs(sm('original'))} → ${fmtMs(sm('partitionable'))}): shard_map made only its own block of the random bits either way, and the partitionable layout hashes once per 32-bit word, where the original hashes a pair of counters into two words, so the same bits cost twice the hashing. Automatic gains far more, because it stops making the whole global array on every device.`));
+  }
 }
 
 function updateButtons() {
@@ -715,8 +819,13 @@ function changeSettings(change) {
   request({ kind: 'configure', settings: next });
 }
 
-/** Trains both modes under both RNG layouts for a few steps each, from `base` (the current
- * settings unless given), so the story's ratios are measured on this run's own settings. */
+/**
+ * Measures the story on `base` (the current settings unless given): a warm-up step under each
+ * RNG layout, then STORY_ROUNDS paired rounds, each one step of both modes under each layout,
+ * the layouts' order alternating, so drift in the machine's speed falls on both alike. The
+ * core keeps the other layout's run parked, so flipping back resumes it without a rebuild. It
+ * ends on the original layout, where the story starts.
+ */
 function runStory(base) {
   const { settings, errors } = readControls();
   if (errors.length && !base) {
@@ -724,12 +833,20 @@ function runStory(base) {
     return;
   }
   const start = { ...(base || settings), mode: 'both' };
-  const steps = () => Array.from({ length: STORY_STEPS }, () => ({ kind: 'step' }));
+  const under = (rng) => [{ kind: 'configure', settings: { ...start, rng } }, { kind: 'step' }];
+  // Round 1 original then partitionable, round 2 the other way, and so on: a layout that runs
+  // twice in a row is configured once (configuring the current settings again starts over).
+  const rounds = Array.from({ length: STORY_ROUNDS }, (_, i) => (i % 2 ? ['partitionable', 'original'] : ['original', 'partitionable']));
+  const order = ['partitionable', ...rounds.flat()];
   state.playing = false;
+  state.story.measured[storyKey(start)] = {};
   writeControls(start);
   showHashNotice(null);
-  request({ kind: 'configure', settings: { ...start, rng: 'original' } }, ...steps(),
-    { kind: 'configure', settings: { ...start, rng: 'partitionable' } }, ...steps());
+  // The warm-up runs start fresh, so no step from before the story counts.
+  const fresh = (rng) => [{ kind: 'configure', settings: { ...start, rng }, fresh: true }, { kind: 'step' }];
+  request(...fresh('original'), ...fresh('partitionable'),
+    ...order.slice(1).flatMap((rng, i) => (rng === order[i] ? [{ kind: 'step' }] : under(rng))),
+    ...(order.at(-1) === 'original' ? [] : [{ kind: 'configure', settings: { ...start, rng: 'original' } }]));
 }
 
 // ---- the task: renderTask, renderExamplePrediction and renderSample live in learn.js -----
@@ -863,7 +980,7 @@ function applyCoreLimits() {
 function wireControls() {
   $('device').replaceChildren(...presets.devices.map((d) => el('option', { value: d.name }, d.label)));
   FIELDS.device.values = presets.devices.map((d) => d.name);
-  form().addEventListener('change', (e) => {
+  const onChange = (e) => {
     const { settings, errors } = readControls();
     showHashNotice(null);
     if (e.target.name === 'preset' && !errors.some((x) => x.field === 'preset')) {
@@ -885,7 +1002,8 @@ function wireControls() {
       return;
     }
     request({ kind: 'configure', settings });
-  });
+  };
+  for (const root of controlRoots()) root.addEventListener('change', onChange);
   $('play').addEventListener('click', () => {
     state.playing = !state.playing;
     updateButtons();
@@ -918,6 +1036,7 @@ function wireControls() {
     const { settings, problem } = settingsFromHash();
     showHashNotice(problem);
     writeControls(settings);
+    openSpecsOf(settings);
     request({ kind: 'configure', settings, updateHash: !problem });
   });
   wireInspector();
@@ -964,13 +1083,14 @@ async function main() {
   const thisGpu = setupThisGpu({ wasm, lab, adapter: state.adapter, presets, el });
   wireControls();
   thisGpu.wire($('device'), $('device').closest('label'));
-  for (const id of ['controls', 'live', 'timeline', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
+  for (const id of ['controls', 'live', 'shardings', 'timeline', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
   $('timeline-overlap').addEventListener('change', () => { if (state.configured) showTimeline(); });
   $('timeline-download').addEventListener('click', downloadTrace);
   initLearn();
   const { settings, problem } = settingsFromHash();
   showHashNotice(problem);
   writeControls(settings);
+  openSpecsOf(settings);
   setPhase('idle');
   applySettings(settings, { updateHash: !problem });
   updateButtons();

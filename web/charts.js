@@ -1,10 +1,12 @@
-// The live charts (uPlot, vendored from npm by xtask): each running mode's measured step time and
-// loss, one point per plain step. Split out of app.js, which owns the run: it hands over the page
-// state once (`init`), and this module keeps the chart objects in `state.charts` (the browser
-// tests read their points there) and reads `state.configured.modes` and `state.history`.
+// The live charts (uPlot, vendored from npm by xtask): each series' measured step time and loss,
+// one point per plain step; a series is a mode under an RNG layout, so after the story (or a
+// layout flipped while training) both layouts' steps stay on the charts, labelled. Split out of
+// app.js, which owns the run: it hands over the page state once (`init`), and this module keeps
+// the chart objects in `state.charts` (the browser tests read their points there) and reads
+// `state.history`.
 
 import { $, el } from './dom.js';
-import { MODE_COLOR, MODE_LABEL, fmtMs } from './format.js';
+import { MODES, MODE_COLOR, MODE_LABEL, fmtMs } from './format.js';
 
 let state = null; // app.js's page state (window.shardlab)
 let uPlot = null; // the chart library, or null when it was not found
@@ -36,11 +38,24 @@ export function makeCharts() {
   }
 }
 
-function createCharts() {
-  const running = state.configured ? state.configured.modes : [];
+/** The history's series in a stable order: by RNG layout, then mode. */
+function seriesList() {
+  const order = (x) => ['original', 'partitionable'].indexOf(x.rng) * 2 + MODES.indexOf(x.mode);
+  return Object.values(state.history.series).sort((a, b) => order(a) - order(b));
+}
+
+/** A series' legend label: its mode, and its RNG layout once the charts show both. */
+function label(line, layouts) {
+  return layouts > 1 ? `${MODE_LABEL[line.mode]}, ${line.rng}` : MODE_LABEL[line.mode];
+}
+
+function createCharts(lines) {
   const css = getComputedStyle(document.documentElement);
   const axisColor = css.getPropertyValue('--muted').trim() || '#5d6673';
   const gridColor = css.getPropertyValue('--line').trim() || '#e1e4e8';
+  const layouts = new Set(lines.map((l) => l.rng)).size;
+  for (const c of Object.values(state.charts)) c.destroy?.();
+  state.charts = {};
   for (const [id, key, unit] of CHARTS) {
     const box = $(id);
     box.replaceChildren();
@@ -57,21 +72,33 @@ function createCharts() {
       ],
       series: [
         { label: 'step' },
-        ...running.map((m) => ({ label: MODE_LABEL[m], stroke: MODE_COLOR[m], width: 2, spanGaps: true, value: (u, v) => fmt(v) })),
+        // The partitionable layout's lines are dashed, in their mode's colour.
+        ...lines.map((l) => ({
+          label: label(l, layouts), stroke: MODE_COLOR[l.mode], width: 2, spanGaps: true,
+          dash: l.rng === 'partitionable' ? [6, 4] : undefined, value: (u, v) => fmt(v),
+        })),
       ],
     };
-    const chart = new uPlot(opts, [[], ...running.map(() => [])], box);
+    const chart = new uPlot(opts, [[], ...lines.map(() => [])], box);
     chart.key = key;
-    chart.modes = running;
+    chart.lines = lines.map((l) => `${l.mode}:${l.rng}`);
     state.charts[key] = chart;
   }
 }
 
+/**
+ * Every series of the history, by step: the x axis is the step of each series' own run, so the
+ * two layouts' step k share a column. The charts are rebuilt when a series joins or leaves.
+ */
 export function updateCharts() {
   if (!uPlot) return;
-  if (!Object.keys(state.charts).length) createCharts();
-  const h = state.history;
-  for (const [key, chart] of Object.entries(state.charts)) {
-    chart.setData([h.step, ...chart.modes.map((m) => h[key][m])]);
+  const lines = seriesList();
+  const names = lines.map((l) => `${l.mode}:${l.rng}`).join(' ');
+  const chart = Object.values(state.charts)[0];
+  if (!chart || chart.lines.join(' ') !== names) createCharts(lines);
+  const n = Math.max(0, ...lines.map((l) => Math.max(l.measured.length, l.loss.length)));
+  const steps = Array.from({ length: n }, (_, i) => i);
+  for (const [key, c] of Object.entries(state.charts)) {
+    c.setData([steps, ...lines.map((l) => steps.map((i) => l[key][i] ?? null))]);
   }
 }

@@ -79,7 +79,8 @@ export function write(s) {
   constraints = Object.fromEntries(Object.entries(specs).filter(([n]) => !names.has(n)));
   for (const input of document.querySelectorAll('#spec-fields input[data-spec]')) {
     input.value = specs[input.dataset.param] || '';
-    explainField(input);
+    // Checked against the settings being written: the page's own may not be applied yet.
+    explainField(input, s);
   }
   renderConstraints();
 }
@@ -110,10 +111,10 @@ export function read(s, skipChecks) {
 const check = (s, name, text) => JSON.parse(api.wasm.Shardlab.check_spec(JSON.stringify({ ...s, specs: {} }), name, text));
 
 /** Validates a field as it is typed: the reason appears at the field. */
-function explainField(input) {
+function explainField(input, s = api.settings()) {
   const reason = input.closest('.spec-field').querySelector('.spec-reason');
   const text = input.value.trim();
-  const r = text ? check(api.settings() || {}, input.dataset.param, text) : { ok: true };
+  const r = text && s ? check(s, input.dataset.param, text) : { ok: true };
   input.classList.toggle('invalid', !r.ok);
   reason.textContent = r.ok ? '' : r.error;
   reason.hidden = r.ok;

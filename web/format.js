@@ -33,6 +33,14 @@ export const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.floor(s.length / 2)] : NaN;
 };
+/** The `q` quantile of `xs` (0.25: the lower quartile), linear between the order statistics. */
+export function quantile(xs, q) {
+  const s = [...xs].sort((a, b) => a - b);
+  if (!s.length) return NaN;
+  const at = (s.length - 1) * q;
+  const lo = Math.floor(at);
+  return s[lo] + (s[Math.min(lo + 1, s.length - 1)] - s[lo]) * (at - lo);
+}
 /** Resolves once the browser has painted a frame: the session waits on it between steps. */
 export const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 

@@ -136,8 +136,20 @@ function renderSampleEmpty(ex) {
     el('p', { class: 'muted small' }, ex
       ? `${text ? 'A few dozen characters it writes after a prompt from the text (sampled at temperature 0.7 with a fixed seed, so only the model changes them)' : 'Its prediction for the example at every position; the positions it gets right are marked'}, refreshed every few steps while it trains.`
       : 'Fix the marked settings to train.'),
+    el('p', { class: 'muted small', 'data-testid': 'sample-now' }),
     el('ol', { class: 'sample-lines', reversed: true }),
     ex ? el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play') : null);
+}
+
+/** After every step: where training is, when the newest line is older than that (samples
+ * come every few steps, so a line is not mistaken for the current step). */
+export function renderSampleStep(step) {
+  const now = document.querySelector('[data-testid="sample-now"]');
+  const newest = $('sample')?.dataset.step;
+  if (!now) return;
+  now.textContent = newest && Number(newest) !== step
+    ? `Training is at step ${step}; the newest line is from step ${newest}, and the next comes within a few steps.`
+    : '';
 }
 
 /** A new sample after step `step` at loss `loss`: it joins the top of the list. */

@@ -2,7 +2,7 @@
 // where a value lives, with_sharding_constraint from the inspector, and the mesh diagram.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, hashOf, launch, openReady, settled } from './helpers.js';
+import { close, hashOf, launch, openReady, reveal, settled } from './helpers.js';
 
 before(launch);
 after(close);
@@ -15,6 +15,7 @@ const field = (page, param) => page.locator(`[data-testid="spec-input"][data-par
 /** Types a spec into a field and commits it (as Enter or leaving the field does). */
 async function setSpec(page, param, text) {
   const input = field(page, param);
+  await reveal(input);
   await input.fill(text);
   await input.dispatchEvent('change');
 }
@@ -52,6 +53,9 @@ test('a spec edited in the editor reopens from the written link with no notice',
       assert.equal(await field(second.page, 'w_fc').inputValue(), "P(None, 'dp')");
       assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
       assert.equal(await second.page.locator('[data-testid="field-error"]').count(), 0);
+      // The field carries no reason of its own either: the spec is valid for the link's settings.
+      assert.deepEqual(await second.page.locator('[data-testid="spec-reason"]:visible').allInnerTexts(), []);
+      assert.equal(await second.page.getByTestId('fold-shardings').evaluate((e) => e.open), true, 'a link with specs opens the editor');
       assert.equal(await second.page.evaluate(() => window.shardlab.settings.specs.w_fc), "P(None, 'dp')");
       // Reset to preset empties the field, the settings and the link.
       await second.page.getByTestId('spec-reset').click();
@@ -107,6 +111,7 @@ test('a picture has one block per shard: P(dp, None) on dp=4 is 4 blocks, P() on
 test('a bad spec is refused at its field with the reason, and in a link with one notice', { timeout: 180_000 }, async () => {
   const { context, page } = await openReady(hashOf());
   try {
+    await reveal(field(page, 'w_fc'));
     await field(page, 'w_fc').fill("P('tp')");
     const reason = page.locator('[data-testid="spec-reason"][data-param="w_fc"]');
     await reason.waitFor({ state: 'visible', timeout: 10_000 });
@@ -115,6 +120,8 @@ test('a bad spec is refused at its field with the reason, and in a link with one
     const error = page.locator('[data-testid="field-error"][data-field="spec.w_fc"]');
     await error.waitFor({ timeout: 10_000 });
     assert.match(await error.textContent(), /w_fc/);
+    // Said once: the field's own reason gives way to the error.
+    assert.equal(await reason.isVisible(), false);
     assert.equal(await page.evaluate(() => window.shardlab.configured), null);
   } finally {
     await context.close();
@@ -140,6 +147,9 @@ test('with_sharding_constraint from the inspector shows in the program and the l
     await page.getByTestId('constraint-badge').first().waitFor({ timeout: 10_000 });
     const inserted = await page.locator('[data-testid="program-auto"] [data-testid="inserted"]').textContent();
     assert.match(inserted, /with_sharding_constraint/);
+    // The editor's fold counts it; opened, it lists it with a way to take it off.
+    assert.match(await page.getByTestId('fold-shardings').locator(':scope > summary').innerText(), /1 changed from the preset/);
+    await reveal(page.getByTestId('constraint-remove'));
     await page.getByTestId('constraint-remove').click();
     await planned(page, 'h0.att', null);
     assert.equal(await page.getByTestId('constraint-badge').count(), 0);
@@ -163,6 +173,20 @@ test('the mesh diagram draws the selected collective’s device groups', { timeo
     const axes = [...caption.matchAll(/'(dp|tp)'/g)].map((m) => m[1]);
     const expected = { dp: ['0,2', '1,3'], tp: ['0,1', '2,3'], 'dp,tp': ['0,1,2,3'] }[axes.join(',')];
     assert.deepEqual(drawn, expected, caption);
+  } finally {
+    await context.close();
+  }
+});
+
+test('a short shared link with a preset and a spec opens without a false error', { timeout: 120_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(`#preset=dp&spec.w_fc=${encodeURIComponent("P(None, 'dp')")}`);
+  try {
+    assert.equal(await page.getByTestId('hash-notice').isVisible(), false);
+    assert.equal(await field(page, 'w_fc').inputValue(), "P(None, 'dp')");
+    assert.deepEqual(await page.locator('[data-testid="spec-reason"]:visible').allInnerTexts(), []);
+    assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.specs.w_fc), "P(None, 'dp')");
+    assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
   }

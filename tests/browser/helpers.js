@@ -57,8 +57,8 @@ export const TINY = {
 export const STEP_TIMEOUT_MS = 180_000;
 export const hashOf = (over = {}) => `#${new URLSearchParams({ ...TINY, ...over }).toString()}`;
 
-export async function openReady(hash) {
-  const opened = await openPage();
+export async function openReady(hash, options = {}) {
+  const opened = await openPage(options);
   await opened.page.goto(URL_ + hash);
   await opened.page.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, {
     timeout: 60_000,
@@ -88,9 +88,17 @@ export async function settled(page) {
 export const formValues = (page) => page.evaluate(() => Object.fromEntries([...document.getElementById('settings').elements]
   .filter((e) => e.name).map((e) => [e.name, e.type === 'checkbox' ? String(e.checked) : e.value])));
 
+/** Opens the folded parts around `locator` as a learner does: by pressing their summaries,
+ * outermost first. */
+export async function reveal(locator) {
+  const closed = locator.locator('xpath=ancestor::details[not(@open)]/summary');
+  while ((await closed.count()) > 0) await closed.first().click();
+}
+
 /** Sets one control as a user would and fires its change event. */
 export async function setControl(page, name, value) {
   const input = page.locator(`[name="${name}"]`);
+  await reveal(input);
   if ((await input.evaluate((e) => e.tagName)) === 'SELECT') await input.selectOption(value);
   else {
     await input.fill(value);

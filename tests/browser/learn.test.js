@@ -28,6 +28,8 @@ test('the sample changes as the loss falls', { timeout: 600_000 }, async () => {
     // Not every step: steps 2 to 5 leave the sample as it was.
     await singleSteps(page, 4);
     assert.equal((await sampleLines(page)).length, 1, 'the sample refreshes every few steps, not every step');
+    // Meanwhile the panel says its newest line is older than the step training is at.
+    assert.match(await page.getByTestId('sample-now').innerText(), /Training is at step 5; the newest line is from step 1/);
     // The clock samples again once 5 steps have passed and sampling is under a tenth of the
     // training time since the last sample: keep stepping until it has.
     let lines = await sampleLines(page);

@@ -102,3 +102,20 @@ test('a key that only the prototype has is an unknown setting, not a duplicate',
     }
   }
 });
+
+test('a link notice names the key, the value and the limit it broke', { timeout: 180_000 }, async () => {
+  const cases = [
+    ['#layers=1000000', /layers “1000000” is outside 1 to \d+/],
+    ['#batch=1000000000', /batch “1000000000” is outside 1 to \d+/],
+    ['#mesh=dp%3D4096', /mesh “dp=4096” has 4,096 devices: the page simulates at most 64/],
+    ['#mesh=dp%3D2%2Cx%3D2147483649', /mesh “dp=2,x=2147483649” has 4,294,967,298 devices: the page simulates at most 64/],
+  ];
+  for (const [hash, expected] of cases) {
+    const { context, page } = await openReady(hash);
+    try {
+      assert.match(await page.getByTestId('hash-notice').innerText(), expected, hash);
+    } finally {
+      await context.close();
+    }
+  }
+});

@@ -102,6 +102,13 @@ test('scale up predicts the report’s model on a v4-8 for both modes and layout
     // bytes: sizes are u64 where they overflow, so wasm32 plans it.
     assert.match(result, /24 layers, d_model 1024, 16 heads, seq 1024, batch 32, vocab 50,?304/);
     assert.equal(await page.getByTestId('scale-up-batch-note').count(), 0);
+    // It says why it does not fit, how far over, which tensor is the largest, and the lever.
+    const why = await page.getByTestId('scale-up-overflow').innerText();
+    assert.match(why, /automatic, original: needs \d+\.\d GiB per device against the 32\.0 GiB of a TPU v4: \d+\.\d GiB over/);
+    assert.match(why, /the largest tensor `[^`]+` \[[\d,]+\]/);
+    assert.match(why, /rematerialization \(jax\.checkpoint\)/);
+    // And why the partitionable layout slows shard_map down.
+    assert.match(await page.getByTestId('scale-up-partitionable').innerText(), /hashes once per 32-bit word/);
     assert.ok(took < 20_000, `scale up took ${took} ms`);
   } finally {
     await context.close();

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs, { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import {
-  ARTIFACTS, STEP_TIMEOUT_MS, URL_, close, foreign, hashOf, launch, location, openPage, openReady, singleSteps,
+  ARTIFACTS, STEP_TIMEOUT_MS, URL_, close, foreign, hashOf, launch, location, openPage, openReady, reveal, singleSteps,
 } from './helpers.js';
 
 // SwiftShader compiles and runs every kernel on the CPU: generous, but finite.
@@ -227,6 +227,7 @@ test('the inspector shows all-reduces in dp and replicated random bits in the se
     assert.match(await page.getByTestId('program-shard-map').innerText(), /masks repeat across 'dp'/);
 
     // Flipping the flag: each device makes only its block.
+    await reveal(page.getByTestId('rng'));
     await page.getByTestId('rng').selectOption('partitionable');
     await page.waitForFunction(() => window.shardlab.settings.rng === 'partitionable', null, { timeout: 120_000 });
     const [autoAfter, smAfter] = await bits();
@@ -248,6 +249,7 @@ test('the settings round-trip through the URL hash', { timeout: 120_000 }, async
     assert.equal(shown.preset, 'fsdp');
     assert.equal(shown.combine, 'true');
     assert.equal(shown.device, 'h100');
+    await reveal(first.page.locator('input[name="batch"]'));
     await first.page.locator('input[name="batch"]').fill('16');
     await first.page.locator('input[name="batch"]').dispatchEvent('change');
     hash = new URL(first.page.url()).hash;
@@ -285,6 +287,7 @@ test('a malformed or hostile hash falls back to the defaults with a visible noti
 test('an impossible combination is explained at its control, and fixing it recovers', { timeout: 120_000 }, async () => {
   const { context, page, consoleErrors } = await openReady(hashOf());
   try {
+    await reveal(page.locator('input[name="heads"]'));
     await page.locator('input[name="heads"]').fill('3');
     await page.locator('input[name="heads"]').dispatchEvent('change');
     // heads is flagged at heads, with the heads that would divide d_model.

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  STEP_TIMEOUT_MS, close, hashOf, launch, location, openReady, setControl, settled, singleSteps,
+  STEP_TIMEOUT_MS, close, hashOf, launch, location, openReady, reveal, setControl, settled, singleSteps,
 } from './helpers.js';
 
 before(launch);
@@ -145,7 +145,7 @@ test('settings that cannot run are refused at their control in the page’s word
     assert.equal(await page.getByTestId('error').isVisible(), false);
 
     // The wasm's own parser: a device count that overflows 32 bits is a message, never a trap.
-    const r = await page.evaluate(() => JSON.parse(window.shardlab.lab.configure(JSON.stringify({ ...window.shardlab.settings, mesh: 'dp=2,x=2147483649' }))));
+    const r = await page.evaluate(() => JSON.parse(window.shardlab.lab.configure(JSON.stringify({ ...window.shardlab.settings, mesh: 'dp=2,x=2147483649' }), true)));
     assert.equal(r.ok, false);
     assert.match(r.errors[0].message, /at most 64/);
     assert.deepEqual(consoleErrors, []);
@@ -160,6 +160,7 @@ test('a spec, the task and the optimizer changed while training apply at the ste
     await page.getByTestId('play').click();
     await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
     const spec = page.locator('[data-testid="spec-input"][data-param="w_fc"]');
+    await reveal(spec);
     await spec.fill("P(None, 'dp')");
     await spec.dispatchEvent('change');
     await setControl(page, 'task', 'reverse');

@@ -2,7 +2,7 @@
 // step it stopped on, and a settings error says what to do.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, hashOf, launch, openReady, settled, STEP_TIMEOUT_MS } from './helpers.js';
+import { close, hashOf, launch, openReady, reveal, settled, STEP_TIMEOUT_MS } from './helpers.js';
 
 before(launch);
 after(close);
@@ -20,6 +20,7 @@ test('the header says ready, then training while Play runs, then where it paused
     await settled(page);
     const steps = await page.evaluate(() => window.shardlab.steps);
     assert.equal(await status(page), `Paused at step ${steps}: press Play to go on`);
+    await reveal(page.locator('input[name="layers"]'));
     await page.locator('input[name="layers"]').fill('0');
     await page.locator('input[name="layers"]').dispatchEvent('change');
     await page.waitForFunction(() => window.shardlab.configured === null);

@@ -20,20 +20,48 @@ test('Run the story measures both RNG layouts on this run’s settings, and noth
     assert.doesNotMatch(await story.innerText(), /--[a-z]/, 'CLI syntax on the page');
 
     await page.getByTestId('story-run').click();
-    await page.waitForFunction(() => document.querySelectorAll('[data-testid="story-ratio"]').length >= 3 || window.shardlab.error, null, { timeout: 5 * STEP_TIMEOUT_MS });
+    await page.waitForFunction(() => (document.querySelector('[data-testid="story-verdict"]') && !window.shardlab.driving) || window.shardlab.error, null, { timeout: 5 * STEP_TIMEOUT_MS });
     await settled(page);
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    // It ends on the original layout, where the story starts.
+    assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'original');
     const rngs = await page.locator('[data-testid="story-ratio"]').evaluateAll((xs) => xs.map((x) => x.dataset.rng));
     assert.deepEqual([...new Set(rngs)].sort(), ['original', 'partitionable']);
     for (const t of await page.locator('[data-testid="story-ratio"]').allInnerTexts()) assert.match(t, /^\d+\.\d\d×$/);
+    // Each ratio comes with its spread over the paired rounds (five, after a warm-up step each).
+    for (const t of await page.locator('[data-testid="story-spread"]').allInnerTexts()) {
+      assert.match(t, /middle half of its 5 paired steps: \d+\.\d\d–\d+\.\d\d×/);
+    }
+    const verdict = page.getByTestId('story-verdict');
+    assert.match(await verdict.innerText(), /(are|are not) distinguishable/);
+    const apart = await verdict.getAttribute('data-distinguishable');
+    const spreads = await page.locator('[data-testid="story-flag"] [data-testid="story-ratio"]').evaluateAll((xs) => xs.map((x) => [Number(x.dataset.q1), Number(x.dataset.q3)]));
+    const [[q1o, q3o], [q1p, q3p]] = spreads;
+    assert.equal(apart, String(q1o > q3p || q1p > q3o), 'the verdict follows the spreads');
+    // The story's steps were interleaved: both layouts' steps sit side by side on the charts,
+    // labelled, one series per mode and layout.
+    const labels = await page.evaluate(() => window.shardlab.charts.measured.series.slice(1).map((x) => x.label));
+    assert.deepEqual(labels, ['automatic, original', 'shard_map, original', 'automatic, partitionable', 'shard_map, partitionable']);
+    const points = () => page.evaluate(() => window.shardlab.charts.measured.data.slice(1).map((xs) => xs.filter((v) => v != null).length));
+    assert.deepEqual(await points(), [6, 6, 6, 6]);
 
-    // Its toggles go both ways.
-    await page.getByTestId('story-toggle').filter({ hasText: 'Back to original' }).click();
-    await settled(page);
-    assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'original');
+    // Each step reads its own layout, whatever the controls are on: the gap and the cause are
+    // the original layout's before and after the flip.
+    const gap = page.getByTestId('story-gap');
+    const cause = page.getByTestId('story-cause');
+    const before = [await gap.innerText(), await cause.innerText()];
+    assert.match(before[1], /With the original layout each device generates [\d,]+ random bits per step in automatic mode and [\d,]+ in shard_map \(2\.0×\)/);
     await page.getByTestId('story-toggle').filter({ hasText: 'Flip to partitionable' }).click();
     await settled(page);
     assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'partitionable');
+    assert.deepEqual([await gap.innerText(), await cause.innerText()], before);
+    // The flip resumed the parked partitionable run: the charts keep both layouts' steps.
+    assert.deepEqual(await points(), [6, 6, 6, 6]);
+    assert.equal(await page.getByTestId('step').textContent(), '6');
+    await page.getByTestId('story-toggle').filter({ hasText: 'Back to original' }).click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'original');
+    assert.deepEqual(await points(), [6, 6, 6, 6]);
 
     // Another preset's story starts unmeasured, and names its own collectives.
     await setControl(page, 'preset', 'fsdp');

@@ -83,7 +83,7 @@ impl Shardlab {
     /// Every preset's settings (the core's presets, `shardlab::plan::Preset`), the default one,
     /// the bounds of the numeric controls (`shardlab::plan::PAGE_LIMITS`) and the cost model's
     /// device presets, as JSON: `{"default":"dp","order":["seed",...],"presets":{"seed":{...}},
-    /// "limits":{"layers":{"min":1,"max":12},...},"devices":[{"name","label",...}]}`.
+    /// "limits":{"layers":{"min":1,"max":12},...},"max_devices":64,"devices":[{"name",...}]}`.
     pub fn presets() -> String {
         let presets: serde_json::Map<String, serde_json::Value> = Preset::ALL
             .into_iter()
@@ -103,6 +103,7 @@ impl Shardlab {
             "order": Preset::ALL.map(Preset::name),
             "presets": presets,
             "limits": limits,
+            "max_devices": shardlab::plan::PAGE_MAX_DEVICES,
             "devices": shardlab::profile::presets(),
         })
         .to_string()
@@ -110,9 +111,10 @@ impl Shardlab {
 
     /// Checks the settings with the core and builds both modes' per-device programs (the
     /// trainers are built on the first step). Resolves to `{"ok":true,"settings",...}` or
-    /// `{"ok":false,"errors":[{"field","message"}]}`; a step in flight is discarded.
-    pub fn configure(&self, settings_json: &str) -> String {
-        self.inner.borrow_mut().configure(settings_json).to_string()
+    /// `{"ok":false,"errors":[{"field","message"}]}`; a step in flight is discarded. With
+    /// `resume`, settings equal to the previous run's resume that run (`"resumed":true`).
+    pub fn configure(&self, settings_json: &str, resume: bool) -> String {
+        self.inner.borrow_mut().configure(settings_json, resume).to_string()
     }
 
     /// One train step of the current mode, or one of each in turn in `both` mode. Resolves to

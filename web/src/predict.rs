@@ -16,6 +16,7 @@ fn view(p: &Prediction) -> Value {
     v["rng_ms"] = json!(rng_ms);
     v["rng_share"] = json!(if p.step_ms > 0.0 { rng_ms / p.step_ms } else { 0.0 });
     v["kind"] = json!("modelled");
+    v["overflow"] = json!(p.overflow());
     v
 }
 

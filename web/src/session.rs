@@ -73,6 +73,10 @@ pub struct Inner {
     pub ctx: Arc<GpuContext>,
     generation: u64,
     run: Option<Run>,
+    /// The run before the current one, kept with its trainers while both fit the GPU budget: a
+    /// change that goes back to its settings (a layout flipped and back, the story's rounds)
+    /// resumes it where it stopped instead of building and warming up again.
+    parked: Option<Run>,
     /// `ctx`'s ceilings, measured when a profiled step first asks (the floors in its breakdown),
     /// or why they could not be: a profile then goes on without floors.
     roofline: Option<Ceiled>,
@@ -93,6 +97,7 @@ impl Inner {
             ctx,
             generation: 0,
             run: None,
+            parked: None,
             roofline: None,
         }
     }
@@ -102,33 +107,60 @@ impl Inner {
         self.run.as_ref().map(|r| r.prepared.clone())
     }
 
-    pub fn configure(&mut self, settings_json: &str) -> Value {
+    /// A run for `settings_json`: the parked one if its settings are the same and `resume`
+    /// asks for it, else a new one.
+    pub fn configure(&mut self, settings_json: &str, resume: bool) -> Value {
         self.generation += 1;
-        self.run = None;
+        // A run with a step in flight is dropped (the step is discarded); an idle one is parked.
+        let previous = self.run.take().filter(|r| !r.busy);
         let settings: Settings = match serde_json::from_str(settings_json) {
             Ok(s) => s,
             Err(e) => {
+                self.parked = previous.or(self.parked.take());
                 let message = format!("the settings are not valid: {e}");
                 return json!({"ok": false, "errors": [FieldError { field: String::new(), message }]});
             }
         };
+        if let Some(mut run) = self.parked.take().filter(|p| resume && p.settings == settings) {
+            run.generation = self.generation;
+            // Priced again: the device's profile may have changed meanwhile (a calibration).
+            if let Ok(device) = run.settings.device_profile() {
+                run.prediction = crate::predict::modes(&run.plans, &device);
+            }
+            self.parked = previous.filter(|p| fits_beside(p, &run));
+            let summary = Self::summary(&run, true);
+            self.run = Some(run);
+            return summary;
+        }
         match self.build(settings) {
             Ok(run) => {
-                let summary = json!({
-                    "ok": true,
-                    "settings": run.settings,
-                    "devices": run.plans[0].summary.devices,
-                    "modes": run.settings.modes().iter().map(|m| m.name()).collect::<Vec<_>>(),
-                    "tokens_per_step": run.settings.batch * run.settings.seq,
-                    "params": run.settings.config().num_params(),
-                    "prediction": run.prediction,
-                    "memory": Self::memory(&run),
-                });
+                self.parked = previous.filter(|p| fits_beside(p, &run));
+                let summary = Self::summary(&run, false);
                 self.run = Some(run);
                 summary
             }
-            Err(e) => json!({"ok": false, "errors": [e]}),
+            Err(e) => {
+                self.parked = previous;
+                json!({"ok": false, "errors": [e]})
+            }
         }
+    }
+
+    /// What `configure` answers: the run's sizes, prediction and memory, and whether it resumed
+    /// a parked run (then `steps` is how far it had trained).
+    fn summary(run: &Run, resumed: bool) -> Value {
+        json!({
+            "ok": true,
+            "settings": run.settings,
+            "devices": run.plans[0].summary.devices,
+            "modes": run.settings.modes().iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "tokens_per_step": run.settings.batch * run.settings.seq,
+            "params": run.settings.config().num_params(),
+            "prediction": run.prediction,
+            "memory": Self::memory(run),
+            "resumed": resumed,
+            "steps": run.steps,
+        })
     }
 
     fn build(&self, settings: Settings) -> Result<Run, FieldError> {
@@ -238,17 +270,31 @@ impl Inner {
     }
 }
 
+/// Bytes all simulated devices of the running modes of `plans` hold on the one GPU.
+fn resident_bytes(settings: &Settings, plans: &[Plan]) -> u64 {
+    plans
+        .iter()
+        .filter(|p| settings.modes().contains(&p.mode))
+        .fold(0u64, |total, p| {
+            total.saturating_add(memory_per_device(p).saturating_mul(p.summary.devices as u64))
+        })
+}
+
+/// Whether `parked` may stay resident beside `run` within the page's GPU budget.
+fn fits_beside(parked: &Run, run: &Run) -> bool {
+    resident_bytes(&parked.settings, &parked.plans).saturating_add(resident_bytes(&run.settings, &run.plans))
+        <= GPU_BUDGET_BYTES
+}
+
 /// Refuses a run whose simulated devices would not fit the page's GPU budget, naming the memory
 /// per device (before any buffer or parameter exists).
 fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
-    let mut total: u64 = 0;
+    let total = resident_bytes(settings, plans);
     let mut per_device: u64 = 0;
     let mut devices = 0;
     for p in plans.iter().filter(|p| settings.modes().contains(&p.mode)) {
-        let bytes = memory_per_device(p);
-        per_device = per_device.max(bytes);
+        per_device = per_device.max(memory_per_device(p));
         devices = p.summary.devices;
-        total = total.saturating_add(bytes.saturating_mul(p.summary.devices as u64));
     }
     if total <= GPU_BUDGET_BYTES {
         return Ok(());
@@ -606,6 +652,8 @@ pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
         }
     }
     let mut i = inner.borrow_mut();
+    // Reset starts over: no parked run resumes (after a lost device its buffers are gone too).
+    i.parked = None;
     i.generation += 1;
     let generation = i.generation;
     let Some(run) = i.run.as_mut() else {

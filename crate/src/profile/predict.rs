@@ -12,6 +12,7 @@ use super::summary::summarize;
 use super::timeline::{spmd_work, Timeline};
 use super::work::Placement;
 use crate::ir::Program;
+use crate::plan::TensorBytes;
 
 /// Bytes one device holds at the peak of a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -56,6 +57,8 @@ pub struct Prediction {
     /// Memory of one device (simulated: of the one adapter, which holds every device).
     pub capacity_bytes: u64,
     pub fits: bool,
+    /// The largest tensor on one device (what a memory plan names first when it does not fit).
+    pub largest_tensor: TensorBytes,
     /// Each kind's collectives, their whole transfer time whether hidden or not.
     pub collectives: BTreeMap<&'static str, CollectiveCost>,
     pub flops_per_device: f64,
@@ -127,12 +130,52 @@ pub fn model_step(
         bytes_per_device,
         capacity_bytes: device.memory_bytes,
         fits: held <= device.memory_bytes,
+        largest_tensor: summary.largest_tensor.clone(),
         collectives,
         flops_per_device: flops,
         launches,
         estimated: device.estimated.clone(),
     };
     (prediction, timeline)
+}
+
+impl Prediction {
+    /// Why the step does not fit one device's memory, in words: how far over, what takes the
+    /// room (the largest tensor named), and which lever would fit it. None where it fits.
+    pub fn overflow(&self) -> Option<String> {
+        if self.fits {
+            return None;
+        }
+        let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+        let b = &self.bytes_per_device;
+        // Simulated, every device is held by the one adapter.
+        let copies = match self.placement {
+            Placement::Real => 1,
+            Placement::Simulated => self.devices as u64,
+        };
+        let need = b.total.saturating_mul(copies);
+        let state = b.params + b.optimizer_state;
+        let t = &self.largest_tensor;
+        let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+        let mut words = format!(
+            "needs {} per device against the {} of a {}: {} over. Activations (their peak) take {} of it, the largest tensor `{}` [{}] alone {}; parameters and optimizer state {}.",
+            gib(need),
+            gib(self.capacity_bytes),
+            self.device_label,
+            gib(need - self.capacity_bytes.min(need)),
+            gib(b.activations.saturating_mul(copies)),
+            t.name,
+            shape.join(","),
+            gib(t.bytes),
+            gib(state.saturating_mul(copies)),
+        );
+        words.push_str(if state.saturating_mul(copies) < self.capacity_bytes {
+            " Keeping fewer activations would fit it: rematerialization (jax.checkpoint) recomputes them in the backward pass instead of holding them, which shardlab does not do yet; until then a smaller batch or seq shrinks them."
+        } else {
+            " The parameters and optimizer state alone exceed it: shard them over the devices (fsdp) or use more devices."
+        });
+        Some(words)
+    }
 }
 
 #[cfg(test)]
@@ -203,5 +246,41 @@ mod tests {
         assert!(ar.count > 0 && ar.ms > 0.0 && ar.hops > 0.0, "{ar:?}");
         assert!(p.fits);
         assert!(p.bytes_per_device.total >= p.bytes_per_device.params + p.bytes_per_device.optimizer_state);
+    }
+
+    #[test]
+    fn a_step_that_does_not_fit_says_how_far_over_what_takes_the_room_and_the_lever() {
+        // The report's ~400M model, data parallel over a v4-8's four chips, no remat.
+        let cfg = crate::model::GptConfig {
+            layers: 24,
+            d_model: 1024,
+            heads: 16,
+            seq: 1024,
+            batch: 32,
+            vocab: 50304,
+            tied: false,
+            dropout: 0.1,
+        };
+        let parallel = Parallel::ShardMap {
+            strategy: Strategy::Dp,
+            mesh: Mesh::parse("dp=4").unwrap(),
+            dropout_key: crate::plan::DropoutKey::Same,
+        };
+        let step = crate::plan::build(&TrainerOptions::new(cfg, parallel)).unwrap().step;
+        let p = predict(&step.program, &tpu_v4(), Placement::Real);
+        assert!(!p.fits);
+        let why = p.overflow().expect("it does not fit");
+        let b = &p.bytes_per_device;
+        let over = (b.total - p.capacity_bytes) as f64 / (1u64 << 30) as f64;
+        assert!(why.contains(&format!("{over:.1} GiB over")), "{why}");
+        assert!(why.contains(&format!("`{}`", p.largest_tensor.name)), "{why}");
+        // Parameters and optimizer state fit: activations are the lever.
+        assert!(b.params + b.optimizer_state < p.capacity_bytes);
+        assert!(why.contains("rematerialization (jax.checkpoint)"), "{why}");
+        // A step that fits has nothing to explain.
+        let small = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
+            .unwrap()
+            .step;
+        assert_eq!(predict(&small.program, &tpu_v4(), Placement::Real).overflow(), None);
     }
 }

@@ -204,7 +204,7 @@ impl Parser<'_> {
                 self.found()
             ))),
             other => Err(self.error(format!(
-                "`{other}` is not quoted; write mesh axis names in quotes, like '{other}', or None"
+                "`{other}` is not quoted (a mesh axis name is a string, like '{other}', or None)"
             ))),
         }
     }

@@ -160,6 +160,9 @@ fn partition_spec_prints_as_jax_repr() {
 fn partition_spec_parse_errors_say_what_to_write() {
     let err = |t: &str| PartitionSpec::parse(t);
     assert_err_contains(err("P(dp)"), &["`dp` is not quoted", "'dp'"]);
+    // One hint, not the reason's and then the general one again.
+    let text = err("P(dp)").unwrap_err().to_string();
+    assert_eq!(text.matches("write").count(), 1, "{text}");
     assert_err_contains(err("Q('dp')"), &["must start with `P(`"]);
     assert_err_contains(err("P('dp'"), &["expected `,` or `)`"]);
     assert_err_contains(err("P('dp') x"), &["after the closing `)`"]);

@@ -134,6 +134,9 @@ pub fn run(mut args: Args) -> Result<(), String> {
         gib(p.capacity_bytes),
         if p.fits { "fits" } else { "does not fit" }
     );
+    if let Some(why) = p.overflow() {
+        println!("  it {why}");
+    }
     if !p.estimated.is_empty() {
         println!("  estimated figures of {}: {}", p.device, p.estimated.join(", "));
     }
