@@ -1,6 +1,11 @@
 //! Every WGSL shader, as the crate compiles it (preludes composed), parses and validates with
-//! naga, and so does every prelude alone: no GPU needed.
+//! naga, and so does every prelude alone; and every one translates to the languages wgpu's other
+//! backends compile (MSL on Metal, HLSL on DX12, GLSL on GL, SPIR-V on Vulkan), so nothing ships
+//! that only lavapipe and SwiftShader accept. No GPU needed.
 use std::path::Path;
+
+use naga::back::{glsl, hlsl, msl, spv};
+use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
 
 fn validate(name: &str, src: &str) {
     let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
@@ -40,4 +45,123 @@ fn every_wgsl_file_is_registered_in_the_crate() {
             .unwrap_or_else(|| panic!("shaders/{stem}.wgsl is missing from crate/src/shaders.rs"));
         assert_eq!(src, shardlab::shaders::compose(stem, &file));
     }
+}
+
+/// `src` parsed and validated with the capabilities of one backend.
+fn validated(name: &str, src: &str, caps: Capabilities) -> Result<(naga::Module, ModuleInfo), String> {
+    let module = naga::front::wgsl::parse_str(src).map_err(|e| format!("{name}: {}", e.emit_to_string(src)))?;
+    let info = Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| format!("{name}: {}", e.emit_to_string(src)))?;
+    Ok((module, info))
+}
+
+/// Whether `name` needs subgroups: then it only runs where the adapter offers them, which
+/// wgpu's GL backend never does.
+fn needs_subgroups(name: &str) -> bool {
+    shardlab::shaders::EXTENSIONS
+        .iter()
+        .any(|(n, e)| *n == name && *e == "subgroups")
+}
+
+/// Each shader's translation for every backend that can run it: the reasons of those that
+/// failed; `written` counts the ones written (GLSL: one per entry point).
+fn translate(name: &str, src: &str, written: &mut usize) -> Vec<String> {
+    let mut failures = vec![];
+    let mut fail = |backend: &str, e: String| failures.push(format!("{name} → {backend}: {e}"));
+    // SPIR-V (Vulkan).
+    match validated(name, src, spv::supported_capabilities()) {
+        Ok((m, info)) => match spv::write_vec(&m, &info, &spv::Options::default(), None) {
+            Ok(words) if !words.is_empty() => *written += 1,
+            Ok(_) => fail("SPIR-V", "no words".into()),
+            Err(e) => fail("SPIR-V", e.to_string()),
+        },
+        Err(e) => fail("SPIR-V", e),
+    }
+    // MSL (Metal): the language version wgpu asks for on macOS 11 and later.
+    match validated(name, src, msl::supported_capabilities()) {
+        Ok((m, info)) => {
+            let options = msl::Options {
+                lang_version: (2, 3),
+                ..msl::Options::default()
+            };
+            match msl::write_string(&m, &info, &options, &msl::PipelineOptions::default()) {
+                Ok((text, _)) if text.contains("kernel void") => *written += 1,
+                Ok(_) => fail("MSL", "no kernel function".into()),
+                Err(e) => fail("MSL", e.to_string()),
+            }
+        }
+        Err(e) => fail("MSL", e),
+    }
+    // HLSL (DX12): shader model 6.0, which wgpu's DXC path and subgroup operations need.
+    match validated(name, src, hlsl::supported_capabilities()) {
+        Ok((m, info)) => {
+            let options = hlsl::Options {
+                shader_model: hlsl::ShaderModel::V6_0,
+                ..hlsl::Options::default()
+            };
+            let mut out = String::new();
+            let pipeline = hlsl::PipelineOptions::default();
+            match hlsl::Writer::new(&mut out, &options, &pipeline).write(&m, &info, None) {
+                Ok(_) if out.contains("[numthreads(") => *written += 1,
+                Ok(_) => fail("HLSL", "no compute entry point".into()),
+                Err(e) => fail("HLSL", e.to_string()),
+            }
+        }
+        Err(e) => fail("HLSL", e),
+    }
+    // GLSL ES 3.10 (GL), one entry point at a time, as wgpu's GL backend writes it.
+    if !needs_subgroups(name) {
+        match validated(name, src, glsl::supported_capabilities()) {
+            Ok((m, info)) => {
+                for ep in &m.entry_points {
+                    let pipeline = glsl::PipelineOptions {
+                        shader_stage: ep.stage,
+                        entry_point: ep.name.clone(),
+                        multiview: None,
+                    };
+                    let mut out = String::new();
+                    let options = glsl::Options::default();
+                    let result = glsl::Writer::new(
+                        &mut out,
+                        &m,
+                        &info,
+                        &options,
+                        &pipeline,
+                        naga::proc::BoundsCheckPolicies::default(),
+                    )
+                    .and_then(|mut w| w.write());
+                    match result {
+                        Ok(_) if out.contains("layout(local_size_x") => *written += 1,
+                        Ok(_) => fail(&format!("GLSL ({})", ep.name), "no compute layout".into()),
+                        Err(e) => fail(&format!("GLSL ({})", ep.name), e.to_string()),
+                    }
+                }
+            }
+            Err(e) => fail("GLSL", e),
+        }
+    }
+    failures
+}
+
+#[test]
+fn every_wgsl_module_translates_to_msl_hlsl_glsl_and_spirv() {
+    let mut written = 0;
+    let failures: Vec<String> = shardlab::shaders::ALL
+        .iter()
+        .flat_map(|(name, src)| translate(name, src, &mut written))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} translations failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // SPIR-V, MSL and HLSL of every module, and GLSL of every entry point that GL can run.
+    let glsl: usize = shardlab::shaders::ALL
+        .iter()
+        .filter(|(name, _)| !needs_subgroups(name))
+        .map(|(_, src)| naga::front::wgsl::parse_str(src).unwrap().entry_points.len())
+        .sum();
+    assert_eq!(written, 3 * shardlab::shaders::ALL.len() + glsl);
 }
