@@ -159,12 +159,15 @@ function defaultSettings() {
   return { ...presets.presets[presets.default] };
 }
 
+/** The longest hash the page reads: every setting and a spec for each parameter fit in far less. */
+const MAX_HASH = 8000;
+
 /** Settings from the hash, or defaults (with the reason) when the hash is malformed. */
 function settingsFromHash() {
   const raw = location.hash.replace(/^#/, '');
   if (!raw) return { settings: defaultSettings(), problem: null };
   try {
-    if (raw.length > 8000) throw new Error('it is too long');
+    if (raw.length > MAX_HASH) throw new Error(`it is ${fmtInt(raw.length)} characters long, and a link here has at most ${fmtInt(MAX_HASH)}`);
     const params = new URLSearchParams(raw);
     const given = {};
     const specs = {};

@@ -1,18 +1,10 @@
 // Measures what BENCHMARKS.md records for the page: the time from opening it to the first
 // finished training step (default settings) in headless Chromium on SwiftShader WebGPU.
 // Usage: node first_step.mjs http://127.0.0.1:PORT/   (serve <target>/site first, e.g. cargo xtask serve)
-import { chromium } from 'playwright-core';
+import { args, launch } from './bench.mjs';
 
-const url = process.argv[2];
-if (!url) {
-  console.error('usage: node first_step.mjs URL');
-  process.exit(2);
-}
-const browser = await chromium.launch({
-  executablePath: process.env.SHARDLAB_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--disable-quic', '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader'],
-});
+const [url] = args('node first_step.mjs URL');
+const browser = await launch();
 try {
   const page = await browser.newPage();
   const t0 = Date.now();

@@ -109,6 +109,9 @@ test('a link notice names the key, the value and the limit it broke', { timeout:
     ['#batch=1000000000', /batch “1000000000” is outside 1 to \d+/],
     ['#mesh=dp%3D4096', /mesh “dp=4096” has 4,096 devices: the page simulates at most 64/],
     ['#mesh=dp%3D2%2Cx%3D2147483649', /mesh “dp=2,x=2147483649” has 4,294,967,298 devices: the page simulates at most 64/],
+    [`#layers=2&x=${'a'.repeat(9000)}`, /it is 9,011 characters long, and a link here has at most 8,000/],
+    ['#heads=many', /heads “many” is not a whole number/],
+    ['#rng=sometimes', /rng “sometimes” is not one of original, partitionable/],
   ];
   for (const [hash, expected] of cases) {
     const { context, page } = await openReady(hash);
