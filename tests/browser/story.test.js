@@ -146,3 +146,44 @@ test('the same-key caveat offers fold_in only where masks could repeat', { timeo
     await dp.context.close();
   }
 });
+
+test('Run the story pressed while Play trains waits for the step, measures, and its link reopens; a flip during Play applies at the boundary', { timeout: 6 * STEP_TIMEOUT_MS }, async () => {
+  const first = await openReady(hashOf({ mode: 'both' }));
+  let hash;
+  try {
+    const { page, consoleErrors } = first;
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await page.getByTestId('story-run').click();
+    await page.waitForFunction(() => (document.querySelector('[data-testid="story-verdict"]') && !window.shardlab.driving) || window.shardlab.error, null, { timeout: 5 * STEP_TIMEOUT_MS });
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    // The story took over from Play, and ended on the original layout with both measured.
+    assert.equal(await page.evaluate(() => window.shardlab.playing), false);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.rng), 'original');
+    assert.equal(await page.locator('[data-testid="story-flag"] [data-testid="story-ratio"]').count(), 2);
+    hash = new URL(page.url()).hash;
+    assert.match(hash, /rng=original/);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await first.context.close();
+  }
+  const again = await openReady(hash);
+  try {
+    const { page, consoleErrors } = again;
+    assert.equal(await page.getByTestId('hash-notice').isVisible(), false);
+    assert.equal(await page.evaluate(() => window.shardlab.settings.mode), 'both');
+    // A flip pressed while Play's step runs applies at its end, and training goes on.
+    await page.getByTestId('play').click();
+    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await page.getByTestId('story-toggle').filter({ hasText: 'Flip to partitionable' }).click();
+    await page.waitForFunction(() => window.shardlab.settings.rng === 'partitionable' && window.shardlab.steps >= 1, null, { timeout: 2 * STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.shardlab.playing), true);
+    await page.getByTestId('play').click();
+    await settled(page);
+    assert.equal(await page.evaluate(() => window.shardlab.error), null);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await again.context.close();
+  }
+});

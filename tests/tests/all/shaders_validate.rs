@@ -8,10 +8,9 @@ use naga::back::{glsl, hlsl, msl, spv};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
 
 fn validate(name: &str, src: &str) {
-    let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+    if let Err(e) = validated(name, src, Capabilities::all()) {
+        panic!("{e}");
+    }
 }
 
 #[test]
@@ -64,81 +63,93 @@ fn needs_subgroups(name: &str) -> bool {
         .any(|(n, e)| *n == name && *e == "subgroups")
 }
 
+/// A writer's outputs (one per module, or per entry point for GLSL), each named and paired with
+/// whether it holds a compute kernel.
+type Written = Result<Vec<(String, bool)>, String>;
+
+/// SPIR-V (Vulkan).
+fn vulkan(m: &naga::Module, info: &ModuleInfo) -> Written {
+    let words = spv::write_vec(m, info, &spv::Options::default(), None).map_err(|e| e.to_string())?;
+    Ok(vec![("SPIR-V".into(), !words.is_empty())])
+}
+
+/// MSL (Metal): the language version wgpu asks for on macOS 11 and later.
+fn metal(m: &naga::Module, info: &ModuleInfo) -> Written {
+    let options = msl::Options {
+        lang_version: (2, 3),
+        ..msl::Options::default()
+    };
+    let (text, _) =
+        msl::write_string(m, info, &options, &msl::PipelineOptions::default()).map_err(|e| e.to_string())?;
+    Ok(vec![("MSL".into(), text.contains("kernel void"))])
+}
+
+/// HLSL (DX12): shader model 6.0, which wgpu's DXC path and subgroup operations need.
+fn dx12(m: &naga::Module, info: &ModuleInfo) -> Written {
+    let options = hlsl::Options {
+        shader_model: hlsl::ShaderModel::V6_0,
+        ..hlsl::Options::default()
+    };
+    let mut out = String::new();
+    let pipeline = hlsl::PipelineOptions::default();
+    hlsl::Writer::new(&mut out, &options, &pipeline)
+        .write(m, info, None)
+        .map_err(|e| e.to_string())?;
+    Ok(vec![("HLSL".into(), out.contains("[numthreads("))])
+}
+
+/// GLSL ES 3.10 (GL), one entry point at a time, as wgpu's GL backend writes it.
+fn gl(m: &naga::Module, info: &ModuleInfo) -> Written {
+    m.entry_points
+        .iter()
+        .map(|ep| {
+            let pipeline = glsl::PipelineOptions {
+                shader_stage: ep.stage,
+                entry_point: ep.name.clone(),
+                multiview: None,
+            };
+            let mut out = String::new();
+            let options = glsl::Options::default();
+            glsl::Writer::new(
+                &mut out,
+                m,
+                info,
+                &options,
+                &pipeline,
+                naga::proc::BoundsCheckPolicies::default(),
+            )
+            .and_then(|mut w| w.write())
+            .map_err(|e| format!("({}) {e}", ep.name))?;
+            Ok((format!("GLSL ({})", ep.name), out.contains("layout(local_size_x")))
+        })
+        .collect()
+}
+
 /// Each shader's translation for every backend that can run it: the reasons of those that
 /// failed; `written` counts the ones written (GLSL: one per entry point).
 fn translate(name: &str, src: &str, written: &mut usize) -> Vec<String> {
-    let mut failures = vec![];
-    let mut fail = |backend: &str, e: String| failures.push(format!("{name} → {backend}: {e}"));
-    // SPIR-V (Vulkan).
-    match validated(name, src, spv::supported_capabilities()) {
-        Ok((m, info)) => match spv::write_vec(&m, &info, &spv::Options::default(), None) {
-            Ok(words) if !words.is_empty() => *written += 1,
-            Ok(_) => fail("SPIR-V", "no words".into()),
-            Err(e) => fail("SPIR-V", e.to_string()),
-        },
-        Err(e) => fail("SPIR-V", e),
-    }
-    // MSL (Metal): the language version wgpu asks for on macOS 11 and later.
-    match validated(name, src, msl::supported_capabilities()) {
-        Ok((m, info)) => {
-            let options = msl::Options {
-                lang_version: (2, 3),
-                ..msl::Options::default()
-            };
-            match msl::write_string(&m, &info, &options, &msl::PipelineOptions::default()) {
-                Ok((text, _)) if text.contains("kernel void") => *written += 1,
-                Ok(_) => fail("MSL", "no kernel function".into()),
-                Err(e) => fail("MSL", e.to_string()),
-            }
-        }
-        Err(e) => fail("MSL", e),
-    }
-    // HLSL (DX12): shader model 6.0, which wgpu's DXC path and subgroup operations need.
-    match validated(name, src, hlsl::supported_capabilities()) {
-        Ok((m, info)) => {
-            let options = hlsl::Options {
-                shader_model: hlsl::ShaderModel::V6_0,
-                ..hlsl::Options::default()
-            };
-            let mut out = String::new();
-            let pipeline = hlsl::PipelineOptions::default();
-            match hlsl::Writer::new(&mut out, &options, &pipeline).write(&m, &info, None) {
-                Ok(_) if out.contains("[numthreads(") => *written += 1,
-                Ok(_) => fail("HLSL", "no compute entry point".into()),
-                Err(e) => fail("HLSL", e.to_string()),
-            }
-        }
-        Err(e) => fail("HLSL", e),
-    }
-    // GLSL ES 3.10 (GL), one entry point at a time, as wgpu's GL backend writes it.
+    type Writer = fn(&naga::Module, &ModuleInfo) -> Written;
+    let mut backends: Vec<(&str, Capabilities, Writer)> = vec![
+        ("SPIR-V", spv::supported_capabilities(), vulkan),
+        ("MSL", msl::supported_capabilities(), metal),
+        ("HLSL", hlsl::supported_capabilities(), dx12),
+    ];
     if !needs_subgroups(name) {
-        match validated(name, src, glsl::supported_capabilities()) {
-            Ok((m, info)) => {
-                for ep in &m.entry_points {
-                    let pipeline = glsl::PipelineOptions {
-                        shader_stage: ep.stage,
-                        entry_point: ep.name.clone(),
-                        multiview: None,
-                    };
-                    let mut out = String::new();
-                    let options = glsl::Options::default();
-                    let result = glsl::Writer::new(
-                        &mut out,
-                        &m,
-                        &info,
-                        &options,
-                        &pipeline,
-                        naga::proc::BoundsCheckPolicies::default(),
-                    )
-                    .and_then(|mut w| w.write());
-                    match result {
-                        Ok(_) if out.contains("layout(local_size_x") => *written += 1,
-                        Ok(_) => fail(&format!("GLSL ({})", ep.name), "no compute layout".into()),
-                        Err(e) => fail(&format!("GLSL ({})", ep.name), e.to_string()),
+        backends.push(("GLSL", glsl::supported_capabilities(), gl));
+    }
+    let mut failures = vec![];
+    for (backend, caps, write) in backends {
+        match validated(name, src, caps).and_then(|(m, info)| write(&m, &info)) {
+            Ok(outputs) => {
+                for (output, kernel) in outputs {
+                    if kernel {
+                        *written += 1;
+                    } else {
+                        failures.push(format!("{name} → {output}: no compute kernel in the output"));
                     }
                 }
             }
-            Err(e) => fail("GLSL", e),
+            Err(e) => failures.push(format!("{name} → {backend}: {e}")),
         }
     }
     failures
