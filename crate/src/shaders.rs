@@ -63,6 +63,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("fused", include_str!("../../shaders/fused.wgsl")),
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
     ("ceiling", include_str!("../../shaders/ceiling.wgsl")),
+    ("attention", include_str!("../../shaders/attention.wgsl")),
 ];
 
 /// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).

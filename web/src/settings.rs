@@ -105,6 +105,7 @@ impl Settings {
             vocab: self.vocab,
             tied: false,
             dropout: self.dropout as f32,
+            attention: Default::default(),
         }
     }
 

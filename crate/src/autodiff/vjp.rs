@@ -80,6 +80,22 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             vec![Some(g[0]), Some(g[1]), Some(g[2])]
         }
         Op::SoftmaxCausal => vec![Some(b.emit1(Op::SoftmaxCausalGrad, &[ins.outputs[0], ct]))],
+        // The log-sum-exp is a residual for the backward, not a value anyone differentiates.
+        Op::Attention { scale, rate } => {
+            let d_o = ct0.unwrap_or_else(|| zeros_like(b, ins.outputs[0]));
+            let mut inputs = vec![x[0], x[1], x[2], ins.outputs[0], ins.outputs[1], d_o];
+            inputs.extend(x.get(3));
+            let g = b.emit(
+                Op::AttentionGrad {
+                    scale: *scale,
+                    rate: *rate,
+                },
+                &inputs,
+            );
+            let mut grads = vec![Some(g[0]), Some(g[1]), Some(g[2])];
+            grads.extend(x.get(3).map(|_| None));
+            grads
+        }
         Op::CrossEntropy => vec![Some(b.emit1(Op::CrossEntropyGrad, &[x[0], x[1], ct])), None],
         Op::Gather => {
             let rows = b.shape(x[0])[0];
@@ -161,6 +177,7 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         Op::GeluGrad
         | Op::LayerNormGrad
         | Op::SoftmaxCausalGrad
+        | Op::AttentionGrad { .. }
         | Op::CrossEntropyGrad
         | Op::ScatterAdd { .. }
         | Op::SgdUpdate { .. }

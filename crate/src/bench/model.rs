@@ -53,6 +53,7 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
                 vocab: 32,
                 tied: false,
                 dropout: 0.1,
+                attention: Default::default(),
             },
         ),
         (
@@ -66,6 +67,7 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
                 vocab: 64,
                 tied: false,
                 dropout: 0.1,
+                attention: Default::default(),
             },
         ),
     ]

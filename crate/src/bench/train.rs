@@ -19,6 +19,7 @@ pub fn small_config() -> GptConfig {
         vocab: 256,
         tied: false,
         dropout: 0.0,
+        attention: Default::default(),
     }
 }
 

@@ -374,6 +374,24 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
             let t = *shape(0).last().unwrap();
             vec![Tensor::F32(r::softmax::causal_backward(f(0), f(1), f(0).len() / t, t))]
         }
+        Op::Attention { scale, rate } => {
+            let s = r::attention::AttentionShape::of(shape(0), *scale, *rate);
+            let bits = (*rate > 0.0).then(|| get(3).u32());
+            let (o, lse) = r::attention::forward(f(0), f(1), f(2), bits, s);
+            vec![Tensor::F32(o), Tensor::F32(lse)]
+        }
+        Op::AttentionGrad { scale, rate } => {
+            let s = r::attention::AttentionShape::of(shape(0), *scale, *rate);
+            let saved = r::attention::Saved {
+                o: f(3),
+                lse: f(4),
+                d_o: f(5),
+                bits: (*rate > 0.0).then(|| get(6).u32()),
+            };
+            r::attention::backward(f(0), f(1), f(2), &saved, s)
+                .map(Tensor::F32)
+                .to_vec()
+        }
         Op::CrossEntropy => {
             let v = *shape(0).last().unwrap();
             vec![Tensor::F32(r::crossentropy::forward(

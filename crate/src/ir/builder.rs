@@ -99,7 +99,8 @@ impl Builder {
                 self.error.get_or_insert(e);
                 let n = match &op {
                     Op::Split { sizes, .. } => sizes.len(),
-                    Op::LayerNorm | Op::LayerNormGrad | Op::AdamWUpdate { .. } => 3,
+                    Op::LayerNorm | Op::LayerNormGrad | Op::AdamWUpdate { .. } | Op::AttentionGrad { .. } => 3,
+                    Op::Attention { .. } => 2,
                     Op::Psum { .. } => inputs.len().max(1),
                     _ => 1,
                 };
@@ -217,6 +218,27 @@ impl Builder {
 
     pub fn softmax_causal(&mut self, s: ValueId) -> ValueId {
         self.emit1(Op::SoftmaxCausal, &[s])
+    }
+
+    /// Causal attention of q, k, v (..., T, Dh) with dropout at `rate` on the probabilities
+    /// (bits drawn from `key` in `layout`, as [`Builder::dropout`] draws them): the output
+    /// (..., T, Dh). See [`Op::Attention`].
+    pub fn attention(&mut self, qkv: [ValueId; 3], scale: f32, dropout: Option<(ValueId, f32, RngLayout)>) -> ValueId {
+        let mut inputs = qkv.to_vec();
+        let rate = match dropout {
+            Some((key, rate, layout)) if rate > 0.0 => {
+                // (..., T, Dh) -> (..., T, T); a bad rank is the op's error to report.
+                let mut shape = self.shape(qkv[0]);
+                let t = shape.len().checked_sub(2).map_or(0, |i| shape[i]);
+                if let Some(last) = shape.last_mut() {
+                    *last = t;
+                }
+                inputs.push(self.random_bits(key, &shape, layout));
+                rate
+            }
+            _ => 0.0,
+        };
+        self.emit(Op::Attention { scale, rate }, &inputs)[0]
     }
 
     pub fn cross_entropy(&mut self, logits: ValueId, targets: ValueId) -> ValueId {

@@ -65,6 +65,21 @@ pub enum Op {
     SoftmaxCausal,
     /// (p, dp) -> ds
     SoftmaxCausalGrad,
+    /// Causal scaled dot-product attention with inverted dropout on the probabilities, as
+    /// `jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True)` with the dropout a
+    /// JAX user applies to the weights: the unfused path's dot_general, softmax_causal, dropout
+    /// and dot_general in one op. It also returns each row's log-sum-exp, from which the
+    /// backward recomputes the probabilities (FlashAttention-2), so no (T, T) array outlives it.
+    /// (q, k, v (..., T, Dh)[, bits (..., T, T) u32 when rate > 0]) -> (o (..., T, Dh), lse (..., T))
+    Attention {
+        scale: f32,
+        rate: f32,
+    },
+    /// (q, k, v, o, lse, do[, bits]) -> (dq, dk, dv)
+    AttentionGrad {
+        scale: f32,
+        rate: f32,
+    },
     /// (logits (..., V), targets (...) u32) -> per-position loss (...).
     CrossEntropy,
     /// (logits, targets, dloss) -> dlogits
@@ -194,6 +209,24 @@ fn axes_text(axes: &[String]) -> String {
     }
 }
 
+/// The row shape (..., T) of attention over q, k, v of one shape (..., T, Dh), checking the
+/// dropout bits (..., T, T) where there are some.
+fn attention_rows(name: &'static str, qkv: &[&ValueInfo], bits: Option<&ValueInfo>) -> Result<Vec<usize>, IrError> {
+    let shape = &qkv[0].shape;
+    if shape.len() < 2 || qkv.iter().any(|v| v.shape != *shape || v.dtype != DType::F32) {
+        return Err(IrError::new(name, "q, k and v must be f32 of one shape (..., T, Dh)"));
+    }
+    let rows = shape[..shape.len() - 1].to_vec();
+    if let Some(b) = bits {
+        let mut want = rows.clone();
+        want.push(rows[rows.len() - 1]);
+        if b.shape != want || b.dtype != DType::U32 {
+            return Err(IrError::new(name, format!("dropout bits must be u32{want:?}")));
+        }
+    }
+    Ok(rows)
+}
+
 fn is_suffix(small: &[usize], big: &[usize]) -> bool {
     small.len() <= big.len() && big[big.len() - small.len()..] == *small
 }
@@ -220,6 +253,8 @@ impl Op {
             Op::LayerNormGrad => "layer_norm_grad",
             Op::SoftmaxCausal => "softmax_causal",
             Op::SoftmaxCausalGrad => "softmax_causal_grad",
+            Op::Attention { .. } => "dot_product_attention",
+            Op::AttentionGrad { .. } => "dot_product_attention_grad",
             Op::CrossEntropy => "cross_entropy",
             Op::CrossEntropyGrad => "cross_entropy_grad",
             Op::Gather => "gather",
@@ -281,6 +316,13 @@ impl Op {
             Op::FoldIn { data } => format!("data={data}"),
             Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
             Op::Dropout { rate } => format!("rate={rate}"),
+            Op::Attention { scale, rate } | Op::AttentionGrad { scale, rate } => {
+                let mut s = format!("is_causal=true scale={scale}");
+                if *rate > 0.0 {
+                    s += &format!(" dropout_rate={rate}");
+                }
+                s
+            }
             Op::Psum { axes, .. } => format!("axes={}", axes_text(axes)),
             Op::Pcast { axes } => format!("axes={} to=varying", axes_text(axes)),
             Op::AllGather { axes, axis, tiled, .. } => format!("axes={} axis={axis} tiled={tiled}", axes_text(axes)),
@@ -512,6 +554,19 @@ impl Op {
             Op::SoftmaxCausalGrad => {
                 want(2)?;
                 Ok(vec![f32s(s(0))])
+            }
+            Op::Attention { rate, .. } => {
+                want(if *rate > 0.0 { 4 } else { 3 })?;
+                let rows = attention_rows(name, &ins[..3], ins.get(3).copied())?;
+                Ok(vec![f32s(s(0)), f32s(rows)])
+            }
+            Op::AttentionGrad { rate, .. } => {
+                want(if *rate > 0.0 { 7 } else { 6 })?;
+                let rows = attention_rows(name, &ins[..3], ins.get(6).copied())?;
+                if ins[3].shape != ins[0].shape || ins[5].shape != ins[0].shape || ins[4].shape != rows {
+                    return err(format!("o and do must be {:?} and lse {rows:?}", ins[0].shape));
+                }
+                Ok(vec![f32s(s(0)), f32s(s(1)), f32s(s(2))])
             }
             Op::CrossEntropy => {
                 want(2)?;

@@ -3,6 +3,7 @@
 //! [`GpuContext::launch`](crate::gpu::GpuContext::launch) turns into a
 //! [`Dispatch`](crate::gpu::Dispatch) once; executors replay it every step. Every kernel has a CPU
 //! twin of the same name and shape in [`crate::reference`].
+pub mod attention;
 pub mod ceiling;
 mod check;
 pub mod collectives;

@@ -20,6 +20,33 @@ pub struct GptConfig {
     pub vocab: usize,
     pub tied: bool,
     pub dropout: f32,
+    /// How attention is traced; settings saved before the fused op existed read as fused.
+    #[serde(default)]
+    pub attention: Attention,
+}
+
+/// How the model traces attention. Both compute the same function and draw the same dropout
+/// bits; they differ in what they hold and launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Attention {
+    /// One `dot_product_attention` op: no (T, T) scores or probabilities held for the backward.
+    #[default]
+    Fused,
+    /// dot_general, softmax_causal, dropout, dot_general: every (T, T) array in memory.
+    Unfused,
+}
+
+impl Attention {
+    pub const ALL: [Attention; 2] = [Attention::Fused, Attention::Unfused];
+
+    /// The name `--attention` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Attention::Fused => "fused",
+            Attention::Unfused => "unfused",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -56,6 +83,7 @@ impl GptConfig {
             vocab: 64,
             tied: false,
             dropout: 0.0,
+            attention: Attention::Fused,
         }
     }
 
@@ -196,6 +224,7 @@ mod tests {
             vocab: 50304,
             tied: false,
             dropout: 0.1,
+            attention: Default::default(),
         }
     }
 

@@ -1,4 +1,4 @@
-use super::GptConfig;
+use super::{Attention, GptConfig};
 use crate::ir::{Builder, RngLayout, ValueId};
 
 /// The values a forward pass reads: parameters in `param_specs` order, tokens, targets,
@@ -51,11 +51,15 @@ fn row_out(b: &mut Builder, a: &Activations, y: ValueId) -> ValueId {
 }
 
 /// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site).
+fn site_key(b: &mut Builder, a: &Activations, l: usize, site: u32) -> ValueId {
+    b.fold_in(a.key, 3 * l as u32 + site)
+}
+
 fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usize, site: u32) -> ValueId {
     if cfg.dropout == 0.0 {
         return x;
     }
-    let key = b.fold_in(a.key, 3 * l as u32 + site);
+    let key = site_key(b, a, l, site);
     b.dropout(x, key, cfg.dropout, a.rng_layout)
 }
 
@@ -101,11 +105,22 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
         let parts = b.split(qkv, 0, &[1, 1, 1]);
         let [q, k, v] = [0, 1, 2].map(|i| b.reshape(parts[i], &[bsz, h, t, dh])); // (B, H, T, Dh)
         let scale = 1.0 / (dh as f32).sqrt();
-        let s = b.dot_general(q, k, (&[3], &[3]), (&[0, 1], &[0, 1]), scale); // (B, H, T, T)
-        let att = b.softmax_causal(s);
-        b.set_name(att, &format!("h{l}.att"));
-        let att = dropout(b, cfg, a, att, l, 0);
-        let y = b.dot_general(att, v, (&[3], &[2]), (&[0, 1], &[0, 1]), 1.0); // (B, H, T, Dh)
+        let y = match cfg.attention {
+            Attention::Fused => {
+                // The probabilities' dropout site, with the unfused path's key and bits.
+                let dropout = (cfg.dropout > 0.0).then(|| (site_key(b, a, l, 0), cfg.dropout, a.rng_layout));
+                let y = b.attention([q, k, v], scale, dropout);
+                b.set_name(y, &format!("h{l}.att"));
+                y
+            }
+            Attention::Unfused => {
+                let s = b.dot_general(q, k, (&[3], &[3]), (&[0, 1], &[0, 1]), scale); // (B, H, T, T)
+                let att = b.softmax_causal(s);
+                b.set_name(att, &format!("h{l}.att"));
+                let att = dropout(b, cfg, a, att, l, 0);
+                b.dot_general(att, v, (&[3], &[2]), (&[0, 1], &[0, 1]), 1.0) // (B, H, T, Dh)
+            }
+        };
         let y = b.transpose(y, &[0, 2, 1, 3]); // (B, T, H, Dh)
         let y = b.reshape(y, &[bsz, t, h * dh]);
         let y = b.matmul(y, w_proj);

@@ -429,7 +429,7 @@ pub fn plan_and_check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{param_specs, train_step_program};
+    use crate::model::{param_specs, train_step_program, Attention};
 
     fn tiny() -> GptConfig {
         GptConfig::tiny()
@@ -442,6 +442,34 @@ mod tests {
             let listed: usize = param_specs(&cfg).iter().map(|p| p.numel()).sum();
             assert_eq!(cfg.param_count(), Some(listed as u64));
         }
+    }
+
+    #[test]
+    fn fused_attention_holds_activations_linear_in_the_sequence() {
+        // Quadrupling T quadruples a fused step's activations (no (T, T) array outlives the
+        // op); the unfused step's grow with T^2 (the goal: at most 5x from 1024 to 4096).
+        let activations = |attention, seq| {
+            let cfg = GptConfig {
+                layers: 2,
+                d_model: 64,
+                heads: 4,
+                seq,
+                batch: 1,
+                vocab: 64,
+                attention,
+                ..tiny()
+            };
+            let step = train_step_program(&cfg, Optimizer::Sgd { lr: 0.1 }, crate::ir::RngLayout::Partitionable)
+                .expect("step");
+            MemoryPlan::of(&step.program).expect("plan").activations as f64
+        };
+        let growth = |a| activations(a, 1024) / activations(a, 256);
+        let (fused, unfused) = (growth(Attention::Fused), growth(Attention::Unfused));
+        assert!(
+            fused <= 4.0 + 1e-9,
+            "fused activations grow {fused}x for 4x the sequence"
+        );
+        assert!(unfused > 10.0, "unfused activations grow {unfused}x");
     }
 
     #[test]
@@ -523,6 +551,7 @@ mod tests {
             vocab: 32,
             tied: false,
             dropout: 0.0,
+            attention: Default::default(),
         };
         let sgd = Optimizer::Sgd { lr: 0.1 };
         let err = check_config(&cfg, sgd, 4, &MemoryLimits::host()).unwrap_err().0;

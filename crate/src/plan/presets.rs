@@ -3,7 +3,7 @@
 //! and RNG layout here, and the page's controls take their bounds from [`PAGE_LIMITS`].
 use super::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
 use crate::ir::RngLayout;
-use crate::model::GptConfig;
+use crate::model::{Attention, GptConfig};
 use crate::sharding::Mesh;
 
 /// A named setup: a model, a mesh and a strategy.
@@ -66,6 +66,7 @@ impl Preset {
             vocab: 32,
             tied: false,
             dropout: 0.1,
+            attention: Attention::Fused,
         };
         match self {
             Preset::Seed => GptConfig {

@@ -40,12 +40,31 @@ pub fn category(ins: &Instr) -> Category {
     match &ins.op {
         Op::DotGeneral { lhs_batch, .. } if !lhs_batch.is_empty() => Category::Attention,
         Op::DotGeneral { .. } => Category::Matmul,
-        Op::SoftmaxCausal | Op::SoftmaxCausalGrad => Category::Attention,
+        Op::SoftmaxCausal | Op::SoftmaxCausalGrad | Op::Attention { .. } | Op::AttentionGrad { .. } => {
+            Category::Attention
+        }
         Op::FoldIn { .. } | Op::RandomBits { .. } | Op::RandomBitsBlock { .. } | Op::Dropout { .. } => Category::Rng,
         Op::SgdUpdate { .. } | Op::AdamWUpdate { .. } => Category::Optimizer,
         op if op.is_collective() => Category::Collectives,
         Op::FoldInAxisIndex { .. } => Category::Rng,
         _ => Category::Other,
+    }
+}
+
+/// FLOPs of a fused attention op, (in its dot products, in the rest), over the (query, key)
+/// pairs causal attention visits (T(T+1)/2 per head), as the kernels run them: the forward's
+/// score and weighted sum (2 Dh each) and the online softmax; the backward's recomputed score
+/// and do.v, made twice (the dq and the dk passes) and once more for dv, and the dq, dk, dv
+/// updates.
+pub fn attention_flops(prog: &Program, ins: &Instr) -> (u64, u64) {
+    let shape = prog.shape(ins.inputs[0]);
+    let n = shape.len();
+    let (t, dh) = (shape[n - 2] as u64, shape[n - 1] as u64);
+    let heads: u64 = shape[..n - 2].iter().map(|&d| d as u64).product();
+    let pairs = heads * t * (t + 1) / 2;
+    match ins.op {
+        Op::AttentionGrad { .. } => (pairs * 16 * dh, pairs * 10),
+        _ => (pairs * 4 * dh, pairs * 6),
     }
 }
 
@@ -68,6 +87,10 @@ pub fn instr_flops(prog: &Program, ins: &Instr) -> u64 {
         Op::LayerNormGrad => 12 * inp(1),
         Op::SoftmaxCausal => 5 * out(0),
         Op::SoftmaxCausalGrad => 4 * out(0),
+        Op::Attention { .. } | Op::AttentionGrad { .. } => {
+            let (dots, rest) = attention_flops(prog, ins);
+            dots + rest
+        }
         Op::CrossEntropy => 4 * inp(0),
         Op::CrossEntropyGrad => 4 * inp(0),
         Op::Dropout { .. } => 2 * out(0),

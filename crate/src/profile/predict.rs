@@ -250,7 +250,8 @@ mod tests {
 
     #[test]
     fn a_step_that_does_not_fit_says_how_far_over_what_takes_the_room_and_the_lever() {
-        // The report's ~400M model, data parallel over a v4-8's four chips, no remat.
+        // The report's ~400M model, data parallel over a v4-8's four chips, no remat, with
+        // unfused attention (its (T, T) arrays held): it does not fit; fused, it does.
         let cfg = crate::model::GptConfig {
             layers: 24,
             d_model: 1024,
@@ -260,14 +261,25 @@ mod tests {
             vocab: 50304,
             tied: false,
             dropout: 0.1,
+            attention: crate::model::Attention::Unfused,
         };
         let parallel = Parallel::ShardMap {
             strategy: Strategy::Dp,
             mesh: Mesh::parse("dp=4").unwrap(),
             dropout_key: crate::plan::DropoutKey::Same,
         };
-        let step = crate::plan::build(&TrainerOptions::new(cfg, parallel)).unwrap().step;
-        let p = predict(&step.program, &tpu_v4(), Placement::Real);
+        let plan = |cfg: &crate::model::GptConfig| {
+            let step = crate::plan::build(&TrainerOptions::new(cfg.clone(), parallel.clone()))
+                .unwrap()
+                .step;
+            predict(&step.program, &tpu_v4(), Placement::Real)
+        };
+        let fused = crate::model::GptConfig {
+            attention: crate::model::Attention::Fused,
+            ..cfg.clone()
+        };
+        assert!(plan(&fused).fits);
+        let p = plan(&cfg);
         assert!(!p.fits);
         let why = p.overflow().expect("it does not fit");
         let b = &p.bytes_per_device;

@@ -1,7 +1,7 @@
 //! What one instruction of a per-device program asks of a device: matmul and vector FLOPs,
 //! bytes moved through memory, integer operations (Threefry) and kernel launches. Read off
 //! the program alone, so it works for programs far too large to run.
-use super::cost::instr_flops;
+use super::cost::{attention_flops, instr_flops};
 use crate::exec::{lowered, plan_instr_dot, Fusion};
 use crate::ir::{size_in_bytes as bytes, Instr, Op, Program, RngLayout};
 
@@ -131,6 +131,21 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
             };
             w.int_ops = hashes * THREEFRY_INT_OPS;
             w.bytes = out_bytes;
+        }
+        Op::Attention { .. } | Op::AttentionGrad { .. } => {
+            // Its dot products run as (T, Dh) x (Dh, T) products per head, as FlashAttention's
+            // tiles do on tensor cores; no (T, T) array moves through memory.
+            let (dots, rest) = attention_flops(prog, ins);
+            let shape = prog.shape(ins.inputs[0]);
+            let n = shape.len();
+            w.matmul_flops = dots as f64;
+            w.vector_flops = rest as f64;
+            w.dot = Some(DotShape {
+                batch: shape[..n - 2].iter().product(),
+                m: shape[n - 2],
+                n: shape[n - 2],
+                k: shape[n - 1],
+            });
         }
         Op::FoldIn { .. } | Op::FoldInAxisIndex { .. } => w.int_ops = THREEFRY_INT_OPS,
         _ => w.vector_flops = instr_flops(prog, ins) as f64,

@@ -23,6 +23,7 @@ fn config(dropout: f32) -> GptConfig {
         vocab: 64,
         tied: false,
         dropout,
+        attention: Default::default(),
     }
 }
 

@@ -18,6 +18,7 @@ fn config() -> GptConfig {
         vocab: 16,
         tied: false,
         dropout: 0.0,
+        attention: Default::default(),
     }
 }
 

@@ -20,6 +20,7 @@ fn config() -> GptConfig {
         vocab: 64,
         tied: false,
         dropout: 0.0,
+        attention: Default::default(),
     }
 }
 

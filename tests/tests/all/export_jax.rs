@@ -34,6 +34,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
             vocab: u("vocab"),
             tied: c["tied"].as_bool().unwrap(),
             dropout: 0.0,
+            attention: Default::default(),
         },
         optimizer: Optimizer::Sgd {
             lr: g["optimizer"]["lr"].as_f64().unwrap() as f32,

@@ -25,6 +25,7 @@ fn options(g: &Value) -> TrainerOptions {
         vocab: u("vocab"),
         tied: c["tied"].as_bool().unwrap(),
         dropout: 0.0,
+        attention: Default::default(),
     };
     let lr = g["optimizer"]["lr"].as_f64().unwrap() as f32;
     let optimizer = match g["optimizer"]["name"].as_str().unwrap() {

@@ -20,6 +20,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
             vocab: 16,
             tied: false,
             dropout: 0.1,
+            attention: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-3 },
         init: Init::Formula,

@@ -21,6 +21,7 @@ fn cfg(tied: bool) -> GptConfig {
         vocab: 48,
         tied,
         dropout: 0.0,
+        attention: Default::default(),
     }
 }
 

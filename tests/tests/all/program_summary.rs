@@ -21,6 +21,7 @@ fn cfg(dropout: f32) -> GptConfig {
         vocab: 64,
         tied: false,
         dropout,
+        attention: Default::default(),
     }
 }
 

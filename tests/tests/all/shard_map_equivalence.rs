@@ -19,6 +19,7 @@ fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
         vocab: 64,
         tied: false,
         dropout: 0.0,
+        attention: Default::default(),
     };
     shardlab_tests::formula_options(config, opt, parallel)
 }

@@ -22,6 +22,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
             vocab: 16,
             tied: false,
             dropout: 0.0,
+            attention: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Formula,

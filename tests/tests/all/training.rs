@@ -21,6 +21,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
             vocab: 16,
             tied: false,
             dropout,
+            attention: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Random { seed: 1 },

@@ -2,7 +2,9 @@
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use shardlab::ir::RngLayout;
-use shardlab::model::{param_specs, read_text_file, train_step_program, DataSource, GptConfig, Init, Optimizer};
+use shardlab::model::{
+    param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer,
+};
 use shardlab::plan::{resolve_spec, DropoutKey, Mode, Parallel, Preset, Strategy, TrainerOptions};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
@@ -43,6 +45,15 @@ fn one_of<T: Copy + Send + Sync + 'static>(
             .find(|v| name(*v) == text)
             .expect("one of the possible values")
     })
+}
+
+fn attention_help(a: Attention) -> &'static str {
+    match a {
+        Attention::Fused => {
+            "dot_product_attention: the probabilities recomputed in the backward from a saved log-sum-exp"
+        }
+        Attention::Unfused => "dot_general, softmax, dropout, dot_general: every T x T array held for the backward",
+    }
 }
 
 fn rng_help(l: RngLayout) -> &'static str {
@@ -112,6 +123,9 @@ pub struct ModelArgs {
     /// Dropout rate (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub dropout: f32,
+    /// How attention runs: one fused op (no T x T array held), or its four unfused ops.
+    #[arg(long, value_parser = one_of(&Attention::ALL, Attention::name, attention_help), default_value = "fused")]
+    pub attention: Attention,
     /// Parameter init: docs/MODEL.md's formula, or seeded random.
     #[arg(long, value_enum, default_value_t = InitArg::Random)]
     pub init: InitArg,
@@ -153,6 +167,7 @@ impl ModelArgs {
             vocab: self.vocab,
             tied: self.tied,
             dropout: self.dropout,
+            attention: self.attention,
         }
     }
 

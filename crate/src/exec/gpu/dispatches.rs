@@ -79,6 +79,8 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
             let p = plan_reduce(program.shape(ins.inputs[0]), axes);
             usize::from(p.perm.is_some()) + reduce::stages(p.n)
         }
+        // The row sums of do * o, then dq, dk and dv.
+        Op::AttentionGrad { .. } => 4,
         Op::LayerNormGrad => {
             let x = program.shape(ins.inputs[1]);
             let c = x.last().copied().unwrap_or(1).max(1);
@@ -96,6 +98,7 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
         | Op::LayerNorm
         | Op::SoftmaxCausal
         | Op::SoftmaxCausalGrad
+        | Op::Attention { .. }
         | Op::CrossEntropy
         | Op::CrossEntropyGrad
         | Op::Gather

@@ -151,12 +151,13 @@ pub(super) fn swapped(shape: &MatmulShape) -> MatmulShape {
 mod tests {
     use super::*;
     use crate::ir::RngLayout;
-    use crate::model::{train_step_program, GptConfig, Optimizer};
+    use crate::model::{train_step_program, Attention, GptConfig, Optimizer};
 
-    fn fusions(dropout: f32) -> (Vec<Option<Fusion>>, Program) {
+    fn fusions(dropout: f32, attention: Attention) -> (Vec<Option<Fusion>>, Program) {
         let cfg = GptConfig {
             layers: 2,
             dropout,
+            attention,
             ..GptConfig::tiny()
         };
         let step = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable).unwrap();
@@ -169,13 +170,15 @@ mod tests {
 
     #[test]
     fn a_train_step_fuses_its_gradient_transposes_and_bias_chains() {
-        for dropout in [0.0, 0.1] {
-            let (f, program) = fusions(dropout);
-            // Per block: dw_qkv, dw_proj, dw_fc, dw_out and attention's dv; and the head's dw.
+        for (dropout, attention) in [0.0, 0.1].into_iter().flat_map(|d| Attention::ALL.map(|a| (d, a))) {
+            let (f, program) = fusions(dropout, attention);
+            // Per block: dw_qkv, dw_proj, dw_fc, dw_out, and unfused attention's dv; and the
+            // head's dw. The fused op makes its dv itself.
+            let per_block = if attention == Attention::Fused { 4 } else { 5 };
             assert_eq!(
                 count(&f, |x| x == Fusion::DotTransposed),
-                2 * 5 + 1,
-                "dropout {dropout}"
+                2 * per_block + 1,
+                "dropout {dropout}, {attention:?}"
             );
             assert_eq!(count(&f, |x| x == Fusion::BiasGelu), 2, "dropout {dropout}");
             // Without dropout both residual adds of a block take the bias add; with it, the

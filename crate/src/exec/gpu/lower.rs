@@ -45,6 +45,15 @@ pub(super) struct Lowering<'a> {
     pub provisional: RefCell<Vec<MatmulShape>>,
 }
 
+/// An attention op's shape over all devices' heads (they are independent problems).
+fn attention_shape(shape: &[usize], scale: f32, rate: f32, devices: usize) -> k::attention::AttentionShape {
+    let s = k::attention::AttentionShape::of(shape, scale, rate);
+    k::attention::AttentionShape {
+        heads: devices * s.heads,
+        ..s
+    }
+}
+
 fn strs(a: &[String]) -> Vec<&str> {
     a.iter().map(String::as_str).collect()
 }
@@ -217,6 +226,38 @@ impl Lowering<'_> {
             Op::SoftmaxCausalGrad => {
                 let t = *shape(0).last().unwrap();
                 one(k::softmax::causal_backward(ctx, x(0), x(1), y(0), n_in(0) / t, t, None).await?)
+            }
+            Op::Attention { scale, rate } => {
+                let s = attention_shape(&shape(0), *scale, *rate, devices);
+                let b = k::attention::Forward {
+                    q: x(0),
+                    k: x(1),
+                    v: x(2),
+                    bits: (*rate > 0.0).then(|| x(3)),
+                    o: y(0),
+                    lse: y(1),
+                };
+                one(k::attention::forward(ctx, &b, &s).await?)
+            }
+            Op::AttentionGrad { scale, rate } => {
+                let s = attention_shape(&shape(0), *scale, *rate, devices);
+                let rows = sc
+                    .rows
+                    .expect("slot planning gives attention's backward its row scratch");
+                let b = k::attention::Backward {
+                    q: x(0),
+                    k: x(1),
+                    v: x(2),
+                    o: x(3),
+                    lse: x(4),
+                    d_o: x(5),
+                    bits: (*rate > 0.0).then(|| x(6)),
+                    delta: &self.slots[rows],
+                    dq: y(0),
+                    dk: y(1),
+                    dv: y(2),
+                };
+                k::attention::backward(ctx, &b, &s).await?
             }
             Op::CrossEntropy => {
                 let v = *shape(0).last().unwrap();

@@ -80,6 +80,8 @@ pub(super) struct Scratch {
     pub reduce: Option<ReducePlan>,
     pub lhs: Option<usize>,
     pub rhs: Option<usize>,
+    /// Attention's backward: its per-row sums of do * o (heads, T), alive for its dispatches.
+    pub rows: Option<usize>,
     /// On the last update of a group (packing.rs): the group's dispatch.
     pub update: Option<UpdatePlan>,
 }
@@ -211,6 +213,9 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                 if rhs_perm {
                     sc.rhs = Some(plan.take(numel(ins.inputs[1])));
                 }
+                if let Op::AttentionGrad { .. } = op {
+                    sc.rows = Some(plan.take(numel(ins.inputs[4])));
+                }
                 let keep_first = fusion[i].is_none_or(|f| f.keeps_intermediate());
                 if keep_first {
                     for o in &ins.outputs {
@@ -220,7 +225,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                 for o in group.clone().skip(1).flat_map(|j| &program.instrs[j].outputs) {
                     value_slot[o.index()] = alloc(&mut plan, *o, false);
                 }
-                for s in [sc.lhs, sc.rhs].into_iter().flatten() {
+                for s in [sc.lhs, sc.rhs, sc.rows].into_iter().flatten() {
                     plan.release(s);
                 }
             }

@@ -164,6 +164,7 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
             r.operands = vec![f.clone(); ins.len()];
             r.results = vec![f];
         }
+        Op::Attention { .. } | Op::AttentionGrad { .. } => attention(&mut r, op, ins),
         Op::CrossEntropy | Op::CrossEntropyGrad => {
             // (logits (rows.., V), targets (rows..)[, dloss (rows..)]) -> loss (rows..) | dlogits
             let v = ins[0].len() - 1;
@@ -221,6 +222,39 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
         }
     }
     Ok(r)
+}
+
+/// Fused attention: q, k, v, o and their gradients (..., Tq|Tk, Dh), lse (..., Tq), bits
+/// (..., Tq, Tk). The leading dims (batch, heads) shard freely; the query and key sequence
+/// axes need every position (causal masking indexes them globally, and every query reads every
+/// key), so a sharded sequence is gathered, K and V's included. Dh is contracted within a head.
+fn attention(r: &mut OpRule, op: &Op, ins: &[&[usize]]) {
+    let n = ins[0].len();
+    let lead: Vec<Vec<usize>> = (0..n - 2)
+        .map(|d| vec![r.factor(ins[0][d], FactorKind::Pass)])
+        .collect();
+    let need = FactorKind::NeedReplication;
+    let (tq, tk, dh) = (
+        r.factor(ins[0][n - 2], need),
+        r.factor(ins[0][n - 2], need),
+        r.factor(ins[0][n - 1], need),
+    );
+    let with =
+        |tail: &[usize]| -> Vec<Vec<usize>> { lead.iter().cloned().chain(tail.iter().map(|&f| vec![f])).collect() };
+    let (q, kv, rows, bits) = (with(&[tq, dh]), with(&[tk, dh]), with(&[tq]), with(&[tq, tk]));
+    match op {
+        Op::Attention { .. } => {
+            r.operands = vec![q.clone(), kv.clone(), kv.clone()];
+            r.results = vec![q, rows];
+        }
+        _ => {
+            r.operands = vec![q.clone(), kv.clone(), kv.clone(), q.clone(), rows, q.clone()];
+            r.results = vec![q, kv.clone(), kv];
+        }
+    }
+    if ins.len() > r.operands.len() {
+        r.operands.push(bits);
+    }
 }
 
 /// Same-shape operands and results; an operand of lower rank is a suffix (broadcast) of them.

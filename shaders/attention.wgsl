@@ -1,0 +1,300 @@
+// Fused causal attention, FlashAttention-2's arithmetic: q, k, v, o, do, dq, dk, dv viewed
+// (heads, T, Dh) with heads = every device's B*H; lse and delta (heads, T); dropout bits
+// (heads, T, T), the unfused path's bits for its probabilities.
+//
+// A workgroup holds WG rows of one head (queries in forward/dq, keys in dk/dv) and walks the
+// other side in tiles of TILE rows staged in workgroup memory, so each row it needs is read
+// from storage once per workgroup, not once per lane. Causality bounds every walk: query i
+// sees keys j <= i.
+// - forward: an online softmax (running max m, sum l, weighted sum of v rescaled whenever m
+//   grows); o = acc / l, lse = m + log(l). No (T, T) array is written.
+// - backward: p = exp(s - lse) recomputed; dp = keep * do.v; ds = scale * p * (dp - delta)
+//   with delta = do.o (the softmax's row sum of p * dp); dq = ds k, dk = ds q, dv = p keep do.
+//   One kernel per output, so no kernel binds more than WebGPU's 8 storage buffers.
+// Dropout: keep = uniform(bits) < 1 - rate with jax.random's construction (dropout.wgsl);
+// kept probabilities are scaled by 1/keep rounded to f32. Without dropout `bits` is unread.
+// Grid: (ceil(T / WG), heads) workgroups, heads past 65535 folded into z.
+
+const WG: u32 = 64u;
+const TILE: u32 = 16u;
+// Head dimensions up to MAX_DH (the launcher refuses more): private rows and tiles are sized by it.
+const MAX_DH: u32 = 64u;
+const LOWEST: f32 = -3.4028235e38;
+
+struct Params {
+    heads: u32,
+    t: u32,
+    dh: u32,
+    dropout: u32,     // 1 when bits apply
+    scale: f32,       // on the scores: 1/sqrt(Dh)
+    keep: f32,        // 1 - rate
+    keep_scale: f32,  // rng::keep_scale(keep)
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> bits: array<u32>;
+@group(0) @binding(4) var<storage, read_write> o: array<f32>;
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(6) var<uniform> u: Params;
+@group(0) @binding(7) var<storage, read> o_in: array<f32>;
+@group(0) @binding(8) var<storage, read> d_o: array<f32>;
+@group(0) @binding(9) var<storage, read_write> delta: array<f32>;
+@group(0) @binding(10) var<storage, read> lse_in: array<f32>;
+@group(0) @binding(11) var<storage, read> delta_in: array<f32>;
+@group(0) @binding(12) var<storage, read_write> dq: array<f32>;
+@group(0) @binding(13) var<storage, read_write> dk: array<f32>;
+@group(0) @binding(14) var<storage, read_write> dv: array<f32>;
+
+var<workgroup> tile_a: array<f32, TILE * MAX_DH>;
+var<workgroup> tile_b: array<f32, TILE * MAX_DH>;
+var<workgroup> tile_rows: array<vec2<f32>, TILE>; // (lse, delta) of a query tile
+
+// The dropout factor of probability (h, i, j): 0 dropped, 1/keep kept, 1 without dropout.
+fn keep_factor(h: u32, i: u32, j: u32) -> f32 {
+    if (u.dropout == 0u) { return 1.0; }
+    let r = bitcast<f32>((bits[(h * u.t + i) * u.t + j] >> 9u) | 0x3f800000u) - 1.0;
+    return select(0.0, u.keep_scale, r < u.keep);
+}
+
+fn head_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y + wid.z * nwg.y;
+}
+
+// Stages rows [r0, r0 + TILE) of head h of `a` (and `b`) into the tiles; rows past T read 0.
+fn stage_kv(h: u32, r0: u32, lid: u32) {
+    let base = h * u.t * u.dh;
+    for (var e = lid; e < TILE * u.dh; e += WG) {
+        let r = r0 + e / u.dh;
+        var x = 0.0;
+        var y = 0.0;
+        if (r < u.t) {
+            x = k[base + r * u.dh + e % u.dh];
+            y = v[base + r * u.dh + e % u.dh];
+        }
+        tile_a[e] = x;
+        tile_b[e] = y;
+    }
+}
+
+fn stage_q_do(h: u32, r0: u32, lid: u32) {
+    let base = h * u.t * u.dh;
+    for (var e = lid; e < TILE * u.dh; e += WG) {
+        let r = r0 + e / u.dh;
+        var x = 0.0;
+        var y = 0.0;
+        if (r < u.t) {
+            x = q[base + r * u.dh + e % u.dh];
+            y = d_o[base + r * u.dh + e % u.dh];
+        }
+        tile_a[e] = x;
+        tile_b[e] = y;
+    }
+    if (lid < TILE) {
+        let r = r0 + lid;
+        var rows = vec2<f32>(0.0, 0.0);
+        if (r < u.t) { rows = vec2<f32>(lse_in[h * u.t + r], delta_in[h * u.t + r]); }
+        tile_rows[lid] = rows;
+    }
+}
+
+// The keys of the tile at j0 that query i sees.
+fn keys_seen(i: u32, j0: u32) -> u32 {
+    if (i < j0) { return 0u; }
+    return min(TILE, i - j0 + 1u);
+}
+
+@compute @workgroup_size(64)
+fn forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; } // uniform: the whole workgroup leaves
+    let first = wid.x * WG;
+    let i = first + lid;
+    let live = i < u.t;
+    let row = (h * u.t + i) * u.dh;
+    var qi: array<f32, MAX_DH>;
+    var acc: array<f32, MAX_DH>;
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; acc[d] = 0.0; }
+    }
+    var m = LOWEST;
+    var l = 0.0;
+    let end = min(first + WG, u.t);
+    for (var j0 = 0u; j0 < end; j0 += TILE) {
+        stage_kv(h, j0, lid);
+        workgroupBarrier();
+        var seen = 0u;
+        if (live) { seen = keys_seen(i, j0); }
+        for (var jj = 0u; jj < seen; jj++) {
+            var s = 0.0;
+            for (var d = 0u; d < u.dh; d++) { s += qi[d] * tile_a[jj * u.dh + d]; }
+            s = u.scale * s;
+            if (s > m) {
+                let c = exp(m - s);
+                l *= c;
+                for (var d = 0u; d < u.dh; d++) { acc[d] *= c; }
+                m = s;
+            }
+            let e = exp(s - m);
+            l += e;
+            let w = e * keep_factor(h, i, j0 + jj);
+            for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[jj * u.dh + d]; }
+        }
+        workgroupBarrier();
+    }
+    if (live) {
+        let inv = 1.0 / l;
+        for (var d = 0u; d < u.dh; d++) { o[row + d] = acc[d] * inv; }
+        lse[h * u.t + i] = m + log(l);
+    }
+}
+
+// delta = rowsum(do * o), one invocation per row of all heads.
+@compute @workgroup_size(64)
+fn row_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= u.heads * u.t) { return; }
+    var s = 0.0;
+    for (var d = 0u; d < u.dh; d++) { s += d_o[r * u.dh + d] * o_in[r * u.dh + d]; }
+    delta[r] = s;
+}
+
+@compute @workgroup_size(64)
+fn backward_dq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let first = wid.x * WG;
+    let i = first + lid;
+    let live = i < u.t;
+    let row = (h * u.t + i) * u.dh;
+    var qi: array<f32, MAX_DH>;
+    var doi: array<f32, MAX_DH>;
+    var acc: array<f32, MAX_DH>;
+    var lse_i = 0.0;
+    var delta_i = 0.0;
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; doi[d] = d_o[row + d]; acc[d] = 0.0; }
+        lse_i = lse_in[h * u.t + i];
+        delta_i = delta_in[h * u.t + i];
+    }
+    let end = min(first + WG, u.t);
+    for (var j0 = 0u; j0 < end; j0 += TILE) {
+        stage_kv(h, j0, lid);
+        workgroupBarrier();
+        var seen = 0u;
+        if (live) { seen = keys_seen(i, j0); }
+        for (var jj = 0u; jj < seen; jj++) {
+            var s = 0.0;
+            var dp = 0.0;
+            for (var d = 0u; d < u.dh; d++) {
+                s += qi[d] * tile_a[jj * u.dh + d];
+                dp += doi[d] * tile_b[jj * u.dh + d];
+            }
+            let p = exp(u.scale * s - lse_i);
+            let ds = u.scale * p * (keep_factor(h, i, j0 + jj) * dp - delta_i);
+            for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[jj * u.dh + d]; }
+        }
+        workgroupBarrier();
+    }
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { dq[row + d] = acc[d]; }
+    }
+}
+
+// The queries of the tile at i0 that see key j, from this index of the tile on.
+fn queries_seeing(j: u32, i0: u32) -> u32 {
+    if (j <= i0) { return 0u; }
+    return min(TILE, j - i0);
+}
+
+@compute @workgroup_size(64)
+fn backward_dk(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let first = wid.x * WG;
+    let j = first + lid;
+    let live = j < u.t;
+    let row = (h * u.t + j) * u.dh;
+    var kj: array<f32, MAX_DH>;
+    var vj: array<f32, MAX_DH>;
+    var acc: array<f32, MAX_DH>;
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; vj[d] = v[row + d]; acc[d] = 0.0; }
+    }
+    // Queries before the workgroup's first key see none of its keys.
+    for (var i0 = first - first % TILE; i0 < u.t; i0 += TILE) {
+        stage_q_do(h, i0, lid);
+        workgroupBarrier();
+        var start = TILE;
+        if (live) { start = queries_seeing(j, i0); }
+        for (var ii = start; ii < TILE; ii++) {
+            let i = i0 + ii;
+            if (i >= u.t) { break; }
+            var s = 0.0;
+            var dp = 0.0;
+            for (var d = 0u; d < u.dh; d++) {
+                s += tile_a[ii * u.dh + d] * kj[d];
+                dp += tile_b[ii * u.dh + d] * vj[d];
+            }
+            let rows = tile_rows[ii];
+            let p = exp(u.scale * s - rows.x);
+            let ds = u.scale * p * (keep_factor(h, i, j) * dp - rows.y);
+            for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[ii * u.dh + d]; }
+        }
+        workgroupBarrier();
+    }
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { dk[row + d] = acc[d]; }
+    }
+}
+
+@compute @workgroup_size(64)
+fn backward_dv(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let first = wid.x * WG;
+    let j = first + lid;
+    let live = j < u.t;
+    let row = (h * u.t + j) * u.dh;
+    var kj: array<f32, MAX_DH>;
+    var acc: array<f32, MAX_DH>;
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; acc[d] = 0.0; }
+    }
+    for (var i0 = first - first % TILE; i0 < u.t; i0 += TILE) {
+        stage_q_do(h, i0, lid);
+        workgroupBarrier();
+        var start = TILE;
+        if (live) { start = queries_seeing(j, i0); }
+        for (var ii = start; ii < TILE; ii++) {
+            let i = i0 + ii;
+            if (i >= u.t) { break; }
+            var s = 0.0;
+            for (var d = 0u; d < u.dh; d++) { s += tile_a[ii * u.dh + d] * kj[d]; }
+            let w = exp(u.scale * s - tile_rows[ii].x) * keep_factor(h, i, j);
+            for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[ii * u.dh + d]; }
+        }
+        workgroupBarrier();
+    }
+    if (live) {
+        for (var d = 0u; d < u.dh; d++) { dv[row + d] = acc[d]; }
+    }
+}

@@ -1,0 +1,282 @@
+//! The fused attention op: its GPU kernels agree with the CPU twin (odd sizes, rows past a
+//! workgroup, the largest head dimension, with and without dropout); the twin computes what the
+//! unfused ops compute; and a model traced with it trains as the unfused model does, with
+//! dropout (the same bits), for one device and every strategy in both modes.
+use shardlab::exec::{Backend, Parallel, TrainerOptions};
+use shardlab::ir::RngLayout;
+use shardlab::kernels::attention::{self as kernel, AttentionShape};
+use shardlab::model::{Attention, DataSource, GptConfig, Init, Optimizer};
+use shardlab::plan::{DropoutKey, Strategy};
+use shardlab::reference::attention::{backward, forward, Saved};
+use shardlab::reference::{dropout, matmul, softmax};
+use shardlab::sharding::Mesh;
+use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
+
+/// (heads, T, Dh): one of everything, odd sizes, more rows than a workgroup (64) and than a
+/// tile (16) in both directions, and the largest head dimension.
+const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (3, 17, 5), (2, 70, 16), (1, 130, 64), (5, 9, 32)];
+
+fn bits(n: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u32
+        })
+        .collect()
+}
+
+struct Case {
+    s: AttentionShape,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    d_o: Vec<f32>,
+    bits: Option<Vec<u32>>,
+}
+
+fn case(heads: usize, t: usize, dh: usize, rate: f32) -> Case {
+    let n = heads * t * dh;
+    let s = AttentionShape {
+        heads,
+        t,
+        dh,
+        scale: 1.0 / (dh as f32).sqrt(),
+        rate,
+    };
+    let big = |seed| rand_vec(n, seed).iter().map(|x| 2.0 * x).collect::<Vec<f32>>();
+    Case {
+        s,
+        q: big(1),
+        k: big(2),
+        v: rand_vec(n, 3),
+        d_o: rand_vec(n, 4),
+        bits: (rate > 0.0).then(|| bits(heads * t * t, 5)),
+    }
+}
+
+#[test]
+fn the_twin_computes_what_softmax_dropout_and_two_matmuls_compute() {
+    for &(heads, t, dh) in SHAPES {
+        for rate in [0.0, 0.25] {
+            let c = case(heads, t, dh, rate);
+            let (o, _) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
+            // Unfused: s = scale q k^T, p = softmax_causal(s), p' = dropout(p), o = p' v.
+            let scores = matmul::MatmulShape {
+                trans_b: true,
+                alpha: c.s.scale,
+                ..matmul::MatmulShape::new(heads, t, t, dh)
+            };
+            let mut s = vec![0.0; heads * t * t];
+            matmul::matmul(&scores, &c.q, &c.k, None, &mut s);
+            let mut p = softmax::causal_forward(&s, heads * t, t);
+            if let Some(b) = &c.bits {
+                p = dropout::apply(&p, b, rate);
+            }
+            let mut want = vec![0.0; heads * t * dh];
+            matmul::matmul(&matmul::MatmulShape::new(heads, t, dh, t), &p, &c.v, None, &mut want);
+            assert_close(&format!("o {heads}x{t}x{dh} rate {rate}"), &o, &want, 1e-5, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn the_backward_matches_finite_differences_of_the_forward() {
+    // d/dx of sum(o * do), central differences in f64-free f32: a loose, independent check.
+    let c = case(2, 5, 3, 0.25);
+    let (o, lse) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
+    let saved = Saved {
+        o: &o,
+        lse: &lse,
+        d_o: &c.d_o,
+        bits: c.bits.as_deref(),
+    };
+    let grads = backward(&c.q, &c.k, &c.v, &saved, c.s);
+    let loss = |q: &[f32], k: &[f32], v: &[f32]| -> f32 {
+        let (o, _) = forward(q, k, v, c.bits.as_deref(), c.s);
+        o.iter().zip(&c.d_o).map(|(a, b)| a * b).sum()
+    };
+    let h = 1e-2;
+    for (which, grad) in grads.iter().enumerate() {
+        for e in 0..c.q.len() {
+            let mut inputs = [c.q.clone(), c.k.clone(), c.v.clone()];
+            inputs[which][e] += h;
+            let up = loss(&inputs[0], &inputs[1], &inputs[2]);
+            inputs[which][e] -= 2.0 * h;
+            let down = loss(&inputs[0], &inputs[1], &inputs[2]);
+            let fd = (up - down) / (2.0 * h);
+            assert!(
+                (fd - grad[e]).abs() <= 2e-3 + 2e-2 * fd.abs(),
+                "input {which} element {e}: finite difference {fd}, backward {}",
+                grad[e]
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_kernels_match_the_twin() {
+    let ctx = gpu_or_skip!();
+    for &(heads, t, dh) in SHAPES {
+        for rate in [0.0, 0.1] {
+            let c = case(heads, t, dh, rate);
+            let what = format!("{heads}x{t}x{dh} rate {rate}");
+            let (want_o, want_lse) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
+            let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
+            let (q, k, v, d_o) = (up("q", &c.q), up("k", &c.k), up("v", &c.v), up("do", &c.d_o));
+            let bits = c.bits.as_ref().map(|b| ctx.upload("bits", b).unwrap());
+            let n = heads * t * dh;
+            let (o, lse) = (ctx.zeros("o", n).unwrap(), ctx.zeros("lse", heads * t).unwrap());
+            let f = kernel::Forward {
+                q: &q,
+                k: &k,
+                v: &v,
+                bits: bits.as_ref(),
+                o: &o,
+                lse: &lse,
+            };
+            let d = pollster::block_on(kernel::forward(ctx, &f, &c.s)).unwrap();
+            let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
+            let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
+            assert_close(&format!("o {what}"), &got_o, &want_o, 1e-5, 1e-4);
+            assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
+
+            // The backward from the twin's forward, so each direction is checked alone.
+            let saved = Saved {
+                o: &want_o,
+                lse: &want_lse,
+                d_o: &c.d_o,
+                bits: c.bits.as_deref(),
+            };
+            let want = backward(&c.q, &c.k, &c.v, &saved, c.s);
+            let (o_in, lse_in) = (up("o", &want_o), up("lse", &want_lse));
+            let delta = ctx.zeros("delta", heads * t).unwrap();
+            let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
+            let b = kernel::Backward {
+                q: &q,
+                k: &k,
+                v: &v,
+                o: &o_in,
+                lse: &lse_in,
+                d_o: &d_o,
+                bits: bits.as_ref(),
+                delta: &delta,
+                dq: &outs[0],
+                dk: &outs[1],
+                dv: &outs[2],
+            };
+            let ds = pollster::block_on(kernel::backward(ctx, &b, &c.s)).unwrap();
+            ctx.run(&ds);
+            for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want)) {
+                let got = ctx.read_blocking::<f32>(buf).unwrap();
+                assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_head_dimension_past_the_kernels_limit_is_refused_with_the_fix() {
+    let ctx = gpu_or_skip!();
+    let c = case(1, 2, kernel::MAX_HEAD_DIM + 1, 0.0);
+    let bufs: Vec<_> = ["q", "k", "v", "o"]
+        .iter()
+        .map(|n| ctx.zeros(n, c.q.len()).unwrap())
+        .collect();
+    let lse = ctx.zeros("lse", 2).unwrap();
+    let f = kernel::Forward {
+        q: &bufs[0],
+        k: &bufs[1],
+        v: &bufs[2],
+        bits: None,
+        o: &bufs[3],
+        lse: &lse,
+    };
+    let e = pollster::block_on(kernel::forward(ctx, &f, &c.s))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("--attention unfused") && e.contains("65"), "{e}");
+}
+
+fn options(attention: Attention, parallel: Parallel, rng_layout: RngLayout) -> TrainerOptions {
+    let config = GptConfig {
+        layers: 1,
+        d_model: 32,
+        heads: 4,
+        seq: 8,
+        batch: 4,
+        vocab: 32,
+        tied: false,
+        dropout: 0.1,
+        attention,
+    };
+    TrainerOptions {
+        init: Init::Random { seed: 3 },
+        data: DataSource::Copy,
+        seed: 3,
+        rng_layout,
+        ..shardlab_tests::formula_options(config, Optimizer::Sgd { lr: 0.1 }, parallel)
+    }
+}
+
+fn fused_trains_as_unfused(backend: Backend) {
+    let mesh = |m: &str| Mesh::parse(m).unwrap();
+    let mut cases = vec![("one device".to_string(), Parallel::None)];
+    for (strategy, m) in [
+        (Strategy::Dp, "dp=2"),
+        (Strategy::Fsdp, "dp=2"),
+        (Strategy::Tp, "tp=2"),
+        (Strategy::DpTp, "dp=2,tp=2"),
+    ] {
+        cases.push((
+            format!("shard_map {} on {m}", strategy.name()),
+            Parallel::ShardMap {
+                strategy,
+                mesh: mesh(m),
+                dropout_key: DropoutKey::Same,
+            },
+        ));
+        cases.push((
+            format!("auto {} on {m}", strategy.name()),
+            Parallel::Auto {
+                strategy,
+                mesh: mesh(m),
+                specs: vec![],
+            },
+        ));
+    }
+    for (what, parallel) in cases {
+        for layout in RngLayout::ALL {
+            let run = |a| shardlab_tests::train_steps(&backend, options(a, parallel.clone(), layout), 3);
+            let (fused, fused_params) = run(Attention::Fused);
+            let (unfused, unfused_params) = run(Attention::Unfused);
+            let what = format!("{what}, {layout:?} bits");
+            for (k, (a, b)) in fused.iter().zip(&unfused).enumerate() {
+                assert!((a - b).abs() <= 1e-5, "{what}: loss {k}: fused {a} vs unfused {b}");
+            }
+            for (i, (p, q)) in fused_params.iter().zip(&unfused_params).enumerate() {
+                let worst = p.iter().zip(q).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst <= 1e-5, "{what}: param {i} differs by {worst}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_reference_executor() {
+    fused_trains_as_unfused(Backend::Reference);
+}
+
+#[test]
+fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu() {
+    if shardlab_tests::gpu().is_none() {
+        eprintln!("skipped: no GPU adapter");
+        return;
+    }
+    fused_trains_as_unfused(Backend::Gpu(std::sync::Arc::new(
+        shardlab::gpu::GpuContext::new_blocking().unwrap(),
+    )));
+}
