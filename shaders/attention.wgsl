@@ -1,6 +1,6 @@
 // Fused causal attention, FlashAttention-2's arithmetic: q, k, v, o, do, dq, dk, dv viewed
-// (heads, T, Dh) with heads = every device's B*H; lse and delta (heads, T); dropout bits
-// (heads, T, T), the unfused path's bits for its probabilities.
+// (heads, T, Dh) with heads = every device's B*H; lse (heads, T); the backward's rows
+// (lse, delta) (heads, T, 2).
 //
 // A workgroup holds WG rows of one head (queries in forward/dq, keys in dk/dv) and walks the
 // other side in tiles of TILE rows staged in workgroup memory, so each row it needs is read
@@ -12,7 +12,11 @@
 //   with delta = do.o (the softmax's row sum of p * dp); dq = ds k, dk = ds q, dv = p keep do.
 //   One kernel per output, so no kernel binds more than WebGPU's 8 storage buffers.
 // Dropout: keep = uniform(bits) < 1 - rate with jax.random's construction (dropout.wgsl);
-// kept probabilities are scaled by 1/keep rounded to f32. Without dropout `bits` is unread.
+// kept probabilities are scaled by 1/keep rounded to f32. The bits either arrive in `words`
+// (heads, T, T), made by a random_bits launch, or are drawn in place from the key in `words`
+// with the counters of the prelude (threefry.wgsl): head h is local head h mod heads_per_dev
+// of device h / heads_per_dev, whose (B, H, T, T) block of the global bits starts at
+// offsets[4d..4d+4] (canonical rank 4). Both give the same bits, so no (T, T) array is held.
 // Grid: (ceil(T / WG), heads) workgroups, heads past 65535 folded into z.
 
 const WG: u32 = 64u;
@@ -25,38 +29,55 @@ struct Params {
     heads: u32,
     t: u32,
     dh: u32,
-    dropout: u32,     // 1 when bits apply
-    scale: f32,       // on the scores: 1/sqrt(Dh)
-    keep: f32,        // 1 - rate
-    keep_scale: f32,  // rng::keep_scale(keep)
-    _pad: u32,
+    dropout: u32,       // 0 none, 1 bits in `words`, 2 bits drawn from the key in `words`
+    scale: f32,         // on the scores: 1/sqrt(Dh)
+    keep: f32,          // 1 - rate
+    keep_scale: f32,    // rng::keep_scale(keep)
+    heads_per_dev: u32, // B*H of one device
+    n_global: u32,      // the draw (random.wgsl's Params): elements of the global bits
+    n_block: u32,       // elements of one device's block, heads_per_dev * T * T
+    rng_layout: u32,    // 0 original, 1 partitionable
+    key_stride: u32,    // words between devices' keys: 0 (shared) or 2
+    block_size: vec4<u32>,
+    global_stride: vec4<u32>,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> bits: array<u32>;
-@group(0) @binding(4) var<storage, read_write> o: array<f32>;
-@group(0) @binding(5) var<storage, read_write> lse: array<f32>;
-@group(0) @binding(6) var<uniform> u: Params;
-@group(0) @binding(7) var<storage, read> o_in: array<f32>;
-@group(0) @binding(8) var<storage, read> d_o: array<f32>;
-@group(0) @binding(9) var<storage, read_write> delta: array<f32>;
-@group(0) @binding(10) var<storage, read> lse_in: array<f32>;
-@group(0) @binding(11) var<storage, read> delta_in: array<f32>;
+@group(0) @binding(3) var<storage, read> words: array<u32>;   // the bits, or the keys
+@group(0) @binding(4) var<storage, read> offsets: array<u32>; // (devices, 4) block starts
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(6) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(7) var<uniform> u: Params;
+@group(0) @binding(8) var<storage, read> o_in: array<f32>;
+@group(0) @binding(9) var<storage, read> d_o: array<f32>;
+@group(0) @binding(10) var<storage, read_write> rows: array<vec2<f32>>; // (lse, delta) per row
+@group(0) @binding(11) var<storage, read> rows_in: array<vec2<f32>>;
 @group(0) @binding(12) var<storage, read_write> dq: array<f32>;
 @group(0) @binding(13) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(14) var<storage, read_write> dv: array<f32>;
+@group(0) @binding(15) var<storage, read> lse_in: array<f32>;
 
 var<workgroup> tile_a: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_b: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_rows: array<vec2<f32>, TILE>; // (lse, delta) of a query tile
 
+// The bits of probability (h, i, j).
+fn bits_of(h: u32, i: u32, j: u32) -> u32 {
+    if (u.dropout == 1u) { return words[(h * u.t + i) * u.t + j]; }
+    let d = h / u.heads_per_dev;
+    let l = ((h - d * u.heads_per_dev) * u.t + i) * u.t + j;
+    let o4 = 4u * d;
+    let start = vec4<u32>(offsets[o4], offsets[o4 + 1u], offsets[o4 + 2u], offsets[o4 + 3u]);
+    let g = block_element(l, start, u.block_size, u.global_stride);
+    return counter_bits(words[d * u.key_stride], words[d * u.key_stride + 1u], g, u.n_global, u.rng_layout);
+}
+
 // The dropout factor of probability (h, i, j): 0 dropped, 1/keep kept, 1 without dropout.
 fn keep_factor(h: u32, i: u32, j: u32) -> f32 {
     if (u.dropout == 0u) { return 1.0; }
-    let r = bitcast<f32>((bits[(h * u.t + i) * u.t + j] >> 9u) | 0x3f800000u) - 1.0;
-    return select(0.0, u.keep_scale, r < u.keep);
+    return select(0.0, u.keep_scale, uniform01(bits_of(h, i, j)) < u.keep);
 }
 
 fn head_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
@@ -95,7 +116,7 @@ fn stage_q_do(h: u32, r0: u32, lid: u32) {
     if (lid < TILE) {
         let r = r0 + lid;
         var rows = vec2<f32>(0.0, 0.0);
-        if (r < u.t) { rows = vec2<f32>(lse_in[h * u.t + r], delta_in[h * u.t + r]); }
+        if (r < u.t) { rows = rows_in[h * u.t + r]; }
         tile_rows[lid] = rows;
     }
 }
@@ -155,14 +176,15 @@ fn forward(
     }
 }
 
-// delta = rowsum(do * o), one invocation per row of all heads.
+// rows = (lse, rowsum(do * o)), one invocation per row of all heads: the backward's per-row
+// pair, in one buffer so dq and dk stay within 8 storage bindings.
 @compute @workgroup_size(64)
 fn row_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= u.heads * u.t) { return; }
     var s = 0.0;
     for (var d = 0u; d < u.dh; d++) { s += d_o[r * u.dh + d] * o_in[r * u.dh + d]; }
-    delta[r] = s;
+    rows[r] = vec2<f32>(lse_in[r], s);
 }
 
 @compute @workgroup_size(64)
@@ -184,8 +206,9 @@ fn backward_dq(
     var delta_i = 0.0;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; doi[d] = d_o[row + d]; acc[d] = 0.0; }
-        lse_i = lse_in[h * u.t + i];
-        delta_i = delta_in[h * u.t + i];
+        let r = rows_in[h * u.t + i];
+        lse_i = r.x;
+        delta_i = r.y;
     }
     let end = min(first + WG, u.t);
     for (var j0 = 0u; j0 < end; j0 += TILE) {

@@ -6,10 +6,7 @@
 // (key_stride 0: one key shared by all devices). Shapes arrive canonicalized to rank 4.
 // The key lives in a storage buffer the host rewrites each step, so a launch is replayed.
 //
-// Layouts (see crate/src/rng): original (0): element g of the flattened global array of
-// n_global elements is output (g < h ? 0 : 1) of the hash of the counter pair (j, j + h),
-// h = ceil(n_global / 2), j = g mod h (a count past the end is 0). Partitionable (1):
-// element g is the xor of both outputs of the hash of the pair (0, g).
+// Threefry, the layouts and the element's counters come from the prelude (threefry.wgsl).
 
 struct Params {
     n_global: u32,              // elements of the global array (< 2^32 - 1)
@@ -37,66 +34,12 @@ fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
-fn rotl(v: u32, r: u32) -> u32 {
-    return (v << r) | (v >> (32u - r));
-}
-
-// Four Threefry rounds with rotation amounts r.
-fn group4(v: vec2<u32>, r: vec4<u32>) -> vec2<u32> {
-    var a = v.x;
-    var b = v.y;
-    a = a + b; b = rotl(b, r.x) ^ a;
-    a = a + b; b = rotl(b, r.y) ^ a;
-    a = a + b; b = rotl(b, r.z) ^ a;
-    a = a + b; b = rotl(b, r.w) ^ a;
-    return vec2<u32>(a, b);
-}
-
-// Threefry-2x32, 20 rounds (JAX's _threefry2x32_lowering, unrolled).
-fn threefry(k0: u32, k1: u32, c0: u32, c1: u32) -> vec2<u32> {
-    let k2 = k0 ^ k1 ^ 0x1BD11BDAu;
-    let ra = vec4<u32>(13u, 15u, 26u, 6u);
-    let rb = vec4<u32>(17u, 29u, 16u, 24u);
-    var v = vec2<u32>(c0 + k0, c1 + k1);
-    v = group4(v, ra); v = vec2<u32>(v.x + k1, v.y + k2 + 1u);
-    v = group4(v, rb); v = vec2<u32>(v.x + k2, v.y + k0 + 2u);
-    v = group4(v, ra); v = vec2<u32>(v.x + k0, v.y + k1 + 3u);
-    v = group4(v, rb); v = vec2<u32>(v.x + k1, v.y + k2 + 4u);
-    v = group4(v, ra); v = vec2<u32>(v.x + k2, v.y + k0 + 5u);
-    return v;
-}
-
 // The random bits of element l of device d's block.
 fn bits_at(d: u32, l: u32) -> u32 {
-    // Block-local multi-index (unrolled for lavapipe), then the global row-major index.
-    let bs = p.block_size;
-    let st = p.global_stride;
     let o = 4u * d;
-    let i3 = l % bs.w;
-    var r = l / bs.w;
-    let i2 = r % bs.z;
-    r = r / bs.z;
-    let i1 = r % bs.y;
-    let i0 = r / bs.y;
-    let g = (offsets[o] + i0) * st.x + (offsets[o + 1u] + i1) * st.y
-        + (offsets[o + 2u] + i2) * st.z + (offsets[o + 3u] + i3) * st.w;
-    let k0 = key[d * p.key_stride];
-    let k1 = key[d * p.key_stride + 1u];
-    if (p.rng_layout == 1u) {
-        let y2 = threefry(k0, k1, 0u, g);
-        return y2.x ^ y2.y;
-    }
-    let h = p.n_global - p.n_global / 2u;
-    let first = g < h;
-    let j = select(g - h, g, first);
-    let c1 = select(0u, j + h, j + h < p.n_global);
-    let y2 = threefry(k0, k1, j, c1);
-    return select(y2.y, y2.x, first);
-}
-
-// JAX's float32 uniform in [0, 1): 23 random mantissa bits on 1.0, minus 1.
-fn uniform01(b: u32) -> f32 {
-    return bitcast<f32>((b >> 9u) | 0x3f800000u) - 1.0;
+    let start = vec4<u32>(offsets[o], offsets[o + 1u], offsets[o + 2u], offsets[o + 3u]);
+    let g = block_element(l, start, p.block_size, p.global_stride);
+    return counter_bits(key[d * p.key_stride], key[d * p.key_stride + 1u], g, p.n_global, p.rng_layout);
 }
 
 // Dropout of one element: keep ~ bernoulli(keep) from the element's bits, scaled by 1/keep

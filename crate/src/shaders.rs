@@ -24,10 +24,23 @@ macro_rules! matmul_out {
     };
 }
 
+/// The Threefry prelude of the kernels that draw random bits (shaders/threefry.wgsl): the bits
+/// kernels and fused attention, which draws its dropout bits in place.
+macro_rules! threefry {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../shaders/threefry.wgsl"),
+            "\n",
+            include_str!(concat!("../../shaders/", $file))
+        )
+    };
+}
+
 /// (name, source) of every shared WGSL prelude: no entry points, only what kernels compose.
 pub const PRELUDES: &[(&str, &str)] = &[
     ("rows", include_str!("../../shaders/rows.wgsl")),
     ("matmul_out", include_str!("../../shaders/matmul_out.wgsl")),
+    ("threefry", include_str!("../../shaders/threefry.wgsl")),
 ];
 
 /// (shader, the preludes composed in front of it, in order) for every composed shader.
@@ -37,6 +50,8 @@ pub const COMPOSED: &[(&str, &[&str])] = &[
     ("crossentropy", &["rows"]),
     ("matmul_tex", &["matmul_out"]),
     ("matmul_sg", &["matmul_out"]),
+    ("random", &["threefry"]),
+    ("attention", &["threefry"]),
 ];
 
 /// (shader, the WGSL extension it uses without an `enable` line). naga (wgpu 30) turns subgroup
@@ -47,7 +62,7 @@ pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups")];
 /// (name, source) of every shader as compiled, preludes composed; `name` is the file stem.
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise", include_str!("../../shaders/elementwise.wgsl")),
-    ("random", include_str!("../../shaders/random.wgsl")),
+    ("random", threefry!("random.wgsl")),
     ("optimizer", include_str!("../../shaders/optimizer.wgsl")),
     ("layernorm", rows!("layernorm.wgsl")),
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
@@ -63,7 +78,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("fused", include_str!("../../shaders/fused.wgsl")),
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
     ("ceiling", include_str!("../../shaders/ceiling.wgsl")),
-    ("attention", include_str!("../../shaders/attention.wgsl")),
+    ("attention", threefry!("attention.wgsl")),
 ];
 
 /// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).

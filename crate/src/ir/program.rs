@@ -140,6 +140,38 @@ impl Program {
         self.inputs.iter().find(|(_, r)| r == role).map(|(v, _)| *v)
     }
 
+    /// For every value, the instruction making it when it is random bits that fused attention
+    /// draws inside its kernels: made by `random_bits` straight from a key, and read only as the
+    /// dropout bits of `dot_product_attention` and its gradient. No buffer holds such bits (the
+    /// kernels hash the same counters), so the GPU lowering skips their launch and the memory
+    /// plan counts no bytes for them. Bits sliced first (automatic mode's replicated generation
+    /// in the original layout) are held, as JAX holds them.
+    pub fn bits_drawn_in_attention(&self) -> Vec<Option<usize>> {
+        use super::Op;
+        let mut drawn = vec![None; self.values.len()];
+        for (i, ins) in self.instrs.iter().enumerate() {
+            if let Op::RandomBits { .. } | Op::RandomBitsBlock { .. } = ins.op {
+                drawn[ins.outputs[0].index()] = Some(i);
+            }
+        }
+        for v in &self.outputs {
+            drawn[v.index()] = None;
+        }
+        for ins in &self.instrs {
+            let bits_at = match ins.op {
+                Op::Attention { rate, .. } if rate > 0.0 => Some(3),
+                Op::AttentionGrad { rate, .. } if rate > 0.0 => Some(6),
+                _ => None,
+            };
+            for (k, v) in ins.inputs.iter().enumerate() {
+                if bits_at != Some(k) {
+                    drawn[v.index()] = None;
+                }
+            }
+        }
+        drawn
+    }
+
     /// For every value, the index of the last instruction that reads it (outputs live to the end).
     pub fn last_uses(&self) -> Vec<Option<usize>> {
         let mut last = vec![None; self.values.len()];

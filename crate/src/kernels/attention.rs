@@ -1,8 +1,13 @@
 //! Fused causal attention (shaders/attention.wgsl), with its CPU twin in
 //! [`crate::reference::attention`]: q, k, v, o (heads, T, Dh) with heads counting every
-//! device's B*H (heads are independent, so one launch covers all devices), lse and delta
-//! (heads, T), dropout bits (heads, T, T).
+//! device's B*H (heads are independent, so one launch covers all devices), lse (heads, T), and
+//! the backward's rows scratch (heads, T, 2).
+//!
+//! Dropout bits come as [`Dropout::Bits`], a (heads, T, T) array a random_bits launch made, or
+//! as [`Dropout::Drawn`]: the key and the draw, from which every kernel makes the bits it needs
+//! in place with the same Threefry counters, so no (T, T) array is ever held.
 use super::check::{need, positive};
+use super::random::{counters, Draw};
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::attention::AttentionShape;
 use crate::rng::keep_scale;
@@ -12,6 +17,20 @@ use crate::rng::keep_scale;
 pub const MAX_HEAD_DIM: usize = 64;
 /// Rows per workgroup (WG) and per staged tile (TILE).
 const WG: usize = 64;
+
+/// Where the dropout bits come from (unused when the shape's rate is 0).
+#[derive(Clone, Copy)]
+pub enum Dropout<'a> {
+    None,
+    /// Bits `(heads, T, T)` u32, made beforehand.
+    Bits(&'a GpuBuffer),
+    /// Drawn in the kernels: the keys (as `random_bits` takes them) and each device's block of
+    /// the global (B, H, T, T) bits.
+    Drawn {
+        key: &'a GpuBuffer,
+        draw: Draw<'a>,
+    },
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -23,10 +42,28 @@ struct Params {
     scale: f32,
     keep: f32,
     keep_scale: f32,
-    _pad: u32,
+    heads_per_dev: u32,
+    n_global: u32,
+    n_block: u32,
+    rng_layout: u32,
+    key_stride: u32,
+    block_size: [u32; 4],
+    global_stride: [u32; 4],
 }
 
-fn params(kernel: &str, s: &AttentionShape) -> Result<Params, GpuError> {
+/// The launch's parameters, and the words (bits or keys) and block offsets its kernels bind.
+struct Setup<'a> {
+    params: Params,
+    words: &'a GpuBuffer,
+    offsets: Option<Vec<u32>>,
+}
+
+fn setup<'a>(
+    kernel: &str,
+    s: &AttentionShape,
+    dropout: Dropout<'a>,
+    stand_in: &'a GpuBuffer,
+) -> Result<Setup<'a>, GpuError> {
     positive(kernel, "heads", s.heads)?;
     positive(kernel, "T", s.t)?;
     positive(kernel, "Dh", s.dh)?;
@@ -44,16 +81,76 @@ fn params(kernel: &str, s: &AttentionShape) -> Result<Params, GpuError> {
         )));
     }
     let keep = 1.0 - s.rate;
-    Ok(Params {
+    let mut params = Params {
         heads: s.heads as u32,
         t: s.t as u32,
         dh: s.dh as u32,
-        dropout: u32::from(s.rate > 0.0),
+        dropout: 0,
         scale: s.scale,
         keep,
         keep_scale: keep_scale(keep),
-        _pad: 0,
-    })
+        heads_per_dev: s.heads as u32,
+        n_global: 0,
+        n_block: 0,
+        rng_layout: 0,
+        key_stride: 0,
+        block_size: [1; 4],
+        global_stride: [1; 4],
+    };
+    let mut words = stand_in;
+    let mut offsets = None;
+    match (s.rate > 0.0, dropout) {
+        (false, _) => {}
+        (true, Dropout::None) => {
+            return Err(GpuError::Invalid(format!(
+                "{kernel}: dropout needs its bits or its key"
+            )))
+        }
+        (true, Dropout::Bits(b)) => {
+            need(kernel, "bits", b, s.heads * s.t * s.t)?;
+            params.dropout = 1;
+            words = b;
+        }
+        (true, Dropout::Drawn { key, draw }) => {
+            let c = counters(kernel, key, &draw)?;
+            let devices = draw.blocks.len();
+            let per_dev = s.heads / devices.max(1);
+            if per_dev * devices != s.heads || c.n_block as usize != per_dev * s.t * s.t {
+                return Err(GpuError::Invalid(format!(
+                    "{kernel}: {devices} devices' blocks of {} bits do not cover {} heads of ({}, {}) probabilities",
+                    c.n_block, s.heads, s.t, s.t
+                )));
+            }
+            params = Params {
+                dropout: 2,
+                heads_per_dev: per_dev as u32,
+                n_global: c.n_global,
+                n_block: c.n_block,
+                rng_layout: c.rng_layout,
+                key_stride: c.key_stride,
+                block_size: c.block_size,
+                global_stride: c.global_stride,
+                ..params
+            };
+            words = key;
+            offsets = Some(c.offsets);
+        }
+    }
+    Ok(Setup { params, words, offsets })
+}
+
+impl<'a> Setup<'a> {
+    /// Binds the words, the offsets (a stand-in when nothing is drawn) and the parameters.
+    fn bind<'k>(&self, ctx: &GpuContext, kernel: Kernel<'k>, stand_in: &'k GpuBuffer) -> Result<Kernel<'k>, GpuError>
+    where
+        'a: 'k,
+    {
+        let kernel = kernel.read(3, "words", self.words).uniform(7, &self.params);
+        Ok(match &self.offsets {
+            Some(o) => kernel.read_owned(4, "offsets", ctx.upload("attention dropout offsets", o)?),
+            None => kernel.read(4, "offsets", stand_in),
+        })
+    }
 }
 
 /// One workgroup per WG rows of a head; heads past 65535 fold into z.
@@ -62,28 +159,12 @@ fn grid(s: &AttentionShape) -> [u32; 3] {
     [s.t.div_ceil(WG) as u32, s.heads.div_ceil(z) as u32, z as u32]
 }
 
-/// The dropout bits, or (unread without dropout) a stand-in binding.
-fn bits_or<'a>(
-    s: &AttentionShape,
-    bits: Option<&'a GpuBuffer>,
-    stand_in: &'a GpuBuffer,
-) -> Result<&'a GpuBuffer, GpuError> {
-    match (s.rate > 0.0, bits) {
-        (true, Some(b)) => {
-            need("attention", "bits", b, s.heads * s.t * s.t)?;
-            Ok(b)
-        }
-        (true, None) => Err(GpuError::Invalid("attention: dropout needs its bits".into())),
-        (false, _) => Ok(stand_in),
-    }
-}
-
 /// The forward's buffers: q, k, v in; o and lse out.
 pub struct Forward<'a> {
     pub q: &'a GpuBuffer,
     pub k: &'a GpuBuffer,
     pub v: &'a GpuBuffer,
-    pub bits: Option<&'a GpuBuffer>,
+    pub dropout: Dropout<'a>,
     pub o: &'a GpuBuffer,
     pub lse: &'a GpuBuffer,
 }
@@ -91,7 +172,7 @@ pub struct Forward<'a> {
 /// `(o, lse) = attention(q, k, v)`: one dispatch.
 pub async fn forward(ctx: &GpuContext, b: &Forward<'_>, s: &AttentionShape) -> Result<Dispatch, GpuError> {
     let kname = "attention::forward";
-    let p = params(kname, s)?;
+    let setup = setup(kname, s, b.dropout, b.q)?;
     let n = s.heads * s.t * s.dh;
     for (what, buf) in [("q", b.q), ("k", b.k), ("v", b.v), ("o", b.o)] {
         need(kname, what, buf, n)?;
@@ -105,16 +186,14 @@ pub async fn forward(ctx: &GpuContext, b: &Forward<'_>, s: &AttentionShape) -> R
     .read(0, "q", b.q)
     .read(1, "k", b.k)
     .read(2, "v", b.v)
-    .read(3, "bits", bits_or(s, b.bits, b.q)?)
-    .write(4, "o", b.o)
-    .write(5, "lse", b.lse)
-    .uniform(6, &p)
+    .write(5, "o", b.o)
+    .write(6, "lse", b.lse)
     .grid(grid(s));
-    ctx.launch(kernel).await
+    ctx.launch(setup.bind(ctx, kernel, b.q)?).await
 }
 
 /// The backward's buffers: the forward's inputs and outputs, the cotangent, the gradients, and
-/// `delta` (heads, T) scratch for the row sums.
+/// `rows` (heads, T, 2) scratch for each row's (lse, delta).
 pub struct Backward<'a> {
     pub q: &'a GpuBuffer,
     pub k: &'a GpuBuffer,
@@ -122,17 +201,22 @@ pub struct Backward<'a> {
     pub o: &'a GpuBuffer,
     pub lse: &'a GpuBuffer,
     pub d_o: &'a GpuBuffer,
-    pub bits: Option<&'a GpuBuffer>,
-    pub delta: &'a GpuBuffer,
+    pub dropout: Dropout<'a>,
+    pub rows: &'a GpuBuffer,
     pub dq: &'a GpuBuffer,
     pub dk: &'a GpuBuffer,
     pub dv: &'a GpuBuffer,
 }
 
-/// `(dq, dk, dv)`: four dispatches (the row sums of do * o, then dq, dk and dv).
+/// Elements of the backward's rows scratch.
+pub fn rows_len(s: &AttentionShape) -> usize {
+    2 * s.heads * s.t
+}
+
+/// `(dq, dk, dv)`: four dispatches (each row's (lse, rowsum(do * o)), then dq, dk and dv).
 pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) -> Result<Vec<Dispatch>, GpuError> {
     let kname = "attention::backward";
-    let p = params(kname, s)?;
+    let setup = setup(kname, s, b.dropout, b.q)?;
     let n = s.heads * s.t * s.dh;
     for (what, buf) in [
         ("q", b.q),
@@ -147,35 +231,33 @@ pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) ->
         need(kname, what, buf, n)?;
     }
     need(kname, "lse", b.lse, s.heads * s.t)?;
-    need(kname, "delta", b.delta, s.heads * s.t)?;
-    let bits = bits_or(s, b.bits, b.q)?;
+    need(kname, "rows", b.rows, rows_len(s))?;
     let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
-    let delta = Kernel::new("attention", "row_delta", format!("attention backward rows {shape}"))
-        .read(7, "o", b.o)
-        .read(8, "do", b.d_o)
-        .write(9, "delta", b.delta)
-        .uniform(6, &p)
+    let rows = Kernel::new("attention", "row_delta", format!("attention backward rows {shape}"))
+        .read(8, "o", b.o)
+        .read(9, "do", b.d_o)
+        .read(15, "lse", b.lse)
+        .write(10, "rows", b.rows)
+        .uniform(7, &setup.params)
         .grid(grid_1d(s.heads * s.t, 64));
-    let mut out = vec![ctx.launch(delta).await?];
+    let mut out = vec![ctx.launch(rows).await?];
     let common = |entry: &str, label: &str| {
-        Kernel::new("attention", entry, format!("attention backward {label} {shape}"))
+        let kernel = Kernel::new("attention", entry, format!("attention backward {label} {shape}"))
             .read(0, "q", b.q)
             .read(1, "k", b.k)
-            .read(3, "bits", bits)
-            .read(8, "do", b.d_o)
-            .read(10, "lse", b.lse)
-            .read(11, "delta", b.delta)
-            .uniform(6, &p)
-            .grid(grid(s))
+            .read(9, "do", b.d_o)
+            .read(11, "rows", b.rows)
+            .grid(grid(s));
+        setup.bind(ctx, kernel, b.q)
     };
     out.push(
-        ctx.launch(common("backward_dq", "dq").read(2, "v", b.v).write(12, "dq", b.dq))
+        ctx.launch(common("backward_dq", "dq")?.read(2, "v", b.v).write(12, "dq", b.dq))
             .await?,
     );
     out.push(
-        ctx.launch(common("backward_dk", "dk").read(2, "v", b.v).write(13, "dk", b.dk))
+        ctx.launch(common("backward_dk", "dk")?.read(2, "v", b.v).write(13, "dk", b.dk))
             .await?,
     );
-    out.push(ctx.launch(common("backward_dv", "dv").write(14, "dv", b.dv)).await?);
+    out.push(ctx.launch(common("backward_dv", "dv")?.write(14, "dv", b.dv)).await?);
     Ok(out)
 }

@@ -156,6 +156,42 @@ pub struct Draw<'a> {
     pub keys: KeyMode,
 }
 
+/// A draw as a kernel reads it: the counters' layout, the key stride, the canonical rank-4 block
+/// and global strides, and each device's block start `(n_dev, 4)`. The bits kernels and fused
+/// attention (which draws its dropout bits in place) share it, so both make the same bits.
+pub struct Counters {
+    pub n_global: u32,
+    pub n_block: u32,
+    pub rng_layout: u32,
+    pub key_stride: u32,
+    pub block_size: [u32; 4],
+    pub global_stride: [u32; 4],
+    pub offsets: Vec<u32>,
+}
+
+/// The counters of `draw`, with `key` checked to hold every device's key.
+pub fn counters(what: &str, key: &GpuBuffer, draw: &Draw<'_>) -> Result<Counters, GpuError> {
+    let c = canonicalize(what, draw.blocks)?;
+    let n_dev = draw.blocks.len();
+    let key_stride = match draw.keys {
+        KeyMode::Shared => 0,
+        KeyMode::PerDevice => 2,
+    };
+    check_len(what, key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
+    Ok(Counters {
+        n_global: c.n_global,
+        n_block: c.n_block,
+        rng_layout: match draw.layout {
+            RngLayout::Original => 0,
+            RngLayout::Partitionable => 1,
+        },
+        key_stride,
+        block_size: c.block_size,
+        global_stride: c.global_stride,
+        offsets: c.offsets,
+    })
+}
+
 /// Builds one launch of `entry` from `kernel`, which holds the bindings besides key, offsets
 /// and params; `io` are those bindings' buffers, each (n_dev, n_block).
 async fn launch(
@@ -167,13 +203,8 @@ async fn launch(
     keep: f32,
 ) -> Result<Dispatch, GpuError> {
     let entry = kernel.entry.clone();
-    let c = canonicalize(&entry, draw.blocks)?;
+    let c = counters(&entry, key, draw)?;
     let n_dev = draw.blocks.len();
-    let key_stride = match draw.keys {
-        KeyMode::Shared => 0,
-        KeyMode::PerDevice => 2,
-    };
-    check_len(&entry, key, if key_stride == 0 { 2 } else { 2 * n_dev })?;
     for b in io {
         check_len(&entry, b, n_dev * c.n_block as usize)?;
     }
@@ -181,12 +212,9 @@ async fn launch(
         n_global: c.n_global,
         n_block: c.n_block,
         n_dev: n_dev as u32,
-        rng_layout: match draw.layout {
-            RngLayout::Original => 0,
-            RngLayout::Partitionable => 1,
-        },
+        rng_layout: c.rng_layout,
         keep,
-        key_stride,
+        key_stride: c.key_stride,
         scale: keep_scale(keep),
         pad: 0,
         block_size: c.block_size,

@@ -259,6 +259,8 @@ impl MemoryPlan {
             plan.push(prog, *v, b);
         }
         let last = prog.last_uses();
+        // Bits fused attention draws in its kernels: no buffer holds them.
+        let drawn = prog.bits_drawn_in_attention();
         let mut peak = live;
         let mut owns = vec![true; prog.values.len()];
         for (i, ins) in prog.instrs.iter().enumerate() {
@@ -267,7 +269,7 @@ impl MemoryPlan {
                 Op::Reshape { .. } | Op::Pcast { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
             );
             for o in &ins.outputs {
-                if aliases {
+                if aliases || drawn[o.index()].is_some() {
                     owns[o.index()] = false;
                 } else {
                     let b = bytes_of(*o)?;

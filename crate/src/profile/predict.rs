@@ -219,6 +219,43 @@ mod tests {
         }
     }
 
+    /// Fused attention draws its dropout bits in its kernels, except where automatic mode in
+    /// the original layout generates the global bits replicated and slices them: that array is
+    /// held and priced, as JAX holds it, and the story points at it.
+    #[test]
+    fn fused_attention_draws_its_bits_in_place_except_the_replicated_original_generation() {
+        use crate::ir::Op;
+        let drawn_and_held = |parallel: Parallel, layout| {
+            let step = crate::plan::build(&seed_options(parallel, layout)).unwrap().step;
+            let prog = &step.program;
+            let drawn = prog.bits_drawn_in_attention();
+            let bits: Vec<_> = prog
+                .instrs
+                .iter()
+                // The attention probabilities' bits, (B, H, T, T); the residual dropouts' are rank 3.
+                .filter(|ins| matches!(ins.op, Op::RandomBits { .. } | Op::RandomBitsBlock { .. }))
+                .filter(|ins| prog.shape(ins.outputs[0]).len() == 4)
+                .map(|ins| drawn[ins.outputs[0].index()].is_some())
+                .collect();
+            (
+                bits.iter().filter(|&&d| d).count(),
+                bits.iter().filter(|&&d| !d).count(),
+            )
+        };
+        let layers = Preset::Seed.config().layers;
+        let shard_map = || Parallel::ShardMap {
+            strategy: Strategy::Dp,
+            mesh: Mesh::parse("dp=8").unwrap(),
+            dropout_key: crate::plan::DropoutKey::FoldIn,
+        };
+        assert_eq!(drawn_and_held(auto_dp8(), RngLayout::Partitionable).1, 0);
+        assert_eq!(drawn_and_held(shard_map(), RngLayout::Original).1, 0);
+        let (drawn, held) = drawn_and_held(auto_dp8(), RngLayout::Original);
+        assert!(held >= layers, "{held} held bits arrays for {layers} attention layers");
+        assert!(drawn == 0, "{drawn}");
+        assert!(drawn_and_held(auto_dp8(), RngLayout::Partitionable).0 >= layers);
+    }
+
     #[test]
     fn replicated_original_rng_costs_more_than_partitionable_on_tpu() {
         let d = tpu_v4();

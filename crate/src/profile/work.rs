@@ -78,6 +78,24 @@ pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
             first.dot = first.dot.map(|d| DotShape { m: d.n, n: d.m, ..d });
         }
     }
+    // Bits fused attention draws in place move no bytes. Each (T, T) mask is hashed over its
+    // causal half in the forward and again in the backward: once per gradient kernel in
+    // shardlab's (dq, dk, dv: twice the array's hashes), once in FlashAttention-2's single
+    // backward kernel on a real device (the array's hashes).
+    let drawn = prog.bits_drawn_in_attention();
+    let rehash = match placement {
+        Placement::Simulated => 2.0,
+        Placement::Real => 1.0,
+    };
+    for (i, ins) in prog.instrs.iter().enumerate() {
+        if ins.outputs.first().is_some_and(|o| drawn[o.index()].is_some()) {
+            out[i].bytes = 0.0;
+            out[i].int_ops *= rehash;
+        }
+        for v in ins.inputs.iter().filter(|v| drawn[v.index()].is_some()) {
+            out[i].bytes = (out[i].bytes - prog_bytes(prog, *v)).max(0.0);
+        }
+    }
     out
 }
 

@@ -116,63 +116,105 @@ fn the_backward_matches_finite_differences_of_the_forward() {
     }
 }
 
+/// The GPU forward and backward of `c` against the twin's, the kernels' dropout bits given by
+/// `dropout` (they must be `c.bits`).
+fn check_kernels(ctx: &shardlab::gpu::GpuContext, c: &Case, dropout: kernel::Dropout<'_>, what: &str) {
+    let (heads, t, dh) = (c.s.heads, c.s.t, c.s.dh);
+    let (want_o, want_lse) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
+    let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
+    let (q, k, v, d_o) = (up("q", &c.q), up("k", &c.k), up("v", &c.v), up("do", &c.d_o));
+    let n = heads * t * dh;
+    let (o, lse) = (ctx.zeros("o", n).unwrap(), ctx.zeros("lse", heads * t).unwrap());
+    let f = kernel::Forward {
+        q: &q,
+        k: &k,
+        v: &v,
+        dropout,
+        o: &o,
+        lse: &lse,
+    };
+    let d = pollster::block_on(kernel::forward(ctx, &f, &c.s)).unwrap();
+    let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
+    let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
+    assert_close(&format!("o {what}"), &got_o, &want_o, 1e-5, 1e-4);
+    assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
+
+    // The backward from the twin's forward, so each direction is checked alone.
+    let saved = Saved {
+        o: &want_o,
+        lse: &want_lse,
+        d_o: &c.d_o,
+        bits: c.bits.as_deref(),
+    };
+    let want = backward(&c.q, &c.k, &c.v, &saved, c.s);
+    let (o_in, lse_in) = (up("o", &want_o), up("lse", &want_lse));
+    let rows = ctx.zeros("rows", kernel::rows_len(&c.s)).unwrap();
+    let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
+    let b = kernel::Backward {
+        q: &q,
+        k: &k,
+        v: &v,
+        o: &o_in,
+        lse: &lse_in,
+        d_o: &d_o,
+        dropout,
+        rows: &rows,
+        dq: &outs[0],
+        dk: &outs[1],
+        dv: &outs[2],
+    };
+    let ds = pollster::block_on(kernel::backward(ctx, &b, &c.s)).unwrap();
+    ctx.run(&ds);
+    for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want)) {
+        let got = ctx.read_blocking::<f32>(buf).unwrap();
+        assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
+    }
+}
+
 #[test]
 fn gpu_kernels_match_the_twin() {
     let ctx = gpu_or_skip!();
     for &(heads, t, dh) in SHAPES {
         for rate in [0.0, 0.1] {
             let c = case(heads, t, dh, rate);
-            let what = format!("{heads}x{t}x{dh} rate {rate}");
-            let (want_o, want_lse) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
-            let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
-            let (q, k, v, d_o) = (up("q", &c.q), up("k", &c.k), up("v", &c.v), up("do", &c.d_o));
             let bits = c.bits.as_ref().map(|b| ctx.upload("bits", b).unwrap());
-            let n = heads * t * dh;
-            let (o, lse) = (ctx.zeros("o", n).unwrap(), ctx.zeros("lse", heads * t).unwrap());
-            let f = kernel::Forward {
-                q: &q,
-                k: &k,
-                v: &v,
-                bits: bits.as_ref(),
-                o: &o,
-                lse: &lse,
-            };
-            let d = pollster::block_on(kernel::forward(ctx, &f, &c.s)).unwrap();
-            let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
-            let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
-            assert_close(&format!("o {what}"), &got_o, &want_o, 1e-5, 1e-4);
-            assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
+            let dropout = bits.as_ref().map_or(kernel::Dropout::None, kernel::Dropout::Bits);
+            check_kernels(ctx, &c, dropout, &format!("{heads}x{t}x{dh} rate {rate}"));
+        }
+    }
+}
 
-            // The backward from the twin's forward, so each direction is checked alone.
-            let saved = Saved {
-                o: &want_o,
-                lse: &want_lse,
-                d_o: &c.d_o,
-                bits: c.bits.as_deref(),
+/// Dropout bits the kernels draw from the key are JAX's bits of each device's block: the
+/// global (B, H, T, T) bits cut on the batch (as data parallelism cuts them) or on the heads
+/// (as tensor parallelism does, a block not contiguous in the global array), both layouts.
+#[test]
+fn gpu_kernels_drawing_their_bits_from_the_key_make_jaxs_bits() {
+    use shardlab::kernels::random::{Draw, KeyMode};
+    use shardlab::rng::{random_bits_block, Block, Key};
+    let ctx = gpu_or_skip!();
+    let (batch, h, t, dh, devices) = (2, 4, 19, 8, 2);
+    let key = Key([0x1234_5678, 0x9abc_def0]);
+    for layout in [RngLayout::Original, RngLayout::Partitionable] {
+        for cut in [0, 1] {
+            let global = [batch, h, t, t];
+            let blocks: Vec<Block> = (0..devices)
+                .map(|d| {
+                    let mut ranges: Vec<_> = global.iter().map(|&n| 0..n).collect();
+                    let part = global[cut] / devices;
+                    ranges[cut] = d * part..(d + 1) * part;
+                    Block::new(&global, &ranges).unwrap()
+                })
+                .collect();
+            let mut c = case(batch * h, t, dh, 0.1);
+            c.bits = Some(blocks.iter().flat_map(|b| random_bits_block(key, layout, b)).collect());
+            let keys = ctx.upload("keys", &[key.0, key.0].concat()).unwrap();
+            let draw = Draw {
+                layout,
+                blocks: &blocks,
+                keys: KeyMode::PerDevice,
             };
-            let want = backward(&c.q, &c.k, &c.v, &saved, c.s);
-            let (o_in, lse_in) = (up("o", &want_o), up("lse", &want_lse));
-            let delta = ctx.zeros("delta", heads * t).unwrap();
-            let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
-            let b = kernel::Backward {
-                q: &q,
-                k: &k,
-                v: &v,
-                o: &o_in,
-                lse: &lse_in,
-                d_o: &d_o,
-                bits: bits.as_ref(),
-                delta: &delta,
-                dq: &outs[0],
-                dk: &outs[1],
-                dv: &outs[2],
-            };
-            let ds = pollster::block_on(kernel::backward(ctx, &b, &c.s)).unwrap();
-            ctx.run(&ds);
-            for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want)) {
-                let got = ctx.read_blocking::<f32>(buf).unwrap();
-                assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
-            }
+            let dropout = kernel::Dropout::Drawn { key: &keys, draw };
+            check_kernels(ctx, &c, dropout, &format!("{layout:?}, cut on dim {cut}"));
         }
     }
 }
@@ -190,7 +232,7 @@ fn a_head_dimension_past_the_kernels_limit_is_refused_with_the_fix() {
         q: &bufs[0],
         k: &bufs[1],
         v: &bufs[2],
-        bits: None,
+        dropout: kernel::Dropout::None,
         o: &bufs[3],
         lse: &lse,
     };

@@ -28,6 +28,7 @@ const DEFAULT_MAX_ARENA: usize = (128 << 20) / 4;
 /// Every instruction of `program` as the GPU lowering runs it, in program order.
 pub fn lowered(program: &Program) -> Vec<Lowered> {
     let fusion = plan(program);
+    let drawn = program.bits_drawn_in_attention();
     // Optimizer updates packed into one dispatch run it at their group's last instruction.
     let mut update_dispatches = vec![None; program.instrs.len()];
     for group in packing::plan(program, &fusion, DEFAULT_MAX_ARENA).groups {
@@ -44,6 +45,8 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
             let ins = &program.instrs[i];
             let dispatches = match fusion[i] {
                 _ if fused_into_previous => 0,
+                // Bits fused attention draws in its own kernels.
+                _ if ins.outputs.first().is_some_and(|o| drawn[o.index()].is_some()) => 0,
                 Some(Fusion::DotTransposed | Fusion::DotBias { .. }) => operand_copies(program, ins) + 1,
                 // One strided copy per part.
                 Some(Fusion::TransposeSplit) => program.instrs[i + 1].outputs.len(),

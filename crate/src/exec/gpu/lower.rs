@@ -40,6 +40,9 @@ pub(super) struct Lowering<'a> {
     pub adamw_hyper: Option<&'a GpuBuffer>,
     /// The fused pairs (fuse.rs): the first of a pair lowers both, the second nothing.
     pub fusion: &'a [Option<Fusion>],
+    /// Per value, the random_bits instruction of bits fused attention draws in place
+    /// ([`Program::bits_drawn_in_attention`]): that instruction launches nothing.
+    pub drawn: &'a [Option<usize>],
     pub matmuls: MatmulChoice,
     /// The matmuls that ran a provisional variant (their class was untuned).
     pub provisional: RefCell<Vec<MatmulShape>>,
@@ -73,6 +76,72 @@ impl Lowering<'_> {
         }
         self.provisional.borrow_mut().push(*s);
         Some(k::matmul::supported_variant(self.ctx, v, s))
+    }
+
+    /// The blocks each device draws of a random_bits instruction's global array, and its layout.
+    fn draw_blocks(&self, ins: &Instr) -> Result<(Vec<Block>, crate::rng::RngLayout), ExecError> {
+        let devices = self.program.devices();
+        match &ins.op {
+            // Each device draws the local-shape array from its own key (shard_map's semantics;
+            // with equal keys the draws repeat across devices).
+            Op::RandomBits { shape, layout } => Ok((vec![Block::full(shape); devices], *layout)),
+            Op::RandomBitsBlock {
+                global, spec, layout, ..
+            } => {
+                let err = |e: String| ExecError::Input(e);
+                let mesh = self
+                    .program
+                    .mesh
+                    .as_ref()
+                    .ok_or_else(|| err("random bits blocks need a program with a mesh".into()))?;
+                let sharding =
+                    crate::sharding::NamedSharding::new(mesh.clone(), spec.clone()).map_err(|e| err(e.to_string()))?;
+                let mut blocks = Vec::with_capacity(devices);
+                for d in 0..devices {
+                    let ranges = sharding.device_indices(d, global).map_err(|e| err(e.to_string()))?;
+                    blocks.push(Block::new(global, &ranges).map_err(|e| err(e.to_string()))?);
+                }
+                Ok((blocks, *layout))
+            }
+            op => unreachable!("{} draws no random bits", op.name()),
+        }
+    }
+
+    /// For an attention instruction whose operand `bits` is drawn in its kernels: the draw's
+    /// instruction, blocks and layout.
+    #[allow(clippy::type_complexity)]
+    fn drawn_blocks(
+        &self,
+        ins: &Instr,
+        bits: usize,
+    ) -> Result<Option<(usize, Vec<Block>, crate::rng::RngLayout)>, ExecError> {
+        let Some(&Some(i)) = ins.inputs.get(bits).map(|v| &self.drawn[v.index()]) else {
+            return Ok(None);
+        };
+        let (blocks, layout) = self.draw_blocks(&self.program.instrs[i])?;
+        Ok(Some((i, blocks, layout)))
+    }
+
+    /// Attention's dropout: none, the bits operand's buffer, or drawn in place from the key.
+    fn dropout<'b>(
+        &'b self,
+        ins: &Instr,
+        bits: usize,
+        rate: f32,
+        drawn: &'b Option<(usize, Vec<Block>, crate::rng::RngLayout)>,
+    ) -> k::attention::Dropout<'b> {
+        match drawn {
+            _ if rate == 0.0 => k::attention::Dropout::None,
+            Some((i, blocks, layout)) => k::attention::Dropout::Drawn {
+                key: self.buf(self.program.instrs[*i].inputs[0]),
+                draw: Draw {
+                    layout: *layout,
+                    blocks,
+                    keys: KeyMode::PerDevice,
+                },
+            },
+            None => k::attention::Dropout::Bits(self.buf(ins.inputs[bits])),
+        }
     }
 
     /// A strided copy of every device's block at once.
@@ -229,11 +298,12 @@ impl Lowering<'_> {
             }
             Op::Attention { scale, rate } => {
                 let s = attention_shape(&shape(0), *scale, *rate, devices);
+                let drawn = self.drawn_blocks(ins, 3)?;
                 let b = k::attention::Forward {
                     q: x(0),
                     k: x(1),
                     v: x(2),
-                    bits: (*rate > 0.0).then(|| x(3)),
+                    dropout: self.dropout(ins, 3, *rate, &drawn),
                     o: y(0),
                     lse: y(1),
                 };
@@ -244,6 +314,7 @@ impl Lowering<'_> {
                 let rows = sc
                     .rows
                     .expect("slot planning gives attention's backward its row scratch");
+                let drawn = self.drawn_blocks(ins, 6)?;
                 let b = k::attention::Backward {
                     q: x(0),
                     k: x(1),
@@ -251,8 +322,8 @@ impl Lowering<'_> {
                     o: x(3),
                     lse: x(4),
                     d_o: x(5),
-                    bits: (*rate > 0.0).then(|| x(6)),
-                    delta: &self.slots[rows],
+                    dropout: self.dropout(ins, 6, *rate, &drawn),
+                    rows: &self.slots[rows],
                     dq: y(0),
                     dk: y(1),
                     dv: y(2),
@@ -291,30 +362,13 @@ impl Lowering<'_> {
             }
             // Keys are values like any other: one per device (`[device, 2]`).
             Op::FoldIn { data } => one(k::random::fold_in(ctx, x(0), y(0), &vec![*data; devices], per_device).await?),
-            Op::RandomBits { shape: s, layout } => {
-                // Each device draws the local-shape array from its own key (shard_map's
-                // semantics; with equal keys the draws repeat across devices).
-                let blocks = vec![Block::full(s); devices];
-                let draw = Draw {
-                    layout: *layout,
-                    blocks: &blocks,
-                    keys: per_device,
-                };
-                one(k::random::random_bits(ctx, x(0), y(0), &draw).await?)
+            Op::RandomBits { .. } | Op::RandomBitsBlock { .. } if self.drawn[ins.outputs[0].index()].is_some() => {
+                vec![]
             }
-            Op::RandomBitsBlock {
-                global, spec, layout, ..
-            } => {
-                let err = |e: String| ExecError::Input(e);
-                let sharding = crate::sharding::NamedSharding::new(mesh()?.clone(), spec.clone())
-                    .map_err(|e| err(e.to_string()))?;
-                let mut blocks = Vec::with_capacity(devices);
-                for d in 0..devices {
-                    let ranges = sharding.device_indices(d, global).map_err(|e| err(e.to_string()))?;
-                    blocks.push(Block::new(global, &ranges).map_err(|e| err(e.to_string()))?);
-                }
+            Op::RandomBits { .. } | Op::RandomBitsBlock { .. } => {
+                let (blocks, layout) = self.draw_blocks(ins)?;
                 let draw = Draw {
-                    layout: *layout,
+                    layout,
                     blocks: &blocks,
                     keys: per_device,
                 };

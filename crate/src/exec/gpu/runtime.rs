@@ -31,6 +31,8 @@ pub struct GpuExecutor {
     peak_bytes: u64,
     /// What lowering needs again when the dispatches are rebuilt ([`GpuExecutor::retune`]).
     fusion: Vec<Option<Fusion>>,
+    /// [`Program::bits_drawn_in_attention`]: random bits fused attention makes in place.
+    drawn: Vec<Option<usize>>,
     scratch: Vec<Scratch>,
     /// The matmuls running a provisional variant ([`MatmulChoice::Provisional`]).
     provisional: Vec<MatmulShape>,
@@ -71,6 +73,7 @@ impl GpuExecutor {
     /// [`GpuExecutor::new`], with the matmuls' variants chosen as `matmuls` says.
     pub async fn with_matmuls(ctx: &GpuContext, program: Program, matmuls: MatmulChoice) -> Result<Self, ExecError> {
         let fusion = fuse::plan(&program);
+        let program_drawn = program.bits_drawn_in_attention();
         let limits = ctx.limits();
         let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
         let plan = slots::plan(&program, &fusion, usize::try_from(max_arena).unwrap_or(usize::MAX));
@@ -96,6 +99,7 @@ impl GpuExecutor {
             adamw_hyper,
             peak_bytes,
             fusion,
+            drawn: program_drawn,
             scratch: plan.scratch,
             provisional: vec![],
         };
@@ -115,6 +119,7 @@ impl GpuExecutor {
             sgd_hyper: self.sgd_hyper.as_ref().map(|(b, _)| b),
             adamw_hyper: self.adamw_hyper.as_ref().map(|(b, _)| b),
             fusion: &self.fusion,
+            drawn: &self.drawn,
             matmuls,
             provisional: RefCell::default(),
         };

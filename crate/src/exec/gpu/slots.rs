@@ -80,7 +80,8 @@ pub(super) struct Scratch {
     pub reduce: Option<ReducePlan>,
     pub lhs: Option<usize>,
     pub rhs: Option<usize>,
-    /// Attention's backward: its per-row sums of do * o (heads, T), alive for its dispatches.
+    /// Attention's backward: each row's (lse, sum of do * o) (heads, T, 2), alive for its
+    /// dispatches.
     pub rows: Option<usize>,
     /// On the last update of a group (packing.rs): the group's dispatch.
     pub update: Option<UpdatePlan>,
@@ -124,7 +125,16 @@ impl Slots {
 /// before any of its operands is released, and an intermediate it does not write gets no slot.
 /// An arena of packed optimizer tensors holds at most `max_arena` elements.
 pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usize) -> Slots {
-    let last_use = program.last_uses();
+    let mut last_use = program.last_uses();
+    // Bits fused attention draws in place get no slot; their key lives while they would, as
+    // the kernels read it instead.
+    let drawn = program.bits_drawn_in_attention();
+    for (v, i) in drawn.iter().enumerate() {
+        if let Some(i) = *i {
+            let key = program.instrs[i].inputs[0].index();
+            last_use[key] = last_use[key].max(last_use[v]);
+        }
+    }
     let devices = program.devices();
     let numel = |v: ValueId| devices * program.info(v).numel();
     let mut plan = SlotPlan::default();
@@ -214,11 +224,12 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                     sc.rhs = Some(plan.take(numel(ins.inputs[1])));
                 }
                 if let Op::AttentionGrad { .. } = op {
-                    sc.rows = Some(plan.take(numel(ins.inputs[4])));
+                    // (lse, delta) per row of every head.
+                    sc.rows = Some(plan.take(2 * numel(ins.inputs[4])));
                 }
                 let keep_first = fusion[i].is_none_or(|f| f.keeps_intermediate());
                 if keep_first {
-                    for o in &ins.outputs {
+                    for o in ins.outputs.iter().filter(|o| drawn[o.index()].is_none()) {
                         value_slot[o.index()] = alloc(&mut plan, *o, false);
                     }
                 }
