@@ -23,7 +23,8 @@ const WG: u32 = 64u;
 const TILE: u32 = 16u;
 // Head dimensions up to MAX_DH (the launcher refuses more): private rows and tiles are sized by it.
 const MAX_DH: u32 = 64u;
-const LOWEST: f32 = -3.4028235e38;
+// f32::MIN written so it parses as a finite f32 (Tint refuses -3.4028235e38, which is past it before rounding).
+const LOWEST: f32 = -3.4028234e38;
 
 struct Params {
     heads: u32,

@@ -101,6 +101,7 @@ const FIELDS = {
   batch: { kind: 'int' },
   vocab: { kind: 'int' },
   dropout: { kind: 'float' },
+  attention: { kind: 'enum', values: ['fused', 'unfused'] },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
@@ -278,7 +279,7 @@ function openSpecsOf(s) {
 /** Each folded part's summary line says what it holds, so folding hides no setting's value. */
 function writeFoldFacts(s) {
   const facts = {
-    model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}`,
+    model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}`,
     learning: learnFacts(s),
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
@@ -753,12 +754,16 @@ function showScaleUp(box, r) {
       el('tbody', {}, rows))),
     c.batch < r.report_batch ? el('p', { class: 'small', 'data-testid': 'scale-up-batch-note' }, `Batch ${c.batch}, not the report’s ${r.report_batch}: at batch ${r.report_batch} the global logits have more elements than a ${r.address_bits}-bit WebAssembly page can index. \`shardlab plan\` predicts batch ${r.report_batch} natively.`) : null,
     el('p', { class: 'muted small' }, 'The JAX report measured 2.95 s/it (automatic) vs 1.09 s/it (shard_map) on a TPU v4-8 with the original layout: 2.7×.'),
+    unfusedWords(r),
   ].filter(Boolean));
-  // Why a layout does not fit, per mode and layout (each different reason once).
-  const all = Object.fromEntries(['original', 'partitionable'].flatMap((rng) => MODES.map((m) => [`${m}:${rng}`, r.layouts[rng].modes[m]])));
+  // Why a run does not fit, per mode and layout or attention (each different reason once).
+  const all = Object.fromEntries([
+    ...['original', 'partitionable'].flatMap((rng) => MODES.map((m) => [`${m}:${rng}`, r.layouts[rng].modes[m]])),
+    ...MODES.map((m) => [`${m}:${r.unfused.rng}, attention unfused`, r.unfused.modes[m]]),
+  ]);
   if (Object.values(all).some((x) => x.overflow)) {
     box.append(el('p', { class: 'small', 'data-testid': 'scale-up-overflow' },
-      overflowWords(all, (k) => { const [m, rng] = k.split(':'); return `${MODE_LABEL[m]}, ${rng}:`; })));
+      overflowWords(all, (k) => { const [m, rest] = k.split(':'); return `${MODE_LABEL[m]}, ${rest}:`; })));
   }
   // The partitionable layout's one cost: it hashes once per word, where the original hashes a
   // pair of counters into two words, so shard_map (which made only its block either way) pays more.
@@ -767,6 +772,16 @@ function showScaleUp(box, r) {
     box.append(el('p', { class: 'small', 'data-testid': 'scale-up-partitionable' },
       `With partitionable, shard_map’s step is slower (${fmtMs(sm('original'))} → ${fmtMs(sm('partitionable'))}): shard_map made only its own block of the random bits either way, and the partitionable layout hashes once per 32-bit word, where the original hashes a pair of counters into two words, so the same bits cost twice the hashing. Automatic gains far more, because it stops making the whole global array on every device.`));
   }
+}
+
+/** The table prices attention as one fused op; the same run unfused, for contrast. */
+function unfusedWords(r) {
+  const u = r.unfused.modes;
+  const gib = (m) => fmtBytes(u[m].bytes_per_device.total);
+  const fit = MODES.every((m) => u[m].fits);
+  return el('p', { class: 'small', 'data-testid': 'scale-up-unfused' },
+    'Attention is priced as one fused op, as a TPU runs it (splash attention): no seq × seq array is held. ',
+    `Unfused, as a model that writes softmax(q kᵀ) v op by op runs, every layer holds its scores, probabilities and dropout mask: with the ${r.unfused.rng} layout automatic needs ${gib('auto')} and shard_map ${gib('shard_map')} per device (${fmtMs(u.auto.step_ms)} and ${fmtMs(u.shard_map.step_ms)} a step), and it ${fit ? 'still fits' : 'does not fit'}.`);
 }
 
 function updateButtons() {

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use crate::gpu::{now_ms, AdapterSummary, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::kernels::attention::AttentionShape;
 use crate::kernels::copy::Strided;
 use crate::kernels::elementwise::{Binary, BinaryArgs};
 use crate::kernels::embedding::EmbeddingShape;
@@ -113,6 +114,10 @@ pub enum Case {
     GeluBackward,
     SoftmaxForward,
     SoftmaxBackward,
+    /// Fused causal attention with dropout from bits, forward or backward.
+    Attention {
+        backward: bool,
+    },
     CrossEntropyForward,
     CrossEntropyBackward,
     EmbeddingForward,
@@ -148,6 +153,8 @@ pub const KERNELS: &[Case] = &[
     Case::GeluBackward,
     Case::SoftmaxForward,
     Case::SoftmaxBackward,
+    Case::Attention { backward: false },
+    Case::Attention { backward: true },
     Case::CrossEntropyForward,
     Case::CrossEntropyBackward,
     Case::EmbeddingForward,
@@ -189,6 +196,8 @@ impl Case {
             Case::GeluBackward => "gelu backward",
             Case::SoftmaxForward => "causal softmax forward",
             Case::SoftmaxBackward => "causal softmax backward",
+            Case::Attention { backward: false } => "fused attention forward",
+            Case::Attention { backward: true } => "fused attention backward",
             Case::CrossEntropyForward => "cross-entropy forward",
             Case::CrossEntropyBackward => "cross-entropy backward",
             Case::EmbeddingForward => "embedding forward",
@@ -222,6 +231,7 @@ impl Case {
             Case::LayerNormForward | Case::LayerNormBackward => "rows=5, C=67",
             Case::GeluForward | Case::GeluBackward => "n=1023, |x| <= 8",
             Case::SoftmaxForward | Case::SoftmaxBackward => "rows=2x17, T=17",
+            Case::Attention { .. } => "heads=3, T=17, Dh=24, dropout 0.25",
             Case::CrossEntropyForward | Case::CrossEntropyBackward => "rows=7, V=65",
             Case::EmbeddingForward | Case::EmbeddingBackward => "N=17, V=13, C=33",
             Case::SumAxis => "(3, 17, 65) over axis 1",
@@ -237,7 +247,11 @@ impl Case {
     /// The largest absolute error that passes.
     pub fn tolerance(self) -> f32 {
         match self {
-            Case::Matmul(_) | Case::LayerNormForward | Case::LayerNormBackward | Case::CrossEntropyForward => 1e-4,
+            Case::Matmul(_)
+            | Case::LayerNormForward
+            | Case::LayerNormBackward
+            | Case::CrossEntropyForward
+            | Case::Attention { .. } => 1e-4,
             Case::GeluForward
             | Case::GeluBackward
             | Case::SoftmaxForward
@@ -271,6 +285,7 @@ impl Case {
             Case::GeluBackward => gelu_backward(ctx).await,
             Case::SoftmaxForward => softmax_forward(ctx).await,
             Case::SoftmaxBackward => softmax_backward(ctx).await,
+            Case::Attention { backward } => attention(ctx, backward).await,
             Case::CrossEntropyForward => crossentropy_forward(ctx).await,
             Case::CrossEntropyBackward => crossentropy_backward(ctx).await,
             Case::EmbeddingForward => embedding_forward(ctx).await,
@@ -624,6 +639,68 @@ async fn softmax_backward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         run_and_read(ctx, &[d], &[&ds]).await?,
         reference::softmax::causal_backward(&p, &dp, rows, t),
     )
+}
+
+/// Past one 16-row tile of keys, a head dimension that is not a power of two.
+const ATTENTION: AttentionShape = AttentionShape {
+    heads: 3,
+    t: 17,
+    dh: 24,
+    scale: 0.2,
+    rate: 0.25,
+};
+
+async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError> {
+    let s = ATTENTION;
+    let n = s.heads * s.t * s.dh;
+    let (q, k, v, d_o) = (rand_vec(n, 40), rand_vec(n, 41), rand_vec(n, 42), rand_vec(n, 43));
+    let bits = reference::random::random_bits(Key::from_seed(5), RngLayout::Partitionable, &[s.heads, s.t, s.t]);
+    let (o, lse) = reference::attention::forward(&q, &k, &v, Some(&bits), s);
+    let [gq, gk, gv, gbits] = [
+        ctx.upload("q", &q)?,
+        ctx.upload("k", &k)?,
+        ctx.upload("v", &v)?,
+        ctx.upload("bits", &bits)?,
+    ];
+    let dropout = kernels::attention::Dropout::Bits(&gbits);
+    if !backward {
+        let (go, glse) = (ctx.upload("o", &vec![9.0f32; n])?, ctx.zeros("lse", s.heads * s.t)?);
+        let b = kernels::attention::Forward {
+            q: &gq,
+            k: &gk,
+            v: &gv,
+            dropout,
+            o: &go,
+            lse: &glse,
+        };
+        let d = kernels::attention::forward(ctx, &b, &s).await?;
+        return close(run_and_read(ctx, &[d], &[&go, &glse]).await?, [o, lse].concat());
+    }
+    let saved = reference::attention::Saved {
+        o: &o,
+        lse: &lse,
+        d_o: &d_o,
+        bits: Some(&bits),
+    };
+    let want = reference::attention::backward(&q, &k, &v, &saved, s).concat();
+    let [go, glse, gdo] = [ctx.upload("o", &o)?, ctx.upload("lse", &lse)?, ctx.upload("do", &d_o)?];
+    let rows = ctx.zeros("rows", kernels::attention::rows_len(&s))?;
+    let [dq, dk, dv] = [ctx.zeros("dq", n)?, ctx.zeros("dk", n)?, ctx.zeros("dv", n)?];
+    let b = kernels::attention::Backward {
+        q: &gq,
+        k: &gk,
+        v: &gv,
+        o: &go,
+        lse: &glse,
+        d_o: &gdo,
+        dropout,
+        rows: &rows,
+        dq: &dq,
+        dk: &dk,
+        dv: &dv,
+    };
+    let ds = kernels::attention::backward(ctx, &b, &s).await?;
+    close(run_and_read(ctx, &ds, &[&dq, &dk, &dv]).await?, want)
 }
 
 const CE: (usize, usize) = (7, 65); // (rows, V)

@@ -89,9 +89,9 @@ test('scale up predicts the report’s model on a v4-8 for both modes and layout
     for (const r of rows) {
       assert.equal(r.ms.length, 2);
       for (const t of r.ms) assert.match(t, /\d.*(ms|s)$/);
-      // At batch 32 the f32 program holds about 54 GiB per device (activations without
-      // rematerialisation) against a v4's 32 GiB, as `shardlab plan` says.
-      assert.equal(r.fits, 'does not fit');
+      // With attention fused (no seq × seq array held), batch 32 fits a v4's 32 GiB, as the
+      // report's run did.
+      assert.equal(r.fits, 'fits');
     }
     // The original layout's replicated random bits cost automatic mode more than the
     // partitionable layout's do.
@@ -102,9 +102,12 @@ test('scale up predicts the report’s model on a v4-8 for both modes and layout
     // bytes: sizes are u64 where they overflow, so wasm32 plans it.
     assert.match(result, /24 layers, d_model 1024, 16 heads, seq 1024, batch 32, vocab 50,?304/);
     assert.equal(await page.getByTestId('scale-up-batch-note').count(), 0);
-    // It says why it does not fit, how far over, which tensor is the largest, and the lever.
+    // Unfused, the same run holds every layer's scores, probabilities and mask, and does not
+    // fit: the page says so, why, how far over, which tensor is the largest, and the lever.
+    assert.match(await page.getByTestId('scale-up-unfused').innerText(),
+      /Unfused, .* automatic needs \d+\.\d GiB and shard_map \d+\.\d GiB per device .* does not fit/);
     const why = await page.getByTestId('scale-up-overflow').innerText();
-    assert.match(why, /automatic, original: needs \d+\.\d GiB per device against the 32\.0 GiB of a TPU v4: \d+\.\d GiB over/);
+    assert.match(why, /automatic, original, attention unfused: needs \d+\.\d GiB per device against the 32\.0 GiB of a TPU v4: \d+\.\d GiB over/);
     assert.match(why, /the largest tensor `[^`]+` \[[\d,]+\]/);
     assert.match(why, /rematerialization \(jax\.checkpoint\)/);
     // And why the partitionable layout slows shard_map down.

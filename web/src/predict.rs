@@ -8,6 +8,7 @@ use shardlab::profile::{device_preset, figure_label, predict, DeviceProfile, Pla
 use crate::plan::Plan;
 use crate::settings::{Mode, Preset, Settings};
 use shardlab::ir::RngLayout;
+use shardlab::model::Attention;
 
 /// One mode's modelled step as the page shows it: the core's prediction plus the rng share.
 fn view(p: &Prediction) -> Value {
@@ -111,6 +112,25 @@ pub fn scale_up() -> Value {
         let fits = modes.values().all(|m| m["fits"].as_bool().unwrap_or(false));
         layouts.insert(rng.name().into(), json!({"modes": modes, "ratio": ratio, "fits": fits}));
     }
+    // The same run with attention unfused (the report's flax model wrote it op by op): the
+    // (B, H, T, T) scores, probabilities and mask held per layer are what do not fit.
+    let mut unfused = serde_json::Map::new();
+    let s = Settings {
+        attention: Attention::Unfused,
+        ..report_settings(RngLayout::Original, batch)
+    };
+    for mode in [Mode::Auto, Mode::ShardMap] {
+        let planned = match s
+            .mesh()
+            .map_err(|e| e.message)
+            .and_then(|mesh| shardlab::plan::build(&s.options(mode, &mesh)).map_err(|e| e.to_string()))
+        {
+            Ok(p) => p,
+            Err(e) => return json!({"ok": false, "error": e}),
+        };
+        let p = predict(&planned.step.program, &device, Placement::Real);
+        unfused.insert(mode.name().to_string(), view(&p));
+    }
     json!({
         "ok": true,
         "device": device.name,
@@ -121,5 +141,6 @@ pub fn scale_up() -> Value {
         "report_batch": REPORT_BATCH,
         "address_bits": usize::BITS,
         "layouts": layouts,
+        "unfused": {"rng": RngLayout::Original.name(), "modes": unfused},
     })
 }

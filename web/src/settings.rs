@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
-use shardlab::model::{GptConfig, Init};
+use shardlab::kernels::attention::MAX_HEAD_DIM;
+use shardlab::model::{Attention, GptConfig, Init};
 use shardlab::plan::{
     page_limit, DropoutKey, Parallel, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
     TOKENS,
@@ -45,6 +46,10 @@ pub struct Settings {
     /// f64 so the page's number round-trips exactly (0.1 stays 0.1 in the hash); the core
     /// gets it as f32.
     pub dropout: f64,
+    /// One fused dot_product_attention op, or the composition op by op; links written before
+    /// the choice existed read as fused, the model's default.
+    #[serde(default)]
+    pub attention: Attention,
     pub rng: RngLayout,
     pub dropout_key: DropoutKey,
     pub combine: bool,
@@ -80,6 +85,7 @@ impl Settings {
             vocab: c.vocab,
             // The f32's shortest decimal, so the link says 0.1 and not 0.10000000149011612.
             dropout: c.dropout.to_string().parse().unwrap_or(0.0),
+            attention: c.attention,
             rng: p.rng_layout(),
             dropout_key: p.dropout_key(),
             combine: false,
@@ -105,7 +111,7 @@ impl Settings {
             vocab: self.vocab,
             tied: false,
             dropout: self.dropout as f32,
-            attention: Default::default(),
+            attention: self.attention,
         }
     }
 
@@ -195,8 +201,26 @@ impl Settings {
         self.config()
             .validate()
             .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
+        self.check_head_dim()?;
         self.check_spec_texts()?;
         Ok(mesh)
+    }
+
+    /// The fused attention kernels hold a head's row in registers, up to MAX_HEAD_DIM wide.
+    fn check_head_dim(&self) -> Result<(), FieldError> {
+        let dh = self.d_model / self.heads.max(1);
+        if self.attention != Attention::Fused || dh <= MAX_HEAD_DIM {
+            return Ok(());
+        }
+        Err(FieldError::new(
+            "heads",
+            format!(
+                "d_model {} over {} heads is {dh} per head, and the fused attention kernels take at most {MAX_HEAD_DIM}: use at least {} heads, or attention unfused",
+                self.d_model,
+                self.heads,
+                self.d_model.div_ceil(MAX_HEAD_DIM)
+            ),
+        ))
     }
 
     /// The specs are few enough and each parses. What each names, and whether it fits, the
