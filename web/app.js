@@ -102,6 +102,7 @@ const FIELDS = {
   vocab: { kind: 'int' },
   dropout: { kind: 'float' },
   attention: { kind: 'enum', values: ['fused', 'unfused'] },
+  remat: { kind: 'enum', values: ['none', 'full', 'dots'] },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
@@ -279,13 +280,21 @@ function openSpecsOf(s) {
 /** Each folded part's summary line says what it holds, so folding hides no setting's value. */
 function writeFoldFacts(s) {
   const facts = {
-    model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}`,
+    model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
     learning: learnFacts(s),
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
+  $('remat-trade').textContent = REMAT_TRADE[s.remat];
 }
+
+/** What each remat policy trades, in one sentence. */
+const REMAT_TRADE = {
+  none: 'Remat trades compute for memory: with none, every activation is held from the forward pass to the backward.',
+  full: 'Full remat holds only each block’s input and recomputes the rest of the block in the backward pass: about one more forward pass of compute for far fewer held activations.',
+  dots: 'Dots remat also holds the weight matmuls’ outputs, so the backward recomputes only the cheap ops between them (norms, GELU, attention): less extra compute than full, more memory.',
+};
 
 // ---- the session: one phase at a time ----------------------------------------------------------
 // idle (configured, no step yet) → building (the first step builds the trainers) → stepping →

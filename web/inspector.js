@@ -86,6 +86,9 @@ function explanation(m, mode) {
   } else if (m.kind === 'rng') {
     parts.push('Each device makes only the bits of its own block.');
   }
+  if (m.recomputed) {
+    parts.push('Recomputed in the backward pass: the block runs under jax.checkpoint, so instead of holding this value from the forward pass, the backward makes it again from what the remat policy saved (the same inputs and keys give the same bits).');
+  }
   if (m.inserted) {
     const r = m.inserted;
     const of = r.value && !r.value.startsWith('%') ? ` of ${r.value}` : '';
@@ -143,7 +146,7 @@ function renderLine(mode, line, mark) {
   parts.push(line.slice(last));
   if (!mark) return el('span', { class: 'src-line' }, parts);
   return el('span', {
-    class: `line ${mark.kind}`, 'data-kind': mark.kind, 'data-op': mark.op, tabIndex: 0,
+    class: `line ${mark.kind}${mark.recomputed ? ' recomputed' : ''}`, 'data-kind': mark.kind, 'data-op': mark.op, tabIndex: 0,
     'data-explain': explanation(mark, mode), 'aria-describedby': 'explain',
   }, parts);
 }

@@ -321,6 +321,11 @@ fn zero_negative_and_malformed_sizes_are_refused() {
         case(&["train", "--cpu", "--dropout=-0.1"], &["--dropout"]),
         case(&["train", "--cpu", "--dropout", "1"], &["--dropout"]),
         case(&["train", "--cpu", "--vocab", "4294967295"], &["--vocab"]),
+        case(
+            &["train", "--cpu", "--remat", "everything"],
+            &["--remat", "none", "full", "dots"],
+        ),
+        case(&["plan", "--remat", ""], &["--remat", "none", "full", "dots"]),
     ]);
 }
 

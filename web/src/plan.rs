@@ -17,13 +17,15 @@ pub struct Mark {
     /// Line of the program text (0-based).
     pub line: usize,
     pub instr: usize,
-    /// `collective`, `rng_replicated` (every device makes the global bits, then keeps its block)
-    /// or `rng`.
+    /// `collective`, `rng_replicated` (every device makes the global bits, then keeps its block),
+    /// `rng`, `inserted`, or `recomputed` (any other op jax.checkpoint recomputes).
     pub kind: &'static str,
     /// The op as HLO names it (`all-reduce`, `random_bits`, ...).
     pub op: String,
     /// In automatic mode: the partitioner's record of why it inserted this op.
     pub inserted: Option<Inserted>,
+    /// Whether it recomputes a forward value for the backward pass (jax.checkpoint).
+    pub recomputed: bool,
 }
 
 /// One mode, built: its plan (which the trainer runs as is) and what the inspector shows.
@@ -107,6 +109,7 @@ fn marks(prog: &Program, text: &str, s: &ProgramSummary, inserted: &[Inserted]) 
                     "rng"
                 }
             }
+            _ if prog.is_recomputed(i) => "recomputed",
             _ => continue,
         };
         let op = s
@@ -120,6 +123,7 @@ fn marks(prog: &Program, text: &str, s: &ProgramSummary, inserted: &[Inserted]) 
             kind,
             op,
             inserted: inserted.iter().find(|r| r.instr == i).cloned(),
+            recomputed: prog.is_recomputed(i),
         });
     }
     // Inserted ops that are neither collectives nor random bits (dynamic_slice) are marked too.
@@ -131,6 +135,7 @@ fn marks(prog: &Program, text: &str, s: &ProgramSummary, inserted: &[Inserted]) 
                 kind: "inserted",
                 op: r.op.clone(),
                 inserted: Some(r.clone()),
+                recomputed: prog.is_recomputed(r.instr),
             });
         }
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
 use shardlab::kernels::attention::MAX_HEAD_DIM;
-use shardlab::model::{Attention, GptConfig, Init};
+use shardlab::model::{Attention, GptConfig, Init, Remat};
 use shardlab::plan::{
     page_limit, DropoutKey, Parallel, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
     TOKENS,
@@ -50,6 +50,10 @@ pub struct Settings {
     /// the choice existed read as fused, the model's default.
     #[serde(default)]
     pub attention: Attention,
+    /// What each block's backward recomputes (jax.checkpoint's policy); links written before
+    /// the choice existed read as none.
+    #[serde(default)]
+    pub remat: Remat,
     pub rng: RngLayout,
     pub dropout_key: DropoutKey,
     pub combine: bool,
@@ -86,6 +90,7 @@ impl Settings {
             // The f32's shortest decimal, so the link says 0.1 and not 0.10000000149011612.
             dropout: c.dropout.to_string().parse().unwrap_or(0.0),
             attention: c.attention,
+            remat: c.remat,
             rng: p.rng_layout(),
             dropout_key: p.dropout_key(),
             combine: false,
@@ -112,6 +117,7 @@ impl Settings {
             tied: false,
             dropout: self.dropout as f32,
             attention: self.attention,
+            remat: self.remat,
         }
     }
 

@@ -54,6 +54,7 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
                 tied: false,
                 dropout: 0.1,
                 attention: Default::default(),
+                remat: Default::default(),
             },
         ),
         (
@@ -68,6 +69,7 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
                 tied: false,
                 dropout: 0.1,
                 attention: Default::default(),
+                remat: Default::default(),
             },
         ),
     ]

@@ -20,6 +20,7 @@ pub fn small_config() -> GptConfig {
         tied: false,
         dropout: 0.0,
         attention: Default::default(),
+        remat: Default::default(),
     }
 }
 

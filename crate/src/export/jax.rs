@@ -84,6 +84,14 @@ fn settings(opts: &TrainerOptions, program: &Program, steps: u64) -> String {
     line(format!("VOCAB = {}", cfg.vocab));
     line(format!("TIED = {}  # the LM head shares wte", py_bool(cfg.tied)));
     line(format!("DROPOUT = {:?}  # rate, a float32", cfg.dropout));
+    let remat = match cfg.remat.policy() {
+        Some(p) => format!("\"{}\"", p.jax_name()),
+        None => "None".into(),
+    };
+    line(format!(
+        "REMAT = {remat}  # each block under jax.checkpoint with this jax.checkpoint_policies policy (--remat {})",
+        cfg.remat.name()
+    ));
     line(format!(
         "INIT = \"{init}\"  # formula (MODEL.md) or random (seeded N(0, 0.02))"
     ));

@@ -172,6 +172,38 @@ def row_parallel_output(y, tp_axis):
     return y if tp_axis is None else jax.lax.psum(y, tp_axis)
 
 
+def block(x, layer_params, key, layer, tp_axis):
+    """Block `layer` on the residual stream x (B, T, d): attention, then the MLP, each with its
+    residual add."""
+    (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = layer_params
+    bsz, t, _ = x.shape
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
+    # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
+    h = column_parallel_input(layer_norm(x, ln1_g, ln1_b), tp_axis)
+    qkv = constrain(h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1), f"h{layer}.qkv")  # (B, T, 3 * H * Dh)
+    heads = qkv.shape[-1] // (3 * DH)
+    q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
+    s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
+    a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
+    a = dropout(a, key, 3 * layer + 0)
+    y = jnp.einsum("bhij,bhjd->bhid", a, v).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
+    y = row_parallel_output(y @ w_proj, tp_axis) + b_proj
+    x = constrain(x + dropout(y, key, 3 * layer + 1), f"h{layer}.x_att")
+    # MLP
+    h = column_parallel_input(layer_norm(x, ln2_g, ln2_b), tp_axis)
+    f = gelu(h @ w_fc + b_fc)
+    f = row_parallel_output(f @ w_out, tp_axis) + b_out
+    return constrain(x + dropout(f, key, 3 * layer + 2), f"h{layer}.x_mlp")
+
+
+def remat_block():
+    """The block as each layer runs it: under jax.checkpoint with REMAT's policy (the backward
+    recomputes what the policy does not save), or plain when REMAT is None."""
+    if REMAT is None:
+        return block
+    return jax.checkpoint(block, policy=getattr(jax.checkpoint_policies, REMAT), static_argnums=(3, 4))
+
+
 def forward_loss(params, tokens, targets, key, tp_axis=None):
     """MODEL.md's forward pass and mean cross-entropy. Shapes come from the arrays, so the
     same code runs on global arrays (jit) and on one device's blocks (shard_map): with
@@ -179,26 +211,9 @@ def forward_loss(params, tokens, targets, key, tp_axis=None):
     bsz, t = tokens.shape
     wte, wpe = params[0], params[1]
     x = constrain(wte[tokens] + wpe[:t], "x0")  # (B, T, d)
-    causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
+    run = remat_block()
     for layer in range(LAYERS):
-        (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj,
-         ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = params[2 + 12 * layer : 2 + 12 * (layer + 1)]
-        # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
-        h = column_parallel_input(layer_norm(x, ln1_g, ln1_b), tp_axis)
-        qkv = constrain(h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1), f"h{layer}.qkv")  # (B, T, 3 * H * Dh)
-        heads = qkv.shape[-1] // (3 * DH)
-        q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
-        s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
-        a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
-        a = dropout(a, key, 3 * layer + 0)
-        y = jnp.einsum("bhij,bhjd->bhid", a, v).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
-        y = row_parallel_output(y @ w_proj, tp_axis) + b_proj
-        x = constrain(x + dropout(y, key, 3 * layer + 1), f"h{layer}.x_att")
-        # MLP
-        h = column_parallel_input(layer_norm(x, ln2_g, ln2_b), tp_axis)
-        f = gelu(h @ w_fc + b_fc)
-        f = row_parallel_output(f @ w_out, tp_axis) + b_out
-        x = constrain(x + dropout(f, key, 3 * layer + 2), f"h{layer}.x_mlp")
+        x = run(x, params[2 + 12 * layer : 2 + 12 * (layer + 1)], key, layer, tp_axis)
     base = 2 + 12 * LAYERS
     x = layer_norm(x, params[base], params[base + 1])
     logits = constrain(x @ (wte.T if TIED else params[base + 2]), "logits")  # (B, T, V), no bias

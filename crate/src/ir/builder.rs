@@ -1,4 +1,4 @@
-use super::{DType, Instr, IrError, Op, Program, RngLayout, Role, ValueId, ValueInfo};
+use super::{Checkpoint, CheckpointPolicy, DType, Instr, IrError, Op, Program, RngLayout, Role, ValueId, ValueInfo};
 use crate::sharding::Mesh;
 
 /// Traces a program: each method appends one instruction and returns its result.
@@ -9,6 +9,8 @@ use crate::sharding::Mesh;
 pub struct Builder {
     prog: Program,
     error: Option<IrError>,
+    /// The regions traced inside [`Builder::checkpoint`], for autodiff.
+    checkpoints: Vec<Checkpoint>,
 }
 
 impl Builder {
@@ -18,7 +20,10 @@ impl Builder {
 
     /// Continues tracing into an existing program (autodiff appends the backward pass).
     pub fn from_program(prog: Program) -> Self {
-        Self { prog, error: None }
+        Self {
+            prog,
+            ..Self::default()
+        }
     }
 
     /// Traces a per-device program over `mesh` (shard_map's body): collectives available.
@@ -71,6 +76,51 @@ impl Builder {
     /// Marks output `output` as the updated value of input `input` (buffer donation).
     pub fn donate(&mut self, output: usize, input: usize) {
         self.prog.donations.push((output, input));
+    }
+
+    /// `jax.checkpoint(f, policy=policy)`: traces `f`, and the gradient of what it traced
+    /// recomputes the residuals `policy` does not save ([`crate::autodiff::grad`]). `None`
+    /// traces `f` plainly.
+    pub fn checkpoint<R>(&mut self, policy: Option<CheckpointPolicy>, f: impl FnOnce(&mut Self) -> R) -> R {
+        let start = self.prog.instrs.len();
+        let r = f(self);
+        if let Some(policy) = policy {
+            let end = self.prog.instrs.len();
+            self.checkpoints.push(Checkpoint {
+                instrs: start..end,
+                policy,
+            });
+        }
+        r
+    }
+
+    /// The checkpointed regions traced so far, in order.
+    pub fn checkpoints(&self) -> &[Checkpoint] {
+        &self.checkpoints
+    }
+
+    /// Marks instruction `i` as a recomputation (the program view says so).
+    pub fn mark_recomputed(&mut self, i: usize) {
+        self.prog.recomputed.push(i);
+    }
+
+    /// Drops the instructions at and after `from` for which `drop` holds; recomputed marks
+    /// follow the instructions they name. Only autodiff calls it, on ops it emitted and whose
+    /// results nothing reads.
+    pub(crate) fn drop_instrs(&mut self, from: usize, drop: &[bool]) {
+        let mut new_index = Vec::with_capacity(self.prog.instrs.len());
+        let mut kept = 0;
+        for i in 0..self.prog.instrs.len() {
+            let gone = i >= from && drop.get(i - from).copied().unwrap_or(false);
+            new_index.push((!gone).then_some(kept));
+            kept += usize::from(!gone);
+        }
+        let mut i = 0;
+        self.prog.instrs.retain(|_| {
+            i += 1;
+            new_index[i - 1].is_some()
+        });
+        self.prog.recomputed = self.prog.recomputed.iter().filter_map(|&r| new_index[r]).collect();
     }
 
     pub fn error(&self) -> Option<&IrError> {

@@ -1,6 +1,7 @@
 //! The IR: programs on global (or, after partitioning, local) shapes, in SSA form,
 //! built by tracing Rust code against a small jax.numpy-like [`Builder`].
 mod builder;
+mod checkpoint;
 mod error;
 mod op;
 mod print;
@@ -9,6 +10,7 @@ mod shape;
 mod vma;
 
 pub use builder::Builder;
+pub use checkpoint::{Checkpoint, CheckpointPolicy};
 pub use error::IrError;
 pub use op::{Op, RngLayout};
 pub use program::{DType, Instr, Program, Role, ValueId, ValueInfo};

@@ -50,7 +50,7 @@ impl Program {
             };
             out += &format!("{v} = parameter {name} : {}{spec}  # {role}\n", self.type_of(*v));
         }
-        for ins in &self.instrs {
+        for (i, ins) in self.instrs.iter().enumerate() {
             let lhs: Vec<String> = ins.outputs.iter().map(|v| v.to_string()).collect();
             let args: Vec<String> = ins.inputs.iter().map(|v| v.to_string()).collect();
             let types: Vec<String> = ins.outputs.iter().map(|v| self.type_of(*v)).collect();
@@ -64,7 +64,10 @@ impl Program {
             if let Some(o) = ins.outputs.first() {
                 line += &sharding(*o);
             }
-            let names: Vec<String> = ins.outputs.iter().filter_map(|v| self.info(*v).name.clone()).collect();
+            let mut names: Vec<String> = ins.outputs.iter().filter_map(|v| self.info(*v).name.clone()).collect();
+            if self.is_recomputed(i) {
+                names.push("recomputed (jax.checkpoint)".into());
+            }
             if !names.is_empty() {
                 line += &format!("  # {}", names.join(", "));
             }

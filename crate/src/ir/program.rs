@@ -81,6 +81,9 @@ pub struct Program {
     /// shard_map's in_specs / out_specs (or jit's shardings) say.
     pub in_specs: Vec<PartitionSpec>,
     pub out_specs: Vec<PartitionSpec>,
+    /// Instructions (ascending) that recompute forward values for the backward pass instead of
+    /// reading them saved (`jax.checkpoint`); the program view marks them.
+    pub recomputed: Vec<usize>,
 }
 
 impl Program {
@@ -125,6 +128,11 @@ impl Program {
                     .product::<usize>()
             })
             .collect()
+    }
+
+    /// Whether instruction `i` recomputes a forward value for the backward pass.
+    pub fn is_recomputed(&self, i: usize) -> bool {
+        self.recomputed.binary_search(&i).is_ok()
     }
 
     pub fn info(&self, v: ValueId) -> &ValueInfo {

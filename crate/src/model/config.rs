@@ -1,5 +1,7 @@
 use thiserror::Error;
 
+use crate::ir::CheckpointPolicy;
+
 /// A configuration or input the model cannot use; the message says what to change.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[error("{0}")]
@@ -23,6 +25,10 @@ pub struct GptConfig {
     /// How attention is traced; settings saved before the fused op existed read as fused.
     #[serde(default)]
     pub attention: Attention,
+    /// Which activations of each block the backward pass recomputes (`jax.checkpoint` per
+    /// block); settings saved before remat existed read as none.
+    #[serde(default)]
+    pub remat: Remat,
 }
 
 /// How the model traces attention. Both compute the same function and draw the same dropout
@@ -45,6 +51,47 @@ impl Attention {
         match self {
             Attention::Fused => "fused",
             Attention::Unfused => "unfused",
+        }
+    }
+}
+
+/// Rematerialization: each transformer block traced under `jax.checkpoint` with a policy, as
+/// MaxText's `remat_policy` does, so the backward pass recomputes what the policy does not save.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Remat {
+    /// No checkpoint: every residual is held from the forward to the backward pass.
+    #[default]
+    None,
+    /// `jax.checkpoint(block, policy=nothing_saveable)`: only each block's input is held.
+    Full,
+    /// `jax.checkpoint(block, policy=dots_with_no_batch_dims_saveable)`: each block's input and
+    /// the outputs of its weight matmuls that the recompute reads are held; the rest is recomputed.
+    Dots,
+}
+
+impl Remat {
+    pub const ALL: [Remat; 3] = [Remat::None, Remat::Full, Remat::Dots];
+
+    /// The name `--remat` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Remat::None => "none",
+            Remat::Full => "full",
+            Remat::Dots => "dots",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Remat> {
+        Remat::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The checkpoint policy of each block (None: no checkpoint).
+    pub fn policy(self) -> Option<CheckpointPolicy> {
+        match self {
+            Remat::None => None,
+            Remat::Full => Some(CheckpointPolicy::NothingSaveable),
+            Remat::Dots => Some(CheckpointPolicy::DotsWithNoBatchDimsSaveable),
         }
     }
 }
@@ -84,6 +131,7 @@ impl GptConfig {
             tied: false,
             dropout: 0.0,
             attention: Attention::Fused,
+            remat: Remat::None,
         }
     }
 
@@ -225,6 +273,7 @@ mod tests {
             tied: false,
             dropout: 0.1,
             attention: Default::default(),
+            remat: Default::default(),
         }
     }
 

@@ -80,8 +80,6 @@ pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueI
 
 /// Traces docs/MODEL.md's forward pass up to the logits, (B, T, V).
 pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
-    let (bsz, t, d, h) = (a.local.batch, cfg.seq, cfg.d_model, a.local.heads);
-    let dh = cfg.head_dim();
     let p = a.params;
 
     let tok = b.take(p[0], a.tokens); // (B, T, C)
@@ -89,58 +87,7 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
     b.set_name(x, "x0");
 
     for l in 0..cfg.layers {
-        let w = &p[2 + 12 * l..2 + 12 * (l + 1)];
-        let (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj) = (w[0], w[1], w[2], w[3], w[4], w[5]);
-        let (ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = (w[6], w[7], w[8], w[9], w[10], w[11]);
-
-        // attention
-        let hn = b.layer_norm(x, ln1_g, ln1_b);
-        let hn = col_in(b, a, hn);
-        let w_qkv = b.reshape(w_qkv, &[d, 3 * h * dh]); // columns: (3, H, Dh)
-        let b_qkv = b.reshape(b_qkv, &[3 * h * dh]);
-        let qkv = linear(b, hn, w_qkv, b_qkv); // (B, T, 3C)
-        b.set_name(qkv, &format!("h{l}.qkv"));
-        let qkv = b.reshape(qkv, &[bsz, t, 3, h, dh]);
-        let qkv = b.transpose(qkv, &[2, 0, 3, 1, 4]); // (3, B, H, T, Dh)
-        let parts = b.split(qkv, 0, &[1, 1, 1]);
-        let [q, k, v] = [0, 1, 2].map(|i| b.reshape(parts[i], &[bsz, h, t, dh])); // (B, H, T, Dh)
-        let scale = 1.0 / (dh as f32).sqrt();
-        let y = match cfg.attention {
-            Attention::Fused => {
-                // The probabilities' dropout site, with the unfused path's key and bits.
-                let dropout = (cfg.dropout > 0.0).then(|| (site_key(b, a, l, 0), cfg.dropout, a.rng_layout));
-                let y = b.attention([q, k, v], scale, dropout);
-                b.set_name(y, &format!("h{l}.att"));
-                y
-            }
-            Attention::Unfused => {
-                let s = b.dot_general(q, k, (&[3], &[3]), (&[0, 1], &[0, 1]), scale); // (B, H, T, T)
-                let att = b.softmax_causal(s);
-                b.set_name(att, &format!("h{l}.att"));
-                let att = dropout(b, cfg, a, att, l, 0);
-                b.dot_general(att, v, (&[3], &[2]), (&[0, 1], &[0, 1]), 1.0) // (B, H, T, Dh)
-            }
-        };
-        let y = b.transpose(y, &[0, 2, 1, 3]); // (B, T, H, Dh)
-        let y = b.reshape(y, &[bsz, t, h * dh]);
-        let y = b.matmul(y, w_proj);
-        let y = row_out(b, a, y);
-        let y = b.add(y, b_proj);
-        let y = dropout(b, cfg, a, y, l, 1);
-        x = b.add(x, y);
-        b.set_name(x, &format!("h{l}.x_att"));
-
-        // MLP
-        let hn = b.layer_norm(x, ln2_g, ln2_b);
-        let hn = col_in(b, a, hn);
-        let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
-        let f = b.gelu(f);
-        let f = b.matmul(f, w_out);
-        let f = row_out(b, a, f);
-        let f = b.add(f, b_out);
-        let f = dropout(b, cfg, a, f, l, 2);
-        x = b.add(x, f);
-        b.set_name(x, &format!("h{l}.x_mlp"));
+        x = b.checkpoint(cfg.remat.policy(), |b| block(b, cfg, a, l, x));
     }
 
     let nf = 2 + 12 * cfg.layers;
@@ -152,4 +99,65 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
     }; // (B, T, V)
     b.set_name(logits, "logits");
     logits
+}
+
+/// Block `l` of docs/MODEL.md on the residual stream `x`: attention, then the MLP, each with
+/// its residual add; returns the new residual stream.
+fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> ValueId {
+    let (bsz, t, d, h) = (a.local.batch, cfg.seq, cfg.d_model, a.local.heads);
+    let dh = cfg.head_dim();
+    let p = a.params;
+    let w = &p[2 + 12 * l..2 + 12 * (l + 1)];
+    let (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj) = (w[0], w[1], w[2], w[3], w[4], w[5]);
+    let (ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = (w[6], w[7], w[8], w[9], w[10], w[11]);
+
+    // attention
+    let hn = b.layer_norm(x, ln1_g, ln1_b);
+    let hn = col_in(b, a, hn);
+    let w_qkv = b.reshape(w_qkv, &[d, 3 * h * dh]); // columns: (3, H, Dh)
+    let b_qkv = b.reshape(b_qkv, &[3 * h * dh]);
+    let qkv = linear(b, hn, w_qkv, b_qkv); // (B, T, 3C)
+    b.set_name(qkv, &format!("h{l}.qkv"));
+    let qkv = b.reshape(qkv, &[bsz, t, 3, h, dh]);
+    let qkv = b.transpose(qkv, &[2, 0, 3, 1, 4]); // (3, B, H, T, Dh)
+    let parts = b.split(qkv, 0, &[1, 1, 1]);
+    let [q, k, v] = [0, 1, 2].map(|i| b.reshape(parts[i], &[bsz, h, t, dh])); // (B, H, T, Dh)
+    let scale = 1.0 / (dh as f32).sqrt();
+    let y = match cfg.attention {
+        Attention::Fused => {
+            // The probabilities' dropout site, with the unfused path's key and bits.
+            let dropout = (cfg.dropout > 0.0).then(|| (site_key(b, a, l, 0), cfg.dropout, a.rng_layout));
+            let y = b.attention([q, k, v], scale, dropout);
+            b.set_name(y, &format!("h{l}.att"));
+            y
+        }
+        Attention::Unfused => {
+            let s = b.dot_general(q, k, (&[3], &[3]), (&[0, 1], &[0, 1]), scale); // (B, H, T, T)
+            let att = b.softmax_causal(s);
+            b.set_name(att, &format!("h{l}.att"));
+            let att = dropout(b, cfg, a, att, l, 0);
+            b.dot_general(att, v, (&[3], &[2]), (&[0, 1], &[0, 1]), 1.0) // (B, H, T, Dh)
+        }
+    };
+    let y = b.transpose(y, &[0, 2, 1, 3]); // (B, T, H, Dh)
+    let y = b.reshape(y, &[bsz, t, h * dh]);
+    let y = b.matmul(y, w_proj);
+    let y = row_out(b, a, y);
+    let y = b.add(y, b_proj);
+    let y = dropout(b, cfg, a, y, l, 1);
+    let x = b.add(x, y);
+    b.set_name(x, &format!("h{l}.x_att"));
+
+    // MLP
+    let hn = b.layer_norm(x, ln2_g, ln2_b);
+    let hn = col_in(b, a, hn);
+    let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
+    let f = b.gelu(f);
+    let f = b.matmul(f, w_out);
+    let f = row_out(b, a, f);
+    let f = b.add(f, b_out);
+    let f = dropout(b, cfg, a, f, l, 2);
+    let x = b.add(x, f);
+    b.set_name(x, &format!("h{l}.x_mlp"));
+    x
 }

@@ -7,7 +7,7 @@ mod params;
 mod text_file;
 mod train_step;
 
-pub use config::{Attention, GptConfig, ModelError, Optimizer, MAX_LAYERS};
+pub use config::{Attention, GptConfig, ModelError, Optimizer, Remat, MAX_LAYERS};
 pub use data::{Batch, DataSource, Dataset};
 pub use gpt::{forward_logits, forward_loss, Activations, Local};
 pub use params::{init_params, param_specs, Init, ParamSpec};

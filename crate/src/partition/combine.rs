@@ -131,6 +131,10 @@ pub fn combine_all_reduces_mapped(prog: &Program) -> (Program, Vec<usize>) {
     debug_assert!(s.held.is_empty());
     let mut out = prog.clone();
     out.instrs = s.instrs;
+    let mut recomputed: Vec<usize> = prog.recomputed.iter().map(|&i| s.position[i]).collect();
+    recomputed.sort_unstable();
+    recomputed.dedup();
+    out.recomputed = recomputed;
     (out, s.position)
 }
 

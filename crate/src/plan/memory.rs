@@ -554,6 +554,7 @@ mod tests {
             tied: false,
             dropout: 0.0,
             attention: Default::default(),
+            remat: Default::default(),
         };
         let sgd = Optimizer::Sgd { lr: 0.1 };
         let err = check_config(&cfg, sgd, 4, &MemoryLimits::host()).unwrap_err().0;

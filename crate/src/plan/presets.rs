@@ -67,6 +67,7 @@ impl Preset {
             tied: false,
             dropout: 0.1,
             attention: Attention::Fused,
+            remat: Default::default(),
         };
         match self {
             Preset::Seed => GptConfig {

@@ -277,6 +277,7 @@ fn reference_steps() -> Vec<GptConfig> {
         tied: false,
         dropout: 0.1,
         attention: Default::default(),
+        remat: Default::default(),
     };
     [(32, 8, 2), (48, 16, 4), (64, 32, 8), (96, 32, 16)]
         .into_iter()

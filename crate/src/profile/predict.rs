@@ -170,7 +170,7 @@ impl Prediction {
             gib(state.saturating_mul(copies)),
         );
         words.push_str(if state.saturating_mul(copies) < self.capacity_bytes {
-            " Keeping fewer activations would fit it: rematerialization (jax.checkpoint) recomputes them in the backward pass instead of holding them, which shardlab does not do yet; until then a smaller batch or seq shrinks them."
+            " Keeping fewer activations would fit it: rematerialization (jax.checkpoint) recomputes them in the backward pass instead of holding them (remat full, `--remat full`); a smaller batch or seq shrinks them too."
         } else {
             " The parameters and optimizer state alone exceed it: shard them over the devices (fsdp) or use more devices."
         });
@@ -299,6 +299,7 @@ mod tests {
             tied: false,
             dropout: 0.1,
             attention: crate::model::Attention::Unfused,
+            remat: crate::model::Remat::None,
         };
         let parallel = Parallel::ShardMap {
             strategy: Strategy::Dp,
@@ -326,6 +327,12 @@ mod tests {
         // Parameters and optimizer state fit: activations are the lever.
         assert!(b.params + b.optimizer_state < p.capacity_bytes);
         assert!(why.contains("rematerialization (jax.checkpoint)"), "{why}");
+        // And the lever works: the same run with every block rematerialized fits.
+        let remat = crate::model::GptConfig {
+            remat: crate::model::Remat::Full,
+            ..cfg.clone()
+        };
+        assert!(plan(&remat).fits);
         // A step that fits has nothing to explain.
         let small = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
             .unwrap()

@@ -24,6 +24,7 @@ fn config(dropout: f32) -> GptConfig {
         tied: false,
         dropout,
         attention: Default::default(),
+        remat: Default::default(),
     }
 }
 

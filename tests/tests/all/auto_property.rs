@@ -19,6 +19,7 @@ fn config() -> GptConfig {
         tied: false,
         dropout: 0.0,
         attention: Default::default(),
+        remat: Default::default(),
     }
 }
 

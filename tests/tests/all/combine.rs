@@ -21,6 +21,7 @@ fn config() -> GptConfig {
         tied: false,
         dropout: 0.0,
         attention: Default::default(),
+        remat: Default::default(),
     }
 }
 

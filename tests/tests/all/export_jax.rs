@@ -7,7 +7,7 @@ use serde_json::Value;
 use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::export::jax_script;
 use shardlab::ir::RngLayout;
-use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
+use shardlab::model::{DataSource, GptConfig, Init, Optimizer, Remat};
 use shardlab::plan::{DropoutKey, Strategy};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
@@ -35,6 +35,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
             tied: c["tied"].as_bool().unwrap(),
             dropout: 0.0,
             attention: Default::default(),
+            remat: Default::default(),
         },
         optimizer: Optimizer::Sgd {
             lr: g["optimizer"]["lr"].as_f64().unwrap() as f32,
@@ -206,6 +207,25 @@ fn exported_dp_tp_scripts_with_dropout_and_adamw_match_shardlab_in_both_modes() 
         opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
         opts.rng_layout = layout;
         opts.seed = 3;
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+#[test]
+fn exported_remat_scripts_write_jax_checkpoint_and_match_shardlab_in_both_modes() {
+    jax_or_skip!();
+    for (name, parallel, remat) in [
+        ("single_remat_full", Parallel::None, Remat::Full),
+        ("shard_map_tp_remat_dots", shard_map(Strategy::Tp, "tp=2"), Remat::Dots),
+        ("auto_dp_remat_full", auto(Strategy::Dp, "dp=4"), Remat::Full),
+    ] {
+        let mut opts = golden_batch8(parallel);
+        opts.config.dropout = 0.1;
+        opts.config.remat = remat;
+        opts.seed = 3;
+        let script = jax_script(&opts, STEPS).unwrap();
+        let policy = remat.policy().unwrap().jax_name();
+        assert!(script.contains(&format!("REMAT = \"{policy}\"")), "{name}");
         script_matches_shardlab(name, &opts);
     }
 }

@@ -26,6 +26,7 @@ fn options(g: &Value) -> TrainerOptions {
         tied: c["tied"].as_bool().unwrap(),
         dropout: 0.0,
         attention: Default::default(),
+        remat: Default::default(),
     };
     let lr = g["optimizer"]["lr"].as_f64().unwrap() as f32;
     let optimizer = match g["optimizer"]["name"].as_str().unwrap() {

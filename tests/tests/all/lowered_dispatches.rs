@@ -21,6 +21,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
             tied: false,
             dropout: 0.1,
             attention: Default::default(),
+            remat: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-3 },
         init: Init::Formula,

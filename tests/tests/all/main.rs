@@ -22,6 +22,7 @@ mod lowered_dispatches;
 mod optimizer_packing;
 mod program_summary;
 mod reference_gradients;
+mod remat;
 mod rng_known_answers;
 mod selftest;
 mod shaders_validate;

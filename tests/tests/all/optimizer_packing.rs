@@ -22,6 +22,7 @@ fn cfg(tied: bool) -> GptConfig {
         tied,
         dropout: 0.0,
         attention: Default::default(),
+        remat: Default::default(),
     }
 }
 

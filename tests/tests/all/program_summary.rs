@@ -22,6 +22,7 @@ fn cfg(dropout: f32) -> GptConfig {
         tied: false,
         dropout,
         attention: Default::default(),
+        remat: Default::default(),
     }
 }
 

@@ -20,6 +20,7 @@ fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
         tied: false,
         dropout: 0.0,
         attention: Default::default(),
+        remat: Default::default(),
     };
     shardlab_tests::formula_options(config, opt, parallel)
 }

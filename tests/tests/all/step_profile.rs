@@ -23,6 +23,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
             tied: false,
             dropout: 0.0,
             attention: Default::default(),
+            remat: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Formula,

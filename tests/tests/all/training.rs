@@ -22,6 +22,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
             tied: false,
             dropout,
             attention: Default::default(),
+            remat: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Random { seed: 1 },

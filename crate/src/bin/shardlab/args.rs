@@ -3,7 +3,7 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use shardlab::ir::RngLayout;
 use shardlab::model::{
-    param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer,
+    param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
 use shardlab::plan::{resolve_spec, DropoutKey, Mode, Parallel, Preset, Strategy, TrainerOptions};
 use shardlab::sharding::{Mesh, PartitionSpec};
@@ -53,6 +53,16 @@ fn attention_help(a: Attention) -> &'static str {
             "dot_product_attention: the probabilities recomputed in the backward from a saved log-sum-exp"
         }
         Attention::Unfused => "dot_general, softmax, dropout, dot_general: every T x T array held for the backward",
+    }
+}
+
+fn remat_help(r: Remat) -> &'static str {
+    match r {
+        Remat::None => "no jax.checkpoint: every activation held for the backward pass",
+        Remat::Full => "jax.checkpoint(block, policy=nothing_saveable): each block's input held, the rest recomputed",
+        Remat::Dots => {
+            "jax.checkpoint(block, policy=dots_with_no_batch_dims_saveable): each block's input and weight matmuls held"
+        }
     }
 }
 
@@ -126,6 +136,10 @@ pub struct ModelArgs {
     /// How attention runs: one fused op (no T x T array held), or its four unfused ops.
     #[arg(long, value_parser = one_of(&Attention::ALL, Attention::name, attention_help), default_value = "fused")]
     pub attention: Attention,
+
+    /// Rematerialization: which activations each block's backward pass recomputes.
+    #[arg(long, value_parser = one_of(&Remat::ALL, Remat::name, remat_help), default_value = "none")]
+    pub remat: Remat,
     /// Parameter init: docs/MODEL.md's formula, or seeded random.
     #[arg(long, value_enum, default_value_t = InitArg::Random)]
     pub init: InitArg,
@@ -168,6 +182,7 @@ impl ModelArgs {
             tied: self.tied,
             dropout: self.dropout,
             attention: self.attention,
+            remat: self.remat,
         }
     }
 

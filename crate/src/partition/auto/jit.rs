@@ -261,6 +261,13 @@ pub fn jit_with_constraints(
         })
         .collect();
     spmd.out_specs = out_specs;
+    // A recomputed op's lowering (with what was inserted for it) is recomputed too.
+    let end = |i: usize| instr_starts.get(i + 1).copied().unwrap_or(spmd.instrs.len());
+    spmd.recomputed = program
+        .recomputed
+        .iter()
+        .flat_map(|&i| instr_starts[i]..end(i))
+        .collect();
     Ok(AutoProgram {
         program: spmd,
         inserted: l.inserted,
