@@ -116,3 +116,36 @@ pub fn train_steps(
         (losses, t.params().await.unwrap())
     })
 }
+
+/// One device, then every strategy on a small mesh in shard_map mode (with `dropout_key`) and
+/// in automatic mode: the runs an equivalence test holds to each other.
+pub fn every_mode(dropout_key: shardlab::plan::DropoutKey) -> Vec<(String, shardlab::exec::Parallel)> {
+    use shardlab::exec::Parallel;
+    use shardlab::plan::Strategy;
+    let mesh = |m: &str| shardlab::sharding::Mesh::parse(m).expect("a valid mesh");
+    let mut cases = vec![("one device".to_string(), Parallel::None)];
+    for (strategy, m) in [
+        (Strategy::Dp, "dp=2"),
+        (Strategy::Fsdp, "dp=2"),
+        (Strategy::Tp, "tp=2"),
+        (Strategy::DpTp, "dp=2,tp=2"),
+    ] {
+        cases.push((
+            format!("shard_map {} on {m}", strategy.name()),
+            Parallel::ShardMap {
+                strategy,
+                mesh: mesh(m),
+                dropout_key,
+            },
+        ));
+        cases.push((
+            format!("auto {} on {m}", strategy.name()),
+            Parallel::Auto {
+                strategy,
+                mesh: mesh(m),
+                specs: vec![],
+            },
+        ));
+    }
+    cases
+}

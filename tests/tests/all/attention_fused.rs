@@ -6,10 +6,9 @@ use shardlab::exec::{Backend, Parallel, TrainerOptions};
 use shardlab::ir::RngLayout;
 use shardlab::kernels::attention::{self as kernel, AttentionShape};
 use shardlab::model::{Attention, DataSource, GptConfig, Init, Optimizer};
-use shardlab::plan::{DropoutKey, Strategy};
+use shardlab::plan::DropoutKey;
 use shardlab::reference::attention::{backward, forward, Saved};
 use shardlab::reference::{dropout, matmul, softmax};
-use shardlab::sharding::Mesh;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
 
 /// (heads, T, Dh): one of everything, odd sizes, more rows than a workgroup (64) and than a
@@ -266,32 +265,7 @@ fn options(attention: Attention, parallel: Parallel, rng_layout: RngLayout) -> T
 }
 
 fn fused_trains_as_unfused(backend: Backend) {
-    let mesh = |m: &str| Mesh::parse(m).unwrap();
-    let mut cases = vec![("one device".to_string(), Parallel::None)];
-    for (strategy, m) in [
-        (Strategy::Dp, "dp=2"),
-        (Strategy::Fsdp, "dp=2"),
-        (Strategy::Tp, "tp=2"),
-        (Strategy::DpTp, "dp=2,tp=2"),
-    ] {
-        cases.push((
-            format!("shard_map {} on {m}", strategy.name()),
-            Parallel::ShardMap {
-                strategy,
-                mesh: mesh(m),
-                dropout_key: DropoutKey::Same,
-            },
-        ));
-        cases.push((
-            format!("auto {} on {m}", strategy.name()),
-            Parallel::Auto {
-                strategy,
-                mesh: mesh(m),
-                specs: vec![],
-            },
-        ));
-    }
-    for (what, parallel) in cases {
+    for (what, parallel) in shardlab_tests::every_mode(DropoutKey::Same) {
         for layout in RngLayout::ALL {
             let run = |a| shardlab_tests::train_steps(&backend, options(a, parallel.clone(), layout), 3);
             let (fused, fused_params) = run(Attention::Fused);

@@ -33,38 +33,8 @@ fn options(remat: Remat, parallel: Parallel, rng_layout: RngLayout) -> TrainerOp
     }
 }
 
-/// One device, and every strategy in both modes.
-fn parallels() -> Vec<(String, Parallel)> {
-    let mesh = |m: &str| Mesh::parse(m).unwrap();
-    let mut cases = vec![("one device".to_string(), Parallel::None)];
-    for (strategy, m) in [
-        (Strategy::Dp, "dp=2"),
-        (Strategy::Fsdp, "dp=2"),
-        (Strategy::Tp, "tp=2"),
-        (Strategy::DpTp, "dp=2,tp=2"),
-    ] {
-        cases.push((
-            format!("shard_map {} on {m}", strategy.name()),
-            Parallel::ShardMap {
-                strategy,
-                mesh: mesh(m),
-                dropout_key: DropoutKey::FoldIn,
-            },
-        ));
-        cases.push((
-            format!("auto {} on {m}", strategy.name()),
-            Parallel::Auto {
-                strategy,
-                mesh: mesh(m),
-                specs: vec![],
-            },
-        ));
-    }
-    cases
-}
-
 fn remat_is_bit_identical(backend: Backend) {
-    for (what, parallel) in parallels() {
+    for (what, parallel) in shardlab_tests::every_mode(DropoutKey::FoldIn) {
         // The original layout where automatic mode makes (and, recomputing, remakes) the
         // global bits; partitionable elsewhere.
         let layout = match parallel {
