@@ -11,6 +11,7 @@ mod predict;
 mod sample;
 mod session;
 mod settings;
+mod single;
 mod task;
 mod this_gpu;
 mod timeline;
@@ -234,6 +235,14 @@ impl Shardlab {
     /// Makes a cached calibration (as `calibrate` returned it) the device kind `this`.
     pub fn install_calibration(calibration_json: &str) -> String {
         this_gpu::install_json(calibration_json).to_string()
+    }
+
+    /// docs/MODEL.md's model on one device with formula init and formula data (`single::Spec`,
+    /// e.g. `{"layers":2,"d_model":128,"heads":4,"seq":64,"batch":8,"vocab":256,"dropout":0,
+    /// "optimizer":"sgd","lr":0.1}`), on this GPU and apart from the page's run: what the
+    /// in-browser peer benchmark trains against jax-js. `check()` says whether the spec is valid.
+    pub fn single(&self, spec_json: &str) -> single::SingleRun {
+        single::SingleRun::new(self.inner.borrow().ctx.clone(), spec_json)
     }
 
     /// Test hook: destroys the GPU device, as a driver reset or a lost GPU would.
