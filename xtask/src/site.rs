@@ -9,8 +9,9 @@ use crate::util::{cargo, human_bytes, run, step, target_dir, Res};
 /// The wasm crate and its output name.
 const WEB_PACKAGE: &str = "shardlab-web";
 const WASM_NAME: &str = "shardlab_web";
-/// Asset kinds copied from web/ (the page's scripts, styles and images).
-const ASSET_EXTENSIONS: &[&str] = &["js", "css", "svg", "png", "ico", "json"];
+/// Asset kinds copied from web/ (the page's scripts, styles and images, and the peer benchmark's
+/// page, web/peers.html).
+const ASSET_EXTENSIONS: &[&str] = &["js", "css", "svg", "png", "ico", "json", "html"];
 /// WebAssembly features rustc enables by default for wasm32-unknown-unknown; wasm-opt must
 /// accept them and must not add others (browsers differ beyond these).
 const WASM_FEATURES: &[&str] = &[
@@ -102,7 +103,13 @@ const VENDORED: &[(&str, &str)] = &[
     ("uplot", "dist/uPlot.esm.js"),
     ("uplot", "dist/uPlot.min.css"),
     ("uplot", "LICENSE"),
+    ("@jax-js/jax", "LICENSE"),
 ];
+
+/// Packages whose ES modules are served whole, from a folder of the package: (package, folder,
+/// file ending). jax-js's chunks have hashed names and import each other; only the peer
+/// benchmark's page (web/peers.html) loads them, never the shardlab page.
+const VENDORED_MODULES: &[(&str, &str, &str)] = &[("@jax-js/jax", "dist", ".js")];
 
 /// Copies the vendored files into `<site>/web/vendor/<package>/`. Without them (no Node.js to
 /// install them) the page still trains and says that its charts are missing.
@@ -121,6 +128,24 @@ fn vendor(site: &Path) -> Res<()> {
         let dir = site.join("web").join("vendor").join(package);
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         std::fs::copy(&from, dir.join(name)).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+    }
+    for (package, folder, ending) in VENDORED_MODULES {
+        let from = modules.join(package).join(folder);
+        let Ok(entries) = std::fs::read_dir(&from) else {
+            println!(
+                "note: {} is missing (run `npm ci` in tests/browser); the peer benchmark's page cannot load {package}",
+                from.display()
+            );
+            continue;
+        };
+        let dir = site.join("web").join("vendor").join(package);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        for path in entries.flatten().map(|e| e.path()) {
+            let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            if path.is_file() && name.ends_with(ending) {
+                std::fs::copy(&path, dir.join(&name)).map_err(|e| format!("cannot copy {}: {e}", path.display()))?;
+            }
+        }
     }
     Ok(())
 }
