@@ -59,6 +59,10 @@ struct Params {
 @group(0) @binding(13) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(14) var<storage, read_write> dv: array<f32>;
 @group(0) @binding(15) var<storage, read> lse_in: array<f32>;
+// The composed lowering's (heads, T, T) scratch: the scores, then the kept probabilities; the
+// backward's second, dp then ds.
+@group(0) @binding(16) var<storage, read_write> scores: array<f32>;
+@group(0) @binding(17) var<storage, read_write> dscores: array<f32>;
 
 var<workgroup> tile_a: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_b: array<f32, TILE * MAX_DH>;
@@ -321,4 +325,55 @@ fn backward_dv(
     if (live) {
         for (var d = 0u; d < u.dh; d++) { dv[row + d] = acc[d]; }
     }
+}
+
+// ---- the composed lowering: the same op through the adapter's tuned matmuls ----------------
+// On CPU adapters (lavapipe, SwiftShader) every per-lane load is a loop over the lanes, and the
+// fused kernels above read each row once per row they meet; the tuned matmuls block 16 x 16
+// outputs per invocation instead. There the op runs as scores = scale q k^T (a matmul), `probs`,
+// o = probs v (a matmul); its backward as scores again, dp = do v^T, `probs_grad`, then
+// dv = p'^T do, dq = ds k, dk = ds^T q. Only the (heads, T, T) scratch of one op at a time is
+// held, never across the step: what the op saves for its backward is still o and lse.
+
+// Each row of `scores` becomes its causal softmax times the dropout factor (0 past the
+// diagonal), and lse its log-sum-exp: one invocation per row of all heads.
+@compute @workgroup_size(64)
+fn probs(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= u.heads * u.t) { return; }
+    let h = r / u.t;
+    let i = r % u.t;
+    let base = r * u.t;
+    var m = LOWEST;
+    var l = 0.0;
+    for (var j = 0u; j <= i; j++) {
+        let s = scores[base + j];
+        let grown = max(m, s);
+        l = l * exp(m - grown) + exp(s - grown);
+        m = grown;
+    }
+    let inv = 1.0 / l;
+    for (var j = 0u; j < u.t; j++) {
+        var p = 0.0;
+        if (j <= i) { p = exp(scores[base + j] - m) * inv * keep_factor(h, i, j); }
+        scores[base + j] = p;
+    }
+    lse[r] = m + log(l);
+}
+
+// From the scores (scale q k^T) and dp (do v^T): the kept probabilities p' (for dv) in
+// `scores`, and ds = scale p (keep dp - delta) in `dscores`; one invocation per element.
+@compute @workgroup_size(64)
+fn probs_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * 64u;
+    if (e >= u.heads * u.t * u.t) { return; }
+    let r = e / u.t;
+    let j = e % u.t;
+    let i = r % u.t;
+    let row = rows_in[r];
+    var p = 0.0;
+    if (j <= i) { p = exp(scores[e] - row.x); }
+    let kf = keep_factor(r / u.t, i, j);
+    scores[e] = p * kf;
+    dscores[e] = u.scale * p * (kf * dscores[e] - row.y);
 }

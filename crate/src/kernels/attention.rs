@@ -15,8 +15,40 @@ use crate::rng::keep_scale;
 /// The largest head dimension the kernels take: each lane keeps a few rows of Dh in registers
 /// and a workgroup stages tiles of them (shaders/attention.wgsl's MAX_DH).
 pub const MAX_HEAD_DIM: usize = 64;
-/// Rows per workgroup (WG) and per staged tile (TILE).
+/// Rows per workgroup (WG): one row per invocation.
 const WG: usize = 64;
+
+/// How an adapter runs the op: the fused kernels, or the composition through the tuned matmuls
+/// with a transient (heads, T, T) scratch (shaders/attention.wgsl says why CPU adapters want it).
+/// Either computes the op's math and saves only o and lse for the backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lowering {
+    Fused,
+    Composed,
+}
+
+/// The largest (heads, T, T) scratch the composed lowering takes (16 MiB of f32 each; the
+/// backward holds two); past it the fused kernels run, whose memory does not grow with T^2.
+pub const COMPOSED_MAX_SCORES: usize = 1 << 22;
+
+/// How `ctx`'s adapter runs attention of shape `s`: [`Tuning::attention`](super::Tuning) when
+/// pinned; otherwise composed on CPU adapters while the scratch stays small, fused elsewhere.
+pub fn lowering(ctx: &GpuContext, s: &AttentionShape) -> Lowering {
+    if let Some(pinned) = super::Tuning::with(ctx, |t| t.attention).flatten() {
+        return pinned;
+    }
+    let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
+    if cpu && scores_len(s) <= COMPOSED_MAX_SCORES {
+        Lowering::Composed
+    } else {
+        Lowering::Fused
+    }
+}
+
+/// Elements of the composed lowering's scratch: the (heads, T, T) scores.
+pub fn scores_len(s: &AttentionShape) -> usize {
+    s.heads * s.t * s.t
+}
 
 /// Where the dropout bits come from (unused when the shape's rate is 0).
 #[derive(Clone, Copy)]
@@ -233,14 +265,7 @@ pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) ->
     need(kname, "lse", b.lse, s.heads * s.t)?;
     need(kname, "rows", b.rows, rows_len(s))?;
     let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
-    let rows = Kernel::new("attention", "row_delta", format!("attention backward rows {shape}"))
-        .read(8, "o", b.o)
-        .read(9, "do", b.d_o)
-        .read(15, "lse", b.lse)
-        .write(10, "rows", b.rows)
-        .uniform(7, &setup.params)
-        .grid(grid_1d(s.heads * s.t, 64));
-    let mut out = vec![ctx.launch(rows).await?];
+    let mut out = vec![row_delta(ctx, b, s, &setup.params).await?];
     let common = |entry: &str, label: &str| {
         let kernel = Kernel::new("attention", entry, format!("attention backward {label} {shape}"))
             .read(0, "q", b.q)
@@ -260,4 +285,84 @@ pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) ->
     );
     out.push(ctx.launch(common("backward_dv", "dv")?.write(14, "dv", b.dv)).await?);
     Ok(out)
+}
+
+/// Each row's (lse, rowsum(do * o)) into `b.rows`: the backward's first dispatch either way.
+async fn row_delta(
+    ctx: &GpuContext,
+    b: &Backward<'_>,
+    s: &AttentionShape,
+    params: &Params,
+) -> Result<Dispatch, GpuError> {
+    let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
+    let rows = Kernel::new("attention", "row_delta", format!("attention backward rows {shape}"))
+        .read(8, "o", b.o)
+        .read(9, "do", b.d_o)
+        .read(15, "lse", b.lse)
+        .write(10, "rows", b.rows)
+        .uniform(7, params)
+        .grid(grid_1d(s.heads * s.t, 64));
+    ctx.launch(rows).await
+}
+
+/// The composed forward's middle dispatch: `scores` (scale q k^T, heads x T x T) becomes the
+/// kept probabilities in place, and `lse` each row's log-sum-exp. `q` stands in for the
+/// bindings dropout leaves unused.
+pub async fn probs(
+    ctx: &GpuContext,
+    scores: &GpuBuffer,
+    lse: &GpuBuffer,
+    dropout: Dropout<'_>,
+    q: &GpuBuffer,
+    s: &AttentionShape,
+) -> Result<Dispatch, GpuError> {
+    let kname = "attention::probs";
+    let setup = setup(kname, s, dropout, q)?;
+    need(kname, "scores", scores, scores_len(s))?;
+    need(kname, "lse", lse, s.heads * s.t)?;
+    let kernel = Kernel::new(
+        "attention",
+        "probs",
+        format!("attention probs ({}, {}, {})", s.heads, s.t, s.t),
+    )
+    .write(16, "scores", scores)
+    .write(6, "lse", lse)
+    .grid(grid_1d(s.heads * s.t, 64));
+    ctx.launch(setup.bind(ctx, kernel, q)?).await
+}
+
+/// The composed backward's buffers: the op's, and its two (heads, T, T) scratch arrays.
+pub struct ComposedBackward<'a> {
+    pub op: Backward<'a>,
+    /// Holds scale q k^T, then the kept probabilities.
+    pub scores: &'a GpuBuffer,
+    /// Holds do v^T, then ds.
+    pub dscores: &'a GpuBuffer,
+}
+
+/// The composed backward's first two dispatches: each row's (lse, delta), then, once
+/// `scores` holds scale q k^T and `dscores` holds do v^T (the caller's matmuls, between the
+/// two), the kept probabilities and ds in their place. Returns (rows, probs_grad).
+pub async fn composed_backward(
+    ctx: &GpuContext,
+    b: &ComposedBackward<'_>,
+    s: &AttentionShape,
+) -> Result<(Dispatch, Dispatch), GpuError> {
+    let kname = "attention::probs_grad";
+    let setup = setup(kname, s, b.op.dropout, b.op.q)?;
+    need(kname, "scores", b.scores, scores_len(s))?;
+    need(kname, "dscores", b.dscores, scores_len(s))?;
+    need(kname, "rows", b.op.rows, rows_len(s))?;
+    let rows = row_delta(ctx, &b.op, s, &setup.params).await?;
+    let kernel = Kernel::new(
+        "attention",
+        "probs_grad",
+        format!("attention probs backward ({}, {}, {})", s.heads, s.t, s.t),
+    )
+    .write(16, "scores", b.scores)
+    .write(17, "dscores", b.dscores)
+    .read(11, "rows", b.op.rows)
+    .grid(grid_1d(scores_len(s), 64));
+    let grad = ctx.launch(setup.bind(ctx, kernel, b.op.q)?).await?;
+    Ok((rows, grad))
 }

@@ -19,6 +19,9 @@ pub struct Tuning {
     pub matmul: HashMap<MatmulClass, Variant>,
     /// Shape classes the autotuner timed in this process (not taken from a cache).
     pub tuned: usize,
+    /// How fused attention runs (tests pin it); `None` picks per adapter
+    /// ([`super::attention::lowering`]).
+    pub attention: Option<super::attention::Lowering>,
 }
 
 /// The file form of the matmul choices of one adapter.

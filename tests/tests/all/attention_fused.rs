@@ -288,12 +288,15 @@ fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_reference
 }
 
 #[test]
-fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu() {
+fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_either_way_it_is_lowered() {
     if shardlab_tests::gpu().is_none() {
         eprintln!("skipped: no GPU adapter");
         return;
     }
-    fused_trains_as_unfused(Backend::Gpu(std::sync::Arc::new(
-        shardlab::gpu::GpuContext::new_blocking().unwrap(),
-    )));
+    // The fused kernels, and the composition through the tuned matmuls CPU adapters pick.
+    for lowering in [kernel::Lowering::Fused, kernel::Lowering::Composed] {
+        let ctx = shardlab::gpu::GpuContext::new_blocking().unwrap();
+        shardlab::kernels::Tuning::with(&ctx, |t| t.attention = Some(lowering)).unwrap();
+        fused_trains_as_unfused(Backend::Gpu(std::sync::Arc::new(ctx)));
+    }
 }

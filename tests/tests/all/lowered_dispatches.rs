@@ -41,7 +41,12 @@ fn lowered_dispatch_counts_match_what_the_gpu_executor_dispatches() {
     // Its own context: a pinned single-pass matmul (tuned variants may add pack passes, which
     // the adapter decides, not the program).
     let ctx = GpuContext::new_blocking().unwrap();
-    shardlab::kernels::Tuning::with(&ctx, |t| t.matmul_pin = Some(shardlab::kernels::matmul::Variant::Tiled)).unwrap();
+    // and the fused attention kernels, which CPU adapters would compose from matmuls.
+    shardlab::kernels::Tuning::with(&ctx, |t| {
+        t.matmul_pin = Some(shardlab::kernels::matmul::Variant::Tiled);
+        t.attention = Some(shardlab::kernels::attention::Lowering::Fused);
+    })
+    .unwrap();
     let mesh = |m: &str| Mesh::parse(m).unwrap();
     let cases = [
         Parallel::None,

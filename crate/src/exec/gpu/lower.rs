@@ -1,5 +1,7 @@
 //! Lowering: the dispatches of one instruction, on the slots the plan gave its values.
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 use super::fuse::{swapped, Fusion};
 use super::slots::{Scratch, UpdatePlan};
@@ -46,6 +48,8 @@ pub(super) struct Lowering<'a> {
     pub matmuls: MatmulChoice,
     /// The matmuls that ran a provisional variant (their class was untuned).
     pub provisional: RefCell<Vec<MatmulShape>>,
+    /// The composed attention lowering's scratch, by size ([`Lowering::attention_scratch`]).
+    pub attention_scratch: RefCell<HashMap<usize, Rc<[GpuBuffer; 2]>>>,
 }
 
 /// An attention op's shape over all devices' heads (they are independent problems).
@@ -142,6 +146,69 @@ impl Lowering<'_> {
             },
             None => k::attention::Dropout::Bits(self.buf(ins.inputs[bits])),
         }
+    }
+
+    /// A matmul of every device's items at once, with the tuned (or provisional) variant.
+    async fn matmul(
+        &self,
+        s: &MatmulShape,
+        a: &GpuBuffer,
+        b: &GpuBuffer,
+        c: &GpuBuffer,
+    ) -> Result<Vec<Dispatch>, ExecError> {
+        let v = self.matmul_variant(s);
+        Ok(k::matmul::matmul(self.ctx, s, a, b, None, c, v).await?)
+    }
+
+    /// The two (heads, T, T) arrays of the composed attention lowering, shared by every
+    /// attention op of that size (each op's dispatches are done with them before the next's).
+    fn attention_scratch(&self, s: &k::attention::AttentionShape) -> Result<Rc<[GpuBuffer; 2]>, ExecError> {
+        let n = k::attention::scores_len(s);
+        if let Some(b) = self.attention_scratch.borrow().get(&n) {
+            return Ok(b.clone());
+        }
+        let made = Rc::new([
+            self.ctx.zeros("attention scores (composed)", n)?,
+            self.ctx.zeros("attention dscores (composed)", n)?,
+        ]);
+        self.attention_scratch.borrow_mut().insert(n, made.clone());
+        Ok(made)
+    }
+
+    /// The composed attention backward (kernels/attention.rs): rows, scores = scale q k^T,
+    /// dp = do v^T, the kept probabilities and ds in their place, then dv = p'^T do,
+    /// dq = ds k, dk = ds^T q.
+    async fn attention_backward_composed(
+        &self,
+        op: k::attention::Backward<'_>,
+        s: &k::attention::AttentionShape,
+    ) -> Result<Vec<Dispatch>, ExecError> {
+        let scratch = self.attention_scratch(s)?;
+        let [scores, dscores] = &*scratch;
+        let (t, dh, heads) = (s.t, s.dh, s.heads);
+        // B (heads, T, Dh) read transposed: q k^T and do v^T.
+        let rows_t = |m: MatmulShape| MatmulShape { trans_b: true, ..m };
+        let qk = rows_t(MatmulShape {
+            alpha: s.scale,
+            ..MatmulShape::new(heads, t, t, dh)
+        });
+        let dov = rows_t(MatmulShape::new(heads, t, t, dh));
+        // dv = p'^T do and dk = ds^T q: A (heads, T, T) read transposed.
+        let at = MatmulShape {
+            trans_a: true,
+            ..MatmulShape::new(heads, t, dh, t)
+        };
+        let (q, kk, v, d_o, dq, dk, dv) = (op.q, op.k, op.v, op.d_o, op.dq, op.dk, op.dv);
+        let b = k::attention::ComposedBackward { op, scores, dscores };
+        let (rows, grad) = k::attention::composed_backward(self.ctx, &b, s).await?;
+        let mut ds = vec![rows];
+        ds.extend(self.matmul(&qk, q, kk, scores).await?);
+        ds.extend(self.matmul(&dov, d_o, v, dscores).await?);
+        ds.push(grad);
+        ds.extend(self.matmul(&at, scores, d_o, dv).await?);
+        ds.extend(self.matmul(&MatmulShape::new(heads, t, dh, t), dscores, kk, dq).await?);
+        ds.extend(self.matmul(&at, dscores, q, dk).await?);
+        Ok(ds)
     }
 
     /// A strided copy of every device's block at once.
@@ -299,15 +366,38 @@ impl Lowering<'_> {
             Op::Attention { scale, rate } => {
                 let s = attention_shape(&shape(0), *scale, *rate, devices);
                 let drawn = self.drawn_blocks(ins, 3)?;
-                let b = k::attention::Forward {
-                    q: x(0),
-                    k: x(1),
-                    v: x(2),
-                    dropout: self.dropout(ins, 3, *rate, &drawn),
-                    o: y(0),
-                    lse: y(1),
-                };
-                one(k::attention::forward(ctx, &b, &s).await?)
+                let dropout = self.dropout(ins, 3, *rate, &drawn);
+                match k::attention::lowering(ctx, &s) {
+                    k::attention::Lowering::Fused => {
+                        let b = k::attention::Forward {
+                            q: x(0),
+                            k: x(1),
+                            v: x(2),
+                            dropout,
+                            o: y(0),
+                            lse: y(1),
+                        };
+                        one(k::attention::forward(ctx, &b, &s).await?)
+                    }
+                    k::attention::Lowering::Composed => {
+                        let scratch = self.attention_scratch(&s)?;
+                        let [scores, _] = &*scratch;
+                        let (t, dh, heads) = (s.t, s.dh, s.heads);
+                        // scores = scale q k^T; o = probs v.
+                        let qk = MatmulShape {
+                            trans_b: true,
+                            alpha: s.scale,
+                            ..MatmulShape::new(heads, t, t, dh)
+                        };
+                        let mut ds = self.matmul(&qk, x(0), x(1), scores).await?;
+                        ds.push(k::attention::probs(ctx, scores, y(1), dropout, x(0), &s).await?);
+                        ds.extend(
+                            self.matmul(&MatmulShape::new(heads, t, dh, t), scores, x(2), y(0))
+                                .await?,
+                        );
+                        ds
+                    }
+                }
             }
             Op::AttentionGrad { scale, rate } => {
                 let s = attention_shape(&shape(0), *scale, *rate, devices);
@@ -328,7 +418,10 @@ impl Lowering<'_> {
                     dk: y(1),
                     dv: y(2),
                 };
-                k::attention::backward(ctx, &b, &s).await?
+                match k::attention::lowering(ctx, &s) {
+                    k::attention::Lowering::Fused => k::attention::backward(ctx, &b, &s).await?,
+                    k::attention::Lowering::Composed => self.attention_backward_composed(b, &s).await?,
+                }
             }
             Op::CrossEntropy => {
                 let v = *shape(0).last().unwrap();

@@ -122,6 +122,7 @@ impl GpuExecutor {
             drawn: &self.drawn,
             matmuls,
             provisional: RefCell::default(),
+            attention_scratch: RefCell::default(),
         };
         let lowered = if matches!(matmuls, MatmulChoice::Provisional(_)) {
             // Nothing tunes meanwhile, so the instructions may lower together: on the web their
