@@ -196,7 +196,7 @@ function renderPane(box, view, running, axes) {
     el('h3', {}, `${MODE_LABEL[view.mode]}${running ? '' : ' (not running in this mode)'}`),
     el('dl', { class: 'facts compact' },
       el('dt', {}, 'random bits per device'), el('dd', { 'data-testid': 'rng-bits' }, fmtInt(s.rng_bits_per_device)),
-      el('dt', {}, 'memory per device'), el('dd', {}, `${fmtBytes(mem.total)} (params ${fmtBytes(mem.params)}, optimizer ${fmtBytes(mem.optimizer_state)}, activations ${fmtBytes(mem.activations)})`),
+      el('dt', {}, 'memory per device'), el('dd', {}, `${fmtBytes(mem.total)} (params ${fmtBytes(mem.params)}, optimizer ${fmtBytes(mem.optimizer_state)}, gradients ${fmtBytes(mem.gradients)}, activations ${fmtBytes(mem.activations)})`),
       el('dt', {}, 'compute per device'), el('dd', { 'data-testid': 'flops' }, fmtFlops(s.flops_per_device)),
       el('dt', {}, 'instructions'), el('dd', {}, fmtInt(s.instructions))),
     collectiveTable(s), ...warnings, inserted, layouts);

@@ -22,7 +22,8 @@ impl FieldError {
     /// An error of the core, whose message names CLI flags: the control is the first flag named,
     /// and the flags read as the page's labels.
     pub fn from_core(message: &str, fallback: &str) -> Self {
-        const FLAGS: [(&str, &str); 11] = [
+        const FLAGS: [(&str, &str); 12] = [
+            ("--microbatches", "microbatches"),
             ("--d-model", "d_model"),
             ("--lr", "lr"),
             ("--data", "task"),

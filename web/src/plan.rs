@@ -75,6 +75,7 @@ fn summary_json(s: &ProgramSummary) -> Value {
         "peak_bytes_per_device": {
             "params": s.params_bytes,
             "optimizer_state": s.optimizer_state_bytes,
+            "gradients": s.gradients_bytes,
             "activations": s.activations_bytes,
             "total": s.total_bytes,
         },

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use shardlab::ir::RngLayout;
 use shardlab::kernels::attention::MAX_HEAD_DIM;
-use shardlab::model::{Attention, GptConfig, Init, Remat};
+use shardlab::model::{check_microbatches, Attention, GptConfig, Init, Remat};
 use shardlab::plan::{
     page_limit, DropoutKey, Parallel, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
     TOKENS,
@@ -57,6 +57,10 @@ pub struct Settings {
     pub rng: RngLayout,
     pub dropout_key: DropoutKey,
     pub combine: bool,
+    /// Gradient accumulation: microbatches per step (1: none); links written before the
+    /// control existed read as 1.
+    #[serde(default = "one")]
+    pub microbatches: usize,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
@@ -94,6 +98,7 @@ impl Settings {
             rng: p.rng_layout(),
             dropout_key: p.dropout_key(),
             combine: false,
+            microbatches: 1,
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
@@ -187,6 +192,7 @@ impl Settings {
         self.device_profile()?;
         let mesh = self.mesh()?;
         self.check_axes(&mesh)?;
+        self.check_microbatches(&mesh)?;
         if !self.d_model.is_multiple_of(self.heads) {
             let fits: Vec<String> = (1..=self.d_model.min(page_limit("heads").max as usize))
                 .filter(|h| self.d_model.is_multiple_of(*h))
@@ -210,6 +216,18 @@ impl Settings {
         self.check_head_dim()?;
         self.check_spec_texts()?;
         Ok(mesh)
+    }
+
+    /// The microbatches split the batch, and every data-parallel device's rows, evenly: the
+    /// core's check, its message at the microbatch control.
+    fn check_microbatches(&self, mesh: &Mesh) -> Result<(), FieldError> {
+        let shards = if self.strategy().axes().contains(&"dp") {
+            mesh.axis_size("dp").unwrap_or(1)
+        } else {
+            1
+        };
+        check_microbatches(self.batch, self.microbatches, shards)
+            .map_err(|e| FieldError::from_core(&e.to_string(), "microbatches"))
     }
 
     /// The fused attention kernels hold a head's row in registers, up to MAX_HEAD_DIM wide.
@@ -387,8 +405,13 @@ impl Settings {
             rng_layout: self.rng_layout(),
             parallel,
             combine_all_reduces: self.combine,
+            microbatches: self.microbatches,
         }
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// A spec as the page writes it, or why it does not parse in the page's words.

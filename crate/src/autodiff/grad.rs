@@ -13,6 +13,23 @@ use crate::ir::{Builder, Checkpoint, Instr, IrError, Op, ValueId};
 /// on the same inputs (and keys) give the same bits, so the gradients do not change; what is
 /// held between the forward and the backward does. Recomputations nothing reads are dropped.
 pub fn grad(b: &mut Builder, loss: ValueId, wrt: &[ValueId]) -> Result<Vec<ValueId>, IrError> {
+    grad_with(b, loss, wrt, 0, &mut |_, _, g| g)
+}
+
+/// [`grad`] of what was traced from instruction `start` on (values made before it are
+/// constants, as a microbatch's forward treats the parameters it reads), handing each
+/// gradient to `on_done(b, k, g)` as soon as it is complete: right after the backward pass
+/// reaches the first instruction that reads `wrt[k]`, so that what `on_done` emits (a ZeRO-2
+/// reduce-scatter, a microbatch's add into its buffer) runs while the rest of the backward
+/// pass is still to come, and the full gradient dies there. Returns what `on_done` returned,
+/// in `wrt` order.
+pub fn grad_with(
+    b: &mut Builder,
+    loss: ValueId,
+    wrt: &[ValueId],
+    start: usize,
+    on_done: &mut dyn FnMut(&mut Builder, usize, ValueId) -> ValueId,
+) -> Result<Vec<ValueId>, IrError> {
     if !b.shape(loss).is_empty() {
         return Err(IrError::new(
             "grad",
@@ -20,11 +37,11 @@ pub fn grad(b: &mut Builder, loss: ValueId, wrt: &[ValueId]) -> Result<Vec<Value
         ));
     }
     let forward_len = b.program().instrs.len();
-    let needed = needs_grad(b, wrt, forward_len);
+    let needed = needs_grad(b, wrt, start, forward_len);
     let regions: Vec<Checkpoint> = b
         .checkpoints()
         .iter()
-        .filter(|c| c.instrs.end <= forward_len)
+        .filter(|c| c.instrs.start >= start && c.instrs.end <= forward_len)
         .cloned()
         .collect();
     let mut region_of = vec![None; forward_len];
@@ -38,6 +55,14 @@ pub fn grad(b: &mut Builder, loss: ValueId, wrt: &[ValueId]) -> Result<Vec<Value
     let mut recomputed: HashMap<ValueId, ValueId> = HashMap::new();
     let backward_start = b.program().instrs.len();
     let mut is_recompute: Vec<bool> = vec![];
+    // Per instruction, the `wrt` positions whose first reader it is.
+    let mut first_readers: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (k, v) in wrt.iter().enumerate() {
+        let first = (start..forward_len).find(|&i| b.program().instrs[i].inputs.contains(v));
+        if let Some(i) = first {
+            first_readers.entry(i).or_default().push(k);
+        }
+    }
 
     let mut cts: HashMap<ValueId, ValueId> = HashMap::new();
     let one = b.emit1(
@@ -50,47 +75,54 @@ pub fn grad(b: &mut Builder, loss: ValueId, wrt: &[ValueId]) -> Result<Vec<Value
     b.set_name(one, "dloss");
     cts.insert(loss, one);
 
-    for i in (0..forward_len).rev() {
+    let mut done: Vec<Option<ValueId>> = vec![None; wrt.len()];
+    for i in (start..forward_len).rev() {
         let instr = b.program().instrs[i].clone();
         let out_cts: Vec<Option<ValueId>> = instr.outputs.iter().map(|v| cts.get(v).copied()).collect();
-        if out_cts.iter().all(Option::is_none) || !instr.inputs.iter().any(|v| needed[v.index()]) {
-            continue;
-        }
-        if let Some(r) = region_of[i] {
-            if !entered[r] {
-                entered[r] = true;
-                recompute(b, &regions[r], &mut recomputed, backward_start, &mut is_recompute);
+        if out_cts.iter().any(Option::is_some) && instr.inputs.iter().any(|v| needed[v.index()]) {
+            if let Some(r) = region_of[i] {
+                if !entered[r] {
+                    entered[r] = true;
+                    recompute(b, &regions[r], &mut recomputed, backward_start, &mut is_recompute);
+                }
             }
-        }
-        let read = |v: &ValueId| recomputed.get(v).copied().unwrap_or(*v);
-        let remapped = Instr {
-            op: instr.op.clone(),
-            inputs: instr.inputs.iter().map(read).collect(),
-            outputs: instr.outputs.iter().map(read).collect(),
-        };
-        let in_cts = vjp(b, &remapped, &out_cts)?;
-        for (v, ct) in instr.inputs.iter().zip(in_cts) {
-            let Some(ct) = ct else { continue };
-            if !needed[v.index()] {
-                continue;
-            }
-            let total = match cts.get(v) {
-                Some(&prev) => b.add(prev, ct),
-                None => ct,
+            let read = |v: &ValueId| recomputed.get(v).copied().unwrap_or(*v);
+            let remapped = Instr {
+                op: instr.op.clone(),
+                inputs: instr.inputs.iter().map(read).collect(),
+                outputs: instr.outputs.iter().map(read).collect(),
             };
-            cts.insert(*v, total);
+            let in_cts = vjp(b, &remapped, &out_cts)?;
+            for (v, ct) in instr.inputs.iter().zip(in_cts) {
+                let Some(ct) = ct else { continue };
+                if !needed[v.index()] {
+                    continue;
+                }
+                let total = match cts.get(v) {
+                    Some(&prev) => b.add(prev, ct),
+                    None => ct,
+                };
+                cts.insert(*v, total);
+            }
+        }
+        for &k in first_readers.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
+            if let Some(&g) = cts.get(&wrt[k]) {
+                done[k] = Some(on_done(b, k, g));
+            }
         }
     }
-    let grads: Vec<ValueId> = wrt
-        .iter()
-        .map(|v| match cts.get(v) {
-            Some(&g) => g,
+    let mut grads = Vec::with_capacity(wrt.len());
+    for (k, v) in wrt.iter().enumerate() {
+        let g = match done[k] {
+            Some(g) => g,
             None => {
                 let shape = b.shape(*v);
-                b.emit1(Op::Full { shape, value: 0.0 }, &[])
+                let zeros = b.emit1(Op::Full { shape, value: 0.0 }, &[]);
+                on_done(b, k, zeros)
             }
-        })
-        .collect();
+        };
+        grads.push(g);
+    }
     if let Some(e) = b.error() {
         return Err(e.clone());
     }
@@ -162,13 +194,13 @@ fn drop_unread_recomputations(b: &mut Builder, backward_start: usize, mut is_rec
 }
 
 /// Which values lie on a path from `wrt` (forward-reachable): only those need cotangents.
-fn needs_grad(b: &Builder, wrt: &[ValueId], forward_len: usize) -> Vec<bool> {
+fn needs_grad(b: &Builder, wrt: &[ValueId], start: usize, forward_len: usize) -> Vec<bool> {
     let prog = b.program();
     let mut needed = vec![false; prog.values.len()];
     for v in wrt {
         needed[v.index()] = true;
     }
-    for instr in &prog.instrs[..forward_len] {
+    for instr in &prog.instrs[start..forward_len] {
         if instr.inputs.iter().any(|v| needed[v.index()]) {
             for o in &instr.outputs {
                 needed[o.index()] = true;

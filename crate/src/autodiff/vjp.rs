@@ -122,11 +122,28 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
                 &[ct],
             ))]
         }
+        // Invariant result: one cotangent for the whole array, of which each device's block
+        // is its operand's (the transpose of to="invarying" is a slice, not a reduction).
+        Op::AllGather {
+            axes,
+            group,
+            axis,
+            invarying: true,
+            ..
+        } => vec![Some(b.emit1(
+            Op::ShardSlice {
+                dim: *axis,
+                axes: axes.clone(),
+                parts: *group,
+            },
+            &[ct],
+        ))],
         Op::AllGather {
             axes,
             group,
             axis,
             tiled,
+            invarying: false,
         } => vec![Some(b.emit1(
             Op::PsumScatter {
                 axes: axes.clone(),
@@ -147,6 +164,7 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
                 group: *group,
                 axis: *scatter_dimension,
                 tiled: *tiled,
+                invarying: false,
             },
             &[ct],
         ))],

@@ -78,8 +78,8 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
 /// Meshes per strategy and size: 1 to 8 devices over the sweep.
 fn mesh_for(strategy: Strategy, size: usize) -> &'static str {
     match (strategy, size) {
-        (Strategy::Dp, 0) => "dp=8",
-        (Strategy::Dp, _) => "dp=2",
+        (Strategy::Dp | Strategy::Zero1 | Strategy::Zero2, 0) => "dp=8",
+        (Strategy::Dp | Strategy::Zero1 | Strategy::Zero2, _) => "dp=2",
         (Strategy::Fsdp, 0) => "dp=4",
         (Strategy::Fsdp, _) => "dp=8",
         (Strategy::Tp, 0) => "tp=2",
@@ -102,6 +102,7 @@ pub fn sweep_options() -> Result<Vec<(String, &'static str, &'static str, Traine
         rng_layout,
         parallel,
         combine_all_reduces: false,
+        microbatches: 1,
     };
     for (si, (size, config)) in sizes().into_iter().enumerate() {
         out.push((

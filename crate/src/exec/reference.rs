@@ -12,7 +12,7 @@ use crate::sharding::{Mesh, NamedSharding};
 /// and the executor where no GPU adapter exists.
 pub struct ReferenceExecutor;
 
-fn copy(src: &[f32], plan: &Strided, dst: &mut [f32]) {
+fn copy<T: Copy + std::ops::AddAssign>(src: &[T], plan: &Strided, dst: &mut [T]) {
     r::copy::strided(src, dst, plan);
 }
 
@@ -285,6 +285,7 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
             copy(f(0), &plan_broadcast(shape(0), to, dims), &mut out);
             vec![Tensor::F32(out)]
         }
+        // Any dtype: a microbatch of the token batch is a split of u32s.
         Op::Split { axis, sizes } => {
             let mut start = 0;
             sizes
@@ -292,9 +293,18 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
                 .map(|&len| {
                     let plan = plan_slice(shape(0), *axis, start, len, false);
                     start += len;
-                    let mut out = vec![0.0; numel(&plan.shape)];
-                    copy(f(0), &plan, &mut out);
-                    Tensor::F32(out)
+                    match get(0) {
+                        Tensor::F32(x) => {
+                            let mut out = vec![0.0; numel(&plan.shape)];
+                            copy(x, &plan, &mut out);
+                            Tensor::F32(out)
+                        }
+                        Tensor::U32(x) => {
+                            let mut out = vec![0u32; numel(&plan.shape)];
+                            copy(x, &plan, &mut out);
+                            Tensor::U32(out)
+                        }
+                    }
                 })
                 .collect()
         }

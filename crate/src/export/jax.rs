@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::ExportError;
 use crate::ir::{Program, RngLayout, Role};
 use crate::model::{param_specs, DataSource, Dataset, Init, Optimizer};
-use crate::plan::{self, DropoutKey, Parallel, Strategy, TrainerOptions};
+use crate::plan::{self, gradient_pin, DropoutKey, GradientPin, Parallel, Strategy, TrainerOptions};
 use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
@@ -35,12 +35,15 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     // its in_specs are the shardings written into the script.
     let program = plan::build(opts).map_err(|e| ExportError(e.to_string()))?.step.program;
     let names: Vec<String> = param_specs(cfg).into_iter().map(|p| p.name).collect();
+    let state = state_layouts(opts, &program, &names);
     let mode = match &opts.parallel {
         Parallel::None => SINGLE.to_string(),
         Parallel::ShardMap {
             strategy, dropout_key, ..
-        } => shard_map_section(&program, &names, *strategy, *dropout_key),
-        Parallel::Auto { specs, .. } => auto_section(&program, &names, &constraints(cfg, &names, specs)?),
+        } => shard_map_section(&program, &names, &state, *strategy, *dropout_key),
+        Parallel::Auto { strategy, specs, .. } => {
+            auto_section(&program, &names, &state, *strategy, &constraints(cfg, &names, specs)?)
+        }
     };
     let header = HEADER
         .replace("{{SUMMARY}}", &summary(opts, steps))
@@ -109,6 +112,10 @@ fn settings(opts: &TrainerOptions, program: &Program, steps: u64) -> String {
         py_bool(opts.rng_layout == RngLayout::Partitionable)
     ));
     line(format!("STEPS = {steps}"));
+    line(format!(
+        "MICROBATCHES = {}  # gradient accumulation: slices of the batch per update",
+        opts.microbatches
+    ));
     let mode = opts.parallel.mode_name();
     line(format!(
         "MODE = \"{mode}\"  # single, auto (jit with shardings) or shard_map"
@@ -156,9 +163,13 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
         Init::Formula => "formula".to_string(),
         Init::Random { seed } => format!("random (seed {seed})"),
     };
+    let accumulation = match opts.microbatches {
+        1 => String::new(),
+        k => format!(" Gradient accumulation over {k} microbatches, one update per step."),
+    };
     let mut s = format!(
         "{mode}\nModel: layers {}, d_model {}, heads {}, seq {}, batch {}, vocab {}{}, dropout {}.\n\
-         Init {init}; data {}; {opt}; seed {}; RNG layout {}; {steps} steps.",
+         Init {init}; data {}; {opt}; seed {}; RNG layout {}; {steps} steps.{accumulation}",
         cfg.layers,
         cfg.d_model,
         cfg.heads,
@@ -186,25 +197,100 @@ fn mesh_text(mesh: &crate::sharding::Mesh) -> String {
     axes.join(",")
 }
 
-/// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings
-/// and the `--spec`s on named values as with_sharding_constraints.
-fn auto_section(program: &Program, names: &[String], constraints: &[(String, PartitionSpec)]) -> String {
-    let mut specs = String::from("PARAM_SPECS = {\n");
-    for (pos, (_, role)) in program.inputs.iter().enumerate() {
-        if let Role::Param(i) = role {
-            let _ = writeln!(specs, "    \"{}\": {},", names[*i], py_spec(&program.in_specs[pos]));
+/// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings,
+/// the strategy's pins on the gradients ([`gradient_pin`]) and the `--spec`s on named values
+/// as with_sharding_constraints (a `--spec` on a gradient overrides the strategy's pin).
+fn auto_section(
+    program: &Program,
+    names: &[String],
+    state: &[Layout],
+    strategy: Strategy,
+    constraints: &[(String, PartitionSpec)],
+) -> String {
+    let param_specs: Vec<(String, PartitionSpec)> = layouts(program, names, |r| matches!(r, Role::Param(_)))
+        .into_iter()
+        .map(|(n, _, s)| (n, s))
+        .collect();
+    let state_specs: Vec<(String, PartitionSpec)> = state.iter().map(|(n, _, s)| (n.clone(), s.clone())).collect();
+    let mut pins: Vec<(String, PartitionSpec)> = vec![];
+    let mut update_pins: Vec<(String, PartitionSpec)> = vec![];
+    for (name, state) in &state_specs {
+        match gradient_pin(strategy, state) {
+            GradientPin::Free => {}
+            GradientPin::Update(spec) => update_pins.push((name.clone(), spec)),
+            GradientPin::Every(spec) => pins.push((format!("d{name}"), spec)),
         }
     }
-    specs.push('}');
-    let mut pinned = String::from("CONSTRAINTS = {");
     for (name, spec) in constraints {
-        let _ = write!(pinned, "\n    \"{name}\": {},", py_spec(spec));
+        pins.retain(|(n, _)| n != name);
+        pins.push((name.clone(), spec.clone()));
     }
-    pinned.push_str(if constraints.is_empty() { "}" } else { "\n}" });
-    AUTO.replace("{{PARAM_SPECS}}", &specs)
+    AUTO.replace("{{PARAM_SPECS}}", &py_dict("PARAM_SPECS", &param_specs))
+        .replace("{{STATE_SPECS}}", &py_dict("STATE_SPECS", &state_specs))
         .replace("{{BATCH_SPEC}}", &py_spec(&input_spec(program, Role::Tokens)))
         .replace("{{TARGETS_SPEC}}", &py_spec(&input_spec(program, Role::Targets)))
-        .replace("{{CONSTRAINTS}}", &pinned)
+        .replace("{{CONSTRAINTS}}", &py_dict("CONSTRAINTS", &pins))
+        .replace("{{UPDATE_GRAD_SPECS}}", &py_dict("UPDATE_GRAD_SPECS", &update_pins))
+}
+
+/// A parameter's (or its state's) name, global (view) shape and spec.
+type Layout = (String, Vec<usize>, PartitionSpec);
+
+/// The layouts of the program's inputs whose role `which` picks, by parameter name.
+fn layouts(program: &Program, names: &[String], which: impl Fn(&Role) -> bool) -> Vec<Layout> {
+    let mut out = vec![];
+    for (pos, (value, role)) in program.inputs.iter().enumerate() {
+        if let Role::Param(i) | Role::OptState { param: i, .. } = role {
+            if which(role) {
+                let spec = program
+                    .in_specs
+                    .get(pos)
+                    .cloned()
+                    .unwrap_or_else(PartitionSpec::replicated);
+                let shape = program.global_shape(program.shape(*value), &spec);
+                out.push((names[*i].clone(), shape, spec));
+            }
+        }
+    }
+    out
+}
+
+/// Each parameter's optimizer state layout: the program's (AdamW's m), or under SGD, which
+/// has none, the one the strategy would give it (ZeRO's blocks: the update still runs on
+/// each device's block).
+fn state_layouts(opts: &TrainerOptions, program: &Program, names: &[String]) -> Vec<Layout> {
+    let state = layouts(program, names, |r| matches!(r, Role::OptState { slot: 0, .. }));
+    if !state.is_empty() {
+        return state;
+    }
+    let params = layouts(program, names, |r| matches!(r, Role::Param(_)));
+    let (strategy, mesh) = match &opts.parallel {
+        Parallel::None => return params,
+        Parallel::ShardMap { strategy, mesh, .. } | Parallel::Auto { strategy, mesh, .. } => (*strategy, mesh),
+    };
+    if !strategy.shards_optimizer_state() || strategy.shards_params() {
+        return params;
+    }
+    param_specs(&opts.config)
+        .iter()
+        .map(|ps| {
+            (
+                ps.name.clone(),
+                ps.shape.clone(),
+                plan::auto_state_spec(&opts.config, strategy, mesh, ps),
+            )
+        })
+        .collect()
+}
+
+/// `NAME = {"key": P(...), ...}`, one entry a line.
+fn py_dict(var: &str, entries: &[(String, PartitionSpec)]) -> String {
+    let mut s = format!("{var} = {{");
+    for (name, spec) in entries {
+        let _ = write!(s, "\n    \"{name}\": {},", py_spec(spec));
+    }
+    s.push_str(if entries.is_empty() { "}" } else { "\n}" });
+    s
 }
 
 /// The `--spec`s that pin a named intermediate (not a parameter, `tokens` or `targets`, which
@@ -240,18 +326,30 @@ fn constraints(
     Ok(out)
 }
 
-/// The section for `Parallel::ShardMap`: the strategy's body with its layouts.
-fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dropout_key: DropoutKey) -> String {
-    let mut layout = String::from("PARAM_LAYOUT = {\n");
-    for (pos, (value, role)) in program.inputs.iter().enumerate() {
-        if let Role::Param(i) = role {
-            let spec = &program.in_specs[pos];
-            let shape = program.global_shape(program.shape(*value), spec);
-            let shape = py_tuple(shape.iter().map(|n| n.to_string()).collect());
-            let _ = writeln!(layout, "    \"{}\": ({shape}, {}),", names[*i], py_spec(spec));
-        }
+/// `NAME = {"name": ((global shape), P(...)), ...}`.
+fn py_layout(var: &str, entries: &[Layout]) -> String {
+    let mut layout = format!("{var} = {{\n");
+    for (name, shape, spec) in entries {
+        let shape = py_tuple(shape.iter().map(|n| n.to_string()).collect());
+        let _ = writeln!(layout, "    \"{name}\": ({shape}, {}),", py_spec(spec));
     }
     layout.push('}');
+    layout
+}
+
+/// The section for `Parallel::ShardMap`: the strategy's body with its layouts.
+fn shard_map_section(
+    program: &Program,
+    names: &[String],
+    state: &[Layout],
+    strategy: Strategy,
+    dropout_key: DropoutKey,
+) -> String {
+    let layout = py_layout(
+        "PARAM_LAYOUT",
+        &layouts(program, names, |r| matches!(r, Role::Param(_))),
+    );
+    let state_layout = py_layout("STATE_LAYOUT", state);
     let axis = |a: &str| {
         if strategy.axes().contains(&a) {
             format!("\"{a}\"")
@@ -264,6 +362,14 @@ fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dr
         Strategy::Fsdp => {
             "parameters and optimizer state split over \"dp\" (ZeRO-3):\n# all_gather before use, \
              psum_scatter of the gradients."
+        }
+        Strategy::Zero1 => {
+            "ZeRO-1: parameters replicated, the optimizer state split over \"dp\";\n# gradients \
+             all-reduced (psum), each device updates its block, all_gather of the updated blocks."
+        }
+        Strategy::Zero2 => {
+            "ZeRO-2: ZeRO-1 with the gradients split too: each microbatch's\n# gradients \
+             reduce-scattered (psum_scatter) as they are made, the blocks summed."
         }
         Strategy::Tp => {
             "Megatron over \"tp\": attention heads and MLP columns split,\n# psum after the \
@@ -279,6 +385,11 @@ fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dr
         .replace("{{STRATEGY}}", strategy.name())
         .replace("{{STRATEGY_DOC}}", doc)
         .replace("{{PARAM_LAYOUT}}", &layout)
+        .replace("{{STATE_LAYOUT}}", &state_layout)
+        .replace(
+            "{{GRADIENTS_SPLIT}}",
+            if strategy == Strategy::Zero2 { "True" } else { "False" },
+        )
         .replace("{{DP_AXIS}}", &axis("dp"))
         .replace("{{TP_AXIS}}", &axis("tp"))
         .replace("{{DROPOUT_KEY}}", key)

@@ -132,6 +132,9 @@ class Dataset:
 # with_sharding_constraint per named value of shardlab's program (`--spec h0.att=P(...)` in
 # automatic mode); the automatic section fills it, other modes leave it empty.
 CONSTRAINTS = {}
+# with_sharding_constraint on the gradient the update reads, by parameter (ZeRO-1 in automatic
+# mode: replicated, so that it is all-reduced; the update then slices each device's block).
+UPDATE_GRAD_SPECS = {}
 
 
 def constrain(x, name):
@@ -253,11 +256,54 @@ def apply_updates(params, grads, opt_state, hyper):
     return new_p, (new_m, new_v)
 
 
-def global_train_step(params, opt_state, tokens, targets, key, hyper):
-    """The whole step on global arrays: loss at the current parameters, gradients, update."""
+# ------------------------------------------------------------------ gradient accumulation
+
+
+def microbatches(x):
+    """MICROBATCHES slices of a batch (rows first): slice j holds rows j, j + K, j + 2K, ...
+    Strided, so that a batch split over "dp" in blocks of rows leaves every slice split over
+    "dp" the same way (each device slices its own rows; nothing moves)."""
+    if MICROBATCHES == 1:
+        return [x]
+    grouped = x.reshape(x.shape[0] // MICROBATCHES, MICROBATCHES, *x.shape[1:])
+    return [grouped[:, j] for j in range(MICROBATCHES)]
+
+
+def accumulate(loss_of, params, tokens, targets, key, on_grad=lambda name, g: g):
+    """Gradient accumulation as a Python loop of jax.value_and_grad over the microbatches (jit
+    unrolls it): microbatch j gets the key fold_in(key, j) (the step's key with one), and
+    `loss_of(params, x, y, key)` returns (what to differentiate, the loss to report). Each
+    gradient goes through `on_grad` into its running sum `dNAME`, pinnable like any named
+    value. Returns the reported losses' sum and the sums of the gradients."""
     names = [name for name, _ in param_shapes()]
-    loss, grads = jax.value_and_grad(forward_loss)(params, tokens, targets, key)
-    grads = [constrain(g, f"d{n}") for n, g in zip(names, grads)]
+    total, sums = None, None
+    for j, (x, y) in enumerate(zip(microbatches(tokens), microbatches(targets))):
+        k = key if MICROBATCHES == 1 else jax.random.fold_in(key, j)
+        (_, loss), grads = jax.value_and_grad(loss_of, has_aux=True)(params, x, y, k)
+        grads = [on_grad(n, g) for n, g in zip(names, grads)]
+        sums = grads if sums is None else [a + g for a, g in zip(sums, grads)]
+        sums = [constrain(g, f"d{n}") for n, g in zip(names, sums)]
+        total = loss if total is None else total + loss
+    return total, sums
+
+
+def global_train_step(params, opt_state, tokens, targets, key, hyper):
+    """The whole step on global arrays: loss at the current parameters, gradients (summed
+    over the microbatches), update."""
+    names = [name for name, _ in param_shapes()]
+
+    def loss_of(params, x, y, k):
+        loss = forward_loss(params, x, y, k)
+        # Each microbatch's mean over K: the sums are the whole batch's means.
+        loss = loss if MICROBATCHES == 1 else loss * np.float32(1.0 / MICROBATCHES)
+        return loss, loss
+
+    loss, grads = accumulate(loss_of, params, tokens, targets, key)
+    grads = [
+        g if n not in UPDATE_GRAD_SPECS
+        else jax.lax.with_sharding_constraint(g, NamedSharding(make_mesh(), UPDATE_GRAD_SPECS[n]))
+        for n, g in zip(names, grads)
+    ]
     params, opt_state = apply_updates(params, grads, opt_state, hyper)
     return loss, [constrain(p, f"{n}'") for n, p in zip(names, params)], opt_state
 

@@ -68,6 +68,11 @@ impl Builder {
         self.prog.values[v.index()].name = Some(name.to_string());
     }
 
+    /// Drops `v`'s name (the partitioner moves a name to the value a constraint made).
+    pub fn clear_name(&mut self, v: ValueId) {
+        self.prog.values[v.index()].name = None;
+    }
+
     pub fn output(&mut self, v: ValueId) -> usize {
         self.prog.outputs.push(v);
         self.prog.outputs.len() - 1
@@ -387,6 +392,38 @@ impl Builder {
                 group,
                 axis,
                 tiled,
+                invarying: false,
+            },
+            &[x],
+        )
+    }
+
+    /// `jax.lax.all_gather(x, axes, axis=axis, tiled=True, to="invarying")`: the gathered array,
+    /// typed invariant along `axes` (the same on every device of the group).
+    pub fn all_gather_invarying(&mut self, x: ValueId, axes: &[&str], axis: usize) -> ValueId {
+        let group = self.group("all_gather", axes);
+        self.emit1(
+            Op::AllGather {
+                axes: Self::names(axes),
+                group,
+                axis,
+                tiled: true,
+                invarying: true,
+            },
+            &[x],
+        )
+    }
+
+    /// Each device's block of dimension `dim` split over `axes`: `jax.lax.dynamic_slice_in_dim(x,
+    /// axis_index(axes) * n, n, dim)` with n = the dimension over the group's size (what jit's
+    /// partitioner inserts as a dynamic-slice; ZeRO's update of one shard).
+    pub fn slice_block(&mut self, x: ValueId, axes: &[&str], dim: usize) -> ValueId {
+        let parts = self.group("dynamic_slice", axes);
+        self.emit1(
+            Op::ShardSlice {
+                dim,
+                axes: Self::names(axes),
+                parts,
             },
             &[x],
         )

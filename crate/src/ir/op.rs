@@ -121,6 +121,10 @@ pub enum Op {
         group: usize,
         axis: usize,
         tiled: bool,
+        /// JAX's `to="invarying"`: the result is typed invariant along `axes` (every device holds
+        /// the same array, so an out_spec may say it is replicated: ZeRO's gathered update);
+        /// else `to="varying"`, JAX's default.
+        invarying: bool,
     },
     /// Reduce-scatter: psum, then member j keeps chunk j of `scatter_dimension`.
     PsumScatter {
@@ -325,7 +329,16 @@ impl Op {
             }
             Op::Psum { axes, .. } => format!("axes={}", axes_text(axes)),
             Op::Pcast { axes } => format!("axes={} to=varying", axes_text(axes)),
-            Op::AllGather { axes, axis, tiled, .. } => format!("axes={} axis={axis} tiled={tiled}", axes_text(axes)),
+            Op::AllGather {
+                axes,
+                axis,
+                tiled,
+                invarying,
+                ..
+            } => {
+                let to = if *invarying { " to=invarying" } else { "" };
+                format!("axes={} axis={axis} tiled={tiled}{to}", axes_text(axes))
+            }
             Op::PsumScatter {
                 axes,
                 scatter_dimension,

@@ -65,6 +65,19 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
             }
             continue;
         }
+        // to="invarying": every device of the group holds the gathered array (as after a psum).
+        if let Op::AllGather {
+            axes, invarying: true, ..
+        } = &ins.op
+        {
+            let gathered = vma[ins.inputs[0].index()]
+                .iter()
+                .filter(|a| !axes.contains(a))
+                .cloned()
+                .collect();
+            vma[ins.outputs[0].index()] = gathered;
+            continue;
+        }
         let mut axes: Axes = ins.inputs.iter().flat_map(|v| vma[v.index()].iter().cloned()).collect();
         match &ins.op {
             Op::Pcast { axes: a } => {

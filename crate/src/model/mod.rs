@@ -3,6 +3,7 @@
 mod config;
 mod data;
 mod gpt;
+mod microbatch;
 mod params;
 mod text_file;
 mod train_step;
@@ -10,6 +11,7 @@ mod train_step;
 pub use config::{Attention, GptConfig, ModelError, Optimizer, Remat, MAX_LAYERS};
 pub use data::{Batch, DataSource, Dataset};
 pub use gpt::{forward_logits, forward_loss, Activations, Local};
+pub use microbatch::{accumulate, check_microbatches, microbatch_rows, Accumulated};
 pub use params::{init_params, param_specs, Init, ParamSpec};
 pub use text_file::{read_text_file, MAX_TEXT_BYTES};
-pub use train_step::{eval_program, logits_program, train_step_program, TrainStep};
+pub use train_step::{accumulated_train_step, eval_program, logits_program, train_step_program, TrainStep};

@@ -1,6 +1,6 @@
 use super::gpt::{forward_logits, forward_loss, Activations, Local};
+use super::microbatch::{accumulate, check_microbatches, microbatch_rows};
 use super::{param_specs, GptConfig, ModelError, Optimizer};
-use crate::autodiff::grad;
 use crate::ir::{Builder, DType, Op, Program, RngLayout, Role, ValueId};
 
 /// The whole train step as one program, and where its pieces are.
@@ -80,7 +80,22 @@ pub fn logits_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program,
 
 /// Forward, loss, gradients (reverse-mode autodiff of the traced forward) and update.
 pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout) -> Result<TrainStep, ModelError> {
+    accumulated_train_step(cfg, opt, rng_layout, 1)
+}
+
+/// [`train_step_program`] with gradient accumulation over `microbatches` slices of the batch
+/// ([`microbatch_rows`]): each microbatch's forward and backward in turn, its loss over K
+/// differentiated and the gradients summed into one buffer per parameter, then one update.
+/// Microbatch j's dropout key is `fold_in(key, j)` (as a JAX loop over microbatches splits its
+/// key); with one microbatch the step is [`train_step_program`]'s, key unchanged.
+pub fn accumulated_train_step(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    microbatches: usize,
+) -> Result<TrainStep, ModelError> {
     cfg.validate()?;
+    check_microbatches(cfg.batch, microbatches, 1)?;
     let specs = param_specs(cfg);
     let mut b = Builder::new();
     let params = param_inputs(&mut b, cfg);
@@ -97,19 +112,38 @@ pub fn train_step_program(cfg: &GptConfig, opt: Optimizer, rng_layout: RngLayout
             .collect(),
     };
     let (tokens, targets, key) = data_inputs(&mut b, cfg);
-    let acts = Activations {
-        params: &params,
-        tokens,
-        targets,
-        key,
-        rng_layout,
-        local: Local::of(cfg),
+    let k = microbatches;
+    let tokens = microbatch_rows(&mut b, tokens, k);
+    let targets = microbatch_rows(&mut b, targets, k);
+    let names: Vec<String> = specs.iter().map(|p| format!("d{}", p.name)).collect();
+    let mut losses = vec![];
+    let mut loss_of = |b: &mut Builder, j: usize| {
+        let acts = Activations {
+            params: &params,
+            tokens: tokens[j],
+            targets: targets[j],
+            key: if k == 1 { key } else { b.fold_in(key, j as u32) },
+            rng_layout,
+            local: Local {
+                batch: cfg.batch / k,
+                ..Local::of(cfg)
+            },
+        };
+        let loss = forward_loss(b, cfg, &acts);
+        let scaled = if k == 1 { loss } else { b.scale(loss, 1.0 / k as f32) };
+        losses.push(scaled);
+        Ok(scaled)
     };
-    let loss = forward_loss(&mut b, cfg, &acts);
-    let forward_end = b.program().instrs.len();
-    let grads = grad(&mut b, loss, &params).map_err(|e| ModelError(format!("cannot differentiate the model: {e}")))?;
-    for (g, p) in grads.iter().zip(&specs) {
-        b.set_name(*g, &format!("d{}", p.name));
+    let acc = accumulate(&mut b, k, &params, &names, &mut loss_of, &mut |_, _, g| g)
+        .map_err(|e| ModelError(format!("cannot differentiate the model: {e}")))?;
+    let (grads, forward_end) = (acc.grads, acc.first_forward_end);
+    let loss = losses
+        .iter()
+        .copied()
+        .reduce(|a, l| b.add(a, l))
+        .ok_or_else(|| ModelError("a step needs at least one microbatch".into()))?;
+    if k > 1 {
+        b.set_name(loss, "loss");
     }
 
     b.output(loss);

@@ -1,12 +1,12 @@
 //! The train step of a strategy in automatic mode: the global step (forward, autodiff
 //! backward, update) under jit, with the strategy expressed only through shardings.
 use super::spec_names::{resolve_spec, SpecTarget};
-use super::strategy::{check, param_layout};
+use super::strategy::{check, param_layout, state_layout};
 use super::{PlanError, Strategy};
 use std::collections::BTreeMap;
 
-use crate::ir::{RngLayout, Role, ValueId};
-use crate::model::{param_specs, train_step_program, GptConfig, Optimizer, ParamSpec, TrainStep};
+use crate::ir::{Op, Program, RngLayout, Role, ValueId};
+use crate::model::{accumulated_train_step, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
 use crate::partition::{jit_with_constraints, AutoProgram};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -20,6 +20,16 @@ pub fn auto_param_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &Pa
         "w_qkv" if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
         "b_qkv" if tp => PartitionSpec::from_axes(&[Some("tp")]),
         _ => param_layout(cfg, strategy, mesh, ps).1,
+    }
+}
+
+/// The in_sharding of a parameter's optimizer state: its parameter's, except under ZeRO,
+/// which splits the state over "dp" while the parameter stays whole.
+pub fn auto_state_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
+    if strategy.shards_optimizer_state() && !strategy.shards_params() {
+        state_layout(cfg, strategy, mesh, ps).1
+    } else {
+        auto_param_spec(cfg, strategy, mesh, ps)
     }
 }
 
@@ -51,12 +61,13 @@ pub fn auto_train_step_with_specs(
     mesh: &Mesh,
     overrides: &[(String, PartitionSpec)],
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
-    let (global, auto) = jit_train_step(cfg, opt, rng_layout, strategy, mesh, overrides)?;
+    let (global, auto) = jit_train_step(cfg, opt, rng_layout, strategy, mesh, overrides, 1)?;
     Ok((partitioned_step(&global, &auto), auto))
 }
 
-/// The global train step and jit's result for it under the strategy's shardings with
-/// `overrides` ([`auto_train_step_with_specs`] without assembling the partitioned step).
+/// The global train step (with gradient accumulation over `microbatches`) and jit's result
+/// for it under the strategy's shardings with `overrides` ([`auto_train_step_with_specs`]
+/// without assembling the partitioned step).
 pub(super) fn jit_train_step(
     cfg: &GptConfig,
     opt: Optimizer,
@@ -64,20 +75,28 @@ pub(super) fn jit_train_step(
     strategy: Strategy,
     mesh: &Mesh,
     overrides: &[(String, PartitionSpec)],
+    microbatches: usize,
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
-    check(cfg, strategy, mesh)?;
-    let global = train_step_program(cfg, opt, rng_layout)?;
+    check(cfg, strategy, mesh, microbatches)?;
+    let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
     let specs = param_specs(cfg);
     let mut pspec: Vec<PartitionSpec> = specs
         .iter()
         .map(|ps| auto_param_spec(cfg, strategy, mesh, ps))
         .collect();
+    let mut sspec: Vec<PartitionSpec> = specs
+        .iter()
+        .map(|ps| auto_state_spec(cfg, strategy, mesh, ps))
+        .collect();
     let prog = &global.program;
     let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
-    let mut constraints: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
+    let mut constraints = gradient_constraints(prog, strategy, &sspec);
     for (name, spec) in overrides {
         match resolve_spec(&specs, prog, mesh, name, spec)? {
-            SpecTarget::Params(hits) => hits.into_iter().for_each(|i| pspec[i] = spec.clone()),
+            SpecTarget::Params(hits) => hits.into_iter().for_each(|i| {
+                pspec[i] = spec.clone();
+                sspec[i] = spec.clone();
+            }),
             SpecTarget::Values {
                 inputs: named_inputs,
                 intermediates,
@@ -100,20 +119,91 @@ pub(super) fn jit_train_step(
         .inputs
         .iter()
         .map(|(v, role)| match role {
-            Role::Param(i) | Role::OptState { param: i, .. } => pspec[*i].clone(),
+            Role::Param(i) => pspec[*i].clone(),
+            Role::OptState { param: i, .. } => sspec[*i].clone(),
             _ if inputs.contains_key(v) => inputs[v].clone(),
             Role::Tokens | Role::Targets => batch.clone(),
             _ => PartitionSpec::replicated(),
         })
         .collect();
     let mut out_shardings = vec![Some(PartitionSpec::replicated())];
-    for spec in &pspec {
-        for _ in 0..1 + opt.slots() {
-            out_shardings.push(Some(spec.clone()));
+    for (spec, state) in pspec.iter().zip(&sspec) {
+        out_shardings.push(Some(spec.clone()));
+        for _ in 0..opt.slots() {
+            out_shardings.push(Some(state.clone()));
         }
     }
     let auto = jit_with_constraints(prog, mesh, &in_shardings, &out_shardings, &constraints)?;
     Ok((global, auto))
+}
+
+/// Where jit is told to keep a parameter's gradient (a with_sharding_constraint).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GradientPin {
+    /// Nowhere: it goes where propagation takes it.
+    Free,
+    /// The gradient the update reads, laid out so (ZeRO-1: replicated, all-reduced once after
+    /// the microbatches; the update then slices each device's block).
+    Update(PartitionSpec),
+    /// Every value it accumulates in (`dNAME`), laid out so (ZeRO-2 and FSDP: the state's
+    /// blocks, so each microbatch's gradient is reduce-scattered as it is made and only blocks
+    /// are held; without the pin jit reduce-scatters where the update reads it, holding it
+    /// whole until then).
+    Every(PartitionSpec),
+}
+
+/// ZeRO in jit: the optimizer state's in_shardings ([`auto_state_spec`]) and this pin on the
+/// gradient of a parameter whose state is laid out as `state`. Where the state stays whole
+/// (too small to split) the gradient is free.
+pub fn gradient_pin(strategy: Strategy, state: &PartitionSpec) -> GradientPin {
+    if !strategy.shards_optimizer_state() || state.mesh_axes().is_empty() {
+        GradientPin::Free
+    } else if strategy.shards_gradients() {
+        GradientPin::Every(state.clone())
+    } else {
+        GradientPin::Update(PartitionSpec::replicated())
+    }
+}
+
+/// The with_sharding_constraints of [`gradient_pin`] on the global step's values.
+fn gradient_constraints(
+    prog: &Program,
+    strategy: Strategy,
+    sspec: &[PartitionSpec],
+) -> BTreeMap<ValueId, PartitionSpec> {
+    let mut pins = BTreeMap::new();
+    let params: Vec<(usize, ValueId)> = prog
+        .inputs
+        .iter()
+        .filter_map(|(v, role)| match role {
+            Role::Param(i) => Some((*i, *v)),
+            _ => None,
+        })
+        .collect();
+    for ins in &prog.instrs {
+        if !matches!(ins.op, Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }) {
+            continue;
+        }
+        let Some(&(i, _)) = params.iter().find(|(_, p)| *p == ins.inputs[0]) else {
+            continue;
+        };
+        let g = ins.inputs[1];
+        match gradient_pin(strategy, &sspec[i]) {
+            GradientPin::Free => {}
+            GradientPin::Update(spec) => {
+                pins.insert(g, spec);
+            }
+            GradientPin::Every(spec) => {
+                let name = prog.info(g).name.clone();
+                for (v, info) in prog.values.iter().enumerate() {
+                    if name.is_some() && info.name == name {
+                        pins.insert(ValueId(v as u32), spec.clone());
+                    }
+                }
+            }
+        }
+    }
+    pins
 }
 
 /// The partitioned train step of `auto`, jit's result for `global`: its phase boundaries
@@ -150,6 +240,7 @@ mod tests {
             Strategy::Dp,
             &mesh,
             &overrides,
+            1,
         )
     }
 

@@ -1,8 +1,9 @@
 //! The one way from options to what runs: the model's train step, partitioned as the options
 //! say (a strategy's shard_map body, or jit with the strategy's shardings), then the passes.
 use super::auto_step::{jit_train_step, partitioned_step};
-use super::{combine_train_step, shard_map_train_step, Parallel, PlanError, TrainerOptions};
-use crate::model::{train_step_program, TrainStep};
+use super::shard_map_step::shard_map_accumulated_step;
+use super::{combine_train_step, Parallel, PlanError, TrainerOptions};
+use crate::model::{accumulated_train_step, TrainStep};
 use crate::partition::auto::Inserted;
 use crate::partition::combine_auto_program;
 use crate::sharding::PartitionSpec;
@@ -41,7 +42,12 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
     let (step, inserted, values) = match &opts.parallel {
         Parallel::None => (
-            combined(train_step_program(cfg, opts.optimizer, opts.rng_layout)?),
+            combined(accumulated_train_step(
+                cfg,
+                opts.optimizer,
+                opts.rng_layout,
+                opts.microbatches,
+            )?),
             None,
             vec![],
         ),
@@ -50,34 +56,42 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
             mesh,
             dropout_key,
         } => (
-            combined(shard_map_train_step(
+            combined(shard_map_accumulated_step(
                 cfg,
                 opts.optimizer,
                 opts.rng_layout,
                 *strategy,
                 mesh,
                 *dropout_key,
+                opts.microbatches,
             )?),
             None,
             vec![],
         ),
         Parallel::Auto { strategy, mesh, specs } => {
-            let (global, auto) = jit_train_step(cfg, opts.optimizer, opts.rng_layout, *strategy, mesh, specs)?;
+            let (global, auto) = jit_train_step(
+                cfg,
+                opts.optimizer,
+                opts.rng_layout,
+                *strategy,
+                mesh,
+                specs,
+                opts.microbatches,
+            )?;
             // Combined on jit's result, so the inserted-op records follow the psums they name.
             let auto = if combine { combine_auto_program(&auto) } else { auto };
-            let values = global
-                .program
-                .values
-                .iter()
-                .zip(&auto.global_shardings)
-                .filter_map(|(info, spec)| {
-                    info.name.as_ref().map(|name| ValueSharding {
-                        name: name.clone(),
-                        shape: info.shape.clone(),
-                        spec: spec.clone(),
-                    })
-                })
-                .collect();
+            // One entry per name: with microbatches a name (h0.att, a gradient's buffer) is
+            // made once per microbatch; the last is the one the step ends with.
+            let mut values: Vec<ValueSharding> = vec![];
+            for (info, spec) in global.program.values.iter().zip(&auto.global_shardings) {
+                let Some(name) = &info.name else { continue };
+                values.retain(|v| &v.name != name);
+                values.push(ValueSharding {
+                    name: name.clone(),
+                    shape: info.shape.clone(),
+                    spec: spec.clone(),
+                });
+            }
             (partitioned_step(&global, &auto), Some(auto.inserted), values)
         }
     };

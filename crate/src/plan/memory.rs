@@ -54,11 +54,17 @@ pub struct MemoryPlan {
     pub params: u64,
     /// Optimizer state (AdamW m and v) held by each device.
     pub optimizer_state: u64,
-    /// Peak bytes of everything else alive at once (activations, gradients, data, random
-    /// bits), by liveness over the program order: values die after their last use,
-    /// reshapes alias their operand and optimizer updates write into their parameter.
+    /// The parameters' gradients each device holds for the update, counted for the whole
+    /// step as ZeRO counts them (Rajbhandari et al. 2020): per parameter, one buffer that
+    /// its gradient is accumulated and reduced in (the values named `dNAME`), whole under dp
+    /// and ZeRO-1, one block under ZeRO-2 and FSDP.
+    pub gradients: u64,
+    /// Peak bytes of everything else alive at once (activations, a microbatch's gradients
+    /// before they reach their buffer, data, random bits), by liveness over the program
+    /// order: values die after their last use, reshapes alias their operand and optimizer
+    /// updates write into their parameter.
     pub activations: u64,
-    /// `params + optimizer_state + activations`.
+    /// `params + optimizer_state + gradients + activations`.
     pub total: u64,
     /// The largest tensor on one device.
     pub largest: TensorBytes,
@@ -247,6 +253,8 @@ impl MemoryPlan {
             ..Default::default()
         };
         let mut pinned = vec![false; prog.values.len()];
+        let buffers = gradient_buffers(prog);
+        let mut gradient_bytes = vec![0u64; buffers.iter().flatten().max().map_or(0, |&i| i + 1)];
         let mut live = 0u64;
         for (v, role) in &prog.inputs {
             let b = bytes_of(*v)?;
@@ -269,7 +277,13 @@ impl MemoryPlan {
                 Op::Reshape { .. } | Op::Pcast { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
             );
             for o in &ins.outputs {
-                if aliases || drawn[o.index()].is_some() {
+                if let Some(p) = buffers[o.index()] {
+                    // Held for the whole step (in `gradients`), not alive and dead in turn.
+                    let b = bytes_of(*o)?;
+                    gradient_bytes[p] = gradient_bytes[p].max(b);
+                    owns[o.index()] = false;
+                    plan.push(prog, *o, b);
+                } else if aliases || drawn[o.index()].is_some() {
                     owns[o.index()] = false;
                 } else {
                     let b = bytes_of(*o)?;
@@ -290,7 +304,11 @@ impl MemoryPlan {
             }
         }
         plan.activations = peak;
-        plan.total = add(add(plan.params, plan.optimizer_state)?, plan.activations)?;
+        plan.gradients = gradient_bytes.into_iter().try_fold(0, add)?;
+        plan.total = add(
+            add(plan.params, plan.optimizer_state)?,
+            add(plan.gradients, plan.activations)?,
+        )?;
         Ok(plan)
     }
 
@@ -357,12 +375,13 @@ impl MemoryPlan {
             .ok_or_else(|| overflow("the bytes of all devices"))?;
         if all > limits.budget_bytes {
             return Err(MemoryError(format!(
-                "the step needs {} per device (params {}, optimizer state {}, activations {}; largest tensor {} {} of \
-                 {}), {} on all {} devices together, more than the memory budget of {}: make the model smaller \
-                 (--layers, --d-model, --vocab, --seq, --batch) or use fewer devices",
+                "the step needs {} per device (params {}, optimizer state {}, gradients {}, activations {}; largest \
+                 tensor {} {} of {}), {} on all {} devices together, more than the memory budget of {}: make the model \
+                 smaller (--layers, --d-model, --vocab, --seq, --batch) or use fewer devices",
                 human_bytes(self.total),
                 human_bytes(self.params),
                 human_bytes(self.optimizer_state),
+                human_bytes(self.gradients),
                 human_bytes(self.activations),
                 self.largest.name,
                 crate::ir::fmt_shape(&self.largest.shape),
@@ -394,6 +413,21 @@ impl MemoryPlan {
         }
         Ok(())
     }
+}
+
+/// Per value, the parameter (by input position among the parameters) whose gradient buffer it
+/// is: the values named `dNAME` for a parameter `NAME` of the program's inputs.
+fn gradient_buffers(prog: &Program) -> Vec<Option<usize>> {
+    let names: Vec<String> = prog
+        .inputs
+        .iter()
+        .filter(|(_, role)| matches!(role, Role::Param(_)))
+        .filter_map(|(v, _)| prog.info(*v).name.as_ref().map(|n| format!("d{n}")))
+        .collect();
+    prog.values
+        .iter()
+        .map(|info| info.name.as_ref().and_then(|n| names.iter().position(|g| g == n)))
+        .collect()
 }
 
 /// How a value is named in a message: its name, else `%N (op)`.
@@ -493,7 +527,11 @@ mod tests {
         assert_eq!(plan.params, params);
         assert_eq!(plan.optimizer_state, 2 * params);
         assert!(plan.activations > 0);
-        assert_eq!(plan.total, plan.params + plan.optimizer_state + plan.activations);
+        assert_eq!(plan.gradients, params);
+        assert_eq!(
+            plan.total,
+            plan.params + plan.optimizer_state + plan.gradients + plan.activations
+        );
         assert_eq!(plan.devices, 1);
         let max = plan.tensors.iter().map(|t| t.bytes).max().unwrap();
         assert_eq!(plan.largest.bytes, max);

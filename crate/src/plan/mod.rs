@@ -14,7 +14,9 @@ mod shard_map_step;
 mod spec_names;
 mod strategy;
 
-pub use auto_step::{auto_param_spec, auto_train_step, auto_train_step_with_specs};
+pub use auto_step::{
+    auto_param_spec, auto_state_spec, auto_train_step, auto_train_step_with_specs, gradient_pin, GradientPin,
+};
 pub use build::{build, Planned, ValueSharding};
 pub use combine::combine_train_step;
 pub use error::PlanError;

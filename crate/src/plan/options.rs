@@ -39,6 +39,9 @@ pub struct TrainerOptions {
     /// Run the all-reduce combiner on the step ([`crate::partition::combine_all_reduces`]):
     /// psums over the same axes with no reader in between become one collective.
     pub combine_all_reduces: bool,
+    /// Gradient accumulation: the step runs forward and backward on this many equal slices
+    /// of the batch in turn, sums their gradients and updates once (1: none).
+    pub microbatches: usize,
 }
 
 impl Parallel {
@@ -67,7 +70,7 @@ impl Parallel {
 impl TrainerOptions {
     /// A run of `config` partitioned by `parallel`, with the defaults of a run: AdamW at 3e-3
     /// (the CLI's and the page's), seeded random init, the copy task, seed 0, the
-    /// partitionable RNG layout, no all-reduce combiner.
+    /// partitionable RNG layout, no all-reduce combiner, no gradient accumulation.
     pub fn new(config: GptConfig, parallel: Parallel) -> Self {
         TrainerOptions {
             config,
@@ -78,6 +81,7 @@ impl TrainerOptions {
             rng_layout: RngLayout::Partitionable,
             parallel,
             combine_all_reduces: false,
+            microbatches: 1,
         }
     }
 

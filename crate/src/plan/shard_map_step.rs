@@ -1,10 +1,11 @@
 //! The hand-written shard_map train steps: the per-device bodies a JAX user would write for
-//! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism, and both on a 2-D mesh.
-use super::strategy::{check, p, param_layout};
+//! data parallelism, ZeRO-1 and ZeRO-2, FSDP (ZeRO-3), Megatron tensor parallelism, and dp
+//! with tp on a 2-D mesh, each with gradient accumulation over microbatches.
+use super::strategy::{check, p, param_layout, state_layout};
 use super::{DropoutKey, PlanError, Strategy};
-use crate::autodiff::grad;
-use crate::ir::{DType, Op, RngLayout, Role, ValueId};
-use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, Optimizer, TrainStep};
+use crate::ir::{Builder, DType, IrError, Op, RngLayout, Role, ValueId};
+use crate::model::{accumulate, forward_loss, microbatch_rows, param_specs, Activations, GptConfig, Local};
+use crate::model::{Optimizer, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -19,11 +20,30 @@ pub fn shard_map_train_step(
     mesh: &Mesh,
     dropout_key: DropoutKey,
 ) -> Result<TrainStep, PlanError> {
+    shard_map_accumulated_step(cfg, opt, rng_layout, strategy, mesh, dropout_key, 1)
+}
+
+/// [`shard_map_train_step`] with gradient accumulation: each device splits its rows into
+/// `microbatches` ([`microbatch_rows`]) and runs forward and backward on each in turn. Data
+/// parallelism and ZeRO-1 sum the microbatches' gradients on the device and reduce them once,
+/// after the last; ZeRO-2 and FSDP hold only their block of the gradients, so they
+/// reduce-scatter each microbatch's as it is made and sum the blocks.
+pub(super) fn shard_map_accumulated_step(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    strategy: Strategy,
+    mesh: &Mesh,
+    dropout_key: DropoutKey,
+    microbatches: usize,
+) -> Result<TrainStep, PlanError> {
     cfg.validate()?;
-    check(cfg, strategy, mesh)?;
+    check(cfg, strategy, mesh, microbatches)?;
     let specs = param_specs(cfg);
     let layouts: Vec<(Vec<usize>, PartitionSpec)> =
         specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
+    let state_layouts: Vec<(Vec<usize>, PartitionSpec)> =
+        specs.iter().map(|ps| state_layout(cfg, strategy, mesh, ps)).collect();
     // Collectives over an axis of size 1 are kept: they are no-ops, but the program stays
     // the same shape for every mesh size and check_vma sees the reductions.
     let has_dp = strategy.axes().contains(&"dp");
@@ -33,6 +53,12 @@ pub fn shard_map_train_step(
     } else {
         p(&[None, None])
     };
+    // Where each parameter's gradient is reduced: by the transpose of FSDP's all_gather, by a
+    // reduce-scatter as it is made (ZeRO-2), or by one all-reduce after the last microbatch.
+    let param_split = |i: usize| layouts[i].1.uses_axis("dp");
+    let scattered = |i: usize| strategy.shards_gradients() && !param_split(i) && state_layouts[i].1.uses_axis("dp");
+    // ZeRO-1 and 2: the update runs on this device's block of a replicated parameter.
+    let block_update = |i: usize| !param_split(i) && state_layouts[i].1.uses_axis("dp");
 
     let mut args: Vec<Arg> = specs
         .iter()
@@ -45,7 +71,7 @@ pub fn shard_map_train_step(
             spec: spec.clone(),
         })
         .collect();
-    for (ps, (shape, spec)) in specs.iter().zip(&layouts) {
+    for (ps, (shape, spec)) in specs.iter().zip(&state_layouts) {
         for slot in 0..opt.slots() {
             args.push(Arg {
                 name: format!("{}.{}", ps.name, ["m", "v"][slot]),
@@ -75,74 +101,100 @@ pub fn shard_map_train_step(
 
     let n = specs.len();
     let mut out_specs = vec![PartitionSpec::replicated()];
-    for (_, spec) in &layouts {
+    for ((_, spec), (_, state_spec)) in layouts.iter().zip(&state_layouts) {
         out_specs.push(spec.clone());
         for _ in 0..opt.slots() {
-            out_specs.push(spec.clone());
+            out_specs.push(state_spec.clone());
         }
     }
+    let tp = if strategy.axes().contains(&"tp") {
+        mesh.axis_size("tp")?
+    } else {
+        1
+    };
+    let k = microbatches;
+    let names: Vec<String> = specs.iter().map(|ps| format!("d{}", ps.name)).collect();
 
     let mut marks = (0, 0);
     let program = shard_map(mesh, &args, &out_specs, |b, vals| {
         let params = &vals[..n];
         let state = &vals[n..n + n * opt.slots()];
         let (tokens, targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
-
-        // FSDP: gather each sharded parameter before use (its transpose reduce-scatters the grad).
-        let full: Vec<ValueId> = params
-            .iter()
-            .zip(&layouts)
-            .map(|(&v, (_, spec))| {
-                if spec.uses_axis("dp") {
-                    b.all_gather(v, &["dp"], 0, true)
-                } else {
-                    v
-                }
-            })
-            .collect();
-        let key = if dropout_key == DropoutKey::FoldIn && has_dp {
-            b.fold_in_axis_index(key, &["dp"])
-        } else {
-            key
-        };
-        let tp = if strategy.axes().contains(&"tp") {
-            mesh.axis_size("tp")?
-        } else {
-            1
-        };
+        let tokens = microbatch_rows(b, tokens, k);
+        let targets = microbatch_rows(b, targets, k);
         let local = Local {
-            batch: cfg.batch / dp,
+            batch: cfg.batch / dp / k,
             heads: cfg.heads / tp,
             tp: (tp > 1 || strategy.axes().contains(&"tp")).then(|| "tp".to_string()),
         };
-        let acts = Activations {
-            params: &full,
-            tokens,
-            targets,
-            key,
-            rng_layout,
-            local,
+        let mut local_losses = vec![];
+        let mut loss_of = |b: &mut Builder, j: usize| {
+            // FSDP: gather each sharded parameter before use (its transpose reduce-scatters
+            // the grad); inside the microbatch, so that each microbatch's gradient reaches it.
+            let full: Vec<ValueId> = params
+                .iter()
+                .zip(&layouts)
+                .map(|(&v, (_, spec))| {
+                    if spec.uses_axis("dp") {
+                        b.all_gather(v, &["dp"], 0, true)
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let key = if dropout_key == DropoutKey::FoldIn && has_dp {
+                b.fold_in_axis_index(key, &["dp"])
+            } else {
+                key
+            };
+            let key = if k == 1 { key } else { b.fold_in(key, j as u32) };
+            let acts = Activations {
+                params: &full,
+                tokens: tokens[j],
+                targets: targets[j],
+                key,
+                rng_layout,
+                local: local.clone(),
+            };
+            let local_loss = forward_loss(b, cfg, &acts);
+            local_losses.push(local_loss);
+            // The global loss is the mean of the devices' (and microbatches') local means:
+            // differentiate loss/(dp k) so that summing the gradients gives the mean's.
+            Ok(if has_dp || k > 1 {
+                b.scale(local_loss, 1.0 / (dp * k) as f32)
+            } else {
+                local_loss
+            })
         };
-        let local_loss = forward_loss(b, cfg, &acts);
-        marks.0 = b.program().instrs.len();
-        // The global loss is the mean of the devices' local means: differentiate loss/dp so
-        // that summing the gradients over "dp" gives the mean.
-        let scaled = if has_dp {
-            b.scale(local_loss, 1.0 / dp as f32)
+        let mut on_grad = |b: &mut Builder, i: usize, g: ValueId| {
+            if scattered(i) {
+                b.psum_scatter(g, &["dp"], 0, true)
+            } else {
+                g
+            }
+        };
+        let acc = accumulate(b, k, params, &names, &mut loss_of, &mut on_grad)?;
+        marks.0 = acc.first_forward_end;
+        let mut grads = acc.grads;
+        for (i, g) in grads.iter_mut().enumerate() {
+            // Gradients of parameters replicated over "dp" are the explicit all-reduce of the
+            // data-parallel body; dp-sharded ones were reduce-scattered by the all_gather's
+            // transpose, ZeRO-2's as they were made.
+            if has_dp && !param_split(i) && !scattered(i) {
+                *g = b.psum(*g, &["dp"]);
+                b.set_name(*g, &names[i]);
+            }
+        }
+        let local_loss = local_losses
+            .iter()
+            .copied()
+            .reduce(|a, l| b.add(a, l))
+            .ok_or_else(|| IrError::new("accumulate", "needs at least one microbatch"))?;
+        let local_loss = if k > 1 {
+            b.scale(local_loss, 1.0 / k as f32)
         } else {
             local_loss
         };
-        let mut grads = grad(b, scaled, params)?;
-        for (g, (_, spec)) in grads.iter_mut().zip(&layouts) {
-            // Gradients of parameters replicated over "dp" are the explicit all-reduce of the
-            // data-parallel body; dp-sharded ones were reduce-scattered by the all_gather's transpose.
-            if has_dp && !spec.uses_axis("dp") {
-                *g = b.psum(*g, &["dp"]);
-            }
-        }
-        for (g, ps) in grads.iter().zip(&specs) {
-            b.set_name(*g, &format!("d{}", ps.name));
-        }
         let loss = if has_dp {
             b.pmean(local_loss, &["dp"])
         } else {
@@ -153,9 +205,29 @@ pub fn shard_map_train_step(
 
         let mut outs = vec![loss];
         for (i, ps) in specs.iter().enumerate() {
+            // ZeRO-1 and 2 update this device's block of the parameter (its optimizer state's
+            // block), then gather the updated blocks into the whole parameter again.
+            let (param, g) = if block_update(i) {
+                let g = if scattered(i) {
+                    grads[i]
+                } else {
+                    b.slice_block(grads[i], &["dp"], 0)
+                };
+                (b.slice_block(params[i], &["dp"], 0), g)
+            } else {
+                (params[i], grads[i])
+            };
+            let gathered = |b: &mut Builder, updated: ValueId| {
+                if block_update(i) {
+                    b.all_gather_invarying(updated, &["dp"], 0)
+                } else {
+                    updated
+                }
+            };
             match opt {
                 Optimizer::Sgd { lr } => {
-                    let np = b.emit1(Op::SgdUpdate { lr }, &[params[i], grads[i]]);
+                    let np = b.emit1(Op::SgdUpdate { lr }, &[param, g]);
+                    let np = gathered(b, np);
                     b.set_name(np, &format!("{}'", ps.name));
                     b.donate(outs.len(), i);
                     outs.push(np);
@@ -169,10 +241,11 @@ pub fn shard_map_train_step(
                         eps: 1e-8,
                         wd,
                     };
-                    let o = b.emit(op, &[params[i], grads[i], state[2 * i], state[2 * i + 1]]);
+                    let mut o = b.emit(op, &[param, g, state[2 * i], state[2 * i + 1]]);
+                    o[0] = gathered(b, o[0]);
                     b.set_name(o[0], &format!("{}'", ps.name));
-                    for (k, v) in o.into_iter().enumerate() {
-                        let input = if k == 0 { i } else { n + 2 * i + (k - 1) };
+                    for (slot, v) in o.into_iter().enumerate() {
+                        let input = if slot == 0 { i } else { n + 2 * i + (slot - 1) };
                         b.donate(outs.len(), input);
                         outs.push(v);
                     }

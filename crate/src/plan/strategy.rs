@@ -12,6 +12,12 @@ pub enum Strategy {
     Dp,
     /// Params and optimizer state split over "dp": all_gather before use, psum_scatter of grads.
     Fsdp,
+    /// ZeRO-1: data parallelism with the optimizer state split over "dp": gradients all-reduced,
+    /// each device updates its block of every parameter, all_gather of the updated blocks.
+    Zero1,
+    /// ZeRO-2: ZeRO-1 with the gradients split too: reduce-scattered as each is made, so each
+    /// device holds only its block of them.
+    Zero2,
     /// Megatron over "tp": attention heads and MLP columns split, psum after the row-parallel
     /// projections.
     Tp,
@@ -20,13 +26,22 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 4] = [Strategy::Dp, Strategy::Fsdp, Strategy::Tp, Strategy::DpTp];
+    pub const ALL: [Strategy; 6] = [
+        Strategy::Dp,
+        Strategy::Zero1,
+        Strategy::Zero2,
+        Strategy::Fsdp,
+        Strategy::Tp,
+        Strategy::DpTp,
+    ];
 
     /// The name the CLI (`--strategy`), the page and the exported scripts use.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Dp => "dp",
             Strategy::Fsdp => "fsdp",
+            Strategy::Zero1 => "zero1",
+            Strategy::Zero2 => "zero2",
             Strategy::Tp => "tp",
             Strategy::DpTp => "dp_tp",
         }
@@ -39,7 +54,7 @@ impl Strategy {
     /// The mesh axes the strategy needs.
     pub fn axes(self) -> &'static [&'static str] {
         match self {
-            Strategy::Dp | Strategy::Fsdp => &["dp"],
+            Strategy::Dp | Strategy::Fsdp | Strategy::Zero1 | Strategy::Zero2 => &["dp"],
             Strategy::Tp => &["tp"],
             Strategy::DpTp => &["dp", "tp"],
         }
@@ -48,10 +63,27 @@ impl Strategy {
     /// A mesh the strategy runs on, as `--mesh` takes it (the CLI's default).
     pub fn example_mesh(self) -> &'static str {
         match self {
-            Strategy::Dp | Strategy::Fsdp => "dp=4",
+            Strategy::Dp | Strategy::Fsdp | Strategy::Zero1 | Strategy::Zero2 => "dp=4",
             Strategy::Tp => "tp=2",
             Strategy::DpTp => "dp=2,tp=2",
         }
+    }
+}
+
+impl Strategy {
+    /// Whether each device holds only its block of the optimizer state (ZeRO-1, 2 and 3).
+    pub fn shards_optimizer_state(self) -> bool {
+        matches!(self, Strategy::Zero1 | Strategy::Zero2 | Strategy::Fsdp)
+    }
+
+    /// Whether each device holds only its block of the gradients (ZeRO-2 and 3).
+    pub fn shards_gradients(self) -> bool {
+        matches!(self, Strategy::Zero2 | Strategy::Fsdp)
+    }
+
+    /// Whether each device holds only its block of the parameters (ZeRO-3, FSDP).
+    pub fn shards_params(self) -> bool {
+        self == Strategy::Fsdp
     }
 }
 
@@ -137,7 +169,7 @@ pub(super) fn param_layout(
             _ => {}
         }
     }
-    if strategy == Strategy::Fsdp {
+    if strategy.shards_params() {
         let dp = mesh.axis_size("dp").unwrap_or(1);
         if ps.shape[0].is_multiple_of(dp) {
             let mut spec = vec![Some("dp")];
@@ -148,8 +180,25 @@ pub(super) fn param_layout(
     (ps.shape.clone(), PartitionSpec::replicated())
 }
 
-/// Checks the mesh has the strategy's axes and the model splits evenly over them.
-pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<(), PlanError> {
+/// (view shape, spec) of a parameter's optimizer state (and, where the strategy splits them,
+/// its gradient) under `strategy`: ZeRO splits it over "dp" as FSDP splits the parameter
+/// (dimension 0, where "dp" divides it; the rest stay whole on every device).
+pub(super) fn state_layout(
+    cfg: &GptConfig,
+    strategy: Strategy,
+    mesh: &Mesh,
+    ps: &ParamSpec,
+) -> (Vec<usize>, PartitionSpec) {
+    if strategy.shards_optimizer_state() {
+        param_layout(cfg, Strategy::Fsdp, mesh, ps)
+    } else {
+        param_layout(cfg, strategy, mesh, ps)
+    }
+}
+
+/// Checks the mesh has the strategy's axes, the model splits evenly over them and the
+/// microbatches split every device's rows evenly.
+pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, microbatches: usize) -> Result<(), PlanError> {
     for axis in strategy.axes() {
         mesh.axis_size(axis).map_err(|_| PlanError::Invalid {
             what: format!("--strategy {}", strategy.name()),
@@ -169,6 +218,8 @@ pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh) -> Result<
             ),
         });
     }
+    let shards = if strategy.axes().contains(&"dp") { size("dp") } else { 1 };
+    crate::model::check_microbatches(cfg.batch, microbatches, shards)?;
     if strategy.axes().contains(&"tp") {
         let tp = size("tp");
         if !cfg.heads.is_multiple_of(tp) {

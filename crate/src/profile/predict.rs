@@ -19,6 +19,7 @@ use crate::plan::TensorBytes;
 pub struct DeviceBytes {
     pub params: u64,
     pub optimizer_state: u64,
+    pub gradients: u64,
     pub activations: u64,
     pub total: u64,
 }
@@ -114,6 +115,7 @@ pub fn model_step(
     let bytes_per_device = DeviceBytes {
         params: summary.params_bytes,
         optimizer_state: summary.optimizer_state_bytes,
+        gradients: summary.gradients_bytes,
         activations: summary.activations_bytes,
         total: summary.total_bytes,
     };
@@ -154,11 +156,11 @@ impl Prediction {
             Placement::Simulated => self.devices as u64,
         };
         let need = b.total.saturating_mul(copies);
-        let state = b.params + b.optimizer_state;
+        let state = b.params + b.optimizer_state + b.gradients;
         let t = &self.largest_tensor;
         let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
         let mut words = format!(
-            "needs {} per device against the {} of a {}: {} over. Activations (their peak) take {} of it, the largest tensor `{}` [{}] alone {}; parameters and optimizer state {}.",
+            "needs {} per device against the {} of a {}: {} over. Activations (their peak) take {} of it, the largest tensor `{}` [{}] alone {}; parameters, gradients and optimizer state {}.",
             gib(need),
             gib(self.capacity_bytes),
             self.device_label,

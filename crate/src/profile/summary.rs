@@ -40,8 +40,10 @@ pub struct ProgramSummary {
     pub rng_bits: u64,
     pub params_bytes: u64,
     pub optimizer_state_bytes: u64,
-    /// Peak bytes of everything else alive at once (activations, gradients, data), by
-    /// liveness over the program order. The memory fields come from the memory plan
+    /// The gradient buffers one device holds for the update (ZeRO's accounting).
+    pub gradients_bytes: u64,
+    /// Peak bytes of everything else alive at once (activations, data), by liveness over the
+    /// program order. The memory fields come from the memory plan
     /// ([`crate::plan::MemoryPlan`]) that runs check before allocating.
     pub activations_bytes: u64,
     pub total_bytes: u64,
@@ -122,6 +124,7 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
         Ok(m) => {
             s.params_bytes = m.params;
             s.optimizer_state_bytes = m.optimizer_state;
+            s.gradients_bytes = m.gradients;
             s.activations_bytes = m.activations;
             s.total_bytes = m.total;
             s.largest_tensor = m.largest;

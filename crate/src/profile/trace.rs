@@ -229,6 +229,7 @@ mod tests {
                 specs: vec![],
             },
             combine_all_reduces: false,
+            microbatches: 1,
         })
         .unwrap()
     }

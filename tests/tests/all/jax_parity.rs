@@ -43,6 +43,7 @@ fn options(g: &Value) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
         combine_all_reduces: false,
+        microbatches: 1,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The integration tests, one binary so the suite links once: a module per area.
 //! One area alone: `cargo test -p shardlab-tests -- collectives::`.
+mod accumulation;
 mod attention_fused;
 mod auto_equivalence;
 mod auto_property;
@@ -31,3 +32,4 @@ mod sharding;
 mod step_profile;
 mod training;
 mod vma_jax;
+mod zero;

@@ -143,6 +143,61 @@ fn cases() -> Vec<Case> {
             false,
         ),
         case(
+            "all_gather to invarying is invariant along its axis",
+            Array,
+            "P('dp')",
+            "P()",
+            |b, a| b.all_gather_invarying(a, &["dp"], 0),
+            "L.all_gather(a, 'dp', axis=0, tiled=True, to='invarying')",
+            false,
+        ),
+        case(
+            "all_gather to invarying over tp keeps dp varying",
+            Array,
+            "P('dp')",
+            "P()",
+            |b, a| b.all_gather_invarying(a, &["tp"], 0),
+            "L.all_gather(a, 'tp', axis=0, tiled=True, to='invarying')",
+            true,
+        ),
+        case(
+            "all_gather to invarying of a slice by axis_index is invariant (ZeRO's update)",
+            Array,
+            "P()",
+            "P()",
+            |b, a| {
+                let block = b.emit1(
+                    shardlab::ir::Op::ShardSlice {
+                        dim: 0,
+                        axes: vec!["dp".into()],
+                        parts: 2,
+                    },
+                    &[a],
+                );
+                b.all_gather_invarying(block, &["dp"], 0)
+            },
+            "L.all_gather(L.dynamic_slice_in_dim(a, L.axis_index('dp') * 2, 2, 0), 'dp', axis=0, tiled=True, to='invarying')",
+            false,
+        ),
+        case(
+            "a slice by axis_index varies",
+            Array,
+            "P()",
+            "P()",
+            |b, a| {
+                b.emit1(
+                    shardlab::ir::Op::ShardSlice {
+                        dim: 0,
+                        axes: vec!["dp".into()],
+                        parts: 2,
+                    },
+                    &[a],
+                )
+            },
+            "L.dynamic_slice_in_dim(a, L.axis_index('dp') * 2, 2, 0)",
+            true,
+        ),
+        case(
             "psum_scatter varies",
             Array,
             "P('dp')",

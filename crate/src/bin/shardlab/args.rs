@@ -85,6 +85,8 @@ fn strategy_help(s: Strategy) -> &'static str {
     match s {
         Strategy::Dp => "Data parallelism over 'dp'",
         Strategy::Fsdp => "Parameters and optimizer state split over 'dp'",
+        Strategy::Zero1 => "ZeRO-1: data parallelism with the optimizer state split over 'dp'",
+        Strategy::Zero2 => "ZeRO-2: data parallelism with the optimizer state and gradients split over 'dp'",
         Strategy::Tp => "Megatron tensor parallelism over 'tp'",
         Strategy::DpTp => "Both, on a mesh with 'dp' and 'tp'",
     }
@@ -270,6 +272,10 @@ pub struct ParallelArgs {
     /// Merge independent all-reduces into one (XLA's all-reduce combiner).
     #[arg(long = "combine-all-reduces")]
     pub combine_all_reduces: bool,
+    /// Gradient accumulation: forward and backward on this many equal slices of the batch
+    /// (of each 'dp' shard's rows) in turn, one update (1: none).
+    #[arg(long, default_value_t = 1)]
+    pub microbatches: usize,
     /// With --mode auto: a file of NAME=SPEC lines (# starts a comment).
     #[arg(long = "spec-file", value_name = "FILE")]
     pub spec_file: Option<String>,
@@ -391,6 +397,7 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         rng_layout: model.rng_layout(),
         parallel: parallel.parallel()?,
         combine_all_reduces: parallel.combine_all_reduces,
+        microbatches: parallel.microbatches,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if let Parallel::Auto { mesh, .. } = &opts.parallel {

@@ -88,6 +88,7 @@ async fn inspect(
             "peak_bytes_per_device": {
                 "params": s.params_bytes,
                 "optimizer_state": s.optimizer_state_bytes,
+                "gradients": s.gradients_bytes,
                 "activations": s.activations_bytes,
                 "total": s.total_bytes,
             },
@@ -128,9 +129,10 @@ async fn inspect(
         }
     }
     println!(
-        "# memory per device: params {} B, optimizer state {} B, activations (peak) {} B, total {} B; largest tensor {} {} ({} B)",
+        "# memory per device: params {} B, optimizer state {} B, gradients {} B, activations (peak) {} B, total {} B; largest tensor {} {} ({} B)",
         s.params_bytes,
         s.optimizer_state_bytes,
+        s.gradients_bytes,
         s.activations_bytes,
         s.total_bytes,
         s.largest_tensor.name,

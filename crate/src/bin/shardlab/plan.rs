@@ -126,9 +126,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
     }
     let b = &p.bytes_per_device;
     println!(
-        "  memory per device: params {}, optimizer state {}, activations (peak) {}, total {} of {} ({})",
+        "  memory per device: params {}, optimizer state {}, gradients {}, activations (peak) {}, total {} of {} ({})",
         gib(b.params),
         gib(b.optimizer_state),
+        gib(b.gradients),
         gib(b.activations),
         gib(b.total),
         gib(p.capacity_bytes),

@@ -77,6 +77,20 @@ impl GpuExecutor {
         let limits = ctx.limits();
         let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
         let plan = slots::plan(&program, &fusion, usize::try_from(max_arena).unwrap_or(usize::MAX));
+        // The next step reads a donated output from its input's buffer.
+        for &(out, input) in &program.donations {
+            let (o, i) = (program.outputs[out], program.inputs[input].0);
+            if plan.value_slot[o.index()] != plan.value_slot[i.index()] {
+                return Err(ExecError::Unsupported {
+                    op: "donation".into(),
+                    executor: "GPU",
+                    why: format!(
+                        "output {out} is written while its input {} is still read: no buffer to update in place",
+                        program.info(i).name.clone().unwrap_or_default()
+                    ),
+                });
+            }
+        }
         let mut slots: Vec<GpuBuffer> = Vec::with_capacity(plan.caps.len());
         for (s, &cap) in plan.caps.iter().enumerate() {
             let name = plan.name(&program, s);

@@ -166,6 +166,13 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
     for (v, _) in &program.inputs {
         value_slot[v.index()] = alloc(&mut plan, *v, true);
     }
+    // A donated output that an update does not write in place (ZeRO's all_gather of the
+    // updated blocks) is written straight into its input's slot, which nothing reads any more
+    // by then: the next step finds it there.
+    let mut donated_to = vec![None; program.values.len()];
+    for &(out, input) in &program.donations {
+        donated_to[program.outputs[out].index()] = Some(program.inputs[input].0);
+    }
     let mut scratch: Vec<Scratch> = Vec::with_capacity(program.instrs.len());
     let mut i = 0;
     while i < program.instrs.len() {
@@ -228,13 +235,21 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                     sc.rows = Some(plan.take(2 * numel(ins.inputs[4])));
                 }
                 let keep_first = fusion[i].is_none_or(|f| f.keeps_intermediate());
+                let place = |plan: &mut SlotPlan, value_slot: &[usize], o: ValueId| match donated_to[o.index()] {
+                    Some(input) if last_use[input.index()].is_none_or(|u| u < i) => {
+                        let s = value_slot[input.index()];
+                        plan.retain(s);
+                        s
+                    }
+                    _ => alloc(plan, o, false),
+                };
                 if keep_first {
                     for o in ins.outputs.iter().filter(|o| drawn[o.index()].is_none()) {
-                        value_slot[o.index()] = alloc(&mut plan, *o, false);
+                        value_slot[o.index()] = place(&mut plan, &value_slot, *o);
                     }
                 }
                 for o in group.clone().skip(1).flat_map(|j| &program.instrs[j].outputs) {
-                    value_slot[o.index()] = alloc(&mut plan, *o, false);
+                    value_slot[o.index()] = place(&mut plan, &value_slot, *o);
                 }
                 for s in [sc.lhs, sc.rhs, sc.rows].into_iter().flatten() {
                     plan.release(s);

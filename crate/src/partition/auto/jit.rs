@@ -187,18 +187,46 @@ pub fn jit_with_constraints(
         // Ops linear in their one operand carry partial sums through (the all-reduce moves
         // to where a consumer needs the sum, so a weight gradient's transpose can still be
         // reduce-scattered into the optimizer's shard).
-        let linear = matches!(ins.op, Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. });
+        let mut linear = matches!(ins.op, Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. });
+        // So does an add of partial sums over the same axes, laid out alike: all-reduce(a) +
+        // all-reduce(b) is all-reduce(a + b), which XLA's AllReduceReassociate makes of
+        // GSPMD's output on GPU and TPU (its CPU pipeline has no such pass). The microbatches'
+        // gradients add up as partial sums, and one all-reduce follows the last.
+        if matches!(ins.op, Op::Add) {
+            let laid: Vec<Option<&Sharding>> = ins
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(k, v)| {
+                    let s = l.actual[v.index()].as_ref().map(|(_, s)| s)?;
+                    (s.dims == a.project(rule, &rule.operands[k]) && !s.partial.is_empty()).then_some(s)
+                })
+                .collect();
+            let same_shape = ins
+                .inputs
+                .iter()
+                .all(|v| program.shape(*v) == program.shape(ins.inputs[0]));
+            linear |= same_shape
+                && laid
+                    .iter()
+                    .all(|s| s.is_some_and(|s| laid[0].is_some_and(|f| f.partial == s.partial)));
+        }
         let mut carried: Vec<String> = vec![];
         let mut operands = Vec::with_capacity(ins.inputs.len());
         for (k, v) in ins.inputs.iter().enumerate() {
             let want = a.project(rule, &rule.operands[k]);
+            let mut keep = linear;
             if linear {
-                carried = l.actual[v.index()]
+                let partial = l.actual[v.index()]
                     .as_ref()
                     .map(|(_, s)| s.partial.clone())
                     .unwrap_or_default();
+                // A value cannot be split over an axis it is still a partial sum over (each
+                // device would hold a different block of a different sum): reduce first.
+                keep = !want.iter().flatten().any(|axis| partial.contains(axis));
+                carried = if keep { partial } else { vec![] };
             }
-            operands.push(l.reshard(*v, &want, linear, Some(i), ins.op.name(), &cause(k))?);
+            operands.push(l.reshard(*v, &want, keep, Some(i), ins.op.name(), &cause(k))?);
         }
         let mut results: Vec<Sharding> = (0..ins.outputs.len()).map(|r| a.result(rule, r)).collect();
         for r in &mut results {
@@ -235,6 +263,13 @@ pub fn jit_with_constraints(
                     "with_sharding_constraint",
                 )?;
                 l.actual[o.index()] = Some((pinned, Sharding { dims, partial: vec![] }));
+                // The constrained value is the one the program goes on with: it carries the name.
+                if let Some(n) = &program.info(*o).name {
+                    if pinned != nv {
+                        l.b.clear_name(nv);
+                        l.b.set_name(pinned, n);
+                    }
+                }
             }
         }
     }

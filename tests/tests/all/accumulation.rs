@@ -1,0 +1,233 @@
+//! Gradient accumulation (`--microbatches K`) against the one-device step on the whole batch:
+//! with dropout 0, formula init and data, the losses of 3 steps and the parameters after them
+//! agree to 1e-5 on one device, in shard_map mode and in automatic mode, for every strategy;
+//! and in data parallelism the gradients are reduced once per step, not once per microbatch.
+use std::sync::Arc;
+
+use shardlab::exec::{Backend, Parallel, TrainerOptions};
+use shardlab::gpu::GpuContext;
+use shardlab::ir::{Op, Program};
+use shardlab::model::{param_specs, GptConfig, Optimizer};
+use shardlab::plan::{build, DropoutKey, Strategy};
+use shardlab::sharding::Mesh;
+
+pub fn config() -> GptConfig {
+    GptConfig {
+        layers: 1,
+        d_model: 32,
+        heads: 8,
+        seq: 8,
+        batch: 8,
+        vocab: 64,
+        tied: false,
+        dropout: 0.0,
+        attention: Default::default(),
+        remat: Default::default(),
+    }
+}
+
+pub fn options(parallel: Parallel, opt: Optimizer, microbatches: usize) -> TrainerOptions {
+    TrainerOptions {
+        microbatches,
+        ..shardlab_tests::formula_options(config(), opt, parallel)
+    }
+}
+
+pub fn shard_map(strategy: Strategy, mesh: &str) -> Parallel {
+    Parallel::ShardMap {
+        strategy,
+        mesh: Mesh::parse(mesh).unwrap(),
+        dropout_key: DropoutKey::Same,
+    }
+}
+
+pub fn auto(strategy: Strategy, mesh: &str) -> Parallel {
+    Parallel::Auto {
+        strategy,
+        mesh: Mesh::parse(mesh).unwrap(),
+        specs: vec![],
+    }
+}
+
+/// Runs every case and holds each to the one-device step on the whole batch (K = 1).
+pub fn check_against_one_device(backend: &Backend, opt: Optimizer, cases: &[(Parallel, usize)]) {
+    let (want_losses, want_params) = shardlab_tests::train_steps(backend, options(Parallel::None, opt, 1), 3);
+    for (parallel, k) in cases {
+        let what = match parallel {
+            Parallel::None => format!("one device, {k} microbatches"),
+            Parallel::ShardMap { strategy, mesh, .. } => {
+                format!("shard_map {} on {mesh:?}, {k} microbatches", strategy.name())
+            }
+            Parallel::Auto { strategy, mesh, .. } => format!("auto {} on {mesh:?}, {k} microbatches", strategy.name()),
+        };
+        let (losses, params) = shardlab_tests::train_steps(backend, options(parallel.clone(), opt, *k), 3);
+        for (s, (a, b)) in losses.iter().zip(&want_losses).enumerate() {
+            assert!((a - b).abs() <= 1e-5, "{what}: loss {s}: {a} vs the whole batch {b}");
+        }
+        for (i, (p, q)) in params.iter().zip(&want_params).enumerate() {
+            let worst = p.iter().zip(q).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(
+                worst <= 1e-5,
+                "{what}: param {i} differs by {worst} from the whole batch"
+            );
+        }
+    }
+}
+
+/// Every strategy in both modes with 2 microbatches (batch 8: each 'dp' shard of 2 or 4 rows
+/// splits in two), and one device with 2, 4 and 8.
+fn every_strategy() -> Vec<(Parallel, usize)> {
+    let mut cases = vec![(Parallel::None, 2), (Parallel::None, 4), (Parallel::None, 8)];
+    let meshes: &[(Strategy, &str)] = &[
+        (Strategy::Dp, "dp=2"),
+        (Strategy::Dp, "dp=4"),
+        (Strategy::Zero1, "dp=4"),
+        (Strategy::Zero2, "dp=4"),
+        (Strategy::Fsdp, "dp=2"),
+        (Strategy::Fsdp, "dp=4"),
+        (Strategy::Tp, "tp=2"),
+        (Strategy::DpTp, "dp=2,tp=2"),
+    ];
+    for &(strategy, mesh) in meshes {
+        cases.push((shard_map(strategy, mesh), 2));
+        cases.push((auto(strategy, mesh), 2));
+    }
+    cases.push((shard_map(Strategy::Dp, "dp=2"), 4));
+    cases.push((auto(Strategy::Dp, "dp=2"), 4));
+    cases
+}
+
+#[test]
+fn microbatches_match_the_whole_batch_in_every_mode_and_strategy_on_the_reference_executor() {
+    check_against_one_device(&Backend::Reference, Optimizer::Sgd { lr: 0.1 }, &every_strategy());
+}
+
+#[test]
+fn microbatches_match_the_whole_batch_with_adamw_on_the_reference_executor() {
+    check_against_one_device(&Backend::Reference, Optimizer::AdamW { lr: 1e-3 }, &every_strategy());
+}
+
+#[test]
+fn microbatches_match_the_whole_batch_on_the_gpu() {
+    if shardlab_tests::gpu().is_none() {
+        eprintln!("skipped: no GPU adapter");
+        return;
+    }
+    let cases = [
+        (Parallel::None, 4),
+        (shard_map(Strategy::Dp, "dp=2"), 2),
+        (auto(Strategy::Dp, "dp=2"), 2),
+        (shard_map(Strategy::Fsdp, "dp=2"), 2),
+        (auto(Strategy::Tp, "tp=2"), 2),
+    ];
+    let gpu = Backend::Gpu(Arc::new(GpuContext::new_blocking().unwrap()));
+    check_against_one_device(&gpu, Optimizer::Sgd { lr: 0.1 }, &cases);
+}
+
+pub fn count(prog: &Program, op: &str) -> usize {
+    prog.instrs.iter().filter(|i| i.op.name() == op).count()
+}
+
+/// Arrays a kind of collective carries (a combined psum carries several).
+pub fn operands(prog: &Program, op: &str) -> usize {
+    prog.instrs
+        .iter()
+        .filter(|i| i.op.name() == op)
+        .map(|i| i.inputs.len())
+        .sum()
+}
+
+#[test]
+fn data_parallelism_all_reduces_each_gradient_once_per_step_in_both_modes() {
+    let n = param_specs(&config()).len();
+    for k in [1, 2, 4] {
+        for parallel in [shard_map(Strategy::Dp, "dp=2"), auto(Strategy::Dp, "dp=2")] {
+            let planned = build(&options(parallel.clone(), Optimizer::Sgd { lr: 0.1 }, k)).unwrap();
+            let prog = &planned.step.program;
+            // One all-reduce per parameter's gradient and one for the loss, whatever K is.
+            assert_eq!(operands(prog, "psum"), n + 1, "{parallel:?} with {k} microbatches");
+            assert_eq!(
+                count(prog, "psum_scatter") + count(prog, "all_gather"),
+                0,
+                "{parallel:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_automatic_partitioner_adds_the_microbatches_partial_sums_before_the_one_all_reduce() {
+    let planned = build(&options(auto(Strategy::Dp, "dp=2"), Optimizer::Sgd { lr: 0.1 }, 4)).unwrap();
+    let prog = &planned.step.program;
+    // Every psum follows the last microbatch's backward pass: none sits between two forwards.
+    let last_forward = prog
+        .instrs
+        .iter()
+        .rposition(|i| matches!(i.op, Op::CrossEntropy))
+        .unwrap();
+    let first_psum = prog.instrs.iter().position(|i| i.op.name() == "psum").unwrap();
+    assert!(
+        first_psum > last_forward,
+        "a psum at {first_psum} before the last forward at {last_forward}"
+    );
+    let inserted = planned.inserted.unwrap();
+    assert!(
+        inserted.iter().filter(|r| r.op == "psum").all(|r| r.source_op != "add"),
+        "{inserted:?}"
+    );
+}
+
+#[test]
+fn sharded_gradients_are_reduce_scattered_once_per_microbatch() {
+    // FSDP and ZeRO-2 hold only their block of each gradient, so each microbatch's is
+    // reduce-scattered as it is made: K reduce-scatters per split parameter, in both modes.
+    let cfg = config();
+    let split = param_specs(&cfg).iter().filter(|p| p.shape[0] % 2 == 0).count();
+    for strategy in [Strategy::Zero2, Strategy::Fsdp] {
+        for k in [1, 2] {
+            for parallel in [shard_map(strategy, "dp=2"), auto(strategy, "dp=2")] {
+                let planned = build(&options(parallel.clone(), Optimizer::Sgd { lr: 0.1 }, k)).unwrap();
+                let scatters = count(&planned.step.program, "psum_scatter");
+                assert_eq!(scatters, k * split, "{parallel:?} with {k} microbatches");
+            }
+        }
+    }
+}
+
+#[test]
+fn memory_for_activations_drops_with_more_microbatches_and_the_rest_does_not_move() {
+    let plan = |k| {
+        let planned = build(&options(
+            shard_map(Strategy::Dp, "dp=2"),
+            Optimizer::AdamW { lr: 1e-3 },
+            k,
+        ))
+        .unwrap();
+        shardlab::plan::MemoryPlan::of(&planned.step.program).unwrap()
+    };
+    let (one, two, four) = (plan(1), plan(2), plan(4));
+    assert!(two.activations < one.activations && four.activations < two.activations);
+    for p in [&two, &four] {
+        assert_eq!(
+            (p.params, p.optimizer_state, p.gradients),
+            (one.params, one.optimizer_state, one.gradients)
+        );
+    }
+}
+
+#[test]
+fn a_count_that_does_not_split_the_batch_is_refused_naming_the_flag() {
+    let cases = [
+        (Parallel::None, 0, "--microbatches 0"),
+        (Parallel::None, 3, "does not divide --batch 8"),
+        (Parallel::None, 16, "more than --batch 8"),
+        (shard_map(Strategy::Dp, "dp=4"), 4, "each 'dp' shard"),
+        (auto(Strategy::Zero1, "dp=4"), 4, "each 'dp' shard"),
+    ];
+    for (parallel, k, want) in cases {
+        let e = build(&options(parallel.clone(), Optimizer::Sgd { lr: 0.1 }, k))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want) && e.contains("use "), "{parallel:?} {k}: {e}");
+    }
+}
