@@ -378,6 +378,67 @@ fn malformed_meshes_are_refused_with_the_fix() {
 }
 
 #[test]
+fn microbatch_counts_that_do_not_split_the_batch_are_refused_naming_the_flag() {
+    // TINY's batch is 4; dp=2 leaves each device 2 rows.
+    let mb = |k: &str| with_tiny(&["train", "--cpu", "--microbatches", k]);
+    let dp =
+        |mode: &str, k: &str| with_tiny(&["train", "--cpu", "--mode", mode, "--mesh", "dp=2", "--microbatches", k]);
+    let cases: Vec<(Vec<String>, &[&str])> = vec![
+        (mb("0"), &["--microbatches 0", "use 1"]),
+        (with_tiny(&["train", "--cpu", "--microbatches=-1"]), &["--microbatches"]),
+        (mb("3"), &["--microbatches 3 does not divide --batch 4", "1, 2, 4"]),
+        (mb("8"), &["--microbatches 8 is more than --batch 4", "1, 2, 4"]),
+        (mb("18446744073709551615"), &["--microbatches", "more than --batch 4"]),
+        (dp("shard_map", "4"), &["each 'dp' shard", "use one of 1, 2"]),
+        (dp("auto", "4"), &["each 'dp' shard", "use one of 1, 2"]),
+        (
+            with_tiny(&[
+                "plan",
+                "--device",
+                "tpu_v4",
+                "--mode",
+                "auto",
+                "--strategy",
+                "zero2",
+                "--mesh",
+                "dp=2",
+                "--microbatches",
+                "4",
+            ]),
+            &["each 'dp' shard"],
+        ),
+        (
+            with_tiny(&[
+                "export",
+                "jax",
+                "--mode",
+                "shard_map",
+                "--mesh",
+                "dp=2",
+                "--microbatches",
+                "3",
+            ]),
+            &["--microbatches 3"],
+        ),
+    ];
+    refused(&cases);
+}
+
+#[test]
+fn zero_strategies_without_a_dp_axis_are_refused_with_a_mesh_that_fits() {
+    let cases: Vec<(Vec<String>, &[&str])> = ["zero1", "zero2"]
+        .iter()
+        .flat_map(|s| {
+            ["shard_map", "auto"].map(|mode| {
+                let args = with_tiny(&["train", "--cpu", "--mode", mode, "--strategy", s, "--mesh", "tp=2"]);
+                (args, &["needs a mesh axis 'dp'", "--mesh dp=4"][..])
+            })
+        })
+        .collect();
+    refused(&cases);
+}
+
+#[test]
 fn flags_the_mode_ignores_are_refused() {
     refused(&[
         tiny_case(
@@ -694,8 +755,10 @@ fn inspect_reports_memory_from_the_plan() {
     assert_eq!(r.code, 0, "{}", r.err);
     let v: serde_json::Value = serde_json::from_str(&r.out).expect("JSON");
     let m = &v["peak_bytes_per_device"];
-    let sum =
-        m["params"].as_u64().unwrap() + m["optimizer_state"].as_u64().unwrap() + m["activations"].as_u64().unwrap();
+    let sum = ["params", "optimizer_state", "gradients", "activations"]
+        .iter()
+        .map(|k| m[*k].as_u64().unwrap())
+        .sum::<u64>();
     assert_eq!(m["total"].as_u64().unwrap(), sum);
     let largest = &v["largest_tensor_per_device"];
     assert!(

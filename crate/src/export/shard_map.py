@@ -29,7 +29,7 @@ def block_update(name):
     return split and not dp_sharded(name)
 
 
-def block(x):
+def own_block(x):
     """This device's block of dimension 0 over DP_AXIS."""
     n = x.shape[0] // jax.lax.axis_size(DP_AXIS)
     return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(DP_AXIS) * n, n, 0)
@@ -81,9 +81,9 @@ def body(params, opt_state, tokens, targets, key, hyper):
         loss = jax.lax.pmean(loss, DP_AXIS)
     # ZeRO-1 and 2 update this device's block (ZeRO-1 slices it from the whole gradient), then
     # gather the updated blocks into the whole parameter, the same on every device.
-    blocks = [block(p) if block_update(n) else p for n, p in zip(names, params)]
+    blocks = [own_block(p) if block_update(n) else p for n, p in zip(names, params)]
     grads = [
-        block(g) if block_update(n) and not GRADIENTS_SPLIT else g for n, g in zip(names, grads)
+        own_block(g) if block_update(n) and not GRADIENTS_SPLIT else g for n, g in zip(names, grads)
     ]
     blocks, opt_state = apply_updates(blocks, grads, opt_state, hyper)
     params = [

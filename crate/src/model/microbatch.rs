@@ -48,7 +48,7 @@ pub fn check_microbatches(batch: usize, microbatches: usize, shards: usize) -> R
 /// (`x.reshape(B/k, k, ...)[:, j]`). Strided rather than contiguous, so that a batch split
 /// over "dp" in blocks of rows leaves every microbatch split over "dp" the same way: each
 /// device slices its own rows and no data moves (a contiguous `x.reshape(k, B/k, ...)` makes
-/// jit gather the batch; see tests/tests/all/microbatch_jax.rs).
+/// jit move rows between devices; see tests/tests/all/levers_jax.rs).
 pub fn microbatch_rows(b: &mut Builder, x: ValueId, k: usize) -> Vec<ValueId> {
     if k == 1 {
         return vec![x];

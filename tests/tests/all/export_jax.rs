@@ -231,6 +231,75 @@ fn exported_remat_scripts_write_jax_checkpoint_and_match_shardlab_in_both_modes(
     }
 }
 
+#[test]
+fn exported_microbatch_scripts_match_shardlab_in_every_mode() {
+    jax_or_skip!();
+    // golden_batch8 on dp=4: each device's 2 rows split in 2 microbatches of one.
+    for (name, parallel, k) in [
+        ("single_mb4", Parallel::None, 4),
+        ("shard_map_dp4_mb2", shard_map(Strategy::Dp, "dp=4"), 2),
+        ("auto_dp4_mb2", auto(Strategy::Dp, "dp=4"), 2),
+        ("shard_map_fsdp2_mb2", shard_map(Strategy::Fsdp, "dp=2"), 2),
+        ("auto_tp2_mb2", auto(Strategy::Tp, "tp=2"), 2),
+    ] {
+        let mut opts = golden_batch8(parallel);
+        opts.microbatches = k;
+        opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+#[test]
+fn exported_zero_scripts_match_shardlab_in_both_modes() {
+    jax_or_skip!();
+    for (name, parallel, k) in [
+        ("shard_map_zero1_dp4", shard_map(Strategy::Zero1, "dp=4"), 1),
+        ("auto_zero1_dp4_mb2", auto(Strategy::Zero1, "dp=4"), 2),
+        ("shard_map_zero2_dp4_mb2", shard_map(Strategy::Zero2, "dp=4"), 2),
+        ("auto_zero2_dp4", auto(Strategy::Zero2, "dp=4"), 1),
+    ] {
+        let mut opts = golden_batch8(parallel);
+        opts.microbatches = k;
+        opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+#[test]
+fn zero_and_microbatch_scripts_write_the_loop_the_state_layout_and_the_gather() {
+    let mut opts = golden_batch8(shard_map(Strategy::Zero2, "dp=4"));
+    opts.microbatches = 2;
+    opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+    let s = jax_script(&opts, STEPS).unwrap();
+    for needle in [
+        "MICROBATCHES = 2",
+        "grouped = x.reshape(x.shape[0] // MICROBATCHES, MICROBATCHES, *x.shape[1:])",
+        "jax.value_and_grad(loss_of, has_aux=True)",
+        "jax.random.fold_in(key, j)",
+        "GRADIENTS_SPLIT = True",
+        "\"wte\": ((64, 32), P()),",
+        "STATE_LAYOUT = {\n    \"wte\": ((64, 32), P(\"dp\", None)),",
+        "jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True, to=\"invarying\")",
+        "jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(DP_AXIS) * n, n, 0)",
+    ] {
+        assert!(s.contains(needle), "the zero2 script lacks `{needle}`:\n{s}");
+    }
+    let mut opts = golden_batch8(auto(Strategy::Zero1, "dp=4"));
+    opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+    let s = jax_script(&opts, STEPS).unwrap();
+    for needle in [
+        "\"wte\": P(\"dp\", None),",
+        "UPDATE_GRAD_SPECS = {\n    \"wte\": P(),",
+        "CONSTRAINTS = {}",
+        "MICROBATCHES = 1",
+    ] {
+        assert!(s.contains(needle), "the auto zero1 script lacks `{needle}`:\n{s}");
+    }
+    opts.parallel = auto(Strategy::Zero2, "dp=4");
+    let s = jax_script(&opts, STEPS).unwrap();
+    assert!(s.contains("CONSTRAINTS = {\n    \"dwte\": P(\"dp\", None),"), "{s}");
+}
+
 /// `--spec`s on named values: constraints on activations, a gradient and an updated parameter,
 /// and targets laid out apart from tokens.
 fn auto_with_constraints() -> TrainerOptions {
@@ -280,7 +349,7 @@ fn exported_scripts_are_valid_python() {
         return;
     };
     let mut cases: Vec<(String, TrainerOptions)> = vec![("single".into(), golden_options(Parallel::None))];
-    for s in [Strategy::Dp, Strategy::Fsdp, Strategy::Tp, Strategy::DpTp] {
+    for s in Strategy::ALL {
         let m = if s == Strategy::DpTp { "dp=2,tp=2" } else { "dp=2" };
         let m = if s == Strategy::Tp { "tp=2" } else { m };
         cases.push((format!("shard_map_{}", s.name()), golden_options(shard_map(s, m))));

@@ -19,6 +19,7 @@ mod kernels_matmul;
 mod kernels_nn;
 mod kernels_optimizer;
 mod kernels_random;
+mod levers_jax;
 mod lowered_dispatches;
 mod optimizer_packing;
 mod program_summary;
