@@ -103,6 +103,7 @@ const FIELDS = {
   dropout: { kind: 'float' },
   attention: { kind: 'enum', values: ['fused', 'unfused'] },
   remat: { kind: 'enum', values: ['none', 'full', 'dots'] },
+  microbatches: { kind: 'int' },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
@@ -282,6 +283,7 @@ function writeFoldFacts(s) {
   const facts = {
     model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
     learning: learnFacts(s),
+    memory: `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${['zero1', 'zero2', 'fsdp'].includes(s.preset) ? `, ${s.preset}` : ''}`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
@@ -722,6 +724,54 @@ function renderPrediction(pr) {
     el('p', { class: 'muted small' }, `From each mode’s per-device program priced op by op on ${pr.label} (the cost model; nothing here ran on one). `,
       fits ? 'Both fit in its memory.' : overflowWords(pr.modes),
       pr.estimated_labels.length ? estimatedFigures(pr.estimated_labels) : ''),
+  );
+  renderMemory(pr);
+}
+
+/** The parts of a device's memory, stacked in this order. */
+const MEMORY_PARTS = [
+  ['params', 'parameters', '#4f46e5'],
+  ['optimizer_state', 'optimizer state', '#9333ea'],
+  ['gradients', 'gradients', '#16a34a'],
+  ['activations', 'activations', '#ca8a04'],
+];
+
+/** What each memory lever trades, one sentence each (the bar shows what it saves). */
+const LEVER_WORDS = {
+  microbatches: 'Gradient accumulation holds one microbatch’s activations at a time, for as many forward and backward passes per step (and, with zero2 or fsdp, as many gradient reductions).',
+  zero1: 'ZeRO-1 keeps 1/N of the optimizer state on each device, for an all-gather of the updated parameters every step.',
+  zero2: 'ZeRO-2 keeps 1/N of the gradients too, reduce-scattering each microbatch’s as it is made: one reduction per microbatch instead of one per step.',
+};
+
+/** Memory per device, stacked by what holds it, one bar per mode, its modelled step beside it. */
+function renderMemory(pr) {
+  // Each part at its largest: the gradients held for the whole step, as ZeRO counts them.
+  const held = (b) => MEMORY_PARTS.reduce((n, [k]) => n + b[k], 0);
+  const scale = Math.max(...MODES.map((m) => held(pr.modes[m].bytes_per_device)));
+  const rows = MODES.filter((m) => pr.modes[m]).map((m) => {
+    const b = pr.modes[m].bytes_per_device;
+    const segs = MEMORY_PARTS.filter(([k]) => b[k] > 0).map(([k, name, color]) => el('span', {
+      class: 'seg', 'data-part': k, 'data-bytes': String(b[k]),
+      style: `width:${(100 * b[k] / scale).toFixed(3)}%;background:${color}`,
+      title: `${name}: ${fmtBytes(b[k])}`,
+    }));
+    return el('div', { class: 'bar-row', 'data-testid': 'memory-bar', 'data-mode': m, 'data-total': String(held(b)), 'data-at-once': String(b.total) },
+      el('span', { class: 'bar-label' }, MODE_LABEL[m]),
+      el('span', { class: 'bar' }, segs),
+      el('span', { class: 'bar-total num' }, fmtBytes(held(b)),
+        el('span', { class: 'muted', 'data-testid': 'memory-step-ms' }, ` · ${fmtMs(pr.modes[m].step_ms)}`)));
+  });
+  const s = state.settings || {};
+  const levers = [
+    (s.microbatches || 1) > 1 ? 'microbatches' : null,
+    ['zero1', 'zero2'].includes(s.preset) ? s.preset : null,
+  ].filter(Boolean);
+  $('chart-memory').replaceChildren(
+    el('div', { class: 'bars' }, rows),
+    el('p', { class: 'legend small' }, MEMORY_PARTS.map(([, name, color]) => el('span', {}, el('i', { style: `background:${color}` }), name))),
+    el('p', { class: 'muted small', 'data-testid': 'memory-levers' },
+      `From each mode’s memory plan: the parameters, optimizer state and gradients held for the step (as ZeRO counts them) and the peak of everything else, with the modelled step on ${pr.label} beside it. At once, where the gradients live only from the backward pass on, ${MODES.filter((m) => pr.modes[m]).map((m) => `${MODE_LABEL[m]} needs ${fmtBytes(pr.modes[m].bytes_per_device.total)}`).join(' and ')}. `,
+      ...(levers.length ? levers : ['microbatches', 'zero1', 'zero2']).map((k) => el('span', { 'data-lever': k }, `${LEVER_WORDS[k]} `))),
   );
 }
 

@@ -216,6 +216,12 @@ export const GLOSSARY = [
     text: 'Data parallelism: each device holds all parameters and a slice of the batch; the gradients are all-reduced.' },
   { term: 'fsdp', match: /(?<![\w'=.-])fsdp(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp', None)) on the parameters",
     text: 'Fully sharded data parallelism (ZeRO-3): dp, with every parameter split across the devices too; all-gathered to use, gradients reduce-scattered.' },
+  { term: 'zero1', match: /(?<![\w'=.-])(zero1|ZeRO-1)(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp', None)) on the optimizer state only",
+    text: 'ZeRO-1: dp, with the optimizer state split across the devices. Each device updates its block of every parameter from the all-reduced gradient, then the blocks are all-gathered.' },
+  { term: 'zero2', match: /(?<![\w'=.-])(zero2|ZeRO-2)(?![\w'=-])/, jax: "with_sharding_constraint(grad, P('dp', None))",
+    text: 'ZeRO-2: ZeRO-1 with the gradients split too: each is reduce-scattered as it is made, so a device holds only its block of it.' },
+  { term: 'microbatch', match: /microbatch(es)?\b/, jax: 'a Python loop (or lax.scan) of jax.value_and_grad',
+    text: 'Gradient accumulation: the batch in slices, each slice\'s forward and backward in turn, the gradients summed, one update. Less memory for activations, the same result.' },
   { term: 'tp', match: /(?<![\w'=.-])tp(?![\w'=-])/, jax: "NamedSharding(mesh, P(None, 'tp')) on the weights",
     text: 'Tensor parallelism (Megatron): each weight matrix is split across the devices, by columns then by rows; the partial sums are all-reduced.' },
 ];

@@ -755,11 +755,12 @@ fn inspect_reports_memory_from_the_plan() {
     assert_eq!(r.code, 0, "{}", r.err);
     let v: serde_json::Value = serde_json::from_str(&r.out).expect("JSON");
     let m = &v["peak_bytes_per_device"];
-    let sum = ["params", "optimizer_state", "gradients", "activations"]
-        .iter()
-        .map(|k| m[*k].as_u64().unwrap())
-        .sum::<u64>();
-    assert_eq!(m["total"].as_u64().unwrap(), sum);
+    let part = |k: &str| m[k].as_u64().unwrap();
+    // At once (the total) is at most the parts, each at its largest, and at least the state
+    // with the activations' peak.
+    let total = part("total");
+    assert!(total <= part("params") + part("optimizer_state") + part("gradients") + part("activations"));
+    assert!(total >= part("params") + part("optimizer_state") + part("activations"));
     let largest = &v["largest_tensor_per_device"];
     assert!(
         largest["bytes"].as_u64().unwrap() > 0 && largest["name"].as_str().is_some(),

@@ -30,7 +30,7 @@ for (const [width, height] of [[1280, 800], [390, 844]]) {
       assert.equal(await page.evaluate(() => window.scrollY), 0);
       assert.deepEqual(await outOfView(page), []);
       // The long forms are folded, each saying what it holds.
-      for (const fold of ['model', 'learning', 'shardings']) {
+      for (const fold of ['model', 'learning', 'memory', 'shardings']) {
         const d = page.getByTestId(`fold-${fold}`);
         assert.equal(await d.evaluate((e) => e.open), false, `${fold} starts folded`);
         assert.match(await d.locator(':scope > summary').innerText(), /\S+ · \S/, `${fold}'s summary says what it holds`);

@@ -155,6 +155,9 @@ const JAX_CALLS = {
   fold_in: 'jax.random.fold_in',
   dp: "P('dp')",
   fsdp: "P('dp', None)",
+  zero1: 'on the optimizer state only',
+  zero2: 'with_sharding_constraint(grad',
+  microbatch: 'jax.value_and_grad',
   tp: "P(None, 'tp')",
 };
 

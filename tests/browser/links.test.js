@@ -9,7 +9,7 @@ after(close);
 test('every preset’s link reopens with the same settings and no notice', { timeout: 300_000 }, async () => {
   const first = await openReady('');
   try {
-    for (const preset of ['seed', 'dp', 'fsdp', 'tp', 'dp_tp']) {
+    for (const preset of ['seed', 'dp', 'zero1', 'zero2', 'fsdp', 'tp', 'dp_tp']) {
       await setControl(first.page, 'preset', preset);
       await first.page.waitForFunction((p) => window.shardlab.settings.preset === p && window.shardlab.configured, preset, { timeout: 120_000 });
       const shown = await formValues(first.page);

@@ -465,6 +465,36 @@ mod tests {
     }
 
     #[test]
+    fn microbatch_counts_that_do_not_split_each_devices_rows_are_refused_at_their_control() {
+        // The dp preset: batch 8 over dp=4, two rows a device.
+        let mut s = Settings::preset(Preset::Dp);
+        for (k, words) in [
+            (0, "microbatches 0: a step needs at least one microbatch; use 1"),
+            (3, "microbatches 3 does not divide batch 8"),
+            (16, "microbatches 16 is more than batch 8"),
+            (
+                4,
+                "each 'dp' shard holds (batch 8 over 4 devices): every device splits its own rows; use one of 1, 2",
+            ),
+        ] {
+            s.microbatches = k;
+            let e = s.check().unwrap_err();
+            assert_eq!(e.field, "microbatches", "{k}");
+            assert!(e.message.contains(words), "{k}: {}", e.message);
+        }
+        s.microbatches = 2;
+        assert!(s.check().is_ok());
+    }
+
+    #[test]
+    fn a_link_without_microbatches_reads_as_one() {
+        let mut v = serde_json::to_value(Settings::preset(Preset::Zero2)).unwrap();
+        v.as_object_mut().unwrap().remove("microbatches");
+        let s: Settings = serde_json::from_value(v).unwrap();
+        assert_eq!((s.microbatches, s.strategy()), (1, shardlab::plan::Strategy::Zero2));
+    }
+
+    #[test]
     fn a_spec_that_does_not_parse_is_an_error_at_its_field() {
         let mut s = Settings::preset(Preset::Dp);
         s.specs.insert("w_qkv".into(), "P('dp'".into());

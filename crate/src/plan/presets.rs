@@ -14,19 +14,32 @@ pub enum Preset {
     /// layout, a 2-layer model of width 128 on batches of 32 x 64 tokens.
     Seed,
     Dp,
+    /// Data parallelism with the optimizer state split (ZeRO-1), then the gradients too (ZeRO-2).
+    Zero1,
+    Zero2,
     Fsdp,
     Tp,
     DpTp,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 5] = [Preset::Seed, Preset::Dp, Preset::Fsdp, Preset::Tp, Preset::DpTp];
+    pub const ALL: [Preset; 7] = [
+        Preset::Seed,
+        Preset::Dp,
+        Preset::Zero1,
+        Preset::Zero2,
+        Preset::Fsdp,
+        Preset::Tp,
+        Preset::DpTp,
+    ];
 
     /// The name the CLI, the page and its links use.
     pub fn name(self) -> &'static str {
         match self {
             Preset::Seed => "seed",
             Preset::Dp => "dp",
+            Preset::Zero1 => "zero1",
+            Preset::Zero2 => "zero2",
             Preset::Fsdp => "fsdp",
             Preset::Tp => "tp",
             Preset::DpTp => "dp_tp",
@@ -40,6 +53,8 @@ impl Preset {
     pub fn strategy(self) -> Strategy {
         match self {
             Preset::Seed | Preset::Dp => Strategy::Dp,
+            Preset::Zero1 => Strategy::Zero1,
+            Preset::Zero2 => Strategy::Zero2,
             Preset::Fsdp => Strategy::Fsdp,
             Preset::Tp => Strategy::Tp,
             Preset::DpTp => Strategy::DpTp,
@@ -131,7 +146,7 @@ pub struct Limit {
 /// asked for (vocab needs two tokens for a task to have anything to learn); a dropout rate
 /// above 0.95 leaves nothing to train; below 1e-6 nothing visibly learns in the steps a page
 /// runs, and above 1 AdamW and SGD both diverge on every preset.
-pub const PAGE_LIMITS: [Limit; 8] = [
+pub const PAGE_LIMITS: [Limit; 9] = [
     Limit {
         field: "layers",
         min: 1.0,
@@ -161,6 +176,12 @@ pub const PAGE_LIMITS: [Limit; 8] = [
         field: "vocab",
         min: 2.0,
         max: 4096.0,
+    },
+    // Gradient accumulation: at most one microbatch per example of the largest batch.
+    Limit {
+        field: "microbatches",
+        min: 1.0,
+        max: 512.0,
     },
     Limit {
         field: "dropout",

@@ -231,3 +231,36 @@ fn a_count_that_does_not_split_the_batch_is_refused_naming_the_flag() {
         assert!(e.contains(want) && e.contains("use "), "{parallel:?} {k}: {e}");
     }
 }
+
+#[test]
+fn the_cost_model_prices_k_microbatches_with_one_update_and_the_reductions_where_they_run() {
+    use shardlab::profile::{device_preset, predict, Placement};
+    let device = device_preset("tpu_v4").unwrap();
+    let priced = |parallel: Parallel, k| {
+        let planned = build(&options(parallel, Optimizer::AdamW { lr: 1e-3 }, k)).unwrap();
+        predict(&planned.step.program, &device, Placement::Real)
+    };
+    for parallel in [shard_map(Strategy::Dp, "dp=2"), auto(Strategy::Zero2, "dp=2")] {
+        let (one, four) = (priced(parallel.clone(), 1), priced(parallel.clone(), 4));
+        // The same examples' FLOPs and the accumulation's adds ((K-1) per parameter, a few
+        // percent of this tiny model's work), in four passes' launches.
+        let extra = four.flops_per_device / one.flops_per_device - 1.0;
+        assert!((0.0..0.05).contains(&extra), "{parallel:?}: {extra}");
+        assert!(
+            four.launches > 3 * one.launches,
+            "{parallel:?}: {} vs {}",
+            four.launches,
+            one.launches
+        );
+        // One optimizer step, whatever K.
+        let optimizer = |p: &shardlab::profile::Prediction| p.breakdown_ms.get("optimizer").copied().unwrap_or(0.0);
+        assert!((optimizer(&four) - optimizer(&one)).abs() <= 1e-12, "{parallel:?}");
+        let count = |p: &shardlab::profile::Prediction, kind: &str| p.collectives[kind].count;
+        match parallel {
+            // dp reduces once per step; ZeRO-2 once per microbatch.
+            Parallel::ShardMap { .. } => assert_eq!(count(&four, "all-reduce"), count(&one, "all-reduce")),
+            _ => assert_eq!(count(&four, "reduce-scatter"), 4 * count(&one, "reduce-scatter")),
+        }
+        assert!(four.bytes_per_device.activations < one.bytes_per_device.activations);
+    }
+}

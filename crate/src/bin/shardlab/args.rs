@@ -103,6 +103,8 @@ fn preset_help(p: Preset) -> &'static str {
     match p {
         Preset::Seed => "The JAX report's run: dp on 8 devices, width 128, dropout 0.1",
         Preset::Dp => "Data parallelism on dp=4, width 64, dropout 0.1",
+        Preset::Zero1 => "ZeRO-1 on dp=4, width 64, dropout 0.1",
+        Preset::Zero2 => "ZeRO-2 on dp=4, width 64, dropout 0.1",
         Preset::Fsdp => "FSDP on dp=4, width 64, dropout 0.1",
         Preset::Tp => "Tensor parallelism on tp=2, width 64, dropout 0.1",
         Preset::DpTp => "Both on dp=2,tp=2, width 64, dropout 0.1",
