@@ -741,6 +741,7 @@ const LEVER_WORDS = {
   microbatches: 'Gradient accumulation holds one microbatch’s activations at a time, for as many forward and backward passes per step (and, with zero2 or fsdp, as many gradient reductions).',
   zero1: 'ZeRO-1 keeps 1/N of the optimizer state on each device, for an all-gather of the updated parameters every step.',
   zero2: 'ZeRO-2 keeps 1/N of the gradients too, reduce-scattering each microbatch’s as it is made: one reduction per microbatch instead of one per step.',
+  remat: 'Remat (under model) recomputes each block’s activations in the backward pass instead of holding them: more compute for fewer held activations.',
 };
 
 /** Memory per device, stacked by what holds it, one bar per mode, its modelled step beside it. */
@@ -765,13 +766,15 @@ function renderMemory(pr) {
   const levers = [
     (s.microbatches || 1) > 1 ? 'microbatches' : null,
     ['zero1', 'zero2'].includes(s.preset) ? s.preset : null,
+    s.remat && s.remat !== 'none' ? 'remat' : null,
   ].filter(Boolean);
   $('chart-memory').replaceChildren(
     el('div', { class: 'bars' }, rows),
     el('p', { class: 'legend small' }, MEMORY_PARTS.map(([, name, color]) => el('span', {}, el('i', { style: `background:${color}` }), name))),
     el('p', { class: 'muted small', 'data-testid': 'memory-levers' },
       `From each mode’s memory plan: the parameters, optimizer state and gradients held for the step (as ZeRO counts them) and the peak of everything else, with the modelled step on ${pr.label} beside it. At once, where the gradients live only from the backward pass on, ${MODES.filter((m) => pr.modes[m]).map((m) => `${MODE_LABEL[m]} needs ${fmtBytes(pr.modes[m].bytes_per_device.total)}`).join(' and ')}. `,
-      ...(levers.length ? levers : ['microbatches', 'zero1', 'zero2']).map((k) => el('span', { 'data-lever': k }, `${LEVER_WORDS[k]} `))),
+      ...(levers.length ? levers : ['microbatches', 'zero1', 'zero2', 'remat']).map((k) => el('span', { 'data-lever': k },
+        `${k === 'remat' && s.remat !== 'none' ? REMAT_TRADE[s.remat] : LEVER_WORDS[k]} `))),
   );
 }
 

@@ -127,6 +127,8 @@ pub fn every_mode(dropout_key: shardlab::plan::DropoutKey) -> Vec<(String, shard
     let mut cases = vec![("one device".to_string(), Parallel::None)];
     for (strategy, m) in [
         (Strategy::Dp, "dp=2"),
+        (Strategy::Zero1, "dp=2"),
+        (Strategy::Zero2, "dp=2"),
         (Strategy::Fsdp, "dp=2"),
         (Strategy::Tp, "tp=2"),
         (Strategy::DpTp, "dp=2,tp=2"),

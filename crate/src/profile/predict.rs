@@ -172,7 +172,7 @@ impl Prediction {
             gib(state.saturating_mul(copies)),
         );
         words.push_str(if state.saturating_mul(copies) < self.capacity_bytes {
-            " Keeping fewer activations would fit it: rematerialization (jax.checkpoint) recomputes them in the backward pass instead of holding them (remat full, `--remat full`); a smaller batch or seq shrinks them too."
+            " Keeping fewer activations would fit it: rematerialization (jax.checkpoint) recomputes them in the backward pass instead of holding them (remat full, `--remat full`); gradient accumulation holds one microbatch's at a time (`--microbatches`); a smaller batch or seq shrinks them too."
         } else {
             " The parameters and optimizer state alone exceed it: shard them over the devices (fsdp) or use more devices."
         });

@@ -264,3 +264,28 @@ fn the_cost_model_prices_k_microbatches_with_one_update_and_the_reductions_where
         assert!(four.bytes_per_device.activations < one.bytes_per_device.activations);
     }
 }
+
+#[test]
+fn microbatches_with_remat_match_the_whole_batch() {
+    // The levers together: each microbatch's blocks recompute in its own backward pass.
+    use shardlab::model::Remat;
+    let sgd = Optimizer::Sgd { lr: 0.1 };
+    let (want_losses, want_params) =
+        shardlab_tests::train_steps(&Backend::Reference, options(Parallel::None, sgd, 1), 3);
+    for (parallel, remat) in [
+        (Parallel::None, Remat::Full),
+        (shard_map(Strategy::Zero2, "dp=2"), Remat::Dots),
+        (auto(Strategy::Dp, "dp=2"), Remat::Full),
+    ] {
+        let mut opts = options(parallel.clone(), sgd, 2);
+        opts.config.remat = remat;
+        let (losses, params) = shardlab_tests::train_steps(&Backend::Reference, opts, 3);
+        for (a, b) in losses.iter().zip(&want_losses) {
+            assert!((a - b).abs() <= 1e-5, "{parallel:?} {remat:?}: {a} vs {b}");
+        }
+        for (p, q) in params.iter().zip(&want_params) {
+            let worst = p.iter().zip(q).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "{parallel:?} {remat:?}: a parameter differs by {worst}");
+        }
+    }
+}
