@@ -266,6 +266,25 @@ fn exported_zero_scripts_match_shardlab_in_both_modes() {
 }
 
 #[test]
+fn exported_scripts_with_the_three_memory_levers_together_match_shardlab() {
+    jax_or_skip!();
+    for (name, parallel, remat) in [
+        (
+            "shard_map_zero1_mb2_remat_full",
+            shard_map(Strategy::Zero1, "dp=4"),
+            Remat::Full,
+        ),
+        ("auto_zero2_mb2_remat_dots", auto(Strategy::Zero2, "dp=4"), Remat::Dots),
+    ] {
+        let mut opts = golden_batch8(parallel);
+        opts.microbatches = 2;
+        opts.config.remat = remat;
+        opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+#[test]
 fn zero_and_microbatch_scripts_write_the_loop_the_state_layout_and_the_gather() {
     let mut opts = golden_batch8(shard_map(Strategy::Zero2, "dp=4"));
     opts.microbatches = 2;
