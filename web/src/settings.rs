@@ -123,6 +123,7 @@ impl Settings {
             dropout: self.dropout as f32,
             attention: self.attention,
             remat: self.remat,
+            precision: Default::default(),
         }
     }
 

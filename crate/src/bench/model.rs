@@ -55,6 +55,7 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
                 dropout: 0.1,
                 attention: Default::default(),
                 remat: Default::default(),
+                precision: Default::default(),
             },
         ),
         (
@@ -70,6 +71,7 @@ fn sizes() -> [(&'static str, GptConfig); 2] {
                 dropout: 0.1,
                 attention: Default::default(),
                 remat: Default::default(),
+                precision: Default::default(),
             },
         ),
     ]

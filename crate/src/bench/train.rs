@@ -21,6 +21,7 @@ pub fn small_config() -> GptConfig {
         dropout: 0.0,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     }
 }
 

@@ -101,6 +101,13 @@ impl Trainer {
         matmuls: MatmulChoice,
     ) -> Result<Self, ExecError> {
         let (opts, step) = (&planned.options, &planned.step);
+        if step.program.precision != crate::ir::Precision::F32 {
+            // Its kernels are f32: a bf16 plan is priced and exported, never run here.
+            return Err(ExecError::Input(format!(
+                "precision {}: the sandbox trains in f32 only; `shardlab plan` and `export jax` take --precision                  bf16, train with f32",
+                step.program.precision.name()
+            )));
+        }
         plan_and_check(&step.program, &opts.config, opts.optimizer, limits)?;
         let params = init_params(&opts.config, opts.init);
         let globals: Vec<Tensor> = params

@@ -84,6 +84,9 @@ pub struct Program {
     /// Instructions (ascending) that recompute forward values for the backward pass instead of
     /// reading them saved (`jax.checkpoint`); the program view marks them.
     pub recomputed: Vec<usize>,
+    /// The dtype policy a real device runs the program under (what it costs and what the
+    /// exported script computes in); the sandbox executes f32 whatever it says.
+    pub precision: super::Precision,
 }
 
 impl Program {

@@ -1,6 +1,6 @@
 use thiserror::Error;
 
-use crate::ir::CheckpointPolicy;
+use crate::ir::{CheckpointPolicy, Precision};
 
 /// A configuration or input the model cannot use; the message says what to change.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -29,6 +29,10 @@ pub struct GptConfig {
     /// block); settings saved before remat existed read as none.
     #[serde(default)]
     pub remat: Remat,
+    /// The dtype policy the step is priced and exported under (the sandbox trains f32);
+    /// settings saved before it existed read as f32.
+    #[serde(default)]
+    pub precision: Precision,
 }
 
 /// How the model traces attention. Both compute the same function and draw the same dropout
@@ -132,6 +136,7 @@ impl GptConfig {
             dropout: 0.0,
             attention: Attention::Fused,
             remat: Remat::None,
+            precision: Default::default(),
         }
     }
 
@@ -274,6 +279,7 @@ mod tests {
             dropout: 0.1,
             attention: Default::default(),
             remat: Default::default(),
+            precision: Default::default(),
         }
     }
 

@@ -177,9 +177,10 @@ pub fn accumulated_train_step(
             }
         }
     }
-    let program = b
+    let mut program = b
         .finish()
         .map_err(|e| ModelError(format!("cannot build the train step: {e}")))?;
+    program.precision = cfg.precision;
     Ok(TrainStep {
         program,
         forward_end,

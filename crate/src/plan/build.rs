@@ -95,6 +95,9 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
             (partitioned_step(&global, &auto), Some(auto.inserted), values)
         }
     };
+    // The partitioners trace new programs; the dtype policy is the configuration's.
+    let mut step = step;
+    step.program.precision = cfg.precision;
     Ok(Planned {
         options: opts.clone(),
         step,

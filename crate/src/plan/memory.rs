@@ -9,7 +9,7 @@
 //!   per device by liveness, then [`MemoryPlan::check`] against [`MemoryLimits`].
 use thiserror::Error;
 
-use crate::ir::{Op, Program, Role, ValueId};
+use crate::ir::{Op, Precision, Program, Role, ValueId};
 use crate::model::{GptConfig, Optimizer, MAX_LAYERS};
 
 /// Every element is 4 bytes (f32 or u32).
@@ -59,13 +59,16 @@ pub struct MemoryPlan {
     /// and reduced in (the values named `dNAME`), whole under dp and ZeRO-1, one block under
     /// ZeRO-2 and FSDP.
     pub gradients: u64,
+    /// Under mixed precision, the bf16 copy of each device's parameters that the step computes
+    /// with, beside the f32 masters in `params` (0 in f32: the step computes with the masters).
+    pub compute_params: u64,
     /// Peak bytes of everything else alive at once (activations, a microbatch's gradients
     /// before they reach their buffer, data, random bits), by liveness over the program
     /// order: values die after their last use, reshapes alias their operand and optimizer
     /// updates write into their parameter.
     pub activations: u64,
     /// What the step holds at its busiest point, gradients included, by the same liveness:
-    /// `params + optimizer_state` and the peak of everything else together. What must fit.
+    /// `params + optimizer_state + compute_params` and the peak of everything else together. What must fit.
     /// The four parts above add up to at least this (each is counted at its own largest, the
     /// gradients as if held the whole step, as ZeRO and frameworks with gradient buffers
     /// count them); with microbatches the accumulated gradients are held from the first
@@ -159,10 +162,15 @@ fn product(dims: &[u64]) -> Option<u64> {
     dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
-/// Bytes of a tensor of `shape`, checked.
-pub fn shape_bytes(shape: &[usize]) -> Option<u64> {
+/// Elements of a tensor of `shape`, checked.
+fn elements(shape: &[usize]) -> Option<u64> {
     let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-    product(&dims)?.checked_mul(ELEMENT_BYTES)
+    product(&dims)
+}
+
+/// Bytes of an f32 (or u32) tensor of `shape`, checked.
+pub fn shape_bytes(shape: &[usize]) -> Option<u64> {
+    elements(shape)?.checked_mul(ELEMENT_BYTES)
 }
 
 /// Closed-form checks of a configuration on `devices` simulated devices, before the program
@@ -246,11 +254,17 @@ pub fn check_config(
 }
 
 impl MemoryPlan {
-    /// The plan of `prog`: parameters and optimizer state by role, the rest by liveness. Errors
-    /// only when a size does not fit in 64 bits.
+    /// The plan of `prog`: parameters and optimizer state by role, the rest by liveness, each
+    /// value at its width under the program's precision ([`Program::element_bytes`]: bf16
+    /// activations and gradients take 2 bytes an element, master state 4, and bf16 parameters
+    /// hold a 2-byte compute copy beside their masters). Errors only when a size does not fit
+    /// in 64 bits.
     pub fn of(prog: &Program) -> Result<Self, MemoryError> {
+        let widths = prog.element_bytes();
         let bytes_of = |v: ValueId| -> Result<u64, MemoryError> {
-            shape_bytes(prog.shape(v)).ok_or_else(|| overflow(&format!("the size of {}", value_name(prog, v))))
+            elements(prog.shape(v))
+                .and_then(|n| n.checked_mul(widths[v.index()]))
+                .ok_or_else(|| overflow(&format!("the size of {}", value_name(prog, v))))
         };
         let add = |a: u64, b: u64| a.checked_add(b).ok_or_else(|| overflow("the bytes per device"));
         let mut plan = MemoryPlan {
@@ -265,7 +279,15 @@ impl MemoryPlan {
         for (v, role) in &prog.inputs {
             let b = bytes_of(*v)?;
             match role {
-                Role::Param(_) => plan.params = add(plan.params, b)?,
+                Role::Param(_) => {
+                    plan.params = add(plan.params, b)?;
+                    if prog.precision != Precision::F32 {
+                        let copy = elements(prog.shape(*v))
+                            .and_then(|n| n.checked_mul(prog.precision.compute_bytes(prog.info(*v).dtype)))
+                            .ok_or_else(|| overflow("the compute copies of the parameters"))?;
+                        plan.compute_params = add(plan.compute_params, copy)?;
+                    }
+                }
                 Role::OptState { .. } => plan.optimizer_state = add(plan.optimizer_state, b)?,
                 _ => {
                     live = add(live, b)?;
@@ -321,7 +343,7 @@ impl MemoryPlan {
         }
         plan.activations = peak_rest;
         plan.gradients = gradient_bytes.into_iter().try_fold(0, add)?;
-        plan.total = add(add(plan.params, plan.optimizer_state)?, peak)?;
+        plan.total = add(add(add(plan.params, plan.optimizer_state)?, plan.compute_params)?, peak)?;
         Ok(plan)
     }
 
@@ -551,6 +573,34 @@ mod tests {
     }
 
     #[test]
+    fn bf16_holds_f32_masters_and_moments_a_bf16_compute_copy_and_half_the_float_activations() {
+        // Mixed precision in closed form: 4 bytes a parameter for the f32 master, 8 for AdamW's
+        // f32 moments, 2 for the bf16 copy computed with (14 a parameter, plus the bf16
+        // gradients among the activations). Activations are the same values at half the width,
+        // but for the integer inputs (tokens, targets, the key), held whole for the step.
+        let cfg = GptConfig { dropout: 0.0, ..tiny() };
+        let plan = |precision| {
+            let cfg = GptConfig {
+                precision,
+                ..cfg.clone()
+            };
+            let step = train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, crate::ir::RngLayout::Partitionable)
+                .expect("tiny step");
+            MemoryPlan::of(&step.program).expect("plan")
+        };
+        let (f32, bf16) = (plan(Precision::F32), plan(Precision::Bf16));
+        let n = cfg.param_count().unwrap();
+        assert_eq!((f32.params, f32.optimizer_state, f32.compute_params), (4 * n, 8 * n, 0));
+        assert_eq!(
+            (bf16.params, bf16.optimizer_state, bf16.compute_params),
+            (4 * n, 8 * n, 2 * n)
+        );
+        let ints = 4 * (2 * (cfg.batch * cfg.seq) as u64 + 2);
+        assert_eq!(bf16.activations, (f32.activations - ints) / 2 + ints);
+        assert_eq!(bf16.total, 14 * n + bf16.activations);
+    }
+
+    #[test]
     fn a_tensor_over_the_binding_limit_is_named_with_a_fix() {
         let cfg = tiny();
         let step = train_step_program(&cfg, Optimizer::Sgd { lr: 0.1 }, crate::ir::RngLayout::Partitionable)
@@ -606,6 +656,7 @@ mod tests {
             dropout: 0.0,
             attention: Default::default(),
             remat: Default::default(),
+            precision: Default::default(),
         };
         let sgd = Optimizer::Sgd { lr: 0.1 };
         let err = check_config(&cfg, sgd, 4, &MemoryLimits::host()).unwrap_err().0;

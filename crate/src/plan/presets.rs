@@ -83,6 +83,7 @@ impl Preset {
             dropout: 0.1,
             attention: Attention::Fused,
             remat: Default::default(),
+            precision: Default::default(),
         };
         match self {
             Preset::Seed => GptConfig {

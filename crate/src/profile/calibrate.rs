@@ -278,6 +278,7 @@ fn reference_steps() -> Vec<GptConfig> {
         dropout: 0.1,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     };
     [(32, 8, 2), (48, 16, 4), (64, 32, 8), (96, 32, 16)]
         .into_iter()
@@ -543,6 +544,10 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         name: "this".into(),
         label: format!("this GPU: {adapter}"),
         matmul_flops: single.flops,
+        // The sandbox's kernels compute in f32: a bf16 plan's dots run at the same rate here.
+        matmul_flops_bf16: None,
+        // Its peak is fitted to measured matmuls: sustained already.
+        matmul_sustained: 1.0,
         matmul_tile: [1, 1, 1],
         matmul_units: 1,
         matmul_half_flops: single.half_flops,

@@ -26,6 +26,17 @@ pub struct DeviceProfile {
     /// Matmul peak at the precision JAX uses for f32 dots by default on that device
     /// (bf16 passes on TPU, TF32 on NVIDIA tensor cores, f32 elsewhere), FLOP/s.
     pub matmul_flops: f64,
+    /// Matmul peak with bf16 operands and f32 accumulation (mixed precision's dots), FLOP/s;
+    /// None where bf16 dots run no faster than `matmul_flops` (`this`: the sandbox's kernels
+    /// compute in f32). Dense figures: a datasheet's "with sparsity" peak is twice this.
+    #[serde(default)]
+    pub matmul_flops_bf16: Option<f64>,
+    /// The share of the matmul peak that large, well-shaped matmuls sustain on the real part
+    /// (clocks under load, not the datasheet's boost): Maximum Achievable Matmul FLOPS (MAMF)
+    /// over the peak, as measured. 1 where unmeasured (named in `estimated`) and on `this`,
+    /// whose peak is itself measured.
+    #[serde(default = "unit")]
+    pub matmul_sustained: f64,
     /// Output tile (m, n) and contraction step (k) of the matmul unit: a dimension that is
     /// not a multiple wastes the padded remainder.
     pub matmul_tile: [usize; 3],
@@ -92,6 +103,8 @@ pub struct MatmulFit {
     pub fixed_s: f64,
 }
 
+use crate::ir::Precision;
+
 const GIB: u64 = 1 << 30;
 
 fn est(names: &[&str]) -> Vec<String> {
@@ -104,6 +117,8 @@ fn est(names: &[&str]) -> Vec<String> {
 pub fn figure_label(field: &str) -> Option<&'static str> {
     Some(match field {
         "matmul_flops" => "matrix-multiply throughput",
+        "matmul_flops_bf16" => "matrix-multiply throughput in bf16",
+        "matmul_sustained" => "the share of the matrix-multiply peak that large matmuls sustain",
         "matmul_tile" => "the matrix unit's tile",
         "matmul_units" => "matrix units working at once",
         "matmul_half_flops" => "how large a matmul must be to reach half the throughput",
@@ -132,6 +147,10 @@ pub fn tpu_v4() -> DeviceProfile {
         name: "tpu_v4".into(),
         label: "TPU v4".into(),
         matmul_flops: 275e12,
+        // The MXUs multiply bf16 (f32 dots run as bf16 passes by default): the same peak.
+        matmul_flops_bf16: Some(275e12),
+        // Unmeasured: the datasheet peak.
+        matmul_sustained: 1.0,
         matmul_tile: [128, 128, 128],
         matmul_units: 8,
         matmul_half_flops: 2e8,
@@ -153,6 +172,7 @@ pub fn tpu_v4() -> DeviceProfile {
         link_bandwidth: 45e9,
         link_latency: 1e-6,
         estimated: est(&[
+            "matmul_sustained",
             "vector_flops",
             "int_ops",
             "launch_s",
@@ -172,6 +192,8 @@ pub fn tpu_v5e() -> DeviceProfile {
         name: "tpu_v5e".into(),
         label: "TPU v5e".into(),
         matmul_flops: 197e12,
+        matmul_flops_bf16: Some(197e12),
+        matmul_sustained: 1.0,
         matmul_tile: [128, 128, 128],
         matmul_units: 4,
         matmul_half_flops: 2e8,
@@ -189,6 +211,7 @@ pub fn tpu_v5e() -> DeviceProfile {
         link_bandwidth: 50e9,
         link_latency: 1e-6,
         estimated: est(&[
+            "matmul_sustained",
             "vector_flops",
             "int_ops",
             "launch_s",
@@ -201,13 +224,18 @@ pub fn tpu_v5e() -> DeviceProfile {
 }
 
 /// NVIDIA H100 SXM5 80 GB. Source: NVIDIA H100 Tensor Core GPU datasheet (2023): TF32
-/// tensor 494.7 TFLOP/s dense (989 with sparsity), FP32 66.9 TFLOP/s, 3.35 TB/s HBM3,
+/// tensor 494.7 TFLOP/s dense (989 with sparsity), BF16 tensor 989.4 dense (1,979 with
+/// sparsity), FP32 66.9 TFLOP/s, 3.35 TB/s HBM3,
 /// NVLink 4 900 GB/s per GPU both ways (450 one way) through NVSwitch; 132 SMs.
 pub fn h100() -> DeviceProfile {
     DeviceProfile {
         name: "h100".into(),
         label: "H100 SXM".into(),
         matmul_flops: 494.7e12,
+        // BF16 tensor 1,979 TFLOP/s with sparsity: 989.4 dense.
+        matmul_flops_bf16: Some(989.4e12),
+        // MAMF 794.5 of 989 TFLOP/s bf16 (ml-engineering's table, torch 2.7.0+cu126).
+        matmul_sustained: 0.803,
         matmul_tile: [128, 128, 32],
         matmul_units: 132,
         matmul_half_flops: 5e8,
@@ -227,17 +255,22 @@ pub fn h100() -> DeviceProfile {
         // NVLink + NVSwitch hop and NCCL step latency: estimated.
         link_latency: 2e-6,
         estimated: est(&["launch_s", "step_s", "matmul_half_flops", "link_latency"]),
-        source: "NVIDIA H100 datasheet; NVIDIA Hopper architecture whitepaper".into(),
+        source: "NVIDIA H100 datasheet; NVIDIA Hopper architecture whitepaper; MAMF: github.com/stas00/ml-engineering, compute/accelerator".into(),
     }
 }
 
-/// NVIDIA A100 SXM4 80 GB. Source: NVIDIA A100 datasheet: TF32 156 TFLOP/s dense, FP32
+/// NVIDIA A100 SXM4 80 GB. Source: NVIDIA A100 datasheet: TF32 156 TFLOP/s dense, BF16 312
+/// dense, FP32
 /// 19.5 TFLOP/s, 2.039 TB/s HBM2e, NVLink 3 600 GB/s both ways (300 one way); 108 SMs.
 pub fn a100() -> DeviceProfile {
     DeviceProfile {
         name: "a100".into(),
         label: "A100 SXM".into(),
         matmul_flops: 156e12,
+        // BF16 tensor 312 TFLOP/s dense (624 with sparsity).
+        matmul_flops_bf16: Some(312e12),
+        // MAMF 271.2 of 312 TFLOP/s bf16 (ml-engineering's table, torch 2.6.0+cu126).
+        matmul_sustained: 0.869,
         matmul_tile: [128, 128, 32],
         matmul_units: 108,
         matmul_half_flops: 3e8,
@@ -255,18 +288,22 @@ pub fn a100() -> DeviceProfile {
         link_bandwidth: 300e9,
         link_latency: 2e-6,
         estimated: est(&["launch_s", "step_s", "matmul_half_flops", "link_latency"]),
-        source: "NVIDIA A100 datasheet".into(),
+        source: "NVIDIA A100 datasheet; MAMF: github.com/stas00/ml-engineering, compute/accelerator".into(),
     }
 }
 
 /// NVIDIA GeForce RTX 4090 (a consumer GPU). Source: NVIDIA Ada Lovelace architecture
-/// whitepaper: FP32 82.6 TFLOP/s, TF32 tensor 82.6 TFLOP/s dense, 1008 GB/s GDDR6X, 24 GB,
+/// whitepaper: FP32 82.6 TFLOP/s, TF32 tensor 82.6 TFLOP/s dense, BF16 tensor (FP32 accumulate)
+/// 165.2 dense, 1008 GB/s GDDR6X, 24 GB,
 /// 128 SMs; no NVLink, so peers talk over PCIe 4.0 x16 (32 GB/s, ~25 achieved).
 pub fn rtx4090() -> DeviceProfile {
     DeviceProfile {
         name: "rtx4090".into(),
         label: "GeForce RTX 4090".into(),
         matmul_flops: 82.6e12,
+        // BF16 tensor with FP32 accumulate 165.2 TFLOP/s dense (GeForce: half the FP16-accumulate rate).
+        matmul_flops_bf16: Some(165.2e12),
+        matmul_sustained: 1.0,
         matmul_tile: [128, 128, 32],
         matmul_units: 128,
         matmul_half_flops: 2e8,
@@ -284,6 +321,7 @@ pub fn rtx4090() -> DeviceProfile {
         link_bandwidth: 25e9,
         link_latency: 5e-6,
         estimated: est(&[
+            "matmul_sustained",
             "int_ops",
             "launch_s",
             "step_s",
@@ -303,6 +341,9 @@ pub fn m2_max() -> DeviceProfile {
         name: "m2_max".into(),
         label: "Apple M2 Max".into(),
         matmul_flops: 13.6e12,
+        // No published bf16 matmul rate; Apple GPUs run half precision at the f32 rate: estimated.
+        matmul_flops_bf16: Some(13.6e12),
+        matmul_sustained: 1.0,
         matmul_tile: [64, 64, 16],
         matmul_units: 38,
         matmul_half_flops: 1e8,
@@ -321,6 +362,8 @@ pub fn m2_max() -> DeviceProfile {
         link_bandwidth: 4e9,
         link_latency: 10e-6,
         estimated: est(&[
+            "matmul_sustained",
+            "matmul_flops_bf16",
             "int_ops",
             "launch_s",
             "step_s",
@@ -344,6 +387,27 @@ pub fn device_preset(name: &str) -> Option<DeviceProfile> {
 
 fn unit() -> f64 {
     1.0
+}
+
+impl DeviceProfile {
+    /// The profile a program of `precision` runs at: under bf16 its dots at the device's bf16
+    /// matmul peak (the single and the batched kernels alike, scaled by the same ratio).
+    pub fn at_precision(&self, precision: Precision) -> std::borrow::Cow<'_, DeviceProfile> {
+        match (precision, self.matmul_flops_bf16) {
+            (Precision::Bf16, Some(bf16)) if bf16 != self.matmul_flops => {
+                let ratio = bf16 / self.matmul_flops;
+                let mut d = self.clone();
+                d.matmul_flops = bf16;
+                d.matmul_half_flops *= ratio;
+                if let Some(b) = &mut d.matmul_batched {
+                    b.flops *= ratio;
+                    b.half_flops *= ratio;
+                }
+                std::borrow::Cow::Owned(d)
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,15 +11,18 @@ use super::schedule::schedule;
 use super::summary::summarize;
 use super::timeline::{spmd_work, Timeline};
 use super::work::Placement;
-use crate::ir::Program;
+use crate::ir::{Precision, Program};
 use crate::plan::TensorBytes;
 
 /// Bytes one device holds at the peak of a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct DeviceBytes {
+    /// Parameters (the f32 masters under mixed precision).
     pub params: u64,
     pub optimizer_state: u64,
     pub gradients: u64,
+    /// The bf16 copy of the parameters the step computes with under mixed precision (0 in f32).
+    pub compute_params: u64,
     pub activations: u64,
     pub total: u64,
 }
@@ -41,6 +44,8 @@ pub struct Prediction {
     pub device_label: String,
     pub devices: usize,
     pub placement: Placement,
+    /// The dtype policy it is priced under (bf16: mixed precision; the sandbox itself trains f32).
+    pub precision: Precision,
     /// Modelled milliseconds per step: the end of the step's timeline.
     pub step_ms: f64,
     /// Whether asynchronous collectives overlapped later compute (always false simulated: the
@@ -116,6 +121,7 @@ pub fn model_step(
         params: summary.params_bytes,
         optimizer_state: summary.optimizer_state_bytes,
         gradients: summary.gradients_bytes,
+        compute_params: summary.compute_params_bytes,
         activations: summary.activations_bytes,
         total: summary.total_bytes,
     };
@@ -125,6 +131,7 @@ pub fn model_step(
         device_label: device.label.clone(),
         devices,
         placement,
+        precision: prog.precision,
         step_ms: timeline.step_ms,
         overlap,
         serial_ms: serial * 1e3,
@@ -156,7 +163,7 @@ impl Prediction {
             Placement::Simulated => self.devices as u64,
         };
         let need = b.total.saturating_mul(copies);
-        let state = b.params + b.optimizer_state + b.gradients;
+        let state = b.params + b.optimizer_state + b.gradients + b.compute_params;
         let t = &self.largest_tensor;
         let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
         let mut words = format!(
@@ -302,6 +309,7 @@ mod tests {
             dropout: 0.1,
             attention: crate::model::Attention::Unfused,
             remat: crate::model::Remat::None,
+            precision: Default::default(),
         };
         let parallel = Parallel::ShardMap {
             strategy: Strategy::Dp,
@@ -332,6 +340,7 @@ mod tests {
         // And the lever works: the same run with every block rematerialized fits.
         let remat = crate::model::GptConfig {
             remat: crate::model::Remat::Full,
+            precision: Default::default(),
             ..cfg.clone()
         };
         assert!(plan(&remat).fits);

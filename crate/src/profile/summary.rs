@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use super::collective::CollectiveKind;
 use super::cost::instr_flops;
-use crate::ir::{size_in_bytes as bytes, varying_axes, Op, Program};
+use crate::ir::{numel, varying_axes, Op, Program, ValueId};
 use crate::plan::{MemoryPlan, TensorBytes};
 
 /// One collective of a program, for counts, bytes and the modelled time.
@@ -42,6 +42,8 @@ pub struct ProgramSummary {
     pub optimizer_state_bytes: u64,
     /// The gradient buffers one device holds for the update (ZeRO's accounting).
     pub gradients_bytes: u64,
+    /// The bf16 compute copy of the parameters under mixed precision (0 in f32).
+    pub compute_params_bytes: u64,
     /// Peak bytes of everything else alive at once (activations, data), by liveness over the
     /// program order. The memory fields come from the memory plan
     /// ([`crate::plan::MemoryPlan`]) that runs check before allocating.
@@ -76,11 +78,14 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     if !ins.op.is_collective() {
         return None;
     }
-    let in_bytes = bytes(prog.shape(ins.inputs[0]));
-    let out_bytes = bytes(prog.shape(ins.outputs[0]));
+    // Collectives move what is computed with: bf16 under mixed precision (gradients, gathered
+    // weights), integers at 4 bytes.
+    let bytes = |v: ValueId| numel(prog.shape(v)) as u64 * prog.precision.compute_bytes(prog.info(v).dtype);
+    let in_bytes = bytes(ins.inputs[0]);
+    let out_bytes = bytes(ins.outputs[0]);
     let (kind, bytes, group) = match &ins.op {
         Op::Psum { group, .. } => {
-            let all: u64 = ins.inputs.iter().map(|v| bytes(prog.shape(*v))).sum();
+            let all: u64 = ins.inputs.iter().map(|v| bytes(*v)).sum();
             (CollectiveKind::AllReduce, all, *group)
         }
         Op::AllGather { group, .. } => (CollectiveKind::AllGather, out_bytes, *group),
@@ -125,6 +130,7 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
             s.params_bytes = m.params;
             s.optimizer_state_bytes = m.optimizer_state;
             s.gradients_bytes = m.gradients;
+            s.compute_params_bytes = m.compute_params;
             s.activations_bytes = m.activations;
             s.total_bytes = m.total;
             s.largest_tensor = m.largest;

@@ -3,7 +3,7 @@
 //! the program alone, so it works for programs far too large to run.
 use super::cost::{attention_flops, instr_flops};
 use crate::exec::{lowered, plan_instr_dot, Fusion};
-use crate::ir::{size_in_bytes as bytes, Instr, Op, Program, RngLayout};
+use crate::ir::{numel, Instr, Op, Precision, Program, RngLayout, ValueId};
 
 /// 32-bit integer operations of one Threefry-2x32 hash: 20 rounds of add, rotate (shift,
 /// shift, or) and xor, 5 key injections of 3 adds, 2 initial adds.
@@ -45,8 +45,39 @@ pub struct Work {
     pub launches: usize,
 }
 
-fn prog_bytes(prog: &Program, v: crate::ir::ValueId) -> f64 {
-    bytes(prog.shape(v)) as f64
+/// Bytes of every value as a real device holds it, under the program's precision
+/// ([`Program::element_bytes`]), and which values are master state.
+struct Widths {
+    bytes: Vec<u64>,
+    master: Vec<bool>,
+}
+
+impl Widths {
+    fn of(prog: &Program) -> Self {
+        Widths {
+            bytes: prog.element_bytes(),
+            master: prog.master_values(),
+        }
+    }
+
+    /// Bytes of value `v` as held.
+    fn held(&self, prog: &Program, v: ValueId) -> f64 {
+        (numel(prog.shape(v)) as u64 * self.bytes[v.index()]) as f64
+    }
+
+    /// Bytes `ins` reads of its operand `v`: master weights are read for compute through their
+    /// compute copy (bf16 under mixed precision); only the optimizer update reads the masters.
+    fn read(&self, prog: &Program, ins: &Instr, v: ValueId) -> f64 {
+        if self.master[v.index()] && !is_update(&ins.op) {
+            (numel(prog.shape(v)) as u64 * prog.precision.compute_bytes(prog.info(v).dtype)) as f64
+        } else {
+            self.held(prog, v)
+        }
+    }
+}
+
+fn is_update(op: &Op) -> bool {
+    matches!(op, Op::SgdUpdate { .. } | Op::AdamWUpdate { .. })
 }
 
 /// The work of every instruction of `prog`, as the GPU lowering runs them
@@ -56,7 +87,12 @@ fn prog_bytes(prog: &Program, v: crate::ir::ValueId) -> f64 {
 /// copies here; their traffic between devices is priced by the topology.
 pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
     let lowered = lowered(prog);
-    let mut out: Vec<Work> = prog.instrs.iter().map(|ins| instr_work(prog, ins, placement)).collect();
+    let widths = Widths::of(prog);
+    let mut out: Vec<Work> = prog
+        .instrs
+        .iter()
+        .map(|ins| instr_work(prog, &widths, ins, placement))
+        .collect();
     for (i, l) in lowered.iter().enumerate() {
         out[i].launches = l.dispatches;
         if l.fused_into_previous {
@@ -68,7 +104,7 @@ pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
         let first = &mut out[i];
         // The intermediate is not read back (and not written, unless the pair keeps it).
         let trips = if fusion.keeps_intermediate() { 1.0 } else { 2.0 };
-        let intermediate = prog_bytes(prog, prog.instrs[i].outputs[0]);
+        let intermediate = widths.held(prog, prog.instrs[i].outputs[0]);
         first.bytes = (first.bytes + next.bytes - trips * intermediate).max(0.0);
         first.vector_flops += next.vector_flops;
         first.int_ops += next.int_ops;
@@ -93,7 +129,7 @@ pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
             out[i].int_ops *= rehash;
         }
         for v in ins.inputs.iter().filter(|v| drawn[v.index()].is_some()) {
-            out[i].bytes = (out[i].bytes - prog_bytes(prog, *v)).max(0.0);
+            out[i].bytes = (out[i].bytes - widths.read(prog, ins, *v)).max(0.0);
         }
     }
     out
@@ -101,13 +137,19 @@ pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
 
 /// The work of instruction `ins` of `prog` run alone; its launches are set by
 /// [`program_work`] from the lowering.
-fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
-    let ins_bytes: f64 = ins.inputs.iter().map(|v| prog_bytes(prog, *v)).sum();
-    let out_bytes: f64 = ins.outputs.iter().map(|v| prog_bytes(prog, *v)).sum();
+fn instr_work(prog: &Program, widths: &Widths, ins: &Instr, placement: Placement) -> Work {
+    let ins_bytes: f64 = ins.inputs.iter().map(|v| widths.read(prog, ins, *v)).sum();
+    let out_bytes: f64 = ins.outputs.iter().map(|v| widths.held(prog, *v)).sum();
     let mut w = Work {
         bytes: ins_bytes + out_bytes,
         ..Default::default()
     };
+    if is_update(&ins.op) && prog.precision != Precision::F32 {
+        // The update also writes the bf16 copy of the new weights that the next step computes
+        // with (as llm.c's AdamW kernel writes both).
+        let p = ins.inputs[0];
+        w.bytes += (numel(prog.shape(p)) as u64 * prog.precision.compute_bytes(prog.info(p).dtype)) as f64;
+    }
     match &ins.op {
         Op::Reshape { .. } | Op::Pcast { .. } => return Work::default(),
         Op::DotGeneral { .. } => {
@@ -116,7 +158,7 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
             // transposed first: a read and a write each.
             for (perm, v) in [(&p.lhs_perm, ins.inputs[0]), (&p.rhs_perm, ins.inputs[1])] {
                 if perm.is_some() {
-                    w.bytes += 2.0 * prog_bytes(prog, v);
+                    w.bytes += 2.0 * widths.read(prog, ins, v);
                 }
             }
             w.matmul_flops = instr_flops(prog, ins) as f64;
@@ -174,7 +216,48 @@ fn instr_work(prog: &Program, ins: &Instr, placement: Placement) -> Work {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::DType;
     use crate::model::{train_step_program, GptConfig, Optimizer};
+
+    #[test]
+    fn bf16_moves_half_the_float_bytes_and_its_update_reads_and_writes_f32_masters_and_a_bf16_copy() {
+        let step = |precision| {
+            let cfg = GptConfig {
+                precision,
+                ..GptConfig::tiny()
+            };
+            train_step_program(&cfg, Optimizer::AdamW { lr: 1e-3 }, RngLayout::Partitionable)
+                .unwrap()
+                .program
+        };
+        let (f32, bf16) = (step(Precision::F32), step(Precision::Bf16));
+        let (a, b) = (
+            program_work(&f32, Placement::Real),
+            program_work(&bf16, Placement::Real),
+        );
+        let mut updates = 0;
+        for (i, ins) in f32.instrs.iter().enumerate() {
+            if is_update(&ins.op) {
+                // AdamW reads the bf16 gradient (2) and the f32 parameter and moments (4 each),
+                // writes the f32 parameter and moments and the parameter's bf16 copy: 28 bytes an
+                // element, as f32's four 4-byte reads and three 4-byte writes are.
+                let n = numel(f32.shape(ins.inputs[0])) as f64;
+                assert_eq!(a[i].bytes, 28.0 * n);
+                assert_eq!(b[i].bytes, (2.0 + 3.0 * 4.0 + 3.0 * 4.0 + 2.0) * n);
+                updates += 1;
+            } else if ins
+                .inputs
+                .iter()
+                .chain(&ins.outputs)
+                .all(|v| f32.info(*v).dtype == DType::F32)
+            {
+                // Every float operand, weights read through their bf16 copy, at half the width.
+                assert_eq!(b[i].bytes, a[i].bytes / 2.0, "{} {:?}", i, ins.op);
+            }
+            assert_eq!(a[i].matmul_flops, b[i].matmul_flops);
+        }
+        assert!(updates > 0);
+    }
 
     #[test]
     fn a_fused_pair_costs_the_lowerings_launches_and_no_trip_of_its_intermediate() {
@@ -187,18 +270,19 @@ mod tests {
             .program;
         let works = program_work(&prog, Placement::Simulated);
         let lowered = lowered(&prog);
+        let widths = Widths::of(&prog);
         let mut seen = vec![];
         for (i, l) in lowered.iter().enumerate() {
             assert_eq!(works[i].launches, l.dispatches, "instruction {i}");
             let Some(f) = l.fuses else { continue };
             seen.push(f);
             let (a, b) = (
-                instr_work(&prog, &prog.instrs[i], Placement::Simulated),
-                instr_work(&prog, &prog.instrs[i + 1], Placement::Simulated),
+                instr_work(&prog, &widths, &prog.instrs[i], Placement::Simulated),
+                instr_work(&prog, &widths, &prog.instrs[i + 1], Placement::Simulated),
             );
             // The pair is priced on its first instruction; the second costs nothing.
             assert_eq!(works[i + 1], Work::default());
-            let mid = prog_bytes(&prog, prog.instrs[i].outputs[0]);
+            let mid = widths.held(&prog, prog.instrs[i].outputs[0]);
             let trips = if f.keeps_intermediate() { 1.0 } else { 2.0 };
             assert_eq!(works[i].bytes, a.bytes + b.bytes - trips * mid, "{f:?}");
             assert_eq!(works[i].vector_flops, a.vector_flops + b.vector_flops);

@@ -23,6 +23,7 @@ pub fn config() -> GptConfig {
         dropout: 0.0,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     }
 }
 

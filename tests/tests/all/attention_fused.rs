@@ -254,6 +254,7 @@ fn options(attention: Attention, parallel: Parallel, rng_layout: RngLayout) -> T
         dropout: 0.1,
         attention,
         remat: Default::default(),
+        precision: Default::default(),
     };
     TrainerOptions {
         init: Init::Random { seed: 3 },

@@ -25,6 +25,7 @@ fn config(dropout: f32) -> GptConfig {
         dropout,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     }
 }
 

@@ -22,6 +22,7 @@ fn config() -> GptConfig {
         dropout: 0.0,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
             dropout: 0.0,
             attention: Default::default(),
             remat: Default::default(),
+            precision: Default::default(),
         },
         optimizer: Optimizer::Sgd {
             lr: g["optimizer"]["lr"].as_f64().unwrap() as f32,

@@ -27,6 +27,7 @@ fn options(g: &Value) -> TrainerOptions {
         dropout: 0.0,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     };
     let lr = g["optimizer"]["lr"].as_f64().unwrap() as f32;
     let optimizer = match g["optimizer"]["name"].as_str().unwrap() {

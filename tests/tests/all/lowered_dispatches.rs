@@ -22,6 +22,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
             dropout: 0.1,
             attention: Default::default(),
             remat: Default::default(),
+            precision: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-3 },
         init: Init::Formula,

@@ -23,6 +23,7 @@ fn cfg(tied: bool) -> GptConfig {
         dropout: 0.0,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     }
 }
 

@@ -23,6 +23,7 @@ fn cfg(dropout: f32) -> GptConfig {
         dropout,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     }
 }
 

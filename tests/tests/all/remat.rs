@@ -22,6 +22,7 @@ fn config(remat: Remat, dropout: f32) -> GptConfig {
         dropout,
         attention: Default::default(),
         remat,
+        precision: Default::default(),
     }
 }
 

@@ -21,6 +21,7 @@ fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
         dropout: 0.0,
         attention: Default::default(),
         remat: Default::default(),
+        precision: Default::default(),
     };
     shardlab_tests::formula_options(config, opt, parallel)
 }

@@ -24,6 +24,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
             dropout: 0.0,
             attention: Default::default(),
             remat: Default::default(),
+            precision: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Formula,

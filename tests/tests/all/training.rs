@@ -23,6 +23,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
             dropout,
             attention: Default::default(),
             remat: Default::default(),
+            precision: Default::default(),
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Random { seed: 1 },

@@ -1,7 +1,7 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
-use shardlab::ir::RngLayout;
+use shardlab::ir::{Precision, RngLayout};
 use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
@@ -34,7 +34,7 @@ pub enum OptArg {
 
 /// A flag whose values are a core enum's names (`RngLayout::name`, ...), parsed into the enum
 /// itself, so the CLI and the page read the same names into the same type.
-fn one_of<T: Copy + Send + Sync + 'static>(
+pub fn one_of<T: Copy + Send + Sync + 'static>(
     all: &'static [T],
     name: fn(T) -> &'static str,
     help: fn(T) -> &'static str,
@@ -64,6 +64,25 @@ fn remat_help(r: Remat) -> &'static str {
             "jax.checkpoint(block, policy=dots_with_no_batch_dims_saveable): each block's input and weight matmuls held"
         }
     }
+}
+
+pub fn precision_help(p: Precision) -> &'static str {
+    match p {
+        Precision::F32 => "float32 everywhere (what the sandbox trains in)",
+        Precision::Bf16 => {
+            "mixed precision: bfloat16 compute, activations and gradients; float32 master weights and optimizer state"
+        }
+    }
+}
+
+/// `--precision`, for the commands that price or export a run (`plan`, `export jax`): the
+/// sandbox itself trains f32, so `train` and `bench` do not take it.
+#[derive(clap::Args, Clone)]
+pub struct PrecisionArg {
+    /// The dtype policy: f32, or bf16 mixed precision (bf16 compute, f32 master weights and
+    /// optimizer state), as a real run uses it. The sandbox itself trains in f32.
+    #[arg(long, value_parser = one_of(&Precision::ALL, Precision::name, precision_help), default_value = "f32")]
+    pub precision: Precision,
 }
 
 fn rng_help(l: RngLayout) -> &'static str {
@@ -187,6 +206,7 @@ impl ModelArgs {
             dropout: self.dropout,
             attention: self.attention,
             remat: self.remat,
+            precision: Default::default(),
         }
     }
 

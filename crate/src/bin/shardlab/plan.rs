@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use shardlab::exec::Parallel;
+use shardlab::ir::Precision;
 use shardlab::profile::{model_step, OpSource, Placement, Trace};
 
-use crate::args::{trainer_options, ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, ModelArgs, ParallelArgs, PrecisionArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,6 +15,8 @@ pub struct Args {
     pub model: ModelArgs,
     #[command(flatten)]
     pub parallel: ParallelArgs,
+    #[command(flatten)]
+    pub precision: PrecisionArg,
     /// Device kind: `this` (the local adapter, calibrated) or a preset (tpu_v4, tpu_v5e,
     /// h100, a100, rtx4090, m2_max).
     #[arg(long)]
@@ -42,7 +45,8 @@ fn gib(b: u64) -> String {
 
 pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
-    let opts = trainer_options(&args.model, &args.parallel)?;
+    let mut opts = trainer_options(&args.model, &args.parallel)?;
+    opts.config.precision = args.precision.precision;
     let device = crate::device::profile(&args.device)?;
     let planned = shardlab::plan::build(&opts).map_err(|e| e.to_string())?;
     let trace_file = args
@@ -87,6 +91,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
         v["rng"] = rng.into();
         v["config"] = serde_json::to_value(&opts.config).map_err(|e| e.to_string())?;
         v["kind"] = "modelled".into();
+        v["precision_policy"] = opts.config.precision.describe().into();
+        if let Some(note) = f32_note(opts.config.precision) {
+            v["note"] = note.into();
+        }
         println!("{v}");
         return Ok(());
     }
@@ -98,7 +106,14 @@ pub fn run(mut args: Args) -> Result<(), String> {
         Placement::Real => format!("{} x {}", p.devices, p.device_label),
         Placement::Simulated => format!("{} simulated devices on one {}", p.devices, p.device_label),
     };
-    println!("modelled step ({what}, rng {rng}) on {on}: {:.3} ms", p.step_ms);
+    println!(
+        "modelled step ({what}, rng {rng}, precision {}) on {on}: {:.3} ms",
+        opts.config.precision.name(),
+        p.step_ms
+    );
+    if let Some(note) = f32_note(opts.config.precision) {
+        println!("  {}; {note}", opts.config.precision.describe());
+    }
     if placement == Placement::Real {
         let hidden = p.serial_ms - p.step_ms;
         if p.overlap {
@@ -125,8 +140,13 @@ pub fn run(mut args: Args) -> Result<(), String> {
         }
     }
     let b = &p.bytes_per_device;
+    let copy = if b.compute_params > 0 {
+        format!(" (f32 masters) + their bf16 copy {}", gib(b.compute_params))
+    } else {
+        String::new()
+    };
     println!(
-        "  memory per device: params {}, optimizer state {}, gradients {}, activations (peak) {}, total {} of {} ({})",
+        "  memory per device: params {}{copy}, optimizer state {}, gradients {}, activations (peak) {}, total {} of {} ({})",
         gib(b.params),
         gib(b.optimizer_state),
         gib(b.gradients),
@@ -142,4 +162,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
         println!("  estimated figures of {}: {}", p.device, p.estimated.join(", "));
     }
     Ok(())
+}
+
+/// What a plan other than f32 says wherever it is shown: it is priced, not what runs here.
+pub fn f32_note(precision: Precision) -> Option<&'static str> {
+    (precision != Precision::F32)
+        .then_some("priced only: the sandbox itself trains in f32 (`shardlab train` and the page run float32)")
 }
