@@ -38,7 +38,8 @@ if MESH_DEVICES > 1 and "xla_force_host_platform_device_count" not in os.environ
 import numpy as np  # noqa: E402  (after XLA_FLAGS on purpose)
 import jax  # noqa: E402
 
-# Everything in float32, matmuls in full float32 (no TF32 / bf16 passes on GPUs or TPUs).
+# float32 matmuls in full float32 (no TF32 / bf16 passes on GPUs or TPUs); under
+# COMPUTE_DTYPE = "bfloat16" the model computes with bfloat16 copies of the float32 weights.
 jax.config.update("jax_enable_x64", False)
 jax.config.update("jax_default_matmul_precision", "highest")
 # The random-bit layout of dropout masks (shardlab's --rng original / partitionable).

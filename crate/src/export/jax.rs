@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::ExportError;
-use crate::ir::{Program, RngLayout, Role};
+use crate::ir::{Precision, Program, RngLayout, Role};
 use crate::model::{param_specs, DataSource, Dataset, Init, Optimizer};
 use crate::plan::{self, gradient_pin, DropoutKey, GradientPin, Parallel, Strategy, TrainerOptions};
 use crate::sharding::PartitionSpec;
@@ -87,6 +87,15 @@ fn settings(opts: &TrainerOptions, program: &Program, steps: u64) -> String {
     line(format!("VOCAB = {}", cfg.vocab));
     line(format!("TIED = {}  # the LM head shares wte", py_bool(cfg.tied)));
     line(format!("DROPOUT = {:?}  # rate, a float32", cfg.dropout));
+    let compute = match cfg.precision {
+        Precision::F32 => "float32",
+        Precision::Bf16 => "bfloat16",
+    };
+    line(format!(
+        "COMPUTE_DTYPE = \"{compute}\"  # --precision {}: {}",
+        cfg.precision.name(),
+        cfg.precision.describe()
+    ));
     let remat = match cfg.remat.policy() {
         Some(p) => format!("\"{}\"", p.jax_name()),
         None => "None".into(),

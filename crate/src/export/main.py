@@ -23,7 +23,7 @@ def main():
             sys.exit(f"error: the loss became {loss} at step {k}: lower the learning rate")
         print(json.dumps({"step": k, "loss": loss, "step_ms": round(step_ms[-1], 3)}, separators=(",", ":")), flush=True)
     inputs, targets = dataset.batch(STEPS)
-    final = float(eval_loss(global_params(params), inputs, targets, step_key(STEPS)))
+    final = float(eval_loss(to_compute(global_params(params)), inputs, targets, step_key(STEPS)))
     timed = sorted(step_ms[WARMUP:])
     median_ms = round(timed[len(timed) // 2], 3) if timed else None
     done = {"done": True, "steps": STEPS, "final_loss": final, "mode": MODE, "median_step_ms": median_ms}

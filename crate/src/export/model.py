@@ -1,5 +1,9 @@
 
 DH = D_MODEL // HEADS  # head dim
+# The dtype policy (jmp's params=float32,compute=COMPUTE_DTYPE): parameters and optimizer state
+# are float32 masters; the step computes with a copy of the weights in COMPUTE, so activations
+# and gradients are COMPUTE too, and the update converts the gradients to float32.
+COMPUTE = jnp.dtype(COMPUTE_DTYPE)
 LN_EPS = 1e-5
 MASK_VALUE = -1e30
 GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment
@@ -161,7 +165,8 @@ def dropout(x, key, site):
         return x
     keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
     keep = jax.random.bernoulli(jax.random.fold_in(key, site), keep_prob, x.shape)
-    return jnp.where(keep, x * (np.float32(1.0) / keep_prob), 0.0)
+    # A Python float (weakly typed) keeps x's dtype; its value is the float32 quotient.
+    return jnp.where(keep, x * float(np.float32(1.0) / keep_prob), 0.0)
 
 
 def column_parallel_input(x, tp_axis):
@@ -186,7 +191,7 @@ def block(x, layer_params, key, layer, tp_axis):
     qkv = constrain(h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1), f"h{layer}.qkv")  # (B, T, 3 * H * Dh)
     heads = qkv.shape[-1] // (3 * DH)
     q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
-    s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
+    s = jnp.einsum("bhid,bhjd->bhij", q, k) * float(np.float32(1.0) / np.sqrt(np.float32(DH)))
     a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
     a = dropout(a, key, 3 * layer + 0)
     y = jnp.einsum("bhij,bhjd->bhid", a, v).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
@@ -220,6 +225,7 @@ def forward_loss(params, tokens, targets, key, tp_axis=None):
     base = 2 + 12 * LAYERS
     x = layer_norm(x, params[base], params[base + 1])
     logits = constrain(x @ (wte.T if TIED else params[base + 2]), "logits")  # (B, T, V), no bias
+    logits = logits.astype(jnp.float32)  # the loss in float32 whatever the compute dtype
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return constrain(jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked), "loss")
 
@@ -237,9 +243,17 @@ def adamw_hyper(t):
     return np.array([np.float32(1.0) - pow1, np.float32(1.0) - pow2], np.float32)
 
 
+def to_compute(params):
+    """The weights the step computes with: the float32 masters cast to COMPUTE (a no-op in
+    float32)."""
+    return [p.astype(COMPUTE) for p in params]
+
+
 def apply_updates(params, grads, opt_state, hyper):
     """SGD: p -= lr g. AdamW (optax's order): m = (1-b1) g + b1 m, v = (1-b2) g^2 + b2 v,
-    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only."""
+    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only. On the float32
+    masters, with the gradients converted to float32."""
+    grads = [g.astype(jnp.float32) for g in grads]
     lr = np.float32(LR)
     if OPTIMIZER == "sgd":
         return [p - lr * g for p, g in zip(params, grads)], opt_state
@@ -298,7 +312,7 @@ def global_train_step(params, opt_state, tokens, targets, key, hyper):
         loss = loss if MICROBATCHES == 1 else loss * np.float32(1.0 / MICROBATCHES)
         return loss, loss
 
-    loss, grads = accumulate(loss_of, params, tokens, targets, key)
+    loss, grads = accumulate(loss_of, to_compute(params), tokens, targets, key)
     grads = [
         g if n not in UPDATE_GRAD_SPECS
         else jax.lax.with_sharding_constraint(g, NamedSharding(make_mesh(), UPDATE_GRAD_SPECS[n]))

@@ -39,11 +39,13 @@ def body(params, opt_state, tokens, targets, key, hyper):
     """One device's step: its blocks of the parameters, state and batch in, its blocks out."""
     names = [name for name, _ in param_shapes()]
     dp = 1 if DP_AXIS is None else jax.lax.axis_size(DP_AXIS)
+    # The weights computed with are COMPUTE copies of the float32 masters, so FSDP's gathers
+    # and the gradient reduction move COMPUTE.
     # FSDP gathers the parameters it shards before use. Replicated parameters are marked as
     # varying over DP_AXIS so that their gradients stay per device until the explicit
     # reduction. The gradients are taken with respect to these whole, per-device arrays.
     full = []
-    for name, p in zip(names, params):
+    for name, p in zip(names, to_compute(params)):
         if dp_sharded(name):
             full.append(jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True))
         elif DP_AXIS is not None:

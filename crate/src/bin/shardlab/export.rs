@@ -1,7 +1,7 @@
 //! `shardlab export jax`: the experiment `train` would run, as a standalone JAX script.
 use clap::Subcommand;
 
-use crate::args::{trainer_options, ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, ModelArgs, ParallelArgs, PrecisionArg};
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -16,6 +16,8 @@ pub struct JaxArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub parallel: ParallelArgs,
+    #[command(flatten)]
+    pub precision: PrecisionArg,
     /// Number of optimizer updates the script runs.
     #[arg(long, default_value_t = 200)]
     pub steps: u64,
@@ -41,7 +43,15 @@ pub fn run(command: Command) -> Result<(), String> {
 
 fn jax(mut args: JaxArgs) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
-    let opts = trainer_options(&args.model, &args.parallel)?;
+    let mut opts = trainer_options(&args.model, &args.parallel)?;
+    opts.config.precision = args.precision.precision;
+    if let Some(note) = crate::plan::f32_note(opts.config.precision) {
+        // On stderr, so the script on stdout stays a script.
+        eprintln!(
+            "note: {}; the script computes in it, {note}",
+            opts.config.precision.describe()
+        );
+    }
     let script = shardlab::export::jax_script(&opts, args.steps).map_err(|e| e.to_string())?;
     match &args.output {
         Some(path) => std::fs::write(path, script).map_err(|e| format!("cannot write -o {path}: {e}")),
