@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 /// The crate's modules, lowest first: each may import only the ones before it.
-const ORDER: [&str; 16] = [
+const ORDER: [&str; 17] = [
     "sharding",
     "rng",
     "ir",
@@ -20,6 +20,7 @@ const ORDER: [&str; 16] = [
     "kernels",
     "exec",
     "profile",
+    "search",
     "export",
     "selftest",
     "bench",

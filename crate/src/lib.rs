@@ -14,6 +14,7 @@ pub mod plan;
 pub mod profile;
 pub mod reference;
 pub mod rng;
+pub mod search;
 pub mod selftest;
 pub mod shaders;
 pub mod sharding;

@@ -792,3 +792,105 @@ fn bench_sweeps_refuse_zero_steps_before_measuring() {
         ),
     ]);
 }
+
+#[test]
+fn a_published_table_row_that_does_not_parse_is_refused_naming_the_row() {
+    let dir = temp_dir("published");
+    let table = dir.join("runs.md");
+    let header = "| run | model | hardware | parallelism | precision | batch | levers | published | source |\n|---|---|---|---|---|---|---|---|---|\n";
+    let good =
+        "| ok | layers=2 d_model=64 heads=4 vocab=64 | 2 x a100 | dp dp=2 | bf16 | 8 x 32 | | 5 ms/step | here |\n";
+    std::fs::write(
+        &table,
+        format!("{header}{good}| broken | layers=2 d_model=64 heads=4 | 2 x a100 | dp dp=2 | bf16 | 8 x 32 | | 5 ms/step | here |\n"),
+    )
+    .unwrap();
+    let path = table.to_str().unwrap();
+    let r = shardlab(&["bench", "published", "--table", path]);
+    assert_eq!(r.code, 2, "{} {}", r.out, r.err);
+    assert_eq!(r.err.lines().count(), 1, "{}", r.err);
+    for needle in ["row 2", "`broken`", "no vocab=", path] {
+        assert!(r.err.contains(needle), "{needle}: {}", r.err);
+    }
+    // The same table with the row fixed prices both runs.
+    std::fs::write(&table, format!("{header}{good}{}", good.replace("| ok |", "| fixed |"))).unwrap();
+    let r = shardlab(&["bench", "published", "--table", path, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.err);
+    let v: serde_json::Value = serde_json::from_str(r.out.trim()).unwrap();
+    assert_eq!(v["checks"].as_array().unwrap().len(), 2, "{v}");
+}
+
+#[test]
+fn hostile_search_inputs_are_refused_with_the_fix() {
+    let model = [
+        "--layers",
+        "2",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--seq",
+        "32",
+        "--batch",
+        "16",
+        "--vocab",
+        "64",
+    ];
+    let search = |extra: &[&str]| -> Vec<String> {
+        ["plan", "--search"]
+            .iter()
+            .chain(extra)
+            .chain(&model)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    refused(&[
+        (
+            search(&["--device", "a100", "--devices", "0"]),
+            &["--devices 0", "at least 1 device"],
+        ),
+        (
+            search(&["--device", "a100", "--devices", "7"]),
+            &[
+                "no strategy splits this model over 7 devices",
+                "--batch 16",
+                "--heads 4",
+            ],
+        ),
+        (
+            search(&["--device", "tpu_v9", "--devices", "8"]),
+            &["--device tpu_v9", "unknown device", "h100"],
+        ),
+        (search(&["--device", "a100"]), &["--search needs --devices N"]),
+        (
+            search(&["--device", "a100", "--devices", "8", "--mesh", "dp=8"]),
+            &["--mesh does not go with --search", "drop --mesh"],
+        ),
+        (
+            case(&["plan", "--device", "a100", "--devices", "8"], &[]).0,
+            &["--devices N goes with --search"],
+        ),
+    ]);
+    for args in [search(&["--device", "a100", "--devices", "0"])] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(shardlab(&args).err.lines().count(), 1, "one line");
+    }
+    // A search that has answers lists only what fits, fastest first, each with its command.
+    let args = search(&["--device", "a100", "--devices", "4", "--json"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = shardlab(&args);
+    assert_eq!(r.code, 0, "{}", r.err);
+    let v: serde_json::Value = serde_json::from_str(r.out.trim()).unwrap();
+    let ranked = v["ranked"].as_array().unwrap();
+    assert!(!ranked.is_empty() && ranked.len() <= 10, "{v}");
+    for x in ranked {
+        assert!(
+            x["command"]
+                .as_str()
+                .unwrap()
+                .starts_with("shardlab plan --device a100"),
+            "{x}"
+        );
+        assert!(x["bytes_per_device"]["total"].as_u64().unwrap() <= 80 << 30, "{x}");
+    }
+}

@@ -3,4 +3,5 @@ pub mod compare;
 pub mod kernels;
 pub mod model;
 pub mod peers;
+pub mod published;
 pub mod train;

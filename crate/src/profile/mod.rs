@@ -31,8 +31,10 @@ pub use device::{
 };
 pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
 pub use measured::{breakdown, measured_timeline, MeasuredBreakdown, OpRow, PHASES, SUBMIT};
-pub use predict::{model_step, predict, CollectiveCost, DeviceBytes, Prediction};
-pub use price::{matmul_efficiency, matmul_fit, price_ops, work_seconds, OpPrice, LAUNCH};
+pub use predict::{
+    model_step, predict, CollectiveCost, DeviceBytes, Prediction, BUBBLE, COMMUNICATION, COMPUTE, MEMORY,
+};
+pub use price::{matmul_efficiency, matmul_fit, price_ops, work_seconds, work_split, OpPrice, LAUNCH};
 pub use schedule::{schedule, ScheduleError};
 pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use timeline::{

@@ -6,13 +6,19 @@ use std::collections::BTreeMap;
 
 use super::collective::CollectiveKind;
 use super::device::DeviceProfile;
-use super::price::price_ops;
+use super::price::{price_ops, LAUNCH};
 use super::schedule::schedule;
 use super::summary::summarize;
-use super::timeline::{spmd_work, Timeline};
+use super::timeline::{spmd_work, Timeline, IDLE};
 use super::work::Placement;
 use crate::ir::{Precision, Program};
 use crate::plan::TensorBytes;
+
+/// What bounds a part of a step ([`Prediction::bounds_ms`]).
+pub const COMPUTE: &str = "compute";
+pub const MEMORY: &str = "memory";
+pub const COMMUNICATION: &str = "communication";
+pub const BUBBLE: &str = "bubble";
 
 /// Bytes one device holds at the peak of a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -59,6 +65,13 @@ pub struct Prediction {
     /// With overlap, `collectives` is the communication the compute stream waited for (what
     /// overlap did not hide); `collectives` of [`Prediction::collectives`] is all of it.
     pub breakdown_ms: BTreeMap<&'static str, f64>,
+    /// The step by what bounds each part of it (they add up to `step_ms`): `compute` (ops
+    /// whose arithmetic outlasts their memory traffic), `memory` (the others), `communication`
+    /// (waits on collectives overlap did not hide), `bubble` (waits on other devices) and
+    /// `launch` (kernel launches and the step's fixed cost).
+    pub bounds_ms: BTreeMap<&'static str, f64>,
+    /// The largest of `bounds_ms`: what limits the step.
+    pub limiting: &'static str,
     pub bytes_per_device: DeviceBytes,
     /// Memory of one device (simulated: of the one adapter, which holds every device).
     pub capacity_bytes: u64,
@@ -76,15 +89,29 @@ pub struct Prediction {
 /// Prices `prog` (a per-device program, or a global one for one device) on `device`, with
 /// asynchronous collectives overlapping later compute as XLA schedules them.
 pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> Prediction {
-    model_step(prog, device, placement, true).0
+    priced_step(prog, device, placement, true, false).0
 }
 
-/// The modelled step of `prog` on `device` and its timeline, with overlap on or off.
+/// The modelled step of `prog` on `device` and its timeline, a row per device, with overlap on
+/// or off.
 pub fn model_step(
     prog: &Program,
     device: &DeviceProfile,
     placement: Placement,
     overlap: bool,
+) -> (Prediction, Timeline) {
+    priced_step(prog, device, placement, overlap, true)
+}
+
+/// The step priced and scheduled on one representative row (every device of an SPMD program
+/// runs the same timeline); `rows`: the timeline with that row for every device, else the one
+/// row (what a prediction alone needs, at a mesh's size divided).
+fn priced_step(
+    prog: &Program,
+    device: &DeviceProfile,
+    placement: Placement,
+    overlap: bool,
+    rows: bool,
 ) -> (Prediction, Timeline) {
     let overlap = overlap && placement == Placement::Real;
     let devices = prog.devices();
@@ -98,10 +125,14 @@ pub fn model_step(
         .map(|k| (k.hlo_name(), CollectiveCost::default()))
         .collect();
     let (mut flops, mut launches, mut serial) = (0.0, 0usize, device.step_s);
+    let (mut compute_s, mut memory_s) = (0.0, 0.0);
     for op in price_ops(prog, device, placement) {
         flops += op.flops;
         launches += op.launches;
         serial += op.launch_s + op.work_s;
+        if op.collective.is_none() {
+            *(if op.memory_bound { &mut memory_s } else { &mut compute_s }) += op.work_s;
+        }
         if let Some((kind, bytes, hops)) = op.collective {
             let e = collectives.get_mut(kind.hlo_name()).expect("every kind");
             e.count += 1;
@@ -111,7 +142,12 @@ pub fn model_step(
         }
     }
     // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
-    let mut timeline = schedule(&spmd_work(prog, device, placement), overlap).expect("an SPMD program schedules");
+    let work = spmd_work(prog, device, placement);
+    let mut timeline = schedule(&work.representative(), overlap).expect("an SPMD program schedules");
+    if rows {
+        let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
+        timeline = timeline.replicated(&labels);
+    }
     timeline.comm_stream = placement == Placement::Real;
     timeline.device = match placement {
         Placement::Real => format!("{devices} x {}", device.label),
@@ -126,6 +162,21 @@ pub fn model_step(
         total: summary.total_bytes,
     };
     let held = bytes_per_device.total * copies as u64;
+    let breakdown_ms = timeline.breakdown_ms();
+    let bounds_ms: BTreeMap<&'static str, f64> = [
+        (COMPUTE, compute_s * 1e3),
+        (MEMORY, memory_s * 1e3),
+        // Simulated, collectives are kernels of the one queue, moving memory.
+        (COMMUNICATION, breakdown_ms.get("collectives").copied().unwrap_or(0.0)),
+        (BUBBLE, breakdown_ms.get(IDLE).copied().unwrap_or(0.0)),
+        (LAUNCH, breakdown_ms.get(LAUNCH).copied().unwrap_or(0.0)),
+    ]
+    .into_iter()
+    .collect();
+    let limiting = bounds_ms
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(COMPUTE, |(k, _)| *k);
     let prediction = Prediction {
         device: device.name.clone(),
         device_label: device.label.clone(),
@@ -135,7 +186,9 @@ pub fn model_step(
         step_ms: timeline.step_ms,
         overlap,
         serial_ms: serial * 1e3,
-        breakdown_ms: timeline.breakdown_ms(),
+        breakdown_ms,
+        bounds_ms,
+        limiting,
         bytes_per_device,
         capacity_bytes: device.memory_bytes,
         fits: held <= device.memory_bytes,
@@ -194,6 +247,7 @@ mod tests {
     use crate::ir::RngLayout;
     use crate::plan::{Preset, Strategy};
     use crate::profile::device::tpu_v4;
+    use crate::profile::schedule::schedule;
     use crate::sharding::Mesh;
 
     fn seed_options(parallel: Parallel, rng_layout: RngLayout) -> TrainerOptions {
@@ -209,6 +263,61 @@ mod tests {
             mesh: Mesh::parse("dp=8").unwrap(),
             specs: vec![],
         }
+    }
+
+    #[test]
+    fn one_representative_row_schedules_an_spmd_step_as_every_row_does() {
+        let mut dp_tp = seed_options(auto_dp8(), RngLayout::Original);
+        dp_tp.parallel = Parallel::Auto {
+            strategy: Strategy::DpTp,
+            mesh: Mesh::parse("dp=4,tp=2").unwrap(),
+            specs: vec![],
+        };
+        for opts in [seed_options(auto_dp8(), RngLayout::Original), dp_tp] {
+            let prog = crate::plan::build(&opts).unwrap().step.program;
+            for overlap in [true, false] {
+                let work = spmd_work(&prog, &tpu_v4(), Placement::Real);
+                let all = schedule(&work, overlap).unwrap();
+                let (p, one) = model_step(&prog, &tpu_v4(), Placement::Real, overlap);
+                assert_eq!(one.devices.len(), all.devices.len());
+                assert!(
+                    (p.step_ms - all.step_ms).abs() < 1e-9,
+                    "{} vs {}",
+                    p.step_ms,
+                    all.step_ms
+                );
+                assert_eq!(one.devices[3].compute, all.devices[3].compute);
+                assert_eq!(one.devices[3].label, all.devices[3].label);
+                if overlap {
+                    let (fast, slow) = (
+                        predict(&prog, &tpu_v4(), Placement::Real).breakdown_ms,
+                        all.breakdown_ms(),
+                    );
+                    for (k, v) in &slow {
+                        assert!((fast[k] - v).abs() < 1e-9, "{k}: {} vs {v}", fast[k]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_bounds_add_up_to_the_step_and_name_what_limits_it() {
+        let prog = crate::plan::build(&seed_options(auto_dp8(), RngLayout::Original))
+            .unwrap()
+            .step
+            .program;
+        let p = predict(&prog, &tpu_v4(), Placement::Real);
+        let sum: f64 = p.bounds_ms.values().sum();
+        assert!(
+            (sum - p.step_ms).abs() < 1e-9 * p.step_ms.max(1.0),
+            "{sum} vs {}",
+            p.step_ms
+        );
+        let max = p.bounds_ms.values().cloned().fold(0.0, f64::max);
+        assert_eq!(p.bounds_ms[p.limiting], max);
+        // The seed's tiny matmuls on a TPU: launches and memory, not the MXUs.
+        assert_ne!(p.limiting, COMPUTE, "{:?}", p.bounds_ms);
     }
 
     #[test]

@@ -55,8 +55,16 @@ pub fn matmul_efficiency(d: &DeviceProfile, dot: DotShape, copies: usize) -> f64
     (d.matmul_sustained * pad(dot.m, tm) * pad(dot.n, tn) * pad(dot.k, tk) * wave * size).max(1e-6)
 }
 
-/// Seconds of one instruction's work (launches excluded), `copies` devices' worth at once.
+/// Seconds of one instruction's work (launches excluded), `copies` devices' worth at once: the
+/// larger of its arithmetic and its memory time (a roofline).
 pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
+    let (compute, memory) = work_split(d, w, copies);
+    compute.max(memory)
+}
+
+/// Seconds of one instruction's arithmetic (matmul, vector, integer) and of its bytes through
+/// memory, `copies` devices' worth at once: the roofline's two sides.
+pub fn work_split(d: &DeviceProfile, w: &Work, copies: usize) -> (f64, f64) {
     let c = copies as f64;
     let matmul = match w.dot {
         Some(dot) => {
@@ -69,7 +77,7 @@ pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
         None => 0.0,
     };
     let compute = matmul + c * w.vector_flops / d.vector_flops + c * w.int_ops / d.int_ops;
-    compute.max(c * w.bytes / d.mem_bandwidth)
+    (compute, c * w.bytes / d.mem_bandwidth)
 }
 
 /// A collective run as shardlab simulates it: a kernel copying between device blocks of one
@@ -115,6 +123,9 @@ pub struct OpPrice {
     pub flops: f64,
     /// The collective it is, with its bytes and link hops (0 hops when simulated).
     pub collective: Option<(CollectiveKind, u64, f64)>,
+    /// Whether its bytes through memory take longer than its arithmetic (the roofline's
+    /// memory side bounds it); false for collectives.
+    pub memory_bound: bool,
 }
 
 /// Prices every instruction of `prog` on `device`, in program order: what `predict` sums.
@@ -130,6 +141,7 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
     let mut uses = summary.collectives.iter().peekable();
     let mut out = Vec::with_capacity(prog.instrs.len());
     for ((i, ins), w) in prog.instrs.iter().enumerate().zip(program_work(prog, placement)) {
+        let mut memory_bound = false;
         let (work_s, collective) = match uses.peek() {
             Some(c) if c.instr == i => {
                 let c = uses.next().expect("peeked");
@@ -144,7 +156,11 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
                     ),
                 }
             }
-            _ => (work_seconds(device, &w, copies) * device.work_scale, None),
+            _ => {
+                let (compute, memory) = work_split(device, &w, copies);
+                memory_bound = memory > compute;
+                (compute.max(memory) * device.work_scale, None)
+            }
         };
         out.push(OpPrice {
             instr: i,
@@ -154,6 +170,7 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
             work_s,
             flops: w.matmul_flops + w.vector_flops,
             collective,
+            memory_bound,
         });
     }
     out

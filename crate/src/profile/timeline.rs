@@ -85,6 +85,19 @@ pub struct StepWork {
     pub step_s: f64,
 }
 
+impl StepWork {
+    /// One row standing for every device of an SPMD step: all run the same tasks and meet in
+    /// every collective together, so the schedule of one row alone (its collectives' groups
+    /// the row itself) is every row's. Scheduling it costs one device's work, not the mesh's.
+    pub fn representative(&self) -> StepWork {
+        StepWork {
+            devices: self.devices.iter().take(1).cloned().collect(),
+            groupings: self.groupings.iter().map(|_| vec![vec![0]]).collect(),
+            step_s: self.step_s,
+        }
+    }
+}
+
 /// What a span of a track is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -174,6 +187,22 @@ impl Timeline {
             }
         }
         out
+    }
+
+    /// The timeline of an SPMD step from its representative row's
+    /// ([`StepWork::representative`]): that row once per label.
+    pub fn replicated(mut self, labels: &[String]) -> Timeline {
+        let Some(row) = self.devices.first().cloned() else {
+            return self;
+        };
+        self.devices = labels
+            .iter()
+            .map(|label| DeviceTimeline {
+                label: label.clone(),
+                ..row.clone()
+            })
+            .collect();
+        self
     }
 
     /// Spans on every track.

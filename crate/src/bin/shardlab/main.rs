@@ -29,6 +29,7 @@ mod export;
 mod info;
 mod inspect;
 mod plan;
+mod search;
 mod stdout;
 mod trace_file;
 mod train;

@@ -34,6 +34,13 @@ pub struct Args {
     /// thread per stream), which ui.perfetto.dev and chrome://tracing open.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Instead of one plan: every strategy, mesh, mode and remat policy on --devices devices,
+    /// planned and priced; what does not fit dropped; the ten fastest listed.
+    #[arg(long)]
+    pub search: bool,
+    /// With --search: how many devices of --device to plan for.
+    #[arg(long)]
+    pub devices: Option<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -44,6 +51,12 @@ fn gib(b: u64) -> String {
 }
 
 pub fn run(mut args: Args) -> Result<(), String> {
+    if args.search {
+        return crate::search::run(args);
+    }
+    if args.devices.is_some() {
+        return Err("--devices N goes with --search; to plan one configuration give --mesh instead".into());
+    }
     args.model.apply_preset(&mut args.parallel);
     let mut opts = trainer_options(&args.model, &args.parallel)?;
     opts.config.precision = args.precision.precision;

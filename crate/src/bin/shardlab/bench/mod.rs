@@ -4,6 +4,7 @@ mod kernels;
 mod model;
 mod peer_process;
 mod peers;
+mod published;
 mod train;
 
 use clap::Subcommand;
@@ -22,6 +23,9 @@ pub enum Command {
     /// shardlab against JAX (train steps) and numpy (matmul) on the same CPU cores, alternating
     /// in one run: medians, ratios and the speed goals.
     Peers(peers::Args),
+    /// The cost model held against published training runs (docs/published_runs.md): each
+    /// run's modelled step on its device preset beside the published one, and the MAPE.
+    Published(published::Args),
 }
 
 pub fn run(command: Command) -> Result<(), String> {
@@ -31,5 +35,6 @@ pub fn run(command: Command) -> Result<(), String> {
         Command::Compare(args) => compare::run(args),
         Command::Model(args) => model::run(args),
         Command::Peers(args) => peers::run(args),
+        Command::Published(args) => published::run(args),
     }
 }

@@ -1,0 +1,176 @@
+//! Each published run planned and priced as `shardlab plan` would (its device preset, real
+//! placement, collectives overlapping compute), beside its published step. No figure is fitted
+//! to a row: every device figure comes from a datasheet or a published measurement
+//! (profile/device.rs), and the table says which, if any, were fitted.
+use super::table::{PublishedRun, TableError};
+use crate::model::Optimizer;
+use crate::plan::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
+use crate::profile::{device_preset, predict, Placement};
+use crate::search::plan_command;
+
+/// Device figures fitted to rows of the table, and on which rows: none. A figure fitted here
+/// would be named with its rows, and the MAPE over those rows would not count as a check.
+pub const FITTED: [&str; 0] = [];
+
+/// One run: predicted against published.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PublishedCheck {
+    pub row: usize,
+    pub name: String,
+    pub device: String,
+    pub devices: usize,
+    pub published_ms: f64,
+    pub predicted_ms: f64,
+    /// (predicted - published) / published, in percent: negative when the model is faster.
+    pub error_pct: f64,
+    /// Whether the planned step fits the device's memory; None where a stand-in makes the
+    /// plan's memory not the run's (accumulation priced as one batch).
+    pub fits: Option<bool>,
+    /// What the pricing assumes beyond the row's words: levers and strategies shardlab does
+    /// not build yet, priced by their stand-ins.
+    pub assumed: Vec<String>,
+    /// `shardlab plan ...` of what was priced.
+    pub command: String,
+    pub source: String,
+}
+
+/// The table's runs priced, and the mean absolute percentage error over them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PublishedReport {
+    pub checks: Vec<PublishedCheck>,
+    pub mape_pct: f64,
+    /// Device figures fitted to rows (none): see [`FITTED`].
+    pub fitted: Vec<String>,
+}
+
+/// The strategy shardlab prices a row's strategy as, and what that assumes. ZeRO-1 and ZeRO-2
+/// (being built on the `levers` branch) move the bytes of dp's gradient all-reduce (a
+/// reduce-scatter and an all-gather) and update 1/N of the optimizer state, about 1% of these
+/// steps: they are priced as dp until `Strategy` names them.
+fn strategy_of(name: &str) -> Result<(Strategy, Option<String>), String> {
+    if let Some(s) = Strategy::parse(name) {
+        return Ok((s, None));
+    }
+    match name {
+        "zero1" | "zero2" => Ok((
+            Strategy::Dp,
+            Some(format!(
+                "{name} priced as dp (the strategy is not built yet): the same gradient bytes, the optimizer \
+                 update whole on every device (about 1% of the step)"
+            )),
+        )),
+        _ => Err(format!(
+            "parallelism: strategy `{name}` is not one shardlab prices; use one of {}",
+            Strategy::ALL.map(|s| s.name()).join(", ")
+        )),
+    }
+}
+
+/// The options `shardlab plan` would plan for `run`, and what they assume beyond its row.
+pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), String> {
+    let (strategy, stand_in) = strategy_of(&run.strategy)?;
+    let mut assumed: Vec<String> = stand_in.into_iter().collect();
+    if run.microbatches > 1 {
+        // Gradient accumulation (the `levers` branch) runs the same FLOPs and bytes in K
+        // slices, with one gradient reduction and one update, as one batch does.
+        assumed.push(format!(
+            "microbatches={} priced as one batch of {} (accumulation is not built yet): the same work, one gradient \
+             reduction and one update; memory holds every slice's activations at once, so `fits` is not the run's",
+            run.microbatches, run.config.batch
+        ));
+    }
+    let parallel = match run.mode {
+        Mode::Auto => Parallel::Auto {
+            strategy,
+            mesh: run.mesh.clone(),
+            specs: vec![],
+        },
+        _ => Parallel::ShardMap {
+            strategy,
+            mesh: run.mesh.clone(),
+            dropout_key: DropoutKey::FoldIn,
+        },
+    };
+    let mut opts = TrainerOptions::new(run.config.clone(), parallel);
+    opts.optimizer = Optimizer::AdamW { lr: 3e-4 };
+    Ok((opts, assumed))
+}
+
+/// Prices every run; an unknown device or a plan that cannot be built is refused naming the
+/// row.
+pub fn price_runs(runs: &[PublishedRun], file: &str) -> Result<PublishedReport, TableError> {
+    let mut checks = Vec::with_capacity(runs.len());
+    for run in runs {
+        let at = |why: String| TableError(format!("{file} row {} (`{}`): {why}", run.row, run.name));
+        let device = device_preset(&run.device).ok_or_else(|| {
+            at(format!(
+                "hardware: no device preset `{}`; use one of {}",
+                run.device,
+                crate::profile::presets()
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let (opts, assumed) = run_options(run).map_err(at)?;
+        let planned = crate::plan::build(&opts).map_err(|e| at(e.to_string()))?;
+        let p = predict(&planned.step.program, &device, Placement::Real);
+        let published_ms = run.published_seconds() * 1e3;
+        checks.push(PublishedCheck {
+            row: run.row,
+            name: run.name.clone(),
+            device: device.label.clone(),
+            devices: run.devices,
+            published_ms,
+            predicted_ms: p.step_ms,
+            error_pct: 100.0 * (p.step_ms - published_ms) / published_ms,
+            fits: (run.microbatches == 1).then_some(p.fits),
+            assumed,
+            command: plan_command(&opts, &run.device),
+            source: run.source.clone(),
+        });
+    }
+    let mape_pct = checks.iter().map(|c| c.error_pct.abs()).sum::<f64>() / checks.len().max(1) as f64;
+    Ok(PublishedReport {
+        checks,
+        mape_pct,
+        fitted: FITTED.iter().map(|s| s.to_string()).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::table::{parse_table, TABLE, TABLE_PATH};
+    use super::*;
+
+    #[test]
+    fn every_published_run_is_priced_with_what_it_assumes_said() {
+        let runs = parse_table(TABLE, TABLE_PATH).unwrap();
+        let report = price_runs(&runs, TABLE_PATH).unwrap();
+        assert_eq!(report.checks.len(), runs.len());
+        for (c, r) in report.checks.iter().zip(&runs) {
+            assert!(c.predicted_ms > 0.0 && c.predicted_ms.is_finite(), "{c:?}");
+            assert!(c.command.contains("--precision bf16"), "{}", c.command);
+            if r.microbatches > 1 {
+                assert!(c.assumed.iter().any(|a| a.contains("microbatches")), "{c:?}");
+            }
+        }
+        assert!(report.fitted.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_device_or_strategy_is_refused_naming_the_row() {
+        let mut runs = parse_table(TABLE, TABLE_PATH).unwrap();
+        runs[0].device = "tpu_v9".into();
+        let e = price_runs(&runs, "t.md").unwrap_err().0;
+        assert!(
+            e.starts_with("t.md row 1 (`llm.c GPT-2 124M`): hardware: no device preset `tpu_v9`"),
+            "{e}"
+        );
+        let mut runs = parse_table(TABLE, TABLE_PATH).unwrap();
+        runs[1].strategy = "pp".into();
+        let e = price_runs(&runs, "t.md").unwrap_err().0;
+        assert!(e.contains("row 2") && e.contains("strategy `pp`"), "{e}");
+    }
+}

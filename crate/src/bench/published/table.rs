@@ -1,0 +1,389 @@
+//! The table of published training runs (docs/published_runs.md), read cell by cell: a row
+//! that does not parse is refused with its row number, its name, the cell and the fix.
+use crate::ir::Precision;
+use crate::model::{Attention, GptConfig, Remat};
+use crate::plan::Mode;
+use crate::sharding::Mesh;
+
+/// The table shipped with shardlab.
+pub const TABLE: &str = include_str!("../../../../docs/published_runs.md");
+/// Where it lives in the repository, as errors name it.
+pub const TABLE_PATH: &str = "docs/published_runs.md";
+
+/// The columns, in order, as the header row names them.
+const COLUMNS: [&str; 9] = [
+    "run",
+    "model",
+    "hardware",
+    "parallelism",
+    "precision",
+    "batch",
+    "levers",
+    "published",
+    "source",
+];
+
+/// A row that cannot be read, and why, in one line.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct TableError(pub String);
+
+/// What a run's source publishes: one step's wall time, or a throughput per device.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Published {
+    StepSeconds(f64),
+    TokensPerSecondPerDevice(f64),
+}
+
+/// One published run, as its row says it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PublishedRun {
+    /// Its position among the table's runs, from 1.
+    pub row: usize,
+    pub name: String,
+    /// The model, the global batch and sequence, the dtype policy, attention and remat.
+    pub config: GptConfig,
+    /// A device preset's name and how many devices.
+    pub device: String,
+    pub devices: usize,
+    /// The strategy as the row writes it (it may name one shardlab does not build yet).
+    pub strategy: String,
+    #[serde(serialize_with = "mesh_text")]
+    pub mesh: Mesh,
+    pub mode: Mode,
+    /// Gradient accumulation: the step in this many slices of the batch.
+    pub microbatches: usize,
+    pub published: Published,
+    pub source: String,
+}
+
+fn mesh_text<S: serde::Serializer>(mesh: &Mesh, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&mesh.to_string())
+}
+
+impl PublishedRun {
+    /// The published step in seconds (a throughput converted by the step's tokens).
+    pub fn published_seconds(&self) -> f64 {
+        match self.published {
+            Published::StepSeconds(s) => s,
+            Published::TokensPerSecondPerDevice(r) => {
+                (self.config.batch * self.config.seq) as f64 / (r * self.devices as f64)
+            }
+        }
+    }
+}
+
+/// Every run of `text` (a table in docs/published_runs.md's form); `file` names it in errors.
+pub fn parse_table(text: &str, file: &str) -> Result<Vec<PublishedRun>, TableError> {
+    let mut rows = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with('|'));
+    let Some((header_line, header)) = rows.next() else {
+        return Err(TableError(format!(
+            "{file}: no table: write a header row `| {} |` and one row per run",
+            COLUMNS.join(" | ")
+        )));
+    };
+    let names = cells(header);
+    if names != COLUMNS {
+        return Err(TableError(format!(
+            "{file} line {}: the header row is `{}`; it must be `| {} |`",
+            header_line + 1,
+            header.trim(),
+            COLUMNS.join(" | ")
+        )));
+    }
+    let mut runs = vec![];
+    for (line, text) in rows {
+        let row = cells(text);
+        // The separator row under the header.
+        if row
+            .iter()
+            .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':')))
+        {
+            continue;
+        }
+        let n = runs.len() + 1;
+        let name = row.first().cloned().unwrap_or_default();
+        let at = |why: String| TableError(format!("{file} row {n} (line {}, `{name}`): {why}", line + 1));
+        if row.len() != COLUMNS.len() {
+            return Err(at(format!(
+                "{} cells where the table has {} columns ({}): a `|` inside a cell, or one missing",
+                row.len(),
+                COLUMNS.len(),
+                COLUMNS.join(", ")
+            )));
+        }
+        runs.push(parse_row(n, &row).map_err(at)?);
+    }
+    if runs.is_empty() {
+        return Err(TableError(format!("{file}: the table has no runs")));
+    }
+    Ok(runs)
+}
+
+/// The cells of a `| a | b |` row, trimmed.
+fn cells(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split('|').map(|c| c.trim().to_string()).collect()
+}
+
+fn number<T: std::str::FromStr>(column: &str, key: &str, text: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|_| format!("{column} `{key}={text}`: `{text}` is not a number (write e.g. {key}=12)"))
+}
+
+/// `key=value` and bare words of a cell.
+fn pairs(cell: &str) -> Vec<(&str, Option<&str>)> {
+    cell.split_whitespace()
+        .map(|w| match w.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (w, None),
+        })
+        .collect()
+}
+
+fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
+    let name = c[0].clone();
+    if name.is_empty() {
+        return Err("the run has no name: write one in the first cell".into());
+    }
+    let mut config = parse_model(&c[1])?;
+    let (devices, device) = parse_hardware(&c[2])?;
+    let (strategy, mesh, mode) = parse_parallelism(&c[3])?;
+    config.precision = Precision::parse(&c[4]).ok_or_else(|| format!("precision `{}`: write f32 or bf16", c[4]))?;
+    (config.batch, config.seq) = parse_batch(&c[5])?;
+    let microbatches = parse_levers(&c[6], &mut config)?;
+    let published = parse_published(&c[7])?;
+    if c[8].is_empty() {
+        return Err("source: empty; say where the configuration and the figure are published".into());
+    }
+    config.validate().map_err(|e| format!("model: {e}"))?;
+    if mesh.devices() != devices {
+        return Err(format!(
+            "parallelism: the mesh `{}` has {} devices but the hardware `{}` has {devices}: make them agree",
+            c[3].split_whitespace().nth(1).unwrap_or(""),
+            mesh.devices(),
+            c[2]
+        ));
+    }
+    if microbatches == 0 || !config.batch.is_multiple_of(microbatches * mesh.devices()) {
+        return Err(format!(
+            "levers: microbatches={microbatches} with batch {} on {} devices: each device's rows must split into the \
+             microbatches evenly",
+            config.batch,
+            mesh.devices()
+        ));
+    }
+    Ok(PublishedRun {
+        row,
+        name,
+        config,
+        device,
+        devices,
+        strategy,
+        mesh,
+        mode,
+        microbatches,
+        published,
+        source: c[8].clone(),
+    })
+}
+
+fn parse_model(cell: &str) -> Result<GptConfig, String> {
+    let mut config = GptConfig {
+        layers: 0,
+        d_model: 0,
+        heads: 0,
+        seq: 1,
+        batch: 1,
+        vocab: 0,
+        tied: false,
+        dropout: 0.0,
+        attention: Attention::Fused,
+        remat: Remat::None,
+        precision: Precision::F32,
+    };
+    for (key, value) in pairs(cell) {
+        match (key, value) {
+            ("tied", None) => config.tied = true,
+            ("layers", Some(v)) => config.layers = number("model", key, v)?,
+            ("d_model", Some(v)) => config.d_model = number("model", key, v)?,
+            ("heads", Some(v)) => config.heads = number("model", key, v)?,
+            ("vocab", Some(v)) => config.vocab = number("model", key, v)?,
+            ("dropout", Some(v)) => config.dropout = number("model", key, v)?,
+            _ => {
+                return Err(format!(
+                    "model `{key}`: not a model setting; write layers=, d_model=, heads=, vocab=, dropout= or tied"
+                ))
+            }
+        }
+    }
+    for (key, value) in [
+        ("layers", config.layers),
+        ("d_model", config.d_model),
+        ("heads", config.heads),
+        ("vocab", config.vocab),
+    ] {
+        if value == 0 {
+            return Err(format!(
+                "model: no {key}=; the model needs layers, d_model, heads and vocab"
+            ));
+        }
+    }
+    Ok(config)
+}
+
+fn parse_hardware(cell: &str) -> Result<(usize, String), String> {
+    let words: Vec<&str> = cell.split_whitespace().collect();
+    match words[..] {
+        [n, "x", device] => {
+            let n: usize = n
+                .parse()
+                .map_err(|_| format!("hardware `{cell}`: `{n}` is not a device count; write e.g. 8 x a100"))?;
+            if n == 0 {
+                return Err(format!("hardware `{cell}`: no devices; write e.g. 8 x a100"));
+            }
+            Ok((n, device.to_string()))
+        }
+        _ => Err(format!("hardware `{cell}`: write N x DEVICE, e.g. 8 x a100")),
+    }
+}
+
+fn parse_parallelism(cell: &str) -> Result<(String, Mesh, Mode), String> {
+    let words: Vec<&str> = cell.split_whitespace().collect();
+    let (strategy, mesh, rest) = match &words[..] {
+        [strategy, mesh, rest @ ..] => (strategy, mesh, rest),
+        _ => {
+            return Err(format!(
+                "parallelism `{cell}`: write a strategy and its mesh, e.g. dp dp=8"
+            ))
+        }
+    };
+    let mesh = Mesh::parse(mesh).map_err(|e| format!("parallelism `{cell}`: mesh `{mesh}`: {e}"))?;
+    let mut mode = Mode::ShardMap;
+    for w in rest {
+        mode = match w.strip_prefix("mode=").and_then(Mode::parse) {
+            Some(Mode::Single) | None => {
+                return Err(format!(
+                    "parallelism `{cell}`: `{w}`: write mode=auto or mode=shard_map after the mesh"
+                ))
+            }
+            Some(m) => m,
+        };
+    }
+    Ok((strategy.to_string(), mesh, mode))
+}
+
+fn parse_batch(cell: &str) -> Result<(usize, usize), String> {
+    let words: Vec<&str> = cell.split_whitespace().collect();
+    let bad = || format!("batch `{cell}`: write GLOBAL x SEQ, e.g. 512 x 1024 (sequences a step, tokens each)");
+    match words[..] {
+        [b, "x", t] => Ok((b.parse().map_err(|_| bad())?, t.parse().map_err(|_| bad())?)),
+        _ => Err(bad()),
+    }
+}
+
+/// Sets attention and remat on `config`; returns the microbatches.
+fn parse_levers(cell: &str, config: &mut GptConfig) -> Result<usize, String> {
+    let mut microbatches = 1;
+    for (key, value) in pairs(cell) {
+        let value = value.unwrap_or("");
+        match key {
+            "attention" => {
+                config.attention = Attention::ALL
+                    .into_iter()
+                    .find(|a| a.name() == value)
+                    .ok_or_else(|| format!("levers `attention={value}`: write attention=fused or attention=unfused"))?
+            }
+            "remat" => {
+                config.remat = Remat::parse(value)
+                    .ok_or_else(|| format!("levers `remat={value}`: write remat=none, remat=full or remat=dots"))?
+            }
+            "microbatches" => microbatches = number("levers", key, value)?,
+            _ => {
+                return Err(format!(
+                    "levers `{key}`: not a lever; write attention=, remat= or microbatches="
+                ))
+            }
+        }
+    }
+    Ok(microbatches)
+}
+
+fn parse_published(cell: &str) -> Result<Published, String> {
+    let words: Vec<&str> = cell.split_whitespace().collect();
+    let bad = || format!("published `{cell}`: write `T ms/step`, `T s/step` or `R tokens/s/device`");
+    let [value, unit] = words[..] else { return Err(bad()) };
+    let v: f64 = value.trim_start_matches('~').parse().map_err(|_| bad())?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(bad());
+    }
+    match unit {
+        "ms/step" => Ok(Published::StepSeconds(v * 1e-3)),
+        "s/step" => Ok(Published::StepSeconds(v)),
+        "tokens/s/device" => Ok(Published::TokensPerSecondPerDevice(v)),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "| run | model | hardware | parallelism | precision | batch | levers | published | source |\n|---|---|---|---|---|---|---|---|---|\n";
+    const GOOD: &str = "| a | layers=2 d_model=64 heads=4 vocab=64 tied | 8 x a100 | dp dp=8 | bf16 | 16 x 32 | microbatches=2 | 12 ms/step | here |";
+
+    #[test]
+    fn the_shipped_table_parses_and_every_run_names_its_source() {
+        let runs = parse_table(TABLE, TABLE_PATH).unwrap();
+        assert!(runs.len() >= 2, "{runs:?}");
+        let first = &runs[0];
+        assert_eq!(first.name, "llm.c GPT-2 124M");
+        assert_eq!(
+            (first.config.layers, first.config.d_model, first.config.heads),
+            (12, 768, 12)
+        );
+        assert_eq!((first.config.batch, first.config.seq, first.devices), (512, 1024, 8));
+        assert_eq!(first.config.precision, Precision::Bf16);
+        assert!((first.published_seconds() - 0.3).abs() < 1e-12);
+        assert!(runs.iter().all(|r| r.source.contains("llm.c") || !r.source.is_empty()));
+    }
+
+    #[test]
+    fn a_good_row_reads_every_cell() {
+        let runs = parse_table(&format!("{HEADER}{GOOD}\n"), "t.md").unwrap();
+        let r = &runs[0];
+        assert!(r.config.tied);
+        assert_eq!(r.microbatches, 2);
+        assert_eq!(r.mode, Mode::ShardMap);
+        assert_eq!(r.published, Published::StepSeconds(0.012));
+        // A throughput converts by the step's tokens: 16 x 32 tokens over 8 devices at 64 each.
+        let t = GOOD.replace("12 ms/step", "64 tokens/s/device");
+        let r = &parse_table(&format!("{HEADER}{t}\n"), "t.md").unwrap()[0];
+        assert!((r.published_seconds() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_row_that_does_not_parse_is_refused_naming_the_row_the_cell_and_the_fix() {
+        for (bad, cell) in [
+            (GOOD.replace("heads=4", "heads=four"), "`heads=four`"),
+            (GOOD.replace("8 x a100", "eight a100"), "hardware `eight a100`"),
+            (GOOD.replace("dp dp=8", "dp dp=4"), "has 4 devices"),
+            (GOOD.replace("bf16", "fp8"), "precision `fp8`"),
+            (GOOD.replace("12 ms/step", "fast"), "published `fast`"),
+            (GOOD.replace("microbatches=2", "microbatches=3"), "microbatches=3"),
+            (GOOD.replace(" here |", " |"), "source: empty"),
+            (GOOD.replace("| here |", "| he | re |"), "10 cells"),
+        ] {
+            let text = format!("{HEADER}{GOOD}\n{bad}\n");
+            let e = parse_table(&text, "t.md").unwrap_err().0;
+            assert!(e.starts_with("t.md row 2 (line 4, `a`): "), "{e}");
+            assert!(e.contains(cell), "{cell}: {e}");
+        }
+        let e = parse_table("| run | model |\n", "t.md").unwrap_err().0;
+        assert!(e.contains("header row"), "{e}");
+    }
+}

@@ -1,0 +1,73 @@
+//! `shardlab bench published [--table FILE] [--json]`: the published training runs of
+//! docs/published_runs.md (or FILE), each priced by the cost model beside its published step
+//! time, and the mean absolute percentage error. Nothing runs here: it is the model's check
+//! against runs on real hardware.
+use shardlab::bench::published::{parse_table, price_runs, TABLE, TABLE_PATH};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A table of runs in docs/published_runs.md's form, instead of the shipped one.
+    #[arg(long, value_name = "FILE")]
+    pub table: Option<String>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The most bytes `--table` reads: far more than a table of runs takes.
+const MAX_TABLE_BYTES: u64 = 1 << 20;
+
+pub fn run(args: Args) -> Result<(), String> {
+    let (text, file) = match &args.table {
+        Some(path) => (
+            shardlab::model::read_text_file("--table", path, MAX_TABLE_BYTES).map_err(|e| e.to_string())?,
+            path.clone(),
+        ),
+        None => (TABLE.to_string(), TABLE_PATH.to_string()),
+    };
+    let runs = parse_table(&text, &file).map_err(|e| e.to_string())?;
+    let report = price_runs(&runs, &file).map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!(
+        "{:<26} {:<16} {:>13} {:>13} {:>8}  fits",
+        "run", "hardware", "published ms", "predicted ms", "error"
+    );
+    for c in &report.checks {
+        println!(
+            "{:<26} {:<16} {:>13.1} {:>13.1} {:>+7.1}%  {}",
+            c.name,
+            format!("{} x {}", c.devices, c.device),
+            c.published_ms,
+            c.predicted_ms,
+            c.error_pct,
+            match c.fits {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "n/a",
+            }
+        );
+    }
+    println!(
+        "{} published runs: mean absolute percentage error {:.1}% (goal <= 20%); device figures fitted to rows: {}",
+        report.checks.len(),
+        report.mape_pct,
+        if report.fitted.is_empty() {
+            "none (datasheets and published measurements, profile/device.rs)".to_string()
+        } else {
+            report.fitted.join(", ")
+        }
+    );
+    for c in &report.checks {
+        println!(
+            "\nrow {} {}:\n  source: {}\n  priced: {}",
+            c.row, c.name, c.source, c.command
+        );
+        for a in &c.assumed {
+            println!("  assumes: {a}");
+        }
+    }
+    Ok(())
+}

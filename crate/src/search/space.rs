@@ -1,0 +1,147 @@
+//! The search space: every way to run one model on N devices that shardlab can plan, as the
+//! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
+use crate::model::Remat;
+use crate::plan::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
+use crate::sharding::Mesh;
+
+/// One lever of the search: its name (as a plan states what it assumes) and every variant of
+/// a candidate along it, given the device count.
+pub struct Lever {
+    pub name: &'static str,
+    pub vary: fn(&TrainerOptions, usize) -> Vec<TrainerOptions>,
+}
+
+/// Every lever the search varies, in the order it multiplies them out (each variant of one
+/// lever is varied by the next). A new strategy joins through `Strategy::ALL` (its mesh axes
+/// from `Strategy::axes`); a new lever, such as gradient accumulation's microbatches or a
+/// pipeline schedule, by one entry here.
+pub const LEVERS: [Lever; 3] = [
+    Lever {
+        name: "strategy and mesh",
+        vary: strategies_and_meshes,
+    },
+    Lever {
+        name: "mode",
+        vary: modes,
+    },
+    Lever {
+        name: "remat",
+        vary: remats,
+    },
+];
+
+/// Every candidate for `devices` devices from `base` (the model, data, optimizer and dtype
+/// policy the user chose): `base` varied by each lever of [`LEVERS`] in turn.
+pub fn candidates(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
+    LEVERS.iter().fold(vec![base.clone()], |all, lever| {
+        all.iter().flat_map(|c| (lever.vary)(c, devices)).collect()
+    })
+}
+
+/// The ways of dividing `n` into the sizes of `axes` (each above 1, so that no two strategies
+/// name the same partitioning), in increasing size of the first axis.
+pub fn mesh_shapes(axes: &[&str], n: usize) -> Vec<Mesh> {
+    let text = |sizes: &[usize]| {
+        axes.iter()
+            .zip(sizes)
+            .map(|(a, s)| format!("{a}={s}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let shapes: Vec<Vec<usize>> = match axes.len() {
+        1 if n > 1 => vec![vec![n]],
+        2 => (2..n)
+            .filter(|a| n.is_multiple_of(*a) && n / a > 1)
+            .map(|a| vec![a, n / a])
+            .collect(),
+        _ => vec![],
+    };
+    shapes.iter().filter_map(|s| Mesh::parse(&text(s)).ok()).collect()
+}
+
+/// On one device the step unpartitioned; on more, each strategy on each mesh of its axes
+/// (in shard_map mode; [`modes`] adds automatic).
+fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
+    if devices <= 1 {
+        return vec![TrainerOptions {
+            parallel: Parallel::None,
+            ..base.clone()
+        }];
+    }
+    Strategy::ALL
+        .into_iter()
+        .flat_map(|strategy| {
+            mesh_shapes(strategy.axes(), devices)
+                .into_iter()
+                .map(move |mesh| TrainerOptions {
+                    parallel: Parallel::ShardMap {
+                        strategy,
+                        mesh,
+                        // Each data-parallel shard its own masks, as a real run needs.
+                        dropout_key: DropoutKey::FoldIn,
+                    },
+                    ..base.clone()
+                })
+        })
+        .collect()
+}
+
+/// A partitioned candidate in both of JAX's modes: the hand-written shard_map body and jit
+/// with the strategy's shardings.
+fn modes(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
+    let Some((auto, shard_map)) = base.auto_and_shard_map() else {
+        return vec![base.clone()];
+    };
+    [Mode::ShardMap, Mode::Auto]
+        .into_iter()
+        .map(|m| {
+            if m == Mode::Auto {
+                auto.clone()
+            } else {
+                shard_map.clone()
+            }
+        })
+        .collect()
+}
+
+/// Each rematerialization policy.
+fn remats(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
+    Remat::ALL
+        .into_iter()
+        .map(|remat| {
+            let mut c = base.clone();
+            c.config.remat = remat;
+            c
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GptConfig;
+
+    #[test]
+    fn meshes_divide_the_devices_over_the_strategys_axes() {
+        let texts = |axes: &[&str], n| mesh_shapes(axes, n).iter().map(|m| m.to_string()).collect::<Vec<_>>();
+        assert_eq!(mesh_shapes(&["dp"], 8).len(), 1);
+        assert_eq!(mesh_shapes(&["dp"], 1).len(), 0);
+        let two = texts(&["dp", "tp"], 16);
+        assert_eq!(two.len(), 3, "2x8, 4x4, 8x2: {two:?}");
+        assert!(mesh_shapes(&["dp", "tp"], 7).is_empty(), "a prime has no 2-D split");
+    }
+
+    #[test]
+    fn every_strategy_mesh_mode_and_remat_is_a_candidate() {
+        let base = TrainerOptions::new(GptConfig::tiny(), Parallel::None);
+        let all = candidates(&base, 8);
+        // dp, fsdp, tp on one mesh each and dp_tp on 2x4 and 4x2, in both modes, at every remat.
+        let meshes: usize = Strategy::ALL.iter().map(|s| mesh_shapes(s.axes(), 8).len()).sum();
+        assert_eq!(all.len(), meshes * 2 * Remat::ALL.len());
+        assert!(all
+            .iter()
+            .any(|c| c.parallel.mode() == Mode::Auto && c.config.remat == Remat::Dots));
+        // One device: the step unpartitioned, at every remat.
+        assert_eq!(candidates(&base, 1).len(), Remat::ALL.len());
+    }
+}
