@@ -104,7 +104,7 @@ impl Trainer {
         if step.program.precision != crate::ir::Precision::F32 {
             // Its kernels are f32: a bf16 plan is priced and exported, never run here.
             return Err(ExecError::Input(format!(
-                "precision {}: the sandbox trains in f32 only; `shardlab plan` and `export jax` take --precision                  bf16, train with f32",
+                "precision {}: the sandbox trains in f32 only; `shardlab plan` and `export jax` take --precision bf16, train with f32",
                 step.program.precision.name()
             )));
         }

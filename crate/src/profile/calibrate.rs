@@ -8,7 +8,7 @@
 //! a burst of load slowed, so one burst moves the profile little.
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit, Topology};
-use super::fit::{fit_matmul, fit_nonnegative, fit_steps, StepRow};
+use super::fit::{calibration_spread, fit_matmul, fit_nonnegative, fit_steps, relative_spread, StepRow};
 use super::price::{price_ops, sim_collective_bytes};
 use super::work::Placement;
 use super::work::THREEFRY_INT_OPS;
@@ -30,7 +30,14 @@ pub struct Measurement {
     pub ms: f64,
     /// The derived rate (FLOP/s, bytes/s, ops/s) or seconds (launch), as `name` says.
     pub value: f64,
+    /// How far its program's timed rounds spread ([`relative_spread`]); 0 for derived figures.
+    #[serde(default)]
+    pub spread: f64,
 }
+
+/// A calibration whose programs spread more than this between rounds was made on a busy
+/// machine: on lavapipe, rounds of a quiet machine agree within a few percent.
+pub const NOISY_SPREAD: f64 = 0.10;
 
 /// A calibrated profile with the measurements behind it.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -44,6 +51,20 @@ pub struct Calibration {
     /// classes and warming them up: once per process (per page), shared with training.
     #[serde(default)]
     pub prepare_seconds: f64,
+    /// How far the programs' timed rounds spread ([`calibration_spread`]): above
+    /// [`NOISY_SPREAD`] the machine was busy and the figures are not to be trusted or kept.
+    #[serde(default)]
+    pub spread: f64,
+    /// When it was made (seconds since the Unix epoch), where the caller knows the time.
+    #[serde(default)]
+    pub made_unix_s: Option<u64>,
+}
+
+impl Calibration {
+    /// Whether the machine was busy while it was made.
+    pub fn noisy(&self) -> bool {
+        self.spread > NOISY_SPREAD
+    }
 }
 
 /// Matmul shapes (m, k, n) timed: the small, square and skinny products of per-device steps.
@@ -245,11 +266,11 @@ async fn prepare(ctx: &GpuContext, prog: Program) -> Result<GpuExecutor, ExecErr
     Ok(exec)
 }
 
-/// Median milliseconds of one run of each executor over `runs` rounds; each round runs every
-/// executor once, in turn, each submitted and awaited alone as a train step is. Interleaved,
-/// a burst of load slows one round of all of them rather than every run of one, and the
-/// median leaves that round out.
-async fn time_rounds(ctx: &GpuContext, execs: &[GpuExecutor], runs: usize) -> Result<Vec<f64>, ExecError> {
+/// Median milliseconds of one run of each executor over `runs` rounds, and how far its rounds
+/// spread; each round runs every executor once, in turn, each submitted and awaited alone as a
+/// train step is. Interleaved, a burst of load slows one round of all of them rather than
+/// every run of one, and the median leaves that round out.
+async fn time_rounds(ctx: &GpuContext, execs: &[GpuExecutor], runs: usize) -> Result<Vec<(f64, f64)>, ExecError> {
     let mut times = vec![Vec::with_capacity(runs); execs.len()];
     for _ in 0..runs.max(1) {
         for (exec, t) in execs.iter().zip(&mut times) {
@@ -259,7 +280,11 @@ async fn time_rounds(ctx: &GpuContext, execs: &[GpuExecutor], runs: usize) -> Re
             t.push(now_ms() - t0);
         }
     }
-    Ok(times.into_iter().map(crate::gpu::median).collect())
+    Ok(times
+        .into_iter()
+        .map(|t| (relative_spread(&t), crate::gpu::median(t)))
+        .map(|(spread, ms)| (ms, spread))
+        .collect())
 }
 
 /// Whole one-device train steps the fit is made on, from launch-bound to work-bound sizes (one
@@ -310,10 +335,13 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
 /// alone, and launches cost other than in a chain of tiny ops: seconds = work_scale x (the
 /// model's work) + launches x launch_s + step_s, fitted robustly ([`fit_steps`]: steps a burst
 /// of load slowed are left out).
-fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)], out: &mut Vec<Measurement>) {
+/// A reference step: its configuration, program, median milliseconds and rounds' spread.
+type TimedStep = (GptConfig, Program, f64, f64);
+
+fn fit_to_steps(profile: &mut DeviceProfile, steps: &[TimedStep], out: &mut Vec<Measurement>) {
     let rows: Vec<StepRow> = steps
         .iter()
-        .map(|(_, prog, ms)| {
+        .map(|(_, prog, ms, _)| {
             let ops = price_ops(prog, profile, Placement::Simulated);
             let work: f64 = ops.iter().map(|o| o.work_s).sum();
             let launches: f64 = ops.iter().map(|o| o.launches as f64).sum();
@@ -321,7 +349,7 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)]
         })
         .collect();
     let fit = fit_steps(&rows, profile.launch_s);
-    for ((config, _, ms), outlier) in steps.iter().zip(&fit.outlier) {
+    for ((config, _, ms, spread), outlier) in steps.iter().zip(&fit.outlier) {
         let left_out = if *outlier { " (left out: outlier)" } else { "" };
         out.push(Measurement {
             name: format!(
@@ -330,6 +358,7 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)]
             ),
             ms: *ms,
             value: ms * 1e-3,
+            spread: *spread,
         });
     }
     (profile.work_scale, profile.launch_s) = (fit.work_scale, fit.launch_s);
@@ -341,6 +370,7 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[(GptConfig, Program, f64)]
             name: name.into(),
             ms: 0.0,
             value,
+            spread: 0.0,
         });
     }
 }
@@ -443,37 +473,42 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         }
     }
     let prepare_seconds = (now_ms() - start) * 1e-3;
-    let times = time_rounds(ctx, &execs, budget.runs).await?;
+    let timed = time_rounds(ctx, &execs, budget.runs).await?;
     drop(execs);
-    let times: std::collections::HashMap<Bench, f64> = programs.iter().map(|(b, _)| *b).zip(times).collect();
-    let time = |b: Bench| *times.get(&b).unwrap_or_else(|| panic!("{b:?} was listed and timed"));
+    let spread = calibration_spread(&timed.iter().map(|t| t.1).collect::<Vec<_>>());
+    let times: std::collections::HashMap<Bench, (f64, f64)> = programs.iter().map(|(b, _)| *b).zip(timed).collect();
+    // Every program read below was listed above and timed with it.
+    let timing = |b: Bench| times.get(&b).copied().unwrap_or((0.0, 0.0));
+    let time = |b: Bench| timing(b).0;
 
     let mut out = vec![];
-    let mut record = |name: &str, ms: f64, value: f64| {
+    let mut record = |name: &str, b: Option<Bench>, value: f64| {
+        let (ms, spread) = b.map_or((0.0, 0.0), timing);
         out.push(Measurement {
             name: name.into(),
             ms,
             value,
+            spread,
         })
     };
     let (t_short, t_long) = (time(Bench::LaunchShort), time(Bench::LaunchLong));
     let launch_s = ((t_long - t_short) / (long - short) as f64 * 1e-3).max(1e-7);
     let step_s = (t_short * 1e-3 - short as f64 * launch_s).max(0.0);
-    record("launch_s", t_long, launch_s);
-    record("step_s", t_short, step_s);
+    record("launch_s", Some(Bench::LaunchLong), launch_s);
+    record("step_s", Some(Bench::LaunchShort), step_s);
     let overhead = |launches: usize| step_s + launches as f64 * launch_s;
 
     let t = time(Bench::Bandwidth);
     let mem_bandwidth = (bw_reps * 8 * bw_n) as f64 / (t * 1e-3 - overhead(bw_reps)).max(1e-6);
-    record("mem_bandwidth", t, mem_bandwidth);
+    record("mem_bandwidth", Some(Bench::Bandwidth), mem_bandwidth);
 
     let t = time(Bench::Vector);
     let vector_flops = (8 * gelu_n * gelu_reps) as f64 / (t * 1e-3 - overhead(gelu_reps)).max(1e-6);
-    record("vector_flops", t, vector_flops);
+    record("vector_flops", Some(Bench::Vector), vector_flops);
 
     let t = time(Bench::RandomBits);
     let int_ops = (bits_n * bits_reps) as f64 * THREEFRY_INT_OPS / (t * 1e-3 - overhead(bits_reps)).max(1e-6);
-    record("int_ops", t, int_ops);
+    record("int_ops", Some(Bench::RandomBits), int_ops);
 
     let sim_collective_bandwidth = if budget.sim_collectives {
         let t = time(Bench::SimCollectives);
@@ -488,7 +523,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             .map(|&(kind, bytes)| sim_collective_bytes(kind, bytes, coll_devices, coll_devices))
             .sum::<f64>();
         let bandwidth = moved / (t * 1e-3 - overhead(3 * coll_reps)).max(1e-6);
-        record("sim_collective_bandwidth", t, bandwidth);
+        record("sim_collective_bandwidth", Some(Bench::SimCollectives), bandwidth);
         Some(bandwidth)
     } else {
         None
@@ -499,10 +534,11 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         let mut points = vec![];
         let mut rows = vec![];
         for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
-            let t = time(Bench::Dot {
+            let bench = Bench::Dot {
                 batched: *batched,
                 index,
-            });
+            };
+            let t = time(bench);
             let flops = (2 * batch * m * k * n) as f64;
             let secs = ((t * 1e-3 - overhead(reps)) / reps as f64).max(1e-9);
             let name = if batch > 1 {
@@ -510,7 +546,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             } else {
                 format!("matmul_{m}x{k}x{n}")
             };
-            record(&name, t, flops / secs);
+            record(&name, Some(bench), flops / secs);
             points.push((flops, secs));
             rows.push(([flops, batch as f64, 1.0], secs));
         }
@@ -573,10 +609,10 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
             .collect(),
         source: format!("microbenchmarks on {adapter}"),
     };
-    let steps: Vec<(GptConfig, Program, f64)> = programs
+    let steps: Vec<TimedStep> = programs
         .into_iter()
         .filter_map(|(b, prog)| match b {
-            Bench::Step(index) => Some((references[index].clone(), prog, time(b))),
+            Bench::Step(index) => Some((references[index].clone(), prog, time(b), timing(b).1)),
             _ => None,
         })
         .collect();
@@ -589,6 +625,8 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         measurements: out,
         seconds: (now_ms() - start) * 1e-3,
         prepare_seconds,
+        spread,
+        made_unix_s: None,
     })
 }
 

@@ -96,6 +96,34 @@ pub fn fit_steps(rows: &[StepRow], launch_fallback: f64) -> StepFit {
     }
 }
 
+/// How far a program's timed runs spread: the interquartile range over the median (nearest-rank
+/// quartiles; 0 for fewer than 3 runs). One run a burst slowed moves it little; a machine
+/// busy through the rounds moves it much.
+pub fn relative_spread(runs: &[f64]) -> f64 {
+    if runs.len() < 3 {
+        return 0.0;
+    }
+    let mut v = runs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+    let mid = at(0.5);
+    if mid <= 0.0 {
+        return 0.0;
+    }
+    (at(0.75) - at(0.25)) / mid
+}
+
+/// A calibration's spread: the 75th percentile of its programs' spreads, so that a quarter of
+/// its programs spread at least this much.
+pub fn calibration_spread(spreads: &[f64]) -> f64 {
+    if spreads.is_empty() {
+        return 0.0;
+    }
+    let mut v = spreads.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((0.75 * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)]
+}
+
 /// Least squares of seconds = flops / peak + fixed (the fixed start-up cost of a matmul
 /// kernel beyond its launch), from (flops, seconds) pairs. Returns the peak and the size at
 /// which a matmul reaches half of it (fixed x peak), the profile's form.
@@ -237,6 +265,19 @@ mod tests {
         let fit = fit_steps(&[(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
         assert_eq!(fit.launch_s, 20e-6);
         assert!(fit.work_scale > 0.0 && fit.work_scale.is_finite());
+    }
+
+    #[test]
+    fn spread_ignores_one_slow_round_and_grows_with_a_busy_machine() {
+        // Five rounds, one slowed 3x by a burst: the quartiles leave it out.
+        assert!(relative_spread(&[10.0, 10.2, 30.0, 9.9, 10.1]) < 0.05);
+        // Rounds all over the place: the machine was busy throughout.
+        assert!(relative_spread(&[10.0, 14.0, 19.0, 9.0, 25.0]) > 0.3);
+        assert_eq!(relative_spread(&[1.0, 2.0]), 0.0);
+        // A quarter of the programs noisy is enough to call the calibration so.
+        let spreads = [0.01, 0.02, 0.01, 0.3, 0.02, 0.4, 0.25, 0.01];
+        assert!(calibration_spread(&spreads) >= 0.25);
+        assert!(calibration_spread(&[0.01, 0.02, 0.03, 0.5]) < 0.1);
     }
 
     #[test]

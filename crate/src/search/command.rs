@@ -44,6 +44,20 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     parts.join(" ")
 }
 
+/// A configuration in a few words, as lists name it: `shard_map dp dp=4 remat none`.
+pub fn describe(opts: &TrainerOptions) -> String {
+    let remat = opts.config.remat.name();
+    match &opts.parallel {
+        Parallel::None => format!("single remat {remat}"),
+        Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => format!(
+            "{} {} {} remat {remat}",
+            opts.parallel.mode_name(),
+            strategy.name(),
+            mesh_flag(mesh)
+        ),
+    }
+}
+
 /// A mesh as `--mesh` takes it: `dp=2,tp=4`.
 pub(super) fn mesh_flag(mesh: &crate::sharding::Mesh) -> String {
     mesh.axes()

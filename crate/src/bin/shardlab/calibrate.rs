@@ -22,11 +22,17 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let p = &c.profile;
     let from = if cached {
-        "cached; --recalibrate to measure again".to_string()
+        format!(
+            "cached, {}; --recalibrate to measure again",
+            crate::device::made_text(&c)
+        )
     } else {
         format!(
-            "measured in {:.1} s, {:.1} s of it building and tuning the programs",
-            c.seconds, c.prepare_seconds
+            "measured in {:.1} s, {:.1} s of it building and tuning the programs; {}{}",
+            c.seconds,
+            c.prepare_seconds,
+            crate::device::made_text(&c),
+            if c.noisy() { " (noisy: not cached)" } else { "" }
         )
     };
     println!("device `this`: {} ({from})", c.adapter);
@@ -60,7 +66,13 @@ pub fn run(args: Args) -> Result<(), String> {
     println!("  step overhead      {:>10.1} us per submit and wait", p.step_s * 1e6);
     println!("  measurements:");
     for m in &c.measurements {
-        println!("    {:<22} {:>9.3} ms  -> {:.4e}", m.name, m.ms, m.value);
+        println!(
+            "    {:<22} {:>9.3} ms  -> {:.4e}  (rounds spread {:.1}%)",
+            m.name,
+            m.ms,
+            m.value,
+            100.0 * m.spread
+        );
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! `shardlab bench model [--json]`: the cost model's predicted step time (device `this`,
-//! simulated placement) beside the measured one for a sweep of small configurations, then
-//! the mean absolute percentage error.
-use shardlab::bench::model::{pick_configs, run_ops, run_sweep, OpsCheck, OPS_DEFAULT};
+//! simulated placement) beside the measured one for three blocks of configurations (the
+//! sweep, a held-out block the size of the seed preset and larger, and the search's
+//! configurations of one model), then the errors per block and size class and the ranking's
+//! Spearman correlation.
+use shardlab::bench::model::{pick_configs, run_ops, run_sweep, Block, OpsCheck, OPS_DEFAULT};
 use shardlab::exec::Backend;
 use shardlab::profile::OpGroup;
 
@@ -97,31 +99,76 @@ pub fn run(args: Args) -> Result<(), String> {
     let tuned = crate::tuning_cache::open(args.retune)?;
     let ctx = tuned.ctx.clone();
     if !args.json {
+        println!("calibration of `this`: {}", crate::device::made_text(&cal));
         println!(
-            "{:<36} {:>7} {:>12} {:>12} {:>7}",
+            "{:<44} {:>7} {:>12} {:>12} {:>7}",
             "configuration", "devices", "measured ms", "predicted ms", "error"
         );
     }
     let json = args.json;
+    let mut block = None;
     let sweep = pollster::block_on(run_sweep(Backend::Gpu(ctx), &cal.profile, args.steps, |c| {
         if !json {
+            if block != Some(c.block) {
+                block = Some(c.block);
+                println!("-- {}", block_title(c.block));
+            }
             println!(
-                "{:<36} {:>7} {:>12.2} {:>12.2} {:>6.1}%",
-                c.name, c.devices, c.measured_ms, c.predicted_ms, c.error_pct
+                "{:<44} {:>7} {:>12.2} {:>12.2} {:>+6.1}%",
+                c.name, c.devices, c.measured_ms, c.predicted_ms, c.signed_pct
             );
         }
     }))
     .map_err(|e| e.to_string())?;
     if json {
-        println!("{}", serde_json::to_string(&sweep).map_err(|e| e.to_string())?);
-    } else {
+        let mut v = serde_json::to_value(&sweep).map_err(|e| e.to_string())?;
+        v["calibration"] = crate::device::made_text(&cal).into();
+        v["calibration_spread"] = cal.spread.into();
+        println!("{v}");
+        return Ok(());
+    }
+    let count = |b: Block| sweep.checks.iter().filter(|c| c.block == b).count();
+    println!(
+        "on {}: measured, the median of {} steps taken in interleaved rounds over all {} configurations; predicted, the cost model on `this`",
+        sweep.device,
+        sweep.steps,
+        sweep.checks.len()
+    );
+    println!(
+        "  sweep ({}): mean absolute percentage error {:.1}%",
+        count(Block::Sweep),
+        sweep.mape_pct
+    );
+    println!(
+        "  held out ({}): {:.1}% (goal <= 25%)",
+        count(Block::HeldOut),
+        sweep.held_out_mape_pct
+    );
+    println!("  per size class (bias: the mean signed error, + when over-predicted):");
+    for g in &sweep.groups {
         println!(
-            "{} configurations on {}: mean absolute percentage error {:.1}% (measured: median of {} steps, taken in interleaved rounds over all configurations; predicted: the cost model on `this`)",
-            sweep.checks.len(),
-            sweep.device,
-            sweep.mape_pct,
-            sweep.steps
+            "    {:<9} {:<5} {:>3} configurations: {:>5.1}% error, bias {:>+6.1}%",
+            block_title(g.block),
+            g.size,
+            g.count,
+            g.mape_pct,
+            g.bias_pct
         );
     }
+    match sweep.spearman {
+        Some(r) => println!(
+            "  ranking ({}): the search's predicted order against the measured one, Spearman {r:.2} (goal >= 0.8)",
+            count(Block::Ranking)
+        ),
+        None => println!("  ranking: too few configurations to rank"),
+    }
     Ok(())
+}
+
+fn block_title(b: Block) -> &'static str {
+    match b {
+        Block::Sweep => "sweep",
+        Block::HeldOut => "held out",
+        Block::Ranking => "ranking",
+    }
 }
