@@ -4,8 +4,8 @@
 // It is the page's entry and owns the run: the settings and the hash, the session, the live
 // figures and the cost model's bars, the adapter and the self-test. Its other parts are modules
 // it imports and hands what they need: format.js (numbers and names), dom.js ($ and el),
-// charts.js, inspector.js (the programs), story.js (the seed's story), learn.js, editor.js and
-// calibrate.js.
+// charts.js, inspector.js (the programs), story.js (the seed's story), strategy.js (which
+// strategy?), learn.js, editor.js and calibrate.js.
 // State for tests: document.body.dataset.state (loading | no-webgpu | ready | error),
 // document.body.dataset.run (the session's phase), document.body.dataset.selftest
 // (running | done), and window.shardlab.
@@ -23,6 +23,7 @@ import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
 import { renderTimeline } from './timeline.js';
 import { init as initStory, renderStory } from './story.js';
+import { renderStrategy } from './strategy.js';
 
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
@@ -1106,6 +1107,14 @@ function wireControls() {
   });
   $('story-run').addEventListener('click', () => runStory());
   $('scale-up-run').addEventListener('click', () => renderScaleUp());
+  $('strategy-run').addEventListener('click', () => {
+    const { settings, errors } = readControls();
+    if (errors.length) {
+      markFieldErrors(errors);
+      return;
+    }
+    renderStrategy(wasm, settings, (change) => changeSettings(change));
+  });
   $('reproduce').addEventListener('click', () => {
     runStory(seed());
     $('story').scrollIntoView({ behavior: 'smooth', block: 'start' });
@@ -1163,7 +1172,7 @@ async function main() {
   const thisGpu = setupThisGpu({ wasm, lab, adapter: state.adapter, presets, el });
   wireControls();
   thisGpu.wire($('device'), $('device').closest('label'));
-  for (const id of ['controls', 'live', 'shardings', 'timeline', 'story', 'scale-up', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
+  for (const id of ['controls', 'live', 'shardings', 'timeline', 'story', 'scale-up', 'strategy', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
   $('timeline-overlap').addEventListener('change', () => { if (state.configured) showTimeline(); });
   $('timeline-download').addEventListener('click', downloadTrace);
   initLearn();

@@ -12,6 +12,7 @@ mod sample;
 mod session;
 mod settings;
 mod single;
+mod strategy;
 mod task;
 mod this_gpu;
 mod timeline;
@@ -180,6 +181,16 @@ impl Shardlab {
     /// (`sample::example`).
     pub fn example(&self) -> String {
         self.inner.borrow().example().to_string()
+    }
+
+    /// Which strategy? Every strategy, mesh, mode and remat policy for the settings' model on as
+    /// many devices of their device kind as their mesh has, planned and priced by the core's
+    /// search; the fastest that fit, each with the settings that load it (`strategy`).
+    pub fn which_strategy(settings_json: &str) -> String {
+        match serde_json::from_str::<Settings>(settings_json) {
+            Ok(s) => strategy::which_strategy(&s).to_string(),
+            Err(e) => json!({"ok": false, "error": format!("the settings are not valid: {e}")}).to_string(),
+        }
     }
 
     /// The JAX report's experiment at full size (about 400M parameters, dp over a TPU v4-8)

@@ -1,0 +1,43 @@
+// "Which strategy?": the core's search over the page's model on as many devices of the chosen
+// kind as the mesh has (the wasm handle's `which_strategy`, shardlab::search): the ten fastest
+// ways that fit, each with its memory per device, modelled step, what limits it and the command
+// that plans it, and a button that loads it into the sandbox (its preset's strategy, mesh, mode
+// and remat policy; the model stays as it is). This file only renders the core's answer.
+import { $, el } from './dom.js';
+import { MODE_LABEL, fmtBytes, fmtMs, plural } from './format.js';
+
+/** Searches for `settings` and shows the choices; `load(change)` applies one to the settings. */
+export function renderStrategy(wasm, settings, load) {
+  const box = $('strategy-result');
+  box.replaceChildren(el('p', { class: 'muted small' }, 'Planning and pricing every strategy, mesh, mode and remat policy…'));
+  // Yield once so the line above paints before the (synchronous) search.
+  setTimeout(() => showStrategy(box, JSON.parse(wasm.Shardlab.which_strategy(JSON.stringify(settings))), load), 30);
+}
+
+function showStrategy(box, r, load) {
+  if (!r.ok) {
+    box.replaceChildren(el('p', { class: 'field-error', 'data-testid': 'strategy-error' }, r.error));
+    return;
+  }
+  const rows = r.ranked.map((x) => el('tr', { 'data-testid': 'strategy-row', 'data-rank': String(x.rank) },
+    el('td', { class: 'num' }, String(x.rank)),
+    el('td', {}, MODE_LABEL[x.mode] || x.mode),
+    el('td', {}, x.strategy),
+    el('td', {}, x.mesh),
+    el('td', {}, x.remat),
+    el('td', { class: 'num', 'data-testid': 'strategy-ms' }, fmtMs(x.step_ms)),
+    el('td', { class: 'num' }, fmtBytes(x.bytes)),
+    el('td', {}, `${x.limiting} (${Math.round(100 * x.limiting_share)}%)`),
+    el('td', {}, x.load
+      ? el('button', { type: 'button', 'data-testid': 'strategy-load', title: x.command, onclick: () => load(x.load) }, 'Load')
+      : el('span', { class: 'muted', title: x.command }, 'plan only'))));
+  box.replaceChildren(
+    el('p', { class: 'small' }, `${plural(r.considered, 'configuration')} on ${r.devices} × ${r.device} (${r.levers.join(' × ')}): `,
+      `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.fits} fit. `,
+      el('span', { class: 'tag modelled' }, 'modelled'), ' The fastest:'),
+    el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
+      el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
+      el('tbody', {}, rows))),
+    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode and remat change. Hover it for the `shardlab plan` command that prices it.'),
+  );
+}
