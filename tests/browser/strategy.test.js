@@ -26,7 +26,7 @@ test('the search lists choices fastest first and Load runs the one picked', { ti
     const load = page.getByTestId('strategy-load');
     assert.ok(await load.count() > 0, 'some choice loads');
     const pick = load.last();
-    const row = page.getByTestId('strategy-row').filter({ has: pick });
+    const row = pick.locator('xpath=ancestor::tr');
     const [mode, strategy, mesh, remat] = await row.locator('td').evaluateAll((tds) => tds.slice(1, 5).map((t) => t.textContent));
     await pick.click();
     await settled(page);
