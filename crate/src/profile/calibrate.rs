@@ -266,25 +266,17 @@ async fn prepare(ctx: &GpuContext, prog: Program) -> Result<GpuExecutor, ExecErr
     Ok(exec)
 }
 
-/// Median milliseconds of one run of each executor over `runs` rounds, and how far its rounds
-/// spread; each round runs every executor once, in turn, each submitted and awaited alone as a
-/// train step is. Interleaved, a burst of load slows one round of all of them rather than
-/// every run of one, and the median leaves that round out.
-async fn time_rounds(ctx: &GpuContext, execs: &[GpuExecutor], runs: usize) -> Result<Vec<(f64, f64)>, ExecError> {
-    let mut times = vec![Vec::with_capacity(runs); execs.len()];
+/// Each program's milliseconds over `runs` rounds; each round runs every program once, in
+/// turn, each submitted and awaited alone as a train step is. Interleaved, a burst of load slows
+/// one round of all of them rather than every run of one, and the median leaves that round out.
+async fn time_rounds(ctx: &GpuContext, programs: &CalibrationPrograms, runs: usize) -> Result<Vec<Vec<f64>>, ExecError> {
+    let mut times = vec![Vec::with_capacity(runs); programs.len()];
     for _ in 0..runs.max(1) {
-        for (exec, t) in execs.iter().zip(&mut times) {
-            let t0 = now_ms();
-            exec.submit(ctx);
-            ctx.finish().await?;
-            t.push(now_ms() - t0);
+        for (i, t) in times.iter_mut().enumerate() {
+            t.push(programs.run(ctx, i).await?);
         }
     }
-    Ok(times
-        .into_iter()
-        .map(|t| (relative_spread(&t), crate::gpu::median(t)))
-        .map(|(spread, ms)| (ms, spread))
-        .collect())
+    Ok(times)
 }
 
 /// Whole one-device train steps the fit is made on, from launch-bound to work-bound sizes (one
@@ -410,73 +402,180 @@ pub async fn calibrate_quick(ctx: &GpuContext) -> Result<Calibration, ExecError>
 /// program is built and warmed up first, then all are timed in interleaved rounds
 /// (`time_rounds`).
 pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibration, ExecError> {
-    let start = now_ms();
-    let sized = |n: usize| (n >> budget.shrink).max(64);
-    // Launch overhead and the fixed submit-and-wait cost: chains of tiny ops.
-    let (short, long) = (4usize, 132usize);
-    // Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
-    let (bw_n, bw_reps) = (sized(1 << 19), 6usize);
-    // Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
-    let (gelu_n, gelu_reps) = (sized(1 << 18), 6usize);
-    // Random bits: one Threefry hash per word.
-    let (bits_n, bits_reps) = (sized(1 << 18), 4usize);
-    // Simulated collectives: copy-and-add kernels between the device blocks of one adapter's
-    // memory, strided per device, priced by the bytes `sim_collective_bytes` counts for them.
-    let (coll_devices, coll_n, coll_reps) = (4usize, sized(1 << 15), 2usize);
-    // Matmuls at several shapes, single and batched: each family fitted on its own.
-    let single: Vec<_> = budget.single.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
-    let families: Vec<(bool, Vec<TimedDot>)> = [(false, &single[..]), (true, budget.batched)]
-        .into_iter()
-        .map(|(batched, family)| {
-            let shapes = family
-                .iter()
-                .map(|&(batch, m, k, n)| {
-                    let flops = (2 * batch * m * k * n) as f64;
-                    (batch, m, k, n, ((budget.matmul_flops / flops) as usize).clamp(2, 16))
-                })
-                .collect();
-            (batched, shapes)
-        })
-        .collect();
-    let references: Vec<GptConfig> = if budget.fit_steps { reference_steps() } else { vec![] };
+    let programs = CalibrationPrograms::prepare(ctx, budget).await?;
+    let runs = time_rounds(ctx, &programs, budget.runs).await?;
+    Ok(programs.fit(ctx, &runs))
+}
 
-    let mut programs: Vec<(Bench, Program)> = vec![
-        (Bench::LaunchShort, chain(short, 64, |b, x| b.scale(x, 1.0))?),
-        (Bench::LaunchLong, chain(long, 64, |b, x| b.scale(x, 1.0))?),
-        (Bench::Bandwidth, chain(bw_reps, bw_n, |b, x| b.scale(x, 1.0))?),
-        (Bench::Vector, chain(gelu_reps, gelu_n, |b, x| b.gelu(x))?),
-        (Bench::RandomBits, bits(bits_n, bits_reps)?),
-    ];
-    if budget.sim_collectives {
-        programs.push((Bench::SimCollectives, collectives(coll_devices, coll_n, coll_reps)?));
-    }
-    for (batched, shapes) in &families {
-        for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
-            programs.push((
-                Bench::Dot {
-                    batched: *batched,
-                    index,
-                },
-                dots(batch, m, k, n, reps)?,
-            ));
+/// The sizes of the microbenchmarks within a budget.
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    /// Launch overhead and the fixed submit-and-wait cost: chains of tiny ops, short and long.
+    short: usize,
+    long: usize,
+    /// Bandwidth: a chain of scales over 2 MiB arrays, each reading and writing it once.
+    bw_n: usize,
+    bw_reps: usize,
+    /// Vector arithmetic: GELU (8 FLOPs per element in the cost model's count).
+    gelu_n: usize,
+    gelu_reps: usize,
+    /// Random bits: one Threefry hash per word.
+    bits_n: usize,
+    bits_reps: usize,
+    /// Simulated collectives: copy-and-add kernels between the device blocks of one adapter's
+    /// memory, strided per device, priced by the bytes `sim_collective_bytes` counts for them.
+    coll_devices: usize,
+    coll_n: usize,
+    coll_reps: usize,
+}
+
+impl Sizes {
+    fn of(budget: Budget) -> Self {
+        let sized = |n: usize| (n >> budget.shrink).max(64);
+        Sizes {
+            short: 4,
+            long: 132,
+            bw_n: sized(1 << 19),
+            bw_reps: 6,
+            gelu_n: sized(1 << 18),
+            gelu_reps: 6,
+            bits_n: sized(1 << 18),
+            bits_reps: 4,
+            coll_devices: 4,
+            coll_n: sized(1 << 15),
+            coll_reps: 2,
         }
     }
-    for (index, config) in references.iter().enumerate() {
-        programs.push((Bench::Step(index), reference_program(config)?));
-    }
-    let pin = (budget.heuristic_matmul && ctx.summary.device_type == "Cpu").then_some(Variant::Tex16);
-    let mut execs = Vec::with_capacity(programs.len());
-    {
-        let _pinned = PinMatmul::new(ctx, pin);
-        for (_, prog) in &programs {
-            execs.push(prepare(ctx, prog.clone()).await?);
+}
+
+/// The calibration's programs, built, their inputs written and warmed up: timed in rounds by
+/// [`calibrate_with`], or in the same rounds as other work (`bench model` times them beside the
+/// configurations it checks, so both see the same load), then read by
+/// [`CalibrationPrograms::fit`].
+pub struct CalibrationPrograms {
+    budget: Budget,
+    sizes: Sizes,
+    /// Matmuls at several shapes, single and batched: each family fitted on its own.
+    families: Vec<(bool, Vec<TimedDot>)>,
+    references: Vec<GptConfig>,
+    programs: Vec<(Bench, Program)>,
+    execs: Vec<GpuExecutor>,
+    start: f64,
+    prepare_seconds: f64,
+}
+
+impl CalibrationPrograms {
+    /// Builds every program of `budget` on `ctx` and runs each once.
+    pub async fn prepare(ctx: &GpuContext, budget: Budget) -> Result<Self, ExecError> {
+        let start = now_ms();
+        let z = Sizes::of(budget);
+        let single: Vec<_> = budget.single.iter().map(|&(m, k, n)| (1, m, k, n)).collect();
+        let families: Vec<(bool, Vec<TimedDot>)> = [(false, &single[..]), (true, budget.batched)]
+            .into_iter()
+            .map(|(batched, family)| {
+                let shapes = family
+                    .iter()
+                    .map(|&(batch, m, k, n)| {
+                        let flops = (2 * batch * m * k * n) as f64;
+                        (batch, m, k, n, ((budget.matmul_flops / flops) as usize).clamp(2, 16))
+                    })
+                    .collect();
+                (batched, shapes)
+            })
+            .collect();
+        let references: Vec<GptConfig> = if budget.fit_steps { reference_steps() } else { vec![] };
+        let mut programs: Vec<(Bench, Program)> = vec![
+            (Bench::LaunchShort, chain(z.short, 64, |b, x| b.scale(x, 1.0))?),
+            (Bench::LaunchLong, chain(z.long, 64, |b, x| b.scale(x, 1.0))?),
+            (Bench::Bandwidth, chain(z.bw_reps, z.bw_n, |b, x| b.scale(x, 1.0))?),
+            (Bench::Vector, chain(z.gelu_reps, z.gelu_n, |b, x| b.gelu(x))?),
+            (Bench::RandomBits, bits(z.bits_n, z.bits_reps)?),
+        ];
+        if budget.sim_collectives {
+            programs.push((Bench::SimCollectives, collectives(z.coll_devices, z.coll_n, z.coll_reps)?));
         }
+        for (batched, shapes) in &families {
+            for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
+                programs.push((
+                    Bench::Dot {
+                        batched: *batched,
+                        index,
+                    },
+                    dots(batch, m, k, n, reps)?,
+                ));
+            }
+        }
+        for (index, config) in references.iter().enumerate() {
+            programs.push((Bench::Step(index), reference_program(config)?));
+        }
+        let pin = (budget.heuristic_matmul && ctx.summary.device_type == "Cpu").then_some(Variant::Tex16);
+        let mut execs = Vec::with_capacity(programs.len());
+        {
+            let _pinned = PinMatmul::new(ctx, pin);
+            for (_, prog) in &programs {
+                execs.push(prepare(ctx, prog.clone()).await?);
+            }
+        }
+        Ok(CalibrationPrograms {
+            budget,
+            sizes: z,
+            families,
+            references,
+            programs,
+            execs,
+            start,
+            prepare_seconds: (now_ms() - start) * 1e-3,
+        })
     }
-    let prepare_seconds = (now_ms() - start) * 1e-3;
-    let timed = time_rounds(ctx, &execs, budget.runs).await?;
-    drop(execs);
+
+    /// How many programs a round runs.
+    pub fn len(&self) -> usize {
+        self.execs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.execs.is_empty()
+    }
+
+    /// Runs program `i` once, submitted and awaited alone as a train step is: its milliseconds.
+    pub async fn run(&self, ctx: &GpuContext, i: usize) -> Result<f64, ExecError> {
+        let t0 = now_ms();
+        self.execs[i].submit(ctx);
+        ctx.finish().await?;
+        Ok(now_ms() - t0)
+    }
+
+    /// The `this` profile from every program's timed runs (`runs[i]`: program `i`'s
+    /// milliseconds, one per round): each program's median, and the spread of its rounds.
+    pub fn fit(self, ctx: &GpuContext, runs: &[Vec<f64>]) -> Calibration {
+        let timed: Vec<(f64, f64)> = runs
+            .iter()
+            .map(|t| (crate::gpu::median(t.clone()), relative_spread(t)))
+            .collect();
+        derive(ctx, &self, &timed)
+    }
+}
+
+/// The profile from each program's (median milliseconds, spread), in `p`'s program order.
+fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Calibration {
+    let (budget, families, references, programs) = (p.budget, &p.families, &p.references, &p.programs);
+    let (start, prepare_seconds) = (p.start, p.prepare_seconds);
+    let Sizes {
+        short,
+        long,
+        bw_n,
+        bw_reps,
+        gelu_n,
+        gelu_reps,
+        bits_n,
+        bits_reps,
+        coll_devices,
+        coll_n,
+        coll_reps,
+    } = p.sizes;
     let spread = calibration_spread(&timed.iter().map(|t| t.1).collect::<Vec<_>>());
-    let times: std::collections::HashMap<Bench, (f64, f64)> = programs.iter().map(|(b, _)| *b).zip(timed).collect();
+    let times: std::collections::HashMap<Bench, (f64, f64)> =
+        programs.iter().map(|(b, _)| *b).zip(timed.iter().copied()).collect();
     // Every program read below was listed above and timed with it.
     let timing = |b: Bench| times.get(&b).copied().unwrap_or((0.0, 0.0));
     let time = |b: Bench| timing(b).0;
@@ -530,7 +629,7 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
     };
 
     let mut fits = vec![];
-    for (batched, shapes) in &families {
+    for (batched, shapes) in families {
         let mut points = vec![];
         let mut rows = vec![];
         for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
@@ -610,16 +709,16 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         source: format!("microbenchmarks on {adapter}"),
     };
     let steps: Vec<TimedStep> = programs
-        .into_iter()
-        .filter_map(|(b, prog)| match b {
-            Bench::Step(index) => Some((references[index].clone(), prog, time(b), timing(b).1)),
+        .iter()
+        .filter_map(|(b, prog)| match *b {
+            Bench::Step(index) => Some((references[index].clone(), prog.clone(), time(*b), timing(*b).1)),
             _ => None,
         })
         .collect();
     if budget.fit_steps {
         fit_to_steps(&mut profile, &steps, &mut out);
     }
-    Ok(Calibration {
+    Calibration {
         adapter,
         profile,
         measurements: out,
@@ -627,8 +726,9 @@ pub async fn calibrate_with(ctx: &GpuContext, budget: Budget) -> Result<Calibrat
         prepare_seconds,
         spread,
         made_unix_s: None,
-    })
+    }
 }
+
 
 #[cfg(test)]
 mod tests {

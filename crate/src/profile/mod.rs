@@ -21,7 +21,9 @@ mod topology;
 mod trace;
 mod work;
 
-pub use calibrate::{calibrate, calibrate_quick, calibrate_with, Budget, Calibration, Measurement, NOISY_SPREAD};
+pub use calibrate::{
+    calibrate, calibrate_quick, calibrate_with, Budget, Calibration, CalibrationPrograms, Measurement, NOISY_SPREAD,
+};
 pub use collective::CollectiveKind;
 pub use compare::{compare_ops, OpComparison, OpGroup};
 pub use cost::{category, instr_flops, Category};

@@ -1,10 +1,13 @@
 //! The blocks measured in interleaved rounds and priced: per configuration its median step
 //! beside the model's; per block and size class the error; over the ranking block, how well
 //! the predicted order matches the measured one.
+use std::sync::Arc;
+
 use super::configs::{all, Block, Config};
 use super::stats::{errors, spearman, GroupError};
 use crate::exec::{Backend, ExecError, Parallel, Trainer};
-use crate::profile::{predict, DeviceProfile, Placement};
+use crate::gpu::GpuContext;
+use crate::profile::{predict, Budget, CalibrationPrograms, Placement};
 
 /// One configuration and its two times.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -31,6 +34,8 @@ pub struct ModelCheck {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelSweep {
     pub device: String,
+    /// How far the calibration's programs spread over the rounds (it is made in them).
+    pub calibration_spread: f64,
     pub checks: Vec<ModelCheck>,
     /// Mean absolute percentage error over the sweep.
     pub mape_pct: f64,
@@ -50,17 +55,20 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs every block on `backend` and prices every program on `device` (simulated placement).
-/// Every configuration's trainer is built and warmed up first; then `steps` rounds each take
-/// one step of every configuration in turn, so a burst of load slows one round of all of them
-/// rather than every step of one, and each configuration's median leaves it out. `progress` is
-/// told each finished check.
+/// Runs every block on `ctx` and prices every program on the `this` profile calibrated in the
+/// same rounds (simulated placement). The calibration's programs and every configuration's
+/// trainer are built and warmed up first; then `steps` rounds each run every calibration
+/// program once and take one step of every configuration, in turn, so the calibration and the
+/// checks see the same load, a burst of it slows one round of all of them rather than every
+/// step of one, and each median leaves it out. The profile is fitted to the calibration's own
+/// programs only, never to a configuration it checks. `progress` is told each finished check.
 pub async fn run_sweep(
-    backend: Backend,
-    device: &DeviceProfile,
+    ctx: &Arc<GpuContext>,
     steps: usize,
     mut progress: impl FnMut(&ModelCheck),
 ) -> Result<ModelSweep, ExecError> {
+    let backend = Backend::Gpu(ctx.clone());
+    let calibration = CalibrationPrograms::prepare(ctx, Budget::FULL).await?;
     let mut trainers: Vec<(Config, Trainer)> = vec![];
     for config in all()? {
         let mut t = Trainer::new(backend.clone(), config.options.clone()).await?;
@@ -69,12 +77,19 @@ pub async fn run_sweep(
         }
         trainers.push((config, t));
     }
-    let mut times = vec![Vec::with_capacity(steps.max(1)); trainers.len()];
-    for _ in 0..steps.max(1) {
+    let rounds = steps.max(1);
+    let mut calibration_runs = vec![Vec::with_capacity(rounds); calibration.len()];
+    let mut times = vec![Vec::with_capacity(rounds); trainers.len()];
+    for _ in 0..rounds {
+        for (i, runs) in calibration_runs.iter_mut().enumerate() {
+            runs.push(calibration.run(ctx, i).await?);
+        }
         for ((_, t), times) in trainers.iter_mut().zip(&mut times) {
             times.push(t.step().await?.step_ms);
         }
     }
+    let calibration = calibration.fit(ctx, &calibration_runs);
+    let device = &calibration.profile;
     let mut checks = vec![];
     for ((config, t), times) in trainers.into_iter().zip(times) {
         let (mode, strategy, mesh) = match &config.options.parallel {
@@ -124,6 +139,7 @@ pub async fn run_sweep(
         block(Block::Ranking).map(|c| (c.predicted_ms, c.measured_ms)).unzip();
     Ok(ModelSweep {
         device: device.label.clone(),
+        calibration_spread: calibration.spread,
         mape_pct: mape(Block::Sweep),
         held_out_mape_pct: mape(Block::HeldOut),
         spearman: spearman(&predicted, &measured),

@@ -13,7 +13,7 @@ pub struct Args {
     /// configurations; the median is taken.
     #[arg(long, default_value_t = 7)]
     pub steps: usize,
-    /// Calibrate `this` again first.
+    /// With --ops: calibrate `this` again first (the sweep calibrates in its own rounds).
     #[arg(long)]
     pub recalibrate: bool,
     #[command(flatten)]
@@ -95,11 +95,18 @@ pub fn run(args: Args) -> Result<(), String> {
     if args.steps == 0 {
         return Err("--steps must be at least 1: the sweep reports medians of measured steps".into());
     }
-    let (cal, _) = crate::device::this_calibration(args.recalibrate)?;
+    if args.recalibrate {
+        return Err(
+            "--recalibrate goes with --ops: the sweep calibrates `this` in its own rounds, beside the configurations it checks"
+                .into(),
+        );
+    }
     let tuned = crate::tuning_cache::open(args.retune)?;
     let ctx = tuned.ctx.clone();
     if !args.json {
-        println!("calibration of `this`: {}", crate::device::made_text(&cal));
+        println!(
+            "calibrating `this` in the same rounds as the configurations (their load is its load), then pricing them on it"
+        );
         println!(
             "{:<44} {:>7} {:>12} {:>12} {:>7}",
             "configuration", "devices", "measured ms", "predicted ms", "error"
@@ -107,7 +114,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let json = args.json;
     let mut block = None;
-    let sweep = pollster::block_on(run_sweep(Backend::Gpu(ctx), &cal.profile, args.steps, |c| {
+    let sweep = pollster::block_on(run_sweep(&ctx, args.steps, |c| {
         if !json {
             if block != Some(c.block) {
                 block = Some(c.block);
@@ -121,10 +128,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }))
     .map_err(|e| e.to_string())?;
     if json {
-        let mut v = serde_json::to_value(&sweep).map_err(|e| e.to_string())?;
-        v["calibration"] = crate::device::made_text(&cal).into();
-        v["calibration_spread"] = cal.spread.into();
-        println!("{v}");
+        println!("{}", serde_json::to_string(&sweep).map_err(|e| e.to_string())?);
         return Ok(());
     }
     let count = |b: Block| sweep.checks.iter().filter(|c| c.block == b).count();
@@ -133,6 +137,15 @@ pub fn run(args: Args) -> Result<(), String> {
         sweep.device,
         sweep.steps,
         sweep.checks.len()
+    );
+    println!(
+        "  the calibration, made in these rounds: its programs' rounds spread {:.1}%{}",
+        100.0 * sweep.calibration_spread,
+        if sweep.calibration_spread > shardlab::profile::NOISY_SPREAD {
+            " (a busy machine: the errors below are the load's as much as the model's)"
+        } else {
+            ""
+        }
     );
     println!(
         "  sweep ({}): mean absolute percentage error {:.1}%",
