@@ -1,8 +1,8 @@
 // "Which strategy?": the core's search over the page's model on as many devices of the chosen
 // kind as the mesh has (the wasm handle's `which_strategy`, shardlab::search): the ten fastest
 // ways that fit, each with its memory per device, modelled step, what limits it and the command
-// that plans it, and a button that loads it into the sandbox (its preset's strategy, mesh, mode
-// and remat policy; the model stays as it is). This file only renders the core's answer.
+// that plans it, and a button that loads it into the sandbox (its preset's strategy, mesh, mode,
+// remat policy and microbatches; the model stays as it is). This file only renders the core's answer.
 import { $, el } from './dom.js';
 import { MODE_LABEL, fmtBytes, fmtMs, plural } from './format.js';
 
@@ -25,6 +25,7 @@ function showStrategy(box, r, load) {
     el('td', {}, x.strategy),
     el('td', {}, x.mesh),
     el('td', {}, x.remat),
+    el('td', { class: 'num' }, String(x.microbatches)),
     el('td', { class: 'num', 'data-testid': 'strategy-ms' }, fmtMs(x.step_ms)),
     el('td', { class: 'num' }, fmtBytes(x.bytes)),
     el('td', {}, `${x.limiting} (${Math.round(100 * x.limiting_share)}%)`),
@@ -36,8 +37,8 @@ function showStrategy(box, r, load) {
       `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.fits} fit. `,
       el('span', { class: 'tag modelled' }, 'modelled'), ' The fastest:'),
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
-      el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
+      el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows))),
-    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode and remat change. Hover it for the `shardlab plan` command that prices it.'),
+    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat and microbatches change. Hover it for the `shardlab plan` command that prices it.'),
   );
 }

@@ -19,7 +19,7 @@ fn preset_of(strategy: Strategy) -> Option<Preset> {
 }
 
 /// The search for `s`'s model: `{"ok":true,"device","devices","considered","invalid",
-/// "too_large","fits","ranked":[{rank,mode,strategy,mesh,remat,step_ms,bytes,limiting,
+/// "too_large","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,step_ms,bytes,limiting,
 /// limiting_share,command,load}]}`, `load` the settings changes that run the choice here
 /// (null where no page preset has its strategy); or `{"ok":false,"error"}`.
 pub fn which_strategy(s: &Settings) -> Value {
@@ -50,13 +50,14 @@ pub fn which_strategy(s: &Settings) -> Value {
             };
             let load = strategy
                 .and_then(preset_of)
-                .map(|p| json!({"preset": p.name(), "mesh": x.mesh, "mode": x.mode, "remat": x.remat}));
+                .map(|p| json!({"preset": p.name(), "mesh": x.mesh, "mode": x.mode, "remat": x.remat, "microbatches": x.microbatches}));
             json!({
                 "rank": x.rank,
                 "mode": x.mode,
                 "strategy": x.strategy,
                 "mesh": x.mesh,
                 "remat": x.remat,
+                "microbatches": x.microbatches,
                 "step_ms": x.step_ms,
                 "bytes": x.bytes_per_device.total,
                 "limiting": x.limiting,

@@ -41,12 +41,18 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     if opts.combine_all_reduces {
         parts.push("--combine-all-reduces".into());
     }
+    if opts.microbatches > 1 {
+        parts.push(format!("--microbatches {}", opts.microbatches));
+    }
     parts.join(" ")
 }
 
 /// A configuration in a few words, as lists name it: `shard_map dp dp=4 remat none`.
 pub fn describe(opts: &TrainerOptions) -> String {
-    let remat = opts.config.remat.name();
+    let remat = match opts.microbatches {
+        1 => opts.config.remat.name().to_string(),
+        k => format!("{} microbatches {k}", opts.config.remat.name()),
+    };
     match &opts.parallel {
         Parallel::None => format!("single remat {remat}"),
         Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => format!(

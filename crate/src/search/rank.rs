@@ -8,6 +8,9 @@ use crate::plan::{MemoryPlan, Parallel, TrainerOptions};
 use crate::profile::{predict, DeviceBytes, DeviceProfile, Placement};
 use crate::sharding::Mesh;
 
+/// The lever the search applies last, and only where it must (see [`search`]).
+pub const MICROBATCHES_LEVER: &str = "microbatches (the fewest that fit)";
+
 /// Why a search has nothing to show, in one line with the fix.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{0}")]
@@ -23,6 +26,8 @@ pub struct Ranked {
     /// As `--mesh` takes it.
     pub mesh: String,
     pub remat: &'static str,
+    /// Gradient accumulation's microbatches: the fewest that fit (1 where the whole batch fits).
+    pub microbatches: usize,
     pub step_ms: f64,
     pub bytes_per_device: DeviceBytes,
     /// What bounds most of its step: compute, memory, communication, bubble or launch.
@@ -96,10 +101,22 @@ pub fn search(
                 continue;
             }
         };
+        // The memory plan first: a candidate that does not fit is not priced. One that does
+        // not fit whole tries gradient accumulation, doubling the microbatches while they
+        // divide the batch: more microbatches only add launches and adds, so the fewest that
+        // fit is the fastest, and only it is priced.
+        let fits = |prog: &crate::ir::Program| MemoryPlan::of(prog).is_ok_and(|m| m.total <= device.memory_bytes);
+        let (mut opts, mut planned) = (opts, planned);
+        while !fits(&planned.step.program) {
+            let mut more = opts.clone();
+            more.microbatches *= 2;
+            match (more.microbatches <= base.config.batch).then(|| crate::plan::build(&more)) {
+                Some(Ok(p)) => (opts, planned) = (more, p),
+                _ => break,
+            }
+        }
         let prog = &planned.step.program;
-        // The memory plan first: a candidate that does not fit is not priced.
-        let fits = MemoryPlan::of(prog).is_ok_and(|m| m.total <= device.memory_bytes);
-        if !fits {
+        if !fits(prog) {
             too_large += 1;
             continue;
         }
@@ -116,6 +133,7 @@ pub fn search(
             strategy,
             mesh,
             remat: opts.config.remat.name(),
+            microbatches: opts.microbatches,
             step_ms: p.step_ms,
             bytes_per_device: p.bytes_per_device,
             limiting: p.limiting,
@@ -149,7 +167,7 @@ pub fn search(
     Ok(SearchResult {
         device: device.label.clone(),
         devices,
-        levers: LEVERS.iter().map(|l| l.name).collect(),
+        levers: LEVERS.iter().map(|l| l.name).chain([MICROBATCHES_LEVER]).collect(),
         precision: base.config.precision,
         considered,
         invalid,
@@ -190,12 +208,17 @@ mod tests {
     #[test]
     fn nothing_that_does_not_fit_is_listed_and_everything_that_fits_is_ranked() {
         let opts = base(16);
+        // Each candidate's smallest need over the microbatch counts that split its batch.
+        let smallest = |c: &TrainerOptions| {
+            (0..)
+                .map(|i| 1usize << i)
+                .take_while(|&k| k <= c.config.batch)
+                .map_while(|k| crate::plan::build(&TrainerOptions { microbatches: k, ..c.clone() }).ok())
+                .map(|p| MemoryPlan::of(&p.step.program).unwrap().total)
+                .min()
+        };
         // A device whose memory sits between the candidates' needs, so some fit and some not.
-        let mut needs: Vec<u64> = candidates(&opts, 4)
-            .iter()
-            .filter_map(|c| crate::plan::build(c).ok())
-            .map(|p| MemoryPlan::of(&p.step.program).unwrap().total)
-            .collect();
+        let mut needs: Vec<u64> = candidates(&opts, 4).iter().filter_map(smallest).collect();
         needs.sort_unstable();
         let device = DeviceProfile {
             memory_bytes: needs[needs.len() / 2],
@@ -209,6 +232,39 @@ mod tests {
         assert!(r.ranked.iter().all(|c| c.bytes_per_device.total <= device.memory_bytes));
         assert!(r.ranked.windows(2).all(|w| w[0].step_ms <= w[1].step_ms));
         assert_eq!(r.ranked[0].rank, 1);
+    }
+
+    #[test]
+    fn a_candidate_too_large_whole_is_ranked_with_the_fewest_microbatches_that_fit() {
+        use crate::plan::{DropoutKey, Strategy};
+        let opts = base(16);
+        let dp = |k: usize| TrainerOptions {
+            parallel: Parallel::ShardMap {
+                strategy: Strategy::Dp,
+                mesh: Mesh::parse("dp=4").unwrap(),
+                dropout_key: DropoutKey::FoldIn,
+            },
+            microbatches: k,
+            ..opts.clone()
+        };
+        let need = |k| MemoryPlan::of(&crate::plan::build(&dp(k)).unwrap().step.program).unwrap().total;
+        let (one, two, four) = (need(1), need(2), need(4));
+        assert!(one > two && two > four, "accumulation lowers the peak: {one} {two} {four}");
+        // Between K = 2's need and K = 1's: dp fits with 2 microbatches, not with 1, nor is 4 tried.
+        let device = DeviceProfile {
+            memory_bytes: (one + two) / 2,
+            ..a100()
+        };
+        let r = search(&opts, &device, "a100", 4).unwrap();
+        let row = r
+            .ranked
+            .iter()
+            .find(|x| x.mode == "shard_map" && x.strategy == "dp" && x.remat == "none")
+            .expect("dp fits with microbatches");
+        assert_eq!(row.microbatches, 2);
+        assert!(row.command.ends_with("--microbatches 2"), "{}", row.command);
+        assert!(r.ranked.iter().all(|x| x.bytes_per_device.total <= device.memory_bytes));
+        assert!(r.levers.contains(&MICROBATCHES_LEVER));
     }
 
     #[test]

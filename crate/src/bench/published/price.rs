@@ -23,11 +23,11 @@ pub struct PublishedCheck {
     pub predicted_ms: f64,
     /// (predicted - published) / published, in percent: negative when the model is faster.
     pub error_pct: f64,
-    /// Whether the planned step fits the device's memory; None where a stand-in makes the
-    /// plan's memory not the run's (accumulation priced as one batch).
+    /// Whether the planned step fits the device's memory; None where a stand-in would make
+    /// the plan's memory not the run's (no row needs one today).
     pub fits: Option<bool>,
-    /// What the pricing assumes beyond the row's words: levers and strategies shardlab does
-    /// not build yet, priced by their stand-ins.
+    /// What the pricing assumes beyond the row's words: a lever or strategy shardlab does not
+    /// build, priced by a stand-in it names (none today).
     pub assumed: Vec<String>,
     /// `shardlab plan ...` of what was priced.
     pub command: String,
@@ -43,42 +43,17 @@ pub struct PublishedReport {
     pub fitted: Vec<String>,
 }
 
-/// The strategy shardlab prices a row's strategy as, and what that assumes. ZeRO-1 and ZeRO-2
-/// (being built on the `levers` branch) move the bytes of dp's gradient all-reduce (a
-/// reduce-scatter and an all-gather) and update 1/N of the optimizer state, about 1% of these
-/// steps: they are priced as dp until `Strategy` names them.
-fn strategy_of(name: &str) -> Result<(Strategy, Option<String>), String> {
-    if let Some(s) = Strategy::parse(name) {
-        return Ok((s, None));
-    }
-    match name {
-        "zero1" | "zero2" => Ok((
-            Strategy::Dp,
-            Some(format!(
-                "{name} priced as dp (the strategy is not built yet): the same gradient bytes, the optimizer \
-                 update whole on every device (about 1% of the step)"
-            )),
-        )),
-        _ => Err(format!(
-            "parallelism: strategy `{name}` is not one shardlab prices; use one of {}",
-            Strategy::ALL.map(|s| s.name()).join(", ")
-        )),
-    }
-}
-
-/// The options `shardlab plan` would plan for `run`, and what they assume beyond its row.
+/// The options `shardlab plan` would plan for `run`, and what they assume beyond its row
+/// (nothing today: every strategy and lever of the table is one shardlab builds; a row that
+/// needs a stand-in would say it here).
 pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), String> {
-    let (strategy, stand_in) = strategy_of(&run.strategy)?;
-    let mut assumed: Vec<String> = stand_in.into_iter().collect();
-    if run.microbatches > 1 {
-        // Gradient accumulation (the `levers` branch) runs the same FLOPs and bytes in K
-        // slices, with one gradient reduction and one update, as one batch does.
-        assumed.push(format!(
-            "microbatches={} priced as one batch of {} (accumulation is not built yet): the same work, one gradient \
-             reduction and one update; memory holds every slice's activations at once, so `fits` is not the run's",
-            run.microbatches, run.config.batch
-        ));
-    }
+    let strategy = Strategy::parse(&run.strategy).ok_or_else(|| {
+        format!(
+            "parallelism: strategy `{}` is not one shardlab prices; use one of {}",
+            run.strategy,
+            Strategy::ALL.map(|s| s.name()).join(", ")
+        )
+    })?;
     let parallel = match run.mode {
         Mode::Auto => Parallel::Auto {
             strategy,
@@ -93,7 +68,8 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
     };
     let mut opts = TrainerOptions::new(run.config.clone(), parallel);
     opts.optimizer = Optimizer::AdamW { lr: 3e-4 };
-    Ok((opts, assumed))
+    opts.microbatches = run.microbatches;
+    Ok((opts, vec![]))
 }
 
 /// Prices every run; an unknown device or a plan that cannot be built is refused naming the
@@ -125,7 +101,7 @@ pub fn price_runs(runs: &[PublishedRun], file: &str) -> Result<PublishedReport, 
             published_ms,
             predicted_ms: p.step_ms,
             error_pct: 100.0 * (p.step_ms - published_ms) / published_ms,
-            fits: (run.microbatches == 1).then_some(p.fits),
+            fits: Some(p.fits),
             assumed,
             command: plan_command(&opts, &run.device),
             source: run.source.clone(),
@@ -153,8 +129,10 @@ mod tests {
             assert!(c.predicted_ms > 0.0 && c.predicted_ms.is_finite(), "{c:?}");
             assert!(c.command.contains("--precision bf16"), "{}", c.command);
             if r.microbatches > 1 {
-                assert!(c.assumed.iter().any(|a| a.contains("microbatches")), "{c:?}");
+                assert!(c.command.contains(&format!("--microbatches {}", r.microbatches)), "{}", c.command);
             }
+            assert!(c.command.contains(&format!("--strategy {}", r.strategy)), "{}", c.command);
+            assert_eq!(c.fits, Some(true), "llm.c's runs fit their GPUs: {c:?}");
         }
         assert!(report.fitted.is_empty());
     }

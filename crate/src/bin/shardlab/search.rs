@@ -79,17 +79,18 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         r.ranked.len().min(TOP)
     );
     println!(
-        "  {:>4}  {:<9} {:<6} {:<12} {:<5} {:>12} {:>12}  {}",
-        "rank", "mode", "strat.", "mesh", "remat", "step ms", "GiB/device", "limited by"
+        "  {:>4}  {:<9} {:<6} {:<12} {:<5} {:>3} {:>12} {:>12}  {}",
+        "rank", "mode", "strat.", "mesh", "remat", "mb", "step ms", "GiB/device", "limited by"
     );
     for x in r.ranked.iter().take(TOP) {
         println!(
-            "  {:>4}  {:<9} {:<6} {:<12} {:<5} {:>12.2} {:>12.2}  {} ({:.0}%)",
+            "  {:>4}  {:<9} {:<6} {:<12} {:<5} {:>3} {:>12.2} {:>12.2}  {} ({:.0}%)",
             x.rank,
             x.mode,
             x.strategy,
             x.mesh,
             x.remat,
+            x.microbatches,
             x.step_ms,
             x.bytes_per_device.total as f64 / (1u64 << 30) as f64,
             x.limiting,
