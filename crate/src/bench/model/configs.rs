@@ -124,11 +124,15 @@ pub fn sweep() -> Result<Vec<Config>, ExecError> {
     Ok(out)
 }
 
+/// A held-out configuration: its size class, model, mode, strategy and mesh (None on one
+/// device), and RNG layout.
+type HeldOutCase = (&'static str, GptConfig, &'static str, Option<(Strategy, &'static str)>, RngLayout);
+
 /// The held-out block: the seed preset itself in both modes, its model under the other
 /// strategies, and a larger model (`m`: 4 layers, sequence 128) on one device and on dp=4.
 pub fn held_out() -> Result<Vec<Config>, ExecError> {
     let seed = Preset::Seed.config();
-    let cases: [(&'static str, GptConfig, &str, Option<(Strategy, &str)>, RngLayout); 7] = [
+    let cases: [HeldOutCase; 7] = [
         (
             "seed",
             seed.clone(),

@@ -90,16 +90,6 @@ fn utc_text(secs: u64) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_text_reads_the_civil_date() {
-        assert_eq!(super::utc_text(0), "1970-01-01 00:00 UTC");
-        // 2024-02-29 12:34 UTC, a leap day.
-        assert_eq!(super::utc_text(1_709_210_040), "2024-02-29 12:34 UTC");
-    }
-}
-
 /// Every device name `--device` accepts.
 pub fn names() -> Vec<String> {
     std::iter::once("this".to_string())
@@ -113,4 +103,14 @@ pub fn profile(name: &str) -> Result<DeviceProfile, String> {
         return Ok(this_calibration(false)?.0.profile);
     }
     device_preset(name).ok_or_else(|| format!("--device {name}: unknown device; use one of {}", names().join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_text_reads_the_civil_date() {
+        assert_eq!(super::utc_text(0), "1970-01-01 00:00 UTC");
+        // 2024-02-29 12:34 UTC, a leap day.
+        assert_eq!(super::utc_text(1_709_210_040), "2024-02-29 12:34 UTC");
+    }
 }
