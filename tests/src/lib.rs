@@ -98,6 +98,7 @@ pub fn formula_options(
         rng_layout: shardlab::ir::RngLayout::Partitionable,
         parallel,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     }
 }
 

@@ -387,6 +387,7 @@ impl Settings {
             rng_layout: self.rng_layout(),
             parallel,
             combine_all_reduces: self.combine,
+            cp_order: Default::default(),
         }
     }
 }

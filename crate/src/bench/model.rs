@@ -86,6 +86,8 @@ fn mesh_for(strategy: Strategy, size: usize) -> &'static str {
         (Strategy::Tp, _) => "tp=4",
         (Strategy::DpTp, 0) => "dp=2,tp=2",
         (Strategy::DpTp, _) => "dp=4,tp=2",
+        // Not in the sweep: their example meshes.
+        (s, _) => s.example_mesh(),
     }
 }
 
@@ -102,6 +104,7 @@ pub fn sweep_options() -> Result<Vec<(String, &'static str, &'static str, Traine
         rng_layout,
         parallel,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     };
     for (si, (size, config)) in sizes().into_iter().enumerate() {
         out.push((

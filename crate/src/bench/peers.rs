@@ -149,6 +149,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     };
     // `--preset seed`: random init, AdamW 3e-3, dropout 0.1, JAX's original RNG layout.
     let seed_opts = |parallel| TrainerOptions {
@@ -160,6 +161,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         rng_layout: RngLayout::Original,
         parallel,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     };
     Ok(vec![
         PeerConfig {

@@ -80,6 +80,7 @@ pub async fn train(
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     };
     let adapter = ctx.summary.name.clone();
     let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;

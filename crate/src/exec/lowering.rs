@@ -1,6 +1,7 @@
 //! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
 //! both run exactly the same decomposition.
-use crate::ir::{numel, strides, Instr, Op, Program};
+use crate::ir::{numel, strides, AttnSeq, Instr, Op, Program, SeqBlock};
+use crate::reference::attention::Blocks;
 use crate::reference::copy::Strided;
 use crate::reference::matmul::MatmulShape;
 use crate::sharding::Mesh;
@@ -270,6 +271,31 @@ pub fn on_devices(c: &Strided, devices: usize, blocks: (usize, usize)) -> Stride
         dst_strides: std::iter::once(blocks.1).chain(c.dst_strides.iter().copied()).collect(),
         accumulate: c.accumulate,
     }
+}
+
+/// Where device `device`'s rows of an attention over q of `tq` rows and keys of `tk` rows sit
+/// in the global sequence (`seq` of the op; a program without a mesh has whole sides).
+pub fn attention_blocks(
+    seq: &AttnSeq,
+    tq: usize,
+    tk: usize,
+    mesh: Option<&Mesh>,
+    device: usize,
+) -> Result<Blocks, crate::sharding::ShardingError> {
+    let index = |b: &SeqBlock| -> Result<usize, crate::sharding::ShardingError> {
+        match mesh {
+            Some(m) if !b.axes().is_empty() => {
+                let axes: Vec<&str> = b.axes().iter().map(String::as_str).collect();
+                m.axes_index(device, &axes)
+            }
+            _ => Ok(0),
+        }
+    };
+    Ok(Blocks {
+        tk,
+        q: seq.q.runs(index(&seq.q)?, tq),
+        kv: seq.kv.runs(index(&seq.kv)?, tk),
+    })
 }
 
 #[cfg(test)]

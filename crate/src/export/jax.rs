@@ -270,6 +270,15 @@ fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dr
              row-parallel projections."
         }
         Strategy::DpTp => "dp and Megatron tp together on the 2-D mesh {dp, tp}.",
+        Strategy::Cp => {
+            "context parallelism over \"cp\": the sequence split, attention\n# as ring attention (K and V \
+             travel the ring by ppermute)."
+        }
+        Strategy::DpCp => "dp and context parallelism together on the 2-D mesh {dp, cp}.",
+        Strategy::TpSp => {
+            "Megatron over \"tp\" with sequence parallelism: the layer-norm\n# and dropout regions split on \
+             the sequence, all_gather and psum_scatter around the matmuls."
+        }
     };
     let key = match dropout_key {
         DropoutKey::Same => "\"same\"",

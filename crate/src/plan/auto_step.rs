@@ -15,7 +15,7 @@ use crate::sharding::{Mesh, PartitionSpec};
 /// reshards where the model views them per head).
 pub fn auto_param_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
-    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
+    let tp = strategy.is_megatron();
     match leaf {
         "w_qkv" if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
         "b_qkv" if tp => PartitionSpec::from_axes(&[Some("tp")]),
@@ -91,8 +91,10 @@ pub(super) fn jit_train_step(
             }
         }
     }
-    let batch = if strategy.axes().contains(&"dp") {
-        PartitionSpec::from_axes(&[Some("dp"), None])
+    // Tokens and targets split on the batch over "dp" and on the sequence over the strategy's
+    // sequence axis (context or sequence parallelism).
+    let batch = if strategy.axes().contains(&"dp") || strategy.seq_axis().is_some() {
+        strategy.tokens_spec()
     } else {
         PartitionSpec::replicated()
     };

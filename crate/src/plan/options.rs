@@ -1,6 +1,6 @@
 //! What a run chooses: the model, data, optimizer and how the step is partitioned.
 use super::{DropoutKey, Mode, Strategy};
-use crate::ir::RngLayout;
+use crate::ir::{CpOrder, RngLayout};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -39,6 +39,9 @@ pub struct TrainerOptions {
     /// Run the all-reduce combiner on the step ([`crate::partition::combine_all_reduces`]):
     /// psums over the same axes with no reader in between become one collective.
     pub combine_all_reduces: bool,
+    /// How context parallelism (`--strategy cp`, `dp_cp`) lays the sequence's blocks over the
+    /// "cp" devices; other strategies take the default, contiguous.
+    pub cp_order: CpOrder,
 }
 
 impl Parallel {
@@ -78,6 +81,7 @@ impl TrainerOptions {
             rng_layout: RngLayout::Partitionable,
             parallel,
             combine_all_reduces: false,
+            cp_order: CpOrder::Contiguous,
         }
     }
 

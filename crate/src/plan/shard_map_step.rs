@@ -1,10 +1,11 @@
 //! The hand-written shard_map train steps: the per-device bodies a JAX user would write for
-//! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism, and both on a 2-D mesh.
-use super::strategy::{check, p, param_layout};
-use super::{DropoutKey, PlanError, Strategy};
+//! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism (with sequence parallelism or
+//! not), context parallelism with ring attention, and their combinations on a 2-D mesh.
+use super::strategy::{check, check_cp, param_layout};
+use super::{DropoutKey, Mode, PlanError, Strategy};
 use crate::autodiff::grad;
-use crate::ir::{DType, Op, RngLayout, Role, ValueId};
-use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, Optimizer, TrainStep};
+use crate::ir::{CpOrder, DType, Op, RngLayout, Role, ValueId};
+use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, MaskBlocks, Optimizer, Ring, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -19,8 +20,33 @@ pub fn shard_map_train_step(
     mesh: &Mesh,
     dropout_key: DropoutKey,
 ) -> Result<TrainStep, PlanError> {
+    shard_map_train_step_ordered(cfg, opt, rng_layout, strategy, mesh, dropout_key, CpOrder::Contiguous)
+}
+
+/// [`shard_map_train_step`] with context parallelism's blocks laid over the ring in `cp_order`.
+pub fn shard_map_train_step_ordered(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    strategy: Strategy,
+    mesh: &Mesh,
+    dropout_key: DropoutKey,
+    cp_order: CpOrder,
+) -> Result<TrainStep, PlanError> {
     cfg.validate()?;
     check(cfg, strategy, mesh)?;
+    check_cp(cfg, strategy, mesh, cp_order, Mode::ShardMap)?;
+    let seq_axis = strategy.seq_axis();
+    if seq_axis.is_some() && dropout_key == DropoutKey::FoldIn {
+        return Err(PlanError::Invalid {
+            what: "--dropout-key fold_in".into(),
+            why: format!(
+                "has nothing to choose under --strategy {}: its body draws every device's block of the one-device \
+                 run's masks (they differ across devices already); use --dropout-key same",
+                strategy.name()
+            ),
+        });
+    }
     let specs = param_specs(cfg);
     let layouts: Vec<(Vec<usize>, PartitionSpec)> =
         specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
@@ -28,10 +54,18 @@ pub fn shard_map_train_step(
     // the same shape for every mesh size and check_vma sees the reductions.
     let has_dp = strategy.axes().contains(&"dp");
     let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
-    let batch_spec = if has_dp {
-        p(&[Some("dp"), None])
-    } else {
-        p(&[None, None])
+    let batch_spec = strategy.tokens_spec();
+    // The axes that split the tokens: the loss is their mean, replicated gradients their sum.
+    let token_axes = strategy.token_axes();
+    let tokens_split: usize = token_axes
+        .iter()
+        .map(|a| mesh.axis_size(a))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .product();
+    let seq_parts = match seq_axis {
+        Some(a) => mesh.axis_size(a)?,
+        None => 1,
     };
 
     let mut args: Vec<Arg> = specs
@@ -114,6 +148,20 @@ pub fn shard_map_train_step(
             batch: cfg.batch / dp,
             heads: cfg.heads / tp,
             tp: (tp > 1 || strategy.axes().contains(&"tp")).then(|| "tp".to_string()),
+            seq: cfg.seq / seq_parts,
+            sp: strategy == Strategy::TpSp,
+            ring: strategy.is_cp().then(|| Ring {
+                axis: "cp".into(),
+                size: seq_parts,
+                order: cp_order,
+            }),
+            // Where the tokens are split on the sequence, every mask is the device's block of
+            // the one-device run's.
+            masks: seq_axis.map(|s| MaskBlocks {
+                batch: has_dp.then(|| "dp".into()),
+                seq: Some(s.into()),
+                heads: strategy.is_megatron().then(|| "tp".into()),
+            }),
         };
         let acts = Activations {
             params: &full,
@@ -125,28 +173,30 @@ pub fn shard_map_train_step(
         };
         let local_loss = forward_loss(b, cfg, &acts);
         marks.0 = b.program().instrs.len();
-        // The global loss is the mean of the devices' local means: differentiate loss/dp so
-        // that summing the gradients over "dp" gives the mean.
-        let scaled = if has_dp {
-            b.scale(local_loss, 1.0 / dp as f32)
-        } else {
+        // The global loss is the mean of the devices' local means: differentiate loss/n (n the
+        // devices splitting the tokens) so that summing the gradients over them gives the mean.
+        let scaled = if token_axes.is_empty() {
             local_loss
+        } else {
+            b.scale(local_loss, 1.0 / tokens_split as f32)
         };
         let mut grads = grad(b, scaled, params)?;
         for (g, (_, spec)) in grads.iter_mut().zip(&layouts) {
-            // Gradients of parameters replicated over "dp" are the explicit all-reduce of the
-            // data-parallel body; dp-sharded ones were reduce-scattered by the all_gather's transpose.
-            if has_dp && !spec.uses_axis("dp") {
-                *g = b.psum(*g, &["dp"]);
+            // Gradients of parameters not split over a token axis are the explicit all-reduce
+            // of the data-parallel body; dp-sharded ones were reduce-scattered by the
+            // all_gather's transpose, and a sequence-split wpe's block is its own rows'.
+            let axes: Vec<&str> = token_axes.iter().copied().filter(|a| !spec.uses_axis(a)).collect();
+            if !axes.is_empty() {
+                *g = b.psum(*g, &axes);
             }
         }
         for (g, ps) in grads.iter().zip(&specs) {
             b.set_name(*g, &format!("d{}", ps.name));
         }
-        let loss = if has_dp {
-            b.pmean(local_loss, &["dp"])
-        } else {
+        let loss = if token_axes.is_empty() {
             local_loss
+        } else {
+            b.pmean(local_loss, &token_axes)
         };
         b.set_name(loss, "loss");
         marks.1 = b.program().instrs.len();

@@ -296,6 +296,7 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     };
     Ok(crate::plan::build(&options)
         .map_err(|e| ExecError::Input(e.to_string()))?

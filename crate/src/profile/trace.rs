@@ -229,6 +229,7 @@ mod tests {
                 specs: vec![],
             },
             combine_all_reduces: false,
+            cp_order: Default::default(),
         })
         .unwrap()
     }

@@ -272,6 +272,7 @@ fn options(parallel: Parallel, combine: bool) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel,
         combine_all_reduces: combine,
+        cp_order: Default::default(),
     }
 }
 

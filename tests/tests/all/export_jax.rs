@@ -46,6 +46,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     }
 }
 

@@ -43,6 +43,7 @@ fn options(g: &Value) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     }
 }
 

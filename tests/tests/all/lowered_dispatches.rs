@@ -30,6 +30,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
         rng_layout: RngLayout::Original,
         parallel,
         combine_all_reduces: true,
+        cp_order: Default::default(),
     }
 }
 

@@ -1,11 +1,13 @@
 //! The integration tests, one binary so the suite links once: a module per area.
 //! One area alone: `cargo test -p shardlab-tests -- collectives::`.
+mod attention_blocks;
 mod attention_fused;
 mod auto_equivalence;
 mod auto_property;
 mod autodiff_vjp;
 mod collectives;
 mod combine;
+mod context_parallel;
 mod export_jax;
 mod gpu_runtime;
 mod jax_parity;

@@ -161,6 +161,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     }
 }
 

@@ -65,6 +65,7 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
                 dropout_key: DropoutKey::FoldIn,
             },
             combine_all_reduces: false,
+            cp_order: Default::default(),
         };
         pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts))
             .unwrap()

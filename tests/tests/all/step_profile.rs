@@ -32,6 +32,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     }
 }
 

@@ -31,6 +31,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
         rng_layout: RngLayout::Partitionable,
         parallel: Parallel::None,
         combine_all_reduces: false,
+        cp_order: Default::default(),
     }
 }
 

@@ -102,6 +102,7 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
         | Op::SoftmaxCausal
         | Op::SoftmaxCausalGrad
         | Op::Attention { .. }
+        | Op::AttentionCombine
         | Op::CrossEntropy
         | Op::CrossEntropyGrad
         | Op::Gather
