@@ -190,6 +190,24 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
                 "has no gradient rule (second-order or optimizer op)",
             ));
         }
+        Op::SeqTake { dim, seq } => {
+            let len = b.shape(x[0])[*dim];
+            vec![Some(b.emit1(
+                Op::SeqPut {
+                    dim: *dim,
+                    seq: seq.clone(),
+                    len,
+                },
+                &[ct],
+            ))]
+        }
+        Op::SeqPut { dim, seq, .. } => vec![Some(b.emit1(
+            Op::SeqTake {
+                dim: *dim,
+                seq: seq.clone(),
+            },
+            &[ct],
+        ))],
         // Ring attention's merge of partial attentions: its region's custom VJP differentiates
         // the blocks from the combined o and lse instead (Builder::custom_vjp).
         Op::AttentionCombine => {

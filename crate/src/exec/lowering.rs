@@ -1,6 +1,6 @@
 //! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
 //! both run exactly the same decomposition.
-use crate::ir::{numel, strides, AttnSeq, Instr, Op, Program, SeqBlock};
+use crate::ir::{numel, strides, AttnSeq, Instr, Op, Program, Runs, SeqBlock};
 use crate::reference::attention::Blocks;
 use crate::reference::copy::Strided;
 use crate::reference::matmul::MatmulShape;
@@ -273,6 +273,23 @@ pub fn on_devices(c: &Strided, devices: usize, blocks: (usize, usize)) -> Stride
     }
 }
 
+/// Where device `device`'s `len` rows of sequence block `block` sit in the global sequence.
+pub fn seq_runs(
+    block: &SeqBlock,
+    len: usize,
+    mesh: Option<&Mesh>,
+    device: usize,
+) -> Result<Runs, crate::sharding::ShardingError> {
+    let index = match mesh {
+        Some(m) if !block.axes().is_empty() => {
+            let axes: Vec<&str> = block.axes().iter().map(String::as_str).collect();
+            m.axes_index(device, &axes)?
+        }
+        _ => 0,
+    };
+    Ok(block.runs(index, len))
+}
+
 /// Where device `device`'s rows of an attention over q of `tq` rows and keys of `tk` rows sit
 /// in the global sequence (`seq` of the op; a program without a mesh has whole sides).
 pub fn attention_blocks(
@@ -282,19 +299,10 @@ pub fn attention_blocks(
     mesh: Option<&Mesh>,
     device: usize,
 ) -> Result<Blocks, crate::sharding::ShardingError> {
-    let index = |b: &SeqBlock| -> Result<usize, crate::sharding::ShardingError> {
-        match mesh {
-            Some(m) if !b.axes().is_empty() => {
-                let axes: Vec<&str> = b.axes().iter().map(String::as_str).collect();
-                m.axes_index(device, &axes)
-            }
-            _ => Ok(0),
-        }
-    };
     Ok(Blocks {
         tk,
-        q: seq.q.runs(index(&seq.q)?, tq),
-        kv: seq.kv.runs(index(&seq.kv)?, tk),
+        q: seq_runs(&seq.q, tq, mesh, device)?,
+        kv: seq_runs(&seq.kv, tk, mesh, device)?,
     })
 }
 

@@ -1,4 +1,4 @@
-use super::lowering::{attention_blocks, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose};
+use super::lowering::{attention_blocks, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
 use crate::reference as r;
@@ -422,6 +422,24 @@ fn eval_local(
             r::attention::backward_blocks(f(0), f(1), f(2), &saved, s, &b)
                 .map(Tensor::F32)
                 .to_vec()
+        }
+        Op::SeqTake { dim, seq } => {
+            let len = out_shape(0)[*dim];
+            let runs = seq_runs(seq, len, prog.mesh.as_ref(), device).map_err(|e| ExecError::Input(e.to_string()))?;
+            let s = r::seq::SeqShape::of(shape(0), *dim, len);
+            vec![match get(0) {
+                Tensor::F32(x) => Tensor::F32(r::seq::take(x, &s, &runs)),
+                Tensor::U32(x) => Tensor::U32(r::seq::take(x, &s, &runs)),
+            }]
+        }
+        Op::SeqPut { dim, seq, .. } => {
+            let len = shape(0)[*dim];
+            let runs = seq_runs(seq, len, prog.mesh.as_ref(), device).map_err(|e| ExecError::Input(e.to_string()))?;
+            let s = r::seq::SeqShape::of(out_shape(0), *dim, len);
+            vec![match get(0) {
+                Tensor::F32(x) => Tensor::F32(r::seq::put(x, &s, &runs)),
+                Tensor::U32(x) => Tensor::U32(r::seq::put(x, &s, &runs)),
+            }]
         }
         Op::AttentionCombine => {
             let dh = *shape(0).last().unwrap_or(&1);

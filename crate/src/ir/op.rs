@@ -1,4 +1,4 @@
-use super::{AttnSeq, DType, IrError, ValueInfo};
+use super::{AttnSeq, DType, IrError, SeqBlock, ValueInfo};
 
 pub use crate::rng::RngLayout;
 
@@ -170,6 +170,21 @@ pub enum Op {
         axes: Vec<String>,
         parts: usize,
     },
+    /// The rows of dimension `dim` at the global positions of the device's sequence block `seq`
+    /// (`dim` holds the whole sequence): context parallelism's slice of a replicated array by
+    /// sequence position, `jax.lax.dynamic_slice_in_dim` at `axis_index * L` for a contiguous
+    /// block and one per chunk for zig-zag. Any dtype.
+    SeqTake {
+        dim: usize,
+        seq: SeqBlock,
+    },
+    /// The transpose of SeqTake: its rows placed at their positions of a zero array of `len`
+    /// rows along `dim` (`jax.lax.dynamic_update_slice` into zeros).
+    SeqPut {
+        dim: usize,
+        seq: SeqBlock,
+        len: usize,
+    },
     /// key -> each device's block of `jax.random.bits(key, global)` (a partitionable layout),
     /// the global array split as `spec` says; `shape` is the local block shape.
     RandomBitsBlock {
@@ -314,7 +329,8 @@ impl Op {
             Op::Ppermute { .. } => "ppermute",
             Op::AllToAll { .. } => "all_to_all",
             Op::FoldInAxisIndex { .. } => "random_fold_in",
-            Op::ShardSlice { .. } => "dynamic_slice",
+            Op::ShardSlice { .. } | Op::SeqTake { .. } => "dynamic_slice",
+            Op::SeqPut { .. } => "dynamic_update_slice",
             Op::RandomBitsBlock { .. } => "random_bits",
             Op::Pcast { .. } => "pcast",
             Op::SgdUpdate { .. } => "sgd_update",
@@ -398,6 +414,8 @@ impl Op {
             Op::ShardSlice { dim, axes, parts } => {
                 format!("dimension={dim} index=axis_index({}) of {parts}", axes_text(axes))
             }
+            Op::SeqTake { dim, seq } => format!("dimension={dim} rows={}", seq.text()),
+            Op::SeqPut { dim, seq, len } => format!("dimension={dim} rows={} of {len}", seq.text()),
             Op::RandomBitsBlock {
                 global,
                 spec,
@@ -785,6 +803,45 @@ impl Op {
                     ));
                 }
                 shape[*dim] /= parts;
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
+            }
+            Op::SeqTake { dim, seq } => {
+                want(1)?;
+                let mut shape = s(0);
+                let parts = match seq {
+                    SeqBlock::Whole => 1,
+                    SeqBlock::Part { parts, .. } => *parts,
+                };
+                let chunks = match seq {
+                    SeqBlock::Part {
+                        order: super::CpOrder::Zigzag,
+                        ..
+                    } => 2 * parts,
+                    _ => parts,
+                };
+                if *dim >= shape.len() || parts == 0 || shape[*dim] % chunks != 0 {
+                    return err(format!(
+                        "cannot cut dimension {dim} of {shape:?} into {chunks} equal chunks"
+                    ));
+                }
+                shape[*dim] /= parts;
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
+            }
+            Op::SeqPut { dim, seq, len } => {
+                want(1)?;
+                let mut shape = s(0);
+                if *dim >= shape.len() || seq.global_len(shape[*dim]) != *len {
+                    return err(format!("{shape:?} is not a block of {len} rows of dimension {dim}"));
+                }
+                shape[*dim] = *len;
                 Ok(vec![ValueInfo {
                     shape,
                     dtype: ins[0].dtype,

@@ -93,6 +93,7 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
             }
             // A block of the sequence is picked by the device's index: it varies along those axes.
             Op::Attention { seq, .. } | Op::AttentionGrad { seq, .. } => axes.extend(seq.axes()),
+            Op::SeqTake { seq, .. } | Op::SeqPut { seq, .. } => axes.extend(seq.axes().iter().cloned()),
             _ => {}
         }
         for o in &ins.outputs {

@@ -1,6 +1,6 @@
 use super::ring::{ring_attention, Ring, RingDropout};
 use super::{Attention, GptConfig};
-use crate::ir::{Builder, Op, RngLayout, ValueId};
+use crate::ir::{Builder, Op, RngLayout, SeqBlock, ValueId};
 use crate::sharding::PartitionSpec;
 
 /// The values a forward pass reads: parameters in `param_specs` order, tokens, targets,
@@ -31,6 +31,8 @@ pub struct Local {
     /// column-parallel matmuls and a psum_scatter (all-gather in the backward) the psum after
     /// the row-parallel ones.
     pub sp: bool,
+    /// Where the sequence is split: this device's block of it (the rows of wpe it reads).
+    pub rows: Option<SeqBlock>,
     /// Context parallelism: the sequence split over a ring, attention as ring attention.
     pub ring: Option<Ring>,
     /// Dropout masks as this device's block of the one-device run's (bit for bit), where the
@@ -45,6 +47,10 @@ pub struct MaskBlocks {
     pub batch: Option<String>,
     pub seq: Option<String>,
     pub heads: Option<String>,
+    /// A residual-stream block no spec describes (zig-zag's two chunks): its rows are taken
+    /// from the bits of the whole sequence, as a JAX user slices `jax.random.bits` of the
+    /// global shape.
+    pub rows: Option<SeqBlock>,
 }
 
 impl Local {
@@ -56,6 +62,7 @@ impl Local {
             tp: None,
             seq: cfg.seq,
             sp: false,
+            rows: None,
             ring: None,
             masks: None,
         }
@@ -130,7 +137,23 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
         None => b.dropout(x, key, cfg.dropout, a.rng_layout),
         Some(m) => {
             let shape = b.shape(x);
-            let bits = block_bits(b, key, &shape, mask_spec(m, shape.len(), site == 0), a.rng_layout);
+            let bits = match (&m.rows, site) {
+                (Some(rows), 1 | 2) => {
+                    // The whole sequence's bits of the device's batch block, then its rows.
+                    let mut whole = shape.clone();
+                    whole[1] = cfg.seq;
+                    let spec = PartitionSpec::from_axes(&[m.batch.as_deref()]);
+                    let all = block_bits(b, key, &whole, spec, a.rng_layout);
+                    b.emit1(
+                        Op::SeqTake {
+                            dim: 1,
+                            seq: rows.clone(),
+                        },
+                        &[all],
+                    )
+                }
+                _ => block_bits(b, key, &shape, mask_spec(m, shape.len(), site == 0), a.rng_layout),
+            };
             b.emit1(Op::Dropout { rate: cfg.dropout }, &[x, bits])
         }
     }
@@ -156,7 +179,18 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
     let p = a.params;
 
     let tok = b.take(p[0], a.tokens); // (B, T, C)
-    let mut x = b.add(tok, p[1]); // + wpe (T, C)
+                                      // Where the sequence is split, the device's rows of wpe (its positions).
+    let wpe = match &a.local.rows {
+        Some(rows) => b.emit1(
+            Op::SeqTake {
+                dim: 0,
+                seq: rows.clone(),
+            },
+            &[p[1]],
+        ),
+        None => p[1],
+    };
+    let mut x = b.add(tok, wpe); // + wpe (T, C)
     b.set_name(x, "x0");
 
     for l in 0..cfg.layers {

@@ -12,13 +12,18 @@ use crate::sharding::{Mesh, PartitionSpec};
 
 /// The in_sharding of a parameter under `strategy`: shard_map mode's specs, except that
 /// w_qkv and b_qkv keep their stored shapes (columns split over "tp"; the partitioner
-/// reshards where the model views them per head).
+/// reshards where the model views them per head), and wpe is split like the sequence where
+/// the strategy splits it (the shard_map body takes its rows from a replicated wpe instead,
+/// which zig-zag's two chunks need).
 pub fn auto_param_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
     let tp = strategy.is_megatron();
-    match leaf {
-        "w_qkv" if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
-        "b_qkv" if tp => PartitionSpec::from_axes(&[Some("tp")]),
+    match (leaf, strategy.seq_axis()) {
+        ("w_qkv", _) if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
+        ("b_qkv", _) if tp => PartitionSpec::from_axes(&[Some("tp")]),
+        // Read by sequence position: split like the sequence, so each device holds (and
+        // updates) the rows its tokens read, and jit slices nothing.
+        ("wpe", Some(axis)) => PartitionSpec::from_axes(&[Some(axis), None]),
         _ => param_layout(cfg, strategy, mesh, ps).1,
     }
 }

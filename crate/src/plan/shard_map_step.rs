@@ -1,10 +1,10 @@
 //! The hand-written shard_map train steps: the per-device bodies a JAX user would write for
 //! data parallelism, FSDP (ZeRO-3), Megatron tensor parallelism (with sequence parallelism or
 //! not), context parallelism with ring attention, and their combinations on a 2-D mesh.
-use super::strategy::{check, check_cp, param_layout};
+use super::strategy::{check, check_cp, p, param_layout};
 use super::{DropoutKey, Mode, PlanError, Strategy};
 use crate::autodiff::grad;
-use crate::ir::{CpOrder, DType, Op, RngLayout, Role, ValueId};
+use crate::ir::{CpOrder, DType, Op, RngLayout, Role, SeqBlock, ValueId};
 use crate::model::{forward_loss, param_specs, Activations, GptConfig, Local, MaskBlocks, Optimizer, Ring, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
@@ -54,7 +54,14 @@ pub fn shard_map_train_step_ordered(
     // the same shape for every mesh size and check_vma sees the reductions.
     let has_dp = strategy.axes().contains(&"dp");
     let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
-    let batch_spec = strategy.tokens_spec();
+    // Zig-zag's two chunks are no block of a spec: every "cp" device gets the whole sequence
+    // of tokens (a few bytes a row) and takes its rows.
+    let zigzag = strategy.is_cp() && cp_order == CpOrder::Zigzag;
+    let batch_spec = if zigzag {
+        p(&[has_dp.then_some("dp"), None])
+    } else {
+        strategy.tokens_spec()
+    };
     // The axes that split the tokens: the loss is their mean, replicated gradients their sum.
     let token_axes = strategy.token_axes();
     let tokens_split: usize = token_axes
@@ -120,7 +127,27 @@ pub fn shard_map_train_step_ordered(
     let program = shard_map(mesh, &args, &out_specs, |b, vals| {
         let params = &vals[..n];
         let state = &vals[n..n + n * opt.slots()];
-        let (tokens, targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
+        let (mut tokens, mut targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
+        // This device's block of the sequence, where it is split.
+        let rows = seq_axis.map(|axis| SeqBlock::Part {
+            axes: vec![axis.to_string()],
+            parts: seq_parts,
+            shift: 0,
+            order: cp_order,
+        });
+        if let (true, Some(rows)) = (zigzag, &rows) {
+            let take = |b: &mut crate::ir::Builder, x| {
+                b.emit1(
+                    Op::SeqTake {
+                        dim: 1,
+                        seq: rows.clone(),
+                    },
+                    &[x],
+                )
+            };
+            tokens = take(b, tokens);
+            targets = take(b, targets);
+        }
 
         // FSDP: gather each sharded parameter before use (its transpose reduce-scatters the grad).
         let full: Vec<ValueId> = params
@@ -150,6 +177,7 @@ pub fn shard_map_train_step_ordered(
             tp: (tp > 1 || strategy.axes().contains(&"tp")).then(|| "tp".to_string()),
             seq: cfg.seq / seq_parts,
             sp: strategy == Strategy::TpSp,
+            rows: rows.clone(),
             ring: strategy.is_cp().then(|| Ring {
                 axis: "cp".into(),
                 size: seq_parts,
@@ -161,6 +189,7 @@ pub fn shard_map_train_step_ordered(
                 batch: has_dp.then(|| "dp".into()),
                 seq: Some(s.into()),
                 heads: strategy.is_megatron().then(|| "tp".into()),
+                rows: rows.clone().filter(|_| zigzag),
             }),
         };
         let acts = Activations {

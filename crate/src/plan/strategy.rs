@@ -188,11 +188,6 @@ pub(super) fn param_layout(
 ) -> (Vec<usize>, PartitionSpec) {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
     let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
-    // The position embedding is read by sequence position: where the sequence is split, each
-    // device holds the rows of its block (its gradient is then its own, like FSDP's blocks).
-    if let (Some(axis), "wpe") = (strategy.seq_axis(), leaf) {
-        return (ps.shape.clone(), p(&[Some(axis), None]));
-    }
     if strategy.is_megatron() {
         let s = Some("tp");
         match leaf {

@@ -356,3 +356,57 @@ fn gpu_combine_matches_the_twin() {
     assert_close("combined o", &got_o, &want_o, 1e-6, 1e-5);
     assert_close("combined lse", &got_lse, &want_lse, 1e-6, 1e-6);
 }
+
+/// The rows of a sequence block, taken and put back, on the GPU as on the twin: a different
+/// block on every device, contiguous and zig-zag, f32 and u32.
+#[test]
+fn gpu_seq_rows_match_the_twin() {
+    use shardlab::kernels::seq::{self, Direction, SeqShape};
+    let ctx = gpu_or_skip!();
+    let (cp, outer, n, inner) = (4, 3, 16, 5);
+    for order in CpOrder::ALL {
+        let len = n / cp;
+        let runs: Vec<Runs> = (0..cp).map(|r| part(cp, 0, order).runs(r, len)).collect();
+        let s = SeqShape { outer, n, len, inner };
+        let whole = rand_vec(cp * outer * n * inner, 9);
+        let want: Vec<f32> = (0..cp)
+            .flat_map(|d| {
+                let x = &whole[d * outer * n * inner..(d + 1) * outer * n * inner];
+                shardlab::reference::seq::take(x, &s, &runs[d])
+            })
+            .collect();
+        let src = ctx.upload("whole", &whole).unwrap();
+        let dst = ctx.zeros("block", want.len()).unwrap();
+        let d = pollster::block_on(seq::rows(ctx, &src, &dst, &s, &runs, Direction::Take)).unwrap();
+        assert_eq!(shardlab_tests::run_dispatches(ctx, &[d], &dst), want, "take {order:?}");
+        let back: Vec<f32> = (0..cp)
+            .flat_map(|d| {
+                shardlab::reference::seq::put(
+                    &want[d * outer * len * inner..(d + 1) * outer * len * inner],
+                    &s,
+                    &runs[d],
+                )
+            })
+            .collect();
+        let out = ctx.zeros("put", back.len()).unwrap();
+        let d = pollster::block_on(seq::rows(ctx, &dst, &out, &s, &runs, Direction::Put)).unwrap();
+        assert_eq!(shardlab_tests::run_dispatches(ctx, &[d], &out), back, "put {order:?}");
+        // Every row is some device's: put back and summed over the devices, the whole array.
+        let ids: Vec<u32> = (0..(outer * n * inner) as u32).collect();
+        let taken: Vec<u32> = (0..cp)
+            .flat_map(|d| shardlab::reference::seq::take(&ids, &s, &runs[d]))
+            .collect();
+        let mut covered = vec![0u32; ids.len()];
+        for d in 0..cp {
+            let put = shardlab::reference::seq::put(
+                &taken[d * outer * len * inner..(d + 1) * outer * len * inner],
+                &s,
+                &runs[d],
+            );
+            for (c, p) in covered.iter_mut().zip(put) {
+                *c += p;
+            }
+        }
+        assert_eq!(covered, ids, "{order:?}: the blocks cover the sequence once");
+    }
+}

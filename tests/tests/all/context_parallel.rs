@@ -65,6 +65,10 @@ pub fn matrix() -> Vec<(Mode, Strategy, &'static str, CpOrder)> {
             (Strategy::DpCp, "dp=2,cp=2"),
         ] {
             cases.push((mode, strategy, mesh, CpOrder::Contiguous));
+            // Zig-zag is the ring's order: shard_map only (jit splits contiguously).
+            if mode == Mode::ShardMap && strategy.is_cp() {
+                cases.push((mode, strategy, mesh, CpOrder::Zigzag));
+            }
         }
     }
     cases

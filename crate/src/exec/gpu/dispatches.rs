@@ -103,6 +103,8 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
         | Op::SoftmaxCausalGrad
         | Op::Attention { .. }
         | Op::AttentionCombine
+        | Op::SeqTake { .. }
+        | Op::SeqPut { .. }
         | Op::CrossEntropy
         | Op::CrossEntropyGrad
         | Op::Gather

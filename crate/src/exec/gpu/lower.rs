@@ -5,7 +5,7 @@ use super::fuse::{swapped, Fusion};
 use super::slots::{Scratch, UpdatePlan};
 use crate::exec::lowering::{
     attention_blocks, on_devices, plan_broadcast, plan_into_transposed, plan_shard_slice, plan_slice, plan_transpose,
-    plan_transpose_slice,
+    plan_transpose_slice, seq_runs,
 };
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
@@ -405,6 +405,24 @@ impl Lowering<'_> {
                     blocks: &blocks,
                 };
                 one(k::attention::forward(ctx, &b, &s).await?)
+            }
+            Op::SeqTake { dim, seq } | Op::SeqPut { dim, seq, .. } => {
+                let take = matches!(ins.op, Op::SeqTake { .. });
+                let (whole, block) = if take {
+                    (shape(0), prog.shape(ins.outputs[0]).to_vec())
+                } else {
+                    (prog.shape(ins.outputs[0]).to_vec(), shape(0))
+                };
+                let runs: Vec<Runs> = (0..devices)
+                    .map(|d| seq_runs(seq, block[*dim], prog.mesh.as_ref(), d).map_err(input))
+                    .collect::<Result<_, _>>()?;
+                let s = k::seq::SeqShape::of(&whole, *dim, block[*dim]);
+                let direction = if take {
+                    k::seq::Direction::Take
+                } else {
+                    k::seq::Direction::Put
+                };
+                one(k::seq::rows(ctx, x(0), y(0), &s, &runs, direction).await?)
             }
             Op::AttentionCombine => {
                 let s = attention_shape(&shape(0), 1.0, 0.0, devices);

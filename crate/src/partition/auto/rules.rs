@@ -219,6 +219,8 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
         | Op::Pcast { .. }
         | Op::FoldInAxisIndex { .. }
         | Op::ShardSlice { .. }
+        | Op::SeqTake { .. }
+        | Op::SeqPut { .. }
         | Op::RandomBitsBlock { .. } => {
             return Err(PartitionError::Invalid {
                 what: format!("jit: `{}`", op.name()),
