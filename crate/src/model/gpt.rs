@@ -223,6 +223,7 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
 
     // attention
     let hn = b.layer_norm(x, ln1_g, ln1_b);
+    b.set_name(hn, &format!("h{l}.ln1"));
     let hn = col_in(b, a, hn);
     let w_qkv = b.reshape(w_qkv, &[d, 3 * h * dh]); // columns: (3, H, Dh)
     let b_qkv = b.reshape(b_qkv, &[3 * h * dh]);
@@ -286,6 +287,7 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
     let y = b.transpose(y, &[0, 2, 1, 3]); // (B, T, H, Dh)
     let y = b.reshape(y, &[bsz, t, h * dh]);
     let y = b.matmul(y, w_proj);
+    b.set_name(y, &format!("h{l}.proj"));
     let y = row_out(b, a, y);
     let y = b.add(y, b_proj);
     let y = dropout(b, cfg, a, y, l, 1);
@@ -294,10 +296,12 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
 
     // MLP
     let hn = b.layer_norm(x, ln2_g, ln2_b);
+    b.set_name(hn, &format!("h{l}.ln2"));
     let hn = col_in(b, a, hn);
     let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
     let f = b.gelu(f);
     let f = b.matmul(f, w_out);
+    b.set_name(f, &format!("h{l}.mlp"));
     let f = row_out(b, a, f);
     let f = b.add(f, b_out);
     let f = dropout(b, cfg, a, f, l, 2);

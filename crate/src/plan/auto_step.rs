@@ -1,7 +1,7 @@
 //! The train step of a strategy in automatic mode: the global step (forward, autodiff
 //! backward, update) under jit, with the strategy expressed only through shardings.
 use super::spec_names::{resolve_spec, SpecTarget};
-use super::strategy::{check, param_layout};
+use super::strategy::{check, param_layout, sequence_parallel_constraints};
 use super::{PlanError, Strategy};
 use std::collections::BTreeMap;
 
@@ -80,7 +80,13 @@ pub(super) fn jit_train_step(
     let prog = &global.program;
     let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
     let mut constraints: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
-    for (name, spec) in overrides {
+    // The strategy's own constraints first, so a user's spec on the same value wins.
+    let implicit = if strategy == Strategy::TpSp {
+        sequence_parallel_constraints(cfg)
+    } else {
+        vec![]
+    };
+    for (name, spec) in implicit.iter().chain(overrides) {
         match resolve_spec(&specs, prog, mesh, name, spec)? {
             SpecTarget::Params(hits) => hits.into_iter().for_each(|i| pspec[i] = spec.clone()),
             SpecTarget::Values {

@@ -319,3 +319,29 @@ pub(super) fn check_cp(
     }
     Ok(())
 }
+
+/// Sequence parallelism's shardings in automatic mode, as `with_sharding_constraint`s on the
+/// step's named values (what MaxText's logical axis rules do): the residual stream split on the
+/// sequence over "tp", each layer norm's output whole before the column-parallel matmul (the
+/// partitioner all-gathers it), and each row-parallel matmul's output split on the sequence
+/// (the partitioner reduce-scatters its partial sums). Without them propagation would split the
+/// sequence through the matmuls and gather the weights instead. (They pin forward values only:
+/// the backward is what propagation makes of the cotangents.)
+pub(super) fn sequence_parallel_constraints(cfg: &GptConfig) -> Vec<(String, PartitionSpec)> {
+    let seq = p(&[None, Some("tp"), None]);
+    let whole = PartitionSpec::replicated();
+    let mut out = vec![("x0".to_string(), seq.clone())];
+    for l in 0..cfg.layers {
+        for (name, spec) in [
+            ("ln1", &whole),
+            ("proj", &seq),
+            ("x_att", &seq),
+            ("ln2", &whole),
+            ("mlp", &seq),
+            ("x_mlp", &seq),
+        ] {
+            out.push((format!("h{l}.{name}"), spec.clone()));
+        }
+    }
+    out
+}

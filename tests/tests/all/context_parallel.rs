@@ -63,6 +63,8 @@ pub fn matrix() -> Vec<(Mode, Strategy, &'static str, CpOrder)> {
             (Strategy::Cp, "cp=2"),
             (Strategy::Cp, "cp=4"),
             (Strategy::DpCp, "dp=2,cp=2"),
+            (Strategy::TpSp, "tp=2"),
+            (Strategy::TpSp, "tp=4"),
         ] {
             cases.push((mode, strategy, mesh, CpOrder::Contiguous));
             // Zig-zag is the ring's order: shard_map only (jit splits contiguously).

@@ -20,6 +20,8 @@ mod kernels_matmul;
 mod kernels_nn;
 mod kernels_optimizer;
 mod kernels_random;
+mod long_sequence_counts;
+mod long_sequence_jax;
 mod lowered_dispatches;
 mod optimizer_packing;
 mod program_summary;
