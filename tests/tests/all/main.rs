@@ -22,6 +22,7 @@ mod kernels_optimizer;
 mod kernels_random;
 mod long_sequence_counts;
 mod long_sequence_jax;
+mod long_sequence_memory;
 mod lowered_dispatches;
 mod optimizer_packing;
 mod program_summary;
