@@ -61,6 +61,10 @@ pub struct Prediction {
     pub largest_tensor: TensorBytes,
     /// Each kind's collectives, their whole transfer time whether hidden or not.
     pub collectives: BTreeMap<&'static str, CollectiveCost>,
+    /// Of each kind's time in flight on the timeline (per device), the fraction during which
+    /// the compute stream ran ops: how much of ring attention's permutes the blocks' attention
+    /// hides (0 without overlap).
+    pub collectives_hidden: BTreeMap<&'static str, f64>,
     pub flops_per_device: f64,
     pub launches: usize,
     /// The device profile's figures that are estimates.
@@ -118,6 +122,20 @@ pub fn model_step(
         total: summary.total_bytes,
     };
     let held = bytes_per_device.total * copies as u64;
+    let mut collectives_hidden = BTreeMap::new();
+    for kind in CollectiveKind::ALL {
+        let of_kind: std::collections::HashSet<usize> = summary
+            .collectives
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.instr)
+            .collect();
+        if !of_kind.is_empty() {
+            let (flight, hidden) = timeline.comm_hidden_ms(|i| of_kind.contains(&i));
+            let share = if flight > 0.0 { hidden / flight } else { 0.0 };
+            collectives_hidden.insert(kind.hlo_name(), share);
+        }
+    }
     let prediction = Prediction {
         device: device.name.clone(),
         device_label: device.label.clone(),
@@ -132,6 +150,7 @@ pub fn model_step(
         fits: held <= device.memory_bytes,
         largest_tensor: summary.largest_tensor.clone(),
         collectives,
+        collectives_hidden,
         flops_per_device: flops,
         launches,
         estimated: device.estimated.clone(),

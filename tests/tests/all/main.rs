@@ -20,6 +20,7 @@ mod kernels_matmul;
 mod kernels_nn;
 mod kernels_optimizer;
 mod kernels_random;
+mod long_sequence_cost;
 mod long_sequence_counts;
 mod long_sequence_jax;
 mod long_sequence_memory;

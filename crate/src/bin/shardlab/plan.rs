@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use shardlab::exec::Parallel;
-use shardlab::profile::{model_step, OpSource, Placement, Trace};
+use shardlab::profile::{attention_balance, model_step, OpSource, Placement, Trace};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -87,6 +87,8 @@ pub fn run(mut args: Args) -> Result<(), String> {
         v["rng"] = rng.into();
         v["config"] = serde_json::to_value(&opts.config).map_err(|e| e.to_string())?;
         v["kind"] = "modelled".into();
+        v["attention_balance"] =
+            serde_json::to_value(attention_balance(&planned.step.program)).map_err(|e| e.to_string())?;
         println!("{v}");
         return Ok(());
     }
@@ -118,11 +120,18 @@ pub fn run(mut args: Args) -> Result<(), String> {
     }
     for (kind, c) in &p.collectives {
         if c.count > 0 {
+            let hidden = match p.collectives_hidden.get(kind) {
+                Some(h) if p.overlap => format!(", {:.0}% of it hidden behind compute", 100.0 * h),
+                _ => String::new(),
+            };
             println!(
-                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms in flight",
+                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms in flight{hidden}",
                 c.count, c.bytes, c.hops, c.ms
             );
         }
+    }
+    if let Some(b) = attention_balance(&planned.step.program) {
+        crate::balance::print(&b, "  ");
     }
     let b = &p.bytes_per_device;
     println!(
