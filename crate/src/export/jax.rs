@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::ExportError;
-use crate::ir::{Program, RngLayout, Role};
+use crate::ir::{CpOrder, Program, RngLayout, Role};
 use crate::model::{param_specs, DataSource, Dataset, Init, Optimizer};
 use crate::plan::{self, DropoutKey, Parallel, Strategy, TrainerOptions};
 use crate::sharding::PartitionSpec;
@@ -39,8 +39,17 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
         Parallel::None => SINGLE.to_string(),
         Parallel::ShardMap {
             strategy, dropout_key, ..
-        } => shard_map_section(&program, &names, *strategy, *dropout_key),
-        Parallel::Auto { specs, .. } => auto_section(&program, &names, &constraints(cfg, &names, specs)?),
+        } => shard_map_section(&program, &names, *strategy, *dropout_key, opts.cp_order),
+        Parallel::Auto { specs, strategy, .. } => {
+            // The strategy's own constraints (sequence parallelism's), then the user's.
+            let mut all = if *strategy == Strategy::TpSp {
+                plan::sequence_parallel_constraints(cfg)
+            } else {
+                vec![]
+            };
+            all.extend(specs.iter().cloned());
+            auto_section(&program, &names, &constraints(cfg, &names, &all)?)
+        }
     };
     let header = HEADER
         .replace("{{SUMMARY}}", &summary(opts, steps))
@@ -129,8 +138,9 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
             mesh,
             dropout_key,
         } => format!(
-            "shard_map: strategy {} on the mesh {}, dropout keys {}.",
+            "shard_map: strategy {}{} on the mesh {}, dropout keys {}.",
             strategy.name(),
+            cp_text(*strategy, opts.cp_order),
             mesh_text(mesh),
             match dropout_key {
                 DropoutKey::Same => "the same on every device",
@@ -138,8 +148,9 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
             }
         ),
         Parallel::Auto { strategy, mesh, specs } => format!(
-            "Automatic partitioning (jit with shardings): strategy {} on the mesh {}{}.",
+            "Automatic partitioning (jit with shardings): strategy {}{} on the mesh {}{}.",
             strategy.name(),
+            cp_text(*strategy, opts.cp_order),
             mesh_text(mesh),
             if specs.is_empty() {
                 String::new()
@@ -180,6 +191,15 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
     s
 }
 
+/// ` (zigzag order)` for context parallelism, else nothing.
+fn cp_text(strategy: Strategy, order: CpOrder) -> String {
+    if strategy.is_cp() {
+        format!(" ({} order)", order.name())
+    } else {
+        String::new()
+    }
+}
+
 /// `dp=2,tp=2`, as `--mesh` takes it.
 fn mesh_text(mesh: &crate::sharding::Mesh) -> String {
     let axes: Vec<String> = mesh.axes().iter().map(|(n, s)| format!("{n}={s}")).collect();
@@ -218,7 +238,7 @@ fn constraints(
     let leaf = |p: &String| p.rsplit('.').next().unwrap_or(p).to_string();
     let mut pinnable: Vec<String> = ["x0", "logits", "loss"].map(String::from).to_vec();
     for l in 0..cfg.layers {
-        pinnable.extend(["qkv", "att", "x_att", "x_mlp"].map(|v| format!("h{l}.{v}")));
+        pinnable.extend(["ln1", "qkv", "att", "proj", "x_att", "ln2", "mlp", "x_mlp"].map(|v| format!("h{l}.{v}")));
     }
     pinnable.extend(params.iter().map(|p| format!("d{p}")));
     pinnable.extend(params.iter().map(|p| format!("{p}'")));
@@ -230,8 +250,9 @@ fn constraints(
         if !pinnable.contains(name) {
             return Err(ExportError(format!(
                 "--spec {name}={spec}: the exported JAX model has no point for a \
-                 with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.qkv, hN.att, \
-                 hN.x_att, hN.x_mlp, a gradient (dh0.w_fc) or an updated parameter (h0.w_fc'): \
+                 with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.ln1, hN.qkv, hN.att, \
+                 hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a gradient (dh0.w_fc) or an updated \
+                 parameter (h0.w_fc'): \
                  drop this --spec to export"
             )));
         }
@@ -241,7 +262,13 @@ fn constraints(
 }
 
 /// The section for `Parallel::ShardMap`: the strategy's body with its layouts.
-fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dropout_key: DropoutKey) -> String {
+fn shard_map_section(
+    program: &Program,
+    names: &[String],
+    strategy: Strategy,
+    dropout_key: DropoutKey,
+    cp_order: CpOrder,
+) -> String {
     let mut layout = String::from("PARAM_LAYOUT = {\n");
     for (pos, (value, role)) in program.inputs.iter().enumerate() {
         if let Role::Param(i) = role {
@@ -284,8 +311,21 @@ fn shard_map_section(program: &Program, names: &[String], strategy: Strategy, dr
         DropoutKey::Same => "\"same\"",
         DropoutKey::FoldIn => "\"fold_in\"",
     };
+    let seq_split = strategy.seq_axis().is_some();
+    let batch_spec = input_spec(program, Role::Tokens);
     SHARD_MAP
         .replace("{{STRATEGY}}", strategy.name())
+        .replace("{{SP}}", if strategy == Strategy::TpSp { "True" } else { "False" })
+        .replace("{{CP_AXIS}}", &axis("cp"))
+        .replace("{{CP_ORDER}}", &format!("\"{}\"", cp_order.name()))
+        .replace(
+            "{{BATCH_SPEC}}",
+            &if seq_split || strategy.axes().contains(&"dp") {
+                py_spec(&batch_spec)
+            } else {
+                "P()".into()
+            },
+        )
         .replace("{{STRATEGY_DOC}}", doc)
         .replace("{{PARAM_LAYOUT}}", &layout)
         .replace("{{DP_AXIS}}", &axis("dp"))

@@ -327,7 +327,7 @@ pub(super) fn check_cp(
 /// (the partitioner reduce-scatters its partial sums). Without them propagation would split the
 /// sequence through the matmuls and gather the weights instead. (They pin forward values only:
 /// the backward is what propagation makes of the cotangents.)
-pub(super) fn sequence_parallel_constraints(cfg: &GptConfig) -> Vec<(String, PartitionSpec)> {
+pub fn sequence_parallel_constraints(cfg: &GptConfig) -> Vec<(String, PartitionSpec)> {
     let seq = p(&[None, Some("tp"), None]);
     let whole = PartitionSpec::replicated();
     let mut out = vec![("x0".to_string(), seq.clone())];
