@@ -1,23 +1,32 @@
-// Fused causal attention, FlashAttention-2's arithmetic: q, k, v, o, do, dq, dk, dv viewed
-// (heads, T, Dh) with heads = every device's B*H; lse (heads, T); the backward's rows
+// Fused causal attention, FlashAttention-2's arithmetic: q, o, do, dq (heads, T, Dh) and k, v,
+// dk, dv (heads, Tk, Dh) with heads = every device's B*H; lse (heads, T); the backward's rows
 // (lse, delta) (heads, T, 2).
 //
 // A workgroup holds WG rows of one head (queries in forward/dq, keys in dk/dv) and walks the
 // other side in tiles of TILE rows staged in workgroup memory, so each row it needs is read
 // from storage once per workgroup, not once per lane. Causality bounds every walk: query i
-// sees keys j <= i.
+// sees key j when pos_k(j) <= pos_q(i), in global sequence positions. One device's whole
+// sequence has pos(i) = i; under context parallelism each device holds blocks of it (its
+// queries; the keys a ring step brought), each at most two runs of consecutive positions
+// (zig-zag holds an early and a late chunk): row i < chunk at start0 + i, else at
+// start1 + i - chunk, the starts per device in `offsets`. A tile no query of the workgroup
+// can see is skipped whole; a query row that sees no key gets o = 0 and lse = LOWEST.
 // - forward: an online softmax (running max m, sum l, weighted sum of v rescaled whenever m
 //   grows); o = acc / l, lse = m + log(l). No (T, T) array is written.
 // - backward: p = exp(s - lse) recomputed; dp = keep * do.v; ds = scale * p * (dp - delta)
 //   with delta = do.o (the softmax's row sum of p * dp); dq = ds k, dk = ds q, dv = p keep do.
-//   One kernel per output, so no kernel binds more than WebGPU's 8 storage buffers.
+//   One kernel per output, so no kernel binds more than WebGPU's 8 storage buffers. With
+//   blocks, o and lse are the rows' whole attention (ring attention's blocks combined).
+// - combine: two partial attentions of the same rows merged (ring attention's accumulation).
 // Dropout: keep = uniform(bits) < 1 - rate with jax.random's construction (dropout.wgsl);
 // kept probabilities are scaled by 1/keep rounded to f32. The bits either arrive in `words`
-// (heads, T, T), made by a random_bits launch, or are drawn in place from the key in `words`
+// (heads, T, Tk), made by a random_bits launch, or are drawn in place from the key in `words`
 // with the counters of the prelude (threefry.wgsl): head h is local head h mod heads_per_dev
-// of device h / heads_per_dev, whose (B, H, T, T) block of the global bits starts at
-// offsets[4d..4d+4] (canonical rank 4). Both give the same bits, so no (T, T) array is held.
-// Grid: (ceil(T / WG), heads) workgroups, heads past 65535 folded into z.
+// of device h / heads_per_dev; its row of the global (..., T, T) bits is the element of the
+// device's block of the leading dims (start offsets[8d..8d+4], canonical rank 4), and the bits
+// of (h, i, j) are element (row * seq + pos_q(i)) * seq + pos_k(j). Both give the same bits, so
+// no (T, T) array is held.
+// Grid: (ceil(rows / WG), heads) workgroups, heads past 65535 folded into z.
 
 const WG: u32 = 64u;
 const TILE: u32 = 16u;
@@ -28,7 +37,7 @@ const LOWEST: f32 = -3.4028234e38;
 
 struct Params {
     heads: u32,
-    t: u32,
+    t: u32,             // query rows per head
     dh: u32,
     dropout: u32,       // 0 none, 1 bits in `words`, 2 bits drawn from the key in `words`
     scale: f32,         // on the scores: 1/sqrt(Dh)
@@ -36,18 +45,22 @@ struct Params {
     keep_scale: f32,    // rng::keep_scale(keep)
     heads_per_dev: u32, // B*H of one device
     n_global: u32,      // the draw (random.wgsl's Params): elements of the global bits
-    n_block: u32,       // elements of one device's block, heads_per_dev * T * T
+    tk: u32,            // key rows per head
     rng_layout: u32,    // 0 original, 1 partitionable
     key_stride: u32,    // words between devices' keys: 0 (shared) or 2
-    block_size: vec4<u32>,
-    global_stride: vec4<u32>,
+    seq: u32,           // the global sequence length
+    q_chunk: u32,       // rows in the first run of a query block
+    k_chunk: u32,       // rows in the first run of a key block
+    pad: u32,
+    block_size: vec4<u32>,    // a device's block of the bits' leading dims (canonical)
+    global_stride: vec4<u32>, // the leading dims' global strides (canonical)
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
 @group(0) @binding(3) var<storage, read> words: array<u32>;   // the bits, or the keys
-@group(0) @binding(4) var<storage, read> offsets: array<u32>; // (devices, 4) block starts
+@group(0) @binding(4) var<storage, read> offsets: array<u32>; // (devices, 8): leading block start, q and k run starts
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> lse: array<f32>;
 @group(0) @binding(7) var<uniform> u: Params;
@@ -59,23 +72,60 @@ struct Params {
 @group(0) @binding(13) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(14) var<storage, read_write> dv: array<f32>;
 @group(0) @binding(15) var<storage, read> lse_in: array<f32>;
+@group(0) @binding(16) var<storage, read> o_a: array<f32>;
+@group(0) @binding(17) var<storage, read> lse_a: array<f32>;
+@group(0) @binding(18) var<storage, read> o_b: array<f32>;
+@group(0) @binding(19) var<storage, read> lse_b: array<f32>;
 // The composed lowering's (heads, T, T) scratch: the scores, then the kept probabilities; the
 // backward's second, dp then ds.
-@group(0) @binding(16) var<storage, read_write> scores: array<f32>;
-@group(0) @binding(17) var<storage, read_write> dscores: array<f32>;
+@group(0) @binding(20) var<storage, read_write> scores: array<f32>;
+@group(0) @binding(21) var<storage, read_write> dscores: array<f32>;
 
 var<workgroup> tile_a: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_b: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_rows: array<vec2<f32>, TILE>; // (lse, delta) of a query tile
 
+fn run_pos(s0: u32, s1: u32, chunk: u32, i: u32) -> u32 {
+    if (i < chunk) { return s0 + i; }
+    return s1 + i - chunk;
+}
+
+// The global positions of query row i and key row j of device d.
+fn pos_q(d: u32, i: u32) -> u32 {
+    return run_pos(offsets[8u * d + 4u], offsets[8u * d + 5u], u.q_chunk, i);
+}
+
+fn pos_k(d: u32, j: u32) -> u32 {
+    return run_pos(offsets[8u * d + 6u], offsets[8u * d + 7u], u.k_chunk, j);
+}
+
+// The smallest and largest position of rows a..=b of a block (each run is increasing).
+fn run_min(s0: u32, s1: u32, chunk: u32, a: u32, b: u32) -> u32 {
+    if (b < chunk || a >= chunk) { return run_pos(s0, s1, chunk, a); }
+    return min(s0 + a, s1);
+}
+
+fn run_max(s0: u32, s1: u32, chunk: u32, a: u32, b: u32) -> u32 {
+    if (b < chunk || a >= chunk) { return run_pos(s0, s1, chunk, b); }
+    return max(s0 + chunk - 1u, s1 + b - chunk);
+}
+
+fn q_max(d: u32, a: u32, b: u32) -> u32 {
+    return run_max(offsets[8u * d + 4u], offsets[8u * d + 5u], u.q_chunk, a, b);
+}
+
+fn k_min(d: u32, a: u32, b: u32) -> u32 {
+    return run_min(offsets[8u * d + 6u], offsets[8u * d + 7u], u.k_chunk, a, b);
+}
+
 // The bits of probability (h, i, j).
 fn bits_of(h: u32, i: u32, j: u32) -> u32 {
-    if (u.dropout == 1u) { return words[(h * u.t + i) * u.t + j]; }
+    if (u.dropout == 1u) { return words[(h * u.t + i) * u.tk + j]; }
     let d = h / u.heads_per_dev;
-    let l = ((h - d * u.heads_per_dev) * u.t + i) * u.t + j;
-    let o4 = 4u * d;
-    let start = vec4<u32>(offsets[o4], offsets[o4 + 1u], offsets[o4 + 2u], offsets[o4 + 3u]);
-    let g = block_element(l, start, u.block_size, u.global_stride);
+    let o8 = 8u * d;
+    let start = vec4<u32>(offsets[o8], offsets[o8 + 1u], offsets[o8 + 2u], offsets[o8 + 3u]);
+    let row = block_element(h - d * u.heads_per_dev, start, u.block_size, u.global_stride);
+    let g = (row * u.seq + pos_q(d, i)) * u.seq + pos_k(d, j);
     return counter_bits(words[d * u.key_stride], words[d * u.key_stride + 1u], g, u.n_global, u.rng_layout);
 }
 
@@ -89,14 +139,14 @@ fn head_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y + wid.z * nwg.y;
 }
 
-// Stages rows [r0, r0 + TILE) of head h of `a` (and `b`) into the tiles; rows past T read 0.
+// Stages key rows [r0, r0 + TILE) of head h of k and v into the tiles; rows past Tk read 0.
 fn stage_kv(h: u32, r0: u32, lid: u32) {
-    let base = h * u.t * u.dh;
+    let base = h * u.tk * u.dh;
     for (var e = lid; e < TILE * u.dh; e += WG) {
         let r = r0 + e / u.dh;
         var x = 0.0;
         var y = 0.0;
-        if (r < u.t) {
+        if (r < u.tk) {
             x = k[base + r * u.dh + e % u.dh];
             y = v[base + r * u.dh + e % u.dh];
         }
@@ -126,12 +176,6 @@ fn stage_q_do(h: u32, r0: u32, lid: u32) {
     }
 }
 
-// The keys of the tile at j0 that query i sees.
-fn keys_seen(i: u32, j0: u32) -> u32 {
-    if (i < j0) { return 0u; }
-    return min(TILE, i - j0 + 1u);
-}
-
 @compute @workgroup_size(64)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -140,44 +184,59 @@ fn forward(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; } // uniform: the whole workgroup leaves
+    let dev = h / u.heads_per_dev;
     let first = wid.x * WG;
     let i = first + lid;
     let live = i < u.t;
     let row = (h * u.t + i) * u.dh;
     var qi: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
+    var pi = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; acc[d] = 0.0; }
+        pi = pos_q(dev, i);
     }
     var m = LOWEST;
     var l = 0.0;
-    let end = min(first + WG, u.t);
-    for (var j0 = 0u; j0 < end; j0 += TILE) {
+    let last = min(first + WG, u.t) - 1u;
+    let seen_max = q_max(dev, first, last);
+    for (var j0 = 0u; j0 < u.tk; j0 += TILE) {
+        // A tile past every query of the workgroup is skipped (uniform: no lane needs it).
+        if (k_min(dev, j0, min(j0 + TILE, u.tk) - 1u) > seen_max) { continue; }
         stage_kv(h, j0, lid);
         workgroupBarrier();
-        var seen = 0u;
-        if (live) { seen = keys_seen(i, j0); }
-        for (var jj = 0u; jj < seen; jj++) {
-            var s = 0.0;
-            for (var d = 0u; d < u.dh; d++) { s += qi[d] * tile_a[jj * u.dh + d]; }
-            s = u.scale * s;
-            if (s > m) {
-                let c = exp(m - s);
-                l *= c;
-                for (var d = 0u; d < u.dh; d++) { acc[d] *= c; }
-                m = s;
+        if (live) {
+            for (var jj = 0u; jj < TILE; jj++) {
+                let j = j0 + jj;
+                if (j >= u.tk) { break; }
+                if (pos_k(dev, j) > pi) { continue; }
+                var s = 0.0;
+                for (var d = 0u; d < u.dh; d++) { s += qi[d] * tile_a[jj * u.dh + d]; }
+                s = u.scale * s;
+                if (s > m) {
+                    let c = exp(m - s);
+                    l *= c;
+                    for (var d = 0u; d < u.dh; d++) { acc[d] *= c; }
+                    m = s;
+                }
+                let e = exp(s - m);
+                l += e;
+                let w = e * keep_factor(h, i, j);
+                for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[jj * u.dh + d]; }
             }
-            let e = exp(s - m);
-            l += e;
-            let w = e * keep_factor(h, i, j0 + jj);
-            for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[jj * u.dh + d]; }
         }
         workgroupBarrier();
     }
     if (live) {
-        let inv = 1.0 / l;
-        for (var d = 0u; d < u.dh; d++) { o[row + d] = acc[d] * inv; }
-        lse[h * u.t + i] = m + log(l);
+        if (l == 0.0) {
+            // No key of this block is visible: no weight when blocks are combined.
+            for (var d = 0u; d < u.dh; d++) { o[row + d] = 0.0; }
+            lse[h * u.t + i] = LOWEST;
+        } else {
+            let inv = 1.0 / l;
+            for (var d = 0u; d < u.dh; d++) { o[row + d] = acc[d] * inv; }
+            lse[h * u.t + i] = m + log(l);
+        }
     }
 }
 
@@ -200,6 +259,7 @@ fn backward_dq(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
+    let dev = h / u.heads_per_dev;
     let first = wid.x * WG;
     let i = first + lid;
     let live = i < u.t;
@@ -209,40 +269,41 @@ fn backward_dq(
     var acc: array<f32, MAX_DH>;
     var lse_i = 0.0;
     var delta_i = 0.0;
+    var pi = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; doi[d] = d_o[row + d]; acc[d] = 0.0; }
         let r = rows_in[h * u.t + i];
         lse_i = r.x;
         delta_i = r.y;
+        pi = pos_q(dev, i);
     }
-    let end = min(first + WG, u.t);
-    for (var j0 = 0u; j0 < end; j0 += TILE) {
+    let last = min(first + WG, u.t) - 1u;
+    let seen_max = q_max(dev, first, last);
+    for (var j0 = 0u; j0 < u.tk; j0 += TILE) {
+        if (k_min(dev, j0, min(j0 + TILE, u.tk) - 1u) > seen_max) { continue; }
         stage_kv(h, j0, lid);
         workgroupBarrier();
-        var seen = 0u;
-        if (live) { seen = keys_seen(i, j0); }
-        for (var jj = 0u; jj < seen; jj++) {
-            var s = 0.0;
-            var dp = 0.0;
-            for (var d = 0u; d < u.dh; d++) {
-                s += qi[d] * tile_a[jj * u.dh + d];
-                dp += doi[d] * tile_b[jj * u.dh + d];
+        if (live) {
+            for (var jj = 0u; jj < TILE; jj++) {
+                let j = j0 + jj;
+                if (j >= u.tk) { break; }
+                if (pos_k(dev, j) > pi) { continue; }
+                var s = 0.0;
+                var dp = 0.0;
+                for (var d = 0u; d < u.dh; d++) {
+                    s += qi[d] * tile_a[jj * u.dh + d];
+                    dp += doi[d] * tile_b[jj * u.dh + d];
+                }
+                let p = exp(u.scale * s - lse_i);
+                let ds = u.scale * p * (keep_factor(h, i, j) * dp - delta_i);
+                for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[jj * u.dh + d]; }
             }
-            let p = exp(u.scale * s - lse_i);
-            let ds = u.scale * p * (keep_factor(h, i, j0 + jj) * dp - delta_i);
-            for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[jj * u.dh + d]; }
         }
         workgroupBarrier();
     }
     if (live) {
         for (var d = 0u; d < u.dh; d++) { dq[row + d] = acc[d]; }
     }
-}
-
-// The queries of the tile at i0 that see key j, from this index of the tile on.
-fn queries_seeing(j: u32, i0: u32) -> u32 {
-    if (j <= i0) { return 0u; }
-    return min(TILE, j - i0);
 }
 
 @compute @workgroup_size(64)
@@ -253,35 +314,41 @@ fn backward_dk(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
+    let dev = h / u.heads_per_dev;
     let first = wid.x * WG;
     let j = first + lid;
-    let live = j < u.t;
-    let row = (h * u.t + j) * u.dh;
+    let live = j < u.tk;
+    let row = (h * u.tk + j) * u.dh;
     var kj: array<f32, MAX_DH>;
     var vj: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
+    var pj = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; vj[d] = v[row + d]; acc[d] = 0.0; }
+        pj = pos_k(dev, j);
     }
-    // Queries before the workgroup's first key see none of its keys.
-    for (var i0 = first - first % TILE; i0 < u.t; i0 += TILE) {
+    let seen_min = k_min(dev, first, min(first + WG, u.tk) - 1u);
+    for (var i0 = 0u; i0 < u.t; i0 += TILE) {
+        // Queries before every key of the workgroup see none of them.
+        if (q_max(dev, i0, min(i0 + TILE, u.t) - 1u) < seen_min) { continue; }
         stage_q_do(h, i0, lid);
         workgroupBarrier();
-        var start = TILE;
-        if (live) { start = queries_seeing(j, i0); }
-        for (var ii = start; ii < TILE; ii++) {
-            let i = i0 + ii;
-            if (i >= u.t) { break; }
-            var s = 0.0;
-            var dp = 0.0;
-            for (var d = 0u; d < u.dh; d++) {
-                s += tile_a[ii * u.dh + d] * kj[d];
-                dp += tile_b[ii * u.dh + d] * vj[d];
+        if (live) {
+            for (var ii = 0u; ii < TILE; ii++) {
+                let i = i0 + ii;
+                if (i >= u.t) { break; }
+                if (pos_q(dev, i) < pj) { continue; }
+                var s = 0.0;
+                var dp = 0.0;
+                for (var d = 0u; d < u.dh; d++) {
+                    s += tile_a[ii * u.dh + d] * kj[d];
+                    dp += tile_b[ii * u.dh + d] * vj[d];
+                }
+                let rows = tile_rows[ii];
+                let p = exp(u.scale * s - rows.x);
+                let ds = u.scale * p * (keep_factor(h, i, j) * dp - rows.y);
+                for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[ii * u.dh + d]; }
             }
-            let rows = tile_rows[ii];
-            let p = exp(u.scale * s - rows.x);
-            let ds = u.scale * p * (keep_factor(h, i, j) * dp - rows.y);
-            for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[ii * u.dh + d]; }
         }
         workgroupBarrier();
     }
@@ -298,33 +365,61 @@ fn backward_dv(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
+    let dev = h / u.heads_per_dev;
     let first = wid.x * WG;
     let j = first + lid;
-    let live = j < u.t;
-    let row = (h * u.t + j) * u.dh;
+    let live = j < u.tk;
+    let row = (h * u.tk + j) * u.dh;
     var kj: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
+    var pj = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; acc[d] = 0.0; }
+        pj = pos_k(dev, j);
     }
-    for (var i0 = first - first % TILE; i0 < u.t; i0 += TILE) {
+    let seen_min = k_min(dev, first, min(first + WG, u.tk) - 1u);
+    for (var i0 = 0u; i0 < u.t; i0 += TILE) {
+        if (q_max(dev, i0, min(i0 + TILE, u.t) - 1u) < seen_min) { continue; }
         stage_q_do(h, i0, lid);
         workgroupBarrier();
-        var start = TILE;
-        if (live) { start = queries_seeing(j, i0); }
-        for (var ii = start; ii < TILE; ii++) {
-            let i = i0 + ii;
-            if (i >= u.t) { break; }
-            var s = 0.0;
-            for (var d = 0u; d < u.dh; d++) { s += tile_a[ii * u.dh + d] * kj[d]; }
-            let w = exp(u.scale * s - tile_rows[ii].x) * keep_factor(h, i, j);
-            for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[ii * u.dh + d]; }
+        if (live) {
+            for (var ii = 0u; ii < TILE; ii++) {
+                let i = i0 + ii;
+                if (i >= u.t) { break; }
+                if (pos_q(dev, i) < pj) { continue; }
+                var s = 0.0;
+                for (var d = 0u; d < u.dh; d++) { s += tile_a[ii * u.dh + d] * kj[d]; }
+                let w = exp(u.scale * s - tile_rows[ii].x) * keep_factor(h, i, j);
+                for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[ii * u.dh + d]; }
+            }
         }
         workgroupBarrier();
     }
     if (live) {
         for (var d = 0u; d < u.dh; d++) { dv[row + d] = acc[d]; }
     }
+}
+
+// Two partial attentions of the same rows merged, one invocation per row of all heads:
+// lse = logaddexp(lse_a, lse_b), o = o_a exp(lse_a - lse) + o_b exp(lse_b - lse). A row
+// neither saw (both LOWEST) stays o = 0, lse = LOWEST.
+@compute @workgroup_size(64)
+fn combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= u.heads * u.t) { return; }
+    let a = lse_a[r];
+    let b = lse_b[r];
+    if (a == LOWEST && b == LOWEST) {
+        for (var d = 0u; d < u.dh; d++) { o[r * u.dh + d] = 0.0; }
+        lse[r] = LOWEST;
+        return;
+    }
+    let m = max(a, b);
+    let l = m + log(exp(a - m) + exp(b - m));
+    let wa = exp(a - l);
+    let wb = exp(b - l);
+    for (var d = 0u; d < u.dh; d++) { o[r * u.dh + d] = wa * o_a[r * u.dh + d] + wb * o_b[r * u.dh + d]; }
+    lse[r] = l;
 }
 
 // ---- the composed lowering: the same op through the adapter's tuned matmuls ----------------

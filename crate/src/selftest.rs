@@ -663,6 +663,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
         ctx.upload("bits", &bits)?,
     ];
     let dropout = kernels::attention::Dropout::Bits(&gbits);
+    let whole = [kernels::attention::Blocks::whole(s.t)];
     if !backward {
         let (go, glse) = (ctx.upload("o", &vec![9.0f32; n])?, ctx.zeros("lse", s.heads * s.t)?);
         let b = kernels::attention::Forward {
@@ -672,6 +673,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
             dropout,
             o: &go,
             lse: &glse,
+            blocks: &whole,
         };
         let d = kernels::attention::forward(ctx, &b, &s).await?;
         return close(run_and_read(ctx, &[d], &[&go, &glse]).await?, [o, lse].concat());
@@ -698,6 +700,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
         dq: &dq,
         dk: &dk,
         dv: &dv,
+        blocks: &whole,
     };
     let ds = kernels::attention::backward(ctx, &b, &s).await?;
     close(run_and_read(ctx, &ds, &[&dq, &dk, &dv]).await?, want)

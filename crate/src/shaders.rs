@@ -79,6 +79,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
     ("ceiling", include_str!("../../shaders/ceiling.wgsl")),
     ("attention", threefry!("attention.wgsl")),
+    ("seq", include_str!("../../shaders/seq.wgsl")),
 ];
 
 /// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).

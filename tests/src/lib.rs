@@ -99,6 +99,7 @@ pub fn formula_options(
         parallel,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 
@@ -132,13 +133,22 @@ pub fn every_mode(dropout_key: shardlab::plan::DropoutKey) -> Vec<(String, shard
         (Strategy::Fsdp, "dp=2"),
         (Strategy::Tp, "tp=2"),
         (Strategy::DpTp, "dp=2,tp=2"),
+        (Strategy::Cp, "cp=2"),
+        (Strategy::DpCp, "dp=2,cp=2"),
+        (Strategy::TpSp, "tp=2"),
     ] {
         cases.push((
             format!("shard_map {} on {m}", strategy.name()),
             Parallel::ShardMap {
                 strategy,
                 mesh: mesh(m),
-                dropout_key,
+                // Where the sequence is split every device draws its block of the one-device
+                // masks: there is no key to choose.
+                dropout_key: if strategy.seq_axis().is_some() {
+                    shardlab::plan::DropoutKey::Same
+                } else {
+                    dropout_key
+                },
             },
         ));
         cases.push((

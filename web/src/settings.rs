@@ -407,6 +407,7 @@ impl Settings {
             parallel,
             combine_all_reduces: self.combine,
             microbatches: self.microbatches,
+            cp_order: Default::default(),
         }
     }
 }

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use super::vjp::vjp;
-use crate::ir::{Builder, Checkpoint, Instr, IrError, Op, ValueId};
+use crate::ir::{Builder, Checkpoint, CustomVjp, Instr, IrError, Op, ValueId};
 
 /// Appends to `b` the backward pass of everything traced so far, seeded with d`loss` = 1,
 /// and returns the gradient of the scalar `loss` with respect to each of `wrt`
@@ -12,6 +12,11 @@ use crate::ir::{Builder, Checkpoint, Instr, IrError, Op, ValueId};
 /// its policy does not save), and the region's VJPs read those recomputed values. The same ops
 /// on the same inputs (and keys) give the same bits, so the gradients do not change; what is
 /// held between the forward and the backward does. Recomputations nothing reads are dropped.
+///
+/// Regions traced under [`Builder::custom_vjp`] are differentiated by their rule, traced once
+/// when the sweep reaches the region (every reader of its outputs lies after it, so their
+/// cotangents are complete), reading the residuals (recomputed ones inside a checkpoint); the
+/// ops inside get no VJP of their own.
 pub fn grad(b: &mut Builder, loss: ValueId, wrt: &[ValueId]) -> Result<Vec<ValueId>, IrError> {
     grad_with(b, loss, wrt, 0, &mut |_, _, g| g)
 }
@@ -51,6 +56,19 @@ pub fn grad_with(
         }
     }
     let mut entered = vec![false; regions.len()];
+    let customs: Vec<CustomVjp> = b
+        .custom_vjps()
+        .iter()
+        .filter(|c| c.instrs.start >= start && c.instrs.end <= forward_len)
+        .cloned()
+        .collect();
+    let mut custom_of = vec![None; forward_len];
+    for (r, c) in customs.iter().enumerate() {
+        for i in c.instrs.clone() {
+            custom_of[i] = Some(r);
+        }
+    }
+    let mut custom_done = vec![false; customs.len()];
     // Forward value -> its recomputation, for the VJPs of the region that made it.
     let mut recomputed: HashMap<ValueId, ValueId> = HashMap::new();
     let backward_start = b.program().instrs.len();
@@ -77,32 +95,66 @@ pub fn grad_with(
 
     let mut done: Vec<Option<ValueId>> = vec![None; wrt.len()];
     for i in (start..forward_len).rev() {
-        let instr = b.program().instrs[i].clone();
-        let out_cts: Vec<Option<ValueId>> = instr.outputs.iter().map(|v| cts.get(v).copied()).collect();
-        if out_cts.iter().any(Option::is_some) && instr.inputs.iter().any(|v| needed[v.index()]) {
-            if let Some(r) = region_of[i] {
-                if !entered[r] {
-                    entered[r] = true;
-                    recompute(b, &regions[r], &mut recomputed, backward_start, &mut is_recompute);
+        if let Some(c) = custom_of[i] {
+            // A custom-VJP region: its rule once, at its last instruction (the first the sweep
+            // meets); its other instructions get no VJP of their own.
+            if !custom_done[c] {
+                custom_done[c] = true;
+                let region = &customs[c];
+                let out_cts: Vec<Option<ValueId>> = region.outputs.iter().map(|v| cts.get(v).copied()).collect();
+                if out_cts.iter().any(Option::is_some) && region.inputs.iter().any(|v| needed[v.index()]) {
+                    if let Some(r) = region_of[i] {
+                        if !entered[r] {
+                            entered[r] = true;
+                            recompute(b, &regions[r], &mut recomputed, backward_start, &mut is_recompute);
+                        }
+                    }
+                    let residuals: Vec<ValueId> = region
+                        .residuals
+                        .iter()
+                        .map(|v| recomputed.get(v).copied().unwrap_or(*v))
+                        .collect();
+                    let in_cts = (region.bwd)(b, &residuals, &out_cts);
+                    for (v, ct) in region.inputs.iter().zip(in_cts) {
+                        let Some(ct) = ct else { continue };
+                        if needed[v.index()] {
+                            let total = match cts.get(v) {
+                                Some(&prev) => b.add(prev, ct),
+                                None => ct,
+                            };
+                            cts.insert(*v, total);
+                        }
+                    }
                 }
             }
-            let read = |v: &ValueId| recomputed.get(v).copied().unwrap_or(*v);
-            let remapped = Instr {
-                op: instr.op.clone(),
-                inputs: instr.inputs.iter().map(read).collect(),
-                outputs: instr.outputs.iter().map(read).collect(),
-            };
-            let in_cts = vjp(b, &remapped, &out_cts)?;
-            for (v, ct) in instr.inputs.iter().zip(in_cts) {
-                let Some(ct) = ct else { continue };
-                if !needed[v.index()] {
-                    continue;
+        } else {
+            let instr = b.program().instrs[i].clone();
+            let out_cts: Vec<Option<ValueId>> = instr.outputs.iter().map(|v| cts.get(v).copied()).collect();
+            if out_cts.iter().any(Option::is_some) && instr.inputs.iter().any(|v| needed[v.index()]) {
+                if let Some(r) = region_of[i] {
+                    if !entered[r] {
+                        entered[r] = true;
+                        recompute(b, &regions[r], &mut recomputed, backward_start, &mut is_recompute);
+                    }
                 }
-                let total = match cts.get(v) {
-                    Some(&prev) => b.add(prev, ct),
-                    None => ct,
+                let read = |v: &ValueId| recomputed.get(v).copied().unwrap_or(*v);
+                let remapped = Instr {
+                    op: instr.op.clone(),
+                    inputs: instr.inputs.iter().map(read).collect(),
+                    outputs: instr.outputs.iter().map(read).collect(),
                 };
-                cts.insert(*v, total);
+                let in_cts = vjp(b, &remapped, &out_cts)?;
+                for (v, ct) in instr.inputs.iter().zip(in_cts) {
+                    let Some(ct) = ct else { continue };
+                    if !needed[v.index()] {
+                        continue;
+                    }
+                    let total = match cts.get(v) {
+                        Some(&prev) => b.add(prev, ct),
+                        None => ct,
+                    };
+                    cts.insert(*v, total);
+                }
             }
         }
         for &k in first_readers.get(&i).map(Vec::as_slice).unwrap_or(&[]) {
@@ -154,6 +206,11 @@ fn recompute(
         is_recompute.resize(at - backward_start, false);
         is_recompute.push(true);
         for (o, r) in ins.outputs.iter().zip(outs) {
+            // The recomputation is the same named value (as jax.checkpoint re-runs a
+            // with_sharding_constraint inside the block): a constraint on the name pins both.
+            if let Some(name) = b.program().values[o.index()].name.clone() {
+                b.set_name(r, &name);
+            }
             recomputed.insert(*o, r);
         }
     }

@@ -81,7 +81,9 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
         }
         Op::SoftmaxCausal => vec![Some(b.emit1(Op::SoftmaxCausalGrad, &[ins.outputs[0], ct]))],
         // The log-sum-exp is a residual for the backward, not a value anyone differentiates.
-        Op::Attention { scale, rate } => {
+        // (With blocks, lse is a residual too: ring attention differentiates its blocks in a
+        // custom VJP, which reads the combined o and lse.)
+        Op::Attention { scale, rate, seq } => {
             let d_o = ct0.unwrap_or_else(|| zeros_like(b, ins.outputs[0]));
             let mut inputs = vec![x[0], x[1], x[2], ins.outputs[0], ins.outputs[1], d_o];
             inputs.extend(x.get(3));
@@ -89,6 +91,7 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
                 Op::AttentionGrad {
                     scale: *scale,
                     rate: *rate,
+                    seq: seq.clone(),
                 },
                 &inputs,
             );
@@ -203,6 +206,33 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             return Err(IrError::new(
                 ins.op.name(),
                 "has no gradient rule (second-order or optimizer op)",
+            ));
+        }
+        Op::SeqTake { dim, seq } => {
+            let len = b.shape(x[0])[*dim];
+            vec![Some(b.emit1(
+                Op::SeqPut {
+                    dim: *dim,
+                    seq: seq.clone(),
+                    len,
+                },
+                &[ct],
+            ))]
+        }
+        Op::SeqPut { dim, seq, .. } => vec![Some(b.emit1(
+            Op::SeqTake {
+                dim: *dim,
+                seq: seq.clone(),
+            },
+            &[ct],
+        ))],
+        // Ring attention's merge of partial attentions: its region's custom VJP differentiates
+        // the blocks from the combined o and lse instead (Builder::custom_vjp).
+        Op::AttentionCombine => {
+            return Err(IrError::new(
+                ins.op.name(),
+                "has no gradient rule: trace it inside Builder::custom_vjp, whose backward \
+                 differentiates the blocks from the combined result",
             ));
         }
         // Inserted by jit's partitioner after differentiation; programs are differentiated before.

@@ -150,6 +150,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         parallel: Parallel::None,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     };
     // `--preset seed`: random init, AdamW 3e-3, dropout 0.1, JAX's original RNG layout.
     let seed_opts = |parallel| TrainerOptions {
@@ -162,6 +163,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         parallel,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     };
     Ok(vec![
         PeerConfig {

@@ -82,6 +82,7 @@ pub async fn train(
         parallel: Parallel::None,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     };
     let adapter = ctx.summary.name.clone();
     let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;

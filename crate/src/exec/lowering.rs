@@ -1,6 +1,7 @@
 //! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
 //! both run exactly the same decomposition.
-use crate::ir::{numel, strides, Instr, Op, Program};
+use crate::ir::{numel, strides, AttnSeq, Instr, Op, Program, Runs, SeqBlock};
+use crate::reference::attention::Blocks;
 use crate::reference::copy::Strided;
 use crate::reference::matmul::MatmulShape;
 use crate::sharding::Mesh;
@@ -270,6 +271,39 @@ pub fn on_devices(c: &Strided, devices: usize, blocks: (usize, usize)) -> Stride
         dst_strides: std::iter::once(blocks.1).chain(c.dst_strides.iter().copied()).collect(),
         accumulate: c.accumulate,
     }
+}
+
+/// Where device `device`'s `len` rows of sequence block `block` sit in the global sequence.
+pub fn seq_runs(
+    block: &SeqBlock,
+    len: usize,
+    mesh: Option<&Mesh>,
+    device: usize,
+) -> Result<Runs, crate::sharding::ShardingError> {
+    let index = match mesh {
+        Some(m) if !block.axes().is_empty() => {
+            let axes: Vec<&str> = block.axes().iter().map(String::as_str).collect();
+            m.axes_index(device, &axes)?
+        }
+        _ => 0,
+    };
+    Ok(block.runs(index, len))
+}
+
+/// Where device `device`'s rows of an attention over q of `tq` rows and keys of `tk` rows sit
+/// in the global sequence (`seq` of the op; a program without a mesh has whole sides).
+pub fn attention_blocks(
+    seq: &AttnSeq,
+    tq: usize,
+    tk: usize,
+    mesh: Option<&Mesh>,
+    device: usize,
+) -> Result<Blocks, crate::sharding::ShardingError> {
+    Ok(Blocks {
+        tk,
+        q: seq_runs(&seq.q, tq, mesh, device)?,
+        kv: seq_runs(&seq.kv, tk, mesh, device)?,
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ mod trainer;
 
 pub use error::ExecError;
 pub use gpu::{lowered, Fusion, GpuExecutor, Lowered, MatmulChoice};
-pub use lowering::{plan_dot, plan_instr_dot, plan_reduce, DotPlan, ReducePlan};
+pub use lowering::{attention_blocks, plan_dot, plan_instr_dot, plan_reduce, seq_runs, DotPlan, ReducePlan};
 pub use reference::ReferenceExecutor;
 pub use tensor::Tensor;
 // The options live with the plan; re-exported here because every run starts from them.

@@ -1,4 +1,4 @@
-use super::lowering::{plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose};
+use super::lowering::{attention_blocks, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
 use crate::reference as r;
@@ -60,7 +60,7 @@ impl ReferenceExecutor {
                         .iter()
                         .map(|v| vals[v.index()].as_ref().expect("defined"))
                         .collect();
-                    eval_local(prog, ins, &ins_vals, step)?
+                    eval_local(prog, ins, &ins_vals, step, 0)?
                 }
                 None => {
                     // Every device runs the op on its own block of each operand.
@@ -71,7 +71,7 @@ impl ReferenceExecutor {
                             .iter()
                             .map(|v| vals[v.index()].as_ref().expect("defined").block(d, devices))
                             .collect();
-                        per_device.push(eval_local(prog, ins, &blocks.iter().collect::<Vec<_>>(), step)?);
+                        per_device.push(eval_local(prog, ins, &blocks.iter().collect::<Vec<_>>(), step, d)?);
                     }
                     (0..ins.outputs.len())
                         .map(|k| Tensor::concat(per_device.iter().map(|outs| &outs[k])))
@@ -254,15 +254,32 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
             Tensor::concat(blocks.iter())
         }
         Op::RandomBitsBlock {
-            global, spec, layout, ..
+            global,
+            spec,
+            layout,
+            seq,
+            shape,
         } => {
             let sharding = NamedSharding::new(mesh.clone(), spec.clone()).map_err(err)?;
             let k = x.u32();
             let mut bits = vec![];
+            let rng = |e: crate::rng::RngError| ExecError::Input(e.to_string());
             for d in 0..mesh.devices() {
+                let key = Key([k[2 * d], k[2 * d + 1]]);
                 let ranges = sharding.device_indices(d, global).map_err(err)?;
-                let block = Block::new(global, &ranges).map_err(|e| ExecError::Input(e.to_string()))?;
-                bits.extend(random_bits_block(Key([k[2 * d], k[2 * d + 1]]), *layout, &block));
+                if seq.is_whole() {
+                    let block = Block::new(global, &ranges).map_err(rng)?;
+                    bits.extend(random_bits_block(key, *layout, &block));
+                    continue;
+                }
+                // Attention's bits at the device's query and key positions.
+                let n = global.len();
+                let (tq, tk) = (shape[n - 2], shape[n - 1]);
+                let b = attention_blocks(seq, tq, tk, Some(mesh), d).map_err(err)?;
+                let lead = Block::new(&global[..n - 2], &ranges[..n - 2]).map_err(rng)?;
+                let q: Vec<usize> = (0..tq).map(|i| b.q.pos(i)).collect();
+                let kv: Vec<usize> = (0..tk).map(|j| b.kv.pos(j)).collect();
+                bits.extend(r::random::attention_bits(key, *layout, &lead, global[n - 1], &q, &kv));
             }
             Tensor::U32(bits)
         }
@@ -271,12 +288,24 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
     Ok(vec![out])
 }
 
-/// One instruction on one device's operands (local shapes).
-fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Result<Vec<Tensor>, ExecError> {
+/// One instruction on device `device`'s operands (local shapes).
+fn eval_local(
+    prog: &Program,
+    ins: &Instr,
+    vals: &[&Tensor],
+    step: u64,
+    device: usize,
+) -> Result<Vec<Tensor>, ExecError> {
     let get = |k: usize| vals[k];
     let shape = |k: usize| prog.shape(ins.inputs[k]);
     let f = |k: usize| get(k).f32();
     let out_shape = |k: usize| prog.shape(ins.outputs[k]);
+    // An attention's rows on this device: positions in the global sequence.
+    let blocks = |seq: &crate::ir::AttnSeq| {
+        let (q, k) = (shape(0), shape(1));
+        attention_blocks(seq, q[q.len() - 2], k[k.len() - 2], prog.mesh.as_ref(), device)
+            .map_err(|e| ExecError::Input(e.to_string()))
+    };
     Ok(match &ins.op {
         Op::Reshape { .. } | Op::Pcast { .. } => vec![get(0).clone()],
         Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
@@ -384,23 +413,48 @@ fn eval_local(prog: &Program, ins: &Instr, vals: &[&Tensor], step: u64) -> Resul
             let t = *shape(0).last().unwrap();
             vec![Tensor::F32(r::softmax::causal_backward(f(0), f(1), f(0).len() / t, t))]
         }
-        Op::Attention { scale, rate } => {
+        Op::Attention { scale, rate, seq } => {
             let s = r::attention::AttentionShape::of(shape(0), *scale, *rate);
+            let b = blocks(seq)?;
             let bits = (*rate > 0.0).then(|| get(3).u32());
-            let (o, lse) = r::attention::forward(f(0), f(1), f(2), bits, s);
+            let (o, lse) = r::attention::forward_blocks(f(0), f(1), f(2), bits, s, &b);
             vec![Tensor::F32(o), Tensor::F32(lse)]
         }
-        Op::AttentionGrad { scale, rate } => {
+        Op::AttentionGrad { scale, rate, seq } => {
             let s = r::attention::AttentionShape::of(shape(0), *scale, *rate);
+            let b = blocks(seq)?;
             let saved = r::attention::Saved {
                 o: f(3),
                 lse: f(4),
                 d_o: f(5),
                 bits: (*rate > 0.0).then(|| get(6).u32()),
             };
-            r::attention::backward(f(0), f(1), f(2), &saved, s)
+            r::attention::backward_blocks(f(0), f(1), f(2), &saved, s, &b)
                 .map(Tensor::F32)
                 .to_vec()
+        }
+        Op::SeqTake { dim, seq } => {
+            let len = out_shape(0)[*dim];
+            let runs = seq_runs(seq, len, prog.mesh.as_ref(), device).map_err(|e| ExecError::Input(e.to_string()))?;
+            let s = r::seq::SeqShape::of(shape(0), *dim, len);
+            vec![match get(0) {
+                Tensor::F32(x) => Tensor::F32(r::seq::take(x, &s, &runs)),
+                Tensor::U32(x) => Tensor::U32(r::seq::take(x, &s, &runs)),
+            }]
+        }
+        Op::SeqPut { dim, seq, .. } => {
+            let len = shape(0)[*dim];
+            let runs = seq_runs(seq, len, prog.mesh.as_ref(), device).map_err(|e| ExecError::Input(e.to_string()))?;
+            let s = r::seq::SeqShape::of(out_shape(0), *dim, len);
+            vec![match get(0) {
+                Tensor::F32(x) => Tensor::F32(r::seq::put(x, &s, &runs)),
+                Tensor::U32(x) => Tensor::U32(r::seq::put(x, &s, &runs)),
+            }]
+        }
+        Op::AttentionCombine => {
+            let dh = *shape(0).last().unwrap_or(&1);
+            let (o, lse) = r::attention::combine(f(0), f(1), f(2), f(3), dh);
+            vec![Tensor::F32(o), Tensor::F32(lse)]
         }
         Op::CrossEntropy => {
             let v = *shape(0).last().unwrap();

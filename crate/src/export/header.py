@@ -16,6 +16,7 @@ On a machine with fewer accelerators than the mesh has devices, it simulates the
 the CPU.
 """
 
+import collections
 import json
 import math
 import os

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::ExportError;
-use crate::ir::{Precision, Program, RngLayout, Role};
+use crate::ir::{CpOrder, Precision, Program, RngLayout, Role};
 use crate::model::{param_specs, DataSource, Dataset, Init, Optimizer};
 use crate::plan::{self, gradient_pin, DropoutKey, GradientPin, Parallel, Strategy, TrainerOptions};
 use crate::sharding::PartitionSpec;
@@ -40,9 +40,16 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
         Parallel::None => SINGLE.to_string(),
         Parallel::ShardMap {
             strategy, dropout_key, ..
-        } => shard_map_section(&program, &names, &state, *strategy, *dropout_key),
+        } => shard_map_section(&program, &names, &state, *strategy, *dropout_key, opts.cp_order),
         Parallel::Auto { strategy, specs, .. } => {
-            auto_section(&program, &names, &state, *strategy, &constraints(cfg, &names, specs)?)
+            // The strategy's own constraints (sequence parallelism's), then the user's.
+            let mut all = if *strategy == Strategy::TpSp {
+                plan::sequence_parallel_constraints(cfg)
+            } else {
+                vec![]
+            };
+            all.extend(specs.iter().cloned());
+            auto_section(&program, &names, &state, *strategy, &constraints(cfg, &names, &all)?)
         }
     };
     let header = HEADER
@@ -145,8 +152,9 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
             mesh,
             dropout_key,
         } => format!(
-            "shard_map: strategy {} on the mesh {}, dropout keys {}.",
+            "shard_map: strategy {}{} on the mesh {}, dropout keys {}.",
             strategy.name(),
+            cp_text(*strategy, opts.cp_order),
             mesh_text(mesh),
             match dropout_key {
                 DropoutKey::Same => "the same on every device",
@@ -154,8 +162,9 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
             }
         ),
         Parallel::Auto { strategy, mesh, specs } => format!(
-            "Automatic partitioning (jit with shardings): strategy {} on the mesh {}{}.",
+            "Automatic partitioning (jit with shardings): strategy {}{} on the mesh {}{}.",
             strategy.name(),
+            cp_text(*strategy, opts.cp_order),
             mesh_text(mesh),
             if specs.is_empty() {
                 String::new()
@@ -198,6 +207,15 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
         s.push_str("\n(--combine-all-reduces has no line here: XLA runs its own all-reduce combiner.)");
     }
     s
+}
+
+/// ` (zigzag order)` for context parallelism, else nothing.
+fn cp_text(strategy: Strategy, order: CpOrder) -> String {
+    if strategy.is_cp() {
+        format!(" ({} order)", order.name())
+    } else {
+        String::new()
+    }
 }
 
 /// `dp=2,tp=2`, as `--mesh` takes it.
@@ -313,7 +331,7 @@ fn constraints(
     let leaf = |p: &String| p.rsplit('.').next().unwrap_or(p).to_string();
     let mut pinnable: Vec<String> = ["x0", "logits", "loss"].map(String::from).to_vec();
     for l in 0..cfg.layers {
-        pinnable.extend(["qkv", "att", "x_att", "x_mlp"].map(|v| format!("h{l}.{v}")));
+        pinnable.extend(["ln1", "qkv", "att", "proj", "x_att", "ln2", "mlp", "x_mlp"].map(|v| format!("h{l}.{v}")));
     }
     pinnable.extend(params.iter().map(|p| format!("d{p}")));
     pinnable.extend(params.iter().map(|p| format!("{p}'")));
@@ -325,8 +343,9 @@ fn constraints(
         if !pinnable.contains(name) {
             return Err(ExportError(format!(
                 "--spec {name}={spec}: the exported JAX model has no point for a \
-                 with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.qkv, hN.att, \
-                 hN.x_att, hN.x_mlp, a gradient (dh0.w_fc) or an updated parameter (h0.w_fc'): \
+                 with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.ln1, hN.qkv, hN.att, \
+                 hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a gradient (dh0.w_fc) or an updated \
+                 parameter (h0.w_fc'): \
                  drop this --spec to export"
             )));
         }
@@ -353,6 +372,7 @@ fn shard_map_section(
     state: &[Layout],
     strategy: Strategy,
     dropout_key: DropoutKey,
+    cp_order: CpOrder,
 ) -> String {
     let layout = py_layout(
         "PARAM_LAYOUT",
@@ -385,13 +405,35 @@ fn shard_map_section(
              row-parallel projections."
         }
         Strategy::DpTp => "dp and Megatron tp together on the 2-D mesh {dp, tp}.",
+        Strategy::Cp => {
+            "context parallelism over \"cp\": the sequence split, attention\n# as ring attention (K and V \
+             travel the ring by ppermute)."
+        }
+        Strategy::DpCp => "dp and context parallelism together on the 2-D mesh {dp, cp}.",
+        Strategy::TpSp => {
+            "Megatron over \"tp\" with sequence parallelism: the layer-norm\n# and dropout regions split on \
+             the sequence, all_gather and psum_scatter around the matmuls."
+        }
     };
     let key = match dropout_key {
         DropoutKey::Same => "\"same\"",
         DropoutKey::FoldIn => "\"fold_in\"",
     };
+    let seq_split = strategy.seq_axis().is_some();
+    let batch_spec = input_spec(program, Role::Tokens);
     SHARD_MAP
         .replace("{{STRATEGY}}", strategy.name())
+        .replace("{{SP}}", if strategy == Strategy::TpSp { "True" } else { "False" })
+        .replace("{{CP_AXIS}}", &axis("cp"))
+        .replace("{{CP_ORDER}}", &format!("\"{}\"", cp_order.name()))
+        .replace(
+            "{{BATCH_SPEC}}",
+            &if seq_split || strategy.axes().contains(&"dp") {
+                py_spec(&batch_spec)
+            } else {
+                "P()".into()
+            },
+        )
         .replace("{{STRATEGY_DOC}}", doc)
         .replace("{{PARAM_LAYOUT}}", &layout)
         .replace("{{STATE_LAYOUT}}", &state_layout)

@@ -157,51 +157,235 @@ def gelu(x):
     return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
-def dropout(x, key, site):
+# How a shard_map body splits the step; None on one device and under jit (shapes are global).
+# tp: Megatron's axis; sp: sequence parallelism over it; cp: context parallelism's axis; dp:
+# the batch's axis; order: how cp lays the sequence's blocks on its ring (contiguous, zigzag).
+Split = collections.namedtuple("Split", "tp sp cp dp order", defaults=(None, False, None, None, "contiguous"))
+
+
+def seq_axis(split):
+    """The mesh axis the residual stream's sequence is split over, if any."""
+    if split is None:
+        return None
+    return split.cp or (split.tp if split.sp else None)
+
+
+def seq_positions(split, length, shift=0):
+    """The global positions of this device's `length` rows of the sequence: its block, or (ring
+    step `shift`) the block of the device `shift` places before it on the ring. Zig-zag holds
+    chunks b and 2n-1-b of 2n."""
+    axis = seq_axis(split)
+    n = jax.lax.axis_size(axis)
+    b = (jax.lax.axis_index(axis) - shift) % n
+    if split.cp is not None and split.order == "zigzag":
+        c = length // 2
+        return jnp.concatenate([b * c + jnp.arange(c), (2 * n - 1 - b) * c + jnp.arange(c)])
+    return b * length + jnp.arange(length)
+
+
+def block_bits(key, shape, split, heads):
+    """This device's block of jax.random.bits(key, global shape) of an array of local `shape`,
+    (B, T, ...) or, `heads`, (B, H, T, T): bit for bit the one-device run's mask. A JAX user
+    cannot ask jax.random for a block, so the body draws the global bits and slices them."""
+    size = lambda axis: 1 if axis is None else jax.lax.axis_size(axis)  # noqa: E731
+    glob = list(shape)
+    glob[0] *= size(split.dp)
+    if heads:
+        glob[1] *= size(split.tp)
+    elif seq_axis(split) is not None:
+        glob[1] = SEQ
+    bits = jax.random.bits(key, tuple(glob), jnp.uint32)
+    if split.dp is not None:
+        bits = jax.lax.dynamic_slice_in_dim(bits, jax.lax.axis_index(split.dp) * shape[0], shape[0], 0)
+    if heads and split.tp is not None:
+        bits = jax.lax.dynamic_slice_in_dim(bits, jax.lax.axis_index(split.tp) * shape[1], shape[1], 1)
+    elif not heads and seq_axis(split) is not None:
+        bits = jnp.take(bits, seq_positions(split, shape[1]), axis=1)
+    return bits
+
+
+def keep_of_bits(bits):
+    """jax.random.bernoulli's keep mask from its bits: uniform(bits) < 1 - rate."""
+    keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
+    u = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - np.float32(1.0)
+    return u < keep_prob
+
+
+def dropout(x, key, site, split=None, heads=False):
     """Inverted dropout; site 3*layer + s (s: 0 attention probabilities, 1 attention output,
     2 MLP output) has the key fold_in(step key, site). The mask is drawn for x's shape (the
-    local shape inside shard_map)."""
+    local shape inside shard_map), or, where the body splits the sequence, is the device's
+    block of the global mask."""
     if DROPOUT == 0.0:
         return x
     keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
-    keep = jax.random.bernoulli(jax.random.fold_in(key, site), keep_prob, x.shape)
+    site_key = jax.random.fold_in(key, site)
+    if seq_axis(split) is None:
+        keep = jax.random.bernoulli(site_key, keep_prob, x.shape)
+    else:
+        keep = keep_of_bits(block_bits(site_key, x.shape, split, heads))
     # A Python float (weakly typed) keeps x's dtype; its value is the float32 quotient.
     return jnp.where(keep, x * float(np.float32(1.0) / keep_prob), 0.0)
 
 
-def column_parallel_input(x, tp_axis):
+def column_parallel_input(x, split):
     """Megatron: the replicated activation enters column-parallel weights as a varying value
-    (its transpose sums the gradient over the tensor-parallel group)."""
-    return x if tp_axis is None else jax.lax.pcast(x, tp_axis, to="varying")
+    (its transpose sums the gradient over the tensor-parallel group); with sequence
+    parallelism the device's rows are gathered (its transpose reduce-scatters)."""
+    if split is None or split.tp is None:
+        return x
+    if split.sp:
+        return jax.lax.all_gather(x, split.tp, axis=1, tiled=True)
+    return jax.lax.pcast(x, split.tp, to="varying")
 
 
-def row_parallel_output(y, tp_axis):
-    """Megatron: partial products of row-parallel weights are summed over the group."""
-    return y if tp_axis is None else jax.lax.psum(y, tp_axis)
+def row_parallel_output(y, split):
+    """Megatron: partial products of row-parallel weights are summed over the group; with
+    sequence parallelism summed and scattered, each device keeping its rows."""
+    if split is None or split.tp is None:
+        return y
+    if split.sp:
+        return jax.lax.psum_scatter(y, split.tp, scatter_dimension=1, tiled=True)
+    return jax.lax.psum(y, split.tp)
 
 
-def block(x, layer_params, key, layer, tp_axis):
+def causal_attention(q, k, v, key, layer, split):
+    """softmax(q k^T / sqrt(Dh), causal) with dropout, times v: (B, H, T, Dh)."""
+    t = q.shape[2]
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
+    # A Python float (weakly typed) keeps q's dtype; its value is the float32 quotient.
+    s = jnp.einsum("bhid,bhjd->bhij", q, k) * float(np.float32(1.0) / np.sqrt(np.float32(DH)))
+    a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
+    a = dropout(a, key, 3 * layer + 0, split, heads=True)
+    return jnp.einsum("bhij,bhjd->bhid", a, v)
+
+
+def ring_block(q, k, v, qpos, kpos, bits):
+    """One ring step: this device's queries against one block of keys, by global positions.
+    Returns (o, lse); a row that sees no key of the block has o = 0 and lse = -inf."""
+    s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
+    seen = kpos[None, :] <= qpos[:, None]
+    s = jnp.where(seen, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, np.float32(0.0))
+    p = jnp.exp(s - m)  # 0 where unseen
+    l = jnp.sum(p, axis=-1, keepdims=True)
+    lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), -jnp.inf)[..., 0]
+    w = p if bits is None else jnp.where(keep_of_bits(bits), p * (np.float32(1.0) / np.float32(1.0 - float(np.float32(DROPOUT)))), 0.0)
+    o = jnp.einsum("bhij,bhjd->bhid", w, v) / jnp.where(l > 0, l, 1.0)
+    return o, lse
+
+
+def ring_combine(o1, lse1, o2, lse2):
+    """Two partial attentions of the same rows over disjoint keys, merged (online softmax)."""
+    m = jnp.maximum(lse1, lse2)
+    m = jnp.where(jnp.isfinite(m), m, np.float32(0.0))
+    total = jnp.exp(lse1 - m) + jnp.exp(lse2 - m)
+    lse = jnp.where(total > 0, m + jnp.log(jnp.where(total > 0, total, 1.0)), -jnp.inf)
+    w1 = jnp.where(jnp.isfinite(lse), jnp.exp(lse1 - lse), 0.0)[..., None]
+    w2 = jnp.where(jnp.isfinite(lse), jnp.exp(lse2 - lse), 0.0)[..., None]
+    return w1 * o1 + w2 * o2, lse
+
+
+def ring_attention(q, k, v, key, layer, split):
+    """Ring attention (Liu et al., 2023) in the shard_map body: the device keeps its queries
+    (B, H, T/cp, Dh); the key and value blocks travel the ring by ppermute, merged with an
+    online softmax. A custom VJP sends them round again in the backward, with the dK and dV
+    accumulators beside them, so a device holds only its own blocks between the passes.
+    Dropout's bits of each block are the global (B, H, T, T) bits at its rows' positions."""
+    axis = split.cp
+    n = jax.lax.axis_size(axis)
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    t = q.shape[2]
+    site = jax.random.fold_in(key, 3 * layer + 0)
+
+    def step_bits(site, qpos, kpos):
+        if DROPOUT == 0.0:
+            return None
+        bsz, heads = q.shape[0], q.shape[1]
+        glob = (bsz * (1 if split.dp is None else jax.lax.axis_size(split.dp)), heads, SEQ, SEQ)
+        bits = jax.random.bits(site, glob, jnp.uint32)
+        if split.dp is not None:
+            bits = jax.lax.dynamic_slice_in_dim(bits, jax.lax.axis_index(split.dp) * bsz, bsz, 0)
+        return jnp.take(jnp.take(bits, qpos, axis=2), kpos, axis=3)
+
+    def forward(q, k, v, site):
+        qpos = seq_positions(split, t)
+        o, lse = ring_block(q, k, v, qpos, qpos, step_bits(site, qpos, qpos))
+        kk, vv = k, v
+        for s in range(1, n):
+            kk = jax.lax.ppermute(kk, axis, perm)
+            vv = jax.lax.ppermute(vv, axis, perm)
+            kpos = seq_positions(split, t, s)
+            o_s, lse_s = ring_block(q, kk, vv, qpos, kpos, step_bits(site, qpos, kpos))
+            o, lse = ring_combine(o, lse, o_s, lse_s)
+        return o, lse
+
+    # The site's key is an argument (custom_vjp takes no closed-over traced values); it gets
+    # no cotangent.
+    @jax.custom_vjp
+    def attend(q, k, v, site):
+        return forward(q, k, v, site)[0]
+
+    def attend_fwd(q, k, v, site):
+        o, lse = forward(q, k, v, site)
+        return o, (q, k, v, o, lse, site)
+
+    def attend_bwd(res, do):
+        q, k, v, o, lse, site = res
+        scale = np.float32(1.0) / np.sqrt(np.float32(DH))
+        qpos = seq_positions(split, t)
+        delta = jnp.sum(do * o, axis=-1)
+        kk, vv = k, v
+        dq = jnp.zeros_like(q)
+        dk = dv = None
+        for s in range(n):
+            if s > 0:
+                kk, vv, dk, dv = (jax.lax.ppermute(x, axis, perm) for x in (kk, vv, dk, dv))
+            kpos = seq_positions(split, t, s)
+            seen = kpos[None, :] <= qpos[:, None]
+            sc = jnp.einsum("bhid,bhjd->bhij", q, kk) * scale
+            p = jnp.where(seen, jnp.exp(sc - lse[..., None]), 0.0)
+            bits = step_bits(site, qpos, kpos)
+            keep = 1.0 if bits is None else jnp.where(keep_of_bits(bits), np.float32(1.0) / np.float32(1.0 - float(np.float32(DROPOUT))), 0.0)
+            dp = keep * jnp.einsum("bhid,bhjd->bhij", do, vv)
+            ds = scale * p * (dp - delta[..., None])
+            dq = dq + jnp.einsum("bhij,bhjd->bhid", ds, kk)
+            dk_s = jnp.einsum("bhij,bhid->bhjd", ds, q)
+            dv_s = jnp.einsum("bhij,bhid->bhjd", p * keep, do)
+            dk = dk_s if dk is None else dk + dk_s
+            dv = dv_s if dv is None else dv + dv_s
+        # After the last step each accumulator belongs to the next device: one more hop.
+        if n > 1:
+            dk, dv = jax.lax.ppermute(dk, axis, perm), jax.lax.ppermute(dv, axis, perm)
+        return dq, dk, dv, None
+
+    attend.defvjp(attend_fwd, attend_bwd)
+    return attend(q, k, v, site)
+
+
+def block(x, layer_params, key, layer, split):
     """Block `layer` on the residual stream x (B, T, d): attention, then the MLP, each with its
     residual add."""
     (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = layer_params
-    bsz, t, _ = x.shape
-    causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
     # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
-    h = column_parallel_input(layer_norm(x, ln1_g, ln1_b), tp_axis)
+    h = column_parallel_input(constrain(layer_norm(x, ln1_g, ln1_b), f"h{layer}.ln1"), split)
+    bsz, t, _ = h.shape  # the whole sequence in sequence parallelism's matmul regions
     qkv = constrain(h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1), f"h{layer}.qkv")  # (B, T, 3 * H * Dh)
     heads = qkv.shape[-1] // (3 * DH)
     q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
-    s = jnp.einsum("bhid,bhjd->bhij", q, k) * float(np.float32(1.0) / np.sqrt(np.float32(DH)))
-    a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
-    a = dropout(a, key, 3 * layer + 0)
-    y = jnp.einsum("bhij,bhjd->bhid", a, v).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
-    y = row_parallel_output(y @ w_proj, tp_axis) + b_proj
-    x = constrain(x + dropout(y, key, 3 * layer + 1), f"h{layer}.x_att")
+    if split is not None and split.cp is not None:
+        y = ring_attention(q, k, v, key, layer, split)
+    else:
+        y = causal_attention(q, k, v, key, layer, split)
+    y = y.transpose(0, 2, 1, 3).reshape(bsz, t, -1)
+    y = row_parallel_output(constrain(y @ w_proj, f"h{layer}.proj"), split) + b_proj
+    x = constrain(x + dropout(y, key, 3 * layer + 1, split), f"h{layer}.x_att")
     # MLP
-    h = column_parallel_input(layer_norm(x, ln2_g, ln2_b), tp_axis)
+    h = column_parallel_input(constrain(layer_norm(x, ln2_g, ln2_b), f"h{layer}.ln2"), split)
     f = gelu(h @ w_fc + b_fc)
-    f = row_parallel_output(f @ w_out, tp_axis) + b_out
-    return constrain(x + dropout(f, key, 3 * layer + 2), f"h{layer}.x_mlp")
+    f = row_parallel_output(constrain(f @ w_out, f"h{layer}.mlp"), split) + b_out
+    return constrain(x + dropout(f, key, 3 * layer + 2, split), f"h{layer}.x_mlp")
 
 
 def remat_block():
@@ -212,16 +396,18 @@ def remat_block():
     return jax.checkpoint(block, policy=getattr(jax.checkpoint_policies, REMAT), static_argnums=(3, 4))
 
 
-def forward_loss(params, tokens, targets, key, tp_axis=None):
+def forward_loss(params, tokens, targets, key, split=None):
     """MODEL.md's forward pass and mean cross-entropy. Shapes come from the arrays, so the
     same code runs on global arrays (jit) and on one device's blocks (shard_map): with
-    tensor parallelism w_qkv is (d, 3, H/tp, Dh) and b_qkv (3, H/tp, Dh)."""
+    tensor parallelism w_qkv is (d, 3, H/tp, Dh) and b_qkv (3, H/tp, Dh); where the sequence
+    is split, each device reads the rows of wpe at its positions."""
     bsz, t = tokens.shape
     wte, wpe = params[0], params[1]
-    x = constrain(wte[tokens] + wpe[:t], "x0")  # (B, T, d)
+    rows = wpe[:t] if seq_axis(split) is None else jnp.take(wpe, seq_positions(split, t), axis=0)
+    x = constrain(wte[tokens] + rows, "x0")  # (B, T, d)
     run = remat_block()
     for layer in range(LAYERS):
-        x = run(x, params[2 + 12 * layer : 2 + 12 * (layer + 1)], key, layer, tp_axis)
+        x = run(x, params[2 + 12 * layer : 2 + 12 * (layer + 1)], key, layer, split)
     base = 2 + 12 * LAYERS
     x = layer_norm(x, params[base], params[base + 1])
     logits = constrain(x @ (wte.T if TIED else params[base + 2]), "logits")  # (B, T, V), no bias

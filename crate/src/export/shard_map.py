@@ -14,12 +14,29 @@
 DP_AXIS = {{DP_AXIS}}  # the batch and the gradient reduction (None: no data parallelism)
 TP_AXIS = {{TP_AXIS}}  # Megatron tensor parallelism (None: none)
 GRADIENTS_SPLIT = {{GRADIENTS_SPLIT}}  # ZeRO-2: each device holds only its block of a split state's gradient
+SP = {{SP}}  # sequence parallelism over TP_AXIS: the layer-norm and dropout regions split on the sequence
+CP_AXIS = {{CP_AXIS}}  # context parallelism: the sequence split, ring attention (None: none)
+CP_ORDER = {{CP_ORDER}}  # how the sequence's blocks lie on the ring: "contiguous" or "zigzag"
 DROPOUT_KEY = {{DROPOUT_KEY}}  # "same": one key on every device; "fold_in": fold_in(key, axis_index(dp))
-BATCH_SPEC = P(DP_AXIS, None) if DP_AXIS else P()
+# The tokens' in_spec: the batch over DP_AXIS, the sequence over the axis that splits it
+# (zig-zag's two chunks are no block of a spec: every device takes its rows of the whole).
+BATCH_SPEC = {{BATCH_SPEC}}
+SPLIT = Split(tp=TP_AXIS, sp=SP, cp=CP_AXIS, dp=DP_AXIS, order=CP_ORDER)
+# The axes that split the tokens: the loss is their mean, a replicated gradient their sum.
+TOKEN_AXES = tuple(a for a in (DP_AXIS, CP_AXIS, TP_AXIS if SP else None) if a is not None)
+
+
+def spec_axes(name):
+    return set(jax.tree.leaves(tuple(PARAM_LAYOUT[name][1])))
 
 
 def dp_sharded(name):
-    return DP_AXIS is not None and DP_AXIS in jax.tree.leaves(tuple(PARAM_LAYOUT[name][1]))
+    return DP_AXIS is not None and DP_AXIS in spec_axes(name)
+
+
+def summed_over(name):
+    """The token axes a parameter's gradient is summed over: those its layout does not split."""
+    return tuple(a for a in TOKEN_AXES if a not in spec_axes(name))
 
 
 def block_update(name):
@@ -38,49 +55,54 @@ def own_block(x):
 def body(params, opt_state, tokens, targets, key, hyper):
     """One device's step: its blocks of the parameters, state and batch in, its blocks out."""
     names = [name for name, _ in param_shapes()]
-    dp = 1 if DP_AXIS is None else jax.lax.axis_size(DP_AXIS)
+    n = math.prod(jax.lax.axis_size(a) for a in TOKEN_AXES)
     # The weights computed with are COMPUTE copies of the float32 masters, so FSDP's gathers
-    # and the gradient reduction move COMPUTE.
-    # FSDP gathers the parameters it shards before use. Replicated parameters are marked as
-    # varying over DP_AXIS so that their gradients stay per device until the explicit
-    # reduction. The gradients are taken with respect to these whole, per-device arrays.
+    # and the gradient reduction move COMPUTE. FSDP gathers the parameters it shards before
+    # use. Parameters not split over a token axis are marked as varying over it, so that their
+    # gradients stay per device until the explicit reduction. The gradients are taken with
+    # respect to these whole, per-device arrays.
     full = []
     for name, p in zip(names, to_compute(params)):
         if dp_sharded(name):
-            full.append(jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True))
-        elif DP_AXIS is not None:
-            full.append(jax.lax.pcast(p, DP_AXIS, to="varying"))
-        else:
-            full.append(p)
-
+            p = jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True)
+        if summed_over(name) and not dp_sharded(name):
+            p = jax.lax.pcast(p, summed_over(name), to="varying")
+        full.append(p)
     if DROPOUT_KEY == "fold_in" and DP_AXIS is not None:
         key = jax.random.fold_in(key, jax.lax.axis_index(DP_AXIS))
+    if CP_AXIS is not None and CP_ORDER == "zigzag":
+        rows = seq_positions(SPLIT, SEQ // jax.lax.axis_size(CP_AXIS))
+        tokens, targets = jnp.take(tokens, rows, axis=1), jnp.take(targets, rows, axis=1)
 
     def local_loss(full, x, y, k):
-        loss = forward_loss(full, x, y, k, tp_axis=TP_AXIS)
+        loss = forward_loss(full, x, y, k, split=SPLIT)
         # The global loss is the mean of the devices' (and microbatches') local means:
-        # differentiate loss/(dp K) so that summing the gradients gives the mean's.
-        scaled = loss * (1.0 / (dp * MICROBATCHES)) if DP_AXIS is not None or MICROBATCHES > 1 else loss
+        # differentiate loss/(n K), n the devices splitting the tokens, so that summing the
+        # gradients over them and the microbatches gives the mean's.
+        scaled = loss * (1.0 / (n * MICROBATCHES)) if TOKEN_AXES or MICROBATCHES > 1 else loss
         return scaled, loss
 
-    def reduce_each(name, g):
+    def scattered(name):
         # FSDP's and ZeRO-2's gradients: reduce-scattered to this device's block as each
         # microbatch makes them (what the all_gather's transpose does under FSDP).
-        if dp_sharded(name) or (GRADIENTS_SPLIT and block_update(name)):
+        return dp_sharded(name) or (GRADIENTS_SPLIT and block_update(name))
+
+    def reduce_each(name, g):
+        if scattered(name):
             return jax.lax.psum_scatter(g, DP_AXIS, scatter_dimension=0, tiled=True)
         return g
 
     loss, grads = accumulate(local_loss, full, tokens, targets, key, on_grad=reduce_each)
     if MICROBATCHES > 1:
         loss = loss * np.float32(1.0 / MICROBATCHES)
-    if DP_AXIS is not None:
-        # Data parallelism and ZeRO-1: all-reduce the gradients of replicated parameters once,
-        # after the last microbatch.
+    if TOKEN_AXES:
+        # Data parallelism and ZeRO-1: all-reduce the gradients of parameters not split over a
+        # token axis once, after the last microbatch.
         grads = [
-            g if dp_sharded(name) or (GRADIENTS_SPLIT and block_update(name)) else jax.lax.psum(g, DP_AXIS)
+            g if scattered(name) or not summed_over(name) else jax.lax.psum(g, summed_over(name))
             for name, g in zip(names, grads)
         ]
-        loss = jax.lax.pmean(loss, DP_AXIS)
+        loss = jax.lax.pmean(loss, TOKEN_AXES)
     # ZeRO-1 and 2 update this device's block (ZeRO-1 slices it from the whole gradient), then
     # gather the updated blocks into the whole parameter, the same on every device.
     blocks = [own_block(p) if block_update(n) else p for n, p in zip(names, params)]

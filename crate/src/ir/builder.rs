@@ -1,4 +1,6 @@
-use super::{Checkpoint, CheckpointPolicy, DType, Instr, IrError, Op, Program, RngLayout, Role, ValueId, ValueInfo};
+use super::{
+    Checkpoint, CheckpointPolicy, CustomVjp, DType, Instr, IrError, Op, Program, RngLayout, Role, ValueId, ValueInfo,
+};
 use crate::sharding::Mesh;
 
 /// Traces a program: each method appends one instruction and returns its result.
@@ -11,6 +13,8 @@ pub struct Builder {
     error: Option<IrError>,
     /// The regions traced inside [`Builder::checkpoint`], for autodiff.
     checkpoints: Vec<Checkpoint>,
+    /// The regions traced by [`Builder::custom_vjp`], for autodiff.
+    custom_vjps: Vec<CustomVjp>,
 }
 
 impl Builder {
@@ -99,6 +103,33 @@ impl Builder {
         r
     }
 
+    /// `jax.custom_vjp`: traces `fwd` on `inputs`, which returns the region's outputs and the
+    /// residuals `bwd` reads; the gradient through the region is `bwd` (residuals, the
+    /// outputs' cotangents) -> the inputs' cotangents, traced where the backward pass reaches
+    /// it ([`crate::autodiff::grad`]), instead of the VJPs of the ops `fwd` traced.
+    pub fn custom_vjp(
+        &mut self,
+        inputs: &[ValueId],
+        fwd: impl FnOnce(&mut Self, &[ValueId]) -> (Vec<ValueId>, Vec<ValueId>),
+        bwd: impl Fn(&mut Self, &[ValueId], &[Option<ValueId>]) -> Vec<Option<ValueId>> + Send + Sync + 'static,
+    ) -> Vec<ValueId> {
+        let start = self.prog.instrs.len();
+        let (outputs, residuals) = fwd(self, inputs);
+        self.custom_vjps.push(CustomVjp {
+            instrs: start..self.prog.instrs.len(),
+            inputs: inputs.to_vec(),
+            outputs: outputs.clone(),
+            residuals,
+            bwd: std::sync::Arc::new(bwd),
+        });
+        outputs
+    }
+
+    /// The custom-VJP regions traced so far, in order.
+    pub fn custom_vjps(&self) -> &[CustomVjp] {
+        &self.custom_vjps
+    }
+
     /// The checkpointed regions traced so far, in order.
     pub fn checkpoints(&self) -> &[Checkpoint] {
         &self.checkpoints
@@ -155,7 +186,7 @@ impl Builder {
                 let n = match &op {
                     Op::Split { sizes, .. } => sizes.len(),
                     Op::LayerNorm | Op::LayerNormGrad | Op::AdamWUpdate { .. } | Op::AttentionGrad { .. } => 3,
-                    Op::Attention { .. } => 2,
+                    Op::Attention { .. } | Op::AttentionCombine => 2,
                     Op::Psum { .. } => inputs.len().max(1),
                     _ => 1,
                 };
@@ -293,7 +324,14 @@ impl Builder {
             }
             _ => 0.0,
         };
-        self.emit(Op::Attention { scale, rate }, &inputs)[0]
+        self.emit(
+            Op::Attention {
+                scale,
+                rate,
+                seq: Default::default(),
+            },
+            &inputs,
+        )[0]
     }
 
     pub fn cross_entropy(&mut self, logits: ValueId, targets: ValueId) -> ValueId {

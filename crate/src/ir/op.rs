@@ -1,4 +1,4 @@
-use super::{DType, IrError, ValueInfo};
+use super::{AttnSeq, DType, IrError, SeqBlock, ValueInfo};
 
 pub use crate::rng::RngLayout;
 
@@ -70,16 +70,27 @@ pub enum Op {
     /// JAX user applies to the weights: the unfused path's dot_general, softmax_causal, dropout
     /// and dot_general in one op. It also returns each row's log-sum-exp, from which the
     /// backward recomputes the probabilities (FlashAttention-2), so no (T, T) array outlives it.
-    /// (q, k, v (..., T, Dh)[, bits (..., T, T) u32 when rate > 0]) -> (o (..., T, Dh), lse (..., T))
+    /// (q (..., Tq, Dh), k, v (..., Tk, Dh)[, bits (..., Tq, Tk) u32 when rate > 0])
+    /// -> (o (..., Tq, Dh), lse (..., Tq)).
+    /// `seq` says where the rows sit in the global sequence (the causal mask compares global
+    /// positions): both whole on one device; a block of each under context parallelism. A row
+    /// that sees no key of the block gets o = 0 and lse = f32::MIN (a stand-in for -inf).
     Attention {
         scale: f32,
         rate: f32,
+        seq: AttnSeq,
     },
-    /// (q, k, v, o, lse, do[, bits]) -> (dq, dk, dv)
+    /// (q, k, v, o, lse, do[, bits]) -> (dq, dk, dv). With blocks, o and lse are the whole
+    /// row's (after every block was combined): each block's share of the gradients is exact.
     AttentionGrad {
         scale: f32,
         rate: f32,
+        seq: AttnSeq,
     },
+    /// Two partial attentions of the same queries over disjoint keys, merged as the online
+    /// softmax merges them: (o1, lse1, o2, lse2) -> (o, lse), lse = logaddexp(lse1, lse2),
+    /// o = o1 exp(lse1 - lse) + o2 exp(lse2 - lse). Ring attention's accumulation.
+    AttentionCombine,
     /// (logits (..., V), targets (...) u32) -> per-position loss (...).
     CrossEntropy,
     /// (logits, targets, dloss) -> dlogits
@@ -163,6 +174,21 @@ pub enum Op {
         axes: Vec<String>,
         parts: usize,
     },
+    /// The rows of dimension `dim` at the global positions of the device's sequence block `seq`
+    /// (`dim` holds the whole sequence): context parallelism's slice of a replicated array by
+    /// sequence position, `jax.lax.dynamic_slice_in_dim` at `axis_index * L` for a contiguous
+    /// block and one per chunk for zig-zag. Any dtype.
+    SeqTake {
+        dim: usize,
+        seq: SeqBlock,
+    },
+    /// The transpose of SeqTake: its rows placed at their positions of a zero array of `len`
+    /// rows along `dim` (`jax.lax.dynamic_update_slice` into zeros).
+    SeqPut {
+        dim: usize,
+        seq: SeqBlock,
+        len: usize,
+    },
     /// key -> each device's block of `jax.random.bits(key, global)` (a partitionable layout),
     /// the global array split as `spec` says; `shape` is the local block shape.
     RandomBitsBlock {
@@ -170,6 +196,10 @@ pub enum Op {
         spec: crate::sharding::PartitionSpec,
         shape: Vec<usize>,
         layout: RngLayout,
+        /// Attention's bits (..., T, T) at a device's query and key blocks (ring attention: a
+        /// block that need not be a rectangle of the global array, and moves with the ring
+        /// step); whole sides leave those dims to `spec`.
+        seq: AttnSeq,
     },
 
     // --- optimizers (update in place: outputs are donated inputs) ---
@@ -213,17 +243,47 @@ fn axes_text(axes: &[String]) -> String {
     }
 }
 
-/// The row shape (..., T) of attention over q, k, v of one shape (..., T, Dh), checking the
-/// dropout bits (..., T, T) where there are some.
-fn attention_rows(name: &'static str, qkv: &[&ValueInfo], bits: Option<&ValueInfo>) -> Result<Vec<usize>, IrError> {
-    let shape = &qkv[0].shape;
-    if shape.len() < 2 || qkv.iter().any(|v| v.shape != *shape || v.dtype != DType::F32) {
-        return Err(IrError::new(name, "q, k and v must be f32 of one shape (..., T, Dh)"));
+/// The row shape (..., Tq) of attention of q (..., Tq, Dh) over k and v of one shape
+/// (..., Tk, Dh), checking the dropout bits (..., Tq, Tk) where there are some, and that a
+/// zig-zag block splits into its two chunks.
+fn attention_rows(
+    name: &'static str,
+    qkv: &[&ValueInfo],
+    bits: Option<&ValueInfo>,
+    seq: &AttnSeq,
+) -> Result<Vec<usize>, IrError> {
+    let (q, k) = (&qkv[0].shape, &qkv[1].shape);
+    let n = q.len();
+    let fits = n >= 2
+        && k.len() == n
+        && q[..n - 2] == k[..n - 2]
+        && q[n - 1] == k[n - 1]
+        && qkv[2].shape == *k
+        && qkv.iter().all(|v| v.dtype == DType::F32);
+    if !fits {
+        return Err(IrError::new(
+            name,
+            "q (..., Tq, Dh), k and v (..., Tk, Dh) must be f32 with the same leading dims and Dh",
+        ));
     }
-    let rows = shape[..shape.len() - 1].to_vec();
+    for (side, len) in [(&seq.q, q[n - 2]), (&seq.kv, k[n - 2])] {
+        if let super::SeqBlock::Part {
+            order: super::CpOrder::Zigzag,
+            ..
+        } = side
+        {
+            if len % 2 != 0 {
+                return Err(IrError::new(
+                    name,
+                    format!("a zig-zag block of {len} rows does not split into two chunks"),
+                ));
+            }
+        }
+    }
+    let rows = q[..n - 1].to_vec();
     if let Some(b) = bits {
         let mut want = rows.clone();
-        want.push(rows[rows.len() - 1]);
+        want.push(k[n - 2]);
         if b.shape != want || b.dtype != DType::U32 {
             return Err(IrError::new(name, format!("dropout bits must be u32{want:?}")));
         }
@@ -259,6 +319,7 @@ impl Op {
             Op::SoftmaxCausalGrad => "softmax_causal_grad",
             Op::Attention { .. } => "dot_product_attention",
             Op::AttentionGrad { .. } => "dot_product_attention_grad",
+            Op::AttentionCombine => "attention_combine",
             Op::CrossEntropy => "cross_entropy",
             Op::CrossEntropyGrad => "cross_entropy_grad",
             Op::Gather => "gather",
@@ -272,7 +333,8 @@ impl Op {
             Op::Ppermute { .. } => "ppermute",
             Op::AllToAll { .. } => "all_to_all",
             Op::FoldInAxisIndex { .. } => "random_fold_in",
-            Op::ShardSlice { .. } => "dynamic_slice",
+            Op::ShardSlice { .. } | Op::SeqTake { .. } => "dynamic_slice",
+            Op::SeqPut { .. } => "dynamic_update_slice",
             Op::RandomBitsBlock { .. } => "random_bits",
             Op::Pcast { .. } => "pcast",
             Op::SgdUpdate { .. } => "sgd_update",
@@ -320,10 +382,13 @@ impl Op {
             Op::FoldIn { data } => format!("data={data}"),
             Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
             Op::Dropout { rate } => format!("rate={rate}"),
-            Op::Attention { scale, rate } | Op::AttentionGrad { scale, rate } => {
+            Op::Attention { scale, rate, seq } | Op::AttentionGrad { scale, rate, seq } => {
                 let mut s = format!("is_causal=true scale={scale}");
                 if *rate > 0.0 {
                     s += &format!(" dropout_rate={rate}");
+                }
+                if !seq.is_whole() {
+                    s += &format!(" q={} kv={}", seq.q.text(), seq.kv.text());
                 }
                 s
             }
@@ -362,12 +427,24 @@ impl Op {
             Op::ShardSlice { dim, axes, parts } => {
                 format!("dimension={dim} index=axis_index({}) of {parts}", axes_text(axes))
             }
+            Op::SeqTake { dim, seq } => format!("dimension={dim} rows={}", seq.text()),
+            Op::SeqPut { dim, seq, len } => format!("dimension={dim} rows={} of {len}", seq.text()),
             Op::RandomBitsBlock {
-                global, spec, layout, ..
-            } => format!(
-                "global_shape={global:?} block={spec} layout={}",
-                format!("{layout:?}").to_lowercase()
-            ),
+                global,
+                spec,
+                layout,
+                seq,
+                ..
+            } => {
+                let mut s = format!(
+                    "global_shape={global:?} block={spec} layout={}",
+                    format!("{layout:?}").to_lowercase()
+                );
+                if !seq.is_whole() {
+                    s += &format!(" rows={} cols={}", seq.q.text(), seq.kv.text());
+                }
+                s
+            }
             Op::SgdUpdate { lr } => format!("lr={lr}"),
             Op::AdamWUpdate { lr, wd, .. } => format!("lr={lr} wd={wd}"),
             _ => String::new(),
@@ -568,18 +645,32 @@ impl Op {
                 want(2)?;
                 Ok(vec![f32s(s(0))])
             }
-            Op::Attention { rate, .. } => {
+            Op::Attention { rate, seq, .. } => {
                 want(if *rate > 0.0 { 4 } else { 3 })?;
-                let rows = attention_rows(name, &ins[..3], ins.get(3).copied())?;
+                let rows = attention_rows(name, &ins[..3], ins.get(3).copied(), seq)?;
                 Ok(vec![f32s(s(0)), f32s(rows)])
             }
-            Op::AttentionGrad { rate, .. } => {
+            Op::AttentionGrad { rate, seq, .. } => {
                 want(if *rate > 0.0 { 7 } else { 6 })?;
-                let rows = attention_rows(name, &ins[..3], ins.get(6).copied())?;
+                let rows = attention_rows(name, &ins[..3], ins.get(6).copied(), seq)?;
                 if ins[3].shape != ins[0].shape || ins[5].shape != ins[0].shape || ins[4].shape != rows {
                     return err(format!("o and do must be {:?} and lse {rows:?}", ins[0].shape));
                 }
                 Ok(vec![f32s(s(0)), f32s(s(1)), f32s(s(2))])
+            }
+            Op::AttentionCombine => {
+                want(4)?;
+                let o = &ins[0].shape;
+                let rows = &o[..o.len().saturating_sub(1)];
+                let fits = !o.is_empty()
+                    && ins[2].shape == *o
+                    && ins[1].shape == rows
+                    && ins[3].shape == rows
+                    && ins.iter().all(|v| v.dtype == DType::F32);
+                if !fits {
+                    return err(format!("takes (o, lse, o, lse) of f32{o:?} and f32{rows:?}"));
+                }
+                Ok(vec![f32s(s(0)), f32s(s(1))])
             }
             Op::CrossEntropy => {
                 want(2)?;
@@ -725,6 +816,45 @@ impl Op {
                     ));
                 }
                 shape[*dim] /= parts;
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
+            }
+            Op::SeqTake { dim, seq } => {
+                want(1)?;
+                let mut shape = s(0);
+                let parts = match seq {
+                    SeqBlock::Whole => 1,
+                    SeqBlock::Part { parts, .. } => *parts,
+                };
+                let chunks = match seq {
+                    SeqBlock::Part {
+                        order: super::CpOrder::Zigzag,
+                        ..
+                    } => 2 * parts,
+                    _ => parts,
+                };
+                if *dim >= shape.len() || parts == 0 || shape[*dim] % chunks != 0 {
+                    return err(format!(
+                        "cannot cut dimension {dim} of {shape:?} into {chunks} equal chunks"
+                    ));
+                }
+                shape[*dim] /= parts;
+                Ok(vec![ValueInfo {
+                    shape,
+                    dtype: ins[0].dtype,
+                    name: None,
+                }])
+            }
+            Op::SeqPut { dim, seq, len } => {
+                want(1)?;
+                let mut shape = s(0);
+                if *dim >= shape.len() || seq.global_len(shape[*dim]) != *len {
+                    return err(format!("{shape:?} is not a block of {len} rows of dimension {dim}"));
+                }
+                shape[*dim] = *len;
                 Ok(vec![ValueInfo {
                     shape,
                     dtype: ins[0].dtype,

@@ -100,7 +100,13 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
             Op::Ppermute { axis, .. } => {
                 axes.insert(axis.clone());
             }
-            Op::RandomBitsBlock { spec, .. } => axes.extend(spec.mesh_axes().into_iter().map(String::from)),
+            Op::RandomBitsBlock { spec, seq, .. } => {
+                axes.extend(spec.mesh_axes().into_iter().map(String::from));
+                axes.extend(seq.axes());
+            }
+            // A block of the sequence is picked by the device's index: it varies along those axes.
+            Op::Attention { seq, .. } | Op::AttentionGrad { seq, .. } => axes.extend(seq.axes()),
+            Op::SeqTake { seq, .. } | Op::SeqPut { seq, .. } => axes.extend(seq.axes().iter().cloned()),
             _ => {}
         }
         for o in &ins.outputs {

@@ -1,21 +1,23 @@
 //! Fused causal attention (shaders/attention.wgsl), with its CPU twin in
-//! [`crate::reference::attention`]: q, k, v, o (heads, T, Dh) with heads counting every
-//! device's B*H (heads are independent, so one launch covers all devices), lse (heads, T), and
-//! the backward's rows scratch (heads, T, 2).
+//! [`crate::reference::attention`]: q, o (heads, T, Dh) and k, v (heads, Tk, Dh) with heads
+//! counting every device's B*H (heads are independent, so one launch covers all devices), lse
+//! (heads, T), and the backward's rows scratch (heads, T, 2). Each device's rows sit in the
+//! global sequence as its [`Blocks`] say (the whole sequence on one device; blocks of it under
+//! context parallelism), and the causal mask compares those positions.
 //!
-//! Dropout bits come as [`Dropout::Bits`], a (heads, T, T) array a random_bits launch made, or
+//! Dropout bits come as [`Dropout::Bits`], a (heads, T, Tk) array a random_bits launch made, or
 //! as [`Dropout::Drawn`]: the key and the draw, from which every kernel makes the bits it needs
 //! in place with the same Threefry counters, so no (T, T) array is ever held.
 use super::check::{need, positive};
 use super::random::{counters, Draw};
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
-pub use crate::reference::attention::AttentionShape;
+pub use crate::reference::attention::{AttentionShape, Blocks};
 use crate::rng::keep_scale;
 
 /// The largest head dimension the kernels take: each lane keeps a few rows of Dh in registers
 /// and a workgroup stages tiles of them (shaders/attention.wgsl's MAX_DH).
 pub const MAX_HEAD_DIM: usize = 64;
-/// Rows per workgroup (WG): one row per invocation.
+/// Rows per workgroup (WG) and per staged tile (TILE).
 const WG: usize = 64;
 
 /// How an adapter runs the op: the fused kernels, or the composition through the tuned matmuls
@@ -31,9 +33,14 @@ pub enum Lowering {
 /// backward holds two); past it the fused kernels run, whose memory does not grow with T^2.
 pub const COMPOSED_MAX_SCORES: usize = 1 << 22;
 
-/// How `ctx`'s adapter runs attention of shape `s`: [`Tuning::attention`](super::Tuning) when
-/// pinned; otherwise composed on CPU adapters while the scratch stays small, fused elsewhere.
-pub fn lowering(ctx: &GpuContext, s: &AttentionShape) -> Lowering {
+/// How `ctx`'s adapter runs attention of shape `s` over `blocks`: [`Tuning::attention`](super::Tuning)
+/// when pinned; otherwise composed on CPU adapters while the scratch stays small and every
+/// device attends its whole sequence, fused elsewhere. Blocks of a sequence (context
+/// parallelism) always run fused: the composition's matmuls read square, causal (T, T) scores.
+pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowering {
+    if blocks.iter().any(|b| *b != Blocks::whole(s.t)) {
+        return Lowering::Fused;
+    }
     if let Some(pinned) = super::Tuning::with(ctx, |t| t.attention).flatten() {
         return pinned;
     }
@@ -57,10 +64,12 @@ pub enum Dropout<'a> {
     /// Bits `(heads, T, T)` u32, made beforehand.
     Bits(&'a GpuBuffer),
     /// Drawn in the kernels: the keys (as `random_bits` takes them) and each device's block of
-    /// the global (B, H, T, T) bits.
+    /// the leading dims (B, H) of the global (B, H, seq, seq) bits; a row's bits sit at its
+    /// query and key positions ([`Blocks`]).
     Drawn {
         key: &'a GpuBuffer,
         draw: Draw<'a>,
+        seq: usize,
     },
 }
 
@@ -76,29 +85,64 @@ struct Params {
     keep_scale: f32,
     heads_per_dev: u32,
     n_global: u32,
-    n_block: u32,
+    tk: u32,
     rng_layout: u32,
     key_stride: u32,
+    seq: u32,
+    q_chunk: u32,
+    k_chunk: u32,
+    pad: u32,
     block_size: [u32; 4],
     global_stride: [u32; 4],
 }
 
-/// The launch's parameters, and the words (bits or keys) and block offsets its kernels bind.
+/// Words per device in the offsets buffer: the leading block's start (canonical rank 4), then
+/// the starts of the query and key runs.
+const OFFSET_WORDS: usize = 8;
+
+/// The launch's parameters, and the words (bits or keys) and per-device offsets its kernels bind.
 struct Setup<'a> {
     params: Params,
     words: &'a GpuBuffer,
-    offsets: Option<Vec<u32>>,
+    offsets: Vec<u32>,
+}
+
+fn u32_of(kernel: &str, what: &str, n: usize) -> Result<u32, GpuError> {
+    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("{kernel}: {what} {n} does not fit in 32 bits")))
 }
 
 fn setup<'a>(
     kernel: &str,
     s: &AttentionShape,
+    blocks: &[Blocks],
     dropout: Dropout<'a>,
     stand_in: &'a GpuBuffer,
 ) -> Result<Setup<'a>, GpuError> {
     positive(kernel, "heads", s.heads)?;
     positive(kernel, "T", s.t)?;
     positive(kernel, "Dh", s.dh)?;
+    let first = blocks
+        .first()
+        .ok_or_else(|| GpuError::Invalid(format!("{kernel}: no blocks given; give one per device")))?;
+    let devices = blocks.len();
+    let per_dev = s.heads / devices;
+    let same_chunks = blocks
+        .iter()
+        .all(|b| b.tk == first.tk && b.q.chunk == first.q.chunk && b.kv.chunk == first.kv.chunk);
+    if per_dev * devices != s.heads || !same_chunks {
+        return Err(GpuError::Invalid(format!(
+            "{kernel}: {devices} devices' blocks do not split {} heads evenly, or differ in their row counts",
+            s.heads
+        )));
+    }
+    positive(kernel, "Tk", first.tk)?;
+    // The sequence the positions index: past every row of every block.
+    let seq = blocks
+        .iter()
+        .flat_map(|b| [b.q.pos(s.t - 1), b.q.pos(0), b.kv.pos(first.tk - 1), b.kv.pos(0)])
+        .max()
+        .unwrap_or(0)
+        + 1;
     if s.dh > MAX_HEAD_DIM {
         return Err(GpuError::Invalid(format!(
             "{kernel}: the fused attention kernels take head dimensions up to {MAX_HEAD_DIM}, and this model's is {} \
@@ -114,23 +158,33 @@ fn setup<'a>(
     }
     let keep = 1.0 - s.rate;
     let mut params = Params {
-        heads: s.heads as u32,
-        t: s.t as u32,
+        heads: u32_of(kernel, "heads", s.heads)?,
+        t: u32_of(kernel, "T", s.t)?,
         dh: s.dh as u32,
         dropout: 0,
         scale: s.scale,
         keep,
         keep_scale: keep_scale(keep),
-        heads_per_dev: s.heads as u32,
+        heads_per_dev: per_dev as u32,
         n_global: 0,
-        n_block: 0,
+        tk: u32_of(kernel, "Tk", first.tk)?,
         rng_layout: 0,
         key_stride: 0,
+        seq: u32_of(kernel, "the sequence", seq)?,
+        q_chunk: u32_of(kernel, "T", first.q.chunk)?,
+        k_chunk: u32_of(kernel, "Tk", first.kv.chunk)?,
+        pad: 0,
         block_size: [1; 4],
         global_stride: [1; 4],
     };
     let mut words = stand_in;
-    let mut offsets = None;
+    let mut offsets = vec![0u32; OFFSET_WORDS * devices];
+    for (d, b) in blocks.iter().enumerate() {
+        let runs = [b.q.starts[0], b.q.starts[1], b.kv.starts[0], b.kv.starts[1]];
+        for (w, r) in runs.into_iter().enumerate() {
+            offsets[OFFSET_WORDS * d + 4 + w] = u32_of(kernel, "a position", r)?;
+        }
+    }
     match (s.rate > 0.0, dropout) {
         (false, _) => {}
         (true, Dropout::None) => {
@@ -139,59 +193,68 @@ fn setup<'a>(
             )))
         }
         (true, Dropout::Bits(b)) => {
-            need(kernel, "bits", b, s.heads * s.t * s.t)?;
+            need(kernel, "bits", b, s.heads * s.t * first.tk)?;
             params.dropout = 1;
             words = b;
         }
-        (true, Dropout::Drawn { key, draw }) => {
+        (true, Dropout::Drawn { key, draw, seq: t }) => {
             let c = counters(kernel, key, &draw)?;
-            let devices = draw.blocks.len();
-            let per_dev = s.heads / devices.max(1);
-            if per_dev * devices != s.heads || c.n_block as usize != per_dev * s.t * s.t {
+            if draw.blocks.len() != devices || c.n_block as usize != per_dev || t < seq {
                 return Err(GpuError::Invalid(format!(
-                    "{kernel}: {devices} devices' blocks of {} bits do not cover {} heads of ({}, {}) probabilities",
-                    c.n_block, s.heads, s.t, s.t
+                    "{kernel}: {} devices' blocks of {} rows of bits do not cover {devices} devices' {per_dev} heads \
+                     of a sequence of {t}",
+                    draw.blocks.len(),
+                    c.n_block
+                )));
+            }
+            let n_global = u64::from(c.n_global) * (t as u64) * (t as u64);
+            if n_global >= u64::from(u32::MAX) {
+                return Err(GpuError::Invalid(format!(
+                    "{kernel}: {n_global} dropout bits; the GPU generator indexes at most 2^32 - 2"
                 )));
             }
             params = Params {
                 dropout: 2,
-                heads_per_dev: per_dev as u32,
-                n_global: c.n_global,
-                n_block: c.n_block,
+                n_global: n_global as u32,
                 rng_layout: c.rng_layout,
                 key_stride: c.key_stride,
+                seq: t as u32,
                 block_size: c.block_size,
                 global_stride: c.global_stride,
                 ..params
             };
             words = key;
-            offsets = Some(c.offsets);
+            for d in 0..devices {
+                offsets[OFFSET_WORDS * d..OFFSET_WORDS * d + 4].copy_from_slice(&c.offsets[4 * d..4 * d + 4]);
+            }
         }
     }
     Ok(Setup { params, words, offsets })
 }
 
 impl<'a> Setup<'a> {
-    /// Binds the words, the offsets (a stand-in when nothing is drawn) and the parameters.
-    fn bind<'k>(&self, ctx: &GpuContext, kernel: Kernel<'k>, stand_in: &'k GpuBuffer) -> Result<Kernel<'k>, GpuError>
+    /// Binds the words, the offsets and the parameters.
+    fn bind<'k>(&self, ctx: &GpuContext, kernel: Kernel<'k>) -> Result<Kernel<'k>, GpuError>
     where
         'a: 'k,
     {
         let kernel = kernel.read(3, "words", self.words).uniform(7, &self.params);
-        Ok(match &self.offsets {
-            Some(o) => kernel.read_owned(4, "offsets", ctx.upload("attention dropout offsets", o)?),
-            None => kernel.read(4, "offsets", stand_in),
-        })
+        Ok(kernel.read_owned(4, "offsets", ctx.upload("attention offsets", &self.offsets)?))
     }
 }
 
-/// One workgroup per WG rows of a head; heads past 65535 fold into z.
-fn grid(s: &AttentionShape) -> [u32; 3] {
+/// One workgroup per WG rows (of `rows` per head) of a head; heads past 65535 fold into z.
+fn grid(s: &AttentionShape, rows: usize) -> [u32; 3] {
     let z = s.heads.div_ceil(65535);
-    [s.t.div_ceil(WG) as u32, s.heads.div_ceil(z) as u32, z as u32]
+    [rows.div_ceil(WG) as u32, s.heads.div_ceil(z) as u32, z as u32]
 }
 
-/// The forward's buffers: q, k, v in; o and lse out.
+/// The blocks of a launch: those given, one per device.
+fn tk(blocks: &[Blocks], s: &AttentionShape) -> usize {
+    blocks.first().map_or(s.t, |b| b.tk)
+}
+
+/// The forward's buffers: q, k, v in; o and lse out; where each device's rows sit.
 pub struct Forward<'a> {
     pub q: &'a GpuBuffer,
     pub k: &'a GpuBuffer,
@@ -199,15 +262,17 @@ pub struct Forward<'a> {
     pub dropout: Dropout<'a>,
     pub o: &'a GpuBuffer,
     pub lse: &'a GpuBuffer,
+    /// One per device (each holding heads / devices heads).
+    pub blocks: &'a [Blocks],
 }
 
 /// `(o, lse) = attention(q, k, v)`: one dispatch.
 pub async fn forward(ctx: &GpuContext, b: &Forward<'_>, s: &AttentionShape) -> Result<Dispatch, GpuError> {
     let kname = "attention::forward";
-    let setup = setup(kname, s, b.dropout, b.q)?;
-    let n = s.heads * s.t * s.dh;
-    for (what, buf) in [("q", b.q), ("k", b.k), ("v", b.v), ("o", b.o)] {
-        need(kname, what, buf, n)?;
+    let setup = setup(kname, s, b.blocks, b.dropout, b.q)?;
+    let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk(b.blocks, s) * s.dh);
+    for (what, buf, len) in [("q", b.q, n), ("k", b.k, nk), ("v", b.v, nk), ("o", b.o, n)] {
+        need(kname, what, buf, len)?;
     }
     need(kname, "lse", b.lse, s.heads * s.t)?;
     let kernel = Kernel::new(
@@ -220,8 +285,8 @@ pub async fn forward(ctx: &GpuContext, b: &Forward<'_>, s: &AttentionShape) -> R
     .read(2, "v", b.v)
     .write(5, "o", b.o)
     .write(6, "lse", b.lse)
-    .grid(grid(s));
-    ctx.launch(setup.bind(ctx, kernel, b.q)?).await
+    .grid(grid(s, s.t));
+    ctx.launch(setup.bind(ctx, kernel)?).await
 }
 
 /// The backward's buffers: the forward's inputs and outputs, the cotangent, the gradients, and
@@ -238,6 +303,8 @@ pub struct Backward<'a> {
     pub dq: &'a GpuBuffer,
     pub dk: &'a GpuBuffer,
     pub dv: &'a GpuBuffer,
+    /// One per device, as the forward's.
+    pub blocks: &'a [Blocks],
 }
 
 /// Elements of the backward's rows scratch.
@@ -248,42 +315,50 @@ pub fn rows_len(s: &AttentionShape) -> usize {
 /// `(dq, dk, dv)`: four dispatches (each row's (lse, rowsum(do * o)), then dq, dk and dv).
 pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) -> Result<Vec<Dispatch>, GpuError> {
     let kname = "attention::backward";
-    let setup = setup(kname, s, b.dropout, b.q)?;
-    let n = s.heads * s.t * s.dh;
-    for (what, buf) in [
-        ("q", b.q),
-        ("k", b.k),
-        ("v", b.v),
-        ("o", b.o),
-        ("do", b.d_o),
-        ("dq", b.dq),
-        ("dk", b.dk),
-        ("dv", b.dv),
+    let setup = setup(kname, s, b.blocks, b.dropout, b.q)?;
+    let tk = tk(b.blocks, s);
+    let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk * s.dh);
+    for (what, buf, len) in [
+        ("q", b.q, n),
+        ("k", b.k, nk),
+        ("v", b.v, nk),
+        ("o", b.o, n),
+        ("do", b.d_o, n),
+        ("dq", b.dq, n),
+        ("dk", b.dk, nk),
+        ("dv", b.dv, nk),
     ] {
-        need(kname, what, buf, n)?;
+        need(kname, what, buf, len)?;
     }
     need(kname, "lse", b.lse, s.heads * s.t)?;
     need(kname, "rows", b.rows, rows_len(s))?;
     let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
     let mut out = vec![row_delta(ctx, b, s, &setup.params).await?];
-    let common = |entry: &str, label: &str| {
+    let common = |entry: &str, label: &str, rows: usize| {
         let kernel = Kernel::new("attention", entry, format!("attention backward {label} {shape}"))
             .read(0, "q", b.q)
             .read(1, "k", b.k)
             .read(9, "do", b.d_o)
             .read(11, "rows", b.rows)
-            .grid(grid(s));
-        setup.bind(ctx, kernel, b.q)
+            .grid(grid(s, rows));
+        setup.bind(ctx, kernel)
     };
     out.push(
-        ctx.launch(common("backward_dq", "dq")?.read(2, "v", b.v).write(12, "dq", b.dq))
+        ctx.launch(
+            common("backward_dq", "dq", s.t)?
+                .read(2, "v", b.v)
+                .write(12, "dq", b.dq),
+        )
+        .await?,
+    );
+    out.push(
+        ctx.launch(common("backward_dk", "dk", tk)?.read(2, "v", b.v).write(13, "dk", b.dk))
             .await?,
     );
     out.push(
-        ctx.launch(common("backward_dk", "dk")?.read(2, "v", b.v).write(13, "dk", b.dk))
+        ctx.launch(common("backward_dv", "dv", tk)?.write(14, "dv", b.dv))
             .await?,
     );
-    out.push(ctx.launch(common("backward_dv", "dv")?.write(14, "dv", b.dv)).await?);
     Ok(out)
 }
 
@@ -307,17 +382,18 @@ async fn row_delta(
 
 /// The composed forward's middle dispatch: `scores` (scale q k^T, heads x T x T) becomes the
 /// kept probabilities in place, and `lse` each row's log-sum-exp. `q` stands in for the
-/// bindings dropout leaves unused.
+/// bindings dropout leaves unused; `blocks` are whole sequences ([`lowering`]).
 pub async fn probs(
     ctx: &GpuContext,
     scores: &GpuBuffer,
     lse: &GpuBuffer,
     dropout: Dropout<'_>,
     q: &GpuBuffer,
+    blocks: &[Blocks],
     s: &AttentionShape,
 ) -> Result<Dispatch, GpuError> {
     let kname = "attention::probs";
-    let setup = setup(kname, s, dropout, q)?;
+    let setup = setup(kname, s, blocks, dropout, q)?;
     need(kname, "scores", scores, scores_len(s))?;
     need(kname, "lse", lse, s.heads * s.t)?;
     let kernel = Kernel::new(
@@ -325,10 +401,10 @@ pub async fn probs(
         "probs",
         format!("attention probs ({}, {}, {})", s.heads, s.t, s.t),
     )
-    .write(16, "scores", scores)
+    .write(20, "scores", scores)
     .write(6, "lse", lse)
     .grid(grid_1d(s.heads * s.t, 64));
-    ctx.launch(setup.bind(ctx, kernel, q)?).await
+    ctx.launch(setup.bind(ctx, kernel)?).await
 }
 
 /// The composed backward's buffers: the op's, and its two (heads, T, T) scratch arrays.
@@ -349,7 +425,7 @@ pub async fn composed_backward(
     s: &AttentionShape,
 ) -> Result<(Dispatch, Dispatch), GpuError> {
     let kname = "attention::probs_grad";
-    let setup = setup(kname, s, b.op.dropout, b.op.q)?;
+    let setup = setup(kname, s, b.op.blocks, b.op.dropout, b.op.q)?;
     need(kname, "scores", b.scores, scores_len(s))?;
     need(kname, "dscores", b.dscores, scores_len(s))?;
     need(kname, "rows", b.op.rows, rows_len(s))?;
@@ -359,10 +435,51 @@ pub async fn composed_backward(
         "probs_grad",
         format!("attention probs backward ({}, {}, {})", s.heads, s.t, s.t),
     )
-    .write(16, "scores", b.scores)
-    .write(17, "dscores", b.dscores)
+    .write(20, "scores", b.scores)
+    .write(21, "dscores", b.dscores)
     .read(11, "rows", b.op.rows)
     .grid(grid_1d(scores_len(s), 64));
-    let grad = ctx.launch(setup.bind(ctx, kernel, b.op.q)?).await?;
+    let grad = ctx.launch(setup.bind(ctx, kernel)?).await?;
     Ok((rows, grad))
+}
+
+/// Two partial attentions of the same rows: o_a, o_b (heads, T, Dh), lse_a, lse_b (heads, T).
+pub struct Combine<'a> {
+    pub o_a: &'a GpuBuffer,
+    pub lse_a: &'a GpuBuffer,
+    pub o_b: &'a GpuBuffer,
+    pub lse_b: &'a GpuBuffer,
+    pub o: &'a GpuBuffer,
+    pub lse: &'a GpuBuffer,
+}
+
+/// `(o, lse)` of the rows' attention over both sides' keys: one dispatch.
+pub async fn combine(ctx: &GpuContext, b: &Combine<'_>, s: &AttentionShape) -> Result<Dispatch, GpuError> {
+    let kname = "attention::combine";
+    let setup = setup(kname, s, &[Blocks::whole(s.t)], Dropout::None, b.o_a)?;
+    let (n, rows) = (s.heads * s.t * s.dh, s.heads * s.t);
+    for (what, buf, len) in [
+        ("o_a", b.o_a, n),
+        ("o_b", b.o_b, n),
+        ("o", b.o, n),
+        ("lse_a", b.lse_a, rows),
+        ("lse_b", b.lse_b, rows),
+        ("lse", b.lse, rows),
+    ] {
+        need(kname, what, buf, len)?;
+    }
+    let kernel = Kernel::new(
+        "attention",
+        "combine",
+        format!("attention combine ({}, {}, {})", s.heads, s.t, s.dh),
+    )
+    .read(16, "o_a", b.o_a)
+    .read(17, "lse_a", b.lse_a)
+    .read(18, "o_b", b.o_b)
+    .read(19, "lse_b", b.lse_b)
+    .write(5, "o", b.o)
+    .write(6, "lse", b.lse)
+    .uniform(7, &setup.params)
+    .grid(grid_1d(rows, 64));
+    ctx.launch(kernel).await
 }

@@ -20,6 +20,7 @@ pub mod optimizer;
 pub mod random;
 pub mod reduce;
 mod rows;
+pub mod seq;
 pub mod softmax;
 mod tuning;
 

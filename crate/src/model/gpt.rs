@@ -1,5 +1,7 @@
+use super::ring::{ring_attention, Ring, RingDropout};
 use super::{Attention, GptConfig};
-use crate::ir::{Builder, RngLayout, ValueId};
+use crate::ir::{Builder, Op, RngLayout, SeqBlock, ValueId};
+use crate::sharding::PartitionSpec;
 
 /// The values a forward pass reads: parameters in `param_specs` order, tokens, targets,
 /// and the step's key (needed only with dropout).
@@ -21,6 +23,34 @@ pub struct Local {
     pub batch: usize,
     pub heads: usize,
     pub tp: Option<String>,
+    /// The sequence rows of the residual stream this device holds (all of them unless the
+    /// sequence is split).
+    pub seq: usize,
+    /// Sequence parallelism (Korthikanti et al.): the residual stream split on the sequence over
+    /// `tp`; an all_gather (reduce-scatter in the backward) replaces the pcast before the
+    /// column-parallel matmuls and a psum_scatter (all-gather in the backward) the psum after
+    /// the row-parallel ones.
+    pub sp: bool,
+    /// Where the sequence is split: this device's block of it (the rows of wpe it reads).
+    pub rows: Option<SeqBlock>,
+    /// Context parallelism: the sequence split over a ring, attention as ring attention.
+    pub ring: Option<Ring>,
+    /// Dropout masks as this device's block of the one-device run's (bit for bit), where the
+    /// body splits the tokens; None draws each mask on the local shape (the seed's body).
+    pub masks: Option<MaskBlocks>,
+}
+
+/// The mesh axes that split the batch, the sequence of the residual stream and the heads: a
+/// device's block of each dropout site's global mask.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MaskBlocks {
+    pub batch: Option<String>,
+    pub seq: Option<String>,
+    pub heads: Option<String>,
+    /// A residual-stream block no spec describes (zig-zag's two chunks): its rows are taken
+    /// from the bits of the whole sequence, as a JAX user slices `jax.random.bits` of the
+    /// global shape.
+    pub rows: Option<SeqBlock>,
 }
 
 impl Local {
@@ -30,24 +60,67 @@ impl Local {
             batch: cfg.batch,
             heads: cfg.heads,
             tp: None,
+            seq: cfg.seq,
+            sp: false,
+            rows: None,
+            ring: None,
+            masks: None,
         }
     }
 }
 
-/// Column-parallel input: under tensor parallelism the replicated activation becomes varying.
+/// Column-parallel input: under tensor parallelism the replicated activation becomes varying;
+/// under sequence parallelism the device's rows are gathered into the whole sequence.
 fn col_in(b: &mut Builder, a: &Activations, x: ValueId) -> ValueId {
     match &a.local.tp {
+        Some(tp) if a.local.sp => b.all_gather(x, &[tp], 1, true),
         Some(tp) => b.pcast(x, &[tp]),
         None => x,
     }
 }
 
-/// Row-parallel output: partial sums over the tensor-parallel group are added up.
+/// Row-parallel output: partial sums over the tensor-parallel group are added up, or, under
+/// sequence parallelism, added up and scattered so each device keeps its rows.
 fn row_out(b: &mut Builder, a: &Activations, y: ValueId) -> ValueId {
     match &a.local.tp {
+        Some(tp) if a.local.sp => b.psum_scatter(y, &[tp], 1, true),
         Some(tp) => b.psum(y, &[tp]),
         None => y,
     }
+}
+
+/// This device's block of the bits of the global array that `local` is a block of, split as
+/// `spec` says: what `jax.random.bits(key, global)` holds there.
+fn block_bits(b: &mut Builder, key: ValueId, local: &[usize], spec: PartitionSpec, layout: RngLayout) -> ValueId {
+    let global: Vec<usize> = local
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| {
+            let axes: Vec<&str> = spec.dim_axes(d).to_vec();
+            n * b.mesh().and_then(|m| m.axes_size(&axes).ok()).unwrap_or(1)
+        })
+        .collect();
+    b.emit1(
+        Op::RandomBitsBlock {
+            global,
+            spec,
+            shape: local.to_vec(),
+            layout,
+            seq: Default::default(),
+        },
+        &[key],
+    )
+}
+
+/// The spec of a device's block of a mask over (batch, sequence, ...) or, `heads`, over
+/// (batch, heads, T, T).
+fn mask_spec(m: &MaskBlocks, rank: usize, heads: bool) -> PartitionSpec {
+    let mut entries = vec![
+        m.batch.as_deref(),
+        if heads { m.heads.as_deref() } else { m.seq.as_deref() },
+    ];
+    entries.resize(rank, None);
+    PartitionSpec::from_axes(&entries)
 }
 
 /// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site).
@@ -60,7 +133,30 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
         return x;
     }
     let key = site_key(b, a, l, site);
-    b.dropout(x, key, cfg.dropout, a.rng_layout)
+    match &a.local.masks {
+        None => b.dropout(x, key, cfg.dropout, a.rng_layout),
+        Some(m) => {
+            let shape = b.shape(x);
+            let bits = match (&m.rows, site) {
+                (Some(rows), 1 | 2) => {
+                    // The whole sequence's bits of the device's batch block, then its rows.
+                    let mut whole = shape.clone();
+                    whole[1] = cfg.seq;
+                    let spec = PartitionSpec::from_axes(&[m.batch.as_deref()]);
+                    let all = block_bits(b, key, &whole, spec, a.rng_layout);
+                    b.emit1(
+                        Op::SeqTake {
+                            dim: 1,
+                            seq: rows.clone(),
+                        },
+                        &[all],
+                    )
+                }
+                _ => block_bits(b, key, &shape, mask_spec(m, shape.len(), site == 0), a.rng_layout),
+            };
+            b.emit1(Op::Dropout { rate: cfg.dropout }, &[x, bits])
+        }
+    }
 }
 
 /// `x @ w + bias`
@@ -83,7 +179,18 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
     let p = a.params;
 
     let tok = b.take(p[0], a.tokens); // (B, T, C)
-    let mut x = b.add(tok, p[1]); // + wpe (T, C)
+                                      // Where the sequence is split, the device's rows of wpe (its positions).
+    let wpe = match &a.local.rows {
+        Some(rows) => b.emit1(
+            Op::SeqTake {
+                dim: 0,
+                seq: rows.clone(),
+            },
+            &[p[1]],
+        ),
+        None => p[1],
+    };
+    let mut x = b.add(tok, wpe); // + wpe (T, C)
     b.set_name(x, "x0");
 
     for l in 0..cfg.layers {
@@ -104,7 +211,10 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
 /// Block `l` of docs/MODEL.md on the residual stream `x`: attention, then the MLP, each with
 /// its residual add; returns the new residual stream.
 fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> ValueId {
-    let (bsz, t, d, h) = (a.local.batch, cfg.seq, cfg.d_model, a.local.heads);
+    // Attention sees the whole sequence, except under context parallelism (its block, and the
+    // ring brings the others) and in sequence parallelism's own regions (gathered before).
+    let t = if a.local.sp { cfg.seq } else { a.local.seq };
+    let (bsz, d, h) = (a.local.batch, cfg.d_model, a.local.heads);
     let dh = cfg.head_dim();
     let p = a.params;
     let w = &p[2 + 12 * l..2 + 12 * (l + 1)];
@@ -113,6 +223,7 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
 
     // attention
     let hn = b.layer_norm(x, ln1_g, ln1_b);
+    b.set_name(hn, &format!("h{l}.ln1"));
     let hn = col_in(b, a, hn);
     let w_qkv = b.reshape(w_qkv, &[d, 3 * h * dh]); // columns: (3, H, Dh)
     let b_qkv = b.reshape(b_qkv, &[3 * h * dh]);
@@ -123,15 +234,49 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
     let parts = b.split(qkv, 0, &[1, 1, 1]);
     let [q, k, v] = [0, 1, 2].map(|i| b.reshape(parts[i], &[bsz, h, t, dh])); // (B, H, T, Dh)
     let scale = 1.0 / (dh as f32).sqrt();
-    let y = match cfg.attention {
-        Attention::Fused => {
-            // The probabilities' dropout site, with the unfused path's key and bits.
-            let dropout = (cfg.dropout > 0.0).then(|| (site_key(b, a, l, 0), cfg.dropout, a.rng_layout));
-            let y = b.attention([q, k, v], scale, dropout);
+    let y = match (cfg.attention, &a.local.ring) {
+        (Attention::Fused, Some(ring)) => {
+            let dropout = (cfg.dropout > 0.0).then(|| {
+                let m = a.local.masks.clone().unwrap_or_default();
+                let spec = mask_spec(&m, 2, true);
+                let global = vec![cfg.batch, cfg.heads, cfg.seq, cfg.seq];
+                let d = RingDropout {
+                    rate: cfg.dropout,
+                    layout: a.rng_layout,
+                    global,
+                    batch: spec,
+                };
+                (site_key(b, a, l, 0), d)
+            });
+            let y = ring_attention(b, ring, [q, k, v], scale, dropout);
             b.set_name(y, &format!("h{l}.att"));
             y
         }
-        Attention::Unfused => {
+        (Attention::Fused, None) => {
+            // The probabilities' dropout site, with the unfused path's key and bits.
+            let y = match (&a.local.masks, cfg.dropout > 0.0) {
+                (Some(m), true) => {
+                    let key = site_key(b, a, l, 0);
+                    let mut shape = b.shape(q);
+                    let n = shape.len();
+                    shape[n - 1] = shape[n - 2];
+                    let bits = block_bits(b, key, &shape, mask_spec(m, n, true), a.rng_layout);
+                    let op = Op::Attention {
+                        scale,
+                        rate: cfg.dropout,
+                        seq: Default::default(),
+                    };
+                    b.emit(op, &[q, k, v, bits])[0]
+                }
+                _ => {
+                    let dropout = (cfg.dropout > 0.0).then(|| (site_key(b, a, l, 0), cfg.dropout, a.rng_layout));
+                    b.attention([q, k, v], scale, dropout)
+                }
+            };
+            b.set_name(y, &format!("h{l}.att"));
+            y
+        }
+        (Attention::Unfused, _) => {
             let s = b.dot_general(q, k, (&[3], &[3]), (&[0, 1], &[0, 1]), scale); // (B, H, T, T)
             let att = b.softmax_causal(s);
             b.set_name(att, &format!("h{l}.att"));
@@ -142,6 +287,7 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
     let y = b.transpose(y, &[0, 2, 1, 3]); // (B, T, H, Dh)
     let y = b.reshape(y, &[bsz, t, h * dh]);
     let y = b.matmul(y, w_proj);
+    b.set_name(y, &format!("h{l}.proj"));
     let y = row_out(b, a, y);
     let y = b.add(y, b_proj);
     let y = dropout(b, cfg, a, y, l, 1);
@@ -150,10 +296,12 @@ fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId
 
     // MLP
     let hn = b.layer_norm(x, ln2_g, ln2_b);
+    b.set_name(hn, &format!("h{l}.ln2"));
     let hn = col_in(b, a, hn);
     let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
     let f = b.gelu(f);
     let f = b.matmul(f, w_out);
+    b.set_name(f, &format!("h{l}.mlp"));
     let f = row_out(b, a, f);
     let f = b.add(f, b_out);
     let f = dropout(b, cfg, a, f, l, 2);

@@ -5,13 +5,15 @@ mod data;
 mod gpt;
 mod microbatch;
 mod params;
+mod ring;
 mod text_file;
 mod train_step;
 
 pub use config::{Attention, GptConfig, ModelError, Optimizer, Remat, MAX_LAYERS};
 pub use data::{Batch, DataSource, Dataset};
-pub use gpt::{forward_logits, forward_loss, Activations, Local};
+pub use gpt::{forward_logits, forward_loss, Activations, Local, MaskBlocks};
 pub use microbatch::{accumulate, check_microbatches, microbatch_rows, Accumulated};
 pub use params::{init_params, param_specs, Init, ParamSpec};
+pub use ring::{ring_attention, Ring, RingDropout};
 pub use text_file::{read_text_file, MAX_TEXT_BYTES};
 pub use train_step::{accumulated_train_step, eval_program, logits_program, train_step_program, TrainStep};

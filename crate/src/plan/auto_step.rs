@@ -1,7 +1,7 @@
 //! The train step of a strategy in automatic mode: the global step (forward, autodiff
 //! backward, update) under jit, with the strategy expressed only through shardings.
 use super::spec_names::{resolve_spec, SpecTarget};
-use super::strategy::{check, param_layout, state_layout};
+use super::strategy::{check, param_layout, sequence_parallel_constraints, state_layout};
 use super::{PlanError, Strategy};
 use std::collections::BTreeMap;
 
@@ -12,13 +12,18 @@ use crate::sharding::{Mesh, PartitionSpec};
 
 /// The in_sharding of a parameter under `strategy`: shard_map mode's specs, except that
 /// w_qkv and b_qkv keep their stored shapes (columns split over "tp"; the partitioner
-/// reshards where the model views them per head).
+/// reshards where the model views them per head), and wpe is split like the sequence where
+/// the strategy splits it (the shard_map body takes its rows from a replicated wpe instead,
+/// which zig-zag's two chunks need).
 pub fn auto_param_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
-    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
-    match leaf {
-        "w_qkv" if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
-        "b_qkv" if tp => PartitionSpec::from_axes(&[Some("tp")]),
+    let tp = strategy.is_megatron();
+    match (leaf, strategy.seq_axis()) {
+        ("w_qkv", _) if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
+        ("b_qkv", _) if tp => PartitionSpec::from_axes(&[Some("tp")]),
+        // Read by sequence position: split like the sequence, so each device holds (and
+        // updates) the rows its tokens read, and jit slices nothing.
+        ("wpe", Some(axis)) => PartitionSpec::from_axes(&[Some(axis), None]),
         _ => param_layout(cfg, strategy, mesh, ps).1,
     }
 }
@@ -91,7 +96,13 @@ pub(super) fn jit_train_step(
     let prog = &global.program;
     let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
     let mut constraints = gradient_constraints(prog, strategy, &sspec);
-    for (name, spec) in overrides {
+    // The strategy's own constraints first, so a user's spec on the same value wins.
+    let implicit = if strategy == Strategy::TpSp {
+        sequence_parallel_constraints(cfg)
+    } else {
+        vec![]
+    };
+    for (name, spec) in implicit.iter().chain(overrides) {
         match resolve_spec(&specs, prog, mesh, name, spec)? {
             SpecTarget::Params(hits) => hits.into_iter().for_each(|i| {
                 pspec[i] = spec.clone();
@@ -110,8 +121,10 @@ pub(super) fn jit_train_step(
             }
         }
     }
-    let batch = if strategy.axes().contains(&"dp") {
-        PartitionSpec::from_axes(&[Some("dp"), None])
+    // Tokens and targets split on the batch over "dp" and on the sequence over the strategy's
+    // sequence axis (context or sequence parallelism).
+    let batch = if strategy.axes().contains(&"dp") || strategy.seq_axis().is_some() {
+        strategy.tokens_spec()
     } else {
         PartitionSpec::replicated()
     };

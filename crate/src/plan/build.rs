@@ -2,7 +2,8 @@
 //! say (a strategy's shard_map body, or jit with the strategy's shardings), then the passes.
 use super::auto_step::{jit_train_step, partitioned_step};
 use super::shard_map_step::shard_map_accumulated_step;
-use super::{combine_train_step, Parallel, PlanError, TrainerOptions};
+use super::strategy::check_cp;
+use super::{combine_train_step, Mode, Parallel, PlanError, TrainerOptions};
 use crate::model::{accumulated_train_step, TrainStep};
 use crate::partition::auto::Inserted;
 use crate::partition::combine_auto_program;
@@ -41,6 +42,12 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     let combine = opts.combine_all_reduces;
     let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
     let (step, inserted, values) = match &opts.parallel {
+        Parallel::None if opts.cp_order != Default::default() => {
+            return Err(PlanError::Invalid {
+                what: format!("--cp-order {}", opts.cp_order.name()),
+                why: "orders context parallelism's blocks, and one device has none: use --strategy cp or dp_cp".into(),
+            })
+        }
         Parallel::None => (
             combined(accumulated_train_step(
                 cfg,
@@ -64,11 +71,13 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
                 mesh,
                 *dropout_key,
                 opts.microbatches,
+                opts.cp_order,
             )?),
             None,
             vec![],
         ),
         Parallel::Auto { strategy, mesh, specs } => {
+            check_cp(cfg, *strategy, mesh, opts.cp_order, Mode::Auto)?;
             let (global, auto) = jit_train_step(
                 cfg,
                 opts.optimizer,

@@ -28,6 +28,6 @@ pub use options::{Parallel, TrainerOptions};
 pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};
 pub use shard_map_step::shard_map_train_step;
 pub use spec_names::{block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};
-pub use strategy::{DropoutKey, Mode, Strategy};
+pub use strategy::{sequence_parallel_constraints, DropoutKey, Mode, Strategy};
 // A plan's record of inserted ops is the partitioner's.
 pub use crate::partition::auto::Inserted;

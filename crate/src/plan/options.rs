@@ -1,6 +1,6 @@
 //! What a run chooses: the model, data, optimizer and how the step is partitioned.
 use super::{DropoutKey, Mode, Strategy};
-use crate::ir::RngLayout;
+use crate::ir::{CpOrder, RngLayout};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -42,6 +42,9 @@ pub struct TrainerOptions {
     /// Gradient accumulation: the step runs forward and backward on this many equal slices
     /// of the batch in turn, sums their gradients and updates once (1: none).
     pub microbatches: usize,
+    /// How context parallelism (`--strategy cp`, `dp_cp`) lays the sequence's blocks over the
+    /// "cp" devices; other strategies take the default, contiguous.
+    pub cp_order: CpOrder,
 }
 
 impl Parallel {
@@ -65,6 +68,14 @@ impl Parallel {
     pub fn mode_name(&self) -> &'static str {
         self.mode().name()
     }
+
+    /// The strategy partitioning the step (None on one device).
+    pub fn strategy(&self) -> Option<Strategy> {
+        match self {
+            Parallel::None => None,
+            Parallel::ShardMap { strategy, .. } | Parallel::Auto { strategy, .. } => Some(*strategy),
+        }
+    }
 }
 
 impl TrainerOptions {
@@ -82,6 +93,7 @@ impl TrainerOptions {
             parallel,
             combine_all_reduces: false,
             microbatches: 1,
+            cp_order: CpOrder::Contiguous,
         }
     }
 

@@ -1,11 +1,12 @@
 //! The hand-written shard_map train steps: the per-device bodies a JAX user would write for
-//! data parallelism, ZeRO-1 and ZeRO-2, FSDP (ZeRO-3), Megatron tensor parallelism, and dp
-//! with tp on a 2-D mesh, each with gradient accumulation over microbatches.
-use super::strategy::{check, p, param_layout, state_layout};
-use super::{DropoutKey, PlanError, Strategy};
-use crate::ir::{Builder, DType, IrError, Op, RngLayout, Role, ValueId};
+//! data parallelism, ZeRO-1 and ZeRO-2, FSDP (ZeRO-3), Megatron tensor parallelism (with
+//! sequence parallelism or not), context parallelism with ring attention, and their
+//! combinations on a 2-D mesh, each with gradient accumulation over microbatches.
+use super::strategy::{check, check_cp, p, param_layout, state_layout};
+use super::{DropoutKey, Mode, PlanError, Strategy};
+use crate::ir::{Builder, CpOrder, DType, IrError, Op, RngLayout, Role, SeqBlock, ValueId};
 use crate::model::{accumulate, forward_loss, microbatch_rows, param_specs, Activations, GptConfig, Local};
-use crate::model::{Optimizer, TrainStep};
+use crate::model::{MaskBlocks, Optimizer, Ring, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -20,14 +21,25 @@ pub fn shard_map_train_step(
     mesh: &Mesh,
     dropout_key: DropoutKey,
 ) -> Result<TrainStep, PlanError> {
-    shard_map_accumulated_step(cfg, opt, rng_layout, strategy, mesh, dropout_key, 1)
+    shard_map_accumulated_step(
+        cfg,
+        opt,
+        rng_layout,
+        strategy,
+        mesh,
+        dropout_key,
+        1,
+        CpOrder::Contiguous,
+    )
 }
 
 /// [`shard_map_train_step`] with gradient accumulation: each device splits its rows into
 /// `microbatches` ([`microbatch_rows`]) and runs forward and backward on each in turn. Data
 /// parallelism and ZeRO-1 sum the microbatches' gradients on the device and reduce them once,
 /// after the last; ZeRO-2 and FSDP hold only their block of the gradients, so they
-/// reduce-scatter each microbatch's as it is made and sum the blocks.
+/// reduce-scatter each microbatch's as it is made and sum the blocks. Context parallelism lays
+/// its sequence blocks over the ring in `cp_order`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn shard_map_accumulated_step(
     cfg: &GptConfig,
     opt: Optimizer,
@@ -36,9 +48,22 @@ pub(super) fn shard_map_accumulated_step(
     mesh: &Mesh,
     dropout_key: DropoutKey,
     microbatches: usize,
+    cp_order: CpOrder,
 ) -> Result<TrainStep, PlanError> {
     cfg.validate()?;
     check(cfg, strategy, mesh, microbatches)?;
+    check_cp(cfg, strategy, mesh, cp_order, Mode::ShardMap)?;
+    let seq_axis = strategy.seq_axis();
+    if seq_axis.is_some() && dropout_key == DropoutKey::FoldIn {
+        return Err(PlanError::Invalid {
+            what: "--dropout-key fold_in".into(),
+            why: format!(
+                "has nothing to choose under --strategy {}: its body draws every device's block of the one-device \
+                 run's masks (they differ across devices already); use --dropout-key same",
+                strategy.name()
+            ),
+        });
+    }
     let specs = param_specs(cfg);
     let layouts: Vec<(Vec<usize>, PartitionSpec)> =
         specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
@@ -48,10 +73,25 @@ pub(super) fn shard_map_accumulated_step(
     // the same shape for every mesh size and check_vma sees the reductions.
     let has_dp = strategy.axes().contains(&"dp");
     let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
-    let batch_spec = if has_dp {
-        p(&[Some("dp"), None])
+    // Zig-zag's two chunks are no block of a spec: every "cp" device gets the whole sequence
+    // of tokens (a few bytes a row) and takes its rows.
+    let zigzag = strategy.is_cp() && cp_order == CpOrder::Zigzag;
+    let batch_spec = if zigzag {
+        p(&[has_dp.then_some("dp"), None])
     } else {
-        p(&[None, None])
+        strategy.tokens_spec()
+    };
+    // The axes that split the tokens: the loss is their mean, replicated gradients their sum.
+    let token_axes = strategy.token_axes();
+    let tokens_split: usize = token_axes
+        .iter()
+        .map(|a| mesh.axis_size(a))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .product();
+    let seq_parts = match seq_axis {
+        Some(a) => mesh.axis_size(a)?,
+        None => 1,
     };
     // Where each parameter's gradient is reduced: by the transpose of FSDP's all_gather, by a
     // reduce-scatter as it is made (ZeRO-2), or by one all-reduce after the last microbatch.
@@ -119,13 +159,49 @@ pub(super) fn shard_map_accumulated_step(
     let program = shard_map(mesh, &args, &out_specs, |b, vals| {
         let params = &vals[..n];
         let state = &vals[n..n + n * opt.slots()];
-        let (tokens, targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
+        let (mut tokens, mut targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
+        // This device's block of the sequence, where it is split.
+        let rows = seq_axis.map(|axis| SeqBlock::Part {
+            axes: vec![axis.to_string()],
+            parts: seq_parts,
+            shift: 0,
+            order: cp_order,
+        });
+        if let (true, Some(rows)) = (zigzag, &rows) {
+            let take = |b: &mut Builder, x| {
+                b.emit1(
+                    Op::SeqTake {
+                        dim: 1,
+                        seq: rows.clone(),
+                    },
+                    &[x],
+                )
+            };
+            tokens = take(b, tokens);
+            targets = take(b, targets);
+        }
         let tokens = microbatch_rows(b, tokens, k);
         let targets = microbatch_rows(b, targets, k);
         let local = Local {
             batch: cfg.batch / dp / k,
             heads: cfg.heads / tp,
             tp: (tp > 1 || strategy.axes().contains(&"tp")).then(|| "tp".to_string()),
+            seq: cfg.seq / seq_parts,
+            sp: strategy == Strategy::TpSp,
+            rows: rows.clone(),
+            ring: strategy.is_cp().then(|| Ring {
+                axis: "cp".into(),
+                size: seq_parts,
+                order: cp_order,
+            }),
+            // Where the tokens are split on the sequence, every mask is the device's block of
+            // the one-device run's.
+            masks: seq_axis.map(|s| MaskBlocks {
+                batch: has_dp.then(|| "dp".into()),
+                seq: Some(s.into()),
+                heads: strategy.is_megatron().then(|| "tp".into()),
+                rows: rows.clone().filter(|_| zigzag),
+            }),
         };
         let mut local_losses = vec![];
         let mut loss_of = |b: &mut Builder, j: usize| {
@@ -159,9 +235,10 @@ pub(super) fn shard_map_accumulated_step(
             let local_loss = forward_loss(b, cfg, &acts);
             local_losses.push(local_loss);
             // The global loss is the mean of the devices' (and microbatches') local means:
-            // differentiate loss/(dp k) so that summing the gradients gives the mean's.
-            Ok(if has_dp || k > 1 {
-                b.scale(local_loss, 1.0 / (dp * k) as f32)
+            // differentiate loss/(n k), n the devices splitting the tokens, so that summing the
+            // gradients over them and the microbatches gives the mean's.
+            Ok(if !token_axes.is_empty() || k > 1 {
+                b.scale(local_loss, 1.0 / (tokens_split * k) as f32)
             } else {
                 local_loss
             })
@@ -177,11 +254,17 @@ pub(super) fn shard_map_accumulated_step(
         marks.0 = acc.first_forward_end;
         let mut grads = acc.grads;
         for (i, g) in grads.iter_mut().enumerate() {
-            // Gradients of parameters replicated over "dp" are the explicit all-reduce of the
-            // data-parallel body; dp-sharded ones were reduce-scattered by the all_gather's
-            // transpose, ZeRO-2's as they were made.
-            if has_dp && !param_split(i) && !scattered(i) {
-                *g = b.psum(*g, &["dp"]);
+            // Gradients of parameters not split over a token axis are the explicit all-reduce
+            // of the data-parallel body; dp-sharded ones were reduce-scattered by the
+            // all_gather's transpose, ZeRO-2's as they were made, and a sequence-split wpe's
+            // block is its own rows'.
+            let axes: Vec<&str> = token_axes
+                .iter()
+                .copied()
+                .filter(|a| !layouts[i].1.uses_axis(a))
+                .collect();
+            if !axes.is_empty() && !scattered(i) {
+                *g = b.psum(*g, &axes);
                 b.set_name(*g, &names[i]);
             }
         }
@@ -195,10 +278,10 @@ pub(super) fn shard_map_accumulated_step(
         } else {
             local_loss
         };
-        let loss = if has_dp {
-            b.pmean(local_loss, &["dp"])
-        } else {
+        let loss = if token_axes.is_empty() {
             local_loss
+        } else {
+            b.pmean(local_loss, &token_axes)
         };
         b.set_name(loss, "loss");
         marks.1 = b.program().instrs.len();

@@ -1,7 +1,8 @@
 //! The strategies both modes offer, and what they share: each parameter's layout and the
 //! checks that the model splits evenly over the mesh.
 use super::PlanError;
-use crate::model::{GptConfig, ParamSpec};
+use crate::ir::CpOrder;
+use crate::model::{Attention, GptConfig, ParamSpec};
 use crate::sharding::{Mesh, PartitionSpec};
 
 /// How the train step is split over the mesh.
@@ -23,16 +24,30 @@ pub enum Strategy {
     Tp,
     /// Both, on a 2-D mesh {dp, tp}.
     DpTp,
+    /// Context parallelism over "cp": the sequence split, every device holding its block of
+    /// every activation; attention is ring attention in shard_map mode (K and V travel the
+    /// ring by ppermute), and K and V all-gathered by the partitioner in automatic mode.
+    Cp,
+    /// Data and context parallelism on a 2-D mesh {dp, cp}.
+    DpCp,
+    /// Megatron tensor parallelism with sequence parallelism (Korthikanti et al., 2022): the
+    /// layer-norm and dropout regions between the column- and row-parallel matmuls split on
+    /// the sequence over the same "tp" axis, each all-reduce becoming a reduce-scatter and an
+    /// all-gather.
+    TpSp,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 6] = [
+    pub const ALL: [Strategy; 9] = [
         Strategy::Dp,
         Strategy::Zero1,
         Strategy::Zero2,
         Strategy::Fsdp,
         Strategy::Tp,
         Strategy::DpTp,
+        Strategy::Cp,
+        Strategy::DpCp,
+        Strategy::TpSp,
     ];
 
     /// The name the CLI (`--strategy`), the page and the exported scripts use.
@@ -44,6 +59,9 @@ impl Strategy {
             Strategy::Zero2 => "zero2",
             Strategy::Tp => "tp",
             Strategy::DpTp => "dp_tp",
+            Strategy::Cp => "cp",
+            Strategy::DpCp => "dp_cp",
+            Strategy::TpSp => "tp_sp",
         }
     }
 
@@ -55,8 +73,10 @@ impl Strategy {
     pub fn axes(self) -> &'static [&'static str] {
         match self {
             Strategy::Dp | Strategy::Fsdp | Strategy::Zero1 | Strategy::Zero2 => &["dp"],
-            Strategy::Tp => &["tp"],
+            Strategy::Tp | Strategy::TpSp => &["tp"],
             Strategy::DpTp => &["dp", "tp"],
+            Strategy::Cp => &["cp"],
+            Strategy::DpCp => &["dp", "cp"],
         }
     }
 
@@ -64,9 +84,47 @@ impl Strategy {
     pub fn example_mesh(self) -> &'static str {
         match self {
             Strategy::Dp | Strategy::Fsdp | Strategy::Zero1 | Strategy::Zero2 => "dp=4",
-            Strategy::Tp => "tp=2",
+            Strategy::Tp | Strategy::TpSp => "tp=2",
             Strategy::DpTp => "dp=2,tp=2",
+            Strategy::Cp => "cp=4",
+            Strategy::DpCp => "dp=2,cp=2",
         }
+    }
+
+    /// Megatron's layouts: heads and the MLP's hidden units split over "tp".
+    pub fn is_megatron(self) -> bool {
+        matches!(self, Strategy::Tp | Strategy::DpTp | Strategy::TpSp)
+    }
+
+    /// The mesh axis the sequence of the residual stream is split over: "cp" under context
+    /// parallelism, "tp" under sequence parallelism.
+    pub fn seq_axis(self) -> Option<&'static str> {
+        match self {
+            Strategy::Cp | Strategy::DpCp => Some("cp"),
+            Strategy::TpSp => Some("tp"),
+            _ => None,
+        }
+    }
+
+    /// Whether the strategy is context parallelism (the one that takes `--cp-order`).
+    pub fn is_cp(self) -> bool {
+        matches!(self, Strategy::Cp | Strategy::DpCp)
+    }
+
+    /// The axes that split the tokens (the batch over "dp", the sequence over "cp" or, for
+    /// sequence parallelism, "tp"): the loss is the mean over them, and the gradient of a
+    /// parameter not split over one of them is summed over it.
+    pub fn token_axes(self) -> Vec<&'static str> {
+        let mut axes: Vec<&'static str> = self.axes().iter().copied().filter(|a| *a == "dp").collect();
+        axes.extend(self.seq_axis());
+        axes
+    }
+
+    /// The in_spec of the tokens and targets (B, T): the batch over "dp", the sequence over
+    /// the strategy's sequence axis.
+    pub fn tokens_spec(self) -> PartitionSpec {
+        let dp = self.axes().contains(&"dp").then_some("dp");
+        p(&[dp, self.seq_axis()])
     }
 }
 
@@ -157,8 +215,7 @@ pub(super) fn param_layout(
 ) -> (Vec<usize>, PartitionSpec) {
     let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
     let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
-    let tp = matches!(strategy, Strategy::Tp | Strategy::DpTp);
-    if tp {
+    if strategy.is_megatron() {
         let s = Some("tp");
         match leaf {
             "w_qkv" => return (vec![d, 3, h, dh], p(&[None, None, s, None])),
@@ -220,6 +277,19 @@ pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, microbatch
     }
     let shards = if strategy.axes().contains(&"dp") { size("dp") } else { 1 };
     crate::model::check_microbatches(cfg.batch, microbatches, shards)?;
+    if let Some(axis) = strategy.seq_axis() {
+        let n = size(axis);
+        if !cfg.seq.is_multiple_of(n) {
+            return Err(PlanError::Invalid {
+                what: format!("--seq {}", cfg.seq),
+                why: format!(
+                    "is not divisible by mesh axis '{axis}' of size {n}: --strategy {} splits the sequence into {n} \
+                     blocks; use a sequence that is a multiple of it",
+                    strategy.name()
+                ),
+            });
+        }
+    }
     if strategy.axes().contains(&"tp") {
         let tp = size("tp");
         if !cfg.heads.is_multiple_of(tp) {
@@ -236,4 +306,92 @@ pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, microbatch
         }
     }
     Ok(())
+}
+
+/// Checks the context-parallel choices against the strategy, the mode and the model: the
+/// order is cp's alone; zig-zag cuts the sequence into 2 * cp chunks and is the ring's order
+/// (jit splits a dim into contiguous blocks only); the ring is the fused op's online softmax.
+pub(super) fn check_cp(
+    cfg: &GptConfig,
+    strategy: Strategy,
+    mesh: &Mesh,
+    order: CpOrder,
+    mode: Mode,
+) -> Result<(), PlanError> {
+    let invalid = |what: String, why: String| Err(PlanError::Invalid { what, why });
+    if !strategy.is_cp() {
+        if order != CpOrder::Contiguous {
+            return invalid(
+                format!("--cp-order {}", order.name()),
+                format!(
+                    "orders context parallelism's blocks, and --strategy {} has none: use --strategy cp or dp_cp",
+                    strategy.name()
+                ),
+            );
+        }
+        return Ok(());
+    }
+    let cp = mesh.axis_size("cp").unwrap_or(1);
+    if order == CpOrder::Zigzag {
+        if mode == Mode::Auto {
+            return invalid(
+                "--cp-order zigzag".into(),
+                "is ring attention's order in shard_map mode; jit splits the sequence into contiguous blocks (a \
+                 PartitionSpec cannot interleave them): use --mode shard_map, or --cp-order contiguous"
+                    .into(),
+            );
+        }
+        if !cfg.seq.is_multiple_of(2 * cp) {
+            return invalid(
+                format!("--seq {}", cfg.seq),
+                format!(
+                    "does not split into 2 x cp = {} zig-zag chunks: use a sequence that is a multiple of {}, or \
+                     --cp-order contiguous",
+                    2 * cp,
+                    2 * cp
+                ),
+            );
+        }
+    }
+    if mode == Mode::ShardMap && cfg.attention == Attention::Unfused {
+        return invalid(
+            "--attention unfused".into(),
+            format!(
+                "cannot run ring attention: --strategy {} merges the blocks of keys with the fused op's online \
+                 softmax; use --attention fused",
+                strategy.name()
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Sequence parallelism's shardings in automatic mode, as `with_sharding_constraint`s on the
+/// step's named values (what MaxText's logical axis rules do): the residual stream split on the
+/// sequence over "tp", each layer norm's output whole before the column-parallel matmul (the
+/// partitioner all-gathers it), and each row-parallel matmul's output split on the sequence
+/// (the partitioner reduce-scatters its partial sums). Without them propagation would split the
+/// sequence through the matmuls and gather the weights instead. (They pin forward values only:
+/// the backward is what propagation makes of the cotangents.)
+pub fn sequence_parallel_constraints(cfg: &GptConfig) -> Vec<(String, PartitionSpec)> {
+    let seq = p(&[None, Some("tp"), None]);
+    let whole = PartitionSpec::replicated();
+    // Attention between the two matmuls, as Megatron runs it: the whole sequence, the heads
+    // split over "tp" (the column-parallel weights' own split).
+    let heads = p(&[None, Some("tp"), None, None]);
+    let mut out = vec![("x0".to_string(), seq.clone())];
+    for l in 0..cfg.layers {
+        for (name, spec) in [
+            ("ln1", &whole),
+            ("att", &heads),
+            ("proj", &seq),
+            ("x_att", &seq),
+            ("ln2", &whole),
+            ("mlp", &seq),
+            ("x_mlp", &seq),
+        ] {
+            out.push((format!("h{l}.{name}"), spec.clone()));
+        }
+    }
+    out
 }

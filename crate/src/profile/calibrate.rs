@@ -269,7 +269,11 @@ async fn prepare(ctx: &GpuContext, prog: Program) -> Result<GpuExecutor, ExecErr
 /// Each program's milliseconds over `runs` rounds; each round runs every program once, in
 /// turn, each submitted and awaited alone as a train step is. Interleaved, a burst of load slows
 /// one round of all of them rather than every run of one, and the median leaves that round out.
-async fn time_rounds(ctx: &GpuContext, programs: &CalibrationPrograms, runs: usize) -> Result<Vec<Vec<f64>>, ExecError> {
+async fn time_rounds(
+    ctx: &GpuContext,
+    programs: &CalibrationPrograms,
+    runs: usize,
+) -> Result<Vec<Vec<f64>>, ExecError> {
     let mut times = vec![Vec::with_capacity(runs); programs.len()];
     for _ in 0..runs.max(1) {
         for (i, t) in times.iter_mut().enumerate() {
@@ -315,6 +319,7 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
         parallel: Parallel::None,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     };
     Ok(crate::plan::build(&options)
         .map_err(|e| ExecError::Input(e.to_string()))?
@@ -492,7 +497,10 @@ impl CalibrationPrograms {
             (Bench::RandomBits, bits(z.bits_n, z.bits_reps)?),
         ];
         if budget.sim_collectives {
-            programs.push((Bench::SimCollectives, collectives(z.coll_devices, z.coll_n, z.coll_reps)?));
+            programs.push((
+                Bench::SimCollectives,
+                collectives(z.coll_devices, z.coll_n, z.coll_reps)?,
+            ));
         }
         for (batched, shapes) in &families {
             for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
@@ -728,7 +736,6 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         made_unix_s: None,
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,21 @@ impl CollectiveKind {
         CollectiveKind::AllToAll,
     ];
 
+    /// Bytes each device of a group of `n` sends, on a ring, for a collective of `bytes` (the
+    /// full size reduced or gathered): an all-reduce is a reduce-scatter then an all-gather,
+    /// each moving (n-1)/n of it; a permute sends its whole operand.
+    pub fn wire_bytes(self, bytes: u64, n: usize) -> f64 {
+        if n <= 1 {
+            return 0.0;
+        }
+        let phase = bytes as f64 * (n - 1) as f64 / n as f64;
+        match self {
+            CollectiveKind::AllReduce => 2.0 * phase,
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => phase,
+            CollectiveKind::CollectivePermute => bytes as f64,
+        }
+    }
+
     pub fn hlo_name(self) -> &'static str {
         match self {
             CollectiveKind::AllReduce => "all-reduce",

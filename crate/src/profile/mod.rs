@@ -4,6 +4,7 @@
 //! collectives over the mesh topology; the step as a timeline per device, modelled (with
 //! asynchronous collectives overlapping compute) or measured, and as Chrome trace-event JSON;
 //! and the microbenchmarks that calibrate `this`.
+mod balance;
 mod calibrate;
 mod collective;
 mod compare;
@@ -21,12 +22,13 @@ mod topology;
 mod trace;
 mod work;
 
+pub use balance::{attention_balance, AttentionBalance};
 pub use calibrate::{
     calibrate, calibrate_quick, calibrate_with, Budget, Calibration, CalibrationPrograms, Measurement, NOISY_SPREAD,
 };
 pub use collective::CollectiveKind;
 pub use compare::{compare_ops, OpComparison, OpGroup};
-pub use cost::{category, instr_flops, Category};
+pub use cost::{attention_pairs, category, instr_flops, Category};
 pub use device::{
     a100, device_preset, figure_label, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit,
     Topology,

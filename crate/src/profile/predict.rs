@@ -80,6 +80,10 @@ pub struct Prediction {
     pub largest_tensor: TensorBytes,
     /// Each kind's collectives, their whole transfer time whether hidden or not.
     pub collectives: BTreeMap<&'static str, CollectiveCost>,
+    /// Of each kind's time in flight on the timeline (per device), the fraction during which
+    /// the compute stream ran ops: how much of ring attention's permutes the blocks' attention
+    /// hides (0 without overlap).
+    pub collectives_hidden: BTreeMap<&'static str, f64>,
     pub flops_per_device: f64,
     pub launches: usize,
     /// The device profile's figures that are estimates.
@@ -143,11 +147,23 @@ fn priced_step(
     }
     // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
     let work = spmd_work(prog, device, placement);
-    let mut timeline = schedule(&work.representative(), overlap).expect("an SPMD program schedules");
-    if rows {
-        let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
-        timeline = timeline.replicated(&labels);
-    }
+    // Where devices' work differs (causal attention under context parallelism), every row is
+    // scheduled; otherwise one row stands for all.
+    let uniform = work
+        .devices
+        .windows(2)
+        .all(|w| std::sync::Arc::ptr_eq(&w[0].tasks, &w[1].tasks));
+    let mut timeline = if uniform {
+        let one = schedule(&work.representative(), overlap).expect("an SPMD program schedules");
+        if rows {
+            let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
+            one.replicated(&labels)
+        } else {
+            one
+        }
+    } else {
+        schedule(&work, overlap).expect("an SPMD program schedules")
+    };
     timeline.comm_stream = placement == Placement::Real;
     timeline.device = match placement {
         Placement::Real => format!("{devices} x {}", device.label),
@@ -177,6 +193,20 @@ fn priced_step(
         .iter()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or(COMPUTE, |(k, _)| *k);
+    let mut collectives_hidden = BTreeMap::new();
+    for kind in CollectiveKind::ALL {
+        let of_kind: std::collections::HashSet<usize> = summary
+            .collectives
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.instr)
+            .collect();
+        if !of_kind.is_empty() {
+            let (flight, hidden) = timeline.comm_hidden_ms(|i| of_kind.contains(&i));
+            let share = if flight > 0.0 { hidden / flight } else { 0.0 };
+            collectives_hidden.insert(kind.hlo_name(), share);
+        }
+    }
     let prediction = Prediction {
         device: device.name.clone(),
         device_label: device.label.clone(),
@@ -194,6 +224,7 @@ fn priced_step(
         fits: held <= device.memory_bytes,
         largest_tensor: summary.largest_tensor.clone(),
         collectives,
+        collectives_hidden,
         flops_per_device: flops,
         launches,
         estimated: device.estimated.clone(),

@@ -205,6 +205,27 @@ impl Timeline {
         self
     }
 
+    /// Milliseconds of the communication stream's spans of instructions `which` picks, and the
+    /// part of them the compute stream spent running ops (hidden behind compute), averaged over
+    /// the devices: how much of ring attention's permutes the blocks' attention hides.
+    pub fn comm_hidden_ms(&self, which: impl Fn(usize) -> bool) -> (f64, f64) {
+        let (mut total, mut hidden) = (0.0, 0.0);
+        for d in &self.devices {
+            for c in d.comm.iter().filter(|c| c.instr.is_some_and(&which)) {
+                total += c.dur_ms;
+                for s in d.compute.iter().filter(|s| s.kind == SpanKind::Op) {
+                    let overlap = c.end_ms().min(s.end_ms()) - c.start_ms.max(s.start_ms);
+                    // Spans that only touch differ by rounding: no overlap.
+                    if overlap > 1e-9 {
+                        hidden += overlap;
+                    }
+                }
+            }
+        }
+        let n = self.devices.len().max(1) as f64;
+        (total / n, hidden / n)
+    }
+
     /// Spans on every track.
     pub fn spans(&self) -> usize {
         self.devices.iter().map(|d| d.compute.len() + d.comm.len()).sum()
@@ -297,17 +318,56 @@ fn tasks(prog: &Program, device: &DeviceProfile, placement: Placement) -> (Vec<T
     (out, groupings)
 }
 
+/// Per device, the share of each attention task's work it does (its (query, key) pairs over the
+/// busiest device's, which the task is priced at), where context parallelism makes them differ.
+fn attention_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
+    let devices = prog.devices();
+    let mut shares = vec![vec![]; devices];
+    let mut differ = false;
+    for (i, ins) in prog.instrs.iter().enumerate() {
+        if !matches!(ins.op, Op::Attention { .. } | Op::AttentionGrad { .. }) {
+            continue;
+        }
+        let pairs = super::cost::attention_pairs(prog, ins);
+        let max = pairs.iter().copied().max().unwrap_or(0).max(1) as f64;
+        for (d, p) in pairs.iter().enumerate() {
+            differ |= *p as f64 != max;
+            shares[d].push((i, *p as f64 / max));
+        }
+    }
+    differ.then_some(shares)
+}
+
 /// The work of an SPMD program on `device`: on real devices, one row per mesh position, all
-/// running the same tasks (shared); simulated, one row for the adapter that holds them all.
+/// running the same tasks (shared; under context parallelism each with its own attention work,
+/// its blocks' causal pairs); simulated, one row for the adapter that holds them all.
 pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -> StepWork {
     let (tasks, groupings) = tasks(prog, device, placement);
+    let shares = match placement {
+        Placement::Real => attention_shares(prog),
+        Placement::Simulated => None,
+    };
+    let per_device: Option<Vec<Arc<[Task]>>> = shares.map(|shares| {
+        shares
+            .into_iter()
+            .map(|own| {
+                let mut t = tasks.clone();
+                for (i, share) in own {
+                    // One task per instruction, in order.
+                    t[i].work_s *= share;
+                }
+                t.into()
+            })
+            .collect()
+    });
     let tasks: Arc<[Task]> = tasks.into();
+    let of = |d: usize| per_device.as_ref().map_or_else(|| tasks.clone(), |p| p[d].clone());
     let devices = match (placement, &prog.mesh) {
         (Placement::Real, Some(mesh)) => (0..mesh.devices())
             .map(|d| DeviceWork {
                 label: mesh_label(mesh, d),
                 program: 0,
-                tasks: tasks.clone(),
+                tasks: of(d),
             })
             .collect(),
         (Placement::Real, None) => vec![DeviceWork {

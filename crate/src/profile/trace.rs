@@ -230,6 +230,7 @@ mod tests {
             },
             combine_all_reduces: false,
             microbatches: 1,
+            cp_order: Default::default(),
         })
         .unwrap()
     }

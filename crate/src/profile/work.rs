@@ -196,14 +196,14 @@ fn instr_work(prog: &Program, widths: &Widths, ins: &Instr, placement: Placement
             // Its dot products run as (T, Dh) x (Dh, T) products per head, as FlashAttention's
             // tiles do on tensor cores; no (T, T) array moves through memory.
             let (dots, rest) = attention_flops(prog, ins);
-            let shape = prog.shape(ins.inputs[0]);
+            let (shape, keys) = (prog.shape(ins.inputs[0]), prog.shape(ins.inputs[1]));
             let n = shape.len();
             w.matmul_flops = dots as f64;
             w.vector_flops = rest as f64;
             w.dot = Some(DotShape {
                 batch: shape[..n - 2].iter().product(),
                 m: shape[n - 2],
-                n: shape[n - 2],
+                n: keys[n - 2],
                 k: shape[n - 1],
             });
         }

@@ -15,4 +15,5 @@ pub mod matmul;
 pub mod optimizer;
 pub mod random;
 pub mod reduce;
+pub mod seq;
 pub mod softmax;

@@ -34,3 +34,29 @@ pub fn dropout_backward(
 ) -> Result<Vec<f32>, RngError> {
     dropout_forward(dout, key, layout, block, rate)
 }
+
+/// The bits of element `g` of a global array of `n` elements (`jax.random.bits` in `layout`).
+pub fn bits_at(key: Key, layout: RngLayout, n: u64, g: u64) -> u32 {
+    match layout {
+        RngLayout::Original => crate::rng::original_bits_at(key, n, g),
+        RngLayout::Partitionable => crate::rng::partitionable_bits_at(key, g),
+    }
+}
+
+/// The dropout bits one device's attention block reads: the global `(lead.., T, T)` bits at the
+/// leading block `lead` (a block of the leading dims), the rows at global positions `q` and the
+/// columns at `kv`; local shape `(lead block.., q.len(), kv.len())`. Ring attention's blocks
+/// need not be rectangles of the global array (zig-zag), so the positions are listed.
+pub fn attention_bits(key: Key, layout: RngLayout, lead: &Block, t: usize, q: &[usize], kv: &[usize]) -> Vec<u32> {
+    let t = t as u64;
+    let n = lead.global_numel() * t * t;
+    let mut out = Vec::with_capacity(lead.numel() * q.len() * kv.len());
+    for row in lead.global_indices() {
+        for &i in q {
+            for &j in kv {
+                out.push(bits_at(key, layout, n, (row * t + i as u64) * t + j as u64));
+            }
+        }
+    }
+    out
+}

@@ -88,6 +88,9 @@ fn every_strategy() -> Vec<(Parallel, usize)> {
         (Strategy::Fsdp, "dp=4"),
         (Strategy::Tp, "tp=2"),
         (Strategy::DpTp, "dp=2,tp=2"),
+        (Strategy::Cp, "cp=2"),
+        (Strategy::DpCp, "dp=2,cp=2"),
+        (Strategy::TpSp, "tp=2"),
     ];
     for &(strategy, mesh) in meshes {
         cases.push((shard_map(strategy, mesh), 2));

@@ -274,6 +274,7 @@ fn options(parallel: Parallel, combine: bool) -> TrainerOptions {
         parallel,
         combine_all_reduces: combine,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 

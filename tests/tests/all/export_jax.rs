@@ -48,6 +48,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
         parallel,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 
@@ -210,6 +211,92 @@ fn exported_dp_tp_scripts_with_dropout_and_adamw_match_shardlab_in_both_modes() 
         opts.rng_layout = layout;
         opts.seed = 3;
         script_matches_shardlab(name, &opts);
+    }
+}
+
+/// The long-sequence strategies: ring attention under a custom VJP in shard_map mode
+/// (contiguous and zig-zag), K and V gathered by XLA in automatic mode, sequence parallelism in
+/// both, with dropout (every mask the one-device run's block) in both RNG layouts.
+#[test]
+fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes() {
+    jax_or_skip!();
+    use shardlab::ir::CpOrder;
+    for (name, parallel, order, layout) in [
+        (
+            "shard_map_cp4",
+            shard_map(Strategy::Cp, "cp=4"),
+            CpOrder::Contiguous,
+            RngLayout::Partitionable,
+        ),
+        (
+            "shard_map_dp_cp_zigzag",
+            shard_map(Strategy::DpCp, "dp=2,cp=2"),
+            CpOrder::Zigzag,
+            RngLayout::Original,
+        ),
+        (
+            "auto_dp_cp",
+            auto(Strategy::DpCp, "dp=2,cp=4"),
+            CpOrder::Contiguous,
+            RngLayout::Partitionable,
+        ),
+        (
+            "shard_map_tp_sp",
+            shard_map(Strategy::TpSp, "tp=2"),
+            CpOrder::Contiguous,
+            RngLayout::Partitionable,
+        ),
+        (
+            "auto_tp_sp",
+            auto(Strategy::TpSp, "tp=4"),
+            CpOrder::Contiguous,
+            RngLayout::Original,
+        ),
+    ] {
+        let mut opts = golden_batch8(parallel);
+        opts.config.dropout = 0.1;
+        opts.cp_order = order;
+        opts.rng_layout = layout;
+        opts.seed = 3;
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+#[test]
+fn long_sequence_scripts_write_ring_attention_and_sequence_parallelism() {
+    use shardlab::ir::CpOrder;
+    let mut cp = golden_options(shard_map(Strategy::Cp, "cp=2"));
+    cp.cp_order = CpOrder::Zigzag;
+    let s = jax_script(&cp, STEPS).unwrap();
+    for needle in [
+        "CP_AXIS = \"cp\"",
+        "CP_ORDER = \"zigzag\"",
+        "BATCH_SPEC = P()",
+        "@jax.custom_vjp",
+        "jax.lax.ppermute(kk, axis, perm)",
+        "TOKEN_AXES = tuple(",
+    ] {
+        assert!(s.contains(needle), "the cp script lacks `{needle}`:\n{s}");
+    }
+    let sp = jax_script(&golden_options(shard_map(Strategy::TpSp, "tp=2")), STEPS).unwrap();
+    for needle in [
+        "SP = True",
+        "BATCH_SPEC = P(None, \"tp\")",
+        "jax.lax.all_gather(x, split.tp, axis=1, tiled=True)",
+        "jax.lax.psum_scatter(y, split.tp, scatter_dimension=1, tiled=True)",
+    ] {
+        assert!(sp.contains(needle), "the tp_sp script lacks `{needle}`:\n{sp}");
+    }
+    let auto_sp = jax_script(&golden_options(auto(Strategy::TpSp, "tp=2")), STEPS).unwrap();
+    for needle in [
+        "\"h0.ln1\": P(),",
+        "\"h0.proj\": P(None, \"tp\", None),",
+        "\"x0\": P(None, \"tp\", None),",
+    ] {
+        assert!(
+            auto_sp.contains(needle),
+            "the auto tp_sp script lacks `{needle}`:\n{auto_sp}"
+        );
     }
 }
 
@@ -382,7 +469,7 @@ fn auto_script_writes_sharding_constraints_where_the_model_names_the_values() {
         "\"h0.w_out'\": P(),",
         "BATCH_SPEC = P(\"dp\", None)",
         "TARGETS_SPEC = P()",
-        "constrain(x + dropout(y, key, 3 * layer + 1), f\"h{layer}.x_att\")",
+        "constrain(x + dropout(y, key, 3 * layer + 1, split), f\"h{layer}.x_att\")",
         "jax.lax.with_sharding_constraint(x, NamedSharding(make_mesh(), spec))",
     ] {
         assert!(s.contains(needle), "the auto script lacks `{needle}`:\n{s}");
@@ -442,8 +529,8 @@ fn shard_map_script_writes_the_body_with_explicit_collectives() {
         "out_specs=(P(), param_specs, state_specs)",
         "jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True)",
         "jax.lax.psum_scatter(g, DP_AXIS, scatter_dimension=0, tiled=True)",
-        "jax.lax.psum(g, DP_AXIS)",
-        "jax.lax.pmean(loss, DP_AXIS)",
+        "jax.lax.psum(g, summed_over(name))",
+        "jax.lax.pmean(loss, TOKEN_AXES)",
         "\"wte\": ((64, 32), P(\"dp\", None)),",
         "\"h0.ln1_g\": ((32,), P(\"dp\")),",
         "DP_AXIS = \"dp\"",
@@ -463,8 +550,8 @@ fn shard_map_script_writes_the_body_with_explicit_collectives() {
         "\"h0.w_out\": ((128, 32), P(\"tp\", None)),",
         "TP_AXIS = \"tp\"",
         "DP_AXIS = None",
-        "jax.lax.psum(y, tp_axis)",
-        "jax.lax.pcast(x, tp_axis, to=\"varying\")",
+        "jax.lax.psum(y, split.tp)",
+        "jax.lax.pcast(x, split.tp, to=\"varying\")",
     ] {
         assert!(tp.contains(needle), "the tp script lacks `{needle}`:\n{tp}");
     }

@@ -45,6 +45,7 @@ fn options(g: &Value) -> TrainerOptions {
         parallel: Parallel::None,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 

@@ -32,6 +32,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
         parallel,
         combine_all_reduces: true,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 

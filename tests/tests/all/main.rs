@@ -1,12 +1,14 @@
 //! The integration tests, one binary so the suite links once: a module per area.
 //! One area alone: `cargo test -p shardlab-tests -- collectives::`.
 mod accumulation;
+mod attention_blocks;
 mod attention_fused;
 mod auto_equivalence;
 mod auto_property;
 mod autodiff_vjp;
 mod collectives;
 mod combine;
+mod context_parallel;
 mod export_jax;
 mod gpu_runtime;
 mod jax_parity;
@@ -20,6 +22,10 @@ mod kernels_nn;
 mod kernels_optimizer;
 mod kernels_random;
 mod levers_jax;
+mod long_sequence_cost;
+mod long_sequence_counts;
+mod long_sequence_jax;
+mod long_sequence_memory;
 mod lowered_dispatches;
 mod optimizer_packing;
 mod program_summary;

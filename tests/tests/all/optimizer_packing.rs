@@ -163,6 +163,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
         parallel,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 

@@ -34,6 +34,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
         parallel,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 

@@ -33,6 +33,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
         parallel: Parallel::None,
         combine_all_reduces: false,
         microbatches: 1,
+        cp_order: Default::default(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
-use shardlab::ir::{Precision, RngLayout};
+use shardlab::ir::{CpOrder, Precision, RngLayout};
 use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
@@ -108,6 +108,16 @@ fn strategy_help(s: Strategy) -> &'static str {
         Strategy::Zero2 => "ZeRO-2: data parallelism with the optimizer state and gradients split over 'dp'",
         Strategy::Tp => "Megatron tensor parallelism over 'tp'",
         Strategy::DpTp => "Both, on a mesh with 'dp' and 'tp'",
+        Strategy::Cp => "Context parallelism over 'cp': the sequence split, ring attention in shard_map mode",
+        Strategy::DpCp => "Data and context parallelism, on a mesh with 'dp' and 'cp'",
+        Strategy::TpSp => "Megatron tensor parallelism over 'tp' with sequence parallelism",
+    }
+}
+
+fn cp_order_help(o: CpOrder) -> &'static str {
+    match o {
+        CpOrder::Contiguous => "Device r holds block r of the sequence (the last device has the most causal work)",
+        CpOrder::Zigzag => "Device r holds chunks r and 2cp-1-r of 2cp (every device the same causal work)",
     }
 }
 
@@ -279,9 +289,13 @@ pub struct ParallelArgs {
     /// Parallelism strategy (with --mode shard_map or auto; default dp).
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
-    /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2, dp=2,tp=2).
+    /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2 for tp and tp_sp,
+    /// dp=2,tp=2, cp=4, dp=2,cp=2).
     #[arg(long)]
     pub mesh: Option<String>,
+    /// With --strategy cp or dp_cp: how the sequence's blocks lie on the ring (default contiguous).
+    #[arg(long = "cp-order", value_parser = one_of(&CpOrder::ALL, CpOrder::name, cp_order_help))]
+    pub cp_order: Option<CpOrder>,
     /// Dropout keys in shard_map mode (default same).
     #[arg(long = "dropout-key", value_parser = one_of(&DropoutKey::ALL, DropoutKey::name, dropout_key_help))]
     pub dropout_key: Option<DropoutKey>,
@@ -347,6 +361,13 @@ impl ParallelArgs {
         if self.mode != Mode::ShardMap && self.dropout_key.is_some() {
             return Err(
                 "--dropout-key applies only to --mode shard_map (in automatic mode the partitioner derives the keys)"
+                    .into(),
+            );
+        }
+        if self.cp_order.is_some() && !self.strategy.is_some_and(Strategy::is_cp) {
+            return Err(
+                "--cp-order orders context parallelism's blocks: it needs --strategy cp or dp_cp (and --mode \
+                 shard_map or auto)"
                     .into(),
             );
         }
@@ -420,6 +441,7 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         parallel: parallel.parallel()?,
         combine_all_reduces: parallel.combine_all_reduces,
         microbatches: parallel.microbatches,
+        cp_order: parallel.cp_order.unwrap_or_default(),
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if let Parallel::Auto { mesh, .. } = &opts.parallel {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use shardlab::exec::{Backend, Trainer};
 use shardlab::gpu::GpuContext;
 use shardlab::plan::TrainerOptions;
-use shardlab::profile::{predict, summarize, DeviceProfile, Placement};
+use shardlab::profile::{attention_balance, predict, summarize, DeviceProfile, Placement};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -100,6 +100,7 @@ async fn inspect(
             "modelled": modelled,
             "warnings": s.warnings,
             "inserted": inserted,
+            "attention_balance": attention_balance(t.program()),
             "program": t.program().to_text(),
         });
         println!("{v}");
@@ -149,6 +150,18 @@ async fn inspect(
     );
     for (cat, ms) in &modelled.breakdown_ms {
         println!("#   {cat:<12} {ms:>12.3} ms  {:>5.1}%", 100.0 * ms / modelled.step_ms);
+    }
+    for (kind, c) in &modelled.collectives {
+        if let (true, Some(h)) = (c.count > 0, modelled.collectives_hidden.get(kind)) {
+            println!(
+                "# modelled {kind}: {:.3} ms in flight per device, {:.0}% of it hidden behind compute",
+                c.ms,
+                100.0 * h
+            );
+        }
+    }
+    if let Some(b) = attention_balance(t.program()) {
+        crate::balance::print(&b, "# ");
     }
     println!(
         "# modelled memory per device: {} of {} B ({})",

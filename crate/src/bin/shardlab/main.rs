@@ -21,6 +21,7 @@ macro_rules! print {
 }
 
 mod args;
+mod balance;
 mod bench;
 mod cache;
 mod calibrate;

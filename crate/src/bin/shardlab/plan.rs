@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use shardlab::exec::Parallel;
 use shardlab::ir::Precision;
-use shardlab::profile::{model_step, OpSource, Placement, Trace};
+use shardlab::profile::{attention_balance, model_step, OpSource, Placement, Trace};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs, PrecisionArg};
 
@@ -108,6 +108,8 @@ pub fn run(mut args: Args) -> Result<(), String> {
         if let Some(note) = f32_note(opts.config.precision) {
             v["note"] = note.into();
         }
+        v["attention_balance"] =
+            serde_json::to_value(attention_balance(&planned.step.program)).map_err(|e| e.to_string())?;
         println!("{v}");
         return Ok(());
     }
@@ -146,11 +148,18 @@ pub fn run(mut args: Args) -> Result<(), String> {
     }
     for (kind, c) in &p.collectives {
         if c.count > 0 {
+            let hidden = match p.collectives_hidden.get(kind) {
+                Some(h) if p.overlap => format!(", {:.0}% of it hidden behind compute", 100.0 * h),
+                _ => String::new(),
+            };
             println!(
-                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms in flight",
+                "  {kind}: {} ops, {} bytes, {:.0} hops, {:.3} ms in flight{hidden}",
                 c.count, c.bytes, c.hops, c.ms
             );
         }
+    }
+    if let Some(b) = attention_balance(&planned.step.program) {
+        crate::balance::print(&b, "  ");
     }
     let b = &p.bytes_per_device;
     let copy = if b.compute_params > 0 {

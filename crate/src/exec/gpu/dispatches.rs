@@ -102,6 +102,9 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
         | Op::SoftmaxCausal
         | Op::SoftmaxCausalGrad
         | Op::Attention { .. }
+        | Op::AttentionCombine
+        | Op::SeqTake { .. }
+        | Op::SeqPut { .. }
         | Op::CrossEntropy
         | Op::CrossEntropyGrad
         | Op::Gather

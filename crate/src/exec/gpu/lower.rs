@@ -6,13 +6,14 @@ use std::rc::Rc;
 use super::fuse::{swapped, Fusion};
 use super::slots::{Scratch, UpdatePlan};
 use crate::exec::lowering::{
-    on_devices, plan_broadcast, plan_into_transposed, plan_shard_slice, plan_slice, plan_transpose,
-    plan_transpose_slice,
+    attention_blocks, on_devices, plan_broadcast, plan_into_transposed, plan_shard_slice, plan_slice, plan_transpose,
+    plan_transpose_slice, seq_runs,
 };
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
-use crate::ir::{DType, Instr, Op, Program, ValueId};
+use crate::ir::{AttnSeq, DType, Instr, Op, Program, Runs, ValueId};
 use crate::kernels as k;
+use crate::kernels::attention::Blocks;
 use crate::kernels::collectives::CollectiveArgs;
 use crate::kernels::copy::Strided;
 use crate::kernels::matmul::{MatmulShape, Variant};
@@ -52,6 +53,31 @@ pub(super) struct Lowering<'a> {
     pub attention_scratch: RefCell<HashMap<usize, Rc<[GpuBuffer; 2]>>>,
 }
 
+/// A draw of attention's dropout bits inside its kernels.
+struct Drawn {
+    /// The random_bits instruction.
+    instr: usize,
+    /// Each device's block of the bits' leading dims.
+    blocks: Vec<Block>,
+    layout: crate::rng::RngLayout,
+    /// The global sequence length (the bits are (lead.., seq, seq)).
+    seq: usize,
+}
+
+fn input(e: impl std::fmt::Display) -> ExecError {
+    ExecError::Input(e.to_string())
+}
+
+/// The query rows of an attention operand (..., T, Dh).
+fn lead_rows(shape: &[usize]) -> usize {
+    shape[shape.len() - 2]
+}
+
+/// Whether two blocks put every row (`tq` queries, their `tk` keys) at the same positions.
+fn same_positions(a: &Blocks, b: &Blocks, tq: usize) -> bool {
+    a.tk == b.tk && (0..tq).all(|i| a.q.pos(i) == b.q.pos(i)) && (0..a.tk).all(|j| a.kv.pos(j) == b.kv.pos(j))
+}
+
 /// An attention op's shape over all devices' heads (they are independent problems).
 fn attention_shape(shape: &[usize], scale: f32, rate: f32, devices: usize) -> k::attention::AttentionShape {
     let s = k::attention::AttentionShape::of(shape, scale, rate);
@@ -89,21 +115,19 @@ impl Lowering<'_> {
             // Each device draws the local-shape array from its own key (shard_map's semantics;
             // with equal keys the draws repeat across devices).
             Op::RandomBits { shape, layout } => Ok((vec![Block::full(shape); devices], *layout)),
+            Op::RandomBitsBlock { seq, .. } if !seq.is_whole() => Err(ExecError::Unsupported {
+                op: ins.op.name().into(),
+                executor: "GPU",
+                why: "attention's bits at ring positions are drawn inside the attention kernels only; read them \
+                      only as a dot_product_attention's dropout bits"
+                    .into(),
+            }),
             Op::RandomBitsBlock {
                 global, spec, layout, ..
             } => {
-                let err = |e: String| ExecError::Input(e);
-                let mesh = self
-                    .program
-                    .mesh
-                    .as_ref()
-                    .ok_or_else(|| err("random bits blocks need a program with a mesh".into()))?;
-                let sharding =
-                    crate::sharding::NamedSharding::new(mesh.clone(), spec.clone()).map_err(|e| err(e.to_string()))?;
                 let mut blocks = Vec::with_capacity(devices);
                 for d in 0..devices {
-                    let ranges = sharding.device_indices(d, global).map_err(|e| err(e.to_string()))?;
-                    blocks.push(Block::new(global, &ranges).map_err(|e| err(e.to_string()))?);
+                    blocks.push(Block::new(global, &self.device_ranges(spec, global, d)?).map_err(input)?);
                 }
                 Ok((blocks, *layout))
             }
@@ -111,19 +135,89 @@ impl Lowering<'_> {
         }
     }
 
-    /// For an attention instruction whose operand `bits` is drawn in its kernels: the draw's
-    /// instruction, blocks and layout.
-    #[allow(clippy::type_complexity)]
-    fn drawn_blocks(
+    /// Device `d`'s index ranges of `global` split as `spec` says.
+    fn device_ranges(
         &self,
-        ins: &Instr,
-        bits: usize,
-    ) -> Result<Option<(usize, Vec<Block>, crate::rng::RngLayout)>, ExecError> {
+        spec: &crate::sharding::PartitionSpec,
+        global: &[usize],
+        d: usize,
+    ) -> Result<Vec<std::ops::Range<usize>>, ExecError> {
+        let mesh = self
+            .program
+            .mesh
+            .as_ref()
+            .ok_or_else(|| ExecError::Input("random bits blocks need a program with a mesh".into()))?;
+        let sharding = crate::sharding::NamedSharding::new(mesh.clone(), spec.clone()).map_err(input)?;
+        sharding.device_indices(d, global).map_err(input)
+    }
+
+    /// Where each device's rows of an attention over q of `q` shape and k of `k` shape sit.
+    fn attention_rows(&self, seq: &AttnSeq, q: &[usize], k: &[usize]) -> Result<Vec<Blocks>, ExecError> {
+        let (tq, tk) = (q[q.len() - 2], k[k.len() - 2]);
+        (0..self.program.devices())
+            .map(|d| attention_blocks(seq, tq, tk, self.program.mesh.as_ref(), d).map_err(input))
+            .collect()
+    }
+
+    /// For an attention instruction whose operand `bits` is drawn in its kernels: the draw's
+    /// instruction, each device's block of the bits' leading dims, the layout and the global
+    /// sequence length. The draw's rows must be the op's `rows` (they are in every program
+    /// shardlab builds: the bits are drawn where the op reads them).
+    fn drawn_blocks(&self, ins: &Instr, bits: usize, rows: &[Blocks]) -> Result<Option<Drawn>, ExecError> {
         let Some(&Some(i)) = ins.inputs.get(bits).map(|v| &self.drawn[v.index()]) else {
             return Ok(None);
         };
-        let (blocks, layout) = self.draw_blocks(&self.program.instrs[i])?;
-        Ok(Some((i, blocks, layout)))
+        let draw = &self.program.instrs[i];
+        let mismatch = || ExecError::Unsupported {
+            op: ins.op.name().into(),
+            executor: "GPU",
+            why: "its dropout bits are drawn at other rows than it attends: make them with random_bits where it reads \
+                  them"
+                .into(),
+        };
+        let (global, layout) = match &draw.op {
+            Op::RandomBits { shape, layout } => (shape.clone(), *layout),
+            Op::RandomBitsBlock { global, layout, .. } => (global.clone(), *layout),
+            op => unreachable!("{} draws no random bits", op.name()),
+        };
+        let n = global.len();
+        let (lead, t) = (&global[..n - 2], global[n - 1]);
+        let mut blocks = Vec::with_capacity(rows.len());
+        for (d, row) in rows.iter().enumerate() {
+            let (ranges, drawn_rows) = match &draw.op {
+                Op::RandomBits { .. } => (lead.iter().map(|&g| 0..g).collect::<Vec<_>>(), Blocks::whole(t)),
+                Op::RandomBitsBlock { spec, seq, shape, .. } => {
+                    let ranges = self.device_ranges(spec, &global, d)?;
+                    let rows = if seq.is_whole() {
+                        let run = |r: &std::ops::Range<usize>| Runs {
+                            starts: [r.start, 0],
+                            chunk: r.len(),
+                        };
+                        Blocks {
+                            tk: ranges[n - 1].len(),
+                            q: run(&ranges[n - 2]),
+                            kv: run(&ranges[n - 1]),
+                        }
+                    } else {
+                        let mesh = self.program.mesh.as_ref();
+                        attention_blocks(seq, shape[n - 2], shape[n - 1], mesh, d).map_err(input)?
+                    };
+                    (ranges[..n - 2].to_vec(), rows)
+                }
+                _ => unreachable!(),
+            };
+            let tq = lead_rows(&self.program.info(ins.inputs[0]).shape);
+            if !same_positions(&drawn_rows, row, tq) {
+                return Err(mismatch());
+            }
+            blocks.push(Block::new(lead, &ranges).map_err(input)?);
+        }
+        Ok(Some(Drawn {
+            instr: i,
+            blocks,
+            layout,
+            seq: t,
+        }))
     }
 
     /// Attention's dropout: none, the bits operand's buffer, or drawn in place from the key.
@@ -132,17 +226,18 @@ impl Lowering<'_> {
         ins: &Instr,
         bits: usize,
         rate: f32,
-        drawn: &'b Option<(usize, Vec<Block>, crate::rng::RngLayout)>,
+        drawn: &'b Option<Drawn>,
     ) -> k::attention::Dropout<'b> {
         match drawn {
             _ if rate == 0.0 => k::attention::Dropout::None,
-            Some((i, blocks, layout)) => k::attention::Dropout::Drawn {
-                key: self.buf(self.program.instrs[*i].inputs[0]),
+            Some(d) => k::attention::Dropout::Drawn {
+                key: self.buf(self.program.instrs[d.instr].inputs[0]),
                 draw: Draw {
-                    layout: *layout,
-                    blocks,
+                    layout: d.layout,
+                    blocks: &d.blocks,
                     keys: KeyMode::PerDevice,
                 },
+                seq: d.seq,
             },
             None => k::attention::Dropout::Bits(self.buf(ins.inputs[bits])),
         }
@@ -363,11 +458,12 @@ impl Lowering<'_> {
                 let t = *shape(0).last().unwrap();
                 one(k::softmax::causal_backward(ctx, x(0), x(1), y(0), n_in(0) / t, t, None).await?)
             }
-            Op::Attention { scale, rate } => {
+            Op::Attention { scale, rate, seq } => {
                 let s = attention_shape(&shape(0), *scale, *rate, devices);
-                let drawn = self.drawn_blocks(ins, 3)?;
+                let blocks = self.attention_rows(seq, &shape(0), &shape(1))?;
+                let drawn = self.drawn_blocks(ins, 3, &blocks)?;
                 let dropout = self.dropout(ins, 3, *rate, &drawn);
-                match k::attention::lowering(ctx, &s) {
+                match k::attention::lowering(ctx, &s, &blocks) {
                     k::attention::Lowering::Fused => {
                         let b = k::attention::Forward {
                             q: x(0),
@@ -376,6 +472,7 @@ impl Lowering<'_> {
                             dropout,
                             o: y(0),
                             lse: y(1),
+                            blocks: &blocks,
                         };
                         one(k::attention::forward(ctx, &b, &s).await?)
                     }
@@ -390,7 +487,7 @@ impl Lowering<'_> {
                             ..MatmulShape::new(heads, t, t, dh)
                         };
                         let mut ds = self.matmul(&qk, x(0), x(1), scores).await?;
-                        ds.push(k::attention::probs(ctx, scores, y(1), dropout, x(0), &s).await?);
+                        ds.push(k::attention::probs(ctx, scores, y(1), dropout, x(0), &blocks, &s).await?);
                         ds.extend(
                             self.matmul(&MatmulShape::new(heads, t, dh, t), scores, x(2), y(0))
                                 .await?,
@@ -399,12 +496,43 @@ impl Lowering<'_> {
                     }
                 }
             }
-            Op::AttentionGrad { scale, rate } => {
+            Op::SeqTake { dim, seq } | Op::SeqPut { dim, seq, .. } => {
+                let take = matches!(ins.op, Op::SeqTake { .. });
+                let (whole, block) = if take {
+                    (shape(0), prog.shape(ins.outputs[0]).to_vec())
+                } else {
+                    (prog.shape(ins.outputs[0]).to_vec(), shape(0))
+                };
+                let runs: Vec<Runs> = (0..devices)
+                    .map(|d| seq_runs(seq, block[*dim], prog.mesh.as_ref(), d).map_err(input))
+                    .collect::<Result<_, _>>()?;
+                let s = k::seq::SeqShape::of(&whole, *dim, block[*dim]);
+                let direction = if take {
+                    k::seq::Direction::Take
+                } else {
+                    k::seq::Direction::Put
+                };
+                one(k::seq::rows(ctx, x(0), y(0), &s, &runs, direction).await?)
+            }
+            Op::AttentionCombine => {
+                let s = attention_shape(&shape(0), 1.0, 0.0, devices);
+                let b = k::attention::Combine {
+                    o_a: x(0),
+                    lse_a: x(1),
+                    o_b: x(2),
+                    lse_b: x(3),
+                    o: y(0),
+                    lse: y(1),
+                };
+                one(k::attention::combine(ctx, &b, &s).await?)
+            }
+            Op::AttentionGrad { scale, rate, seq } => {
                 let s = attention_shape(&shape(0), *scale, *rate, devices);
                 let rows = sc
                     .rows
                     .expect("slot planning gives attention's backward its row scratch");
-                let drawn = self.drawn_blocks(ins, 6)?;
+                let blocks = self.attention_rows(seq, &shape(0), &shape(1))?;
+                let drawn = self.drawn_blocks(ins, 6, &blocks)?;
                 let b = k::attention::Backward {
                     q: x(0),
                     k: x(1),
@@ -417,8 +545,9 @@ impl Lowering<'_> {
                     dq: y(0),
                     dk: y(1),
                     dv: y(2),
+                    blocks: &blocks,
                 };
-                match k::attention::lowering(ctx, &s) {
+                match k::attention::lowering(ctx, &s, &blocks) {
                     k::attention::Lowering::Fused => k::attention::backward(ctx, &b, &s).await?,
                     k::attention::Lowering::Composed => self.attention_backward_composed(b, &s).await?,
                 }

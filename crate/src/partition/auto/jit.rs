@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::assign::{dims_of_spec, spec_of_dims, Dims, Sharding};
 use super::propagate::{assignment, propagate};
-use crate::ir::{Builder, Op, Program, RngLayout, ValueId};
+use crate::ir::{AttnSeq, Builder, CpOrder, Op, Program, RngLayout, SeqBlock, ValueId};
 use crate::sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use super::super::PartitionError;
@@ -242,6 +242,11 @@ pub fn jit_with_constraints(
             Op::RandomBits { shape, layout } => {
                 vec![l.random_bits(i, ins.outputs[0], operands[0], shape, *layout, &results[0])?]
             }
+            Op::Attention { .. } | Op::AttentionGrad { .. } => {
+                let q = a.project(rule, &rule.operands[0]);
+                let op = with_query_block(&ins.op, &q[q.len() - 2], mesh)?;
+                l.b.emit(op, &operands)
+            }
             op => l.b.emit(local_op(op, &locals), &operands),
         };
         if let Some(e) = l.b.error() {
@@ -308,6 +313,34 @@ pub fn jit_with_constraints(
         inserted: l.inserted,
         global_shardings: prop.shardings.iter().map(|d| spec_of_dims(d)).collect(),
         instr_starts,
+    })
+}
+
+/// Attention on a device's block of the queries: the mesh axes that shard them tell the op
+/// which block it holds, so its causal mask compares global positions (keys are gathered whole).
+fn with_query_block(op: &Op, axes: &[String], mesh: &Mesh) -> Result<Op, PartitionError> {
+    if axes.is_empty() {
+        return Ok(op.clone());
+    }
+    let parts = mesh.axes_size(&strs(axes))?;
+    let q = SeqBlock::Part {
+        axes: axes.to_vec(),
+        parts,
+        shift: 0,
+        order: CpOrder::Contiguous,
+    };
+    Ok(match op {
+        Op::Attention { scale, rate, seq } => Op::Attention {
+            scale: *scale,
+            rate: *rate,
+            seq: AttnSeq { q, ..seq.clone() },
+        },
+        Op::AttentionGrad { scale, rate, seq } => Op::AttentionGrad {
+            scale: *scale,
+            rate: *rate,
+            seq: AttnSeq { q, ..seq.clone() },
+        },
+        other => other.clone(),
     })
 }
 
@@ -481,6 +514,7 @@ impl Lowering {
                     spec,
                     shape,
                     layout,
+                    seq: AttnSeq::default(),
                 },
                 &[key],
             ));

@@ -165,6 +165,13 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
             r.results = vec![f];
         }
         Op::Attention { .. } | Op::AttentionGrad { .. } => attention(&mut r, op, ins),
+        Op::AttentionCombine => {
+            // (o (rows.., Dh), lse (rows..)) twice -> the same: row by row.
+            let o = r.dims(ins[0], never);
+            let rows = o[..o.len() - 1].to_vec();
+            r.operands = vec![o.clone(), rows.clone(), o.clone(), rows.clone()];
+            r.results = vec![o, rows];
+        }
         Op::CrossEntropy | Op::CrossEntropyGrad => {
             // (logits (rows.., V), targets (rows..)[, dloss (rows..)]) -> loss (rows..) | dlogits
             let v = ins[0].len() - 1;
@@ -212,6 +219,8 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
         | Op::Pcast { .. }
         | Op::FoldInAxisIndex { .. }
         | Op::ShardSlice { .. }
+        | Op::SeqTake { .. }
+        | Op::SeqPut { .. }
         | Op::RandomBitsBlock { .. } => {
             return Err(PartitionError::Invalid {
                 what: format!("jit: `{}`", op.name()),
@@ -224,10 +233,13 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
     Ok(r)
 }
 
-/// Fused attention: q, k, v, o and their gradients (..., Tq|Tk, Dh), lse (..., Tq), bits
-/// (..., Tq, Tk). The leading dims (batch, heads) shard freely; the query and key sequence
-/// axes need every position (causal masking indexes them globally, and every query reads every
-/// key), so a sharded sequence is gathered, K and V's included. Dh is contracted within a head.
+/// Fused attention: q, o, dq (..., Tq, Dh), k, v, dk, dv (..., Tk, Dh), lse (..., Tq), bits
+/// (..., Tq, Tk). The leading dims (batch, heads) shard freely, and so do the queries: each
+/// device attends with its block of them, the lowering telling the op where that block sits
+/// (the causal mask compares global positions). The keys need every position (every query
+/// reads every earlier key), so a sequence-sharded K and V are gathered; dK and dV, which a
+/// device makes from its queries only, are partial sums over the queries' axes. Dh is
+/// contracted within a head.
 fn attention(r: &mut OpRule, op: &Op, ins: &[&[usize]]) {
     let n = ins[0].len();
     let lead: Vec<Vec<usize>> = (0..n - 2)
@@ -235,8 +247,8 @@ fn attention(r: &mut OpRule, op: &Op, ins: &[&[usize]]) {
         .collect();
     let need = FactorKind::NeedReplication;
     let (tq, tk, dh) = (
-        r.factor(ins[0][n - 2], need),
-        r.factor(ins[0][n - 2], need),
+        r.factor(ins[0][n - 2], FactorKind::Pass),
+        r.factor(ins[1][n - 2], need),
         r.factor(ins[0][n - 1], need),
     );
     let with =
