@@ -30,7 +30,8 @@ pub struct Measurement {
     pub ms: f64,
     /// The derived rate (FLOP/s, bytes/s, ops/s) or seconds (launch), as `name` says.
     pub value: f64,
-    /// How far its program's timed rounds spread ([`relative_spread`]); 0 for derived figures.
+    /// How far its program's timed rounds spread (the interquartile range of its rounds over
+    /// their median); 0 for derived figures.
     #[serde(default)]
     pub spread: f64,
 }
@@ -51,8 +52,8 @@ pub struct Calibration {
     /// classes and warming them up: once per process (per page), shared with training.
     #[serde(default)]
     pub prepare_seconds: f64,
-    /// How far the programs' timed rounds spread ([`calibration_spread`]): above
-    /// [`NOISY_SPREAD`] the machine was busy and the figures are not to be trusted or kept.
+    /// How far the programs' timed rounds spread (the 75th percentile of its programs'
+    /// spreads): above [`NOISY_SPREAD`] the machine was busy and the figures are not to be trusted or kept.
     #[serde(default)]
     pub spread: f64,
     /// When it was made (seconds since the Unix epoch), where the caller knows the time.
@@ -269,7 +270,11 @@ async fn prepare(ctx: &GpuContext, prog: Program) -> Result<GpuExecutor, ExecErr
 /// Each program's milliseconds over `runs` rounds; each round runs every program once, in
 /// turn, each submitted and awaited alone as a train step is. Interleaved, a burst of load slows
 /// one round of all of them rather than every run of one, and the median leaves that round out.
-async fn time_rounds(ctx: &GpuContext, programs: &CalibrationPrograms, runs: usize) -> Result<Vec<Vec<f64>>, ExecError> {
+async fn time_rounds(
+    ctx: &GpuContext,
+    programs: &CalibrationPrograms,
+    runs: usize,
+) -> Result<Vec<Vec<f64>>, ExecError> {
     let mut times = vec![Vec::with_capacity(runs); programs.len()];
     for _ in 0..runs.max(1) {
         for (i, t) in times.iter_mut().enumerate() {
@@ -492,7 +497,10 @@ impl CalibrationPrograms {
             (Bench::RandomBits, bits(z.bits_n, z.bits_reps)?),
         ];
         if budget.sim_collectives {
-            programs.push((Bench::SimCollectives, collectives(z.coll_devices, z.coll_n, z.coll_reps)?));
+            programs.push((
+                Bench::SimCollectives,
+                collectives(z.coll_devices, z.coll_n, z.coll_reps)?,
+            ));
         }
         for (batched, shapes) in &families {
             for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
@@ -728,7 +736,6 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         made_unix_s: None,
     }
 }
-
 
 #[cfg(test)]
 mod tests {

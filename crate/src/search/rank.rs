@@ -213,7 +213,13 @@ mod tests {
             (0..)
                 .map(|i| 1usize << i)
                 .take_while(|&k| k <= c.config.batch)
-                .map_while(|k| crate::plan::build(&TrainerOptions { microbatches: k, ..c.clone() }).ok())
+                .map_while(|k| {
+                    crate::plan::build(&TrainerOptions {
+                        microbatches: k,
+                        ..c.clone()
+                    })
+                    .ok()
+                })
                 .map(|p| MemoryPlan::of(&p.step.program).unwrap().total)
                 .min()
         };
@@ -247,9 +253,16 @@ mod tests {
             microbatches: k,
             ..opts.clone()
         };
-        let need = |k| MemoryPlan::of(&crate::plan::build(&dp(k)).unwrap().step.program).unwrap().total;
+        let need = |k| {
+            MemoryPlan::of(&crate::plan::build(&dp(k)).unwrap().step.program)
+                .unwrap()
+                .total
+        };
         let (one, two, four) = (need(1), need(2), need(4));
-        assert!(one > two && two > four, "accumulation lowers the peak: {one} {two} {four}");
+        assert!(
+            one > two && two > four,
+            "accumulation lowers the peak: {one} {two} {four}"
+        );
         // Between K = 2's need and K = 1's: dp fits with 2 microbatches, not with 1, nor is 4 tried.
         let device = DeviceProfile {
             memory_bytes: (one + two) / 2,

@@ -126,7 +126,13 @@ pub fn sweep() -> Result<Vec<Config>, ExecError> {
 
 /// A held-out configuration: its size class, model, mode, strategy and mesh (None on one
 /// device), and RNG layout.
-type HeldOutCase = (&'static str, GptConfig, &'static str, Option<(Strategy, &'static str)>, RngLayout);
+type HeldOutCase = (
+    &'static str,
+    GptConfig,
+    &'static str,
+    Option<(Strategy, &'static str)>,
+    RngLayout,
+);
 
 /// The held-out block: the seed preset itself in both modes, its model under the other
 /// strategies, and a larger model (`m`: 4 layers, sequence 128) on one device and on dp=4.

@@ -129,9 +129,17 @@ mod tests {
             assert!(c.predicted_ms > 0.0 && c.predicted_ms.is_finite(), "{c:?}");
             assert!(c.command.contains("--precision bf16"), "{}", c.command);
             if r.microbatches > 1 {
-                assert!(c.command.contains(&format!("--microbatches {}", r.microbatches)), "{}", c.command);
+                assert!(
+                    c.command.contains(&format!("--microbatches {}", r.microbatches)),
+                    "{}",
+                    c.command
+                );
             }
-            assert!(c.command.contains(&format!("--strategy {}", r.strategy)), "{}", c.command);
+            assert!(
+                c.command.contains(&format!("--strategy {}", r.strategy)),
+                "{}",
+                c.command
+            );
             assert_eq!(c.fits, Some(true), "llm.c's runs fit their GPUs: {c:?}");
         }
         assert!(report.fitted.is_empty());
