@@ -27,15 +27,16 @@ test('the search lists choices fastest first and Load runs the one picked', { ti
     assert.ok(await load.count() > 0, 'some choice loads');
     const pick = load.last();
     const row = pick.locator('xpath=ancestor::tr');
-    const [mode, strategy, mesh, remat] = await row.locator('td').evaluateAll((tds) => tds.slice(1, 5).map((t) => t.textContent));
+    const [mode, strategy, mesh, remat, microbatches] = await row.locator('td').evaluateAll((tds) => tds.slice(1, 6).map((t) => t.textContent));
     await pick.click();
     await settled(page);
     const form = await formValues(page);
     assert.equal(form.mesh, mesh);
     assert.equal(form.remat, remat);
+    assert.equal(String(form.microbatches), microbatches);
     assert.equal(form.mode, mode === 'automatic' ? 'auto' : mode);
     assert.match(location(page), new RegExp(`mesh=${mesh}`));
-    const presetStrategy = { dp: 'dp', fsdp: 'fsdp', tp: 'tp', dp_tp: 'dp_tp' }[form.preset];
+    const presetStrategy = { dp: 'dp', zero1: 'zero1', zero2: 'zero2', fsdp: 'fsdp', tp: 'tp', dp_tp: 'dp_tp' }[form.preset];
     assert.equal(presetStrategy, strategy);
     assert.equal(await singleSteps(page, 1), 1);
     assert.deepEqual(consoleErrors, []);

@@ -595,9 +595,15 @@ mod tests {
             (bf16.params, bf16.optimizer_state, bf16.compute_params),
             (4 * n, 8 * n, 2 * n)
         );
+        // The gradient buffers are bf16 too: half of f32's 4 bytes a parameter.
+        assert_eq!((f32.gradients, bf16.gradients), (4 * n, 2 * n));
         let ints = 4 * (2 * (cfg.batch * cfg.seq) as u64 + 2);
         assert_eq!(bf16.activations, (f32.activations - ints) / 2 + ints);
-        assert_eq!(bf16.total, 14 * n + bf16.activations);
+        // What must fit: the state, and the liveness peak of everything else (gradients
+        // included) at half the width.
+        let peak = |p: &MemoryPlan| p.total - p.params - p.optimizer_state - p.compute_params;
+        assert_eq!(peak(&bf16), (peak(&f32) - ints) / 2 + ints);
+        assert_eq!(bf16.total, 14 * n + peak(&bf16));
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub struct Measurement {
     pub ms: f64,
     /// The derived rate (FLOP/s, bytes/s, ops/s) or seconds (launch), as `name` says.
     pub value: f64,
-    /// How far its program's timed rounds spread ([`relative_spread`]); 0 for derived figures.
+    /// How far its program's timed rounds spread (the interquartile range of its rounds over
+    /// their median); 0 for derived figures.
     #[serde(default)]
     pub spread: f64,
 }
@@ -51,8 +52,8 @@ pub struct Calibration {
     /// classes and warming them up: once per process (per page), shared with training.
     #[serde(default)]
     pub prepare_seconds: f64,
-    /// How far the programs' timed rounds spread ([`calibration_spread`]): above
-    /// [`NOISY_SPREAD`] the machine was busy and the figures are not to be trusted or kept.
+    /// How far the programs' timed rounds spread (the 75th percentile of its programs'
+    /// spreads): above [`NOISY_SPREAD`] the machine was busy and the figures are not to be trusted or kept.
     #[serde(default)]
     pub spread: f64,
     /// When it was made (seconds since the Unix epoch), where the caller knows the time.
