@@ -105,6 +105,7 @@ const FIELDS = {
   attention: { kind: 'enum', values: ['fused', 'unfused'] },
   remat: { kind: 'enum', values: ['none', 'full', 'dots'] },
   microbatches: { kind: 'int' },
+  cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
@@ -285,11 +286,13 @@ function writeFoldFacts(s) {
     model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
     learning: learnFacts(s),
     memory: `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${['zero1', 'zero2', 'fsdp'].includes(s.preset) ? `, ${s.preset}` : ''}`,
+    sequence: `${({ cp: 'context parallel', tp_sp: 'sequence parallel' })[s.preset] || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
+  $('cp-order-note').hidden = !(s.preset === 'cp' && s.cp_order === 'zigzag');
 }
 
 /** What each remat policy trades, in one sentence. */

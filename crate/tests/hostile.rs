@@ -894,3 +894,70 @@ fn hostile_search_inputs_are_refused_with_the_fix() {
         assert!(x["bytes_per_device"]["total"].as_u64().unwrap() <= 80 << 30, "{x}");
     }
 }
+
+#[test]
+fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_fix() {
+    let cp = |mode: &str, mesh: &str, more: &[&str]| {
+        let mut args = vec!["train", "--cpu", "--mode", mode, "--strategy", "cp", "--mesh", mesh];
+        args.extend_from_slice(more);
+        with_tiny(&args)
+    };
+    refused(&[
+        // --seq 8 over cp=3.
+        (
+            cp("shard_map", "cp=3", &[]),
+            &["--seq 8", "'cp' of size 3", "multiple of it"],
+        ),
+        (cp("auto", "cp=3", &[]), &["--seq 8", "'cp' of size 3"]),
+        // 2 x cp = 8 zig-zag chunks fit a sequence of 8; 2 x 8 = 16 do not.
+        (
+            cp("shard_map", "cp=8", &["--cp-order", "zigzag"]),
+            &["zig-zag chunks", "--cp-order contiguous"],
+        ),
+        (
+            cp("auto", "cp=2", &["--cp-order", "zigzag"]),
+            &["--cp-order zigzag", "--mode shard_map"],
+        ),
+        (
+            cp("shard_map", "cp=2", &["--cp-order", "diagonal"]),
+            &["diagonal", "contiguous", "zigzag"],
+        ),
+        (
+            cp("shard_map", "cp=2", &["--attention", "unfused"]),
+            &["ring attention", "--attention fused"],
+        ),
+        (
+            cp("shard_map", "cp=2", &["--dropout-key", "fold_in"]),
+            &["--dropout-key same"],
+        ),
+        (cp("shard_map", "dp=2", &[]), &["needs a mesh axis 'cp'", "--mesh cp=4"]),
+        (
+            with_tiny(&[
+                "train",
+                "--cpu",
+                "--mode",
+                "shard_map",
+                "--strategy",
+                "dp",
+                "--mesh",
+                "dp=2",
+                "--cp-order",
+                "zigzag",
+            ]),
+            &["--cp-order", "--strategy cp or dp_cp"],
+        ),
+        (
+            with_tiny(&[
+                "train",
+                "--cpu",
+                "--mode",
+                "auto",
+                "--strategy",
+                "tp_sp",
+                "--mesh",
+                "tp=3",
+            ]),
+            &["'tp' of size 3"],
+        ),
+    ]);
+}

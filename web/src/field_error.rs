@@ -22,8 +22,13 @@ impl FieldError {
     /// An error of the core, whose message names CLI flags: the control is the first flag named,
     /// and the flags read as the page's labels.
     pub fn from_core(message: &str, fallback: &str) -> Self {
-        const FLAGS: [(&str, &str); 12] = [
+        // A flag that begins with another (--dropout-key, --dropout) comes first.
+        const FLAGS: [(&str, &str); 16] = [
             ("--microbatches", "microbatches"),
+            ("--cp-order", "cp_order"),
+            ("--attention", "attention"),
+            ("--remat", "remat"),
+            ("--dropout-key", "dropout_key"),
             ("--d-model", "d_model"),
             ("--lr", "lr"),
             ("--data", "task"),

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use shardlab::ir::RngLayout;
+use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::MAX_HEAD_DIM;
 use shardlab::model::{check_microbatches, Attention, GptConfig, Init, Remat};
 use shardlab::plan::{
@@ -61,6 +61,10 @@ pub struct Settings {
     /// control existed read as 1.
     #[serde(default = "one")]
     pub microbatches: usize,
+    /// How context parallelism lays the sequence's blocks on the ring (`--cp-order`); links
+    /// written before the control existed read as contiguous.
+    #[serde(default)]
+    pub cp_order: CpOrder,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
@@ -99,6 +103,7 @@ impl Settings {
             dropout_key: p.dropout_key(),
             combine: false,
             microbatches: 1,
+            cp_order: CpOrder::Contiguous,
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
@@ -194,6 +199,7 @@ impl Settings {
         let mesh = self.mesh()?;
         self.check_axes(&mesh)?;
         self.check_microbatches(&mesh)?;
+        self.check_cp_order()?;
         if !self.d_model.is_multiple_of(self.heads) {
             let fits: Vec<String> = (1..=self.d_model.min(page_limit("heads").max as usize))
                 .filter(|h| self.d_model.is_multiple_of(*h))
@@ -229,6 +235,25 @@ impl Settings {
         };
         check_microbatches(self.batch, self.microbatches, shards)
             .map_err(|e| FieldError::from_core(&e.to_string(), "microbatches"))
+    }
+
+    /// Zig-zag orders context parallelism's blocks: the cp preset's alone (the core's rule,
+    /// said at the control in the page's words).
+    fn check_cp_order(&self) -> Result<(), FieldError> {
+        if self.cp_order == CpOrder::Contiguous {
+            return Ok(());
+        }
+        if !self.strategy().is_cp() {
+            return Err(FieldError::new(
+                "cp_order",
+                format!(
+                    "zig-zag orders context parallelism's blocks of the sequence, and the {} preset does not split the \
+                     sequence: choose the cp preset, or cp order contiguous",
+                    self.preset.name()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The fused attention kernels hold a head's row in registers, up to MAX_HEAD_DIM wide.
@@ -407,7 +432,14 @@ impl Settings {
             parallel,
             combine_all_reduces: self.combine,
             microbatches: self.microbatches,
-            cp_order: Default::default(),
+            // jit splits a dimension into contiguous blocks only (a PartitionSpec cannot
+            // interleave them): automatic mode runs contiguous whatever the control says, and
+            // the page says so beside it (the CLI refuses --cp-order zigzag with --mode auto).
+            cp_order: if mode == Mode::Auto {
+                CpOrder::Contiguous
+            } else {
+                self.cp_order
+            },
         }
     }
 }
@@ -451,6 +483,35 @@ mod tests {
             );
             s.check().unwrap_or_else(|e| panic!("{p:?}: {}", e.message));
         }
+    }
+
+    #[test]
+    fn zigzag_is_refused_off_the_cp_preset_and_runs_in_shard_map_beside_jits_contiguous_blocks() {
+        let mut s = Settings::preset(Preset::Dp);
+        s.cp_order = CpOrder::Zigzag;
+        let e = s.check().unwrap_err();
+        assert_eq!(e.field, "cp_order");
+        assert!(e.message.contains("choose the cp preset"), "{}", e.message);
+        // Both modes run: shard_map on the zig-zag ring, jit on contiguous blocks (all it can
+        // express).
+        let mut s = Settings::preset(Preset::Cp);
+        s.cp_order = CpOrder::Zigzag;
+        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(s.options(Mode::ShardMap, &mesh).cp_order, CpOrder::Zigzag);
+        assert_eq!(s.options(Mode::Auto, &mesh).cp_order, CpOrder::Contiguous);
+        for mode in [Mode::Auto, Mode::ShardMap] {
+            shardlab::plan::build(&s.options(mode, &mesh)).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        }
+        // 2 x cp = 8 chunks: a sequence of 252 does not split into them, which the planner
+        // says, at the seq control.
+        s.seq = 252;
+        let mesh = s.check().unwrap();
+        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &mesh))
+            .unwrap_err()
+            .to_string();
+        let e = FieldError::from_plan(&s.specs, &e);
+        assert_eq!(e.field, "seq", "{}", e.message);
+        assert!(e.message.contains("zig-zag chunks"), "{}", e.message);
     }
 
     #[test]

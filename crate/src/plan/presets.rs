@@ -20,10 +20,15 @@ pub enum Preset {
     Fsdp,
     Tp,
     DpTp,
+    /// Long context: the sequence split over "cp" (ring attention in shard_map mode, K and V
+    /// gathered by jit), on a sequence of 256.
+    Cp,
+    /// Megatron tensor parallelism with sequence parallelism.
+    TpSp,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 7] = [
+    pub const ALL: [Preset; 9] = [
         Preset::Seed,
         Preset::Dp,
         Preset::Zero1,
@@ -31,6 +36,8 @@ impl Preset {
         Preset::Fsdp,
         Preset::Tp,
         Preset::DpTp,
+        Preset::Cp,
+        Preset::TpSp,
     ];
 
     /// The name the CLI, the page and its links use.
@@ -43,6 +50,8 @@ impl Preset {
             Preset::Fsdp => "fsdp",
             Preset::Tp => "tp",
             Preset::DpTp => "dp_tp",
+            Preset::Cp => "cp",
+            Preset::TpSp => "tp_sp",
         }
     }
 
@@ -58,6 +67,8 @@ impl Preset {
             Preset::Fsdp => Strategy::Fsdp,
             Preset::Tp => Strategy::Tp,
             Preset::DpTp => Strategy::DpTp,
+            Preset::Cp => Strategy::Cp,
+            Preset::TpSp => Strategy::TpSp,
         }
     }
 
@@ -91,6 +102,13 @@ impl Preset {
                 seq: 64,
                 batch: 32,
                 vocab: 256,
+                ..small
+            },
+            // Eight times the others' sequence on a quarter of their batch: each of the 4
+            // devices holds 64 positions of every sequence.
+            Preset::Cp => GptConfig {
+                seq: 256,
+                batch: 2,
                 ..small
             },
             _ => small,

@@ -137,6 +137,8 @@ fn preset_help(p: Preset) -> &'static str {
         Preset::Fsdp => "FSDP on dp=4, width 64, dropout 0.1",
         Preset::Tp => "Tensor parallelism on tp=2, width 64, dropout 0.1",
         Preset::DpTp => "Both on dp=2,tp=2, width 64, dropout 0.1",
+        Preset::Cp => "Long context: context parallelism on cp=4, sequence 256, batch 2, width 64, dropout 0.1",
+        Preset::TpSp => "Tensor and sequence parallelism on tp=2, width 64, dropout 0.1",
     }
 }
 

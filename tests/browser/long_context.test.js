@@ -1,0 +1,124 @@
+// Long sequences on the page: the cp ("long context") and tp_sp presets train in both modes and
+// their links reopen; zig-zag balances the ring in shard_map mode, as the modelled timeline
+// shows; settings that cannot run are refused at their control, naming the fix.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { close, formValues, hashOf, launch, location, openReady, setControl, settled, singleSteps } from './helpers.js';
+
+before(launch);
+after(close);
+
+const configuredWith = (page, key, value) => page.waitForFunction(([k, v]) => window.shardlab.configured
+  && String(window.shardlab.settings[k]) === v, [key, value], { timeout: 120_000 });
+const rows = (page, mode) => page.locator(`[data-testid="timeline-row"][data-mode="${mode}"]`);
+const stepMs = async (page, mode) => Number(await page.locator(`[data-testid="timeline-mode"][data-mode="${mode}"]`).getAttribute('data-step-ms'));
+const fieldError = (page, field) => page.locator(`[data-testid="field-error"][data-field="${field}"]`);
+
+test('the long-context preset splits a sequence of 256 over cp=4, trains in both modes, and its link reopens', { timeout: 600_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    // As a learner does: pick the preset; its controls arrive.
+    await setControl(page, 'preset', 'cp');
+    await configuredWith(page, 'preset', 'cp');
+    const form = await formValues(page);
+    assert.equal(form.mesh, 'cp=4');
+    assert.equal(form.seq, '256');
+    assert.equal(form.cp_order, 'contiguous');
+    assert.match(location(page), /preset=cp&/);
+    // A row per device on the ring, in both modes.
+    for (const mode of ['auto', 'shard_map']) {
+      const labels = await rows(page, mode).evaluateAll((rs) => rs.map((r) => r.dataset.device));
+      assert.deepEqual(labels, ['cp=0', 'cp=1', 'cp=2', 'cp=3'], mode);
+    }
+    assert.match(await page.getByTestId('long-sequence-words').textContent(), /ring attention/);
+    // One step of each mode: the same loss from the same initial parameters, ring attention
+    // against jit's gathered K and V.
+    assert.equal(await singleSteps(page, 2), 2);
+    const losses = await page.locator('[data-testid="loss"] [data-mode]').evaluateAll((ss) => Object.fromEntries(
+      ss.map((s) => [s.dataset.mode, Number(s.textContent.split(' ').pop())])));
+    assert.deepEqual(Object.keys(losses).sort(), ['auto', 'shard_map']);
+    assert.ok(Number.isFinite(losses.auto) && losses.auto > 0, JSON.stringify(losses));
+    assert.ok(Math.abs(losses.auto - losses.shard_map) < 1e-3, JSON.stringify(losses));
+
+    const second = await openReady(new URL(page.url()).hash);
+    try {
+      assert.deepEqual(await formValues(second.page), await formValues(page));
+      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
+    } finally {
+      await second.context.close();
+    }
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('zig-zag balances the ring in shard_map mode, runs beside jit\'s contiguous blocks, and is refused at its control where it cannot run', { timeout: 600_000 }, async () => {
+  // The long-context shape at a smaller size, so the test steps quickly on SwiftShader.
+  const cp = { preset: 'cp', mesh: 'cp=4', seq: '64', batch: '2', mode: 'shard_map', cp_order: 'contiguous' };
+  const { context, page } = await openReady(hashOf(cp));
+  try {
+    await settled(page);
+    const contiguous = await stepMs(page, 'shard_map');
+    await setControl(page, 'cp_order', 'zigzag');
+    await configuredWith(page, 'cp_order', 'zigzag');
+    await settled(page);
+    const zigzag = await stepMs(page, 'shard_map');
+    // Contiguous blocks leave the first devices waiting for the last; zig-zag evens the work.
+    assert.ok(zigzag < contiguous, `zig-zag ${zigzag} ms against contiguous ${contiguous} ms`);
+    assert.match(location(page), /cp_order=zigzag/);
+    assert.equal(await singleSteps(page, 1), 1);
+
+    // jit cannot interleave the blocks: in both modes automatic runs contiguous blocks beside
+    // shard_map's zig-zag, and the page says so.
+    await setControl(page, 'mode', 'both');
+    await configuredWith(page, 'mode', 'both');
+    await settled(page);
+    assert.equal(await page.getByTestId('cp-order-note').isVisible(), true);
+    assert.match(await page.getByTestId('cp-order-note').innerText(), /automatic mode still runs contiguous blocks/);
+    assert.ok(await stepMs(page, 'auto') > 0);
+    assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    await setControl(page, 'mode', 'shard_map');
+    await configuredWith(page, 'mode', 'shard_map');
+
+    // 2 x cp = 8 zig-zag chunks do not split a sequence of 60.
+    await setControl(page, 'seq', '60');
+    await fieldError(page, 'seq').waitFor({ timeout: 30_000 });
+    assert.match(await fieldError(page, 'seq').innerText(), /zig-zag chunks/);
+    await setControl(page, 'seq', '64');
+    await configuredWith(page, 'seq', '64');
+
+    // On a preset that does not split the sequence there is nothing to order.
+    await setControl(page, 'preset', 'dp');
+    await setControl(page, 'cp_order', 'zigzag');
+    await fieldError(page, 'cp_order').waitFor({ timeout: 30_000 });
+    assert.match(await fieldError(page, 'cp_order').innerText(), /choose the cp preset, or cp order contiguous/);
+  } finally {
+    await context.close();
+  }
+});
+
+test('tp_sp trains in both modes on tp=2 and its link reopens; a link with an unknown cp order is refused naming it', { timeout: 600_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ preset: 'tp_sp', mesh: 'tp=2', heads: '2', mode: 'both' }));
+  try {
+    assert.equal(await singleSteps(page, 2), 2);
+    const second = await openReady(new URL(page.url()).hash);
+    try {
+      assert.equal((await formValues(second.page)).preset, 'tp_sp');
+      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
+    } finally {
+      await second.context.close();
+    }
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+  const bad = await openReady(hashOf({ preset: 'cp', mesh: 'cp=4', seq: '64', batch: '2', cp_order: 'diagonal' }));
+  try {
+    const notice = bad.page.getByTestId('hash-notice');
+    await notice.waitFor({ timeout: 30_000 });
+    assert.match(await notice.innerText(), /cp_order “diagonal” is not one of contiguous, zigzag/);
+  } finally {
+    await bad.context.close();
+  }
+});
