@@ -491,8 +491,13 @@ fn exported_scripts_are_valid_python() {
     };
     let mut cases: Vec<(String, TrainerOptions)> = vec![("single".into(), golden_options(Parallel::None))];
     for s in Strategy::ALL {
-        let m = if s == Strategy::DpTp { "dp=2,tp=2" } else { "dp=2" };
-        let m = if s == Strategy::Tp { "tp=2" } else { m };
+        let m = match s {
+            Strategy::DpTp => "dp=2,tp=2",
+            Strategy::Tp | Strategy::TpSp => "tp=2",
+            Strategy::Cp => "cp=2",
+            Strategy::DpCp => "dp=2,cp=2",
+            _ => "dp=2",
+        };
         cases.push((format!("shard_map_{}", s.name()), golden_options(shard_map(s, m))));
         cases.push((format!("auto_{}", s.name()), golden_options(auto(s, m))));
     }
