@@ -15,6 +15,9 @@
 // order (deterministic); `gather` (all_gather, all_to_all) reads it from the member whose
 // rank is c[member_dim] (the member dim's stride is 0).
 //
+// `reduce_packed` is psum over many arrays at once, in place: the gradients a step packs into the
+// optimizer's arena (crate/src/exec/gpu/packing.rs), one launch instead of one per gradient.
+//
 // The data-moving entry points (gather, permute) carry any 4-byte data, f32 or u32 (token ids,
 // random bits, keys), so they load and store u32 bit patterns (x_bits, out_bits): an f32 load
 // and store may flush denormals or canonicalise NaNs on some drivers. Only `reduce` does
@@ -40,6 +43,9 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> index_out: array<u32>;
 @group(0) @binding(5) var<storage, read> x_bits: array<u32>;
 @group(0) @binding(6) var<storage, read_write> out_bits: array<u32>;
+// reduce_packed: per workgroup (first element of its array in `out`, elements per device,
+// first element index this workgroup sums, unused).
+@group(0) @binding(7) var<storage, read> spans: array<vec4<u32>>;
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
@@ -74,6 +80,30 @@ fn reduce(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
         acc = acc / f32(p.group_size);
     }
     out[e] = acc;
+}
+
+// psum of packed arrays, in place: for the span of workgroup w (p.out_n spans), every element
+// i of its array's device blocks (out[start + d * n + i]) becomes the sum over d's group, added
+// in rank order from 0.0 as `reduce` adds it, so the sums are bit for bit reduce's. One
+// invocation reads and writes element i of every device, so no invocation reads what another
+// wrote.
+@compute @workgroup_size(256)
+fn reduce_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = wid.x + wid.y * nwg.x;
+    if (w >= p.out_n) { return; }
+    let span = spans[w];
+    let i = span.z + lid.x;
+    if (i >= span.y) { return; }
+    for (var first = 0u; first < p.devices; first += p.group_size) {
+        var acc = 0.0;
+        for (var j = 0u; j < p.group_size; j++) {
+            acc += out[span.x + table[2u * p.devices + first + j] * span.y + i];
+        }
+        for (var j = 0u; j < p.group_size; j++) {
+            out[span.x + table[2u * p.devices + first + j] * span.y + i] = acc;
+        }
+    }
 }
 
 // all_gather / all_to_all: out[d, c] = x[member c[member_dim] of d's group, offset(c, rank(d))],

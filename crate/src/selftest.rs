@@ -133,6 +133,8 @@ pub enum Case {
     Sgd,
     AdamW,
     Collective(Collective),
+    /// psum of arrays packed in one arena, in place (a step's gradients).
+    PsumPacked,
     AxisIndex,
 }
 
@@ -174,6 +176,7 @@ pub const KERNELS: &[Case] = &[
     Case::Collective(Collective::PsumScatter),
     Case::Collective(Collective::Ppermute),
     Case::Collective(Collective::AllToAll),
+    Case::PsumPacked,
     Case::AxisIndex,
 ];
 
@@ -217,6 +220,7 @@ impl Case {
             Case::Collective(Collective::PsumScatter) => "psum_scatter",
             Case::Collective(Collective::Ppermute) => "ppermute",
             Case::Collective(Collective::AllToAll) => "all_to_all",
+            Case::PsumPacked => "psum of packed arrays (in place)",
             Case::AxisIndex => "axis_index",
         }
     }
@@ -240,6 +244,7 @@ impl Case {
             Case::Dropout { .. } => "(3, 67), rate 0.25",
             Case::DropoutApply => "n=201, rate 0.1",
             Case::AdamW => "n=1023, step 2",
+            Case::PsumPacked => PACKED_SHAPE,
             Case::Collective(_) | Case::AxisIndex => COLLECTIVE_SHAPE,
         }
     }
@@ -260,7 +265,7 @@ impl Case {
             | Case::EmbeddingBackward
             | Case::SumAxis => 1e-5,
             Case::EmbeddingForward | Case::CopyTranspose | Case::RandomBits(_) => 0.0,
-            Case::Collective(Collective::Psum | Collective::Pmean | Collective::PsumScatter) => 1e-6,
+            Case::Collective(Collective::Psum | Collective::Pmean | Collective::PsumScatter) | Case::PsumPacked => 1e-6,
             Case::Collective(_) | Case::AxisIndex => 0.0,
             Case::ElementwiseAdd
             | Case::ElementwiseMul
@@ -297,6 +302,7 @@ impl Case {
             Case::DropoutApply => dropout_apply(ctx).await,
             Case::Sgd => sgd(ctx).await,
             Case::AdamW => adamw(ctx).await,
+            Case::PsumPacked => psum_packed(ctx).await,
             Case::Collective(c) => collective(ctx, c).await,
             Case::AxisIndex => axis_index(ctx).await,
         }
@@ -967,6 +973,22 @@ async fn collective(ctx: &GpuContext, op: Collective) -> Result<Outcome, GpuErro
         Collective::AllToAll => k::all_to_all(ctx, &c, &gx, &out, 1, 0, true).await?,
     };
     close(run_and_read(ctx, &[d], &[&out]).await?, want)
+}
+
+const PACKED_SHAPE: &str = "2x4 mesh over tp, arrays of 300 and 24 per device in an arena, with gaps";
+
+/// psum of two arrays packed in one arena, in place, on the self-test's dp=2, tp=4 mesh; the gaps
+/// around them must keep their values.
+async fn psum_packed(ctx: &GpuContext) -> Result<Outcome, GpuError> {
+    let mesh = crate::sharding::Mesh::new(&[("dp", 2), ("tp", 4)])?;
+    let axes = &["tp"][..];
+    let arrays = [(5, 300), (5 + 8 * 300 + 7, 24)];
+    let arena = rand_vec(arrays[1].0 + 8 * 24 + 3, 44);
+    let mut want = arena.clone();
+    reference::collectives::psum_packed(&mesh, axes, &mut want, &arrays)?;
+    let g = ctx.upload("arena", &arena)?;
+    let d = kernels::collectives::psum_packed(ctx, &mesh, axes, &g, &arrays).await?;
+    close(run_and_read(ctx, &[d], &[&g]).await?, want)
 }
 
 /// `axis_index` over tp on the self-test's dp=2, tp=4 mesh.

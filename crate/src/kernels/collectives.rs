@@ -178,6 +178,63 @@ pub async fn psum(
     reduce(ctx, "psum", c, x, out, false).await
 }
 
+/// Elements one workgroup of `reduce_packed` sums (its workgroup size).
+const PACKED_SPAN: usize = 256;
+
+/// `jax.lax.psum` of many arrays in one launch, in place: array `(start, n)` of `arrays` is every
+/// device's block of `n` elements (`[device, n]`) from element `start` of `arena`, and each of its
+/// elements becomes its group's sum, added in group order as [`psum`] adds it (bit for bit the
+/// same). The executor runs a step's gradient psums this way over the optimizer's gradient arena
+/// (crate/src/exec/gpu/packing.rs): one launch where one per gradient ran.
+pub async fn psum_packed(
+    ctx: &GpuContext,
+    mesh: &Mesh,
+    axes: &[&str],
+    arena: &GpuBuffer,
+    arrays: &[(usize, usize)],
+) -> Result<Dispatch, GpuError> {
+    let k = "collectives::psum_packed";
+    let (table, g) = group_table(mesh, axes)?;
+    let devices = mesh.devices();
+    let mut spans: Vec<[u32; 4]> = vec![];
+    for &(start, n) in arrays {
+        super::check::positive(k, "elements per device of an array", n)?;
+        let end = devices.checked_mul(n).and_then(|x| x.checked_add(start));
+        need(k, "arena", arena, end.unwrap_or(usize::MAX))?;
+        if end.is_none_or(|e| e > u32::MAX as usize) {
+            return Err(GpuError::Invalid(format!(
+                "{k}: an array ending past element {} of the arena overflows 32-bit indices; use a smaller arena",
+                u32::MAX
+            )));
+        }
+        spans.extend(
+            (0..n)
+                .step_by(PACKED_SPAN)
+                .map(|i| [start as u32, n as u32, i as u32, 0]),
+        );
+    }
+    if spans.is_empty() {
+        return Err(GpuError::Invalid(format!("{k}: no arrays to sum")));
+    }
+    let label = format!(
+        "psum over {axes:?} of {} packed arrays on {devices} devices",
+        arrays.len()
+    );
+    let table = ctx.upload(&format!("{label} groups"), &table)?;
+    let span_buf = ctx.upload(&format!("{label} spans"), bytemuck::cast_slice::<[u32; 4], u32>(&spans))?;
+    let mut params: Params = bytemuck::Zeroable::zeroed();
+    params.devices = devices as u32;
+    params.group_size = g as u32;
+    params.out_n = spans.len() as u32;
+    let kernel = Kernel::new("collectives", "reduce_packed", label)
+        .read_owned(1, "groups", table)
+        .write(2, "arena", arena)
+        .uniform(3, &params)
+        .read_owned(7, "spans", span_buf)
+        .grid(grid_1d(spans.len() * PACKED_SPAN, PACKED_SPAN as u32));
+    ctx.launch(kernel).await
+}
+
 /// `jax.lax.pmean(x, axes)`: psum divided by the group size.
 pub async fn pmean(
     ctx: &GpuContext,

@@ -89,6 +89,35 @@ pub fn psum(c: &CollectiveArgs, x: &[f32]) -> Result<Vec<f32>, ShardingError> {
     Ok(out)
 }
 
+/// `jax.lax.psum` of many arrays in place (the twin of the packed launch): array `(start, n)` of
+/// `arrays` is every device's block of `n` elements from element `start` of `arena`.
+pub fn psum_packed(
+    mesh: &Mesh,
+    axes: &[&str],
+    arena: &mut [f32],
+    arrays: &[(usize, usize)],
+) -> Result<(), ShardingError> {
+    for &(start, n) in arrays {
+        let end = start.saturating_add(mesh.devices().saturating_mul(n));
+        let Some(x) = arena.get(start..end) else {
+            return Err(ShardingError::Length {
+                what: "arena".into(),
+                len: arena.len(),
+                expected: end,
+                why: format!("an array of {n} elements per device from element {start}"),
+            });
+        };
+        let c = CollectiveArgs {
+            mesh,
+            axes,
+            local_shape: &[n],
+        };
+        let sum = psum(&c, x)?;
+        arena[start..end].copy_from_slice(&sum);
+    }
+    Ok(())
+}
+
 /// `jax.lax.pmean(x, axes)`: psum / group size.
 pub fn pmean(c: &CollectiveArgs, x: &[f32]) -> Result<Vec<f32>, ShardingError> {
     let g = c.mesh.axes_size(c.axes)? as f32;

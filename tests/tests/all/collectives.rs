@@ -229,6 +229,47 @@ fn check_axis_index(ctx: &GpuContext, cases: &[Case]) {
     }
 }
 
+/// psum of several arrays packed in one arena, in place, against the twin and, bit for bit,
+/// against one psum launch per array; the arena between the arrays keeps its values.
+fn check_psum_packed(ctx: &GpuContext, cases: &[Case]) {
+    // Sizes on both sides of the kernel's 256-element spans, with gaps between the arrays.
+    let sizes = [1usize, 17, 256, 300];
+    for (mesh, axes) in cases {
+        let d = mesh.devices();
+        let mut arrays = vec![];
+        let mut end = 3;
+        for &n in &sizes {
+            arrays.push((end, n));
+            end += d * n + 5;
+        }
+        let arena = rand_vec(end, 7);
+        let mut want = arena.clone();
+        twin::psum_packed(mesh, axes, &mut want, &arrays).unwrap();
+        let buf = ctx.upload("arena", &arena).unwrap();
+        let dispatch = pollster::block_on(gpu::psum_packed(ctx, mesh, axes, &buf, &arrays)).unwrap();
+        ctx.run(&[dispatch]);
+        let got = ctx.read_blocking::<f32>(&buf).unwrap();
+        let what = label("psum_packed", mesh, axes, &sizes, "");
+        assert_close(&what, &got, &want, 1e-6, 1e-6);
+        for &(start, n) in &arrays {
+            let x = &arena[start..start + d * n];
+            let alone = on_gpu(ctx, x, x.len(), |xb, ob| {
+                pollster::block_on(gpu::psum(ctx, &args(mesh, axes, &[n]), xb, ob))
+            });
+            let packed = &got[start..start + d * n];
+            assert!(
+                alone.iter().zip(packed).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what}: array at {start} differs from its own psum"
+            );
+        }
+    }
+}
+
+#[test]
+fn psum_of_packed_arrays_matches_reference_and_each_arrays_own_psum_on_1d_and_2d_meshes() {
+    check_psum_packed(gpu_or_skip!(), &all_cases());
+}
+
 #[test]
 fn psum_and_pmean_match_reference_on_1d_meshes_of_1_2_3_4_and_8_devices() {
     check_psum_and_pmean(gpu_or_skip!(), &meshes_1d());
@@ -416,6 +457,12 @@ fn collective_launchers_return_errors_instead_of_panicking() {
     assert!(e.contains("share the source 0"), "{e}");
     let e = err(pollster::block_on(gpu::axis_index(ctx, &mesh, &["dp", "dp"], &small)));
     assert!(e.contains("used twice"), "{e}");
+    let e = err(pollster::block_on(gpu::psum_packed(ctx, &mesh, &["tp"], &x, &[(1, 6)])));
+    assert!(e.contains("`arena`") && e.contains("holds 48 elements"), "{e}");
+    let e = err(pollster::block_on(gpu::psum_packed(ctx, &mesh, &["tp"], &x, &[(0, 0)])));
+    assert!(e.contains("at least 1"), "{e}");
+    let e = err(pollster::block_on(gpu::psum_packed(ctx, &mesh, &["tp"], &x, &[])));
+    assert!(e.contains("no arrays"), "{e}");
 }
 
 // ---- twin vs JAX's definition ----

@@ -1,6 +1,7 @@
 //! The cost model counts a step's launches from `exec::lowered`, read off the program alone:
 //! it must say, instruction by instruction, what the GPU lowering really dispatches (fused
-//! pairs, two-stage column sums, operand transposes, per-operand psums, strided pieces).
+//! pairs, two-stage column sums, operand transposes, per-operand psums and gradient psums summed
+//! in place as one, strided pieces).
 use shardlab::exec::{lowered, GpuExecutor, Parallel, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::ir::RngLayout;

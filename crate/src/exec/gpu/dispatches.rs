@@ -1,6 +1,7 @@
 //! What the lowering runs for each instruction, read off the program alone (no adapter): the
 //! pairs it fuses (fuse.rs's plan, the one the lowering takes) and the dispatches of each
-//! instruction, per `lower.rs`, with the optimizer updates packed as `packing.rs` plans them. The cost model prices launches and memory traffic with it, so
+//! instruction, per `lower.rs`, with the optimizer updates and gradient psums packed as
+//! `packing.rs` plans them. The cost model prices launches and memory traffic with it, so
 //! a fused pair is one launch there too. A matmul counts its kernel alone: some tuned
 //! variants add pack passes, which the adapter's autotuner decides at run time.
 use super::fuse::{plan, Fusion};
@@ -29,14 +30,21 @@ const DEFAULT_MAX_ARENA: usize = (128 << 20) / 4;
 pub fn lowered(program: &Program) -> Vec<Lowered> {
     let fusion = plan(program);
     let drawn = program.bits_drawn_in_attention();
-    // Optimizer updates packed into one dispatch run it at their group's last instruction.
-    let mut update_dispatches = vec![None; program.instrs.len()];
-    for group in packing::plan(program, &fusion, DEFAULT_MAX_ARENA).groups {
+    // Optimizer updates packed into one dispatch run it at their group's last instruction, and
+    // so do gradient psums summed in place at their run's last.
+    let packing = packing::plan(program, &fusion, DEFAULT_MAX_ARENA);
+    let mut packed_dispatches = vec![None; program.instrs.len()];
+    for group in &packing.groups {
         for &i in &group.instrs {
-            update_dispatches[i] = Some(0);
+            packed_dispatches[i] = Some(0);
         }
         if let Some(&last) = group.instrs.last() {
-            update_dispatches[last] = Some(1);
+            packed_dispatches[last] = Some(1);
+        }
+    }
+    for run in &packing.psum_runs {
+        for &i in &run.instrs {
+            packed_dispatches[i] = Some(packing.psum_dispatches(program, i));
         }
     }
     (0..program.instrs.len())
@@ -52,7 +60,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
                 Some(Fusion::TransposeSplit) => program.instrs[i + 1].outputs.len(),
                 Some(Fusion::ConcatTransposed) => ins.inputs.len(),
                 Some(_) => 1,
-                None => update_dispatches[i].unwrap_or_else(|| dispatches(program, ins)),
+                None => packed_dispatches[i].unwrap_or_else(|| dispatches(program, ins)),
             };
             Lowered {
                 dispatches,
@@ -74,7 +82,8 @@ fn operand_copies(program: &Program, ins: &Instr) -> usize {
 fn dispatches(program: &Program, ins: &Instr) -> usize {
     match &ins.op {
         Op::Reshape { .. } | Op::Pcast { .. } => 0,
-        // One strided copy per piece; a combined psum runs one psum per operand.
+        // One strided copy per piece; a combined psum runs one psum per operand (but for those
+        // summed in place, counted above).
         Op::Split { .. } => ins.outputs.len(),
         Op::Concat { .. } | Op::Psum { .. } => ins.inputs.len(),
         Op::DotGeneral { .. } => operand_copies(program, ins) + 1,

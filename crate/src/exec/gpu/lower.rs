@@ -601,13 +601,19 @@ impl Lowering<'_> {
                 one(k::copy::strided(ctx, x(0), y(0), &c).await?)
             }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
-            // A combined psum: one psum dispatch per operand (the simulated devices share one
-            // GPU, so fusing the buffers would save nothing; the profile counts one collective).
-            Op::Psum { .. } => {
+            // A combined psum: one psum dispatch per operand, but for the operands summed in
+            // place with the rest of their run (packing.rs): their run's one dispatch, at its
+            // last psum. The program, and so the profile, still counts every all-reduce.
+            Op::Psum { axes, .. } => {
                 let mesh = mesh()?;
+                let in_place = |k: usize| sc.psum.as_ref().is_some_and(|p| p.in_place[k]);
                 let mut ds = Vec::with_capacity(ins.inputs.len());
-                for k in 0..ins.inputs.len() {
+                for k in (0..ins.inputs.len()).filter(|&k| !in_place(k)) {
                     ds.push(self.collective(mesh, &ins.op, x(k), y(k), &shape(k)).await?);
+                }
+                if let Some((arena, arrays)) = sc.psum.as_ref().and_then(|p| p.run.as_ref()) {
+                    let arena = &self.slots[*arena];
+                    ds.push(k::collectives::psum_packed(ctx, mesh, &strs(axes), arena, arrays).await?);
                 }
                 ds
             }

@@ -7,6 +7,11 @@
 //! instruction reads what one of its updates wrote. A gradient joins its arena only when the
 //! dispatch that writes it reads no other packed gradient (WebGPU forbids one buffer read and
 //! written in one dispatch); disjoint written ranges of one arena are fine.
+//!
+//! The psums that make packed gradients (data parallelism's all-reduce of every gradient) run
+//! in place: each operand is written where its sum goes, in the gradient arena, and a run of
+//! consecutive psums over the same axes is one launch of `collectives::psum_packed` over those
+//! ranges. The program keeps every psum; only its lowering changes.
 use super::fuse::Fusion;
 use crate::ir::{Op, Program, ValueId};
 use crate::kernels::optimizer::{Segment, UPDATE_BLOCK};
@@ -24,12 +29,43 @@ pub(super) struct UpdateGroup {
 
 /// The roles of an update's operands, in its input order: param, grad, m, v (SGD: param, grad).
 pub(super) const ROLES: [&str; 4] = ["params", "grads", "m", "v"];
+/// The role of the gradients.
+pub(super) const GRADS: usize = 1;
+
+/// Consecutive psums whose operands are summed in place in one gradient arena: one dispatch,
+/// lowered at the last of them.
+pub(super) struct PsumRun {
+    /// The psum instructions, in program order.
+    pub instrs: Vec<usize>,
+    /// The update group whose gradient arena holds the arrays.
+    pub group: usize,
+    /// Each operand summed in place: (its first element in the arena, elements per device).
+    pub arrays: Vec<(usize, usize)>,
+}
 
 /// The groups of a program and where each packed value goes.
 pub(super) struct Packing {
     pub groups: Vec<UpdateGroup>,
     /// Per value placed in an arena: (group, role, start element).
     pub placed: Vec<Option<(usize, usize, usize)>>,
+    pub psum_runs: Vec<PsumRun>,
+    /// Per value: a psum operand summed in place by its run (its psum launches nothing for it).
+    pub in_place: Vec<bool>,
+}
+
+impl Packing {
+    /// The run whose dispatch instruction `i` lowers (it is the run's last psum).
+    pub fn run_ending_at(&self, i: usize) -> Option<&PsumRun> {
+        self.psum_runs.iter().find(|r| r.instrs.last() == Some(&i))
+    }
+
+    /// The dispatches of psum instruction `i`: one per operand not summed in place, and its
+    /// run's, if it ends one.
+    pub fn psum_dispatches(&self, program: &Program, i: usize) -> usize {
+        let ins = &program.instrs[i];
+        let alone = ins.inputs.iter().filter(|v| !self.in_place[v.index()]).count();
+        alone + usize::from(self.run_ending_at(i).is_some())
+    }
 }
 
 /// The value whose buffer `v` shares (reshape and pcast alias their operand).
@@ -190,5 +226,189 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
         }
         written.extend(&ins.outputs);
     }
-    Packing { groups, placed }
+    let mut in_place = vec![false; program.values.len()];
+    let psum_runs = plan_psums(
+        program,
+        &Graph {
+            producer: &producer,
+            is_input: &is_input,
+            pair_of: &pair_of,
+        },
+        &groups,
+        &mut placed,
+        &mut in_place,
+    );
+    Packing {
+        groups,
+        placed,
+        psum_runs,
+        in_place,
+    }
+}
+
+/// What the psum planning reads of the program besides its instructions.
+struct Graph<'a> {
+    producer: &'a [Option<usize>],
+    is_input: &'a [bool],
+    /// The instructions one dispatch binds together with instruction j (a fused pair's two).
+    pair_of: &'a dyn Fn(usize) -> std::ops::Range<usize>,
+}
+
+/// The in-place psum runs: places every psum operand that can be summed in place at its sum's
+/// spot in a gradient arena (`placed`, `in_place`) and groups them into runs.
+///
+/// Operand x of a psum whose result is a packed gradient is summed in place when its buffer
+/// holds nothing else anyone reads (the psum is the only reader of x and of what aliases it, and
+/// none is a program input or output), and the dispatch that writes x reads nothing in that
+/// arena. A run takes consecutive psums over the same axes into one arena, with nothing launched
+/// between them (aliases, and packed updates that run at their group's last), until one reads
+/// what the run summed.
+fn plan_psums(
+    program: &Program,
+    graph: &Graph<'_>,
+    groups: &[UpdateGroup],
+    placed: &mut [Option<(usize, usize, usize)>],
+    in_place: &mut [bool],
+) -> Vec<PsumRun> {
+    let roots: Vec<ValueId> = (0..program.values.len())
+        .map(|v| root(program, graph.producer, ValueId(v as u32)))
+        .collect();
+    // Reads of each buffer (by root) by instructions other than the aliasing ones; a program
+    // output counts as one more.
+    let mut reads = vec![0usize; program.values.len()];
+    let aliasing = |op: &Op| matches!(op, Op::Reshape { .. } | Op::Pcast { .. });
+    let inputs = program
+        .instrs
+        .iter()
+        .filter(|ins| !aliasing(&ins.op))
+        .flat_map(|ins| &ins.inputs);
+    for v in inputs.chain(&program.outputs) {
+        reads[roots[v.index()].index()] += 1;
+    }
+    // Where operand k of psum `i` is summed in place: (group, start).
+    let spot = |placed: &[Option<(usize, usize, usize)>], i: usize, k: usize| -> Option<(usize, usize)> {
+        let ins = &program.instrs[i];
+        let (x, o) = (ins.inputs[k], ins.outputs[k]);
+        let (g, role, start) = placed[o.index()]?;
+        let r = roots[x.index()];
+        let free = !graph.is_input[r.index()] && placed[r.index()].is_none() && reads[r.index()] == 1;
+        if role != GRADS || !groups[g].packed || !free {
+            return None;
+        }
+        let writer = graph.producer[r.index()]?;
+        let in_arena = |v: &ValueId| placed[roots[v.index()].index()].is_some_and(|(pg, pr, _)| (pg, pr) == (g, GRADS));
+        let reads_arena = (graph.pair_of)(writer).any(|j| program.instrs[j].inputs.iter().any(in_arena));
+        (!reads_arena).then_some((g, start))
+    };
+    // Updates that launch nothing where they are: packed ones but their group's last, which
+    // runs them all (after any psum before it).
+    let mut deferred = vec![false; program.instrs.len()];
+    for group in groups.iter().filter(|g| g.packed) {
+        for &i in group.instrs.iter().rev().skip(1) {
+            deferred[i] = true;
+        }
+    }
+    let mut runs: Vec<PsumRun> = vec![];
+    // The open run: its index, axes and the buffers (roots) it sums into.
+    let mut open: Option<(usize, Vec<String>, Vec<ValueId>)> = None;
+    for (i, ins) in program.instrs.iter().enumerate() {
+        let Op::Psum { axes, .. } = &ins.op else {
+            // Automatic mode interleaves each gradient's psum with its update.
+            if !deferred[i] && !aliasing(&ins.op) {
+                open = None;
+            }
+            continue;
+        };
+        let mut ops: Vec<(usize, usize, usize)> = (0..ins.inputs.len())
+            .filter_map(|k| spot(placed, i, k).map(|(g, start)| (k, g, start)))
+            .collect();
+        let Some(&(_, g, _)) = ops.first() else {
+            open = None;
+            continue;
+        };
+        // One arena per launch: operands of other groups are summed alone.
+        ops.retain(|o| o.1 == g);
+        let joins = open.as_ref().is_some_and(|(r, run_axes, sums)| {
+            runs[*r].group == g && run_axes == axes && !ins.inputs.iter().any(|v| sums.contains(&roots[v.index()]))
+        });
+        if !joins {
+            runs.push(PsumRun {
+                instrs: vec![],
+                group: g,
+                arrays: vec![],
+            });
+            open = Some((runs.len() - 1, axes.clone(), vec![]));
+        }
+        let (r, _, sums) = open.as_mut().expect("opened above");
+        let run = &mut runs[*r];
+        run.instrs.push(i);
+        for (k, _, start) in ops {
+            let x = ins.inputs[k];
+            placed[roots[x.index()].index()] = Some((g, GRADS, start));
+            in_place[x.index()] = true;
+            run.arrays.push((start, program.info(x).numel()));
+            sums.push(ins.outputs[k]);
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::gpu::fuse;
+    use crate::model::{param_specs, GptConfig};
+    use crate::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
+    use crate::sharding::Mesh;
+
+    #[test]
+    fn a_data_parallel_steps_gradient_psums_are_summed_in_place_as_one_run_in_both_modes() {
+        let mesh = Mesh::parse("dp=2").unwrap();
+        let cfg = GptConfig::tiny();
+        let modes = [
+            Parallel::Auto {
+                strategy: Strategy::Dp,
+                mesh: mesh.clone(),
+                specs: vec![],
+            },
+            Parallel::ShardMap {
+                strategy: Strategy::Dp,
+                mesh,
+                dropout_key: DropoutKey::Same,
+            },
+        ];
+        for parallel in modes {
+            let name = format!("{parallel:?}");
+            let program = crate::plan::build(&TrainerOptions::new(cfg.clone(), parallel))
+                .unwrap()
+                .step
+                .program;
+            let p = plan(&program, &fuse::plan(&program), usize::MAX);
+            let psums: Vec<usize> = (0..program.instrs.len())
+                .filter(|&i| matches!(program.instrs[i].op, Op::Psum { .. }))
+                .collect();
+            // Every gradient's psum, not the loss's.
+            assert_eq!(p.psum_runs.len(), 1, "{name}");
+            assert_eq!(p.psum_runs[0].arrays.len(), param_specs(&cfg).len(), "{name}");
+            assert_eq!(psums.len(), param_specs(&cfg).len() + 1, "{name}");
+            let launches: usize = psums.iter().map(|&i| p.psum_dispatches(&program, i)).sum();
+            assert_eq!(launches, 2, "{name}: the gradients' run and the loss's psum");
+            // Each operand (its buffer, which a reshape shares) is written where its sum goes.
+            let mut producer = vec![None; program.values.len()];
+            for (i, ins) in program.instrs.iter().enumerate() {
+                for o in &ins.outputs {
+                    producer[o.index()] = Some(i);
+                }
+            }
+            for &i in &psums {
+                let ins = &program.instrs[i];
+                for (x, o) in ins.inputs.iter().zip(&ins.outputs) {
+                    if p.in_place[x.index()] {
+                        let buffer = root(&program, &producer, *x);
+                        assert_eq!(p.placed[buffer.index()], p.placed[o.index()], "{name}: psum {i}");
+                    }
+                }
+            }
+        }
+    }
 }

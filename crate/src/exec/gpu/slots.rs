@@ -85,6 +85,16 @@ pub(super) struct Scratch {
     pub rows: Option<usize>,
     /// On the last update of a group (packing.rs): the group's dispatch.
     pub update: Option<UpdatePlan>,
+    /// On a psum with operands summed in place (packing.rs).
+    pub psum: Option<PsumPlan>,
+}
+
+/// A psum some of whose operands are summed in place in a gradient arena: which ones (their
+/// psum launches nothing for them), and on the run's last psum the run's one dispatch.
+pub(super) struct PsumPlan {
+    pub in_place: Vec<bool>,
+    /// The arena's slot and the arrays summed, each (first element, elements per device).
+    pub run: Option<(usize, Vec<(usize, usize)>)>,
 }
 
 /// One optimizer dispatch: its buffers' slots (param, grad, and for AdamW m, v) and the
@@ -118,6 +128,21 @@ impl Slots {
             .and_then(|v| program.values[v].name.clone())
             .unwrap_or_else(|| format!("slot{s}"))
     }
+}
+
+/// The in-place part of psum `i`, if it has one.
+fn psum_plan(packing: &packing::Packing, arenas: &[Vec<usize>], program: &Program, i: usize) -> Option<PsumPlan> {
+    let in_place: Vec<bool> = program.instrs[i]
+        .inputs
+        .iter()
+        .map(|v| packing.in_place[v.index()])
+        .collect();
+    let run = packing.run_ending_at(i);
+    if !in_place.contains(&true) && run.is_none() {
+        return None;
+    }
+    let run = run.map(|r| (arenas[r.group][packing::GRADS], r.arrays.clone()));
+    Some(PsumPlan { in_place, run })
 }
 
 /// Plans the slots of `program`: every value holds all devices' local blocks (`[device, local...]`).
@@ -229,6 +254,9 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                 }
                 if rhs_perm {
                     sc.rhs = Some(plan.take(numel(ins.inputs[1])));
+                }
+                if let Op::Psum { .. } = op {
+                    sc.psum = psum_plan(&packing, &arenas, program, i);
                 }
                 if let Op::AttentionGrad { .. } = op {
                     // (lse, delta) per row of every head.
