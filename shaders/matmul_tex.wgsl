@@ -1,10 +1,11 @@
 // Matmul through read-only rgba32float storage textures: C = alpha * op(A) @ op(B) (+ bias) (+ C), batched.
 // A separate file from matmul.wgsl because some WebGPU implementations lack read-only storage textures: a
 // module that fails there must not take the other variants down with it.
-//   pack   op(A) (as A^T) or op(B) into a texture, batch items stacked in y: texel (x, z * Kp + k) =
-//          X[4x .. 4x+3, k] of batch item z, zero past the matrix (M, N padded to 16). One plain 2D
-//          texture, never an array: lavapipe compiles a shader per texture target it meets.
-//          pack_k4 does the same with vec4 loads where a row of the operand is contiguous.
+//   pack   op(A) (as A^T) and op(B) into their textures in one launch, batch items stacked in y: texel
+//          (x, z * Kp + k) = X[4x .. 4x+3, k] of batch item z, zero past the matrix (M, N padded to 16).
+//          One plain 2D texture per operand, never an array: lavapipe compiles a shader per texture
+//          target it meets. An operand loads by value, or as vec4s where its rows are contiguous, or
+//          not at all (copied into its texture instead).
 //   tex16  one 16x16 block of C per invocation, no workgroup memory, no barriers. On lavapipe a texel load is
 //          inline while a storage-buffer load is a per-lane loop with bounds checks, so this is the fastest
 //          there (see shared/notes/lavapipe-kernels.md); on GPUs its 64 accumulators per invocation cost
@@ -20,34 +21,65 @@ struct Pack {
     sr: u32,     // element strides of X[r, k] in the source
     sk: u32,
     stride: u32, // source elements between batch items
+    mode: u32,   // 0: not packed here; 1: by value; 2: as vec4s (pack_k4 below)
+}
+
+// Both operands' packs: A's on the first `groups_a` workgroups, B's on the rest; z is the batch item.
+struct Packs {
+    a: Pack,
+    b: Pack,
+    groups_a: u32,
+    items_a: u32, // batch items packed (1 for a broadcast operand)
+    items_b: u32,
     pad: u32,
 }
 
-@group(0) @binding(0) var<storage, read> src: array<f32>;    // pack's source: A or B
-@group(0) @binding(5) var<uniform> pk: Pack;
-@group(0) @binding(6) var packed: texture_storage_2d<rgba32float, write>;
+@group(0) @binding(0) var<storage, read> src_a: array<f32>;
+@group(0) @binding(10) var<storage, read> src_a4: array<vec4<f32>>; // the same buffer, as vec4
+@group(0) @binding(11) var<storage, read> src_b: array<f32>;
+@group(0) @binding(12) var<storage, read> src_b4: array<vec4<f32>>;
+@group(0) @binding(5) var<uniform> pk: Packs;
+@group(0) @binding(6) var packed_a: texture_storage_2d<rgba32float, write>;
+@group(0) @binding(13) var packed_b: texture_storage_2d<rgba32float, write>;
 @group(0) @binding(7) var at: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = A[4x .. 4x+3, k]
 @group(0) @binding(8) var bt: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = B[k, 4x .. 4x+3]
-@group(0) @binding(10) var<storage, read> src4: array<vec4<f32>>; // pack_k4's source, as vec4
 
 // ---- pack ----
 
-fn pack_value(base: u32, r: u32, kk: u32) -> f32 {
-    if (r >= pk.rows || kk >= pk.k) { return 0.0; }
-    return src[base + r * pk.sr + kk * pk.sk];
+// Element i of operand b's source (b: B, else A), as f32 or as the vec4 holding 4i .. 4i+3.
+fn load(b: bool, i: u32) -> f32 {
+    if (b) { return src_b[i]; }
+    return src_a[i];
 }
 
-@compute @workgroup_size(64)
-fn pack(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = gid.x + gid.y * nwg.x * 64u;
-    if (id >= pk.rows4 * pk.kp) { return; }
-    let kk = id / pk.rows4;
-    let x = id % pk.rows4;
+fn load4(b: bool, i: u32) -> vec4<f32> {
+    if (b) { return src_b4[i]; }
+    return src_a4[i];
+}
+
+fn put(b: bool, x: u32, y: u32, v: vec4<f32>) {
+    if (b) {
+        textureStore(packed_b, vec2(x, y), v);
+    } else {
+        textureStore(packed_a, vec2(x, y), v);
+    }
+}
+
+fn pack_value(q: Pack, b: bool, base: u32, r: u32, kk: u32) -> f32 {
+    if (r >= q.rows || kk >= q.k) { return 0.0; }
+    return load(b, base + r * q.sr + kk * q.sk);
+}
+
+// Texel `id` of batch item z, from four loads.
+fn pack_by_value(q: Pack, b: bool, id: u32, z: u32) {
+    if (id >= q.rows4 * q.kp) { return; }
+    let kk = id / q.rows4;
+    let x = id % q.rows4;
     let r = x * 4u;
-    let base = gid.z * pk.stride;
-    let v = vec4(pack_value(base, r, kk), pack_value(base, r + 1u, kk), pack_value(base, r + 2u, kk),
-                 pack_value(base, r + 3u, kk));
-    textureStore(packed, vec2(x, gid.z * pk.kp + kk), v);
+    let base = z * q.stride;
+    let v = vec4(pack_value(q, b, base, r, kk), pack_value(q, b, base, r + 1u, kk),
+                 pack_value(q, b, base, r + 2u, kk), pack_value(q, b, base, r + 3u, kk));
+    put(b, x, z * q.kp + kk, v);
 }
 
 // On lavapipe every storage-buffer load is a per-lane loop with bounds checks, and a transposing
@@ -56,33 +88,54 @@ fn pack(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 // texture stores dominate there, about 13 ns a texel on lavapipe.)
 
 // X[r, kk .. kk+3] as one vec4 (zero past the rows).
-fn row4(base: u32, r: u32, kk: u32) -> vec4<f32> {
-    if (r >= pk.rows) { return vec4(0.0); }
-    return src4[(base + r * pk.sr + kk) / 4u];
+fn row4(q: Pack, b: bool, base: u32, r: u32, kk: u32) -> vec4<f32> {
+    if (r >= q.rows) { return vec4(0.0); }
+    return load4(b, (base + r * q.sr + kk) / 4u);
 }
 
-// pack_k4: a row's values X[r, kk .. kk+3] lie side by side in src (sk = 1; sr, the batch stride and
-// the binding's offset multiples of 4; K = Kp a multiple of 4): each invocation loads a 4x4 block
-// as four vec4s and stores it transposed as four texels. Neighbouring invocations take neighbouring
-// k, so their loads are contiguous.
-@compute @workgroup_size(64)
-fn pack_k4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let id = gid.x + gid.y * nwg.x * 64u;
-    let kq = pk.kp / 4u;
-    if (id >= pk.rows4 * kq) { return; }
+// pack_k4: a row's values X[r, kk .. kk+3] lie side by side in the source (sk = 1; sr, the batch
+// stride and the binding's offset multiples of 4; K = Kp a multiple of 4): each invocation loads a
+// 4x4 block as four vec4s and stores it transposed as four texels. Neighbouring invocations take
+// neighbouring k, so their loads are contiguous.
+fn pack_k4(q: Pack, b: bool, id: u32, z: u32) {
+    let kq = q.kp / 4u;
+    if (id >= q.rows4 * kq) { return; }
     let kk = (id % kq) * 4u;
     let x = id / kq;
     let r = x * 4u;
-    let base = gid.z * pk.stride;
-    let x0 = row4(base, r, kk);
-    let x1 = row4(base, r + 1u, kk);
-    let x2 = row4(base, r + 2u, kk);
-    let x3 = row4(base, r + 3u, kk);
-    let y = gid.z * pk.kp + kk;
-    textureStore(packed, vec2(x, y), vec4(x0.x, x1.x, x2.x, x3.x));
-    textureStore(packed, vec2(x, y + 1u), vec4(x0.y, x1.y, x2.y, x3.y));
-    textureStore(packed, vec2(x, y + 2u), vec4(x0.z, x1.z, x2.z, x3.z));
-    textureStore(packed, vec2(x, y + 3u), vec4(x0.w, x1.w, x2.w, x3.w));
+    let base = z * q.stride;
+    let x0 = row4(q, b, base, r, kk);
+    let x1 = row4(q, b, base, r + 1u, kk);
+    let x2 = row4(q, b, base, r + 2u, kk);
+    let x3 = row4(q, b, base, r + 3u, kk);
+    let y = z * q.kp + kk;
+    put(b, x, y, vec4(x0.x, x1.x, x2.x, x3.x));
+    put(b, x, y + 1u, vec4(x0.y, x1.y, x2.y, x3.y));
+    put(b, x, y + 2u, vec4(x0.z, x1.z, x2.z, x3.z));
+    put(b, x, y + 3u, vec4(x0.w, x1.w, x2.w, x3.w));
+}
+
+// One launch for both operands, so a matmul pays one pack pass at most.
+@compute @workgroup_size(64)
+fn pack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = wid.x + wid.y * nwg.x;
+    let b = w >= pk.groups_a;
+    var q = pk.a;
+    var items = pk.items_a;
+    var first = 0u;
+    if (b) {
+        q = pk.b;
+        items = pk.items_b;
+        first = pk.groups_a;
+    }
+    if (wid.z >= items) { return; }
+    let id = (w - first) * 64u + lid.x;
+    if (q.mode == 1u) {
+        pack_by_value(q, b, id, wid.z);
+    } else if (q.mode == 2u) {
+        pack_k4(q, b, id, wid.z);
+    }
 }
 
 // ---- tex16 ----

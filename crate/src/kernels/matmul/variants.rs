@@ -1,7 +1,9 @@
 //! The matmul variants: what each needs from the adapter and the shape, and how each is launched.
 //! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
 //! unaligned sizes: naive and tiled by bounds checks, block8, tex16, sg and sg1 by packing the operands
-//! into zero-padded layouts first (one `pack` dispatch per operand, replayed every step).
+//! into zero-padded layouts first (block8: one `pack` dispatch per operand; the texture variants: one
+//! `pack` dispatch for both, plus a copy for an operand whose memory already is its texture's texels;
+//! replayed every step).
 use std::sync::Arc;
 
 use super::MatmulShape;
@@ -125,7 +127,7 @@ struct Params {
     stride_bias: u32,
 }
 
-/// The uniform of a `pack` dispatch (shaders' `Pack`).
+/// The uniform of a `pack` dispatch (shaders' `Pack`), one operand's.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Pack {
@@ -136,6 +138,24 @@ struct Pack {
     sr: u32,
     sk: u32,
     stride: u32,
+    /// How the texture pass packs it: 0 not at all, [`PACK_BY_VALUE`], [`PACK_K4`] (block8's
+    /// passes have an entry point per mode and ignore it).
+    mode: u32,
+}
+
+const PACK_BY_VALUE: u32 = 1;
+const PACK_K4: u32 = 2;
+
+/// The uniform of the texture variants' `pack` (matmul_tex.wgsl's `Packs`): both operands, A's
+/// on the first `groups_a` workgroups.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Packs {
+    a: Pack,
+    b: Pack,
+    groups_a: u32,
+    items_a: u32,
+    items_b: u32,
     pad: u32,
 }
 
@@ -294,6 +314,8 @@ pub(crate) async fn build(
             let mut pipelines = [None, None];
             for (p, how) in pipelines.iter_mut().zip(packing) {
                 if let Packing::Pass { entry, .. } = how {
+                    // The texture variants pack both operands in one entry point, by mode.
+                    let entry = if v.packs_textures() { "pack" } else { entry };
                     *p = Some(ctx.pipeline(v.pack_shader(), entry).await?);
                 }
             }
@@ -332,7 +354,8 @@ struct Pipelines {
 /// How one operand of a packed variant reaches its matmul.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Packing {
-    /// A pack pass (`entry`) writes the packed layout; each invocation packs `k_rows` k-rows.
+    /// A pack pass (`entry`) writes the packed layout; each invocation packs `k_rows` k-rows. The
+    /// texture variants run `entry` as a mode of their one pass for both operands.
     Pass { entry: &'static str, k_rows: usize },
     /// block8 reads the operand where it is: it is already in the packed layout.
     Direct,
@@ -471,13 +494,19 @@ fn plan(
         ("B", ops.b, s.n, np, (b_sj, b_sk), s.stride_b, lb),
     ];
     let mut dispatches = Vec::with_capacity(3);
-    // What the matmul reads at slots 7 and 8: textures the pack passes wrote (tex16, sg, sg1), buffers they
-    // wrote (block8), or the operand itself (block8, `Packing::Direct`).
+    // What the matmul reads at slots 7 and 8: textures a copy or the pack pass wrote (tex16, sg,
+    // sg1), buffers pack passes wrote (block8), or the operand itself (block8, `Packing::Direct`).
     let mut views: Vec<(u32, wgpu::TextureView)> = Vec::new();
     let mut bufs: Vec<(u32, GpuBuffer)> = Vec::new();
     let mut direct: Vec<(u32, &GpuBuffer)> = Vec::new();
-    for (((slot, (name, src, rows, rows_p, (sr, sk), src_stride, nl)), how), pack) in
-        [7, 8].into_iter().zip(operands).zip(packing).zip(pack)
+    // The texture variants' one pass: each operand's part of its uniform and its workgroups.
+    let mut texture_pass: [(Pack, usize); 2] = [(bytemuck::Zeroable::zeroed(), 0); 2];
+    for (i, (((slot, (name, src, rows, rows_p, (sr, sk), src_stride, nl)), how), pack)) in [7, 8]
+        .into_iter()
+        .zip(operands)
+        .zip(packing)
+        .zip(pack.clone())
+        .enumerate()
     {
         if how == Packing::Copy {
             let clabel = format!("{label} copy {name}");
@@ -517,25 +546,33 @@ fn plan(
             sr: sr as u32,
             sk: sk as u32,
             stride: if nl == 1 { 0 } else { src_stride as u32 },
-            pad: 0,
+            mode: if pack_entry == "pack_k4" {
+                PACK_K4
+            } else {
+                PACK_BY_VALUE
+            },
         };
         let plabel = format!("{label} pack {name}");
-        let mut groups = grid_1d(rows_p / 4 * kp.div_ceil(k_rows), 64);
+        let invocations = rows_p / 4 * kp.div_ceil(k_rows);
+        if v.packs_textures() {
+            let (view, _) = texture(ctx, &plabel, rows_p / 4, nl * kp);
+            views.push((slot, view));
+            texture_pass[i] = (pk, invocations.div_ceil(64));
+            continue;
+        }
+        let mut groups = grid_1d(invocations, 64);
         groups[2] = nl as u32;
         // `pack` reads the source as f32s, `pack_k4` as vec4s.
         let kernel = Kernel::new(v.pack_shader(), pack_entry, &plabel)
             .read(if pack_entry == "pack" { 0 } else { 10 }, name, src)
             .uniform(5, &pk)
             .grid(groups);
-        if v.packs_textures() {
-            let (view, _) = texture(ctx, &plabel, rows_p / 4, nl * kp);
-            dispatches.push(ctx.launch_with(pack, kernel.texture(6, "packed", &view, true))?);
-            views.push((slot, view));
-        } else {
-            let dst = ctx.zeros(&plabel, nl * kp * rows_p)?; // (items, Kp, rows padded)
-            dispatches.push(ctx.launch_with(pack, kernel.write(6, "packed", &dst))?);
-            bufs.push((slot, dst));
-        }
+        let dst = ctx.zeros(&plabel, nl * kp * rows_p)?; // (items, Kp, rows padded)
+        dispatches.push(ctx.launch_with(pack, kernel.write(6, "packed", &dst))?);
+        bufs.push((slot, dst));
+    }
+    if let Some(pack) = pack.iter().flatten().next().filter(|_| v.packs_textures()) {
+        dispatches.push(texture_pack(ctx, pack, label, ops, &views, texture_pass, (la, lb))?);
     }
     let mut groups = match (v, subgroup_lanes(ctx)) {
         // A workgroup (one subgroup) per block of 64 rows and 8 columns per invocation.
@@ -568,6 +605,62 @@ fn plan(
     let kernel = with_bias(ctx, kernel, ops.bias)?;
     dispatches.push(ctx.launch_with(main, kernel)?);
     Ok(dispatches)
+}
+
+/// The texture variants' one pack pass: every operand that `texture_pass` gives a mode into its
+/// texture (`views`, A's then B's, a copy's included: it binds both and writes those it packs).
+fn texture_pack(
+    ctx: &GpuContext,
+    pack: &Arc<wgpu::ComputePipeline>,
+    label: &str,
+    ops: Operands<'_>,
+    views: &[(u32, wgpu::TextureView)],
+    texture_pass: [(Pack, usize); 2],
+    (la, lb): (usize, usize),
+) -> Result<Dispatch, GpuError> {
+    let [(a, groups_a), (b, groups_b)] = texture_pass;
+    let packs = Packs {
+        a,
+        b,
+        groups_a: groups_a as u32,
+        items_a: la as u32,
+        items_b: lb as u32,
+        pad: 0,
+    };
+    let mut groups = grid_1d(64 * (groups_a + groups_b), 64);
+    groups[2] = la.max(lb) as u32;
+    let view = |slot: u32| views.iter().find(|(s, _)| *s == slot).map(|(_, v)| v);
+    let (Some(va), Some(vb)) = (view(7), view(8)) else {
+        return Err(GpuError::Invalid(format!(
+            "{label}: a texture operand without its texture"
+        )));
+    };
+    let kernel = Kernel::new("matmul_tex", "pack", format!("{label} pack"))
+        .read(0, "A", ops.a)
+        .read(11, "B", ops.b);
+    let kernel = bind_vec4(ctx, kernel, (10, "A as vec4"), &a, ops.a)?;
+    let kernel = bind_vec4(ctx, kernel, (12, "B as vec4"), &b, ops.b)?;
+    let kernel = kernel
+        .uniform(5, &packs)
+        .texture(6, "packed A", va, true)
+        .texture(13, "packed B", vb, true)
+        .grid(groups);
+    ctx.launch_with(pack.clone(), kernel)
+}
+
+/// `kernel` with `src` bound as vec4s at `slot` where its pack reads it so (pack_k4, which needs it
+/// aligned and at least a vec4 long); else a 4-element stand-in, as a vec4 binding holds 16 bytes.
+fn bind_vec4<'a>(
+    ctx: &GpuContext,
+    kernel: Kernel<'a>,
+    (slot, name): (u32, &'static str),
+    pack: &Pack,
+    src: &'a GpuBuffer,
+) -> Result<Kernel<'a>, GpuError> {
+    Ok(match pack.mode {
+        PACK_K4 => kernel.read(slot, name, src),
+        _ => kernel.read_owned(slot, name, ctx.zeros("matmul pack no vec4 source", 4)?),
+    })
 }
 
 /// `kernel` with the bias bound. Kernels that read a bias only when flagged still bind one: without
