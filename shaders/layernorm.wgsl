@@ -17,7 +17,7 @@ struct Params {
     devices: u32,  // D
     chunk: u32,    // rows per chunk of the two-stage dgamma, dbeta
     chunks: u32,   // chunks per device, ceil(R / chunk)
-    _pad0: u32,
+    row_groups: u32, // backward_fused_*: the workgroups that compute dx (the rest sum columns)
     _pad1: u32,
 }
 
@@ -153,7 +153,10 @@ fn forward_wg(
 // xhat = (x - mean) * rstd.
 @compute @workgroup_size(64)
 fn backward_dx_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = gid.x + gid.y * nwg.x * 64u;
+    dx_row(gid.x + gid.y * nwg.x * 64u);
+}
+
+fn dx_row(r: u32) {
     if (r >= p.rows) { return; }
     let base = r * p.c;
     let pb = param_base(r);
@@ -178,7 +181,10 @@ fn backward_dx_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 // As backward_dx_row, caching each row's dnorm and x (row_a, row_b) as forward_row4 caches x.
 @compute @workgroup_size(64)
 fn backward_dx_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = gid.x + gid.y * nwg.x * 64u;
+    dx_row4(gid.x + gid.y * nwg.x * 64u);
+}
+
+fn dx_row4(r: u32) {
     if (r >= p.rows) { return; }
     let c4 = p.c / 4u;
     let cached = c4 <= ROW_CACHE;
@@ -218,7 +224,11 @@ fn backward_dx_wg(
     @builtin(local_invocation_index) lid: u32,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let r = wid.x + wid.y * nwg.x;
+    dx_wg(wid.x + wid.y * nwg.x, lid);
+}
+
+// Row r's dx by the workgroup: r must be uniform (its barriers).
+fn dx_wg(r: u32, lid: u32) {
     if (r >= p.rows) { return; }
     let base = r * p.c;
     let pb = param_base(r);
@@ -240,25 +250,50 @@ fn backward_dx_wg(
     }
 }
 
-// dgamma = sum over rows of dout * xhat, dbeta = sum over rows of dout, per device. One
-// invocation per (device, column) looping over that device's rows in order: deterministic,
-// and adjacent invocations read adjacent floats.
-@compute @workgroup_size(256)
-fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * WG; // (device, column) = dgamma's index
+// dgamma = sum over rows of dout * xhat, dbeta = sum over rows of dout, per device, and dx, in one
+// launch (backward_fused_*): its first `row_groups` workgroups compute dx as the backward_dx_*
+// entry points do, the rest each device's column sums. A column sum adds each chunk's rows in
+// order from 0.0, then the chunks in order: the two-stage sums' arithmetic below
+// (backward_params_partial_row, backward_params_finish), in one invocation, so it is deterministic
+// and the same numbers whether a device's rows fill one chunk or several.
+
+// Column sums of (device, column) e.
+fn column_sums(e: u32) {
     if (e >= p.devices * p.c) { return; }
     let d = e / p.c;
     let j = e % p.c;
     var dg = 0.0;
     var db = 0.0;
-    for (var r = d * p.rpd; r < (d + 1u) * p.rpd; r++) {
-        let i = r * p.c + j;
-        let g = dout[i];
-        dg += g * (x[i] - mean_in[r]) * rstd_in[r];
-        db += g;
+    for (var ch = 0u; ch < p.chunks; ch++) {
+        let r0 = d * p.rpd + ch * p.chunk;
+        let s = param_sums(j, r0, min(r0 + p.chunk, (d + 1u) * p.rpd), 1u);
+        dg += s.x;
+        db += s.y;
     }
     dgamma[e] = dg;
     dbeta[e] = db;
+}
+
+@compute @workgroup_size(64)
+fn backward_fused_row(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+                      @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = wid.x + wid.y * nwg.x;
+    if (w < p.row_groups) {
+        dx_row(w * 64u + lid);
+    } else {
+        column_sums((w - p.row_groups) * 64u + lid);
+    }
+}
+
+@compute @workgroup_size(256)
+fn backward_fused_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+                     @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = wid.x + wid.y * nwg.x; // uniform: a workgroup computes one row's dx or 256 columns
+    if (w < p.row_groups) {
+        dx_wg(w, lid);
+    } else {
+        column_sums((w - p.row_groups) * WG + lid);
+    }
 }
 
 // Two stages for long columns: each device's rows split into chunks of `chunk`; stage 1 writes
@@ -406,4 +441,41 @@ fn backward_params_finish4(@builtin(global_invocation_id) gid: vec3<u32>, @built
     }
     dgamma4[e] = dg;
     dbeta4[e] = db;
+}
+
+// Column sums of (device, column quad) e: column_sums four columns at a time.
+fn column_sums4(e: u32) {
+    let c4 = p.c / 4u;
+    if (e >= p.devices * c4) { return; }
+    let d = e / c4;
+    let j = e % c4;
+    var dg = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    for (var ch = 0u; ch < p.chunks; ch++) {
+        let r0 = d * p.rpd + ch * p.chunk;
+        var cg = vec4<f32>(0.0);
+        var cb = vec4<f32>(0.0);
+        for (var r = r0; r < min(r0 + p.chunk, (d + 1u) * p.rpd); r++) {
+            let i = r * c4 + j;
+            let g = dout4[i];
+            cg += g * (x4[i] - mean_in[r]) * rstd_in[r];
+            cb += g;
+        }
+        dg += cg;
+        db += cb;
+    }
+    dgamma4[e] = dg;
+    dbeta4[e] = db;
+}
+
+// backward_fused_row with rows and columns as vec4s (C a multiple of 4, bindings on 16 bytes).
+@compute @workgroup_size(64)
+fn backward_fused_row4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+                       @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = wid.x + wid.y * nwg.x;
+    if (w < p.row_groups) {
+        dx_row4(w * 64u + lid);
+    } else {
+        column_sums4((w - p.row_groups) * 64u + lid);
+    }
 }

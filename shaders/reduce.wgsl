@@ -1,6 +1,8 @@
 // Sum over the middle axis: x (outer, n, inner) -> out (outer, inner). Bias gradients are
 // sum_axis(dy, 1, B*T, C).
-// Two stages, so the work spreads over many invocations even when there are few outputs (a
+// Up to 16 chunks of rows, one launch (`sum_axis_chunks`): an invocation per output adds each
+// chunk's rows in order from 0.0, then the chunks in order, the arithmetic of the two stages
+// below. Longer sums take two stages, so the work spreads over many invocations even when there are few outputs (a
 // bias gradient has C of them): the rows split into chunks of `chunk`, stage 1 writes each
 // chunk's sum, partial (outer, chunks, inner), and stage 2 (`sum_axis`, n = chunks) adds the
 // chunks up in order. With one chunk, stage 1 writes `out` directly. Deterministic: a fixed
@@ -45,6 +47,19 @@ fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     for (var j = 0u; j < p.n; j++) {
         acc += x[at];
         at += p.inner;
+    }
+    out[i] = acc;
+}
+
+// The sum of output i chunk by chunk, as stage 1 (`_row`) and stage 2 add it.
+@compute @workgroup_size(64)
+fn sum_axis_chunks(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 64u;
+    if (i >= p.outer * p.inner) { return; }
+    var acc = 0.0;
+    for (var c = 0u; c < p.chunks; c++) {
+        let r0 = c * p.chunk;
+        acc += column_sum(i, r0, min(r0 + p.chunk, p.n), 1u);
     }
     out[i] = acc;
 }
@@ -140,4 +155,24 @@ fn sum_axis_partial_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin
         acc += x4[(o * p.n + r) * inner4 + k];
     }
     out4[(o * p.chunks + c) * inner4 + k] = acc;
+}
+
+// sum_axis_chunks four adjacent outputs at a time.
+@compute @workgroup_size(64)
+fn sum_axis_chunks4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 64u; // (o, k): outputs 4k .. 4k+3 of o
+    let inner4 = p.inner / 4u;
+    if (i >= p.outer * inner4) { return; }
+    let o = i / inner4;
+    let k = i % inner4;
+    var acc = vec4<f32>(0.0);
+    for (var c = 0u; c < p.chunks; c++) {
+        let r0 = c * p.chunk;
+        var part = vec4<f32>(0.0);
+        for (var r = r0; r < min(r0 + p.chunk, p.n); r++) {
+            part += x4[(o * p.n + r) * inner4 + k];
+        }
+        acc += part;
+    }
+    out4[i] = acc;
 }

@@ -2,7 +2,7 @@
 //! One dispatch serves D simulated devices ([`LayerNormShape::devices`]): the rows of device d
 //! are [d * R, (d + 1) * R), R = rows / D, with its own gamma, beta, dgamma, dbeta block (D, C).
 use super::check::{need, on_devices, per_device, positive, vec4_ok};
-use super::reduce::{partial_entry, stages, CHUNK};
+use super::reduce::{partial_entry, CHUNK, ONE_PASS_ROWS};
 use super::RowStrategy;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel};
 pub use crate::reference::layernorm::LayerNormShape;
@@ -16,7 +16,8 @@ struct Params {
     devices: u32,
     chunk: u32,
     chunks: u32,
-    _pad: [u32; 2],
+    row_groups: u32,
+    _pad: u32,
 }
 
 /// Checks that the rows (all devices) split evenly over the devices and C is positive.
@@ -30,7 +31,8 @@ fn params(kernel: &str, s: LayerNormShape) -> Result<Params, GpuError> {
         devices: s.devices as u32,
         chunk: CHUNK as u32,
         chunks: rpd.div_ceil(CHUNK) as u32,
-        _pad: [0; 2],
+        row_groups: 0,
+        _pad: 0,
     })
 }
 
@@ -95,16 +97,26 @@ pub struct BackwardBuffers<'a> {
     pub dbeta: &'a GpuBuffer,
 }
 
-/// Dispatches of [`backward`] with `rows_per_device` rows on each device: dx, then dgamma and
-/// dbeta in one or two stages ([`stages`]). The cost model counts launches with it.
+/// Rows per device up to which [`backward`] is one dispatch: each device's column sums then run
+/// in one invocation per column, its rows in [`CHUNK`]s one after another; longer columns spread
+/// their chunks over invocations in two more dispatches.
+pub const FUSED_ROWS: usize = ONE_PASS_ROWS;
+
+/// Dispatches of [`backward`] with `rows_per_device` rows on each device: one, or dx, then
+/// dgamma and dbeta in two stages past [`FUSED_ROWS`]. The cost model counts launches with it.
 pub fn backward_dispatches(rows_per_device: usize) -> usize {
-    1 + stages(rows_per_device)
+    if rows_per_device <= FUSED_ROWS {
+        1
+    } else {
+        3
+    }
 }
 
 /// dx, and each device's dgamma and dbeta (sums over its own R rows, deterministic), from dout
-/// and the forward's x, mean, rstd and gamma. Dispatches: dx per row (with `strategy`), then
-/// dgamma/dbeta per column, in two stages (chunks of [`CHUNK`] rows, then the chunks added up)
-/// when a device has more than [`CHUNK`] rows.
+/// and the forward's x, mean, rstd and gamma. Up to [`FUSED_ROWS`] rows per device one dispatch
+/// does it all: dx per row (with `strategy`) and the column sums per column, chunk by chunk.
+/// Past that: dx, then dgamma/dbeta in two stages (chunks of [`CHUNK`] rows, then the chunks
+/// added up), the same sums spread over more invocations.
 pub async fn backward(
     ctx: &GpuContext,
     b: &BackwardBuffers<'_>,
@@ -123,7 +135,11 @@ pub async fn backward(
     need(k, "dgamma", b.dgamma, devices * c)?;
     need(k, "dbeta", b.dbeta, devices * c)?;
     let on = on_devices(devices);
-    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, c).entry("backward_dx", rows);
+    let rows_by = RowStrategy::or_adapter(strategy, ctx, c);
+    if backward_dispatches(p.rpd as usize) == 1 {
+        return Ok(vec![ctx.launch(fused_backward(b, s, rows_by, p)).await?]);
+    }
+    let (entry, grid) = rows_by.entry("backward_dx", rows);
     let label = format!("layernorm backward dx ({rows}, {c}){on}");
     let dx_pass = if entry == "backward_dx_row" && vec4_ok(c, &[b.dout, b.x, b.gamma, b.dx]) {
         Kernel::new("layernorm", "backward_dx_row4", label)
@@ -142,13 +158,6 @@ pub async fn backward(
     .grid(grid);
     let label = format!("layernorm backward dgamma dbeta ({rows}, {c}){on}");
     let chunks = p.chunks as usize;
-    if backward_dispatches(p.rpd as usize) == 2 {
-        let params_pass = backward_inputs(Kernel::new("layernorm", "backward_params", label), b, &p)
-            .write(10, "dgamma", b.dgamma)
-            .write(11, "dbeta", b.dbeta)
-            .grid(grid_1d(devices * c, 256));
-        return Ok(vec![ctx.launch(dx_pass).await?, ctx.launch(params_pass).await?]);
-    }
     // Two stages (long columns): chunk sums, then the chunks added up in order.
     let strategy = RowStrategy::or_adapter(strategy, ctx, rows / devices);
     let partial = ctx.zeros(&format!("{label} partial sums"), devices * chunks * 2 * c)?;
@@ -182,6 +191,41 @@ pub async fn backward(
         .uniform(12, &p)
         .grid(grid_1d(devices * c / unit, 256));
     Ok(vec![ctx.launch(dx_pass).await?, stage1, ctx.launch(stage2).await?])
+}
+
+/// The one-dispatch backward ([`FUSED_ROWS`]): dx on the first `row_groups` workgroups (a row
+/// per invocation, or per workgroup, as `strategy` says), the column sums on the rest.
+fn fused_backward<'a>(b: &BackwardBuffers<'a>, s: LayerNormShape, strategy: RowStrategy, mut p: Params) -> Kernel<'a> {
+    let (rows, c, devices) = (s.rows, s.c, s.devices);
+    let label = format!("layernorm backward ({rows}, {c}){}", on_devices(devices));
+    let four = strategy == RowStrategy::PerInvocation && vec4_ok(c, &[b.dout, b.x, b.gamma, b.dx, b.dgamma, b.dbeta]);
+    let (entry, row_groups, columns, size) = match strategy {
+        _ if four => ("backward_fused_row4", rows.div_ceil(64), devices * c / 4, 64),
+        RowStrategy::PerInvocation => ("backward_fused_row", rows.div_ceil(64), devices * c, 64),
+        RowStrategy::PerWorkgroup => ("backward_fused_wg", rows, devices * c, 256),
+    };
+    p.row_groups = row_groups as u32;
+    let grid = grid_1d((row_groups + columns.div_ceil(size)) * size, size as u32);
+    let kernel = Kernel::new("layernorm", entry, label);
+    if four {
+        return kernel
+            .read(19, "dout", b.dout)
+            .read(15, "x", b.x)
+            .read(7, "mean", b.mean)
+            .read(8, "rstd", b.rstd)
+            .read(16, "gamma", b.gamma)
+            .write(20, "dx", b.dx)
+            .write(23, "dgamma", b.dgamma)
+            .write(24, "dbeta", b.dbeta)
+            .uniform(12, &p)
+            .grid(grid);
+    }
+    backward_inputs(kernel, b, &p)
+        .read(1, "gamma", b.gamma)
+        .write(9, "dx", b.dx)
+        .write(10, "dgamma", b.dgamma)
+        .write(11, "dbeta", b.dbeta)
+        .grid(grid)
 }
 
 /// The bindings both backward passes read.

@@ -38,10 +38,14 @@ pub(crate) fn partial_entry(strategy: RowStrategy, base: &str, outputs: usize, c
     }
 }
 
+/// Rows a column sum adds in one pass (16 chunks): an invocation per output, chunk by chunk.
+/// Longer columns spread their chunks over invocations in two passes.
+pub const ONE_PASS_ROWS: usize = 16 * CHUNK;
+
 /// Dispatches of a column sum over `n` rows: one pass, or two (chunk sums, then the chunks)
-/// when the rows fill more than one chunk. The cost model counts launches with it.
+/// past [`ONE_PASS_ROWS`]. The cost model counts launches with it.
 pub fn stages(n: usize) -> usize {
-    if n.div_ceil(CHUNK) <= 1 {
+    if n <= ONE_PASS_ROWS {
         1
     } else {
         2
@@ -50,8 +54,8 @@ pub fn stages(n: usize) -> usize {
 
 /// `out (outer, inner) = sum over n of x (outer, n, inner)`; bias gradients are
 /// `sum_axis(dy, out, 1, B*T, C)`. Deterministic: rows are summed in chunks of [`CHUNK`] (in
-/// order on CPU adapters), and the chunks in order. One dispatch when n <= [`CHUNK`], else
-/// two. `strategy`: `None` for the adapter's choice (tests run both).
+/// order, but by `strategy` on long sums), and the chunks in order. One dispatch when n <=
+/// [`ONE_PASS_ROWS`], else two. `strategy`: `None` for the adapter's choice (tests run both).
 pub async fn sum_axis(
     ctx: &GpuContext,
     x: &GpuBuffer,
@@ -71,6 +75,8 @@ pub async fn sum_axis(
     let (entry, x_slot, out_slot) = if vec4 { ("sum_axis4", 3, 4) } else { ("sum_axis", 0, 1) };
     let grid = grid_1d(outer * inner / if vec4 { 4 } else { 1 }, 256);
     if stages(n) == 1 {
+        let entry = if vec4 { "sum_axis_chunks4" } else { "sum_axis_chunks" };
+        let grid = grid_1d(outer * inner / if vec4 { 4 } else { 1 }, 64);
         let kernel = Kernel::new("reduce", entry, label)
             .read(x_slot, "x", x)
             .write(out_slot, "out", out)

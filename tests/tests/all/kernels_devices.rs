@@ -174,9 +174,10 @@ fn layernorm_devices_normalizes_with_each_devices_gamma_and_beta() {
 #[test]
 fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
     let ctx = gpu_or_skip!();
-    // (130, 5): each device's columns sum in two stages (three chunks, the last short); (130, 8)
-    // the same four columns at a time.
-    for (r, c) in [(5, 17), (3, 300), (130, 5), (130, 8)] {
+    // (130, 5): each device's columns sum three chunks (the last short) in one dispatch with dx;
+    // (130, 8) the same four columns at a time; (1100, _) past the fused rows, in two more
+    // stages.
+    for (r, c) in [(5, 17), (3, 300), (130, 5), (130, 8), (1100, 5), (1100, 8)] {
         for devices in DEVICES {
             let rows = devices * r;
             let x: Vec<f32> = rand_vec(rows * c, 4).iter().map(|v| 2.0 * v - 0.5).collect();
@@ -210,8 +211,8 @@ fn layernorm_devices_backward_sums_dgamma_dbeta_per_device() {
                     Some(s),
                 ))
                 .unwrap();
-                // dx, then dgamma/dbeta in one pass or, past one chunk of rows, two stages.
-                let want = if r > shardlab::kernels::reduce::CHUNK { 3 } else { 2 };
+                // One dispatch, or past the fused rows dx then dgamma/dbeta in two stages.
+                let want = if r > layernorm::FUSED_ROWS { 3 } else { 1 };
                 assert_eq!(ds.len(), want, "dispatch count must not grow with devices");
                 let got_dx = run(ctx, &ds, &dx);
                 let got_dg = ctx.read_blocking::<f32>(&dg).unwrap();

@@ -466,14 +466,17 @@ fn sum_axis_matches_reference() {
         (17, 3, 65),
         (1, 16, 128),
         (1, 16, 96),
-        // Two stages (n over one chunk): the small config's bias gradient, a short last
-        // chunk, a single column, and more outputs than one workgroup of either variant.
+        // Several chunks in one pass: the small config's bias gradient, a short last chunk,
+        // a single column, and more outputs than one workgroup of either variant.
         (1, 512, 128),
         (2, 130, 3),
         (1, 1000, 1),
         (3, 65, 300),
         // Four outputs per invocation (inner a multiple of 4) over several outer items.
         (2, 130, 8),
+        // Two stages (n past 16 chunks), by value and four outputs at a time.
+        (2, 1100, 3),
+        (2, 1030, 8),
     ] {
         let x = rand_vec(outer * n * inner, 19);
         let gx = ctx.upload("x", &x).unwrap();
@@ -481,7 +484,11 @@ fn sum_axis_matches_reference() {
         for s in STRATEGIES {
             let out = ctx.upload("out", &vec![7.0f32; outer * inner]).unwrap();
             let ds = block_on(reduce::sum_axis(ctx, &gx, &out, (outer, n, inner), Some(s))).unwrap();
-            assert_eq!(ds.len(), if n > reduce::CHUNK { 2 } else { 1 }, "stages of n = {n}");
+            assert_eq!(
+                ds.len(),
+                if n > reduce::ONE_PASS_ROWS { 2 } else { 1 },
+                "stages of n = {n}"
+            );
             assert_close(
                 &format!("sum_axis {s:?} ({outer}, {n}, {inner})"),
                 &run(ctx, &ds, &out),
