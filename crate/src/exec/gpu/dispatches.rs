@@ -6,6 +6,7 @@
 //! variants add pack passes, which the adapter's autotuner decides at run time.
 use super::fuse::{plan, Fusion};
 use super::packing;
+use super::parts;
 use crate::exec::lowering::{plan_instr_dot, plan_reduce};
 use crate::ir::{Instr, Op, Program};
 use crate::kernels::{layernorm, reduce};
@@ -47,6 +48,15 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
             packed_dispatches[i] = Some(packing.psum_dispatches(program, i));
         }
     }
+    // A split into parts of one buffer, or a concat of them, is one copy; else one per part.
+    let parts = parts::plan(program, &fusion, &packing.placed);
+    let copies = |values: &[crate::ir::ValueId]| {
+        if parts.group_of(values).is_some() {
+            1
+        } else {
+            values.len()
+        }
+    };
     (0..program.instrs.len())
         .map(|i| {
             let fused_into_previous = i > 0 && fusion[i - 1].is_some();
@@ -56,11 +66,14 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
                 // Bits fused attention draws in its own kernels.
                 _ if ins.outputs.first().is_some_and(|o| drawn[o.index()].is_some()) => 0,
                 Some(Fusion::DotTransposed | Fusion::DotBias { .. }) => operand_copies(program, ins) + 1,
-                // One strided copy per part.
-                Some(Fusion::TransposeSplit) => program.instrs[i + 1].outputs.len(),
-                Some(Fusion::ConcatTransposed) => ins.inputs.len(),
+                Some(Fusion::TransposeSplit) => copies(&program.instrs[i + 1].outputs),
+                Some(Fusion::ConcatTransposed) => copies(&ins.inputs),
                 Some(_) => 1,
-                None => packed_dispatches[i].unwrap_or_else(|| dispatches(program, ins)),
+                None => match ins.op {
+                    Op::Split { .. } => copies(&ins.outputs),
+                    Op::Concat { .. } => copies(&ins.inputs),
+                    _ => packed_dispatches[i].unwrap_or_else(|| dispatches(program, ins)),
+                },
             };
             Lowered {
                 dispatches,
@@ -82,8 +95,8 @@ fn operand_copies(program: &Program, ins: &Instr) -> usize {
 fn dispatches(program: &Program, ins: &Instr) -> usize {
     match &ins.op {
         Op::Reshape { .. } | Op::Pcast { .. } => 0,
-        // One strided copy per piece; a combined psum runs one psum per operand (but for those
-        // summed in place, counted above).
+        // Splits and concats are counted above; a combined psum runs one psum per operand (but
+        // for those summed in place, counted above).
         Op::Split { .. } => ins.outputs.len(),
         Op::Concat { .. } | Op::Psum { .. } => ins.inputs.len(),
         Op::DotGeneral { .. } => operand_copies(program, ins) + 1,

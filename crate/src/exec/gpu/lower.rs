@@ -4,11 +4,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::fuse::{swapped, Fusion};
+use super::parts::{one_copy, part_copies, Parts};
 use super::slots::{Scratch, UpdatePlan};
-use crate::exec::lowering::{
-    attention_blocks, on_devices, plan_broadcast, plan_into_transposed, plan_shard_slice, plan_slice, plan_transpose,
-    plan_transpose_slice, seq_runs,
-};
+use crate::exec::lowering::{attention_blocks, on_devices, plan_broadcast, plan_shard_slice, plan_transpose, seq_runs};
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
 use crate::ir::{AttnSeq, DType, Instr, Op, Program, Runs, ValueId};
@@ -46,6 +44,9 @@ pub(super) struct Lowering<'a> {
     /// Per value, the random_bits instruction of bits fused attention draws in place
     /// ([`Program::bits_drawn_in_attention`]): that instruction launches nothing.
     pub drawn: &'a [Option<usize>],
+    /// Values stored as parts of one buffer (parts.rs), and each group's range of that buffer.
+    pub parts: &'a Parts,
+    pub part_ranges: &'a [GpuBuffer],
     pub matmuls: MatmulChoice,
     /// The matmuls that ran a provisional variant (their class was untuned).
     pub provisional: RefCell<Vec<MatmulShape>>,
@@ -363,28 +364,8 @@ impl Lowering<'_> {
                 let c = plan_broadcast(&shape(0), to, dims);
                 one(self.copy(x(0), y(0), &c, (local_in(0), local_out(0))).await?)
             }
-            Op::Split { axis, sizes } => {
-                let mut ds = vec![];
-                let mut start = 0;
-                for (k, &len) in sizes.iter().enumerate() {
-                    let c = plan_slice(&shape(0), *axis, start, len, false);
-                    ds.push(self.copy(x(0), y(k), &c, (local_in(0), local_out(k))).await?);
-                    start += len;
-                }
-                ds
-            }
-            Op::Concat { axis } => {
-                let whole = prog.shape(ins.outputs[0]).to_vec();
-                let mut ds = vec![];
-                let mut start = 0;
-                for k in 0..ins.inputs.len() {
-                    let len = shape(k)[*axis];
-                    let c = plan_slice(&whole, *axis, start, len, true);
-                    ds.push(self.copy(x(k), y(0), &c, (local_in(k), local_out(0))).await?);
-                    start += len;
-                }
-                ds
-            }
+            Op::Split { .. } => self.split(i, x(0)).await?,
+            Op::Concat { .. } => self.concat(i, y(0)).await?,
             Op::Add | Op::Sub | Op::Mul => {
                 let (op, beta) = match ins.op {
                     Op::Add => (k::elementwise::Binary::Add, 1.0),
@@ -746,40 +727,43 @@ impl Lowering<'_> {
                 let r = self.buf(second.inputs[residual]);
                 vec![k::fused::dropout_residual(ctx, x(0), x(1), r, out, shape().n, rate).await?]
             }
-            Fusion::TransposeSplit => {
-                let (Op::Transpose { perm }, Op::Split { axis, sizes }) = (&first.op, &second.op) else {
-                    unreachable!("fuse.rs pairs a transpose and a split")
-                };
-                let mut ds = vec![];
-                let mut start = 0;
-                for (k, &len) in sizes.iter().enumerate() {
-                    let c = plan_transpose_slice(prog.shape(first.inputs[0]), perm, *axis, start, len);
-                    let part = second.outputs[k];
-                    ds.push(
-                        self.copy(x(0), self.buf(part), &c, (numel(0), prog.info(part).numel()))
-                            .await?,
-                    );
-                    start += len;
-                }
-                ds
-            }
-            Fusion::ConcatTransposed => {
-                let (Op::Concat { axis }, Op::Transpose { perm }) = (&first.op, &second.op) else {
-                    unreachable!("fuse.rs pairs a concat and a transpose")
-                };
-                let whole = prog.shape(second.outputs[0]);
-                let mut ds = vec![];
-                let mut start = 0;
-                for k in 0..first.inputs.len() {
-                    let part = prog.shape(first.inputs[k]);
-                    let c = plan_into_transposed(part, whole, perm, *axis, start);
-                    let n_out = prog.info(second.outputs[0]).numel();
-                    ds.push(self.copy(x(k), out, &c, (numel(k), n_out)).await?);
-                    start += part[*axis];
-                }
-                ds
-            }
+            // Each part copied straight from the transpose's operand.
+            Fusion::TransposeSplit => self.split(i + 1, x(0)).await?,
+            // Each part written straight to its place in the transposed output.
+            Fusion::ConcatTransposed => self.concat(i, out).await?,
         })
+    }
+
+    /// Split `i` (its transpose fused in, if fuse.rs pairs them) from `src`: one copy into its
+    /// parts' buffer where they are parts of one, else one copy per part.
+    async fn split(&self, i: usize, src: &GpuBuffer) -> Result<Vec<Dispatch>, ExecError> {
+        let outputs = &self.program.instrs[i].outputs;
+        if let Some(g) = self.parts.group_of(outputs) {
+            let c = one_copy(&part_copies(self.program, self.fusion, i, self.parts.groups[g].stride));
+            let c = c.expect("parts.rs groups only parts one copy moves");
+            return Ok(vec![k::copy::strided(self.ctx, src, &self.part_ranges[g], &c).await?]);
+        }
+        let mut ds = vec![];
+        for (c, part) in part_copies(self.program, self.fusion, i, 0).iter().zip(outputs) {
+            ds.push(k::copy::strided(self.ctx, src, self.buf(*part), c).await?);
+        }
+        Ok(ds)
+    }
+
+    /// Concat `i` (a transpose after it fused in, if fuse.rs pairs them) into `dst`: one copy
+    /// from its parts' buffer where its operands are parts of one, else one copy per operand.
+    async fn concat(&self, i: usize, dst: &GpuBuffer) -> Result<Vec<Dispatch>, ExecError> {
+        let inputs = &self.program.instrs[i].inputs;
+        if let Some(g) = self.parts.group_of(inputs) {
+            let c = one_copy(&part_copies(self.program, self.fusion, i, self.parts.groups[g].stride));
+            let c = c.expect("parts.rs groups only parts one copy moves");
+            return Ok(vec![k::copy::strided(self.ctx, &self.part_ranges[g], dst, &c).await?]);
+        }
+        let mut ds = vec![];
+        for (c, part) in part_copies(self.program, self.fusion, i, 0).iter().zip(inputs) {
+            ds.push(k::copy::strided(self.ctx, self.buf(*part), dst, c).await?);
+        }
+        Ok(ds)
     }
 
     /// One collective over all devices' blocks (`local` is the operand's local shape).

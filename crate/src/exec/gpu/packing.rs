@@ -69,7 +69,7 @@ impl Packing {
 }
 
 /// The value whose buffer `v` shares (reshape and pcast alias their operand).
-fn root(program: &Program, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
+pub(super) fn root(program: &Program, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
     while let Some(i) = producer[v.index()] {
         match program.instrs[i].op {
             Op::Reshape { .. } | Op::Pcast { .. } => v = program.instrs[i].inputs[0],

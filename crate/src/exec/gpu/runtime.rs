@@ -6,6 +6,7 @@ use std::task::Poll;
 
 use super::fuse::{self, Fusion};
 use super::lower::{Lowering, MatmulChoice};
+use super::parts::Parts;
 use super::slots::{self, Scratch};
 use crate::exec::{ExecError, Tensor};
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
@@ -34,6 +35,9 @@ pub struct GpuExecutor {
     /// [`Program::bits_drawn_in_attention`]: random bits fused attention makes in place.
     drawn: Vec<Option<usize>>,
     scratch: Vec<Scratch>,
+    /// Values stored as parts of one buffer, and each group's range of it.
+    parts: Parts,
+    part_ranges: Vec<GpuBuffer>,
     /// The matmuls running a provisional variant ([`MatmulChoice::Provisional`]).
     provisional: Vec<MatmulShape>,
 }
@@ -100,6 +104,11 @@ impl GpuExecutor {
             };
             slots.push(buf);
         }
+        let mut part_ranges = Vec::with_capacity(plan.parts.groups.len());
+        for (group, &first) in plan.parts.groups.iter().zip(&plan.first_part) {
+            let (whole, start) = plan.views[first].expect("a part is a view of its parts' slot");
+            part_ranges.push(slots[whole].view(&format!("{} parts", slots[first].name), start, group.span())?);
+        }
         let [sgd_hyper, adamw_hyper] = Self::make_hyper(ctx, &program)?;
         // Views share their arena's bytes.
         let peak_bytes = slots.iter().filter(|b| !b.is_view()).map(|b| b.bytes()).sum();
@@ -115,6 +124,8 @@ impl GpuExecutor {
             fusion,
             drawn: program_drawn,
             scratch: plan.scratch,
+            parts: plan.parts,
+            part_ranges,
             provisional: vec![],
         };
         (exec.dispatches, exec.dispatch_instr, exec.provisional) = exec.lower(ctx, matmuls).await?;
@@ -134,6 +145,8 @@ impl GpuExecutor {
             adamw_hyper: self.adamw_hyper.as_ref().map(|(b, _)| b),
             fusion: &self.fusion,
             drawn: &self.drawn,
+            parts: &self.parts,
+            part_ranges: &self.part_ranges,
             matmuls,
             provisional: RefCell::default(),
             attention_scratch: RefCell::default(),

@@ -5,6 +5,7 @@
 //! their group's arenas.
 use super::fuse::Fusion;
 use super::packing::{self, ROLES};
+use super::parts::{self, Parts};
 use crate::exec::lowering::{plan_instr_dot, plan_reduce, DotPlan, ReducePlan};
 use crate::ir::{Op, Program, ValueId};
 use crate::kernels::optimizer::Segment;
@@ -19,6 +20,8 @@ struct SlotPlan {
     refs: Vec<usize>,
     pinned: Vec<bool>,
     views: Vec<Option<(usize, usize)>>,
+    /// Per part of a parts buffer (parts.rs): the buffer's slot, released when the part dies.
+    owner: Vec<Option<usize>>,
     names: Vec<Option<String>>,
     free: Vec<usize>,
 }
@@ -29,8 +32,23 @@ impl SlotPlan {
         self.refs.push(1);
         self.pinned.push(pinned);
         self.views.push(None);
+        self.owner.push(None);
         self.names.push(None);
         self.caps.len() - 1
+    }
+
+    /// `n` parts of `len` elements, `stride` apart, in one slot by liveness: a view each, the
+    /// slot freed once every part is dead.
+    fn new_parts(&mut self, n: usize, len: usize, stride: usize) -> Vec<usize> {
+        let whole = self.take((n - 1) * stride + len);
+        self.refs[whole] = n;
+        (0..n)
+            .map(|k| {
+                let s = self.new_view(whole, k * stride, len);
+                self.owner[s] = Some(whole);
+                s
+            })
+            .collect()
     }
 
     /// A pinned slot of `n` elements from element `start` of slot `parent`.
@@ -66,8 +84,13 @@ impl SlotPlan {
 
     fn release(&mut self, s: usize) {
         self.refs[s] -= 1;
-        if self.refs[s] == 0 && !self.pinned[s] {
-            self.free.push(s);
+        if self.refs[s] > 0 {
+            return;
+        }
+        match self.owner[s] {
+            Some(whole) => self.release(whole),
+            None if !self.pinned[s] => self.free.push(s),
+            None => {}
         }
     }
 }
@@ -115,6 +138,9 @@ pub(super) struct Slots {
     pub value_slot: Vec<usize>,
     /// Per instruction.
     pub scratch: Vec<Scratch>,
+    /// The values stored as parts of one buffer, and per group the slot of its first part.
+    pub parts: Parts,
+    pub first_part: Vec<usize>,
 }
 
 impl Slots {
@@ -181,12 +207,24 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                 .collect(),
         );
     }
-    // A value's new slot: its view if packed, else by liveness (`fresh`: a new pinned one).
-    let alloc = |plan: &mut SlotPlan, v: ValueId, fresh: bool| match packing.placed[v.index()] {
-        Some((g, role, start)) => plan.new_view(arenas[g][role], start, numel(v)),
-        None if fresh => plan.new_slot(numel(v), true),
-        None => plan.take(numel(v)),
-    };
+    let parts = parts::plan(program, fusion, &packing.placed);
+    // Each group's part slots, made at its first part's allocation.
+    let mut part_slots: Vec<Vec<usize>> = vec![vec![]; parts.groups.len()];
+    // A value's new slot: its view if packed or a part, else by liveness (`fresh`: a new pinned
+    // one).
+    let mut alloc =
+        |plan: &mut SlotPlan, v: ValueId, fresh: bool| match (packing.placed[v.index()], parts.of[v.index()]) {
+            (Some((g, role, start)), _) => plan.new_view(arenas[g][role], start, numel(v)),
+            (None, Some((g, k))) => {
+                if part_slots[g].is_empty() {
+                    let group = &parts.groups[g];
+                    part_slots[g] = plan.new_parts(group.values.len(), group.len, group.stride);
+                }
+                part_slots[g][k]
+            }
+            (None, None) if fresh => plan.new_slot(numel(v), true),
+            (None, None) => plan.take(numel(v)),
+        };
     let mut value_slot = vec![NONE; program.values.len()];
     for (v, _) in &program.inputs {
         value_slot[v.index()] = alloc(&mut plan, *v, true);
@@ -263,7 +301,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                     sc.rows = Some(plan.take(2 * numel(ins.inputs[4])));
                 }
                 let keep_first = fusion[i].is_none_or(|f| f.keeps_intermediate());
-                let place = |plan: &mut SlotPlan, value_slot: &[usize], o: ValueId| match donated_to[o.index()] {
+                let mut place = |plan: &mut SlotPlan, value_slot: &[usize], o: ValueId| match donated_to[o.index()] {
                     Some(input) if last_use[input.index()].is_none_or(|u| u < i) => {
                         let s = value_slot[input.index()];
                         plan.retain(s);
@@ -311,11 +349,17 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
         }
         i = group.end;
     }
+    let first_part = part_slots
+        .iter()
+        .map(|slots| slots.first().copied().unwrap_or(NONE))
+        .collect();
     Slots {
         caps: plan.caps,
         views: plan.views,
         names: plan.names,
         value_slot,
         scratch,
+        parts,
+        first_part,
     }
 }
