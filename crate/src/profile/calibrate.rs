@@ -82,13 +82,18 @@ const DOT_SHAPES: [(usize, usize, usize); 5] = [
 /// autotuner tunes as classes of their own and so may run on other kernels than single ones.
 /// The first two are attention's shapes at the sweep's sizes (many heads and devices of small
 /// products), where lavapipe runs far below the large batched products' rate.
-const BATCHED_SHAPES: [(usize, usize, usize, usize); 6] = [
+const BATCHED_SHAPES: [(usize, usize, usize, usize); 8] = [
     (64, 32, 16, 32),
     (64, 32, 32, 16),
     (8, 32, 16, 32),
     (8, 64, 64, 64),
     (4, 128, 64, 128),
     (2, 256, 64, 256),
+    // Simulated devices' weight matmuls, one product per device: the seed preset's q/k/v
+    // projection on 8 devices, and a larger one, so the fit's rate is measured where those
+    // steps run rather than extrapolated from small products.
+    (8, 256, 128, 384),
+    (4, 512, 128, 512),
 ];
 
 /// The page's matmul shapes: each family's within one of the autotuner's shape classes
