@@ -85,81 +85,86 @@ fn get(v: &serde_json::Value, phase: &str, kind: &str) -> usize {
     v[phase][kind].as_u64().unwrap_or(0) as usize
 }
 
-#[test]
-fn shardlab_gathers_and_reduces_as_many_arrays_as_xla_for_sequence_sharded_attention_and_sequence_parallelism() {
-    if shardlab_tests::jax_python().is_none() {
-        return;
-    }
-    let cases = jax_counts();
-    for cp in [2, 4] {
-        let c = cases
-            .iter()
-            .find(|c| c["case"] == format!("attention cp={cp}"))
-            .unwrap();
-        // XLA: K and V gathered once each; the backward reuses them and reduces dK and dV.
-        assert_eq!(get(c, "forward", "all-gather"), 2, "{c}");
-        assert_eq!(get(c, "both", "all-gather"), 2, "{c}");
-        assert_eq!(get(c, "both", "all-reduce operands"), 2, "{c}");
-        let mesh = Mesh::parse(&format!("cp={cp}")).unwrap();
-        let opts = TrainerOptions::new(
+/// Tests that run JAX: in the jax step (`under_jax::`), after it installs the venv.
+mod under_jax {
+    use super::*;
+
+    #[test]
+    fn shardlab_gathers_and_reduces_as_many_arrays_as_xla_for_sequence_sharded_attention_and_sequence_parallelism() {
+        if shardlab_tests::jax_python().is_none() {
+            return;
+        }
+        let cases = jax_counts();
+        for cp in [2, 4] {
+            let c = cases
+                .iter()
+                .find(|c| c["case"] == format!("attention cp={cp}"))
+                .unwrap();
+            // XLA: K and V gathered once each; the backward reuses them and reduces dK and dV.
+            assert_eq!(get(c, "forward", "all-gather"), 2, "{c}");
+            assert_eq!(get(c, "both", "all-gather"), 2, "{c}");
+            assert_eq!(get(c, "both", "all-reduce operands"), 2, "{c}");
+            let mesh = Mesh::parse(&format!("cp={cp}")).unwrap();
+            let opts = TrainerOptions::new(
+                config(),
+                Parallel::Auto {
+                    strategy: Strategy::Cp,
+                    mesh,
+                    specs: vec![],
+                },
+            );
+            let p = build(&opts).unwrap();
+            let inserted = p.inserted.unwrap();
+            let attention_gathers = inserted
+                .iter()
+                .filter(|r| r.op == "all_gather" && r.source_op == "dot_product_attention")
+                .count();
+            assert_eq!(attention_gathers, get(c, "both", "all-gather"), "cp={cp}");
+            let reduced = inserted
+                .iter()
+                .filter(|r| r.op == "psum_scatter" && r.rule.contains("partial-sum over (cp)"))
+                .count();
+            assert_eq!(reduced, get(c, "both", "all-reduce operands"), "cp={cp}");
+        }
+        let tp = cases.iter().find(|c| c["case"] == "mlp sp=false").unwrap();
+        let sp = cases.iter().find(|c| c["case"] == "mlp sp=true").unwrap();
+        // Megatron's MLP: one all-reduce; with sequence parallelism an all-gather and a
+        // reduce-scatter (XLA:CPU's all-reduce + dynamic-slice), no other collective.
+        assert_eq!(
+            (get(tp, "forward", "all-reduce"), get(tp, "forward", "all-gather")),
+            (1, 0),
+            "{tp}"
+        );
+        assert_eq!(
+            (get(sp, "forward", "all-gather"), get(sp, "forward", "all-reduce")),
+            (1, 1),
+            "{sp}"
+        );
+        let p = build(&TrainerOptions::new(
             config(),
             Parallel::Auto {
-                strategy: Strategy::Cp,
-                mesh,
+                strategy: Strategy::TpSp,
+                mesh: Mesh::parse("tp=2").unwrap(),
                 specs: vec![],
             },
+        ))
+        .unwrap();
+        let prog = &p.step.program;
+        let mlp = prog.instrs[..p.step.forward_end]
+            .iter()
+            .skip_while(|i| {
+                !i.outputs
+                    .iter()
+                    .any(|o| prog.info(*o).name.as_deref() == Some("h0.x_att"))
+            })
+            .filter(|i| i.op.is_collective())
+            .map(|i| i.op.name())
+            .collect::<Vec<_>>();
+        assert_eq!(
+            mlp,
+            ["all_gather", "psum_scatter"],
+            "shardlab's MLP of layer 0, forward"
         );
-        let p = build(&opts).unwrap();
-        let inserted = p.inserted.unwrap();
-        let attention_gathers = inserted
-            .iter()
-            .filter(|r| r.op == "all_gather" && r.source_op == "dot_product_attention")
-            .count();
-        assert_eq!(attention_gathers, get(c, "both", "all-gather"), "cp={cp}");
-        let reduced = inserted
-            .iter()
-            .filter(|r| r.op == "psum_scatter" && r.rule.contains("partial-sum over (cp)"))
-            .count();
-        assert_eq!(reduced, get(c, "both", "all-reduce operands"), "cp={cp}");
+        assert!(prog.instrs.iter().all(|i| !matches!(i.op, Op::Ppermute { .. })));
     }
-    let tp = cases.iter().find(|c| c["case"] == "mlp sp=false").unwrap();
-    let sp = cases.iter().find(|c| c["case"] == "mlp sp=true").unwrap();
-    // Megatron's MLP: one all-reduce; with sequence parallelism an all-gather and a
-    // reduce-scatter (XLA:CPU's all-reduce + dynamic-slice), no other collective.
-    assert_eq!(
-        (get(tp, "forward", "all-reduce"), get(tp, "forward", "all-gather")),
-        (1, 0),
-        "{tp}"
-    );
-    assert_eq!(
-        (get(sp, "forward", "all-gather"), get(sp, "forward", "all-reduce")),
-        (1, 1),
-        "{sp}"
-    );
-    let p = build(&TrainerOptions::new(
-        config(),
-        Parallel::Auto {
-            strategy: Strategy::TpSp,
-            mesh: Mesh::parse("tp=2").unwrap(),
-            specs: vec![],
-        },
-    ))
-    .unwrap();
-    let prog = &p.step.program;
-    let mlp = prog.instrs[..p.step.forward_end]
-        .iter()
-        .skip_while(|i| {
-            !i.outputs
-                .iter()
-                .any(|o| prog.info(*o).name.as_deref() == Some("h0.x_att"))
-        })
-        .filter(|i| i.op.is_collective())
-        .map(|i| i.op.name())
-        .collect::<Vec<_>>();
-    assert_eq!(
-        mlp,
-        ["all_gather", "psum_scatter"],
-        "shardlab's MLP of layer 0, forward"
-    );
-    assert!(prog.instrs.iter().all(|i| !matches!(i.op, Op::Ppermute { .. })));
 }
