@@ -100,6 +100,7 @@ pub fn formula_options(
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

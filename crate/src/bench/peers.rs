@@ -151,6 +151,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     };
     // `--preset seed`: random init, AdamW 3e-3, dropout 0.1, JAX's original RNG layout.
     let seed_opts = |parallel| TrainerOptions {
@@ -164,6 +165,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     };
     Ok(vec![
         PeerConfig {

@@ -83,6 +83,7 @@ pub async fn train(
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     };
     let adapter = ctx.summary.name.clone();
     let mut t = Trainer::new(Backend::Gpu(ctx), opts).await?;

@@ -231,8 +231,12 @@ fn collective(prog: &Program, ins: &Instr, mesh: &Mesh, vals: &[Option<Tensor>])
             )
             .map_err(err)?
         }
-        Op::FoldInAxisIndex { axes } => {
+        Op::FoldInAxisIndex { axes, stride, offset } => {
             let idx = r::collectives::axis_index(mesh, &strs(axes)).map_err(err)?;
+            let idx: Vec<u32> = idx
+                .iter()
+                .map(|&i| i.wrapping_mul(*stride).wrapping_add(*offset))
+                .collect();
             let k = x.u32();
             let keys = idx
                 .iter()

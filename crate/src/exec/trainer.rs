@@ -110,18 +110,22 @@ impl Trainer {
         }
         plan_and_check(&step.program, &opts.config, opts.optimizer, limits)?;
         let params = init_params(&opts.config, opts.init);
-        let globals: Vec<Tensor> = params
-            .iter()
-            .map(|p| Tensor::F32(p.clone()))
-            .chain(
-                params
-                    .iter()
-                    .flat_map(|p| std::iter::repeat_n(Tensor::F32(vec![0.0; p.len()]), opts.optimizer.slots())),
-            )
-            .collect();
-        let mut state = Vec::with_capacity(globals.len());
-        for (pos, g) in globals.into_iter().enumerate() {
-            state.push(shard(&step.program, pos, g)?);
+        // The persistent inputs lead the program's inputs: each parameter (or stack of them,
+        // a pipeline's stages) and its optimizer state, zeroed.
+        let mut state = vec![];
+        for (pos, (_, role)) in step.program.inputs.iter().enumerate() {
+            let held = role.params();
+            if held.is_empty() {
+                break;
+            }
+            let global: Vec<f32> = held
+                .iter()
+                .flat_map(|&(i, slot)| match slot {
+                    None => params[i].clone(),
+                    Some(_) => vec![0.0; params[i].len()],
+                })
+                .collect();
+            state.push(shard(&step.program, pos, Tensor::F32(global))?);
         }
         let state = match backend {
             Backend::Reference => State::Reference { state },
@@ -317,13 +321,22 @@ impl Trainer {
     /// Current parameters, global, in docs/MODEL.md order.
     pub async fn params(&self) -> Result<Vec<Vec<f32>>, ExecError> {
         let prog = &self.planned.step.program;
-        let mut out = vec![];
-        for i in 0..param_specs(&self.planned.options.config).len() {
+        let mut out = vec![vec![]; param_specs(&self.planned.options.config).len()];
+        for (pos, (_, role)) in prog.inputs.iter().enumerate() {
+            if !role.is_param() {
+                continue;
+            }
             let local = match &self.state {
-                State::Reference { state } => state[i].f32().to_vec(),
-                State::Gpu { ctx, exec } => exec.read_input(ctx, i).await?,
+                State::Reference { state } => state[pos].f32().to_vec(),
+                State::Gpu { ctx, exec } => exec.read_input(ctx, pos).await?,
             };
-            out.push(unshard(prog, i, &local)?);
+            // A stack's rows are its parameters, in order.
+            let global = unshard(prog, pos, &local)?;
+            let held = role.params();
+            let rows = global.chunks(global.len() / held.len().max(1));
+            for (&(i, _), row) in held.iter().zip(rows) {
+                out[i] = row.to_vec();
+            }
         }
         Ok(out)
     }

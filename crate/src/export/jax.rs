@@ -414,6 +414,11 @@ fn shard_map_section(
             "Megatron over \"tp\" with sequence parallelism: the layer-norm\n# and dropout regions split on \
              the sequence, all_gather and psum_scatter around the matmuls."
         }
+        Strategy::Pp => {
+            "pipeline parallelism over \"pp\": the blocks in contiguous stages,\n# stacked on a stage axis; \
+             microbatches passed stage to stage by ppermute."
+        }
+        Strategy::DpPp => "dp and pipeline parallelism together on the 2-D mesh {dp, pp}.",
     };
     let key = match dropout_key {
         DropoutKey::Same => "\"same\"",

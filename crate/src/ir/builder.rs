@@ -521,10 +521,18 @@ impl Builder {
 
     /// `jax.random.fold_in(key, jax.lax.axis_index(axes))`.
     pub fn fold_in_axis_index(&mut self, key: ValueId, axes: &[&str]) -> ValueId {
+        self.fold_in_axis_affine(key, axes, 1, 0)
+    }
+
+    /// `jax.random.fold_in(key, jax.lax.axis_index(axes) * stride + offset)`, in u32
+    /// arithmetic (a negative stride wraps, as `jnp.uint32` does).
+    pub fn fold_in_axis_affine(&mut self, key: ValueId, axes: &[&str], stride: u32, offset: u32) -> ValueId {
         self.group("axis_index", axes);
         self.emit1(
             Op::FoldInAxisIndex {
                 axes: Self::names(axes),
+                stride,
+                offset,
             },
             &[key],
         )

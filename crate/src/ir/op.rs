@@ -163,9 +163,13 @@ pub enum Op {
     Pcast {
         axes: Vec<String>,
     },
-    /// key -> fold_in(key, axis_index(axes)): a different key on every device along `axes`.
+    /// key -> fold_in(key, axis_index(axes) * stride + offset) (u32, wrapping): a different
+    /// key on every device along `axes`. Stride 1 and offset 0 is `fold_in(key, axis_index)`;
+    /// a pipeline stage folds in its first layer's number (`stride` layers per stage).
     FoldInAxisIndex {
         axes: Vec<String>,
+        stride: u32,
+        offset: u32,
     },
     /// Dynamic-slice from replicated to sharded (jit's partitioner inserts it): every device
     /// keeps chunk `axes_index(axes)` of `parts` equal chunks of dimension `dim`.
@@ -423,7 +427,14 @@ impl Op {
                 "axes={} split_axis={split_axis} concat_axis={concat_axis}",
                 axes_text(axes)
             ),
-            Op::FoldInAxisIndex { axes } => format!("data=axis_index({})", axes_text(axes)),
+            Op::FoldInAxisIndex {
+                axes,
+                stride: 1,
+                offset: 0,
+            } => format!("data=axis_index({})", axes_text(axes)),
+            Op::FoldInAxisIndex { axes, stride, offset } => {
+                format!("data=axis_index({})*{}+{offset}", axes_text(axes), *stride as i32)
+            }
             Op::ShardSlice { dim, axes, parts } => {
                 format!("dimension={dim} index=axis_index({}) of {parts}", axes_text(axes))
             }

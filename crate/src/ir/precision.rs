@@ -72,7 +72,7 @@ impl Program {
     pub fn master_values(&self) -> Vec<bool> {
         let mut master = vec![false; self.values.len()];
         for (v, role) in &self.inputs {
-            if matches!(role, super::Role::Param(_) | super::Role::OptState { .. }) {
+            if role.is_param() || role.is_opt_state() {
                 master[v.index()] = true;
             }
         }

@@ -38,6 +38,13 @@ impl Program {
             let role = match role {
                 Role::Param(i) => format!("param {i}"),
                 Role::OptState { param, slot } => format!("optimizer state {slot} of param {param}"),
+                Role::ParamStack(s) => format!("params {}, {}, ... stacked ({} rows)", s.first, s.param(1), s.count),
+                Role::OptStateStack { stack: s, slot } => format!(
+                    "optimizer state {slot} of params {}, {}, ... stacked ({} rows)",
+                    s.first,
+                    s.param(1),
+                    s.count
+                ),
                 Role::Tokens => "tokens".into(),
                 Role::Targets => "targets".into(),
                 Role::RngKey => "rng key".into(),

@@ -33,6 +33,11 @@ pub enum Role {
     Param(usize),
     /// Optimizer state slot `slot` (0 = AdamW m, 1 = AdamW v) of parameter `param`.
     OptState { param: usize, slot: usize },
+    /// Parameters of equal shape stacked on a new leading axis (a pipeline's stage axis, as
+    /// MaxText stacks its stages' weights): row `s` is parameter `stack.param(s)`.
+    ParamStack(Stack),
+    /// Optimizer state slot `slot` of a [`Role::ParamStack`]'s parameters, stacked the same way.
+    OptStateStack { stack: Stack, slot: usize },
     /// Token ids fed to the model (B, T).
     Tokens,
     /// Next-token targets (B, T).
@@ -41,6 +46,49 @@ pub enum Role {
     RngKey,
     /// Anything else (tests, hand-built programs).
     Other,
+}
+
+/// Parameters `first`, `first + stride`, ... (`count` of them), stacked in that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stack {
+    pub first: usize,
+    pub stride: usize,
+    pub count: usize,
+}
+
+impl Stack {
+    /// The parameter in row `row`.
+    pub fn param(&self, row: usize) -> usize {
+        self.first + row * self.stride
+    }
+
+    pub fn params(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.count).map(|r| self.param(r))
+    }
+}
+
+impl Role {
+    /// The parameters an input holds (one, a stack's, or none), each with the optimizer slot
+    /// it holds of them (None: the parameter itself).
+    pub fn params(&self) -> Vec<(usize, Option<usize>)> {
+        match self {
+            Role::Param(i) => vec![(*i, None)],
+            Role::OptState { param, slot } => vec![(*param, Some(*slot))],
+            Role::ParamStack(s) => s.params().map(|i| (i, None)).collect(),
+            Role::OptStateStack { stack, slot } => stack.params().map(|i| (i, Some(*slot))).collect(),
+            _ => vec![],
+        }
+    }
+
+    /// Whether the input holds parameters (whole or stacked).
+    pub fn is_param(&self) -> bool {
+        matches!(self, Role::Param(_) | Role::ParamStack(_))
+    }
+
+    /// Whether the input holds optimizer state (whole or stacked).
+    pub fn is_opt_state(&self) -> bool {
+        matches!(self, Role::OptState { .. } | Role::OptStateStack { .. })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

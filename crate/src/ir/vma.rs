@@ -95,7 +95,7 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
             Op::AllGather { axes: a, .. }
             | Op::PsumScatter { axes: a, .. }
             | Op::AllToAll { axes: a, .. }
-            | Op::FoldInAxisIndex { axes: a }
+            | Op::FoldInAxisIndex { axes: a, .. }
             | Op::ShardSlice { axes: a, .. } => axes.extend(a.iter().cloned()),
             Op::Ppermute { axis, .. } => {
                 axes.insert(axis.clone());

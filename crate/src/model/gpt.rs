@@ -38,6 +38,19 @@ pub struct Local {
     /// Dropout masks as this device's block of the one-device run's (bit for bit), where the
     /// body splits the tokens; None draws each mask on the local shape (the seed's body).
     pub masks: Option<MaskBlocks>,
+    /// Pipeline parallelism: this device runs one stage's blocks, block `l` of the program
+    /// being the model's block `stage * layers_per_stage + l` (its dropout keys are that
+    /// block's, folded in from the stage's axis index).
+    pub stage: Option<Stage>,
+}
+
+/// A pipeline stage's place in the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    /// The mesh axis the stages lie along ("pp").
+    pub axis: String,
+    /// Blocks per stage.
+    pub layers: usize,
 }
 
 /// The mesh axes that split the batch, the sequence of the residual stream and the heads: a
@@ -65,6 +78,7 @@ impl Local {
             rows: None,
             ring: None,
             masks: None,
+            stage: None,
         }
     }
 }
@@ -123,9 +137,14 @@ fn mask_spec(m: &MaskBlocks, rank: usize, heads: bool) -> PartitionSpec {
     PartitionSpec::from_axes(&entries)
 }
 
-/// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site).
+/// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site). On a
+/// pipeline stage, `l` counts from the stage's first block: the model's block is
+/// `stage * layers + l`.
 fn site_key(b: &mut Builder, a: &Activations, l: usize, site: u32) -> ValueId {
-    b.fold_in(a.key, 3 * l as u32 + site)
+    match &a.local.stage {
+        None => b.fold_in(a.key, 3 * l as u32 + site),
+        Some(s) => b.fold_in_axis_affine(a.key, &[&s.axis], 3 * s.layers as u32, 3 * l as u32 + site),
+    }
 }
 
 fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usize, site: u32) -> ValueId {
@@ -176,8 +195,16 @@ pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueI
 
 /// Traces docs/MODEL.md's forward pass up to the logits, (B, T, V).
 pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
-    let p = a.params;
+    let mut x = embed(b, a);
+    for l in 0..cfg.layers {
+        x = b.checkpoint(cfg.remat.policy(), |b| block(b, cfg, a, l, x));
+    }
+    head(b, cfg, a, x)
+}
 
+/// The residual stream's start: token and position embeddings, (B, T, C).
+pub fn embed(b: &mut Builder, a: &Activations) -> ValueId {
+    let p = a.params;
     let tok = b.take(p[0], a.tokens); // (B, T, C)
                                       // Where the sequence is split, the device's rows of wpe (its positions).
     let wpe = match &a.local.rows {
@@ -190,13 +217,15 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
         ),
         None => p[1],
     };
-    let mut x = b.add(tok, wpe); // + wpe (T, C)
+    let x = b.add(tok, wpe); // + wpe (T, C)
     b.set_name(x, "x0");
+    x
+}
 
-    for l in 0..cfg.layers {
-        x = b.checkpoint(cfg.remat.policy(), |b| block(b, cfg, a, l, x));
-    }
-
+/// The final layer norm and the head on the residual stream: the logits, (B, T, V). Its
+/// parameters follow `cfg.layers` blocks' in `a.params`.
+pub fn head(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId) -> ValueId {
+    let p = a.params;
     let nf = 2 + 12 * cfg.layers;
     let xf = b.layer_norm(x, p[nf], p[nf + 1]);
     let logits = if cfg.tied {
@@ -210,7 +239,7 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
 
 /// Block `l` of docs/MODEL.md on the residual stream `x`: attention, then the MLP, each with
 /// its residual add; returns the new residual stream.
-fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> ValueId {
+pub fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> ValueId {
     // Attention sees the whole sequence, except under context parallelism (its block, and the
     // ring brings the others) and in sequence parallelism's own regions (gathered before).
     let t = if a.local.sp { cfg.seq } else { a.local.seq };

@@ -11,7 +11,7 @@ mod train_step;
 
 pub use config::{Attention, GptConfig, ModelError, Optimizer, Remat, MAX_LAYERS};
 pub use data::{Batch, DataSource, Dataset};
-pub use gpt::{forward_logits, forward_loss, Activations, Local, MaskBlocks};
+pub use gpt::{block, embed, forward_logits, forward_loss, head, Activations, Local, MaskBlocks, Stage};
 pub use microbatch::{accumulate, check_microbatches, microbatch_rows, Accumulated};
 pub use params::{init_params, param_specs, Init, ParamSpec};
 pub use ring::{ring_attention, Ring, RingDropout};

@@ -1,6 +1,7 @@
 //! The one way from options to what runs: the model's train step, partitioned as the options
 //! say (a strategy's shard_map body, or jit with the strategy's shardings), then the passes.
 use super::auto_step::{jit_train_step, partitioned_step};
+use super::pipeline_step::{check_pipeline, pipeline_train_step};
 use super::shard_map_step::shard_map_accumulated_step;
 use super::strategy::check_cp;
 use super::{combine_train_step, Mode, Parallel, PlanError, TrainerOptions};
@@ -41,11 +42,20 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     let cfg = &opts.config;
     let combine = opts.combine_all_reduces;
     let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
+    if let Parallel::ShardMap { strategy, mesh, .. } | Parallel::Auto { strategy, mesh, .. } = &opts.parallel {
+        check_pipeline(cfg, *strategy, mesh, opts.schedule, opts.parallel.mode())?;
+    }
     let (step, inserted, values) = match &opts.parallel {
         Parallel::None if opts.cp_order != Default::default() => {
             return Err(PlanError::Invalid {
                 what: format!("--cp-order {}", opts.cp_order.name()),
                 why: "orders context parallelism's blocks, and one device has none: use --strategy cp or dp_cp".into(),
+            })
+        }
+        Parallel::None if opts.schedule != Default::default() => {
+            return Err(PlanError::Invalid {
+                what: format!("--schedule {}", opts.schedule.name()),
+                why: "orders a pipeline's microbatches, and one device has none: use --strategy pp or dp_pp".into(),
             })
         }
         Parallel::None => (
@@ -54,6 +64,24 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
                 opts.optimizer,
                 opts.rng_layout,
                 opts.microbatches,
+            )?),
+            None,
+            vec![],
+        ),
+        Parallel::ShardMap {
+            strategy,
+            mesh,
+            dropout_key,
+        } if strategy.is_pipeline() => (
+            combined(pipeline_train_step(
+                cfg,
+                opts.optimizer,
+                opts.rng_layout,
+                *strategy,
+                mesh,
+                *dropout_key,
+                opts.microbatches,
+                opts.schedule,
             )?),
             None,
             vec![],

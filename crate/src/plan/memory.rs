@@ -279,7 +279,7 @@ impl MemoryPlan {
         for (v, role) in &prog.inputs {
             let b = bytes_of(*v)?;
             match role {
-                Role::Param(_) => {
+                Role::Param(_) | Role::ParamStack(_) => {
                     plan.params = add(plan.params, b)?;
                     if prog.precision != Precision::F32 {
                         let copy = elements(prog.shape(*v))
@@ -288,7 +288,9 @@ impl MemoryPlan {
                         plan.compute_params = add(plan.compute_params, copy)?;
                     }
                 }
-                Role::OptState { .. } => plan.optimizer_state = add(plan.optimizer_state, b)?,
+                Role::OptState { .. } | Role::OptStateStack { .. } => {
+                    plan.optimizer_state = add(plan.optimizer_state, b)?
+                }
                 _ => {
                     live = add(live, b)?;
                     rest = add(rest, b)?;
@@ -456,7 +458,7 @@ fn gradient_buffers(prog: &Program) -> Vec<Option<usize>> {
     let names: Vec<String> = prog
         .inputs
         .iter()
-        .filter(|(_, role)| matches!(role, Role::Param(_)))
+        .filter(|(_, role)| role.is_param())
         .filter_map(|(v, _)| prog.info(*v).name.as_ref().map(|n| format!("d{n}")))
         .collect();
     prog.values

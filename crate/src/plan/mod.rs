@@ -9,6 +9,7 @@ mod combine;
 mod error;
 mod memory;
 mod options;
+mod pipeline_step;
 mod presets;
 mod shard_map_step;
 mod spec_names;
@@ -28,6 +29,6 @@ pub use options::{Parallel, TrainerOptions};
 pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};
 pub use shard_map_step::shard_map_train_step;
 pub use spec_names::{block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};
-pub use strategy::{sequence_parallel_constraints, DropoutKey, Mode, Strategy};
+pub use strategy::{sequence_parallel_constraints, DropoutKey, Mode, Schedule, Strategy};
 // A plan's record of inserted ops is the partitioner's.
 pub use crate::partition::auto::Inserted;

@@ -1,5 +1,5 @@
 //! What a run chooses: the model, data, optimizer and how the step is partitioned.
-use super::{DropoutKey, Mode, Strategy};
+use super::{DropoutKey, Mode, Schedule, Strategy};
 use crate::ir::{CpOrder, RngLayout};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::sharding::{Mesh, PartitionSpec};
@@ -45,6 +45,9 @@ pub struct TrainerOptions {
     /// How context parallelism (`--strategy cp`, `dp_cp`) lays the sequence's blocks over the
     /// "cp" devices; other strategies take the default, contiguous.
     pub cp_order: CpOrder,
+    /// The order a pipeline (`--strategy pp`, `dp_pp`) runs its microbatches' passes in;
+    /// other strategies take the default.
+    pub schedule: Schedule,
 }
 
 impl Parallel {
@@ -94,6 +97,7 @@ impl TrainerOptions {
             combine_all_reduces: false,
             microbatches: 1,
             cp_order: CpOrder::Contiguous,
+            schedule: Schedule::Gpipe,
         }
     }
 

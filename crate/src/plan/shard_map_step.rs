@@ -202,6 +202,7 @@ pub(super) fn shard_map_accumulated_step(
                 heads: strategy.is_megatron().then(|| "tp".into()),
                 rows: rows.clone().filter(|_| zigzag),
             }),
+            stage: None,
         };
         let mut local_losses = vec![];
         let mut loss_of = |b: &mut Builder, j: usize| {

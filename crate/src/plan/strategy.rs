@@ -35,10 +35,15 @@ pub enum Strategy {
     /// the sequence over the same "tp" axis, each all-reduce becoming a reduce-scatter and an
     /// all-gather.
     TpSp,
+    /// Pipeline parallelism over "pp": the blocks split into contiguous stages, microbatches
+    /// passed stage to stage by ppermute (activations forward, their gradients backward).
+    Pp,
+    /// Data and pipeline parallelism on a 2-D mesh {dp, pp}.
+    DpPp,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 9] = [
+    pub const ALL: [Strategy; 11] = [
         Strategy::Dp,
         Strategy::Zero1,
         Strategy::Zero2,
@@ -48,6 +53,8 @@ impl Strategy {
         Strategy::Cp,
         Strategy::DpCp,
         Strategy::TpSp,
+        Strategy::Pp,
+        Strategy::DpPp,
     ];
 
     /// The name the CLI (`--strategy`), the page and the exported scripts use.
@@ -62,6 +69,8 @@ impl Strategy {
             Strategy::Cp => "cp",
             Strategy::DpCp => "dp_cp",
             Strategy::TpSp => "tp_sp",
+            Strategy::Pp => "pp",
+            Strategy::DpPp => "dp_pp",
         }
     }
 
@@ -77,6 +86,8 @@ impl Strategy {
             Strategy::DpTp => &["dp", "tp"],
             Strategy::Cp => &["cp"],
             Strategy::DpCp => &["dp", "cp"],
+            Strategy::Pp => &["pp"],
+            Strategy::DpPp => &["dp", "pp"],
         }
     }
 
@@ -88,7 +99,14 @@ impl Strategy {
             Strategy::DpTp => "dp=2,tp=2",
             Strategy::Cp => "cp=4",
             Strategy::DpCp => "dp=2,cp=2",
+            Strategy::Pp => "pp=2",
+            Strategy::DpPp => "dp=2,pp=2",
         }
+    }
+
+    /// Whether the strategy is pipeline parallelism (the one that takes `--schedule`).
+    pub fn is_pipeline(self) -> bool {
+        matches!(self, Strategy::Pp | Strategy::DpPp)
     }
 
     /// Megatron's layouts: heads and the MLP's hidden units split over "tp".
@@ -142,6 +160,47 @@ impl Strategy {
     /// Whether each device holds only its block of the parameters (ZeRO-3, FSDP).
     pub fn shards_params(self) -> bool {
         self == Strategy::Fsdp
+    }
+}
+
+/// The order a pipeline runs its microbatches' forward and backward passes in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// GPipe (Huang et al., 2019): every microbatch's forward, then every backward; each
+    /// stage holds all M microbatches' activations.
+    #[default]
+    Gpipe,
+    /// 1F1B (PipeDream-flush, Narayanan et al., 2021): after a warm-up, one forward then one
+    /// backward; a stage holds at most pp microbatches' activations.
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+}
+
+impl Schedule {
+    pub const ALL: [Schedule; 2] = [Schedule::Gpipe, Schedule::OneFOneB];
+
+    /// The name the CLI (`--schedule`) and the page use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Gpipe => "gpipe",
+            Schedule::OneFOneB => "1f1b",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Schedule> {
+        Schedule::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The fraction of a step every stage idles: (pp - 1) / (M + pp - 1) for GPipe and 1F1B
+    /// alike (the fill and the drain, pp - 1 ticks each of forwards and backwards).
+    pub fn bubble_fraction(self, stages: usize, microbatches: usize) -> f64 {
+        let (p, m) = (stages as f64, microbatches as f64);
+        if stages <= 1 {
+            0.0
+        } else {
+            (p - 1.0) / (m + p - 1.0)
+        }
     }
 }
 

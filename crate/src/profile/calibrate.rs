@@ -326,6 +326,7 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     };
     Ok(crate::plan::build(&options)
         .map_err(|e| ExecError::Input(e.to_string()))?

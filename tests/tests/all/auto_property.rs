@@ -78,7 +78,9 @@ fn step_inputs(prog: &Program, state: &[Vec<f32>], data: &Dataset, step: u64) ->
             Role::Tokens => Tensor::U32(batch.inputs.clone()),
             Role::Targets => Tensor::U32(batch.targets.clone()),
             Role::RngKey => Tensor::U32(key.0.to_vec()),
-            Role::Other => unreachable!("the train step has no other inputs"),
+            Role::Other | Role::ParamStack(_) | Role::OptStateStack { .. } => {
+                unreachable!("the global train step has no other inputs")
+            }
         })
         .collect()
 }

@@ -275,6 +275,7 @@ fn options(parallel: Parallel, combine: bool) -> TrainerOptions {
         combine_all_reduces: combine,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

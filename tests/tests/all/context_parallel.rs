@@ -36,6 +36,7 @@ fn options(parallel: Parallel, dropout: f32, layout: RngLayout, order: CpOrder) 
         seed: 7,
         rng_layout: layout,
         cp_order: order,
+        schedule: Default::default(),
         ..shardlab_tests::formula_options(config(dropout), Optimizer::Sgd { lr: 0.1 }, parallel)
     }
 }

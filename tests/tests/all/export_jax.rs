@@ -49,6 +49,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

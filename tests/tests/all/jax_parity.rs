@@ -46,6 +46,7 @@ fn options(g: &Value) -> TrainerOptions {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

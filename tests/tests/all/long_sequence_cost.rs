@@ -25,6 +25,7 @@ fn program(order: CpOrder, cp: usize) -> shardlab::ir::Program {
     };
     let opts = TrainerOptions {
         cp_order: order,
+        schedule: Default::default(),
         ..TrainerOptions::new(
             cfg,
             Parallel::ShardMap {

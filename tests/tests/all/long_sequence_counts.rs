@@ -42,6 +42,7 @@ fn plan(auto: bool, strategy: Strategy, mesh: &str, layers: usize, order: CpOrde
     };
     let opts = TrainerOptions {
         cp_order: order,
+        schedule: Default::default(),
         ..TrainerOptions::new(config(layers), parallel)
     };
     build(&opts).unwrap()

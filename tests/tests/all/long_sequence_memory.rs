@@ -29,6 +29,7 @@ fn config() -> GptConfig {
 fn plan(parallel: Parallel, order: CpOrder) -> Planned {
     build(&TrainerOptions {
         cp_order: order,
+        schedule: Default::default(),
         ..TrainerOptions::new(config(), parallel)
     })
     .unwrap()

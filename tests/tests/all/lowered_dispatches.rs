@@ -34,6 +34,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
         combine_all_reduces: true,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

@@ -28,6 +28,7 @@ mod long_sequence_jax;
 mod long_sequence_memory;
 mod lowered_dispatches;
 mod optimizer_packing;
+mod pipeline;
 mod program_summary;
 mod reference_gradients;
 mod remat;

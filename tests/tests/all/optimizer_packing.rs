@@ -164,6 +164,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

@@ -68,6 +68,7 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
             combine_all_reduces: false,
             microbatches: 1,
             cp_order: Default::default(),
+            schedule: Default::default(),
         };
         pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts))
             .unwrap()

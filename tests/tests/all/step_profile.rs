@@ -35,6 +35,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

@@ -34,6 +34,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
         combine_all_reduces: false,
         microbatches: 1,
         cp_order: Default::default(),
+        schedule: Default::default(),
     }
 }
 

@@ -5,7 +5,7 @@ use shardlab::ir::{CpOrder, Precision, RngLayout};
 use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
-use shardlab::plan::{resolve_spec, DropoutKey, Mode, Parallel, Preset, Strategy, TrainerOptions};
+use shardlab::plan::{resolve_spec, DropoutKey, Mode, Parallel, Preset, Schedule, Strategy, TrainerOptions};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 /// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
@@ -111,6 +111,15 @@ fn strategy_help(s: Strategy) -> &'static str {
         Strategy::Cp => "Context parallelism over 'cp': the sequence split, ring attention in shard_map mode",
         Strategy::DpCp => "Data and context parallelism, on a mesh with 'dp' and 'cp'",
         Strategy::TpSp => "Megatron tensor parallelism over 'tp' with sequence parallelism",
+        Strategy::Pp => "Pipeline parallelism over 'pp': the blocks in stages, microbatches passed by ppermute",
+        Strategy::DpPp => "Data and pipeline parallelism, on a mesh with 'dp' and 'pp'",
+    }
+}
+
+fn schedule_help(s: Schedule) -> &'static str {
+    match s {
+        Schedule::Gpipe => "Every microbatch's forward, then every backward (holds M microbatches' activations)",
+        Schedule::OneFOneB => "One forward, one backward after a warm-up (holds at most pp microbatches')",
     }
 }
 
@@ -292,12 +301,15 @@ pub struct ParallelArgs {
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
     /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2 for tp and tp_sp,
-    /// dp=2,tp=2, cp=4, dp=2,cp=2).
+    /// dp=2,tp=2, cp=4, dp=2,cp=2, pp=2, dp=2,pp=2).
     #[arg(long)]
     pub mesh: Option<String>,
     /// With --strategy cp or dp_cp: how the sequence's blocks lie on the ring (default contiguous).
     #[arg(long = "cp-order", value_parser = one_of(&CpOrder::ALL, CpOrder::name, cp_order_help))]
     pub cp_order: Option<CpOrder>,
+    /// With --strategy pp or dp_pp: the order of the microbatches' passes (default gpipe).
+    #[arg(long, value_parser = one_of(&Schedule::ALL, Schedule::name, schedule_help))]
+    pub schedule: Option<Schedule>,
     /// Dropout keys in shard_map mode (default same).
     #[arg(long = "dropout-key", value_parser = one_of(&DropoutKey::ALL, DropoutKey::name, dropout_key_help))]
     pub dropout_key: Option<DropoutKey>,
@@ -373,6 +385,12 @@ impl ParallelArgs {
                     .into(),
             );
         }
+        if self.schedule.is_some() && !self.strategy.is_some_and(Strategy::is_pipeline) {
+            return Err(
+                "--schedule orders a pipeline's microbatches: it needs --strategy pp or dp_pp (and --mode shard_map)"
+                    .into(),
+            );
+        }
         if self.mode == Mode::Single {
             for (given, flag) in [
                 (self.mesh.is_some(), "--mesh"),
@@ -444,6 +462,7 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         combine_all_reduces: parallel.combine_all_reduces,
         microbatches: parallel.microbatches,
         cp_order: parallel.cp_order.unwrap_or_default(),
+        schedule: parallel.schedule.unwrap_or_default(),
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if let Parallel::Auto { mesh, .. } = &opts.parallel {

@@ -838,9 +838,12 @@ impl Lowering<'_> {
                 };
                 c::all_to_all(ctx, &a, x, y, *split_axis, *concat_axis, true).await?
             }
-            Op::FoldInAxisIndex { axes } => {
+            Op::FoldInAxisIndex { axes, stride, offset } => {
                 let data: Vec<u32> = (0..mesh.devices())
-                    .map(|d| mesh.axes_index(d, &strs(axes)).map(|i| i as u32))
+                    .map(|d| {
+                        mesh.axes_index(d, &strs(axes))
+                            .map(|i| (i as u32).wrapping_mul(*stride).wrapping_add(*offset))
+                    })
                     .collect::<Result<_, _>>()
                     .map_err(|e| ExecError::Input(e.to_string()))?;
                 k::random::fold_in(ctx, x, y, &data, KeyMode::PerDevice).await?

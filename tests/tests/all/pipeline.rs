@@ -1,0 +1,182 @@
+//! Pipeline parallelism (`--strategy pp`, `dp_pp`): the stages' train step against the
+//! one-device step with the same microbatches (the same keys and masks), on the reference
+//! executor and on the GPU; the bubble the formula says; memory that grows with the
+//! microbatches GPipe holds; and settings the engine cannot run refused, naming the fix.
+use std::sync::Arc;
+
+use shardlab::exec::{Backend, Parallel, TrainerOptions};
+use shardlab::gpu::GpuContext;
+use shardlab::ir::{Op, Role};
+use shardlab::model::{GptConfig, Init, Optimizer};
+use shardlab::plan::{build, DropoutKey, MemoryPlan, Schedule, Strategy};
+use shardlab::sharding::Mesh;
+
+fn config(layers: usize, dropout: f32) -> GptConfig {
+    GptConfig {
+        layers,
+        d_model: 16,
+        heads: 2,
+        seq: 8,
+        batch: 8,
+        vocab: 32,
+        tied: false,
+        dropout,
+        attention: Default::default(),
+        remat: Default::default(),
+        precision: Default::default(),
+    }
+}
+
+fn pipeline(strategy: Strategy, mesh: &str) -> Parallel {
+    Parallel::ShardMap {
+        strategy,
+        mesh: Mesh::parse(mesh).unwrap(),
+        dropout_key: DropoutKey::Same,
+    }
+}
+
+fn options(cfg: GptConfig, parallel: Parallel, microbatches: usize) -> TrainerOptions {
+    TrainerOptions {
+        microbatches,
+        // Random init, so that the stages' blocks differ (formula init gives every block the
+        // same weights, and a stage run out of order would go unseen).
+        init: Init::Random { seed: 3 },
+        ..shardlab_tests::formula_options(cfg, Optimizer::AdamW { lr: 3e-3 }, parallel)
+    }
+}
+
+/// Holds each pipelined run to the one-device run with the same microbatches: 3 steps' losses
+/// and the parameters after them, within 1e-5.
+fn check(backend: &Backend, cfg: &GptConfig, cases: &[(Strategy, &str, usize)]) {
+    for &(strategy, mesh, m) in cases {
+        let (want_losses, want_params) =
+            shardlab_tests::train_steps(backend, options(cfg.clone(), Parallel::None, m), 3);
+        let what = format!(
+            "{} on {mesh}, {m} microbatches, dropout {}",
+            strategy.name(),
+            cfg.dropout
+        );
+        let (losses, params) =
+            shardlab_tests::train_steps(backend, options(cfg.clone(), pipeline(strategy, mesh), m), 3);
+        for (s, (a, b)) in losses.iter().zip(&want_losses).enumerate() {
+            assert!((a - b).abs() <= 1e-5, "{what}: loss {s}: {a} vs one device {b}");
+        }
+        for (i, (p, q)) in params.iter().zip(&want_params).enumerate() {
+            let worst = p.iter().zip(q).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "{what}: param {i} differs by {worst}");
+        }
+    }
+}
+
+const CASES: [(Strategy, &str, usize); 4] = [
+    (Strategy::Pp, "pp=2", 4),
+    (Strategy::Pp, "pp=4", 2),
+    (Strategy::Pp, "pp=4", 1),
+    (Strategy::DpPp, "dp=2,pp=2", 2),
+];
+
+#[test]
+fn stages_match_one_device_on_the_reference_executor_with_and_without_dropout() {
+    for dropout in [0.0, 0.1] {
+        check(&Backend::Reference, &config(4, dropout), &CASES);
+    }
+}
+
+#[test]
+fn stages_match_one_device_on_the_gpu_with_and_without_dropout() {
+    let backend = Backend::Gpu(Arc::new(GpuContext::new_blocking().unwrap()));
+    for dropout in [0.0, 0.1] {
+        check(&backend, &config(4, dropout), &CASES);
+    }
+}
+
+#[test]
+fn each_stage_holds_only_its_own_blocks() {
+    let cfg = config(4, 0.0);
+    let planned = build(&options(cfg.clone(), pipeline(Strategy::Pp, "pp=4"), 2)).unwrap();
+    let prog = &planned.step.program;
+    let one = build(&options(cfg, Parallel::None, 2)).unwrap();
+    let params = |p: &shardlab::ir::Program| -> usize {
+        p.inputs
+            .iter()
+            .filter(|(_, r)| r.is_param())
+            .map(|(v, _)| p.info(*v).numel())
+            .sum()
+    };
+    let blocks_one = 4 * (2 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 2 * 16 + 16 * 64 + 64 + 64 * 16 + 16);
+    // Every device holds one block of four, and the embeddings and head whole.
+    assert_eq!(params(&one.step.program) - params(prog), blocks_one * 3 / 4);
+    let stacks = prog
+        .inputs
+        .iter()
+        .filter(|(_, r)| matches!(r, Role::ParamStack(_)))
+        .count();
+    assert_eq!(stacks, 12, "one stacked input per block parameter");
+    let permutes = prog
+        .instrs
+        .iter()
+        .filter(|i| matches!(i.op, Op::Ppermute { .. }))
+        .count();
+    // Forward: one permute between ticks (M + pp - 1 ticks); backward: their transposes.
+    assert_eq!(permutes, 2 * (2 + 4 - 2), "{permutes} ppermutes");
+}
+
+#[test]
+fn the_bubble_is_the_fill_and_drain_of_the_formula() {
+    for (p, m, want) in [(1, 4, 0.0), (2, 2, 1.0 / 3.0), (4, 4, 3.0 / 7.0), (4, 16, 3.0 / 19.0)] {
+        for s in Schedule::ALL {
+            assert!((s.bubble_fraction(p, m) - want).abs() < 1e-12, "{s:?} pp={p} M={m}");
+        }
+    }
+}
+
+#[test]
+fn gpipe_holds_every_microbatch_so_memory_grows_with_them() {
+    // Same microbatch size, twice the microbatches: GPipe keeps all their activations.
+    let peak = |batch: usize, m: usize| {
+        let cfg = GptConfig {
+            batch,
+            ..config(4, 0.0)
+        };
+        let planned = build(&options(cfg, pipeline(Strategy::Pp, "pp=2"), m)).unwrap();
+        MemoryPlan::of(&planned.step.program).unwrap().activations
+    };
+    let (two, four) = (peak(4, 2), peak(8, 4));
+    assert!(four as f64 > 1.6 * two as f64, "M=4 holds {four} B, M=2 {two} B");
+}
+
+#[test]
+fn pipeline_settings_it_cannot_run_are_refused_naming_the_fix() {
+    let refuse = |cfg: GptConfig, parallel: Parallel, m: usize, schedule: Schedule| {
+        let opts = TrainerOptions {
+            schedule,
+            ..options(cfg, parallel, m)
+        };
+        build(&opts).unwrap_err().to_string()
+    };
+    let gpipe = Schedule::Gpipe;
+    let e = refuse(config(3, 0.0), pipeline(Strategy::Pp, "pp=2"), 2, gpipe);
+    assert!(e.contains("--layers 3") && e.contains("multiple of 2"), "{e}");
+    let e = refuse(config(2, 0.0), pipeline(Strategy::Pp, "pp=4"), 2, gpipe);
+    assert!(e.contains("pp=4") && e.contains("one of 1, 2"), "{e}");
+    let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "pp=2"), 0, gpipe);
+    assert!(e.contains("--microbatches 0"), "{e}");
+    let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "dp=2"), 2, gpipe);
+    assert!(e.contains("'pp'") && e.contains("--mesh pp=2"), "{e}");
+    let auto = Parallel::Auto {
+        strategy: Strategy::Pp,
+        mesh: Mesh::parse("pp=2").unwrap(),
+        specs: vec![],
+    };
+    let e = refuse(config(4, 0.0), auto, 2, gpipe);
+    assert!(
+        e.contains("collective-permute") && e.contains("--mode shard_map"),
+        "{e}"
+    );
+    let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "pp=2"), 2, Schedule::OneFOneB);
+    assert!(e.contains("--schedule gpipe"), "{e}");
+    let e = refuse(config(4, 0.0), pipeline(Strategy::Dp, "dp=2"), 2, Schedule::OneFOneB);
+    assert!(e.contains("--strategy pp or dp_pp"), "{e}");
+    let e = refuse(config(4, 0.0), Parallel::None, 2, Schedule::OneFOneB);
+    assert!(e.contains("--strategy pp or dp_pp"), "{e}");
+}
