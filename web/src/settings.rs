@@ -440,6 +440,7 @@ impl Settings {
             } else {
                 self.cp_order
             },
+            schedule: Default::default(),
         }
     }
 }

@@ -95,6 +95,12 @@ pub fn grad_with(
 
     let mut done: Vec<Option<ValueId>> = vec![None; wrt.len()];
     for i in (start..forward_len).rev() {
+        // In a pipelined program, an instruction's backward is the same stage's work as it.
+        let outer = b.program().instrs[i]
+            .outputs
+            .first()
+            .and_then(|o| b.owner_of(*o))
+            .map(|o| b.set_owner(o));
         if let Some(c) = custom_of[i] {
             // A custom-VJP region: its rule once, at its last instruction (the first the sweep
             // meets); its other instructions get no VJP of their own.
@@ -161,6 +167,9 @@ pub fn grad_with(
             if let Some(&g) = cts.get(&wrt[k]) {
                 done[k] = Some(on_done(b, k, g));
             }
+        }
+        if let Some(o) = outer {
+            b.set_owner(o);
         }
     }
     let mut grads = Vec::with_capacity(wrt.len());

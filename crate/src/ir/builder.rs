@@ -1,5 +1,6 @@
 use super::{
-    Checkpoint, CheckpointPolicy, CustomVjp, DType, Instr, IrError, Op, Program, RngLayout, Role, ValueId, ValueInfo,
+    Checkpoint, CheckpointPolicy, CustomVjp, DType, Instr, IrError, Op, Owner, Program, RngLayout, Role, StageWork,
+    ValueId, ValueInfo,
 };
 use crate::sharding::Mesh;
 
@@ -15,6 +16,8 @@ pub struct Builder {
     checkpoints: Vec<Checkpoint>,
     /// The regions traced by [`Builder::custom_vjp`], for autodiff.
     custom_vjps: Vec<CustomVjp>,
+    /// In a pipelined program, whose work the values made now are.
+    owner: Owner,
 }
 
 impl Builder {
@@ -55,7 +58,31 @@ impl Builder {
 
     fn new_value(&mut self, info: ValueInfo) -> ValueId {
         self.prog.values.push(info);
+        if let Some(s) = &mut self.prog.stages {
+            s.owners.push(self.owner);
+        }
         ValueId(self.prog.values.len() as u32 - 1)
+    }
+
+    /// Declares the program pipelined over `axis`: from now on every value records whose
+    /// work it is ([`Builder::set_owner`]; everyone's until then).
+    pub fn begin_stages(&mut self, axis: &str, stages: usize, microbatches: usize) {
+        self.prog.stages = Some(StageWork {
+            axis: axis.to_string(),
+            stages,
+            microbatches,
+            owners: vec![Owner::Every; self.prog.values.len()],
+        });
+    }
+
+    /// Values made from now on are `owner`'s work; returns the owner before.
+    pub fn set_owner(&mut self, owner: Owner) -> Owner {
+        std::mem::replace(&mut self.owner, owner)
+    }
+
+    /// Whose work `v` is, in a pipelined program.
+    pub fn owner_of(&self, v: ValueId) -> Option<Owner> {
+        self.prog.stages.as_ref().map(|s| s.owner(v))
     }
 
     pub fn input(&mut self, name: &str, shape: &[usize], dtype: DType, role: Role) -> ValueId {

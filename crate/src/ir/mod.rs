@@ -10,6 +10,7 @@ mod print;
 mod program;
 mod seq;
 mod shape;
+mod stages;
 mod vma;
 
 pub use builder::Builder;
@@ -21,4 +22,5 @@ pub use precision::Precision;
 pub use program::{DType, Instr, Program, Role, Stack, ValueId, ValueInfo};
 pub use seq::{AttnSeq, CpOrder, Runs, SeqBlock};
 pub use shape::{fmt_shape, numel, size_in_bytes, strides};
+pub use stages::{Owner, StageWork};
 pub use vma::{check_vma, varying_axes, Axes, VmaRefusal};

@@ -135,6 +135,8 @@ pub struct Program {
     /// The dtype policy a real device runs the program under (what it costs and what the
     /// exported script computes in); the sandbox executes f32 whatever it says.
     pub precision: super::Precision,
+    /// A pipelined program: which stage's work each value is (None for every other program).
+    pub stages: Option<super::StageWork>,
 }
 
 impl Program {

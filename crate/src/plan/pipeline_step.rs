@@ -13,7 +13,7 @@
 use super::strategy::{check, p, Schedule};
 use super::{DropoutKey, Mode, PlanError, Strategy};
 use crate::autodiff::grad_with;
-use crate::ir::{Builder, DType, Op, RngLayout, Role, Stack, ValueId};
+use crate::ir::{Builder, DType, Op, Owner, RngLayout, Role, Stack, ValueId};
 use crate::model::{block, embed, head, microbatch_rows, param_specs, Activations, GptConfig, Local};
 use crate::model::{MaskBlocks, Optimizer, ParamSpec, Stage, TrainStep};
 use crate::partition::{shard_map, Arg};
@@ -190,6 +190,7 @@ pub(super) fn pipeline_train_step(
         let state = &vals[n..n + n * opt.slots()];
         let (tokens, targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
         let start = b.program().instrs.len();
+        b.begin_stages("pp", pp, m);
         // This device's stage's blocks, as one model's parameters (of `stage_cfg`).
         let view: Vec<ValueId> = params
             .iter()
@@ -227,6 +228,7 @@ pub(super) fn pipeline_train_step(
         let last = stage_indicator(b, pp, pp - 1, &[]);
         // Each microbatch enters at the first stage: every device embeds it, and only the
         // first stage's copy survives the mask (the others' gradient is zero).
+        b.set_owner(Owner::First);
         let entering: Vec<ValueId> = (0..m)
             .map(|j| {
                 let x = embed(b, &acts(key, j));
@@ -239,10 +241,14 @@ pub(super) fn pipeline_train_step(
         for t in 0..m + pp - 1 {
             // Stage s holds microbatch t - s; the first stage takes the next one in (a zero
             // one once they are all in), the others what the stage before sent.
-            let x = match (received, t < m) {
-                (Some(r), true) => b.add(r, entering[t]),
-                (Some(r), false) => r,
-                (None, _) => entering[t],
+            b.set_owner(Owner::Microbatch {
+                base: t as i64,
+                per_stage: -1,
+            });
+            let x = match (received, entering.get(t)) {
+                (Some(r), Some(&e)) => b.add(r, e),
+                (Some(r), None) => r,
+                (None, e) => *e.expect("tick 0 takes the first microbatch in"),
             };
             // The one-device run's keys: microbatch (t - s)'s, and each block's own.
             let key = if m == 1 {
@@ -258,15 +264,19 @@ pub(super) fn pipeline_train_step(
             b.set_name(x, &format!("stage_out{t}"));
             // The last stage finishes microbatch t - (pp - 1): its loss is the one that counts.
             if let Some(j) = (t + 1).checked_sub(pp) {
+                b.set_owner(Owner::Last);
                 let logits = head(b, &stage_cfg, &acts(key, j), x);
                 let ce = b.cross_entropy(logits, targets[j]);
                 let ce = b.mean(ce);
                 losses.push(b.mul(ce, last));
             }
             if t + 1 < m + pp - 1 {
+                // Every stage sends each tick (in the bubble, a zero microbatch).
+                b.set_owner(Owner::Every);
                 received = Some(b.ppermute(x, "pp", &forward_ring));
             }
         }
+        b.set_owner(Owner::Last);
         let total = losses
             .into_iter()
             .reduce(|a, l| b.add(a, l))
@@ -275,6 +285,7 @@ pub(super) fn pipeline_train_step(
         // device's share, then sum the gradients over the devices.
         let local_loss = b.scale(total, 1.0 / m as f32);
         let scaled = b.scale(total, 1.0 / (m * dp) as f32);
+        b.set_owner(Owner::Every);
         marks.0 = b.program().instrs.len();
         let mut keep = |_: &mut Builder, _: usize, g: ValueId| g;
         let mut grads = grad_with(b, scaled, params, start, &mut keep)?;

@@ -5,6 +5,7 @@
 //! asynchronous collectives overlapping compute) or measured, and as Chrome trace-event JSON;
 //! and the microbenchmarks that calibrate `this`.
 mod balance;
+mod bubble;
 mod calibrate;
 mod collective;
 mod compare;
@@ -23,6 +24,7 @@ mod trace;
 mod work;
 
 pub use balance::{attention_balance, AttentionBalance};
+pub use bubble::{pipeline_bubble, PipelineBubble};
 pub use calibrate::{
     calibrate, calibrate_quick, calibrate_with, Budget, Calibration, CalibrationPrograms, Measurement, NOISY_SPREAD,
 };

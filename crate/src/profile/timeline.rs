@@ -26,7 +26,7 @@ use super::cost::{category, Category};
 use super::device::DeviceProfile;
 use super::price::{price_ops, LAUNCH};
 use super::work::Placement;
-use crate::ir::{Op, Program};
+use crate::ir::{Op, Owner, Program};
 use crate::sharding::Mesh;
 
 /// The breakdown's bucket for waiting on other devices: a collective whose group is not all
@@ -359,6 +359,37 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
                 t.into()
             })
             .collect()
+    });
+    // A pipeline's stages each leave out what they compute only because every device runs
+    // the same program: that time is the stage idling (the bubble, another stage's embedding
+    // or head), as it would on a device that ran its own stage's program.
+    let per_device = per_device.or_else(|| match (placement, &prog.stages, &prog.mesh) {
+        (Placement::Real, Some(stages), Some(mesh)) => {
+            let by_stage: Vec<Arc<[Task]>> = (0..stages.stages)
+                .map(|s| {
+                    let mut t = tasks.clone();
+                    for task in t.iter_mut() {
+                        let owner = prog.instrs[task.instr]
+                            .outputs
+                            .first()
+                            .map_or(Owner::Every, |o| stages.owner(*o));
+                        if !owner.active(s, stages.stages, stages.microbatches) {
+                            task.launch_s = 0.0;
+                            task.work_s = 0.0;
+                        }
+                    }
+                    t.into()
+                })
+                .collect();
+            (0..mesh.devices())
+                .map(|d| {
+                    let s = mesh.axes_index(d, &[stages.axis.as_str()]).unwrap_or(0);
+                    by_stage[s].clone()
+                })
+                .collect::<Vec<_>>()
+                .into()
+        }
+        _ => None,
     });
     let tasks: Arc<[Task]> = tasks.into();
     let of = |d: usize| per_device.as_ref().map_or_else(|| tasks.clone(), |p| p[d].clone());

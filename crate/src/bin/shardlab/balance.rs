@@ -1,6 +1,7 @@
 //! The lines `inspect` and `plan` print for context parallelism: causal attention's work per
 //! device (contiguous blocks leave the last device the most; zig-zag evens it), per ring step.
-use shardlab::profile::AttentionBalance;
+use shardlab::plan::Schedule;
+use shardlab::profile::{AttentionBalance, PipelineBubble};
 
 /// `prefix` starts each line (`# ` for inspect, `  ` for plan).
 pub fn print(b: &AttentionBalance, prefix: &str) {
@@ -16,5 +17,26 @@ pub fn print(b: &AttentionBalance, prefix: &str) {
             gflop(*f),
             steps.join(" ")
         );
+    }
+}
+
+/// The lines for a pipeline: the bubble the formula says, and each stage's idle share of the
+/// modelled step where the timeline has a row per device (`modelled`).
+pub fn print_bubble(b: &PipelineBubble, schedule: Schedule, modelled: bool, prefix: &str) {
+    println!(
+        "{prefix}pipeline: {} stages, {} microbatches, {}: bubble (pp-1)/(M+pp-1) = {:.1}% of the step",
+        b.stages,
+        b.microbatches,
+        schedule.name(),
+        100.0 * b.formula
+    );
+    if modelled {
+        let per: Vec<String> = b
+            .modelled
+            .iter()
+            .enumerate()
+            .map(|(s, f)| format!("stage {s} {:.1}%", 100.0 * f))
+            .collect();
+        println!("{prefix}  idle on the modelled timeline: {}", per.join(", "));
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use shardlab::exec::{Backend, Trainer};
 use shardlab::gpu::GpuContext;
 use shardlab::plan::TrainerOptions;
-use shardlab::profile::{attention_balance, predict, summarize, DeviceProfile, Placement};
+use shardlab::profile::{attention_balance, model_step, pipeline_bubble, summarize, DeviceProfile, Placement};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs};
 
@@ -75,7 +75,8 @@ async fn inspect(
     let step_ms = times[times.len() / 2];
     let collectives_ms = t.collectives_ms().await?.unwrap_or(0.0);
     // Modelled from the program alone: one real device of `profile` per mesh position.
-    let modelled = predict(t.program(), profile, Placement::Real);
+    let (modelled, timeline) = model_step(t.program(), profile, Placement::Real, true);
+    let bubble = pipeline_bubble(t.program(), &timeline);
     let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
 
     if args.json {
@@ -101,6 +102,13 @@ async fn inspect(
             "warnings": s.warnings,
             "inserted": inserted,
             "attention_balance": attention_balance(t.program()),
+            "pipeline": bubble.as_ref().map(|b| serde_json::json!({
+                "stages": b.stages,
+                "microbatches": b.microbatches,
+                "schedule": t.options().schedule.name(),
+                "formula": b.formula,
+                "modelled": b.modelled,
+            })),
             "program": t.program().to_text(),
         });
         println!("{v}");
@@ -162,6 +170,9 @@ async fn inspect(
     }
     if let Some(b) = attention_balance(t.program()) {
         crate::balance::print(&b, "# ");
+    }
+    if let Some(b) = &bubble {
+        crate::balance::print_bubble(b, t.options().schedule, true, "# ");
     }
     println!(
         "# modelled memory per device: {} of {} B ({})",

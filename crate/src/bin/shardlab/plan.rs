@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use shardlab::exec::Parallel;
 use shardlab::ir::Precision;
-use shardlab::profile::{attention_balance, model_step, OpSource, Placement, Trace};
+use shardlab::profile::{attention_balance, model_step, pipeline_bubble, OpSource, Placement, Trace};
 
 use crate::args::{trainer_options, ModelArgs, ParallelArgs, PrecisionArg};
 
@@ -110,6 +110,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
         }
         v["attention_balance"] =
             serde_json::to_value(attention_balance(&planned.step.program)).map_err(|e| e.to_string())?;
+        if let Some(b) = pipeline_bubble(&planned.step.program, &timeline) {
+            v["pipeline"] = serde_json::to_value(&b).map_err(|e| e.to_string())?;
+            v["pipeline"]["schedule"] = opts.schedule.name().into();
+        }
         println!("{v}");
         return Ok(());
     }
@@ -160,6 +164,9 @@ pub fn run(mut args: Args) -> Result<(), String> {
     }
     if let Some(b) = attention_balance(&planned.step.program) {
         crate::balance::print(&b, "  ");
+    }
+    if let Some(b) = pipeline_bubble(&planned.step.program, &timeline) {
+        crate::balance::print_bubble(&b, opts.schedule, placement == Placement::Real, "  ");
     }
     let b = &p.bytes_per_device;
     let copy = if b.compute_params > 0 {
