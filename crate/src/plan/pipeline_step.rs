@@ -13,7 +13,7 @@
 use super::strategy::{check, p, Schedule};
 use super::{DropoutKey, Mode, PlanError, Strategy};
 use crate::autodiff::grad_with;
-use crate::ir::{Builder, DType, Op, Owner, RngLayout, Role, Stack, ValueId};
+use crate::ir::{Builder, DType, IrError, Op, Owner, RngLayout, Role, Stack, ValueId};
 use crate::model::{block, embed, head, microbatch_rows, param_specs, Activations, GptConfig, Local};
 use crate::model::{MaskBlocks, Optimizer, ParamSpec, Stage, TrainStep};
 use crate::partition::{shard_map, Arg};
@@ -77,16 +77,6 @@ pub(super) fn check_pipeline(
              vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
              collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
              another on every device. Use --mode shard_map, where the body says the schedule"
-                .into(),
-        );
-    }
-    if schedule == Schedule::OneFOneB {
-        return invalid(
-            "--schedule 1f1b".into(),
-            "needs every stage to run the backward of a different microbatch in the same tick (stage s the one \
-             it ran forward 2(pp-1-s) ticks before): in one program for all devices that is a per-device index \
-             into the saved activations, which this engine cannot express yet. Use --schedule gpipe: its bubble \
-             is the same, (pp-1)/(M+pp-1); it holds all M microbatches' activations where 1F1B holds pp"
                 .into(),
         );
     }
@@ -200,8 +190,6 @@ pub(super) fn pipeline_train_step(
                 Held::Stacked(s) => b.reshape(v, &specs[s.first].shape),
             })
             .collect();
-        let tokens = microbatch_rows(b, tokens, m);
-        let targets = microbatch_rows(b, targets, m);
         let local = Local {
             batch: cfg.batch / dp / m,
             stage: Some(Stage {
@@ -215,80 +203,30 @@ pub(super) fn pipeline_train_step(
             }),
             ..Local::of(cfg)
         };
-        let acts = |key: ValueId, j: usize| Activations {
-            params: &view,
-            tokens: tokens[j],
-            targets: targets[j],
+        let x_shape = vec![local.batch, cfg.seq, cfg.d_model];
+        let st = Stages {
+            cfg,
+            stage_cfg: &stage_cfg,
+            view,
+            tokens: microbatch_rows(b, tokens, m),
+            targets: microbatch_rows(b, targets, m),
             key,
             rng_layout,
-            local: local.clone(),
+            local,
+            // One row per stage: 1 on that stage, 0 on the others.
+            on_stage: (0..pp).map(|s| stage_indicator(b, pp, s, &x_shape)).collect(),
+            last: stage_indicator(b, pp, pp - 1, &[]),
+            pp,
+            m,
+            scale: 1.0 / (m * dp) as f32,
         };
-        let x_shape = vec![local.batch, cfg.seq, cfg.d_model];
-        let first = stage_indicator(b, pp, 0, &x_shape);
-        let last = stage_indicator(b, pp, pp - 1, &[]);
-        // Each microbatch enters at the first stage: every device embeds it, and only the
-        // first stage's copy survives the mask (the others' gradient is zero).
-        b.set_owner(Owner::First);
-        let entering: Vec<ValueId> = (0..m)
-            .map(|j| {
-                let x = embed(b, &acts(key, j));
-                b.mul(x, first)
-            })
-            .collect();
-        let forward_ring: Vec<(usize, usize)> = (0..pp - 1).map(|s| (s, s + 1)).collect();
-        let mut received: Option<ValueId> = None;
-        let mut losses = vec![];
-        for t in 0..m + pp - 1 {
-            // Stage s holds microbatch t - s; the first stage takes the next one in (a zero
-            // one once they are all in), the others what the stage before sent.
-            b.set_owner(Owner::Microbatch {
-                base: t as i64,
-                per_stage: -1,
-            });
-            let x = match (received, entering.get(t)) {
-                (Some(r), Some(&e)) => b.add(r, e),
-                (Some(r), None) => r,
-                (None, e) => *e.expect("tick 0 takes the first microbatch in"),
-            };
-            // The one-device run's keys: microbatch (t - s)'s, and each block's own.
-            let key = if m == 1 {
-                key
-            } else {
-                b.fold_in_axis_affine(key, &["pp"], u32::MAX, t as u32)
-            };
-            let a = acts(key, t.min(m - 1));
-            let mut x = x;
-            for l in 0..lp {
-                x = b.checkpoint(cfg.remat.policy(), |b| block(b, &stage_cfg, &a, l, x));
-            }
-            b.set_name(x, &format!("stage_out{t}"));
-            // The last stage finishes microbatch t - (pp - 1): its loss is the one that counts.
-            if let Some(j) = (t + 1).checked_sub(pp) {
-                b.set_owner(Owner::Last);
-                let logits = head(b, &stage_cfg, &acts(key, j), x);
-                let ce = b.cross_entropy(logits, targets[j]);
-                let ce = b.mean(ce);
-                losses.push(b.mul(ce, last));
-            }
-            if t + 1 < m + pp - 1 {
-                // Every stage sends each tick (in the bubble, a zero microbatch).
-                b.set_owner(Owner::Every);
-                received = Some(b.ppermute(x, "pp", &forward_ring));
-            }
-        }
-        b.set_owner(Owner::Last);
-        let total = losses
-            .into_iter()
-            .reduce(|a, l| b.add(a, l))
-            .expect("at least one microbatch");
-        // The step's loss is the mean over microbatches (and "dp" shards): differentiate this
-        // device's share, then sum the gradients over the devices.
-        let local_loss = b.scale(total, 1.0 / m as f32);
-        let scaled = b.scale(total, 1.0 / (m * dp) as f32);
+        let traced = match schedule {
+            Schedule::Gpipe => gpipe(b, &st, params, start)?,
+            Schedule::OneFOneB => one_f_one_b(b, &st, params, &held)?,
+        };
+        marks.0 = traced.forward_end;
         b.set_owner(Owner::Every);
-        marks.0 = b.program().instrs.len();
-        let mut keep = |_: &mut Builder, _: usize, g: ValueId| g;
-        let mut grads = grad_with(b, scaled, params, start, &mut keep)?;
+        let mut grads = traced.grads;
         for (i, g) in grads.iter_mut().enumerate() {
             // A stage's weights are its own; the replicated ones were used by one stage (the
             // embeddings by the first, the head by the last: tied, by both).
@@ -303,6 +241,8 @@ pub(super) fn pipeline_train_step(
             }
             b.set_name(*g, &names[i]);
         }
+        // The step's loss is the mean over the microbatches and the "dp" shards.
+        let local_loss = b.scale(traced.losses, 1.0 / m as f32);
         let loss = b.psum(local_loss, &["pp"]);
         let loss = if has_dp { b.pmean(loss, &["dp"]) } else { loss };
         b.set_name(loss, "loss");
@@ -346,6 +286,311 @@ pub(super) fn pipeline_train_step(
         config: cfg.clone(),
         optimizer: opt,
     })
+}
+
+/// What one stage computes with, shared by the schedules: the model's pieces on this
+/// device's stage, its microbatches and the masks that say which stage a device is.
+struct Stages<'a> {
+    cfg: &'a GptConfig,
+    /// The model with this stage's blocks only (its parameters are `view`).
+    stage_cfg: &'a GptConfig,
+    view: Vec<ValueId>,
+    tokens: Vec<ValueId>,
+    targets: Vec<ValueId>,
+    key: ValueId,
+    rng_layout: RngLayout,
+    local: Local,
+    /// Per stage, 1 on its devices and 0 on the others, (B/M, T, C).
+    on_stage: Vec<ValueId>,
+    /// 1 on the last stage, a scalar.
+    last: ValueId,
+    pp: usize,
+    m: usize,
+    /// 1 / (M * dp): a microbatch's share of the step's mean loss on one device.
+    scale: f32,
+}
+
+/// What a schedule traced: the sum of the microbatches' losses (on the last stage; zero on
+/// the others), each parameter's gradient on this device (before the sums over devices), and
+/// where the first backward work began.
+struct Traced {
+    losses: ValueId,
+    grads: Vec<ValueId>,
+    forward_end: usize,
+}
+
+impl Stages<'_> {
+    fn acts(&self, key: ValueId, j: usize) -> Activations<'_> {
+        Activations {
+            params: &self.view,
+            tokens: self.tokens[j],
+            targets: self.targets[j],
+            key,
+            rng_layout: self.rng_layout,
+            local: self.local.clone(),
+        }
+    }
+
+    /// The one-device run's key for the microbatch stage s holds, `base + per_stage * s`
+    /// (folded in only when there are several, as the one-device run does).
+    fn microbatch_key(&self, b: &mut Builder, base: i64, per_stage: i64) -> ValueId {
+        if self.m == 1 {
+            return self.key;
+        }
+        // u32 arithmetic, as jnp.uint32 wraps: a bubble's negative microbatch is some key.
+        b.fold_in_axis_affine(self.key, &["pp"], per_stage as u32, base as u32)
+    }
+
+    /// The stage's blocks on `x`, with the dropout keys of microbatch `key`.
+    fn run(&self, b: &mut Builder, x: ValueId, key: ValueId) -> ValueId {
+        let a = self.acts(key, 0);
+        let mut x = x;
+        for l in 0..self.stage_cfg.layers {
+            x = b.checkpoint(self.cfg.remat.policy(), |b| block(b, self.stage_cfg, &a, l, x));
+        }
+        x
+    }
+
+    /// Microbatch `j` entering the pipeline: every device embeds it, and only the first
+    /// stage's copy survives the mask (the others' gradient is zero).
+    fn enter(&self, b: &mut Builder, j: usize) -> ValueId {
+        let before = b.set_owner(Owner::First);
+        let x = embed(b, &self.acts(self.key, j));
+        let x = b.mul(x, self.on_stage[0]);
+        b.set_owner(before);
+        x
+    }
+
+    /// Microbatch `j`'s mean loss from the last stage's output `y` (zero on other stages).
+    fn loss(&self, b: &mut Builder, y: ValueId, j: usize) -> ValueId {
+        let before = b.set_owner(Owner::Last);
+        let logits = head(b, self.stage_cfg, &self.acts(self.key, j), y);
+        let ce = b.cross_entropy(logits, self.targets[j]);
+        let ce = b.mean(ce);
+        let l = b.mul(ce, self.last);
+        b.set_owner(before);
+        l
+    }
+
+    /// `sum(y * ct)`: a scalar whose gradient through `y` is the cotangent `ct` (made before
+    /// the instructions it is differentiated over, so a constant to them): jax.vjp's pullback
+    /// as a gradient.
+    fn pullback(&self, b: &mut Builder, y: ValueId, ct: ValueId) -> ValueId {
+        let rank = b.shape(y).len();
+        let p = b.mul(y, ct);
+        b.sum(p, &(0..rank).collect::<Vec<_>>())
+    }
+}
+
+fn keep(_: &mut Builder, _: usize, g: ValueId) -> ValueId {
+    g
+}
+
+/// GPipe: tick t runs microbatch t - s on stage s, forward only; the backward is autodiff's
+/// over the whole loop (every forward, then every backward, ticks in reverse), so a stage
+/// holds every tick's activations until its backward.
+fn gpipe(b: &mut Builder, st: &Stages, params: &[ValueId], start: usize) -> Result<Traced, IrError> {
+    let (m, pp) = (st.m, st.pp);
+    let entering: Vec<ValueId> = (0..m).map(|j| st.enter(b, j)).collect();
+    let forward_ring: Vec<(usize, usize)> = (0..pp - 1).map(|s| (s, s + 1)).collect();
+    let mut received: Option<ValueId> = None;
+    let mut losses = vec![];
+    for t in 0..m + pp - 1 {
+        // Stage s holds microbatch t - s; the first stage takes the next one in (a zero one
+        // once they are all in), the others what the stage before sent.
+        b.set_owner(Owner::Microbatch {
+            base: t as i64,
+            per_stage: -1,
+        });
+        let x = match (received, entering.get(t)) {
+            (Some(r), Some(&e)) => b.add(r, e),
+            (Some(r), None) => r,
+            (None, e) => *e.expect("tick 0 takes the first microbatch in"),
+        };
+        let key = st.microbatch_key(b, t as i64, -1);
+        let y = st.run(b, x, key);
+        b.set_name(y, &format!("stage_out{t}"));
+        // The last stage finishes microbatch t - (pp - 1): its loss is the one that counts.
+        if let Some(j) = (t + 1).checked_sub(pp) {
+            losses.push(st.loss(b, y, j));
+        }
+        if t + 1 < m + pp - 1 {
+            // Every stage sends each tick (in the bubble, a zero microbatch).
+            b.set_owner(Owner::Every);
+            received = Some(b.ppermute(y, "pp", &forward_ring));
+        }
+    }
+    b.set_owner(Owner::Last);
+    let total = sum_all(b, losses);
+    let scaled = b.scale(total, st.scale);
+    b.set_owner(Owner::Every);
+    let forward_end = b.program().instrs.len();
+    let grads = grad_with(b, scaled, params, start, &mut keep)?;
+    Ok(Traced {
+        losses: total,
+        grads,
+        forward_end,
+    })
+}
+
+/// 1F1B in lockstep: tick t runs a forward slot (stage s on microbatch t - s, as GPipe) and,
+/// once the first microbatch reached the last stage, a backward slot (stage s on microbatch
+/// t - 2(pp-1) + s: the last stage backs the one it just finished, each stage before it a tick
+/// later, as the cotangents travel back by ppermute). Every device runs one program, so the
+/// backward slot cannot read activations saved at a different tick on each stage: each stage
+/// keeps its microbatches' inputs (at most 2(pp-1-s)+1 of them) and recomputes its forward
+/// from the input before the pullback (what jax.checkpoint around a stage does). A stage holds
+/// those inputs and one microbatch's activations, however many microbatches there are.
+fn one_f_one_b(b: &mut Builder, st: &Stages, params: &[ValueId], held: &[Held]) -> Result<Traced, IrError> {
+    let (m, pp) = (st.m, st.pp);
+    let ticks = m + 2 * (pp - 1);
+    let forward_ring: Vec<(usize, usize)> = (0..pp - 1).map(|s| (s, s + 1)).collect();
+    let backward_ring: Vec<(usize, usize)> = (0..pp - 1).map(|s| (s + 1, s)).collect();
+    // Which inputs each pullback differentiates: the stage's blocks, the head (the final layer
+    // norm, the head and, tied, wte), the embeddings.
+    let stage_params: Vec<usize> = (0..held.len())
+        .filter(|&i| matches!(held[i], Held::Stacked(_)))
+        .collect();
+    let tail = held.len() - (2 + if st.cfg.tied { 0 } else { 1 });
+    let mut head_params: Vec<usize> = (tail..held.len()).collect();
+    if st.cfg.tied {
+        head_params.push(0);
+    }
+    let mut sums: Vec<Option<ValueId>> = vec![None; held.len()];
+    let mut accumulate = |b: &mut Builder, i: usize, g: ValueId| {
+        let g = b.reshape(g, &b.shape(params[i]));
+        sums[i] = Some(match sums[i] {
+            Some(prev) => b.add(prev, g),
+            None => g,
+        });
+    };
+    let mut inputs: Vec<ValueId> = vec![];
+    let (mut received, mut returned): (Option<ValueId>, Option<ValueId>) = (None, None);
+    let mut losses = vec![];
+    let mut forward_end = None;
+    for t in 0..ticks {
+        // Forward slot.
+        let mut head_ct = None;
+        if t < m + pp - 1 {
+            b.set_owner(Owner::Microbatch {
+                base: t as i64,
+                per_stage: -1,
+            });
+            let entering = (t < m).then(|| st.enter(b, t));
+            let x = match (received, entering) {
+                (Some(r), Some(e)) => b.add(r, e),
+                (Some(r), None) => r,
+                (None, e) => e.expect("tick 0 takes the first microbatch in"),
+            };
+            inputs.push(x);
+            let key = st.microbatch_key(b, t as i64, -1);
+            let y = st.run(b, x, key);
+            b.set_name(y, &format!("stage_out{t}"));
+            if let Some(j) = (t + 1).checked_sub(pp) {
+                // The last stage's loss, and at once its pullback to the stage's output.
+                let at = b.program().instrs.len();
+                let l = st.loss(b, y, j);
+                losses.push(l);
+                b.set_owner(Owner::Last);
+                let scaled = b.scale(l, st.scale);
+                let wrt: Vec<ValueId> = std::iter::once(y)
+                    .chain(head_params.iter().map(|&i| st.view[i]))
+                    .collect();
+                let g = grad_with(b, scaled, &wrt, at, &mut keep)?;
+                head_ct = Some(g[0]);
+                for (k, &i) in head_params.iter().enumerate() {
+                    accumulate(b, i, g[k + 1]);
+                }
+            }
+            if t + 1 < m + pp - 1 {
+                b.set_owner(Owner::Every);
+                received = Some(b.ppermute(y, "pp", &forward_ring));
+            }
+        }
+        // Backward slot.
+        if t + 1 < pp {
+            continue;
+        }
+        let base = t as i64 - 2 * (pp as i64 - 1);
+        b.set_owner(Owner::Microbatch { base, per_stage: 1 });
+        forward_end.get_or_insert(b.program().instrs.len());
+        // Each stage's input of the microbatch it backs: it ran it forward 2(pp-1-s) ticks ago.
+        let mut saved = None;
+        for s in 0..pp {
+            let Some(&x) = t.checked_sub(2 * (pp - 1 - s)).and_then(|at| inputs.get(at)) else {
+                continue;
+            };
+            let mine = b.mul(x, st.on_stage[s]);
+            saved = Some(match saved {
+                Some(prev) => b.add(prev, mine),
+                None => mine,
+            });
+        }
+        let saved = saved.expect("the last stage backs this tick's microbatch, or a stage before it an earlier one");
+        let ct = match (returned, head_ct) {
+            (Some(r), Some(h)) => b.add(r, h),
+            (Some(r), None) => r,
+            (None, Some(h)) => h,
+            (None, None) => unreachable!("the first backward slot starts at the last stage's first loss"),
+        };
+        let at = b.program().instrs.len();
+        let key = st.microbatch_key(b, base, 1);
+        let y = st.run(b, saved, key);
+        let l = st.pullback(b, y, ct);
+        let wrt: Vec<ValueId> = std::iter::once(saved)
+            .chain(stage_params.iter().map(|&i| st.view[i]))
+            .collect();
+        let g = grad_with(b, l, &wrt, at, &mut keep)?;
+        for (k, &i) in stage_params.iter().enumerate() {
+            accumulate(b, i, g[k + 1]);
+        }
+        let dx = g[0];
+        // The first stage's input cotangent is its microbatch's embedding's.
+        if let Ok(j) = usize::try_from(base) {
+            if j < m {
+                b.set_owner(Owner::First);
+                let at = b.program().instrs.len();
+                let e = st.enter(b, j);
+                let l = st.pullback(b, e, dx);
+                let g = grad_with(b, l, &[st.view[0], st.view[1]], at, &mut keep)?;
+                accumulate(b, 0, g[0]);
+                accumulate(b, 1, g[1]);
+            }
+        }
+        if t + 1 < ticks {
+            b.set_owner(Owner::Every);
+            returned = Some(b.ppermute(dx, "pp", &backward_ring));
+        }
+    }
+    b.set_owner(Owner::Last);
+    let total = sum_all(b, losses);
+    b.set_owner(Owner::Every);
+    let grads = sums
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            g.unwrap_or_else(|| {
+                b.emit1(
+                    Op::Full {
+                        shape: b.shape(params[i]),
+                        value: 0.0,
+                    },
+                    &[],
+                )
+            })
+        })
+        .collect();
+    Ok(Traced {
+        losses: total,
+        grads,
+        forward_end: forward_end.unwrap_or(b.program().instrs.len()),
+    })
+}
+
+fn sum_all(b: &mut Builder, xs: Vec<ValueId>) -> ValueId {
+    xs.into_iter()
+        .reduce(|a, x| b.add(a, x))
+        .expect("at least one microbatch")
 }
 
 /// What one program input holds: a parameter whole, or a stack of the stages' copies of one.

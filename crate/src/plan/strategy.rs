@@ -172,7 +172,9 @@ pub enum Schedule {
     #[default]
     Gpipe,
     /// 1F1B (PipeDream-flush, Narayanan et al., 2021): after a warm-up, one forward then one
-    /// backward; a stage holds at most pp microbatches' activations.
+    /// backward. Run in lockstep by one program for all devices, each backward recomputes its
+    /// stage's forward from the saved input, so a stage holds the inputs of the microbatches in
+    /// flight (at most 2pp - 1) and one microbatch's activations, however large M is.
     #[serde(rename = "1f1b")]
     OneFOneB,
 }

@@ -45,19 +45,23 @@ fn options(cfg: GptConfig, parallel: Parallel, microbatches: usize) -> TrainerOp
     }
 }
 
-/// Holds each pipelined run to the one-device run with the same microbatches: 3 steps' losses
-/// and the parameters after them, within 1e-5.
+/// Holds each pipelined run, under both schedules, to the one-device run with the same
+/// microbatches: 3 steps' losses and the parameters after them, within 1e-5.
 fn check(backend: &Backend, cfg: &GptConfig, cases: &[(Strategy, &str, usize)]) {
-    for &(strategy, mesh, m) in cases {
+    for (&(strategy, mesh, m), schedule) in cases.iter().flat_map(|c| Schedule::ALL.map(|s| (c, s))) {
         let (want_losses, want_params) =
             shardlab_tests::train_steps(backend, options(cfg.clone(), Parallel::None, m), 3);
         let what = format!(
-            "{} on {mesh}, {m} microbatches, dropout {}",
+            "{} {} on {mesh}, {m} microbatches, dropout {}",
             strategy.name(),
+            schedule.name(),
             cfg.dropout
         );
-        let (losses, params) =
-            shardlab_tests::train_steps(backend, options(cfg.clone(), pipeline(strategy, mesh), m), 3);
+        let opts = TrainerOptions {
+            schedule,
+            ..options(cfg.clone(), pipeline(strategy, mesh), m)
+        };
+        let (losses, params) = shardlab_tests::train_steps(backend, opts, 3);
         for (s, (a, b)) in losses.iter().zip(&want_losses).enumerate() {
             assert!((a - b).abs() <= 1e-5, "{what}: loss {s}: {a} vs one device {b}");
         }
@@ -130,19 +134,38 @@ fn the_bubble_is_the_fill_and_drain_of_the_formula() {
     }
 }
 
-#[test]
-fn gpipe_holds_every_microbatch_so_memory_grows_with_them() {
-    // Same microbatch size, twice the microbatches: GPipe keeps all their activations.
-    let peak = |batch: usize, m: usize| {
-        let cfg = GptConfig {
-            batch,
-            ..config(4, 0.0)
-        };
-        let planned = build(&options(cfg, pipeline(Strategy::Pp, "pp=2"), m)).unwrap();
-        MemoryPlan::of(&planned.step.program).unwrap().activations
+/// The activation peak per device with `m` microbatches of 2 rows each.
+fn activation_peak(schedule: Schedule, m: usize) -> u64 {
+    let cfg = GptConfig {
+        batch: 2 * m,
+        d_model: 64,
+        seq: 32,
+        ..config(4, 0.0)
     };
-    let (two, four) = (peak(4, 2), peak(8, 4));
-    assert!(four as f64 > 1.6 * two as f64, "M=4 holds {four} B, M=2 {two} B");
+    let opts = TrainerOptions {
+        schedule,
+        ..options(cfg, pipeline(Strategy::Pp, "pp=2"), m)
+    };
+    MemoryPlan::of(&build(&opts).unwrap().step.program).unwrap().activations
+}
+
+#[test]
+fn gpipe_holds_every_microbatch_and_1f1b_a_bounded_few() {
+    let gpipe: Vec<u64> = [2, 4, 8].map(|m| activation_peak(Schedule::Gpipe, m)).to_vec();
+    let one: Vec<u64> = [2, 4, 8].map(|m| activation_peak(Schedule::OneFOneB, m)).to_vec();
+    // GPipe keeps every tick's activations for the backward: twice the microbatches, nearly
+    // twice the bytes.
+    assert!(
+        gpipe[2] as f64 > 1.6 * gpipe[1] as f64 && gpipe[1] as f64 > 1.4 * gpipe[0] as f64,
+        "GPipe's peaks for M = 2, 4, 8: {gpipe:?}"
+    );
+    // 1F1B holds the inputs of the microbatches in flight and one microbatch's activations:
+    // the same for any M.
+    assert!(
+        one[2] as f64 <= 1.1 * one[0] as f64,
+        "1F1B's peaks for M = 2, 4, 8: {one:?}"
+    );
+    assert!(one[2] * 3 < gpipe[2], "M = 8: 1F1B {} B, GPipe {} B", one[2], gpipe[2]);
 }
 
 #[test]
@@ -173,16 +196,14 @@ fn pipeline_settings_it_cannot_run_are_refused_naming_the_fix() {
         e.contains("collective-permute") && e.contains("--mode shard_map"),
         "{e}"
     );
-    let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "pp=2"), 2, Schedule::OneFOneB);
-    assert!(e.contains("--schedule gpipe"), "{e}");
     let e = refuse(config(4, 0.0), pipeline(Strategy::Dp, "dp=2"), 2, Schedule::OneFOneB);
     assert!(e.contains("--strategy pp or dp_pp"), "{e}");
     let e = refuse(config(4, 0.0), Parallel::None, 2, Schedule::OneFOneB);
     assert!(e.contains("--strategy pp or dp_pp"), "{e}");
 }
 
-/// A stage's idle share of the modelled step on real devices, with `m` microbatches.
-fn modelled_idle(pp: usize, m: usize) -> (f64, Vec<f64>) {
+/// Each stage's idle milliseconds on the modelled step on real devices, and the step's.
+fn modelled_idle(schedule: Schedule, pp: usize, m: usize) -> (Vec<f64>, f64) {
     use shardlab::profile::{h100, model_step, Placement, IDLE};
     // Blocks dominate (8 wide ones, a small vocabulary), as in a model worth pipelining: their
     // work, not launches, sets each tick's length.
@@ -195,29 +216,49 @@ fn modelled_idle(pp: usize, m: usize) -> (f64, Vec<f64>) {
         vocab: 64,
         ..config(8, 0.0)
     };
-    let planned = build(&options(cfg, pipeline(Strategy::Pp, &format!("pp={pp}")), m)).unwrap();
+    let opts = TrainerOptions {
+        schedule,
+        ..options(cfg, pipeline(Strategy::Pp, &format!("pp={pp}")), m)
+    };
+    let planned = build(&opts).unwrap();
     let (_, timeline) = model_step(&planned.step.program, &h100(), Placement::Real, true);
-    let idle: Vec<f64> = (0..pp)
-        .map(|d| timeline.device_breakdown_ms(d)[IDLE] / timeline.step_ms)
-        .collect();
-    (Schedule::Gpipe.bubble_fraction(pp, m), idle)
+    let idle = (0..pp).map(|d| timeline.device_breakdown_ms(d)[IDLE]).collect();
+    (idle, timeline.step_ms)
 }
 
 #[test]
 fn the_modelled_timeline_idles_each_stage_for_the_bubble_and_more_microbatches_shrink_it() {
-    let mut last = 1.0;
+    let (mut last_gpipe, mut last_1f1b) = (1.0, 1.0);
     for m in [2, 4, 8] {
-        let (want, idle) = modelled_idle(4, m);
-        for (s, got) in idle.iter().enumerate() {
+        let want = Schedule::Gpipe.bubble_fraction(4, m);
+        let (gpipe, step) = modelled_idle(Schedule::Gpipe, 4, m);
+        for (s, idle) in gpipe.iter().enumerate() {
             // The stages' own work is the same but for the embedding (first) and head (last),
             // and the gradients' reductions and the update, which no stage idles through.
+            let got = idle / step;
             assert!(
                 (got - want).abs() <= 0.1 * want + 0.02,
-                "M={m}: stage {s} idles {got:.3} of the step, the formula says {want:.3}"
+                "GPipe, M={m}: stage {s} idles {got:.3} of the step, the formula says {want:.3}"
             );
         }
-        let mean = idle.iter().sum::<f64>() / idle.len() as f64;
-        assert!(mean < last, "M={m}: idle {mean:.3} did not shrink from {last:.3}");
-        last = mean;
+        // 1F1B's bubble is GPipe's: the same fill and drain, in time. (Its step is longer by
+        // each backward slot's recompute, so the same idle is a smaller share of it.)
+        let (one, one_step) = modelled_idle(Schedule::OneFOneB, 4, m);
+        for (s, (a, b)) in one.iter().zip(&gpipe).enumerate() {
+            assert!(
+                (a - b).abs() <= 0.15 * b,
+                "M={m}: stage {s} idles {a:.3} ms under 1F1B, {b:.3} ms under GPipe"
+            );
+        }
+        let (g, o) = (mean(&gpipe) / step, mean(&one) / one_step);
+        assert!(
+            g < last_gpipe && o < last_1f1b,
+            "M={m}: idle shares {g:.3}, {o:.3} did not shrink"
+        );
+        (last_gpipe, last_1f1b) = (g, o);
     }
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len() as f64
 }

@@ -119,7 +119,9 @@ fn strategy_help(s: Strategy) -> &'static str {
 fn schedule_help(s: Schedule) -> &'static str {
     match s {
         Schedule::Gpipe => "Every microbatch's forward, then every backward (holds M microbatches' activations)",
-        Schedule::OneFOneB => "One forward, one backward after a warm-up (holds at most pp microbatches')",
+        Schedule::OneFOneB => {
+            "One forward, one backward after a warm-up (holds the inputs in flight, recomputes the stage)"
+        }
     }
 }
 
