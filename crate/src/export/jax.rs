@@ -13,6 +13,7 @@ const MODEL: &str = include_str!("model.py");
 const SINGLE: &str = include_str!("single.py");
 const AUTO: &str = include_str!("auto.py");
 const SHARD_MAP: &str = include_str!("shard_map.py");
+const PIPELINE: &str = include_str!("pipeline.py");
 const MAIN: &str = include_str!("main.py");
 
 /// A standalone Python script that runs `steps` updates of the experiment `opts` describes
@@ -38,6 +39,18 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     let state = state_layouts(opts, &program, &names);
     let mode = match &opts.parallel {
         Parallel::None => SINGLE.to_string(),
+        Parallel::ShardMap { strategy, .. } if strategy.is_pipeline() => PIPELINE
+            .replace("{{STRATEGY}}", strategy.name())
+            .replace("{{STRATEGY_DOC}}", strategy_doc(*strategy))
+            .replace(
+                "{{DP_AXIS}}",
+                if strategy.axes().contains(&"dp") {
+                    "\"dp\""
+                } else {
+                    "None"
+                },
+            )
+            .replace("{{SCHEDULE}}", &format!("\"{}\"", opts.schedule.name())),
         Parallel::ShardMap {
             strategy, dropout_key, ..
         } => shard_map_section(&program, &names, &state, *strategy, *dropout_key, opts.cp_order),
@@ -386,7 +399,41 @@ fn shard_map_section(
             "None".into()
         }
     };
-    let doc = match strategy {
+    let doc = strategy_doc(strategy);
+    let key = match dropout_key {
+        DropoutKey::Same => "\"same\"",
+        DropoutKey::FoldIn => "\"fold_in\"",
+    };
+    let seq_split = strategy.seq_axis().is_some();
+    let batch_spec = input_spec(program, Role::Tokens);
+    SHARD_MAP
+        .replace("{{STRATEGY}}", strategy.name())
+        .replace("{{SP}}", if strategy == Strategy::TpSp { "True" } else { "False" })
+        .replace("{{CP_AXIS}}", &axis("cp"))
+        .replace("{{CP_ORDER}}", &format!("\"{}\"", cp_order.name()))
+        .replace(
+            "{{BATCH_SPEC}}",
+            &if seq_split || strategy.axes().contains(&"dp") {
+                py_spec(&batch_spec)
+            } else {
+                "P()".into()
+            },
+        )
+        .replace("{{STRATEGY_DOC}}", doc)
+        .replace("{{PARAM_LAYOUT}}", &layout)
+        .replace("{{STATE_LAYOUT}}", &state_layout)
+        .replace(
+            "{{GRADIENTS_SPLIT}}",
+            if strategy == Strategy::Zero2 { "True" } else { "False" },
+        )
+        .replace("{{DP_AXIS}}", &axis("dp"))
+        .replace("{{TP_AXIS}}", &axis("tp"))
+        .replace("{{DROPOUT_KEY}}", key)
+}
+
+/// The comment line a shard_map section opens with: what the strategy does.
+fn strategy_doc(strategy: Strategy) -> &'static str {
+    match strategy {
         Strategy::Dp => "parameters replicated, the batch split over \"dp\",\n# gradients all-reduced (psum).",
         Strategy::Fsdp => {
             "parameters and optimizer state split over \"dp\" (ZeRO-3):\n# all_gather before use, \
@@ -419,36 +466,7 @@ fn shard_map_section(
              microbatches passed stage to stage by ppermute."
         }
         Strategy::DpPp => "dp and pipeline parallelism together on the 2-D mesh {dp, pp}.",
-    };
-    let key = match dropout_key {
-        DropoutKey::Same => "\"same\"",
-        DropoutKey::FoldIn => "\"fold_in\"",
-    };
-    let seq_split = strategy.seq_axis().is_some();
-    let batch_spec = input_spec(program, Role::Tokens);
-    SHARD_MAP
-        .replace("{{STRATEGY}}", strategy.name())
-        .replace("{{SP}}", if strategy == Strategy::TpSp { "True" } else { "False" })
-        .replace("{{CP_AXIS}}", &axis("cp"))
-        .replace("{{CP_ORDER}}", &format!("\"{}\"", cp_order.name()))
-        .replace(
-            "{{BATCH_SPEC}}",
-            &if seq_split || strategy.axes().contains(&"dp") {
-                py_spec(&batch_spec)
-            } else {
-                "P()".into()
-            },
-        )
-        .replace("{{STRATEGY_DOC}}", doc)
-        .replace("{{PARAM_LAYOUT}}", &layout)
-        .replace("{{STATE_LAYOUT}}", &state_layout)
-        .replace(
-            "{{GRADIENTS_SPLIT}}",
-            if strategy == Strategy::Zero2 { "True" } else { "False" },
-        )
-        .replace("{{DP_AXIS}}", &axis("dp"))
-        .replace("{{TP_AXIS}}", &axis("tp"))
-        .replace("{{DROPOUT_KEY}}", key)
+    }
 }
 
 /// The in_sharding of the `tokens` or `targets` input.

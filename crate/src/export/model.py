@@ -160,7 +160,10 @@ def gelu(x):
 # How a shard_map body splits the step; None on one device and under jit (shapes are global).
 # tp: Megatron's axis; sp: sequence parallelism over it; cp: context parallelism's axis; dp:
 # the batch's axis; order: how cp lays the sequence's blocks on its ring (contiguous, zigzag).
-Split = collections.namedtuple("Split", "tp sp cp dp order", defaults=(None, False, None, None, "contiguous"))
+# blocks: every mask is the device's block of the one-device run's (a pipeline under "dp").
+Split = collections.namedtuple(
+    "Split", "tp sp cp dp order blocks", defaults=(None, False, None, None, "contiguous", False)
+)
 
 
 def seq_axis(split):
@@ -220,7 +223,7 @@ def dropout(x, key, site, split=None, heads=False):
         return x
     keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
     site_key = jax.random.fold_in(key, site)
-    if seq_axis(split) is None:
+    if seq_axis(split) is None and not (split is not None and split.blocks):
         keep = jax.random.bernoulli(site_key, keep_prob, x.shape)
     else:
         keep = keep_of_bits(block_bits(site_key, x.shape, split, heads))

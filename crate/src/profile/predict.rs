@@ -162,7 +162,11 @@ fn priced_step(
             one
         }
     } else {
-        schedule(&work, overlap).expect("an SPMD program schedules")
+        // A pipeline's stages differ, its "dp" replicas of a stage do not: one row per stage.
+        let (classes, of) = work.classes();
+        let rows = schedule(&classes, overlap).expect("an SPMD program schedules");
+        let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
+        rows.by_class(&of, &labels)
     };
     timeline.comm_stream = placement == Placement::Real;
     timeline.device = match placement {

@@ -98,6 +98,49 @@ impl StepWork {
     }
 }
 
+impl StepWork {
+    /// One row per distinct task list (devices sharing an `Arc`: a pipeline stage's over "dp"),
+    /// the lowest device of each, with every grouping cut down to those rows; and per device,
+    /// its row. Devices that share tasks meet every collective together and so run the same
+    /// timeline: scheduling one of them schedules all. Valid where the devices that share
+    /// tasks differ only along axes whose collectives group them with each other, as the
+    /// mesh's axes do for a pipeline's stages.
+    pub fn classes(&self) -> (StepWork, Vec<usize>) {
+        let mut reps: Vec<usize> = vec![];
+        let mut of = vec![];
+        for (d, dev) in self.devices.iter().enumerate() {
+            match reps
+                .iter()
+                .position(|&r| Arc::ptr_eq(&self.devices[r].tasks, &dev.tasks))
+            {
+                Some(c) => of.push(c),
+                None => {
+                    of.push(reps.len());
+                    reps.push(d);
+                }
+            }
+        }
+        let row_of = |d: usize| reps.iter().position(|&r| r == d);
+        let groupings = self
+            .groupings
+            .iter()
+            .map(|groups| {
+                groups
+                    .iter()
+                    .map(|g| g.iter().filter_map(|&d| row_of(d)).collect::<Vec<_>>())
+                    .filter(|g| !g.is_empty())
+                    .collect()
+            })
+            .collect();
+        let work = StepWork {
+            devices: reps.iter().map(|&r| self.devices[r].clone()).collect(),
+            groupings,
+            step_s: self.step_s,
+        };
+        (work, of)
+    }
+}
+
 /// What a span of a track is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -191,6 +234,21 @@ impl Timeline {
 
     /// The timeline of an SPMD step from its representative row's
     /// ([`StepWork::representative`]): that row once per label.
+    /// The rows of `classes` ([`StepWork::classes`]) laid out for every device: device d gets
+    /// row `of[d]`, under its own label.
+    pub fn by_class(mut self, of: &[usize], labels: &[String]) -> Timeline {
+        let rows = std::mem::take(&mut self.devices);
+        self.devices = of
+            .iter()
+            .zip(labels)
+            .map(|(&c, label)| DeviceTimeline {
+                label: label.clone(),
+                ..rows[c].clone()
+            })
+            .collect();
+        self
+    }
+
     pub fn replicated(mut self, labels: &[String]) -> Timeline {
         let Some(row) = self.devices.first().cloned() else {
             return self;
