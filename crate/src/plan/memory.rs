@@ -297,7 +297,7 @@ impl MemoryPlan {
                 }
             }
             pinned[v.index()] = true;
-            plan.push(prog, *v, b);
+            plan.push(prog, *v, b, "input");
         }
         let last = prog.last_uses();
         // Bits fused attention draws in its kernels: no buffer holds them.
@@ -323,7 +323,7 @@ impl MemoryPlan {
                         Some(p) => gradient_bytes[p] = gradient_bytes[p].max(b),
                         None => rest = add(rest, b)?,
                     }
-                    plan.push(prog, *o, b);
+                    plan.push(prog, *o, b, ins.op.name());
                 }
             }
             peak = peak.max(live);
@@ -349,9 +349,10 @@ impl MemoryPlan {
         Ok(plan)
     }
 
-    fn push(&mut self, prog: &Program, v: ValueId, bytes: u64) {
+    /// Records value `v`, made by an op named `made_by` (`input` for an input).
+    fn push(&mut self, prog: &Program, v: ValueId, bytes: u64, made_by: &str) {
         let t = TensorBytes {
-            name: value_name(prog, v),
+            name: prog.info(v).name.clone().unwrap_or_else(|| format!("{v} ({made_by})")),
             shape: prog.shape(v).to_vec(),
             bytes,
         };

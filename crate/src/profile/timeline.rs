@@ -271,7 +271,11 @@ impl Timeline {
         for d in &self.devices {
             for c in d.comm.iter().filter(|c| c.instr.is_some_and(&which)) {
                 total += c.dur_ms;
-                for s in d.compute.iter().filter(|s| s.kind == SpanKind::Op) {
+                // The compute track is in time order: only its spans from the first that ends
+                // after the collective starts, to the last that starts before it ends.
+                let from = d.compute.partition_point(|s| s.end_ms() <= c.start_ms);
+                let during = d.compute[from..].iter().take_while(|s| s.start_ms < c.end_ms());
+                for s in during.filter(|s| s.kind == SpanKind::Op) {
                     let overlap = c.end_ms().min(s.end_ms()) - c.start_ms.max(s.start_ms);
                     // Spans that only touch differ by rounding: no overlap.
                     if overlap > 1e-9 {
@@ -406,15 +410,23 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
         Placement::Simulated => None,
     };
     let per_device: Option<Vec<Arc<[Task]>>> = shares.map(|shares| {
+        // Devices with the same shares (the "dp" replicas of a ring position) share one
+        // list, so the schedule runs one row for them all.
+        let mut made: Vec<(Vec<(usize, f64)>, Arc<[Task]>)> = vec![];
         shares
             .into_iter()
             .map(|own| {
+                if let Some((_, t)) = made.iter().find(|(s, _)| *s == own) {
+                    return t.clone();
+                }
                 let mut t = tasks.clone();
-                for (i, share) in own {
+                for &(i, share) in &own {
                     // One task per instruction, in order.
                     t[i].work_s *= share;
                 }
-                t.into()
+                let t: Arc<[Task]> = t.into();
+                made.push((own, t.clone()));
+                t
             })
             .collect()
     });

@@ -44,15 +44,21 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     if opts.microbatches > 1 {
         parts.push(format!("--microbatches {}", opts.microbatches));
     }
+    if opts.parallel.strategy().is_some_and(|s| s.is_pipeline()) {
+        parts.push(format!("--schedule {}", opts.schedule.name()));
+    }
     parts.join(" ")
 }
 
 /// A configuration in a few words, as lists name it: `shard_map dp dp=4 remat none`.
 pub fn describe(opts: &TrainerOptions) -> String {
-    let remat = match opts.microbatches {
+    let mut remat = match opts.microbatches {
         1 => opts.config.remat.name().to_string(),
         k => format!("{} microbatches {k}", opts.config.remat.name()),
     };
+    if opts.parallel.strategy().is_some_and(|s| s.is_pipeline()) {
+        remat = format!("{remat} {}", opts.schedule.name());
+    }
     match &opts.parallel {
         Parallel::None => format!("single remat {remat}"),
         Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => format!(

@@ -26,8 +26,11 @@ pub struct Ranked {
     /// As `--mesh` takes it.
     pub mesh: String,
     pub remat: &'static str,
-    /// Gradient accumulation's microbatches: the fewest that fit (1 where the whole batch fits).
+    /// Gradient accumulation's microbatches: the fewest that fit (1 where the whole batch fits);
+    /// a pipeline's, as its lever chose them.
     pub microbatches: usize,
+    /// A pipeline's schedule (`gpipe`, `1f1b`); None for other strategies.
+    pub schedule: Option<&'static str>,
     pub step_ms: f64,
     pub bytes_per_device: DeviceBytes,
     /// What bounds most of its step: compute, memory, communication, bubble or launch.
@@ -134,6 +137,11 @@ pub fn search(
             mesh,
             remat: opts.config.remat.name(),
             microbatches: opts.microbatches,
+            schedule: opts
+                .parallel
+                .strategy()
+                .filter(|s| s.is_pipeline())
+                .map(|_| opts.schedule.name()),
             step_ms: p.step_ms,
             bytes_per_device: p.bytes_per_device,
             limiting: p.limiting,

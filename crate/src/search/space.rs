@@ -1,7 +1,7 @@
 //! The search space: every way to run one model on N devices that shardlab can plan, as the
 //! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
 use crate::model::Remat;
-use crate::plan::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
+use crate::plan::{DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
 use crate::sharding::Mesh;
 
 /// One lever of the search: its name (as a plan states what it assumes) and every variant of
@@ -15,7 +15,7 @@ pub struct Lever {
 /// lever is varied by the next). A new strategy joins through `Strategy::ALL` (its mesh axes
 /// from `Strategy::axes`); a new lever, such as gradient accumulation's microbatches or a
 /// pipeline schedule, by one entry here.
-pub const LEVERS: [Lever; 3] = [
+pub const LEVERS: [Lever; 4] = [
     Lever {
         name: "strategy and mesh",
         vary: strategies_and_meshes,
@@ -27,6 +27,10 @@ pub const LEVERS: [Lever; 3] = [
     Lever {
         name: "remat",
         vary: remats,
+    },
+    Lever {
+        name: "pipeline schedule and microbatches",
+        vary: pipelines,
     },
 ];
 
@@ -59,8 +63,14 @@ pub fn mesh_shapes(axes: &[&str], n: usize) -> Vec<Mesh> {
     shapes.iter().filter_map(|s| Mesh::parse(&text(s)).ok()).collect()
 }
 
+/// The longest context-parallel ring the search tries: the longest of published runs (Llama 3
+/// 405B's 128K-token stage, cp=16, Dubey et al. 2024). Each device of a causal ring does
+/// different attention work, so pricing one schedules every device's row; rings of 32 and
+/// more would take the search past its 10 s for no run anyone makes.
+pub const MAX_RING: usize = 16;
+
 /// On one device the step unpartitioned; on more, each strategy on each mesh of its axes
-/// (in shard_map mode; [`modes`] adds automatic).
+/// (in shard_map mode; [`modes`] adds automatic), rings of at most [`MAX_RING`].
 fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
     if devices <= 1 {
         return vec![TrainerOptions {
@@ -73,12 +83,20 @@ fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOp
         .flat_map(|strategy| {
             mesh_shapes(strategy.axes(), devices)
                 .into_iter()
+                .filter(|mesh| mesh.axis_size("cp").unwrap_or(1) <= MAX_RING)
                 .map(move |mesh| TrainerOptions {
                     parallel: Parallel::ShardMap {
                         strategy,
                         mesh,
-                        // Each data-parallel shard its own masks, as a real run needs.
-                        dropout_key: DropoutKey::FoldIn,
+                        // Each data-parallel shard its own masks, as a real run needs; where
+                        // the body draws every device's block of the one-device masks (the
+                        // sequence split, a pipeline) they differ already and there is no key
+                        // to choose.
+                        dropout_key: if strategy.seq_axis().is_some() || strategy.is_pipeline() {
+                            DropoutKey::Same
+                        } else {
+                            DropoutKey::FoldIn
+                        },
                     },
                     ..base.clone()
                 })
@@ -116,6 +134,36 @@ fn remats(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
         .collect()
 }
 
+/// A pipeline under each schedule, with pp, 2 pp and 4 pp microbatches (those that split each
+/// "dp" shard's rows): more microbatches shrink the bubble, (pp - 1) / (M + pp - 1), and GPipe
+/// holds them all where 1F1B does not. Other candidates pass through.
+fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
+    let (Parallel::ShardMap { strategy, mesh, .. } | Parallel::Auto { strategy, mesh, .. }) = &base.parallel else {
+        return vec![base.clone()];
+    };
+    if !strategy.is_pipeline() {
+        return vec![base.clone()];
+    }
+    let pp = mesh.axis_size("pp").unwrap_or(1);
+    let rows = base.config.batch / mesh.axis_size("dp").unwrap_or(1);
+    let counts: Vec<usize> = [pp, 2 * pp, 4 * pp]
+        .into_iter()
+        .filter(|m| *m <= rows && rows.is_multiple_of(*m))
+        .collect();
+    // A batch too small for pp microbatches still runs (mostly bubble): one per row.
+    let counts = if counts.is_empty() { vec![rows.max(1)] } else { counts };
+    Schedule::ALL
+        .into_iter()
+        .flat_map(|schedule| {
+            counts.iter().map(move |&m| TrainerOptions {
+                schedule,
+                microbatches: m,
+                ..base.clone()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,8 +184,15 @@ mod tests {
         let base = TrainerOptions::new(GptConfig::tiny(), Parallel::None);
         let all = candidates(&base, 8);
         // dp, fsdp, tp on one mesh each and dp_tp on 2x4 and 4x2, in both modes, at every remat.
-        let meshes: usize = Strategy::ALL.iter().map(|s| mesh_shapes(s.axes(), 8).len()).sum();
-        assert_eq!(all.len(), meshes * 2 * Remat::ALL.len());
+        let meshes: usize = Strategy::ALL
+            .iter()
+            .filter(|s| !s.is_pipeline())
+            .map(|s| mesh_shapes(s.axes(), 8).len())
+            .sum();
+        // Pipelines: pp=8, dp_pp 2x4 and 4x2, each under both schedules (batch 2: one
+        // microbatch per row, the only count that splits it).
+        let pipelines = 3 * Schedule::ALL.len();
+        assert_eq!(all.len(), (meshes + pipelines) * 2 * Remat::ALL.len());
         assert!(all
             .iter()
             .any(|c| c.parallel.mode() == Mode::Auto && c.config.remat == Remat::Dots));

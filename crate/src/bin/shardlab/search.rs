@@ -79,15 +79,17 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         r.ranked.len().min(TOP)
     );
     println!(
-        "  {:>4}  {:<9} {:<6} {:<12} {:<5} {:>3} {:>12} {:>12}  {}",
-        "rank", "mode", "strat.", "mesh", "remat", "mb", "step ms", "GiB/device", "limited by"
+        "  {:>4}  {:<9} {:<11} {:<12} {:<5} {:>3} {:>12} {:>12}  {}",
+        "rank", "mode", "strategy", "mesh", "remat", "mb", "step ms", "GiB/device", "limited by"
     );
     for x in r.ranked.iter().take(TOP) {
         println!(
-            "  {:>4}  {:<9} {:<6} {:<12} {:<5} {:>3} {:>12.2} {:>12.2}  {} ({:.0}%)",
+            "  {:>4}  {:<9} {:<11} {:<12} {:<5} {:>3} {:>12.2} {:>12.2}  {} ({:.0}%)",
             x.rank,
             x.mode,
-            x.strategy,
+            // A pipeline with its schedule: dp_pp/1f1b.
+            x.schedule
+                .map_or(x.strategy.to_string(), |s| format!("{}/{s}", x.strategy)),
             x.mesh,
             x.remat,
             x.microbatches,
