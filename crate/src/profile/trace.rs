@@ -231,6 +231,7 @@ mod tests {
             combine_all_reduces: false,
             microbatches: 1,
             cp_order: Default::default(),
+            schedule: Default::default(),
         })
         .unwrap()
     }
