@@ -17,7 +17,7 @@ import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median, quantile,
+  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median, quantile, sentence,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
@@ -106,6 +106,7 @@ const FIELDS = {
   remat: { kind: 'enum', values: ['none', 'full', 'dots'] },
   microbatches: { kind: 'int' },
   cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
+  schedule: { kind: 'enum', values: [] }, // the core's pipeline schedules (applyCoreLimits)
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
   combine: { kind: 'bool' },
@@ -285,14 +286,61 @@ function writeFoldFacts(s) {
   const facts = {
     model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
     learning: learnFacts(s),
-    memory: `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${['zero1', 'zero2', 'fsdp'].includes(s.preset) ? `, ${s.preset}` : ''}`,
+    memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
+      : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${['zero1', 'zero2', 'fsdp'].includes(s.preset) ? `, ${s.preset}` : ''}`,
     sequence: `${({ cp: 'context parallel', tp_sp: 'sequence parallel' })[s.preset] || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
+    pipeline: `${s.schedule}, ${s.microbatches} microbatches`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
   $('cp-order-note').hidden = !(s.preset === 'cp' && s.cp_order === 'zigzag');
+  placePipelineControls(s);
+}
+
+/** Whether the settings' preset is a pipeline (the core's list). */
+const isPipeline = (s) => presets.pipelines.includes(s.preset);
+
+/**
+ * The pipeline fold shows for a pipeline's preset, or where a schedule other than the default
+ * needs its error seen. While the preset is a pipeline it holds the microbatches control, next to
+ * the bubble they shrink; the memory levers hold it otherwise (one control, moved).
+ */
+function placePipelineControls(s) {
+  const pipeline = isPipeline(s);
+  // Every preset without stages has the default schedule.
+  $('fold-pipeline').hidden = !pipeline && s.schedule === presets.presets[presets.default].schedule;
+  const home = pipeline ? $('pipeline-fields') : $('memory-fields');
+  const control = $('microbatches-field');
+  if (control.parentElement !== home) home.append(control);
+}
+
+/**
+ * The configured pipeline's bubble (`r.pipeline`: the core's Schedule::bubble_fraction for its
+ * stages and microbatches) and, when automatic mode does not run beside shard_map, the core's
+ * refusal (`r.refused.auto`); both hidden when `r` is null (settings that do not configure).
+ */
+function renderPipeline(r) {
+  const p = r && r.pipeline;
+  const bubble = $('pipeline-bubble');
+  bubble.hidden = !p;
+  bubble.dataset.bubble = p ? String(p.bubble) : '';
+  if (p) {
+    bubble.textContent = `${p.stages} stages, ${p.microbatches} microbatches, ${p.schedule}: each stage idles `
+      + `(${p.stages} − 1)/(${p.microbatches} + ${p.stages} − 1) = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.`;
+  }
+  const refused = r && r.refused && r.refused.auto;
+  $('pipeline-auto').hidden = !refused;
+  $('pipeline-auto').textContent = refused ? sentence(refused) : '';
+}
+
+/** A line for a panel that shows only the modes the core could plan: which one it could not. */
+function refusedNote() {
+  const refused = Object.keys((state.configured && state.configured.refused) || {});
+  if (!refused.length) return null;
+  return el('p', { class: 'muted small', 'data-testid': 'refused-note' },
+    sentence(`${refused.map((m) => MODE_LABEL[m]).join(' and ')} mode cannot plan these settings, so it is not shown; the program inspector says why.`));
 }
 
 /** What each remat policy trades, in one sentence. */
@@ -443,6 +491,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
     state.programs = null;
     state.timeline = null;
     $('timeline-body').replaceChildren();
+    renderPipeline(null);
     markFieldErrors(r.errors);
     resetView();
     renderStory();
@@ -454,7 +503,9 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   state.configured = r;
   resetView(r, historyKey(s));
   state.programs = JSON.parse(lab.programs());
-  if (state.programs.ok) {
+  renderPipeline(r);
+  // The story compares the two modes: kept only where both are planned.
+  if (state.programs.ok && MODES.every((m) => state.programs.modes[m])) {
     const key = storyKey(s);
     state.story.summaries[key] = { ...(state.story.summaries[key] || {}),
       [s.rng]: { auto: state.programs.modes.auto.summary, shard_map: state.programs.modes.shard_map.summary, prediction: r.prediction } };
@@ -491,7 +542,7 @@ function showTimeline() {
       if (!selectInstr(mode, instr)) $('program-aligned').scrollIntoView({ block: 'start' });
     },
   });
-  body.append(categoryLegend());
+  body.append(categoryLegend(), refusedNote() || '');
   return true;
 }
 
@@ -670,10 +721,11 @@ function floorNote(modes) {
 // ---- the cost model: modelled steps on real devices ----------------------------------------
 
 /** The breakdown's categories in the order the bars stack them. */
-const CATEGORIES = ['matmul', 'attention', 'rng', 'collectives', 'optimizer', 'other', 'launch'];
+/** `idle`: a device waiting for the others (a pipeline's bubble, an unbalanced ring). */
+const CATEGORIES = ['matmul', 'attention', 'rng', 'collectives', 'optimizer', 'other', 'launch', 'idle'];
 const CATEGORY_COLOR = {
   matmul: '#4f46e5', attention: '#0891b2', rng: '#dc2626', collectives: '#16a34a',
-  optimizer: '#9333ea', other: '#64748b', launch: '#ca8a04', submit: '#a8a29e',
+  optimizer: '#9333ea', other: '#64748b', launch: '#ca8a04', idle: '#cbd5e1', submit: '#a8a29e',
 };
 
 /** The measured bars' segments: the categories, then the one submission a step pays. */
@@ -720,14 +772,16 @@ function renderPrediction(pr) {
   window.dispatchEvent(new CustomEvent('shardlab:prediction', { detail: pr }));
   $('modelled-n').textContent = String(pr.devices);
   $('modelled-device').textContent = pr.label;
-  const scale = Math.max(...MODES.map((m) => pr.modes[m].step_ms));
-  const fits = MODES.every((m) => pr.modes[m].fits);
+  const planned = MODES.filter((m) => pr.modes[m]);
+  const scale = Math.max(...planned.map((m) => pr.modes[m].step_ms));
+  const fits = planned.every((m) => pr.modes[m].fits);
   $('chart-modelled').replaceChildren(
     predictionBars(pr.modes, scale, 'modelled-bar'),
     categoryLegend(),
     el('p', { class: 'muted small' }, `From each mode’s per-device program priced op by op on ${pr.label} (the cost model; nothing here ran on one). `,
-      fits ? 'Both fit in its memory.' : overflowWords(pr.modes),
+      fits ? `${planned.length > 1 ? 'Both fit' : 'It fits'} in its memory.` : overflowWords(pr.modes),
       pr.estimated_labels.length ? estimatedFigures(pr.estimated_labels) : ''),
+    refusedNote() || '',
   );
   renderMemory(pr);
 }
@@ -752,7 +806,7 @@ const LEVER_WORDS = {
 function renderMemory(pr) {
   // Each part at its largest: the gradients held for the whole step, as ZeRO counts them.
   const held = (b) => MEMORY_PARTS.reduce((n, [k]) => n + b[k], 0);
-  const scale = Math.max(...MODES.map((m) => held(pr.modes[m].bytes_per_device)));
+  const scale = Math.max(...MODES.filter((m) => pr.modes[m]).map((m) => held(pr.modes[m].bytes_per_device)));
   const rows = MODES.filter((m) => pr.modes[m]).map((m) => {
     const b = pr.modes[m].bytes_per_device;
     const segs = MEMORY_PARTS.filter(([k]) => b[k] > 0).map(([k, name, color]) => el('span', {
@@ -860,7 +914,8 @@ function updateButtons() {
   const stepping = state.driving && (state.busy || state.queue.length > 0);
   $('single').disabled = !ready || state.playing;
   $('profile').disabled = !ready || state.playing;
-  $('story-run').disabled = !ready;
+  // The story compares both modes: not where one of them cannot plan the settings.
+  $('story-run').disabled = !ready || Object.keys(state.configured.refused || {}).length > 0;
   const label = state.playing ? 'training' : { idle: 'ready', building: 'building', stepping: 'stepping', paused: 'paused', error: 'error' }[state.phase];
   $('run-state').textContent = stepping && !state.playing ? (state.phase === 'building' ? 'building' : 'stepping') : label;
   $('run-state').className = `badge ${state.playing ? 'pass' : state.phase === 'error' ? 'fail' : ''}`;
@@ -1050,6 +1105,11 @@ async function runSelftest() {
  * core bounds but the page lacks (or the reverse) is a build mismatch, said at once. */
 function applyCoreLimits() {
   FIELDS.preset.values = presets.order;
+  FIELDS.schedule.values = presets.schedules;
+  const offered = [...form().elements.namedItem('schedule').options].map((o) => o.value);
+  if (offered.join() !== presets.schedules.join()) {
+    throw new Error(`the page offers the schedules ${offered.join(', ')} and the core has ${presets.schedules.join(', ')}`);
+  }
   for (const [name, { min, max }] of Object.entries(presets.limits)) {
     const f = FIELDS[name];
     if (!f) throw new Error(`the core bounds a setting “${name}” this page does not have`);
@@ -1068,10 +1128,13 @@ function wireControls() {
     const { settings, errors } = readControls();
     showHashNotice(null);
     if (e.target.name === 'preset' && !errors.some((x) => x.field === 'preset')) {
-      // A preset sets the model and mesh; the mode and the modelled device stay as chosen.
+      // A preset sets the model and mesh; the mode and the modelled device stay as chosen,
+      // unless the preset runs one mode only (a pipeline runs in shard_map mode), which it sets.
       // The task and its optimizer stay too.
-      const keep = ['mode', 'device', 'task', 'optimizer', 'lr'].filter((k) => !errors.some((x) => x.field === k));
-      const s = { ...presets.presets[settings.preset], ...Object.fromEntries(keep.map((k) => [k, settings[k]])) };
+      const next = presets.presets[settings.preset];
+      const keep = [...(next.mode === 'both' ? ['mode'] : []), 'device', 'task', 'optimizer', 'lr']
+        .filter((k) => !errors.some((x) => x.field === k));
+      const s = { ...next, ...Object.fromEntries(keep.map((k) => [k, settings[k]])) };
       writeControls(s);
       request({ kind: 'configure', settings: s });
       return;
@@ -1136,7 +1199,7 @@ function wireControls() {
   editor.init({
     wasm, el, deviceColor, coordText, changeSettings,
     lab: () => lab, settings: () => state.settings, programs: () => state.programs,
-    devices: () => (state.programs && state.programs.ok ? state.programs.modes.auto.summary.devices : 1),
+    devices: () => (state.configured ? state.configured.devices : 1),
   });
 }
 

@@ -28,6 +28,8 @@ export const fmtPct = (x) => `${(100 * x).toFixed(1)}%`;
 export function fmtTimes(x) {
   return `${x < 10 ? x.toFixed(1) : x.toFixed(0)}×`;
 }
+/** A message of the core's (lower case, as field errors read) as a sentence of its own. */
+export const sentence = (text) => String(text).charAt(0).toUpperCase() + String(text).slice(1);
 export const plural = (n, word) => `${fmtInt(n)} ${word}${n === 1 ? '' : 's'}`;
 export const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);

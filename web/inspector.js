@@ -6,7 +6,7 @@
 // popover is pinned to). The device colours and coordinates are exported for the sharding editor.
 
 import { $, el } from './dom.js';
-import { MODES, MODE_LABEL, fmtBytes, fmtFlops, fmtInt, pageWords } from './format.js';
+import { MODES, MODE_LABEL, fmtBytes, fmtFlops, fmtInt, pageWords, sentence } from './format.js';
 
 /** The mesh's axes from its text: [[name, size], ...] (already checked by the core). */
 const meshAxes = (text) => String(text).split(',').map((p) => p.split('=')).map(([n, s]) => [n.trim(), Number(s)]);
@@ -152,8 +152,9 @@ function renderLine(mode, line, mark) {
 }
 
 function renderAligned(views) {
-  const texts = MODES.map((m) => views[m].text.split('\n').filter((l, i, all) => i < all.length - 1 || l !== ''));
-  const marks = MODES.map((m) => new Map(views[m].marks.map((k) => [k.line, k])));
+  // A mode the core could not plan has no text: its column is all gaps.
+  const texts = MODES.map((m) => (views[m] ? views[m].text.split('\n').filter((l, i, all) => i < all.length - 1 || l !== '') : []));
+  const marks = MODES.map((m) => new Map(views[m] ? views[m].marks.map((k) => [k.line, k]) : []));
   const rows = align(texts[0].map(lineKey), texts[1].map(lineKey))
     || [...Array(Math.max(texts[0].length, texts[1].length)).keys()].map((i) => [i < texts[0].length ? i : null, i < texts[1].length ? i : null]);
   const cell = (k, i) => {
@@ -229,13 +230,22 @@ export function selectInstr(mode, instr) {
   return true;
 }
 
+/** A mode's pane when the core could not plan the settings in it: its refusal, in its words. */
+function renderRefused(box, mode, why) {
+  box.replaceChildren(
+    el('h3', {}, `${MODE_LABEL[mode]} (not planned)`),
+    el('p', { class: 'field-error', 'data-testid': 'program-refused', 'data-mode': mode }, sentence(why)));
+}
+
 export function renderPrograms(p, { running, mesh }) {
-  for (const m of MODES) firstInstrLine[m] = p.modes[m].first_instr_line;
+  for (const m of MODES) firstInstrLine[m] = p.modes[m] ? p.modes[m].first_instr_line : undefined;
   const axes = meshAxes(mesh);
-  const devices = p.modes.auto.summary.devices;
+  const devices = p.modes[MODES.find((m) => p.modes[m])].summary.devices;
   $('device-legend').replaceChildren(deviceLegend(devices, axes));
-  renderPane($('program-auto'), p.modes.auto, running.includes('auto'), axes);
-  renderPane($('program-shard-map'), p.modes.shard_map, running.includes('shard_map'), axes);
+  for (const [m, id] of [['auto', 'program-auto'], ['shard_map', 'program-shard-map']]) {
+    if (p.modes[m]) renderPane($(id), p.modes[m], running.includes(m), axes);
+    else renderRefused($(id), m, p.refused[m]);
+  }
   $('program-aligned').replaceChildren(renderAligned(p.modes));
 }
 

@@ -70,6 +70,12 @@ export function renderStory() {
     ol.replaceChildren(el('li', { class: 'muted' }, 'Fix the marked settings to see this run’s story.'));
     return;
   }
+  const unplanned = MODES.filter((m) => !p.modes[m]);
+  if (unplanned.length) {
+    ol.replaceChildren(el('li', { class: 'muted', 'data-testid': 'story-unplanned' },
+      `The story compares the two modes, and ${unplanned.map((m) => MODE_LABEL[m]).join(' and ')} mode cannot plan these settings (the program inspector says why): load the seed preset to follow it.`));
+    return;
+  }
   const key = storyKey(s);
   const measured = state.story.measured[key] || {};
   const kept = state.story.summaries[key] || {};

@@ -1,6 +1,7 @@
 // The timeline panel: both modes' modelled steps laid out in time, a row per device (labelled by
 // its mesh coordinates) with a compute lane and a communication lane, on one time axis, so the
-// seed's gap reads as a longer row of rng spans. The layout is the core's
+// seed's gap reads as a longer row of rng spans, and a pipeline's bubble as each stage's idle
+// time, which its row's label gives as a share of the step. The layout is the core's
 // (shardlab::profile::model_step, through the wasm handle's `timelines`); this file only draws
 // it. Every span is focusable: hovering or focusing it names the op (and in automatic mode the
 // rule that inserted it), and Enter, Space or a click selects the op in the program view.
@@ -63,14 +64,22 @@ function lane(mode, spans, pxPerMs, width, stream, { colors, fmtMs, onSelect }) 
   return el('div', { class: `tl-lane tl-${stream}`, style: `width:${width}px` }, parts);
 }
 
+/** A row's label: the device, and the share of the step it idles waiting for the others. */
+function rowLabel(row, stepMs, fmtMs) {
+  if (!(row.idle_ms > 0 && stepMs > 0)) return el('span', { class: 'tl-label' }, row.label);
+  const share = `${(100 * row.idle_ms / stepMs).toFixed(1)}%`;
+  return el('span', { class: 'tl-label', title: `${row.label} waits ${fmtMs(row.idle_ms)} of the step for the other devices` },
+    row.label, el('span', { class: 'tl-idle', 'data-testid': 'timeline-idle' }, `idle ${share}`));
+}
+
 /** Draws `data` (the wasm handle's `timelines`) into `container`, `width` px of time axis. */
 export function renderTimeline(container, data, { width, colors, fmtMs, modeLabel, onSelect }) {
   const pxPerMs = data.step_ms > 0 ? width / data.step_ms : 0;
   const blocks = Object.entries(data.modes).map(([mode, m]) => {
     const rows = m.rows.slice(0, MAX_ROWS).map((row) => el('div', {
-      class: 'tl-row', 'data-testid': 'timeline-row', 'data-mode': mode, 'data-device': row.label,
+      class: 'tl-row', 'data-testid': 'timeline-row', 'data-mode': mode, 'data-device': row.label, 'data-idle-ms': String(row.idle_ms),
     },
-    el('span', { class: 'tl-label' }, row.label),
+    rowLabel(row, m.step_ms, fmtMs),
     el('div', { class: 'tl-lanes' },
       lane(mode, row.compute, pxPerMs, width, 'compute', { colors, fmtMs, onSelect }),
       m.comm_stream ? lane(mode, row.comm, pxPerMs, width, 'comm', { colors, fmtMs, onSelect }) : null)));

@@ -397,14 +397,41 @@ fn a_trace_that_cannot_be_written_or_has_nothing_to_trace_exits_2() {
 
 #[test]
 fn every_page_preset_plans_from_the_command_line_on_its_mesh() {
-    for (preset, devices) in [("seed", 8), ("dp", 4), ("fsdp", 4), ("tp", 2), ("dp_tp", 4)] {
-        let (code, out, err) = shardlab(&[
-            "plan", "--json", "--preset", preset, "--mode", "auto", "--device", "h100",
-        ]);
+    // The pipeline runs in shard_map mode only: automatic mode is refused (hostile.rs).
+    for (preset, devices, mode) in [
+        ("seed", 8, "auto"),
+        ("dp", 4, "auto"),
+        ("fsdp", 4, "auto"),
+        ("tp", 2, "auto"),
+        ("dp_tp", 4, "auto"),
+        ("pp", 4, "shard_map"),
+    ] {
+        let (code, out, err) = shardlab(&["plan", "--json", "--preset", preset, "--mode", mode, "--device", "h100"]);
         assert_eq!(code, 0, "--preset {preset}: {err}");
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["devices"], devices, "--preset {preset}: {out}");
     }
+}
+
+#[test]
+fn the_pipeline_preset_brings_its_microbatches_and_an_explicit_count_wins() {
+    let microbatches = |more: &[&str]| {
+        let mut args = vec!["export", "jax", "--preset", "pp", "--mode", "shard_map"];
+        args.extend_from_slice(more);
+        let (code, out, err) = shardlab(&args);
+        assert_eq!(code, 0, "{more:?}: {err}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("MICROBATCHES = "))
+            .expect("the script's microbatches");
+        line["MICROBATCHES = ".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(microbatches(&[]), "4");
+    assert_eq!(microbatches(&["--microbatches", "2"]), "2");
 }
 
 #[test]

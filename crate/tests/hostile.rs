@@ -988,3 +988,75 @@ fn microbatches_with_dropout_under_a_split_sequence_are_refused_naming_the_fix()
         .collect();
     refused(&cases);
 }
+
+#[test]
+fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() {
+    // The tiny model with four blocks, so that pp = 1, 2 and 4 split them.
+    let pp = |mesh: &str, more: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--cpu",
+            "--mode",
+            "shard_map",
+            "--strategy",
+            "pp",
+            "--mesh",
+            mesh,
+        ];
+        args.extend_from_slice(more);
+        args.extend([
+            "--layers",
+            "4",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--seq",
+            "8",
+            "--batch",
+            "4",
+            "--vocab",
+            "16",
+        ]);
+        args.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    refused(&[
+        // clap names the schedules there are.
+        (
+            pp("pp=2", &["--schedule", "nope"]),
+            &["'nope'", "--schedule", "gpipe, 1f1b"],
+        ),
+        (
+            pp("pp=2", &["--microbatches", "0"]),
+            &["--microbatches 0", "at least one microbatch", "use 1"],
+        ),
+        (
+            pp("pp=3", &[]),
+            &["--layers 4", "pp = 3 equal stages", "multiple of 3", "one of 1, 2, 4"],
+        ),
+        (
+            pp("pp=8", &[]),
+            &["--mesh pp=8", "more stages than --layers 4", "one of 1, 2, 4"],
+        ),
+        // The page's pp preset, in the mode the partitioner cannot run it in yet.
+        (
+            ["train", "--cpu", "--preset", "pp", "--mode", "auto"]
+                .map(String::from)
+                .to_vec(),
+            &["--strategy pp --mode auto", "collective-permute", "--mode shard_map"],
+        ),
+        (
+            with_tiny(&[
+                "train",
+                "--cpu",
+                "--mode",
+                "shard_map",
+                "--strategy",
+                "dp",
+                "--schedule",
+                "gpipe",
+            ]),
+            &["--schedule", "--strategy pp or dp_pp"],
+        ),
+    ]);
+}

@@ -23,9 +23,11 @@ impl FieldError {
     /// and the flags read as the page's labels.
     pub fn from_core(message: &str, fallback: &str) -> Self {
         // A flag that begins with another (--dropout-key, --dropout) comes first.
-        const FLAGS: [(&str, &str); 16] = [
+        const FLAGS: [(&str, &str); 18] = [
             ("--microbatches", "microbatches"),
             ("--cp-order", "cp_order"),
+            ("--schedule", "schedule"),
+            ("--mode", "mode"),
             ("--attention", "attention"),
             ("--remat", "remat"),
             ("--dropout-key", "dropout_key"),
@@ -77,6 +79,19 @@ mod tests {
         let msg = "jit: with_sharding_constraint PartitionSpec('dp',) on `h0.w_fc'`: conflicts with the sharding given for it as an input or output";
         assert_eq!(FieldError::from_plan(&specs, msg).field, "spec.h0.w_fc'");
         assert_eq!(FieldError::from_plan(&specs, "--mesh needs dp").field, "mesh");
+    }
+
+    #[test]
+    fn a_schedule_the_engine_refuses_is_an_error_at_the_schedule_control_in_the_pages_words() {
+        let e = FieldError::from_core(
+            "--schedule 1f1b: needs ... Use --schedule gpipe: its bubble is the same",
+            "mesh",
+        );
+        assert_eq!(e.field, "schedule");
+        assert_eq!(
+            e.message,
+            "schedule 1f1b: needs ... Use schedule gpipe: its bubble is the same"
+        );
     }
 
     #[test]

@@ -83,9 +83,11 @@ impl Shardlab {
     }
 
     /// Every preset's settings (the core's presets, `shardlab::plan::Preset`), the default one,
-    /// the bounds of the numeric controls (`shardlab::plan::PAGE_LIMITS`) and the cost model's
-    /// device presets, as JSON: `{"default":"dp","order":["seed",...],"presets":{"seed":{...}},
-    /// "limits":{"layers":{"min":1,"max":12},...},"max_devices":64,"devices":[{"name",...}]}`.
+    /// which presets are pipelines, the pipeline schedules, the bounds of the numeric controls
+    /// (`shardlab::plan::PAGE_LIMITS`) and the cost model's device presets, as JSON:
+    /// `{"default":"dp","order":["seed",...],"presets":{"seed":{...}},"pipelines":["pp"],
+    /// "schedules":["gpipe","1f1b"],"limits":{"layers":{"min":1,"max":12},...},
+    /// "max_devices":64,"devices":[{"name",...}]}`.
     pub fn presets() -> String {
         let presets: serde_json::Map<String, serde_json::Value> = Preset::ALL
             .into_iter()
@@ -104,6 +106,12 @@ impl Shardlab {
             "default": Preset::Dp.name(),
             "order": Preset::ALL.map(Preset::name),
             "presets": presets,
+            "pipelines": Preset::ALL
+                .into_iter()
+                .filter(|p| p.strategy().is_pipeline())
+                .map(Preset::name)
+                .collect::<Vec<_>>(),
+            "schedules": shardlab::plan::Schedule::ALL.map(shardlab::plan::Schedule::name),
             "limits": limits,
             "max_devices": shardlab::plan::PAGE_MAX_DEVICES,
             "devices": shardlab::profile::presets(),

@@ -9,6 +9,7 @@ use shardlab::plan::{self, Inserted, PlanError, Planned};
 use shardlab::profile::{category, summarize, Category, ProgramSummary};
 use shardlab::sharding::Mesh;
 
+use crate::field_error::FieldError;
 use crate::settings::{Mode, Settings};
 
 /// A line of the program text worth a highlight.
@@ -61,6 +62,23 @@ impl Plan {
             summary,
             view,
         })
+    }
+}
+
+/// Why the core cannot plan `settings` in `mode`, at the control to change. Where jit cannot
+/// express a strategy the shard_map body runs (`--strategy pp --mode auto: why`), the mode is
+/// what to change: the core's reason, in the page's words, at the mode control.
+pub fn refusal(settings: &Settings, mode: Mode, e: &PlanError) -> FieldError {
+    match e {
+        PlanError::Invalid { what, why } if mode == Mode::Auto && what.contains("--mode auto") => FieldError::new(
+            "mode",
+            format!(
+                "automatic mode cannot run the {} preset yet: it {}",
+                settings.preset.name(),
+                FieldError::from_core(why, "mode").message
+            ),
+        ),
+        _ => FieldError::from_plan(&settings.specs, &e.to_string()),
     }
 }
 
@@ -175,4 +193,51 @@ fn layouts(prog: &Program) -> Vec<Value> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Preset;
+
+    fn refused(s: &Settings, mode: Mode) -> FieldError {
+        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        let e = plan::build(&s.options(mode, &mesh)).expect_err("the core refuses it");
+        refusal(s, mode, &e)
+    }
+
+    #[test]
+    fn automatic_mode_on_a_pipeline_is_refused_at_the_mode_control_in_the_cores_words() {
+        let s = Settings::preset(Preset::Pp);
+        let e = refused(&s, Mode::Auto);
+        assert_eq!(e.field, "mode");
+        for words in [
+            "automatic mode cannot run the pp preset",
+            "collective-permute",
+            "Use mode shard_map",
+        ] {
+            assert!(e.message.contains(words), "{words}: {}", e.message);
+        }
+        assert!(!e.message.contains("--"), "{}", e.message);
+    }
+
+    #[test]
+    fn stages_that_do_not_split_the_layers_are_refused_at_the_layers_and_the_mesh() {
+        // 4 blocks over pp=3; over pp=8, more stages than blocks.
+        for (mesh, field, words) in [
+            ("pp=3", "layers", "multiple of 3, or pp = one of 1, 2, 4"),
+            ("pp=8", "mesh", "more stages than layers 4"),
+        ] {
+            let s = Settings {
+                mesh: mesh.into(),
+                microbatches: 1,
+                ..Settings::preset(Preset::Pp)
+            };
+            for mode in [Mode::Auto, Mode::ShardMap] {
+                let e = refused(&s, mode);
+                assert_eq!(e.field, field, "{mesh} {mode:?}: {}", e.message);
+                assert!(e.message.contains(words), "{mesh} {mode:?}: {}", e.message);
+            }
+        }
+    }
 }

@@ -52,8 +52,11 @@ pub struct Run {
     settings: Settings,
     /// Both modes' modelled steps on the chosen real device (`predict::modes`).
     prediction: Value,
-    /// Both modes' programs (the inspector compares them whatever runs).
+    /// Both modes' programs (the inspector compares them whatever runs), less any in `refused`.
     plans: Vec<Plan>,
+    /// The modes that do not run and that the core cannot plan these settings in (automatic
+    /// mode on a pipeline), each with why, in the page's words: shown where its program would be.
+    refused: serde_json::Map<String, Value>,
     /// The trainers of the modes that run (`settings.modes()`), built on the first step.
     trainers: Vec<Option<Trainer>>,
     collectives_ms: Vec<Option<f64>>,
@@ -139,9 +142,9 @@ impl Inner {
                 self.run = Some(run);
                 summary
             }
-            Err(e) => {
+            Err(errors) => {
                 self.parked = previous;
-                json!({"ok": false, "errors": [e]})
+                json!({"ok": false, "errors": errors})
             }
         }
     }
@@ -157,21 +160,41 @@ impl Inner {
             "tokens_per_step": run.settings.batch * run.settings.seq,
             "params": run.settings.config().num_params(),
             "prediction": run.prediction,
+            "refused": run.refused,
+            "pipeline": run.settings.mesh().ok().and_then(|mesh| run.settings.pipeline(&mesh)),
             "memory": Self::memory(run),
             "resumed": resumed,
             "steps": run.steps,
         })
     }
 
-    fn build(&self, settings: Settings) -> Result<Run, FieldError> {
-        let mesh = settings.check()?;
-        let device = settings.device_profile()?;
-        let plans = [Mode::Auto, Mode::ShardMap]
-            .into_iter()
-            .map(|m| Plan::build(&settings, m, &mesh))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| FieldError::from_plan(&settings.specs, &e.to_string()))?;
-        check_memory(&settings, &plans)?;
+    /// The run of `settings`, or every different reason it cannot run, each at its control.
+    fn build(&self, settings: Settings) -> Result<Run, Vec<FieldError>> {
+        let mesh = settings.check().map_err(|e| vec![e])?;
+        let device = settings.device_profile().map_err(|e| vec![e])?;
+        let (mut plans, mut refused, mut errors) = (vec![], serde_json::Map::new(), vec![]);
+        for mode in [Mode::Auto, Mode::ShardMap] {
+            match Plan::build(&settings, mode, &mesh) {
+                Ok(plan) => plans.push(plan),
+                Err(e) => {
+                    let e = crate::plan::refusal(&settings, mode, &e);
+                    // A mode that cannot express the strategy, and does not run: its program
+                    // pane says why. Any other error is the settings', whichever mode finds it.
+                    if e.field == "mode" && !settings.modes().contains(&mode) {
+                        refused.insert(mode.name().into(), json!(e.message));
+                    } else if !errors
+                        .iter()
+                        .any(|x: &FieldError| x.field == e.field && x.message == e.message)
+                    {
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        check_memory(&settings, &plans).map_err(|e| vec![e])?;
         let prediction = crate::predict::modes(&plans, &device);
         let running = settings.modes().len();
         Ok(Run {
@@ -179,6 +202,7 @@ impl Inner {
             settings,
             prediction,
             plans,
+            refused,
             trainers: (0..running).map(|_| None).collect(),
             collectives_ms: vec![None; running],
             sample_clock: SampleClock::default(),
@@ -266,7 +290,7 @@ impl Inner {
             .iter()
             .map(|p| (p.mode.name().to_string(), p.view.clone()))
             .collect();
-        json!({"ok": true, "modes": modes})
+        json!({"ok": true, "modes": modes, "refused": run.refused})
     }
 }
 
@@ -357,7 +381,11 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             .modes
             .iter()
             .map(|m| {
-                let p = run.plans.iter().find(|p| p.mode == *m).expect("both modes are planned");
+                let p = run
+                    .plans
+                    .iter()
+                    .find(|p| p.mode == *m)
+                    .expect("a running mode is planned");
                 p.planned.clone()
             })
             .collect();

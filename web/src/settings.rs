@@ -10,8 +10,8 @@ use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::MAX_HEAD_DIM;
 use shardlab::model::{check_microbatches, Attention, GptConfig, Init, Remat};
 use shardlab::plan::{
-    page_limit, DropoutKey, Parallel, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
-    TOKENS,
+    page_limit, DropoutKey, Parallel, Schedule, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS,
+    PAGE_MAX_SPECS, TOKENS,
 };
 pub use shardlab::plan::{Mode, Preset};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
@@ -65,6 +65,10 @@ pub struct Settings {
     /// written before the control existed read as contiguous.
     #[serde(default)]
     pub cp_order: CpOrder,
+    /// The order a pipeline runs its microbatches' passes in (`--schedule`); links written
+    /// before the control existed read as GPipe.
+    #[serde(default)]
+    pub schedule: Schedule,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
@@ -81,13 +85,17 @@ pub struct Settings {
 
 impl Settings {
     /// The controls a preset sets (the user may change any of them afterwards): its model,
-    /// mesh, RNG layout and dropout keys are the core's ([`Preset`]); both modes run, priced on
-    /// a TPU v4, learning the copy task with AdamW.
+    /// mesh, microbatches, schedule, RNG layout, dropout keys and the modes it runs are the
+    /// core's ([`Preset`]); priced on a TPU v4, learning the copy task with AdamW.
     pub fn preset(p: Preset) -> Settings {
         let c = p.config();
         Settings {
             preset: p,
-            mode: Modes::Both,
+            mode: match p.modes() {
+                [Mode::ShardMap] => Modes::ShardMap,
+                [Mode::Auto] => Modes::Auto,
+                _ => Modes::Both,
+            },
             mesh: p.mesh().into(),
             layers: c.layers,
             d_model: c.d_model,
@@ -102,8 +110,9 @@ impl Settings {
             rng: p.rng_layout(),
             dropout_key: p.dropout_key(),
             combine: false,
-            microbatches: 1,
+            microbatches: p.microbatches(),
             cp_order: CpOrder::Contiguous,
+            schedule: p.schedule(),
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
@@ -200,6 +209,7 @@ impl Settings {
         self.check_axes(&mesh)?;
         self.check_microbatches(&mesh)?;
         self.check_cp_order()?;
+        self.check_schedule()?;
         if !self.d_model.is_multiple_of(self.heads) {
             let fits: Vec<String> = (1..=self.d_model.min(page_limit("heads").max as usize))
                 .filter(|h| self.d_model.is_multiple_of(*h))
@@ -254,6 +264,41 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+
+    /// A schedule orders a pipeline's microbatches: a preset without stages takes the default
+    /// (the core's rule, said at the control in the page's words). Whether the pipeline's engine
+    /// runs the schedule is the planner's to say.
+    fn check_schedule(&self) -> Result<(), FieldError> {
+        if self.schedule == Schedule::default() || self.strategy().is_pipeline() {
+            return Ok(());
+        }
+        Err(FieldError::new(
+            "schedule",
+            format!(
+                "schedule {} orders a pipeline's microbatches through its stages, and the {} preset has no stages: \
+                 choose the pp preset, or schedule {}",
+                self.schedule.name(),
+                self.preset.name(),
+                Schedule::default().name()
+            ),
+        ))
+    }
+
+    /// The pipeline's stages, microbatches and schedule, and the share of the step each stage
+    /// idles waiting for the pipeline to fill and drain (the core's
+    /// [`Schedule::bubble_fraction`]); None off a pipeline.
+    pub fn pipeline(&self, mesh: &Mesh) -> Option<serde_json::Value> {
+        if !self.strategy().is_pipeline() {
+            return None;
+        }
+        let stages = mesh.axis_size("pp").ok()?;
+        Some(serde_json::json!({
+            "stages": stages,
+            "microbatches": self.microbatches,
+            "schedule": self.schedule.name(),
+            "bubble": self.schedule.bubble_fraction(stages, self.microbatches),
+        }))
     }
 
     /// The fused attention kernels hold a head's row in registers, up to MAX_HEAD_DIM wide.
@@ -440,7 +485,7 @@ impl Settings {
             } else {
                 self.cp_order
             },
-            schedule: Default::default(),
+            schedule: self.schedule,
         }
     }
 }
@@ -482,6 +527,10 @@ mod tests {
                 (s.strategy(), s.rng_layout(), s.dropout_key),
                 (p.strategy(), p.rng_layout(), p.dropout_key())
             );
+            assert_eq!(
+                (s.microbatches, s.schedule, s.modes()),
+                (p.microbatches(), p.schedule(), p.modes())
+            );
             s.check().unwrap_or_else(|e| panic!("{p:?}: {}", e.message));
         }
     }
@@ -513,6 +562,56 @@ mod tests {
         let e = FieldError::from_plan(&s.specs, &e);
         assert_eq!(e.field, "seq", "{}", e.message);
         assert!(e.message.contains("zig-zag chunks"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_schedule_is_refused_off_a_pipeline_and_carried_into_the_pipelines_options() {
+        let mut s = Settings::preset(Preset::Dp);
+        s.schedule = Schedule::OneFOneB;
+        let e = s.check().unwrap_err();
+        assert_eq!(e.field, "schedule");
+        assert!(
+            e.message.contains("choose the pp preset, or schedule gpipe"),
+            "{}",
+            e.message
+        );
+        let mut s = Settings::preset(Preset::Pp);
+        s.schedule = Schedule::OneFOneB;
+        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(s.options(Mode::ShardMap, &mesh).schedule, Schedule::OneFOneB);
+    }
+
+    #[test]
+    fn a_link_without_a_schedule_reads_as_gpipe() {
+        let mut v = serde_json::to_value(Settings::preset(Preset::Pp)).unwrap();
+        assert_eq!(v["schedule"], "gpipe");
+        v.as_object_mut().unwrap().remove("schedule");
+        let s: Settings = serde_json::from_value(v).unwrap();
+        assert_eq!(s.schedule, Schedule::Gpipe);
+        v = serde_json::to_value(Settings::preset(Preset::Pp)).unwrap();
+        v["schedule"] = "zigzag".into();
+        assert!(serde_json::from_value::<Settings>(v).is_err());
+    }
+
+    #[test]
+    fn the_pipelines_bubble_is_the_cores_and_shrinks_as_the_microbatches_grow() {
+        let mut s = Settings::preset(Preset::Pp);
+        let mesh = s.check().unwrap();
+        let bubble = |s: &Settings| s.pipeline(&mesh).unwrap()["bubble"].as_f64().unwrap();
+        let mut last = 1.0;
+        for m in [1, 2, 4, 8] {
+            s.microbatches = m;
+            s.check().unwrap_or_else(|e| panic!("{m}: {}", e.message));
+            assert_eq!(bubble(&s), Schedule::Gpipe.bubble_fraction(4, m));
+            assert!(bubble(&s) < last, "{m}");
+            last = bubble(&s);
+        }
+        assert!(Settings::preset(Preset::Dp).pipeline(&mesh).is_none());
+        // No microbatch is no pipeline: refused at the control, naming the fix.
+        s.microbatches = 0;
+        let e = s.check().unwrap_err();
+        assert_eq!(e.field, "microbatches");
+        assert!(e.message.contains("use 1"), "{}", e.message);
     }
 
     #[test]

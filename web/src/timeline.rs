@@ -4,7 +4,7 @@
 //! instruction, so the page can name the op, say which rule inserted it, and select it in the
 //! program view; nothing here places a span.
 use serde_json::{json, Value};
-use shardlab::profile::{model_step, DeviceProfile, OpSource, Placement, Span, Trace};
+use shardlab::profile::{model_step, DeviceProfile, OpSource, Placement, Span, Trace, IDLE};
 
 use crate::plan::Plan;
 
@@ -29,8 +29,9 @@ fn span(s: &Span, plan: &Plan) -> Value {
 }
 
 /// `{"ok":true,"device","label","overlap","step_ms","modes":{"auto":{"step_ms","serial_ms",
-/// "comm_stream","rows":[{"label","compute":[span],"comm":[span]}]}},"trace":{...}}`:
-/// `step_ms` is the longer mode's, the panel's common time axis.
+/// "comm_stream","rows":[{"label","idle_ms","compute":[span],"comm":[span]}]}},"trace":{...}}`:
+/// `step_ms` is the longer mode's, the panel's common time axis; a row's `idle_ms` is the time
+/// its device waits for the others (a pipeline's bubble), the core's breakdown of its row.
 pub fn timelines(plans: &[Plan], device: &DeviceProfile, overlap: bool) -> Value {
     let mut trace = Trace::new();
     let mut modes = serde_json::Map::new();
@@ -43,14 +44,20 @@ pub fn timelines(plans: &[Plan], device: &DeviceProfile, overlap: bool) -> Value
         let rows: Vec<Value> = timeline
             .devices
             .iter()
-            .map(|row| {
+            .enumerate()
+            .map(|(d, row)| {
                 let spans = |ss: &[Span]| {
                     ss.iter()
                         .filter(|s| s.dur_ms > 0.0)
                         .map(|s| span(s, plan))
                         .collect::<Vec<_>>()
                 };
-                json!({"label": row.label, "compute": spans(&row.compute), "comm": spans(&row.comm)})
+                json!({
+                    "label": row.label,
+                    "idle_ms": timeline.device_breakdown_ms(d)[IDLE],
+                    "compute": spans(&row.compute),
+                    "comm": spans(&row.comm),
+                })
             })
             .collect();
         modes.insert(
@@ -110,6 +117,32 @@ mod tests {
             }
         }
         assert!(t["step_ms"].as_f64().unwrap() >= t["modes"]["shard_map"]["step_ms"].as_f64().unwrap());
+    }
+
+    #[test]
+    fn a_pipeline_has_a_row_per_stage_each_with_its_idle_time() {
+        let s = Settings::preset(Preset::Pp);
+        let mesh = s.mesh().unwrap();
+        let plan = Plan::build(&s, Mode::ShardMap, &mesh).unwrap();
+        let t = timelines(&[plan], &s.device_profile().unwrap(), true);
+        let m = &t["modes"]["shard_map"];
+        assert!(t["modes"].get("auto").is_none(), "automatic mode is refused, not drawn");
+        let rows = m["rows"].as_array().unwrap();
+        let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+        assert_eq!(labels, ["pp=0", "pp=1", "pp=2", "pp=3"]);
+        for row in rows {
+            // The row's idle spans, summed, are its idle time.
+            let spans: f64 = row["compute"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["category"] == IDLE)
+                .map(|s| s["dur_ms"].as_f64().unwrap())
+                .sum();
+            let idle = row["idle_ms"].as_f64().unwrap();
+            assert!((0.0..=m["step_ms"].as_f64().unwrap()).contains(&idle), "{idle}");
+            assert!((spans - idle).abs() <= 1e-9 + 1e-6 * idle, "{spans} vs {idle}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The named setups and the page's limits, in one place. The CLI (`--preset seed`), the page
 //! (which sends them to app.js) and the benchmarks read each preset's model, mesh, strategy
 //! and RNG layout here, and the page's controls take their bounds from [`PAGE_LIMITS`].
-use super::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
+use super::{DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
 use crate::ir::RngLayout;
 use crate::model::{Attention, GptConfig};
 use crate::sharding::Mesh;
@@ -25,10 +25,13 @@ pub enum Preset {
     Cp,
     /// Megatron tensor parallelism with sequence parallelism.
     TpSp,
+    /// Pipeline parallelism: 4 blocks in 4 stages on pp=4, 4 microbatches through them (GPipe),
+    /// in shard_map mode.
+    Pp,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 9] = [
+    pub const ALL: [Preset; 10] = [
         Preset::Seed,
         Preset::Dp,
         Preset::Zero1,
@@ -38,6 +41,7 @@ impl Preset {
         Preset::DpTp,
         Preset::Cp,
         Preset::TpSp,
+        Preset::Pp,
     ];
 
     /// The name the CLI, the page and its links use.
@@ -52,6 +56,7 @@ impl Preset {
             Preset::DpTp => "dp_tp",
             Preset::Cp => "cp",
             Preset::TpSp => "tp_sp",
+            Preset::Pp => "pp",
         }
     }
 
@@ -69,13 +74,16 @@ impl Preset {
             Preset::DpTp => Strategy::DpTp,
             Preset::Cp => Strategy::Cp,
             Preset::TpSp => Strategy::TpSp,
+            Preset::Pp => Strategy::Pp,
         }
     }
 
-    /// The mesh, as `--mesh` takes it: the seed's 8 devices, else the strategy's example mesh.
+    /// The mesh, as `--mesh` takes it: the seed's 8 devices, a stage per block of the pipeline,
+    /// else the strategy's example mesh.
     pub fn mesh(self) -> &'static str {
         match self {
             Preset::Seed => "dp=8",
+            Preset::Pp => "pp=4",
             p => p.strategy().example_mesh(),
         }
     }
@@ -111,7 +119,34 @@ impl Preset {
                 batch: 2,
                 ..small
             },
+            // A block per stage of pp=4.
+            Preset::Pp => GptConfig { layers: 4, ..small },
             _ => small,
+        }
+    }
+
+    /// Microbatches per step: the pipeline's 4, so each stage idles (pp - 1) / (M + pp - 1) =
+    /// 3/7 of the step where one microbatch would leave it idle 3/4; the others accumulate no
+    /// gradients.
+    pub fn microbatches(self) -> usize {
+        match self {
+            Preset::Pp => 4,
+            _ => 1,
+        }
+    }
+
+    /// The pipeline's schedule: GPipe, the one both the page and the CLI default to.
+    pub fn schedule(self) -> Schedule {
+        Schedule::Gpipe
+    }
+
+    /// The modes the preset runs: both, except a pipeline's, which the partitioner cannot
+    /// express yet (automatic mode is refused, naming what jit would need).
+    pub fn modes(self) -> &'static [Mode] {
+        if self.strategy().is_pipeline() {
+            &[Mode::ShardMap]
+        } else {
+            &[Mode::Auto, Mode::ShardMap]
         }
     }
 
@@ -148,6 +183,8 @@ impl Preset {
     pub fn options(self, mode: Mode) -> TrainerOptions {
         TrainerOptions {
             rng_layout: self.rng_layout(),
+            microbatches: self.microbatches(),
+            schedule: self.schedule(),
             ..TrainerOptions::new(self.config(), self.parallel(mode))
         }
     }
@@ -245,13 +282,31 @@ mod tests {
     }
 
     #[test]
-    fn every_presets_run_plans_in_both_modes() {
+    fn every_presets_run_plans_in_its_modes_and_a_mode_it_does_not_run_is_refused_naming_why() {
         for p in Preset::ALL {
             for mode in [Mode::Auto, Mode::ShardMap] {
-                let planned = crate::plan::build(&p.options(mode)).unwrap_or_else(|e| panic!("{p:?} {mode:?}: {e}"));
+                let planned = crate::plan::build(&p.options(mode));
+                if !p.modes().contains(&mode) {
+                    // Should the partitioner learn to run it, the preset runs both modes.
+                    let e = planned.expect_err(&format!("{p:?} plans in {mode:?}: add it to its modes"));
+                    assert!(e.to_string().contains("--mode auto"), "{p:?}: {e}");
+                    continue;
+                }
+                let planned = planned.unwrap_or_else(|e| panic!("{p:?} {mode:?}: {e}"));
                 assert_eq!(planned.step.program.devices(), Mesh::parse(p.mesh()).unwrap().devices());
             }
         }
+    }
+
+    #[test]
+    fn the_pipeline_preset_gives_every_stage_a_block_and_shrinks_the_bubble_with_its_microbatches() {
+        let p = Preset::Pp;
+        let pp = Mesh::parse(p.mesh()).unwrap().axis_size("pp").unwrap();
+        assert_eq!((pp, p.config().layers), (4, 4));
+        let opts = p.options(Mode::ShardMap);
+        assert_eq!((opts.microbatches, opts.schedule), (4, Schedule::Gpipe));
+        let bubble = |m| p.schedule().bubble_fraction(pp, m);
+        assert!(bubble(p.microbatches()) < bubble(1));
     }
 
     #[test]
@@ -272,6 +327,7 @@ mod tests {
                 ("seq", cfg.seq),
                 ("batch", cfg.batch),
                 ("vocab", cfg.vocab),
+                ("microbatches", p.microbatches()),
             ] {
                 let l = page_limit(field);
                 assert!((l.min..=l.max).contains(&(v as f64)), "{p:?} {field} {v}");

@@ -150,6 +150,9 @@ fn preset_help(p: Preset) -> &'static str {
         Preset::DpTp => "Both on dp=2,tp=2, width 64, dropout 0.1",
         Preset::Cp => "Long context: context parallelism on cp=4, sequence 256, batch 2, width 64, dropout 0.1",
         Preset::TpSp => "Tensor and sequence parallelism on tp=2, width 64, dropout 0.1",
+        Preset::Pp => {
+            "Pipeline: 4 layers in 4 stages on pp=4, 4 microbatches (GPipe), width 64, dropout 0.1; shard_map mode"
+        }
     }
 }
 
@@ -211,7 +214,7 @@ pub struct ModelArgs {
     /// A named setup, the page's presets: `seed` is the JAX report's data-parallel run (dp on 8
     /// devices, dropout 0.1, original RNG layout, layers 2, d-model 128, heads 4, seq 64, batch
     /// 32, vocab 256); the others are its strategies on a smaller model. It replaces the model
-    /// flags and the strategy; --rng, --mesh, --mode and --steps still apply.
+    /// flags and the strategy; --rng, --mesh, --mode, --microbatches and --steps still apply.
     #[arg(long, value_parser = one_of(&Preset::ALL, Preset::name, preset_help))]
     pub preset: Option<Preset>,
 }
@@ -286,6 +289,7 @@ impl ModelArgs {
             self.text = None;
             parallel.strategy = Some(preset.strategy());
             parallel.mesh.get_or_insert_with(|| preset.mesh().into());
+            parallel.microbatches.get_or_insert(preset.microbatches());
             if parallel.mode == Mode::Single {
                 parallel.mode = Mode::ShardMap;
             }
@@ -325,9 +329,10 @@ pub struct ParallelArgs {
     #[arg(long = "combine-all-reduces")]
     pub combine_all_reduces: bool,
     /// Gradient accumulation: forward and backward on this many equal slices of the batch
-    /// (of each 'dp' shard's rows) in turn, one update (1: none).
-    #[arg(long, default_value_t = 1)]
-    pub microbatches: usize,
+    /// (of each 'dp' shard's rows) in turn, one update (default 1: none; a --preset's own, 4
+    /// for pp). Under --strategy pp or dp_pp: the microbatches through the pipeline.
+    #[arg(long)]
+    pub microbatches: Option<usize>,
     /// With --mode auto: a file of NAME=SPEC lines (# starts a comment).
     #[arg(long = "spec-file", value_name = "FILE")]
     pub spec_file: Option<String>,
@@ -462,7 +467,7 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         rng_layout: model.rng_layout(),
         parallel: parallel.parallel()?,
         combine_all_reduces: parallel.combine_all_reduces,
-        microbatches: parallel.microbatches,
+        microbatches: parallel.microbatches.unwrap_or(1),
         cp_order: parallel.cp_order.unwrap_or_default(),
         schedule: parallel.schedule.unwrap_or_default(),
     };

@@ -1,0 +1,162 @@
+// Pipeline parallelism on the page: the pp preset trains in shard_map mode on four stages and its
+// link reopens; the bubble shrinks as the microbatches grow, in the core's fraction and in the
+// modelled timeline's idle time per stage; automatic mode shows the core's refusal instead of
+// running anything else; settings that cannot run are refused at their control, naming the fix.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { close, formValues, hashOf, launch, location, openReady, setControl, settled, singleSteps } from './helpers.js';
+
+before(launch);
+after(close);
+
+const configuredWith = (page, key, value) => page.waitForFunction(([k, v]) => window.shardlab.configured
+  && String(window.shardlab.settings[k]) === v, [key, value], { timeout: 120_000 });
+const rows = (page, mode) => page.locator(`[data-testid="timeline-row"][data-mode="${mode}"]`);
+const fieldError = (page, field) => page.locator(`[data-testid="field-error"][data-field="${field}"]`);
+const bubble = async (page) => Number(await page.getByTestId('pipeline-bubble').getAttribute('data-bubble'));
+/** The largest share of the modelled shard_map step a stage idles, from the timeline's rows. */
+const idleShare = (page) => page.evaluate(() => {
+  const mode = document.querySelector('[data-testid="timeline-mode"][data-mode="shard_map"]');
+  const step = Number(mode.dataset.stepMs);
+  return Math.max(...[...mode.querySelectorAll('[data-testid="timeline-row"]')].map((r) => Number(r.dataset.idleMs) / step));
+});
+/** The pp preset's shape on the tiny model, so that it steps quickly on SwiftShader. */
+const TINY_PP = { preset: 'pp', mode: 'shard_map', mesh: 'pp=4', layers: '4', microbatches: '4', schedule: 'gpipe' };
+
+test('the pp preset trains in shard_map mode on four stages, says why automatic mode does not run, and its link reopens', { timeout: 600_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    // As a learner does: pick the preset; its controls arrive, shard_map mode with them.
+    await setControl(page, 'preset', 'pp');
+    await configuredWith(page, 'preset', 'pp');
+    const form = await formValues(page);
+    assert.deepEqual([form.mesh, form.layers, form.microbatches, form.schedule, form.mode], ['pp=4', '4', '4', 'gpipe', 'shard_map']);
+    assert.match(location(page), /preset=pp&/);
+    // The microbatches sit beside the schedule and the bubble they shrink.
+    assert.equal(await page.getByTestId('fold-pipeline').isVisible(), true);
+    assert.equal(await page.locator('[data-testid="fold-pipeline"] [name="microbatches"]').count(), 1);
+    assert.match(await page.getByTestId('pipeline-words').textContent(), /\(pp − 1\)\/\(M \+ pp − 1\)/);
+    assert.ok(Math.abs(await bubble(page) - 3 / 7) < 1e-12, String(await bubble(page)));
+
+    // A row per stage, shard_map's alone: automatic mode is refused, and the page says why.
+    const labels = await rows(page, 'shard_map').evaluateAll((rs) => rs.map((r) => r.dataset.device));
+    assert.deepEqual(labels, ['pp=0', 'pp=1', 'pp=2', 'pp=3']);
+    assert.equal(await rows(page, 'auto').count(), 0);
+    assert.match(await page.getByTestId('pipeline-auto').textContent(), /^Automatic mode cannot run the pp preset yet: it needs .*collective-permute/);
+    assert.match(await page.locator('[data-testid="program-refused"][data-mode="auto"]').textContent(), /collective-permute/);
+    // The story compares both modes: it waits for a preset both can plan.
+    assert.equal(await page.getByTestId('story-run').isDisabled(), true);
+
+    // Four steps through the pipeline: finite losses, the last below the first.
+    assert.equal(await singleSteps(page, 4), 4);
+    const losses = await page.evaluate(() => window.shardlab.history.series['shard_map:original'].loss);
+    assert.equal(losses.length, 4);
+    assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
+    assert.ok(losses[3] < losses[0], JSON.stringify(losses));
+
+    const second = await openReady(new URL(page.url()).hash);
+    try {
+      assert.deepEqual(await formValues(second.page), await formValues(page));
+      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
+    } finally {
+      await second.context.close();
+    }
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('more microbatches shrink the bubble: the core\'s fraction and each stage\'s idle time in the timeline', { timeout: 300_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, microbatches: '1' }));
+  try {
+    await settled(page);
+    const fractions = [await bubble(page)];
+    const idle = [await idleShare(page)];
+    for (const m of ['2', '8']) {
+      await setControl(page, 'microbatches', m);
+      await configuredWith(page, 'microbatches', m);
+      await settled(page);
+      fractions.push(await bubble(page));
+      idle.push(await idleShare(page));
+    }
+    assert.deepEqual(fractions.map((f) => f.toFixed(6)), [3 / 4, 3 / 5, 3 / 11].map((f) => f.toFixed(6)));
+    assert.match(await page.getByTestId('pipeline-bubble').innerText(), /4 stages, 8 microbatches, gpipe: each stage idles \(4 − 1\)\/\(8 \+ 4 − 1\) = 27\.3%/);
+    // The timeline draws the bubble: with one microbatch a stage waits most of the step, and the
+    // wait falls as the microbatches grow.
+    assert.ok(idle[0] > 0, `idle shares ${idle}`);
+    assert.ok(idle[0] > idle[1] && idle[1] > idle[2], `idle shares ${idle}`);
+    assert.ok(await page.getByTestId('timeline-idle').count() > 0);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('automatic mode on the pipeline shows the core\'s refusal at the mode control and runs nothing in its place', { timeout: 300_000 }, async () => {
+  const { context, page } = await openReady(hashOf(TINY_PP));
+  try {
+    await settled(page);
+    for (const mode of ['auto', 'both']) {
+      await setControl(page, 'mode', mode);
+      const err = fieldError(page, 'mode');
+      await err.waitFor({ timeout: 30_000 });
+      const text = await err.innerText();
+      assert.match(text, /automatic mode cannot run the pp preset yet: it needs what MaxText's jit pipeline needs/, mode);
+      assert.match(text, /collective-permute.*Use mode shard_map/, mode);
+      assert.equal(await page.evaluate(() => window.shardlab.configured), null, mode);
+      assert.equal(await page.getByTestId('play').isDisabled(), true, mode);
+      assert.equal(await page.locator('[data-testid="timeline-row"]').count(), 0, mode);
+      assert.equal(await page.getByTestId('error').isVisible(), false, mode);
+    }
+    await setControl(page, 'mode', 'shard_map');
+    await configuredWith(page, 'mode', 'shard_map');
+    assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    assert.equal(await singleSteps(page, 1), 1);
+  } finally {
+    await context.close();
+  }
+});
+
+test('pipeline settings that cannot run are refused at their control naming the fix, and so is a link\'s unknown schedule', { timeout: 300_000 }, async () => {
+  const { context, page } = await openReady(hashOf(TINY_PP));
+  try {
+    await settled(page);
+    for (const [name, value, field, words] of [
+      ['microbatches', '0', 'microbatches', /microbatches “0” is outside 1 to 512/],
+      ['microbatches', '3', 'microbatches', /microbatches 3 does not divide batch 8.*use one of 1, 2, 4, 8/],
+      // Four stages: six layers do not split into them, and eight stages are more than four layers.
+      ['layers', '6', 'layers', /layers 6: does not split into pp = 4 equal stages: use a layer count that is a multiple of 4, or pp = one of 1, 2, 3, 6/],
+      ['mesh', 'pp=8', 'mesh', /mesh pp=8: is more stages than layers 4: every stage runs at least one block; use pp = one of 1, 2, 4/],
+    ]) {
+      await setControl(page, name, value);
+      const err = fieldError(page, field);
+      await err.waitFor({ timeout: 30_000 });
+      assert.match(await err.innerText(), words, `${name} ${value}`);
+      assert.equal(await page.getByTestId('play').isDisabled(), true, `${name} ${value}`);
+      await setControl(page, name, TINY_PP[name]);
+      await configuredWith(page, name, TINY_PP[name]);
+    }
+  } finally {
+    await context.close();
+  }
+  // A schedule orders a pipeline's microbatches: on a preset without stages it is refused where
+  // the pipeline fold shows it.
+  const dp = await openReady(hashOf({ schedule: '1f1b' }));
+  try {
+    const err = fieldError(dp.page, 'schedule');
+    await err.waitFor({ timeout: 30_000 });
+    assert.match(await err.innerText(), /schedule 1f1b orders a pipeline's microbatches .* choose the pp preset, or schedule gpipe/);
+    assert.equal(await dp.page.getByTestId('fold-pipeline').isVisible(), true);
+  } finally {
+    await dp.context.close();
+  }
+  const bad = await openReady(hashOf({ ...TINY_PP, schedule: 'interleaved' }));
+  try {
+    const notice = bad.page.getByTestId('hash-notice');
+    await notice.waitFor({ timeout: 30_000 });
+    assert.match(await notice.innerText(), /schedule “interleaved” is not one of gpipe, 1f1b/);
+  } finally {
+    await bad.context.close();
+  }
+});
