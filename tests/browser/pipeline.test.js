@@ -160,3 +160,22 @@ test('pipeline settings that cannot run are refused at their control naming the 
     await bad.context.close();
   }
 });
+
+test('1F1B trains the same losses as GPipe, and the link keeps the schedule', { timeout: 300_000 }, async () => {
+  const losses = {};
+  for (const schedule of ['gpipe', '1f1b']) {
+    const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, schedule }));
+    try {
+      assert.equal((await formValues(page)).schedule, schedule);
+      assert.match(location(page), new RegExp(`schedule=${schedule}`));
+      assert.equal(await singleSteps(page, 2), 2);
+      losses[schedule] = await page.evaluate(() => window.shardlab.history.series['shard_map:original'].loss);
+      assert.deepEqual(consoleErrors, []);
+    } finally {
+      await context.close();
+    }
+  }
+  // The same microbatches, masks and sums in another order: equal to float32 rounding.
+  assert.equal(losses['1f1b'].length, 2);
+  losses['1f1b'].forEach((l, k) => assert.ok(Math.abs(l - losses.gpipe[k]) < 1e-4, JSON.stringify(losses)));
+});
