@@ -22,7 +22,7 @@ function showStrategy(box, r, load) {
   const rows = r.ranked.map((x) => el('tr', { 'data-testid': 'strategy-row', 'data-rank': String(x.rank) },
     el('td', { class: 'num' }, String(x.rank)),
     el('td', {}, MODE_LABEL[x.mode] || x.mode),
-    el('td', {}, x.strategy),
+    el('td', {}, x.schedule ? `${x.strategy} (${x.schedule})` : x.strategy),
     el('td', {}, x.mesh),
     el('td', {}, x.remat),
     el('td', { class: 'num' }, String(x.microbatches)),
@@ -39,6 +39,6 @@ function showStrategy(box, r, load) {
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
       el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows))),
-    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat and microbatches change. Hover it for the `shardlab plan` command that prices it.'),
+    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches and a pipeline's schedule change. Hover it for the `shardlab plan` command that prices it.'),
   );
 }

@@ -3,7 +3,7 @@
 //! load it into the sandbox (its strategy's preset, mesh, mode and remat policy). Nothing here
 //! plans or prices: it calls the core and shapes its answer.
 use serde_json::{json, Value};
-use shardlab::plan::{Mode, Parallel, Preset, Strategy, TrainerOptions};
+use shardlab::plan::{Mode, Parallel, Preset, Schedule, Strategy, TrainerOptions};
 use shardlab::search::search;
 
 use crate::settings::Settings;
@@ -19,8 +19,8 @@ fn preset_of(strategy: Strategy) -> Option<Preset> {
 }
 
 /// The search for `s`'s model: `{"ok":true,"device","devices","considered","invalid",
-/// "too_large","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,step_ms,bytes,limiting,
-/// limiting_share,command,load}]}`, `load` the settings changes that run the choice here
+/// "too_large","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,schedule,step_ms,bytes,
+/// limiting,limiting_share,command,load}]}` (`schedule` null but for a pipeline), `load` the settings changes that run the choice here
 /// (null where no page preset has its strategy); or `{"ok":false,"error"}`.
 pub fn which_strategy(s: &Settings) -> Value {
     let mesh = match s.check() {
@@ -48,9 +48,12 @@ pub fn which_strategy(s: &Settings) -> Value {
                 Parallel::Auto { strategy, .. } | Parallel::ShardMap { strategy, .. } => Some(*strategy),
                 Parallel::None => None,
             };
-            let load = strategy
-                .and_then(preset_of)
-                .map(|p| json!({"preset": p.name(), "mesh": x.mesh, "mode": x.mode, "remat": x.remat, "microbatches": x.microbatches}));
+            let load = strategy.and_then(preset_of).map(|p| {
+                // A pipeline's schedule as the search chose it; the default elsewhere.
+                let schedule = x.schedule.unwrap_or(Schedule::default().name());
+                json!({"preset": p.name(), "mesh": x.mesh, "mode": x.mode, "remat": x.remat,
+                           "microbatches": x.microbatches, "schedule": schedule})
+            });
             json!({
                 "rank": x.rank,
                 "mode": x.mode,
@@ -58,6 +61,7 @@ pub fn which_strategy(s: &Settings) -> Value {
                 "mesh": x.mesh,
                 "remat": x.remat,
                 "microbatches": x.microbatches,
+                "schedule": x.schedule,
                 "step_ms": x.step_ms,
                 "bytes": x.bytes_per_device.total,
                 "limiting": x.limiting,
@@ -102,6 +106,7 @@ mod tests {
                 preset,
                 mesh: load["mesh"].as_str().unwrap().to_string(),
                 remat: shardlab::model::Remat::parse(load["remat"].as_str().unwrap()).unwrap(),
+                schedule: Schedule::parse(load["schedule"].as_str().unwrap()).unwrap(),
                 ..s.clone()
             };
             next.check().unwrap_or_else(|e| panic!("{x}: {}", e.message));

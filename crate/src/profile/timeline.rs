@@ -400,6 +400,9 @@ fn attention_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
     differ.then_some(shares)
 }
 
+/// A device's attention tasks and the share of their work it does: (instruction, share).
+type Shares = Vec<(usize, f64)>;
+
 /// The work of an SPMD program on `device`: on real devices, one row per mesh position, all
 /// running the same tasks (shared; under context parallelism each with its own attention work,
 /// its blocks' causal pairs); simulated, one row for the adapter that holds them all.
@@ -412,7 +415,7 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
     let per_device: Option<Vec<Arc<[Task]>>> = shares.map(|shares| {
         // Devices with the same shares (the "dp" replicas of a ring position) share one
         // list, so the schedule runs one row for them all.
-        let mut made: Vec<(Vec<(usize, f64)>, Arc<[Task]>)> = vec![];
+        let mut made: Vec<(Shares, Arc<[Task]>)> = vec![];
         shares
             .into_iter()
             .map(|own| {
