@@ -123,6 +123,17 @@ fn each_stage_holds_only_its_own_blocks() {
         .count();
     // Forward: one permute between ticks (M + pp - 1 ticks); backward: their transposes.
     assert_eq!(permutes, 2 * (2 + 4 - 2), "{permutes} ppermutes");
+
+    // The memory plan in closed form, per device: the embeddings (wte V x C, wpe T x C), the
+    // final layer norm (2C) and head (C x V) whole, one block of the four, in float32; AdamW's
+    // two moments of each; a gradient of each.
+    let (c, v, t) = (16, 32, 8);
+    let block = blocks_one / 4;
+    let held = (v * c + t * c + 2 * c + c * v + block) as u64 * 4;
+    let plan = MemoryPlan::of(prog).unwrap();
+    assert_eq!(plan.params, held, "params");
+    assert_eq!(plan.optimizer_state, 2 * held, "AdamW's moments");
+    assert_eq!(plan.gradients, held, "gradients");
 }
 
 #[test]
