@@ -98,15 +98,22 @@ pub(crate) fn sim_collective_bytes(kind: CollectiveKind, bytes: u64, group: usiz
 }
 
 /// Seconds of a simulated collective on `device`: its bytes at the rate simulated collectives
-/// run at there (calibrated on `this`), else at the memory bandwidth.
+/// run at there (calibrated on `this`), else at the memory bandwidth. `in_place` of its bytes
+/// (a psum's operands the executor sums in place over a gradient arena) move each device's
+/// element once in and once out, where a psum alone reads every group member's for each
+/// device's result.
 fn simulated_collective_seconds(
     device: &DeviceProfile,
     kind: CollectiveKind,
     bytes: u64,
     group: usize,
     devices: usize,
+    in_place: f64,
 ) -> f64 {
-    sim_collective_bytes(kind, bytes, group, devices) / device.sim_collective_bandwidth.unwrap_or(device.mem_bandwidth)
+    let alone = sim_collective_bytes(kind, bytes, group, devices);
+    let packed = 2.0 * devices as f64 * bytes as f64;
+    let moved = (1.0 - in_place) * alone + in_place * packed;
+    moved / device.sim_collective_bandwidth.unwrap_or(device.mem_bandwidth)
 }
 
 /// One instruction priced: its launches and its work (or, for a collective, its transfer).
@@ -138,6 +145,11 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
         Placement::Simulated => devices,
     };
     let summary = summarize(prog);
+    // Which psums the executor sums in place (simulated devices only).
+    let lowered = match placement {
+        Placement::Simulated => crate::exec::lowered(prog),
+        Placement::Real => vec![],
+    };
     let mut uses = summary.collectives.iter().peekable();
     let mut out = Vec::with_capacity(prog.instrs.len());
     for ((i, ins), w) in prog.instrs.iter().enumerate().zip(program_work(prog, placement)) {
@@ -150,10 +162,17 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
                         let t = collective_time(device, c.kind, c.bytes, c.group);
                         (t.seconds, Some((c.kind, c.bytes, t.hops)))
                     }
-                    Placement::Simulated => (
-                        simulated_collective_seconds(device, c.kind, c.bytes, c.group, devices),
-                        Some((c.kind, c.bytes, 0.0)),
-                    ),
+                    Placement::Simulated => {
+                        let operands: usize = ins.inputs.iter().map(|v| crate::ir::numel(prog.shape(*v))).sum();
+                        let in_place = match lowered.get(i) {
+                            Some(l) if operands > 0 => l.summed_in_place as f64 / operands as f64,
+                            _ => 0.0,
+                        };
+                        (
+                            simulated_collective_seconds(device, c.kind, c.bytes, c.group, devices, in_place),
+                            Some((c.kind, c.bytes, 0.0)),
+                        )
+                    }
                 }
             }
             _ => {
@@ -180,6 +199,53 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
 mod tests {
     use super::*;
     use crate::profile::device::{h100, tpu_v4};
+
+    #[test]
+    fn gradient_psums_summed_in_place_move_each_element_once_in_and_once_out() {
+        use crate::model::GptConfig;
+        use crate::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
+        let parallel = Parallel::ShardMap {
+            strategy: Strategy::Dp,
+            mesh: crate::sharding::Mesh::parse("dp=8").unwrap(),
+            dropout_key: DropoutKey::Same,
+        };
+        let cfg = GptConfig {
+            batch: 8,
+            ..GptConfig::tiny()
+        };
+        let prog = crate::plan::build(&TrainerOptions::new(cfg, parallel))
+            .unwrap()
+            .step
+            .program;
+        let device = DeviceProfile {
+            sim_collective_bandwidth: Some(1e9),
+            ..tpu_v4()
+        };
+        let lowered = crate::exec::lowered(&prog);
+        let prices = price_ops(&prog, &device, Placement::Simulated);
+        let mut in_place = 0;
+        for (i, ins) in prog.instrs.iter().enumerate() {
+            let Some((CollectiveKind::AllReduce, bytes, _)) = prices[i].collective else {
+                continue;
+            };
+            let operands: usize = ins.inputs.iter().map(|v| crate::ir::numel(prog.shape(*v))).sum();
+            // In place: 8 devices' elements read and written once; alone, each device's result
+            // reads all 8 members' (and is written).
+            let want = if lowered[i].summed_in_place == operands {
+                in_place += 1;
+                2.0 * 8.0 * bytes as f64
+            } else {
+                9.0 * 8.0 * bytes as f64
+            };
+            assert!(
+                (prices[i].work_s - want / 1e9).abs() < 1e-12,
+                "psum {i}: {} s",
+                prices[i].work_s
+            );
+        }
+        // The gradients' psums run in place over their arena; the loss's pmean alone.
+        assert!(in_place > 0, "no psum summed in place");
+    }
 
     #[test]
     fn h100_matmul_of_4096_cubed_takes_about_a_third_of_a_millisecond() {

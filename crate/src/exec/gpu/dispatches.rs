@@ -21,6 +21,10 @@ pub struct Lowered {
     pub fuses: Option<Fusion>,
     /// Whether it runs inside the previous instruction's fused kernel.
     pub fused_into_previous: bool,
+    /// Of a psum, the elements per device of its operands summed in place over a gradient
+    /// arena (`reduce_packed`: each element read and written once per device, where a psum
+    /// alone reads every group member's for each device's result); 0 otherwise.
+    pub summed_in_place: usize,
 }
 
 /// The arena limit the packing is planned with when no adapter is at hand: WebGPU's default
@@ -75,10 +79,20 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
                     _ => packed_dispatches[i].unwrap_or_else(|| dispatches(program, ins)),
                 },
             };
+            let summed_in_place = match ins.op {
+                Op::Psum { .. } => ins
+                    .inputs
+                    .iter()
+                    .filter(|v| packing.in_place[v.index()])
+                    .map(|v| crate::ir::numel(program.shape(*v)))
+                    .sum(),
+                _ => 0,
+            };
             Lowered {
                 dispatches,
                 fuses: fusion[i],
                 fused_into_previous,
+                summed_in_place,
             }
         })
         .collect()
