@@ -1,6 +1,6 @@
 //! `bench model --ops`: a few configurations of the sweep profiled op by op, each op kind's and
 //! category's predicted time beside its measured one.
-use super::configs::sweep;
+use super::configs::{held_out, sweep};
 use crate::exec::{Backend, ExecError, Trainer, TrainerOptions};
 use crate::profile::{compare_ops, DeviceProfile, OpComparison, Placement};
 
@@ -21,10 +21,12 @@ pub struct OpsCheck {
     pub comparison: OpComparison,
 }
 
-/// The sweep's configurations `names` pick: a name as the sweep prints it, else every
-/// configuration whose name contains it. A name that picks none is an error that says so.
+/// The configurations `names` pick, of the sweep and the held-out block (where the errors
+/// left are): a name as `bench model` prints it, else every configuration whose name contains
+/// it. A name that picks none is an error that says so.
 pub fn pick_configs(names: &[String]) -> Result<Vec<(String, TrainerOptions)>, ExecError> {
-    let all = sweep()?;
+    let mut all = sweep()?;
+    all.extend(held_out()?);
     let mut picked = vec![];
     for n in names {
         let hits: Vec<_> = match all.iter().find(|c| &c.name == n) {
@@ -33,7 +35,8 @@ pub fn pick_configs(names: &[String]) -> Result<Vec<(String, TrainerOptions)>, E
         };
         if hits.is_empty() {
             return Err(ExecError::Input(format!(
-                "--config {n}: no configuration of the sweep is named like it; `shardlab bench model` lists them"
+                "--config {n}: no configuration of the sweep or the held-out block is named like it; `shardlab bench \
+                 model` lists them"
             )));
         }
         picked.extend(hits.into_iter().map(|c| (c.name.clone(), c.options.clone())));
