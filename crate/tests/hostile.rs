@@ -487,6 +487,17 @@ fn bench_compare_needs_at_least_one_step() {
 }
 
 #[test]
+fn bench_compare_refuses_a_pipeline_naming_how_to_time_it() {
+    refused(&[case(
+        &["bench", "compare", "--cpu", "--preset", "pp", "--steps", "1"],
+        &[
+            "runs in shard_map mode only",
+            "shardlab train --strategy pp --mode shard_map",
+        ],
+    )]);
+}
+
+#[test]
 fn bad_specs_name_their_origin() {
     let auto = |spec: &str| with_tiny(&["train", "--cpu", "--mode", "auto", "--mesh", "dp=2", "--spec", spec]);
     let cases: Vec<(Vec<String>, &[&str])> = vec![

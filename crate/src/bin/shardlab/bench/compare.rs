@@ -31,6 +31,17 @@ pub fn run(mut args: Args) -> Result<(), String> {
         args.parallel.mode = shardlab::plan::Mode::ShardMap;
     }
     let opts = trainer_options(&args.model, &args.parallel)?;
+    if let Some(s) = opts.parallel.strategy().filter(|s| s.is_pipeline()) {
+        return Err(format!(
+            "--strategy {}: bench compare races automatic mode against shard_map, and a pipeline runs in shard_map \
+             mode only (jit's partitioner has no pipeline yet; `shardlab plan --strategy {} --mode auto` says what \
+             it lacks): time it with `shardlab train --strategy {} --mode shard_map`, or compare a strategy both \
+             modes run",
+            s.name(),
+            s.name(),
+            s.name()
+        ));
+    }
     if args.steps == 0 {
         return Err("--steps must be at least 1: the comparison reports medians of measured steps".into());
     }
