@@ -1015,21 +1015,10 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
             mesh,
         ];
         args.extend_from_slice(more);
-        args.extend([
-            "--layers",
-            "4",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--seq",
-            "8",
-            "--batch",
-            "4",
-            "--vocab",
-            "16",
-        ]);
-        args.into_iter().map(String::from).collect::<Vec<_>>()
+        let mut args = with_tiny(&args);
+        let layers = args.iter().position(|a| a == "--layers").expect("TINY sets --layers") + 1;
+        args[layers] = "4".into();
+        args
     };
     refused(&[
         // clap names the schedules there are.
@@ -1048,6 +1037,11 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
         (
             pp("pp=8", &[]),
             &["--mesh pp=8", "more stages than --layers 4", "one of 1, 2, 4"],
+        ),
+        // Every stage draws the one-device run's masks: no key to choose.
+        (
+            pp("pp=2", &["--dropout-key", "fold_in"]),
+            &["--dropout-key fold_in", "nothing to choose", "--dropout-key same"],
         ),
         // The page's pp preset, in the mode the partitioner cannot run it in yet.
         (

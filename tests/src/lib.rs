@@ -145,7 +145,7 @@ pub fn every_mode(dropout_key: shardlab::plan::DropoutKey) -> Vec<(String, shard
                 mesh: mesh(m),
                 // Where the sequence is split every device draws its block of the one-device
                 // masks: there is no key to choose.
-                dropout_key: if strategy.seq_axis().is_some() {
+                dropout_key: if strategy.draws_mask_blocks() {
                     shardlab::plan::DropoutKey::Same
                 } else {
                     dropout_key

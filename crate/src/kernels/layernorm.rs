@@ -142,14 +142,9 @@ pub async fn backward(
     let (entry, grid) = rows_by.entry("backward_dx", rows);
     let label = format!("layernorm backward dx ({rows}, {c}){on}");
     let dx_pass = if entry == "backward_dx_row" && vec4_ok(c, &[b.dout, b.x, b.gamma, b.dx]) {
-        Kernel::new("layernorm", "backward_dx_row4", label)
-            .read(19, "dout", b.dout)
-            .read(15, "x", b.x)
-            .read(7, "mean", b.mean)
-            .read(8, "rstd", b.rstd)
+        backward_inputs4(Kernel::new("layernorm", "backward_dx_row4", label), b, &p)
             .read(16, "gamma", b.gamma)
             .write(20, "dx", b.dx)
-            .uniform(12, &p)
     } else {
         backward_inputs(Kernel::new("layernorm", entry, label), b, &p)
             .read(1, "gamma", b.gamma)
@@ -164,14 +159,13 @@ pub async fn backward(
     // Four columns per invocation in both stages where rows hold whole vec4s.
     let four = strategy == RowStrategy::PerInvocation && vec4_ok(c, &[b.dout, b.x, b.dgamma, b.dbeta]);
     let stage1 = if four {
-        Kernel::new("layernorm", "backward_params_partial_row4", format!("{label} stage 1"))
-            .read(19, "dout", b.dout)
-            .read(15, "x", b.x)
-            .read(7, "mean", b.mean)
-            .read(8, "rstd", b.rstd)
-            .write(21, "partial", &partial)
-            .uniform(12, &p)
-            .grid(grid_1d(devices * chunks * c / 4, 64))
+        backward_inputs4(
+            Kernel::new("layernorm", "backward_params_partial_row4", format!("{label} stage 1")),
+            b,
+            &p,
+        )
+        .write(21, "partial", &partial)
+        .grid(grid_1d(devices * chunks * c / 4, 64))
     } else {
         let (entry, grid) = partial_entry(strategy, "backward_params_partial", c, devices * chunks);
         backward_inputs(Kernel::new("layernorm", entry, format!("{label} stage 1")), b, &p)
@@ -208,16 +202,11 @@ fn fused_backward<'a>(b: &BackwardBuffers<'a>, s: LayerNormShape, strategy: RowS
     let grid = grid_1d((row_groups + columns.div_ceil(size)) * size, size as u32);
     let kernel = Kernel::new("layernorm", entry, label);
     if four {
-        return kernel
-            .read(19, "dout", b.dout)
-            .read(15, "x", b.x)
-            .read(7, "mean", b.mean)
-            .read(8, "rstd", b.rstd)
+        return backward_inputs4(kernel, b, &p)
             .read(16, "gamma", b.gamma)
             .write(20, "dx", b.dx)
             .write(23, "dgamma", b.dgamma)
             .write(24, "dbeta", b.dbeta)
-            .uniform(12, &p)
             .grid(grid);
     }
     backward_inputs(kernel, b, &p)
@@ -229,6 +218,16 @@ fn fused_backward<'a>(b: &BackwardBuffers<'a>, s: LayerNormShape, strategy: RowS
 }
 
 /// The bindings both backward passes read.
+/// [`backward_inputs`] for the vec4 entries, which read `dout` and `x` as vec4 arrays.
+fn backward_inputs4<'a>(kernel: Kernel<'a>, b: &BackwardBuffers<'a>, p: &Params) -> Kernel<'a> {
+    kernel
+        .read(19, "dout", b.dout)
+        .read(15, "x", b.x)
+        .read(7, "mean", b.mean)
+        .read(8, "rstd", b.rstd)
+        .uniform(12, p)
+}
+
 fn backward_inputs<'a>(kernel: Kernel<'a>, b: &BackwardBuffers<'a>, p: &Params) -> Kernel<'a> {
     kernel
         .read(6, "dout", b.dout)

@@ -16,4 +16,6 @@ pub use microbatch::{accumulate, check_microbatches, microbatch_rows, Accumulate
 pub use params::{init_params, param_specs, Init, ParamSpec};
 pub use ring::{ring_attention, Ring, RingDropout};
 pub use text_file::{read_text_file, MAX_TEXT_BYTES};
-pub use train_step::{accumulated_train_step, eval_program, logits_program, train_step_program, TrainStep};
+pub use train_step::{
+    accumulated_train_step, eval_program, logits_program, state_input, train_step_program, update, TrainStep,
+};

@@ -150,31 +150,12 @@ pub fn accumulated_train_step(
     let backward_end = b.program().instrs.len();
     let n = specs.len();
     for (i, p) in specs.iter().enumerate() {
-        match opt {
-            Optimizer::Sgd { lr } => {
-                let new_p = b.emit1(Op::SgdUpdate { lr }, &[params[i], grads[i]]);
-                b.set_name(new_p, &format!("{}'", p.name));
-                let out = b.output(new_p);
-                b.donate(out, i);
-            }
-            Optimizer::AdamW { lr } => {
-                let wd = if p.decays() { 0.01 } else { 0.0 };
-                let op = Op::AdamWUpdate {
-                    lr,
-                    b1: 0.9,
-                    b2: 0.999,
-                    eps: 1e-8,
-                    wd,
-                };
-                let outs = b.emit(op, &[params[i], grads[i], state[i][0], state[i][1]]);
-                b.set_name(outs[0], &format!("{}'", p.name));
-                let o = b.output(outs[0]);
-                b.donate(o, i);
-                let o = b.output(outs[1]);
-                b.donate(o, n + 2 * i);
-                let o = b.output(outs[2]);
-                b.donate(o, n + 2 * i + 1);
-            }
+        let slots: &[ValueId] = state.get(i).map_or(&[], |s| &s[..]);
+        let outs = update(&mut b, opt, p.decays(), params[i], grads[i], slots);
+        b.set_name(outs[0], &format!("{}'", p.name));
+        for (slot, v) in outs.into_iter().enumerate() {
+            let o = b.output(v);
+            b.donate(o, state_input(n, opt, i, slot));
         }
     }
     let mut program = b
@@ -188,4 +169,42 @@ pub fn accumulated_train_step(
         config: cfg.clone(),
         optimizer: opt,
     })
+}
+
+/// The optimizer's update of one parameter from its gradient and its state slots (AdamW's m
+/// and v; SGD has none): the new parameter, then the new state, in slot order.
+pub fn update(
+    b: &mut Builder,
+    opt: Optimizer,
+    decays: bool,
+    param: ValueId,
+    grad: ValueId,
+    state: &[ValueId],
+) -> Vec<ValueId> {
+    match opt {
+        Optimizer::Sgd { lr } => vec![b.emit1(Op::SgdUpdate { lr }, &[param, grad])],
+        Optimizer::AdamW { lr } => {
+            // optax's defaults; weight decay on the 2-D weights only.
+            let wd = if decays { 0.01 } else { 0.0 };
+            let op = Op::AdamWUpdate {
+                lr,
+                b1: 0.9,
+                b2: 0.999,
+                eps: 1e-8,
+                wd,
+            };
+            b.emit(op, &[param, grad, state[0], state[1]])
+        }
+    }
+}
+
+/// The input an update's output `slot` (0 the parameter, then its state) of parameter `i`
+/// donates to: the parameter, or its state slot, which follows the `n` parameters,
+/// `opt.slots()` per parameter.
+pub fn state_input(n: usize, opt: Optimizer, i: usize, slot: usize) -> usize {
+    if slot == 0 {
+        i
+    } else {
+        n + opt.slots() * i + (slot - 1)
+    }
 }

@@ -10,12 +10,12 @@
 //! costs here what it costs a real device. The embedding is the first stage's (its output
 //! enters the pipeline there only) and the head the last's (only its loss counts); their
 //! parameters are replicated over "pp" and their gradients summed over it.
-use super::strategy::{check, p, Schedule};
+use super::strategy::{check, check_dropout_key, p, Schedule};
 use super::{DropoutKey, Mode, PlanError, Strategy};
 use crate::autodiff::grad_with;
 use crate::ir::{Builder, DType, IrError, Op, Owner, RngLayout, Role, Stack, ValueId};
 use crate::model::{block, embed, head, microbatch_rows, param_specs, Activations, GptConfig, Local};
-use crate::model::{MaskBlocks, Optimizer, ParamSpec, Stage, TrainStep};
+use crate::model::{state_input, update, MaskBlocks, Optimizer, ParamSpec, Stage, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -101,16 +101,7 @@ pub(super) fn pipeline_train_step(
     check(cfg, strategy, mesh, microbatches)?;
     check_pipeline(cfg, strategy, mesh, schedule, Mode::ShardMap)?;
     let has_dp = strategy.axes().contains(&"dp");
-    if has_dp && dropout_key == DropoutKey::FoldIn {
-        return Err(PlanError::Invalid {
-            what: "--dropout-key fold_in".into(),
-            why: format!(
-                "has nothing to choose under --strategy {}: its body draws every device's block of the one-device \
-                 run's masks (they differ across devices already); use --dropout-key same",
-                strategy.name()
-            ),
-        });
-    }
+    check_dropout_key(strategy, dropout_key)?;
     let pp = mesh.axis_size("pp")?;
     let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
     let (m, lp) = (microbatches, cfg.layers / pp);
@@ -251,30 +242,19 @@ pub(super) fn pipeline_train_step(
         let mut outs = vec![loss];
         for (i, h) in held.iter().enumerate() {
             let ps = &specs[h.first()];
-            match opt {
-                Optimizer::Sgd { lr } => {
-                    let np = b.emit1(Op::SgdUpdate { lr }, &[params[i], grads[i]]);
-                    b.set_name(np, &format!("{}'", args[i].name));
-                    b.donate(outs.len(), i);
-                    outs.push(np);
-                }
-                Optimizer::AdamW { lr } => {
-                    let wd = if ps.decays() { 0.01 } else { 0.0 };
-                    let op = Op::AdamWUpdate {
-                        lr,
-                        b1: 0.9,
-                        b2: 0.999,
-                        eps: 1e-8,
-                        wd,
-                    };
-                    let o = b.emit(op, &[params[i], grads[i], state[2 * i], state[2 * i + 1]]);
-                    b.set_name(o[0], &format!("{}'", args[i].name));
-                    for (slot, v) in o.into_iter().enumerate() {
-                        let input = if slot == 0 { i } else { n + 2 * i + (slot - 1) };
-                        b.donate(outs.len(), input);
-                        outs.push(v);
-                    }
-                }
+            let slots = opt.slots();
+            let o = update(
+                b,
+                opt,
+                ps.decays(),
+                params[i],
+                grads[i],
+                &state[slots * i..slots * (i + 1)],
+            );
+            b.set_name(o[0], &format!("{}'", args[i].name));
+            for (slot, v) in o.into_iter().enumerate() {
+                b.donate(outs.len(), state_input(n, opt, i, slot));
+                outs.push(v);
             }
         }
         Ok(outs)

@@ -2,11 +2,11 @@
 //! data parallelism, ZeRO-1 and ZeRO-2, FSDP (ZeRO-3), Megatron tensor parallelism (with
 //! sequence parallelism or not), context parallelism with ring attention, and their
 //! combinations on a 2-D mesh, each with gradient accumulation over microbatches.
-use super::strategy::{check, check_cp, p, param_layout, state_layout};
+use super::strategy::{check, check_cp, check_dropout_key, p, param_layout, state_layout};
 use super::{DropoutKey, Mode, PlanError, Strategy};
 use crate::ir::{Builder, CpOrder, DType, IrError, Op, RngLayout, Role, SeqBlock, ValueId};
 use crate::model::{accumulate, forward_loss, microbatch_rows, param_specs, Activations, GptConfig, Local};
-use crate::model::{MaskBlocks, Optimizer, Ring, TrainStep};
+use crate::model::{state_input, update, MaskBlocks, Optimizer, Ring, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::{Mesh, PartitionSpec};
 
@@ -54,16 +54,7 @@ pub(super) fn shard_map_accumulated_step(
     check(cfg, strategy, mesh, microbatches)?;
     check_cp(cfg, strategy, mesh, cp_order, Mode::ShardMap)?;
     let seq_axis = strategy.seq_axis();
-    if seq_axis.is_some() && dropout_key == DropoutKey::FoldIn {
-        return Err(PlanError::Invalid {
-            what: "--dropout-key fold_in".into(),
-            why: format!(
-                "has nothing to choose under --strategy {}: its body draws every device's block of the one-device \
-                 run's masks (they differ across devices already); use --dropout-key same",
-                strategy.name()
-            ),
-        });
-    }
+    check_dropout_key(strategy, dropout_key)?;
     let specs = param_specs(cfg);
     let layouts: Vec<(Vec<usize>, PartitionSpec)> =
         specs.iter().map(|ps| param_layout(cfg, strategy, mesh, ps)).collect();
@@ -308,32 +299,13 @@ pub(super) fn shard_map_accumulated_step(
                     updated
                 }
             };
-            match opt {
-                Optimizer::Sgd { lr } => {
-                    let np = b.emit1(Op::SgdUpdate { lr }, &[param, g]);
-                    let np = gathered(b, np);
-                    b.set_name(np, &format!("{}'", ps.name));
-                    b.donate(outs.len(), i);
-                    outs.push(np);
-                }
-                Optimizer::AdamW { lr } => {
-                    let wd = if ps.decays() { 0.01 } else { 0.0 };
-                    let op = Op::AdamWUpdate {
-                        lr,
-                        b1: 0.9,
-                        b2: 0.999,
-                        eps: 1e-8,
-                        wd,
-                    };
-                    let mut o = b.emit(op, &[param, g, state[2 * i], state[2 * i + 1]]);
-                    o[0] = gathered(b, o[0]);
-                    b.set_name(o[0], &format!("{}'", ps.name));
-                    for (slot, v) in o.into_iter().enumerate() {
-                        let input = if slot == 0 { i } else { n + 2 * i + (slot - 1) };
-                        b.donate(outs.len(), input);
-                        outs.push(v);
-                    }
-                }
+            let slots = opt.slots();
+            let mut o = update(b, opt, ps.decays(), param, g, &state[slots * i..slots * (i + 1)]);
+            o[0] = gathered(b, o[0]);
+            b.set_name(o[0], &format!("{}'", ps.name));
+            for (slot, v) in o.into_iter().enumerate() {
+                b.donate(outs.len(), state_input(n, opt, i, slot));
+                outs.push(v);
             }
         }
         Ok(outs)

@@ -124,6 +124,13 @@ impl Strategy {
         }
     }
 
+    /// Whether every dropout mask of the strategy's shard_map body is the device's block of the
+    /// one-device run's (the sequence split, a pipeline's stages): masks differ across devices
+    /// already, and `--dropout-key` has nothing to choose.
+    pub fn draws_mask_blocks(self) -> bool {
+        self.seq_axis().is_some() || self.is_pipeline()
+    }
+
     /// Whether the strategy is context parallelism (the one that takes `--cp-order`).
     pub fn is_cp(self) -> bool {
         matches!(self, Strategy::Cp | Strategy::DpCp)
@@ -379,6 +386,22 @@ pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, microbatch
                 why: format!("4*d_model is not divisible by 'tp' of size {tp}"),
             });
         }
+    }
+    Ok(())
+}
+
+/// Refuses `--dropout-key fold_in` where the body has no key to choose
+/// ([`Strategy::draws_mask_blocks`]).
+pub(super) fn check_dropout_key(strategy: Strategy, key: DropoutKey) -> Result<(), PlanError> {
+    if strategy.draws_mask_blocks() && key == DropoutKey::FoldIn {
+        return Err(PlanError::Invalid {
+            what: "--dropout-key fold_in".into(),
+            why: format!(
+                "has nothing to choose under --strategy {}: its body draws every device's block of the one-device \
+                 run's masks (they differ across devices already); use --dropout-key same",
+                strategy.name()
+            ),
+        });
     }
     Ok(())
 }

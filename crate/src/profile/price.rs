@@ -7,7 +7,7 @@ use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit};
 use super::summary::summarize;
 use super::topology::collective_time;
-use super::work::{program_work, DotShape, Placement, Work};
+use super::work::{program_work_lowered, DotShape, Placement, Work};
 use super::{category, Category};
 use crate::ir::Program;
 
@@ -145,14 +145,16 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
         Placement::Simulated => devices,
     };
     let summary = summarize(prog);
-    // Which psums the executor sums in place (simulated devices only).
-    let lowered = match placement {
-        Placement::Simulated => crate::exec::lowered(prog),
-        Placement::Real => vec![],
-    };
+    // How the executor lowers it: its launches, fused pairs and the psums it sums in place.
+    let lowered = crate::exec::lowered(prog);
     let mut uses = summary.collectives.iter().peekable();
     let mut out = Vec::with_capacity(prog.instrs.len());
-    for ((i, ins), w) in prog.instrs.iter().enumerate().zip(program_work(prog, placement)) {
+    for ((i, ins), w) in prog
+        .instrs
+        .iter()
+        .enumerate()
+        .zip(program_work_lowered(prog, placement, &lowered))
+    {
         let mut memory_bound = false;
         let (work_s, collective) = match uses.peek() {
             Some(c) if c.instr == i => {

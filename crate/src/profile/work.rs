@@ -2,7 +2,7 @@
 //! bytes moved through memory, integer operations (Threefry) and kernel launches. Read off
 //! the program alone, so it works for programs far too large to run.
 use super::cost::{attention_flops, instr_flops};
-use crate::exec::{lowered, plan_instr_dot, Fusion};
+use crate::exec::{lowered, plan_instr_dot, Fusion, Lowered};
 use crate::ir::{numel, Instr, Op, Precision, Program, RngLayout, ValueId};
 
 /// 32-bit integer operations of one Threefry-2x32 hash: 20 rounds of add, rotate (shift,
@@ -86,7 +86,11 @@ fn is_update(op: &Op) -> bool {
 /// through memory), its second instruction as nothing. Collectives report only their local
 /// copies here; their traffic between devices is priced by the topology.
 pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
-    let lowered = lowered(prog);
+    program_work_lowered(prog, placement, &lowered(prog))
+}
+
+/// [`program_work`] with the program's lowering at hand (its `lowered`).
+pub(crate) fn program_work_lowered(prog: &Program, placement: Placement, lowered: &[Lowered]) -> Vec<Work> {
     let widths = Widths::of(prog);
     let mut out: Vec<Work> = prog
         .instrs

@@ -92,7 +92,7 @@ fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOp
                         // the body draws every device's block of the one-device masks (the
                         // sequence split, a pipeline) they differ already and there is no key
                         // to choose.
-                        dropout_key: if strategy.seq_axis().is_some() || strategy.is_pipeline() {
+                        dropout_key: if strategy.draws_mask_blocks() {
                             DropoutKey::Same
                         } else {
                             DropoutKey::FoldIn

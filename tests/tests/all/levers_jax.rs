@@ -44,7 +44,7 @@ print(json.dumps({k: n for k, n in counts.items() if n > 0}))
 "#;
 
 /// The arrays each collective kind carries in XLA's compiled step for the exported script.
-fn xla_counts(name: &str, opts: &TrainerOptions, rewrite: Option<(&str, &str)>) -> BTreeMap<String, usize> {
+pub fn xla_counts(name: &str, opts: &TrainerOptions, rewrite: Option<(&str, &str)>) -> BTreeMap<String, usize> {
     let mut script = jax_script(opts, 1).unwrap();
     let call = "if __name__ == \"__main__\":\n    main()";
     assert!(script.contains(call), "the script ends by calling main()");
@@ -64,7 +64,7 @@ fn xla_counts(name: &str, opts: &TrainerOptions, rewrite: Option<(&str, &str)>) 
 }
 
 /// The same in shardlab's program, by XLA's names: non-scalar operands of each collective.
-fn shardlab_counts(opts: &TrainerOptions) -> BTreeMap<String, usize> {
+pub fn shardlab_counts(opts: &TrainerOptions) -> BTreeMap<String, usize> {
     let prog: Program = build(opts).unwrap().step.program;
     let mut counts = BTreeMap::new();
     for ins in &prog.instrs {
@@ -72,6 +72,7 @@ fn shardlab_counts(opts: &TrainerOptions) -> BTreeMap<String, usize> {
             "psum" => "all-reduce",
             "psum_scatter" => "reduce-scatter",
             "all_gather" => "all-gather",
+            "ppermute" => "collective-permute",
             _ => continue,
         };
         let arrays = ins.inputs.iter().filter(|v| !prog.shape(**v).is_empty()).count();

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use shardlab::exec::{Backend, GpuExecutor, Parallel, ReferenceExecutor, Tensor, Trainer, TrainerOptions};
 use shardlab::gpu::GpuContext;
-use shardlab::ir::{Builder, DType, Op, RngLayout, Role};
-use shardlab::model::{param_specs, DataSource, GptConfig, Init, Optimizer};
+use shardlab::ir::{Builder, DType, RngLayout, Role};
+use shardlab::model::{param_specs, state_input, update, DataSource, GptConfig, Init, Optimizer};
 use shardlab::plan::{DropoutKey, Strategy};
 use shardlab::sharding::Mesh;
 use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
@@ -56,27 +56,10 @@ fn update_program(cfg: &GptConfig, opt: Optimizer) -> shardlab::ir::Program {
         .collect();
     for (i, p) in specs.iter().enumerate() {
         let g = b.scale(fed[i], 1.0);
-        match opt {
-            Optimizer::Sgd { lr } => {
-                let np = b.emit1(Op::SgdUpdate { lr }, &[params[i], g]);
-                let o = b.output(np);
-                b.donate(o, i);
-            }
-            Optimizer::AdamW { lr } => {
-                let wd = if p.decays() { 0.01 } else { 0.0 };
-                let op = Op::AdamWUpdate {
-                    lr,
-                    b1: 0.9,
-                    b2: 0.999,
-                    eps: 1e-8,
-                    wd,
-                };
-                let outs = b.emit(op, &[params[i], g, state[i][0], state[i][1]]);
-                for (k, v) in outs.into_iter().enumerate() {
-                    let o = b.output(v);
-                    b.donate(o, if k == 0 { i } else { n + 2 * i + k - 1 });
-                }
-            }
+        let outs = update(&mut b, opt, p.decays(), params[i], g, &state[i][..opt.slots()]);
+        for (k, v) in outs.into_iter().enumerate() {
+            let o = b.output(v);
+            b.donate(o, state_input(n, opt, i, k));
         }
     }
     b.finish().unwrap()

@@ -273,3 +273,31 @@ fn the_modelled_timeline_idles_each_stage_for_the_bubble_and_more_microbatches_s
 fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
+
+/// Named `under_jax::` so that `cargo xtask test` runs it in its JAX step, with the venv.
+mod under_jax {
+    use super::*;
+    use crate::levers_jax::{shardlab_counts, xla_counts};
+
+    /// XLA compiles the exported pipeline body (GPipe: autodiff through the ticks; 1F1B: a
+    /// pullback per slot) into the collectives shardlab's program has: a collective-permute per
+    /// tick boundary each way, an all-reduce of each replicated parameter's gradient over the
+    /// stages and "dp", and of each stage weight's over "dp".
+    #[test]
+    fn the_pipeline_bodies_have_xlas_collectives_under_both_schedules() {
+        if shardlab_tests::jax_python().is_none() {
+            return;
+        }
+        for schedule in Schedule::ALL {
+            let opts = TrainerOptions {
+                schedule,
+                ..options(config(4, 0.1), pipeline(Strategy::DpPp, "dp=2,pp=2"), 2)
+            };
+            let name = format!("dp_pp_{}", schedule.name());
+            let ours = shardlab_counts(&opts);
+            // Three ticks (M + pp - 1) each way: 2 permutes forward, 2 back.
+            assert_eq!(ours["collective-permute"], 4, "{name}: {ours:?}");
+            assert_eq!(xla_counts(&name, &opts, None), ours, "{name}");
+        }
+    }
+}
