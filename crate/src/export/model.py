@@ -412,8 +412,14 @@ def forward_loss(params, tokens, targets, key, split=None):
     for layer in range(LAYERS):
         x = run(x, params[2 + 12 * layer : 2 + 12 * (layer + 1)], key, layer, split)
     base = 2 + 12 * LAYERS
-    x = layer_norm(x, params[base], params[base + 1])
-    logits = constrain(x @ (wte.T if TIED else params[base + 2]), "logits")  # (B, T, V), no bias
+    return head_loss(x, params[base], params[base + 1], wte.T if TIED else params[base + 2], targets)
+
+
+def head_loss(x, lnf_g, lnf_b, w_head, targets):
+    """The final layer norm, the head (no bias) and the mean cross-entropy of the residual
+    stream x (B, T, d)."""
+    x = layer_norm(x, lnf_g, lnf_b)
+    logits = constrain(x @ w_head, "logits")  # (B, T, V)
     logits = logits.astype(jnp.float32)  # the loss in float32 whatever the compute dtype
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return constrain(jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked), "loss")
@@ -438,21 +444,24 @@ def to_compute(params):
     return [p.astype(COMPUTE) for p in params]
 
 
-def apply_updates(params, grads, opt_state, hyper):
+def apply_updates(params, grads, opt_state, hyper, decays=None):
     """SGD: p -= lr g. AdamW (optax's order): m = (1-b1) g + b1 m, v = (1-b2) g^2 + b2 v,
-    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only. On the float32
-    masters, with the gradients converted to float32."""
+    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only (`decays`, per
+    array; by default MODEL.md's parameters'). On the float32 masters, with the gradients
+    converted to float32."""
     grads = [g.astype(jnp.float32) for g in grads]
     lr = np.float32(LR)
     if OPTIMIZER == "sgd":
         return [p - lr * g for p, g in zip(params, grads)], opt_state
     one_minus_b1, one_minus_b2 = np.float32(1.0 - 0.9), np.float32(1.0 - 0.999)
+    if decays is None:
+        decays = [len(shape) == 2 for _, shape in param_shapes()]
     new_p, new_m, new_v = [], [], []
-    for (name, shape), p, g, m, v in zip(param_shapes(), params, grads, *opt_state):
+    for decay, p, g, m, v in zip(decays, params, grads, *opt_state):
         m = one_minus_b1 * g + B1 * m
         v = one_minus_b2 * (g * g) + B2 * v
         mhat, vhat = m / hyper[0], v / hyper[1]
-        wd = WEIGHT_DECAY if len(shape) == 2 else np.float32(0.0)
+        wd = WEIGHT_DECAY if decay else np.float32(0.0)
         new_p.append(p - lr * (mhat / (jnp.sqrt(vhat) + EPS) + wd * p))
         new_m.append(m)
         new_v.append(v)

@@ -62,11 +62,9 @@ def run_stage(blocks, x, key, stage):
     return x
 
 
-def head_loss(y, tail, wte, targets):
-    x = layer_norm(y, tail[0], tail[1])
-    logits = (x @ (wte.T if TIED else tail[2])).astype(jnp.float32)
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
+def stage_head_loss(y, tail, wte, targets):
+    """The last stage's loss: the model's head (with wte, tied) on the stage's output."""
+    return head_loss(y, tail[0], tail[1], wte.T if TIED else tail[2], targets)
 
 
 def body(params, opt_state, tokens, targets, key, hyper):
@@ -110,7 +108,7 @@ def body(params, opt_state, tokens, targets, key, hyper):
                     x = received + entering[t] if t < m else received
                 y = run_stage(blocks, x, mb_key(t - stage), stage)
                 if t >= PP - 1:
-                    l = head_loss(y, tail, wte, ys[t - (PP - 1)]) * last
+                    l = stage_head_loss(y, tail, wte, ys[t - (PP - 1)]) * last
                     total = l if total is None else total + l
                 if t + 1 < m + PP - 1:
                     received = jax.lax.ppermute(y, PP_AXIS, forward_ring)
@@ -141,7 +139,7 @@ def body(params, opt_state, tokens, targets, key, hyper):
                     j = t - (PP - 1)
 
                     def f(y, tail, wte):
-                        l = head_loss(y, tail, wte, ys[j]) * last
+                        l = stage_head_loss(y, tail, wte, ys[j]) * last
                         return l * scale, l
 
                     (_, l), (head_ct, gt, gw) = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(y, tail, wte)
@@ -181,28 +179,11 @@ def body(params, opt_state, tokens, targets, key, hyper):
     loss = jax.lax.psum(total * np.float32(1.0 / m), PP_AXIS)
     if DP_AXIS is not None:
         loss = jax.lax.pmean(loss, DP_AXIS)
-    params, opt_state = apply_stage_updates(params, grads, opt_state, hyper)
-    return loss, params, opt_state
-
-
-def apply_stage_updates(held, grads, opt_state, hyper):
-    """apply_updates on the step's parameters: a stack decays as its parameters do."""
-    grads = [g.astype(jnp.float32) for g in grads]
-    lr = np.float32(LR)
-    if OPTIMIZER == "sgd":
-        return [p - lr * g for p, g in zip(held, grads)], opt_state
-    one_minus_b1, one_minus_b2 = np.float32(1.0 - 0.9), np.float32(1.0 - 0.999)
+    # A stack decays as its parameters do.
     shapes = param_shapes()
-    new_p, new_m, new_v = [], [], []
-    for (idx, _), p, g, m, v in zip(stage_layout(), held, grads, *opt_state):
-        m = one_minus_b1 * g + B1 * m
-        v = one_minus_b2 * (g * g) + B2 * v
-        mhat, vhat = m / hyper[0], v / hyper[1]
-        wd = WEIGHT_DECAY if len(shapes[idx[0]][1]) == 2 else np.float32(0.0)
-        new_p.append(p - lr * (mhat / (jnp.sqrt(vhat) + EPS) + wd * p))
-        new_m.append(m)
-        new_v.append(v)
-    return new_p, (new_m, new_v)
+    decays = [len(shapes[idx[0]][1]) == 2 for idx, _ in stage_layout()]
+    params, opt_state = apply_updates(params, grads, opt_state, hyper, decays)
+    return loss, params, opt_state
 
 
 def make_train_step(params, opt_state):
