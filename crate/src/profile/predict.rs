@@ -107,8 +107,8 @@ pub fn model_step(
     priced_step(prog, device, placement, overlap, true)
 }
 
-/// The step priced and scheduled on one representative row (every device of an SPMD program
-/// runs the same timeline); `rows`: the timeline with that row for every device, else the one
+/// The step priced and scheduled on one row per distinct task list ([`StepWork::classes`]);
+/// `rows`: the timeline with a row for every device, else, where one row stands for all, that
 /// row (what a prediction alone needs, at a mesh's size divided).
 fn priced_step(
     prog: &Program,
@@ -147,26 +147,16 @@ fn priced_step(
     }
     // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
     let work = spmd_work(prog, device, placement);
-    // Where devices' work differs (causal attention under context parallelism), every row is
-    // scheduled; otherwise one row stands for all.
-    let uniform = work
-        .devices
-        .windows(2)
-        .all(|w| std::sync::Arc::ptr_eq(&w[0].tasks, &w[1].tasks));
-    let mut timeline = if uniform {
-        let one = schedule(&work.representative(), overlap).expect("an SPMD program schedules");
-        if rows {
-            let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
-            one.replicated(&labels)
-        } else {
-            one
-        }
-    } else {
-        // A pipeline's stages differ, its "dp" replicas of a stage do not: one row per stage.
-        let (classes, of) = work.classes();
-        let rows = schedule(&classes, overlap).expect("an SPMD program schedules");
+    // Devices that run the same tasks run the same timeline, so one row per distinct task list
+    // is scheduled: one for an SPMD program, one per pipeline stage, one per ring position of a
+    // causal cp ring.
+    let (classes, of) = work.classes();
+    let scheduled = schedule(&classes, overlap).expect("an SPMD program schedules");
+    let mut timeline = if rows || classes.devices.len() > 1 {
         let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
-        rows.by_class(&of, &labels)
+        scheduled.by_class(&of, &labels)
+    } else {
+        scheduled
     };
     timeline.comm_stream = placement == Placement::Real;
     timeline.device = match placement {
@@ -301,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn one_representative_row_schedules_an_spmd_step_as_every_row_does() {
+    fn one_row_per_task_list_schedules_an_spmd_step_as_every_row_does() {
         let mut dp_tp = seed_options(auto_dp8(), RngLayout::Original);
         dp_tp.parallel = Parallel::Auto {
             strategy: Strategy::DpTp,

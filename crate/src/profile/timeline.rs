@@ -86,19 +86,6 @@ pub struct StepWork {
 }
 
 impl StepWork {
-    /// One row standing for every device of an SPMD step: all run the same tasks and meet in
-    /// every collective together, so the schedule of one row alone (its collectives' groups
-    /// the row itself) is every row's. Scheduling it costs one device's work, not the mesh's.
-    pub fn representative(&self) -> StepWork {
-        StepWork {
-            devices: self.devices.iter().take(1).cloned().collect(),
-            groupings: self.groupings.iter().map(|_| vec![vec![0]]).collect(),
-            step_s: self.step_s,
-        }
-    }
-}
-
-impl StepWork {
     /// One row per distinct task list (devices sharing an `Arc`: a pipeline stage's over "dp"),
     /// the lowest device of each, with every grouping cut down to those rows; and per device,
     /// its row. Devices that share tasks meet every collective together and so run the same
@@ -232,8 +219,6 @@ impl Timeline {
         out
     }
 
-    /// The timeline of an SPMD step from its representative row's
-    /// ([`StepWork::representative`]): that row once per label.
     /// The rows of `classes` ([`StepWork::classes`]) laid out for every device: device d gets
     /// row `of[d]`, under its own label.
     pub fn by_class(mut self, of: &[usize], labels: &[String]) -> Timeline {
@@ -244,20 +229,6 @@ impl Timeline {
             .map(|(&c, label)| DeviceTimeline {
                 label: label.clone(),
                 ..rows[c].clone()
-            })
-            .collect();
-        self
-    }
-
-    pub fn replicated(mut self, labels: &[String]) -> Timeline {
-        let Some(row) = self.devices.first().cloned() else {
-            return self;
-        };
-        self.devices = labels
-            .iter()
-            .map(|label| DeviceTimeline {
-                label: label.clone(),
-                ..row.clone()
             })
             .collect();
         self

@@ -270,6 +270,34 @@ fn the_modelled_timeline_idles_each_stage_for_the_bubble_and_more_microbatches_s
     }
 }
 
+#[test]
+fn one_row_per_stage_schedules_a_pipeline_as_every_devices_row_does() {
+    use shardlab::profile::{h100, model_step, schedule, spmd_work, Placement};
+    let cfg = GptConfig {
+        batch: 8,
+        ..config(4, 0.0)
+    };
+    for schedule_kind in Schedule::ALL {
+        let opts = TrainerOptions {
+            schedule: schedule_kind,
+            ..options(cfg.clone(), pipeline(Strategy::DpPp, "dp=2,pp=2"), 2)
+        };
+        let prog = build(&opts).unwrap().step.program;
+        let all = schedule(&spmd_work(&prog, &h100(), Placement::Real), true).unwrap();
+        let (p, rows) = model_step(&prog, &h100(), Placement::Real, true);
+        assert!(
+            (p.step_ms - all.step_ms).abs() < 1e-9,
+            "{} vs {}",
+            p.step_ms,
+            all.step_ms
+        );
+        assert_eq!(rows.devices.len(), 4);
+        for (a, b) in rows.devices.iter().zip(&all.devices) {
+            assert_eq!((&a.label, &a.compute), (&b.label, &b.compute));
+        }
+    }
+}
+
 fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
