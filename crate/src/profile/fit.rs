@@ -5,6 +5,30 @@
 /// measured seconds less the fixed per-step cost.
 pub type StepRow = (f64, f64, f64);
 
+/// A rate is read off a microbenchmark only when its work outweighs its fixed costs (its
+/// launches and its submission) this many times. On a fast GPU the arrays sized for CPU
+/// adapters take microseconds, less than one launch, and the rates read off them came out 7x
+/// (bandwidth) to 10^17x (matmuls) too high on an H200 (2026-12-04).
+pub const WORK_BOUND: f64 = 4.0;
+
+/// By what power of two a microbenchmark must grow for its work (seconds at its present size)
+/// to outweigh its fixed costs (seconds) [`WORK_BOUND`] times: 1 where it already does. Work
+/// the timer cannot tell from its fixed costs (1/64 of them or less, or negative after noise)
+/// counts as 1/64 of them, so one probe grows a program at most 256x.
+pub fn growth_to_work_bound(work_s: f64, fixed_s: f64) -> usize {
+    if fixed_s.is_nan() || fixed_s <= 0.0 || work_s >= WORK_BOUND * fixed_s {
+        return 1;
+    }
+    let need = WORK_BOUND * fixed_s / work_s.max(fixed_s / 64.0);
+    (need.ceil() as usize).next_power_of_two().clamp(2, 256)
+}
+
+/// The work scale is fitted only where some reference step's modelled work is at least this
+/// share of it (at the microbenchmarks' launch cost). On a fast GPU every reference step is
+/// launch-bound, its work microseconds of its milliseconds: a scale fitted to that is noise
+/// (1894 on an H200, which then overpriced the larger steps 5-13x).
+pub const STEP_WORK_SHARE: f64 = 0.2;
+
 /// Weighted least squares of seconds = scale x work + launches x launch over `rows`, each
 /// weighted by 1/seconds^2 (so each counts by its relative error). None where singular or
 /// where either coefficient is not positive.
@@ -46,6 +70,8 @@ pub struct StepFit {
     pub launch_s: f64,
     /// Per row: whether it was left out as an outlier.
     pub outlier: Vec<bool>,
+    /// Whether the work scale was fitted (false: every step was launch-bound, and it stays 1).
+    pub work_scale_fitted: bool,
 }
 
 /// Fits seconds = work_scale x work + launches x launch_s to the reference steps, robustly: of
@@ -54,8 +80,16 @@ pub struct StepFit {
 /// median (and at least 5%); the weighted least squares over the inliers is the fit. So a
 /// minority of rows a burst of load slowed down, however much, moves it little. Where no pair
 /// has a positive solution (noise), the work scale alone is fitted (the median over rows) with
-/// `launch_fallback`.
+/// `launch_fallback`. Where no row's work is [`STEP_WORK_SHARE`] of it at `launch_fallback`, the
+/// work scale stays 1 and the launch cost alone is fitted ([`fit_launch_alone`]).
 pub fn fit_steps(rows: &[StepRow], launch_fallback: f64) -> StepFit {
+    let work_share = rows
+        .iter()
+        .map(|&(w, l, _)| w / (w + l * launch_fallback).max(1e-30))
+        .fold(0.0, f64::max);
+    if work_share < STEP_WORK_SHARE {
+        return fit_launch_alone(rows, launch_fallback);
+    }
     let mut best: Option<((f64, f64), f64)> = None;
     for i in 0..rows.len() {
         for j in i + 1..rows.len() {
@@ -78,6 +112,7 @@ pub fn fit_steps(rows: &[StepRow], launch_fallback: f64) -> StepFit {
             work_scale: median(scales).max(0.1),
             launch_s: launch_fallback,
             outlier: vec![false; rows.len()],
+            work_scale_fitted: true,
         };
     };
     let cut = (3.0 * med).max(0.05);
@@ -93,6 +128,35 @@ pub fn fit_steps(rows: &[StepRow], launch_fallback: f64) -> StepFit {
         work_scale,
         launch_s,
         outlier,
+        work_scale_fitted: true,
+    }
+}
+
+/// Launch-bound steps: the work scale stays 1 and each step gives a launch cost, its time less
+/// its work over its launches. Their median picks the inliers (within 3x the median relative
+/// residual, and at least 5%), whose median is the fit.
+fn fit_launch_alone(rows: &[StepRow], launch_fallback: f64) -> StepFit {
+    let per_launch = |rows: &mut dyn Iterator<Item = &StepRow>| {
+        median(rows.filter(|r| r.1 > 0.0).map(|&(w, l, t)| (t - w) / l).collect())
+    };
+    let first = per_launch(&mut rows.iter());
+    if first.is_nan() || first <= 0.0 {
+        return StepFit {
+            work_scale: 1.0,
+            launch_s: launch_fallback,
+            outlier: vec![false; rows.len()],
+            work_scale_fitted: false,
+        };
+    }
+    let residual = |r: &StepRow| relative_residual(r, (1.0, first));
+    let cut = (3.0 * median(rows.iter().map(residual).collect())).max(0.05);
+    let outlier: Vec<bool> = rows.iter().map(|r| residual(r) > cut).collect();
+    let launch_s = per_launch(&mut rows.iter().zip(&outlier).filter(|(_, &o)| !o).map(|(r, _)| r));
+    StepFit {
+        work_scale: 1.0,
+        launch_s: if launch_s > 0.0 { launch_s } else { first },
+        outlier,
+        work_scale_fitted: false,
     }
 }
 
@@ -265,6 +329,40 @@ mod tests {
         let fit = fit_steps(&[(0.01, 100.0, 0.05), (0.3, 100.0, 0.02)], 20e-6);
         assert_eq!(fit.launch_s, 20e-6);
         assert!(fit.work_scale > 0.0 && fit.work_scale.is_finite());
+    }
+
+    #[test]
+    fn launch_bound_steps_keep_the_work_scale_and_fit_the_launch_cost() {
+        // An H200's reference steps: microseconds of work in milliseconds of launches, at
+        // 30 us per launch inside a step (5 us in the microbenchmarks' chain), one step slowed.
+        let mut rows: Vec<StepRow> = [(2e-6, 60.0), (4e-6, 110.0), (8e-6, 70.0), (2e-5, 130.0), (4e-5, 150.0)]
+            .iter()
+            .map(|&(w, l)| (w, l, w + l * 30e-6))
+            .collect();
+        rows[1].2 *= 2.0;
+        let fit = fit_steps(&rows, 5e-6);
+        assert!(!fit.work_scale_fitted);
+        assert_eq!(fit.work_scale, 1.0);
+        assert!((fit.launch_s / 30e-6 - 1.0).abs() < 1e-9, "{fit:?}");
+        assert_eq!(fit.outlier, [false, true, false, false, false]);
+        // Work-bound steps are fitted as before.
+        assert!(fit_steps(&steps(), 20e-6).work_scale_fitted);
+    }
+
+    #[test]
+    fn a_microbenchmark_grows_until_its_work_outweighs_its_fixed_costs() {
+        // Already work-bound: stays.
+        assert_eq!(growth_to_work_bound(4e-3, 1e-3), 1);
+        // Half of what it needs: twice the size.
+        assert_eq!(growth_to_work_bound(2e-3, 1e-3), 2);
+        // 5% of the fixed costs needs 80x: the next power of two.
+        assert_eq!(growth_to_work_bound(5e-5, 1e-3), 128);
+        // Below the timer's reach, or negative after noise: the largest step a probe takes.
+        assert_eq!(growth_to_work_bound(-1e-6, 1e-3), 256);
+        assert_eq!(growth_to_work_bound(0.0, 1e-3), 256);
+        // No fixed cost measured: nothing to outweigh.
+        assert_eq!(growth_to_work_bound(1e-9, 0.0), 1);
+        assert_eq!(growth_to_work_bound(1e-9, f64::NAN), 1);
     }
 
     #[test]

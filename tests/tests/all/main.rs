@@ -6,6 +6,7 @@ mod attention_fused;
 mod auto_equivalence;
 mod auto_property;
 mod autodiff_vjp;
+mod calibration;
 mod collectives;
 mod combine;
 mod context_parallel;
