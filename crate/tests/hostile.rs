@@ -235,7 +235,7 @@ fn models_too_large_for_memory_are_refused_before_initialisation() {
     refused(&[
         case(
             &["train", "--cpu", "--d-model", "4096"],
-            &["memory budget", "--d-model"],
+            &["memory budget", "--d-model", "raise --memory-budget"],
         ),
         case(
             &["train", "--cpu", "--d-model", "100000", "--heads", "4"],
@@ -264,7 +264,10 @@ fn models_too_large_for_memory_are_refused_before_initialisation() {
             &["inspect", "--cpu", "--mode", "auto", "--layers", "1000000"],
             &["--layers"],
         ),
-        case(&["bench", "compare", "--cpu", "--d-model", "4096"], &["memory budget"]),
+        case(
+            &["bench", "compare", "--cpu", "--d-model", "4096"],
+            &["memory budget", "raise --memory-budget"],
+        ),
         // The page's case: 2^33 attention scores on dp=4, which wrapped to 0 in 32 bits.
         case(
             &[
@@ -290,6 +293,71 @@ fn models_too_large_for_memory_are_refused_before_initialisation() {
             &["attention scores", "memory budget"],
         ),
     ]);
+}
+
+#[test]
+fn bad_memory_budgets_are_refused_naming_a_valid_size() {
+    let mut cases = vec![];
+    for command in [
+        &["train", "--cpu"][..],
+        &["inspect", "--cpu"],
+        &["bench", "compare", "--cpu"],
+    ] {
+        for size in [
+            "0",
+            "0GiB",
+            "-1G",
+            "",
+            "nan",
+            "10XB",
+            "1e9",
+            "18446744073709551616",
+            "16777216TiB",
+        ] {
+            // `=`: clap reads `-1G` after a space as a flag of its own.
+            let flag = format!("--memory-budget={size}");
+            let mut args = command.to_vec();
+            args.push(&flag);
+            cases.push(tiny_case(&args, &["--memory-budget", "such as 80GiB"]));
+        }
+    }
+    // `plan` prices device presets with their own memory, and `export` runs nothing.
+    cases.push(case(&["plan", "--memory-budget", "80GiB"], &["--memory-budget"]));
+    cases.push(case(
+        &["export", "jax", "--memory-budget", "80GiB"],
+        &["--memory-budget"],
+    ));
+    refused(&cases);
+}
+
+#[test]
+fn a_step_refused_under_a_memory_budget_trains_under_a_larger_one() {
+    // The plan's total, as inspect reports it, is what the budget must hold.
+    let mut args = vec!["inspect", "--cpu", "--json", "--steps", "1"];
+    args.extend_from_slice(TINY);
+    let r = shardlab(&args);
+    assert_eq!(r.code, 0, "{}", r.err);
+    let v: serde_json::Value = serde_json::from_str(&r.out).expect("JSON");
+    let total = v["peak_bytes_per_device"]["total"].as_u64().expect("total");
+    let train = |budget: u64| {
+        let budget = budget.to_string();
+        shardlab(
+            &with_tiny(&["train", "--cpu", "--json", "--steps", "1", "--memory-budget", &budget])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let under = train(total - 1);
+    assert_eq!(under.code, 2, "{}", under.out);
+    assert!(
+        under.err.contains("memory budget") && under.err.contains("raise --memory-budget"),
+        "{}",
+        under.err
+    );
+    let fits = train(total);
+    assert_eq!(fits.code, 0, "{}", fits.err);
+    assert!(fits.out.contains("\"done\":true"), "{}", fits.out);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! strategy and mesh, run interleaved in one process (alternating after warm-up; medians),
 //! so that noise on a shared machine hits both alike.
 use crate::exec::{Backend, ExecError, Trainer};
-use crate::plan::TrainerOptions;
+use crate::plan::{MemoryLimits, TrainerOptions};
 use crate::profile::summarize;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -26,9 +26,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Builds both trainers from `opts` (whose `parallel` names the strategy and mesh) and
-/// alternates `steps` steps of each after 2 warm-up steps each.
-pub async fn compare(backend: Backend, opts: &TrainerOptions, steps: usize) -> Result<Comparison, ExecError> {
+/// Builds both trainers from `opts` (whose `parallel` names the strategy and mesh), each
+/// checked against `limits`, and alternates `steps` steps of each after 2 warm-up steps each.
+pub async fn compare(
+    backend: Backend,
+    opts: &TrainerOptions,
+    limits: &MemoryLimits,
+    steps: usize,
+) -> Result<Comparison, ExecError> {
     if steps == 0 {
         return Err(ExecError::Input(
             "--steps must be at least 1: the comparison reports medians of measured steps".into(),
@@ -39,8 +44,8 @@ pub async fn compare(backend: Backend, opts: &TrainerOptions, steps: usize) -> R
             "bench compare needs a strategy and mesh: use --preset seed or --strategy and --mesh".into(),
         ));
     };
-    let mut auto = Trainer::new(backend.clone(), auto_opts).await?;
-    let mut sm = Trainer::new(backend, sm_opts).await?;
+    let mut auto = Trainer::with_limits(backend.clone(), auto_opts, limits).await?;
+    let mut sm = Trainer::with_limits(backend, sm_opts, limits).await?;
     for _ in 0..2 {
         auto.step().await?;
         sm.step().await?;

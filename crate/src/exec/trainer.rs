@@ -45,7 +45,8 @@ pub struct Trainer {
 
 impl Backend {
     /// What a step on this backend must fit: the adapter's buffer limits on the GPU, the
-    /// default budget, and the wasm heap on the web.
+    /// default budget (the CLI sets its own with [`MemoryLimits::with_budget_flag`]), and the
+    /// wasm heap on the web.
     pub fn memory_limits(&self) -> MemoryLimits {
         match self {
             Backend::Gpu(ctx) => {

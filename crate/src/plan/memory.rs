@@ -22,7 +22,8 @@ const ELEMENT_BYTES: u64 = 4;
 pub const MAX_SIMULATED_DEVICES: usize = 256;
 
 /// What all simulated devices of a run may hold at once when nothing else is known: the
-/// sandbox shares one GPU (or the host, on the reference executor) with everything else.
+/// sandbox shares one GPU (or the host, on the reference executor) with everything else, and
+/// wgpu does not report how much memory a GPU has.
 pub const DEFAULT_BUDGET_BYTES: u64 = 4 << 30;
 
 /// The wasm32 heap the page's host-side copies of the state must fit in (2 GiB: what
@@ -93,6 +94,11 @@ pub struct MemoryLimits {
     /// The wasm heap that the host-side copies of parameters and optimizer state go through
     /// (the page); None natively.
     pub heap_bytes: Option<u64>,
+    /// The flag that sets `budget_bytes` where the run's user has one (the native CLI's
+    /// `--memory-budget`), which the budget errors then name as a fix; None where nothing
+    /// raises it (the page). Not a limit, so not serialized.
+    #[serde(skip)]
+    pub budget_flag: Option<&'static str>,
 }
 
 impl MemoryLimits {
@@ -103,6 +109,7 @@ impl MemoryLimits {
             max_binding_bytes: None,
             budget_bytes: DEFAULT_BUDGET_BYTES,
             heap_bytes: Self::this_heap(),
+            budget_flag: None,
         }
     }
 
@@ -114,7 +121,38 @@ impl MemoryLimits {
             max_binding_bytes: Some(max_storage_buffer_binding_size),
             budget_bytes: DEFAULT_BUDGET_BYTES,
             heap_bytes: Self::this_heap(),
+            budget_flag: None,
         }
+    }
+
+    /// These limits with the budget `flag` sets: `budget_bytes` if given, else the default.
+    pub fn with_budget_flag(self, flag: &'static str, budget_bytes: Option<u64>) -> Self {
+        Self {
+            budget_bytes: budget_bytes.unwrap_or(DEFAULT_BUDGET_BYTES),
+            budget_flag: Some(flag),
+            ..self
+        }
+    }
+
+    /// The fixes a budget error names: the model's and the run's `fixes` ("a, b or c"), and
+    /// raising the budget where a flag does.
+    fn budget_fixes(&self, fixes: &[&str]) -> String {
+        let Some(flag) = self.budget_flag else {
+            return match fixes.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                _ => fixes.join(""),
+            };
+        };
+        let memory = if self.max_buffer_bytes.is_some() {
+            "this GPU"
+        } else {
+            "this machine"
+        };
+        format!(
+            "{} or, if {memory} has more memory, raise {flag} ({} unless given: wgpu does not report a GPU's memory)",
+            fixes.join(", "),
+            binary_bytes(DEFAULT_BUDGET_BYTES)
+        )
     }
 
     /// The wasm heap when this code runs as wasm32, else None.
@@ -149,6 +187,91 @@ pub fn human_bytes(b: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// A number of bytes in the binary units `--memory-budget` reads: `4 GiB`, `1.5 MiB`.
+pub fn binary_bytes(b: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The binary and decimal units a size may be written in, by the multiple of a byte they
+/// stand for; a letter alone is the binary unit (`G` is GiB), as GNU `dd` reads it.
+const SIZE_UNITS: [(&str, u64); 14] = [
+    ("", 1),
+    ("b", 1),
+    ("k", 1 << 10),
+    ("kib", 1 << 10),
+    ("kb", 1_000),
+    ("m", 1 << 20),
+    ("mib", 1 << 20),
+    ("mb", 1_000_000),
+    ("g", 1 << 30),
+    ("gib", 1 << 30),
+    ("gb", 1_000_000_000),
+    ("t", 1 << 40),
+    ("tib", 1 << 40),
+    ("tb", 1_000_000_000_000),
+];
+
+/// A size as a user writes it (`80GiB`, `100G`, `512MiB`, `80GB`, `1.5TiB`, `4294967296`) in
+/// bytes: decimal units (kB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB, GiB, TiB,
+/// or K, M, G, T alone) powers of 1024, any case, a space allowed before the unit; a fraction
+/// rounds down to whole bytes. Refuses an empty, zero, negative or non-numeric size, an
+/// unknown unit and one past 2^64 - 1 bytes, each with a size that would do.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let example = "give a size such as 80GiB, 100G, 512MiB, 80GB or a number of bytes";
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("the size is empty: {example}"));
+    }
+    let digits_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(format!("`{text}` is not a size: {example}"));
+    }
+    let unit = unit.trim();
+    let Some(&(_, scale)) = SIZE_UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(unit)) else {
+        return Err(format!(
+            "`{unit}` is not a unit of size (B, K/KiB, M/MiB, G/GiB, T/TiB or kB, MB, GB, TB): {example}"
+        ));
+    };
+    let too_large = || format!("`{text}` is more bytes than 64 bits hold: {example}");
+    // Digits exactly, in u128: the whole part times the unit, then the fraction's share of it.
+    let mut bytes: u128 = 0;
+    for d in whole.bytes() {
+        bytes = bytes
+            .checked_mul(10)
+            .and_then(|b| b.checked_add(u128::from(d - b'0')))
+            .filter(|&b| b <= u128::from(u64::MAX))
+            .ok_or_else(too_large)?;
+    }
+    bytes *= u128::from(scale);
+    let (mut share, mut denominator) = (0u128, 1u128);
+    // Digits past the 20th add under a byte, even to a TiB.
+    for d in fraction.bytes().take(20) {
+        share = share * 10 + u128::from(d - b'0');
+        denominator *= 10;
+    }
+    bytes += share * u128::from(scale) / denominator;
+    let bytes = u64::try_from(bytes).map_err(|_| too_large())?;
+    if bytes == 0 {
+        return Err(format!("`{text}` is no memory at all: {example}"));
+    }
+    Ok(bytes)
 }
 
 fn overflow(what: &str) -> MemoryError {
@@ -222,10 +345,11 @@ pub fn check_config(
         .ok_or_else(|| overflow("the bytes of one step"))?;
     if need > limits.budget_bytes {
         let fix = if state >= *act_bytes {
-            "make the model smaller (--layers, --d-model, --vocab)".to_string()
+            "make the model smaller (--layers, --d-model, --vocab)"
         } else {
-            act_fix.to_string()
+            act_fix
         };
+        let fix = limits.budget_fixes(&[fix]);
         return Err(MemoryError(format!(
             "the model's {params} parameters with their optimizer state take {}, and its largest activation {act_name} \
              {} takes {}: {} on the devices together, more than the memory budget of {}: {fix}",
@@ -414,8 +538,7 @@ impl MemoryPlan {
         if all > limits.budget_bytes {
             return Err(MemoryError(format!(
                 "the step needs {} per device (params {}, optimizer state {}, gradients {}, activations {}; largest \
-                 tensor {} {} of {}), {} on all {} devices together, more than the memory budget of {}: make the model \
-                 smaller (--layers, --d-model, --vocab, --seq, --batch) or use fewer devices",
+                 tensor {} {} of {}), {} on all {} devices together, more than the memory budget of {}: {}",
                 human_bytes(self.total),
                 human_bytes(self.params),
                 human_bytes(self.optimizer_state),
@@ -426,7 +549,11 @@ impl MemoryPlan {
                 human_bytes(self.largest.bytes),
                 human_bytes(all),
                 self.devices,
-                human_bytes(limits.budget_bytes)
+                human_bytes(limits.budget_bytes),
+                limits.budget_fixes(&[
+                    "make the model smaller (--layers, --d-model, --vocab, --seq, --batch)",
+                    "use fewer devices"
+                ])
             )));
         }
         Ok(())
@@ -711,6 +838,155 @@ mod tests {
         };
         let err = plan.check_with_host(&limits, plan.params).unwrap_err().0;
         assert!(err.contains("wasm heap"), "{err}");
+    }
+
+    /// A tiny step's plan and the limits it just fits: the budget at its total.
+    fn tiny_plan() -> MemoryPlan {
+        let step = train_step_program(&tiny(), Optimizer::Sgd { lr: 0.1 }, crate::ir::RngLayout::Partitionable)
+            .expect("tiny step");
+        MemoryPlan::of(&step.program).expect("plan")
+    }
+
+    #[test]
+    fn a_plan_over_budget_names_the_budget_flag_where_the_limits_have_one() {
+        let plan = tiny_plan();
+        for (limits, memory) in [
+            (MemoryLimits::host(), "this machine"),
+            (MemoryLimits::adapter(1 << 30, 1 << 30), "this GPU"),
+        ] {
+            let cli = limits.with_budget_flag("--memory-budget", Some(plan.total - 1));
+            let err = plan.check(&cli).unwrap_err().0;
+            assert!(err.contains("memory budget"), "{err}");
+            assert!(
+                err.contains(&format!(
+                    "use fewer devices or, if {memory} has more memory, raise --memory-budget (4 GiB unless given"
+                )),
+                "{err}"
+            );
+            // Where nothing raises the budget (the page), the error does not offer it.
+            let page = MemoryLimits {
+                budget_bytes: plan.total - 1,
+                ..limits
+            };
+            let err = plan.check(&page).unwrap_err().0;
+            assert!(
+                err.ends_with(
+                    "make the model smaller (--layers, --d-model, --vocab, --seq, --batch) or use fewer devices"
+                ),
+                "{err}"
+            );
+            assert!(!err.contains("--memory-budget"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_config_over_budget_names_the_budget_flag_where_the_limits_have_one() {
+        let cfg = GptConfig {
+            d_model: 4096,
+            heads: 4,
+            layers: 2,
+            ..tiny()
+        };
+        let adamw = Optimizer::AdamW { lr: 1e-3 };
+        let cli = MemoryLimits::host().with_budget_flag("--memory-budget", None);
+        let err = check_config(&cfg, adamw, 1, &cli).unwrap_err().0;
+        assert!(
+            err.contains("make the model smaller (--layers, --d-model, --vocab) or, if this machine has more memory, raise --memory-budget"),
+            "{err}"
+        );
+        let err = check_config(&cfg, adamw, 1, &MemoryLimits::host()).unwrap_err().0;
+        assert!(
+            err.ends_with("make the model smaller (--layers, --d-model, --vocab)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_step_refused_under_a_budget_runs_under_a_larger_one() {
+        // The flag's budget replaces the default whole: just under the plan's total refuses
+        // it, the total admits it, and so does a budget far past the default.
+        let plan = tiny_plan();
+        let budget = |bytes| MemoryLimits::host().with_budget_flag("--memory-budget", Some(bytes));
+        assert!(plan.check(&budget(plan.total - 1)).is_err());
+        assert!(plan.check(&budget(plan.total)).is_ok());
+        let cfg = GptConfig {
+            d_model: 4096,
+            heads: 4,
+            layers: 2,
+            ..tiny()
+        };
+        let adamw = Optimizer::AdamW { lr: 1e-3 };
+        assert!(check_config(&cfg, adamw, 1, &budget(DEFAULT_BUDGET_BYTES)).is_err());
+        assert!(check_config(&cfg, adamw, 1, &budget(100 << 30)).is_ok());
+        // Without a value the flag keeps the one default.
+        assert_eq!(
+            MemoryLimits::host()
+                .with_budget_flag("--memory-budget", None)
+                .budget_bytes,
+            DEFAULT_BUDGET_BYTES
+        );
+    }
+
+    #[test]
+    fn sizes_read_in_binary_and_decimal_units_as_written() {
+        for (text, bytes) in [
+            ("100GiB", 100u64 << 30),
+            ("100G", 100 << 30),
+            ("100g", 100 << 30),
+            ("512MiB", 512 << 20),
+            ("512M", 512 << 20),
+            ("80GB", 80_000_000_000),
+            ("80gb", 80_000_000_000),
+            ("500MB", 500_000_000),
+            ("2TiB", 2 << 40),
+            ("2T", 2 << 40),
+            ("1TB", 1_000_000_000_000),
+            ("64KiB", 64 << 10),
+            ("64kB", 64_000),
+            ("4294967296", 4 << 30),
+            ("4096B", 4096),
+            (" 80 GiB ", 80 << 30),
+            ("1.5GiB", 3 << 29),
+            ("0.5K", 512),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+    }
+
+    #[test]
+    fn sizes_that_are_no_memory_or_no_number_are_refused_with_an_example() {
+        for (text, why) in [
+            ("0", "no memory"),
+            ("0GiB", "no memory"),
+            ("0.1B", "no memory"),
+            ("", "empty"),
+            ("   ", "empty"),
+            ("-1G", "not a size"),
+            ("-5", "not a size"),
+            ("NaN", "not a size"),
+            ("inf", "not a size"),
+            ("GiB", "not a size"),
+            (".", "not a size"),
+            ("1.2.3G", "not a size"),
+            ("10XB", "not a unit"),
+            ("1e9", "not a unit"),
+            ("10 GiB extra", "not a unit"),
+            ("18446744073709551616", "64 bits"),
+            ("16777216TiB", "64 bits"),
+            ("99999999999999999999999999999", "64 bits"),
+        ] {
+            let err = parse_size(text).unwrap_err();
+            assert!(err.contains(why), "{text:?}: {err}");
+            assert!(err.contains("such as 80GiB"), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn binary_bytes_reads_the_default_budget_as_written() {
+        assert_eq!(binary_bytes(DEFAULT_BUDGET_BYTES), "4 GiB");
+        assert_eq!(binary_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(binary_bytes(512), "512 B");
     }
 
     #[test]

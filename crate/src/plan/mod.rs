@@ -22,8 +22,8 @@ pub use build::{build, Planned, ValueSharding};
 pub use combine::combine_train_step;
 pub use error::PlanError;
 pub use memory::{
-    check_config, human_bytes, plan_and_check, shape_bytes, MemoryError, MemoryLimits, MemoryPlan, TensorBytes,
-    DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
+    binary_bytes, check_config, human_bytes, parse_size, plan_and_check, shape_bytes, MemoryError, MemoryLimits,
+    MemoryPlan, TensorBytes, DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
 };
 pub use options::{Parallel, TrainerOptions};
 pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};

@@ -1,11 +1,17 @@
-//! Flags shared by `train`, `inspect` and `bench train`: the model, data and optimizer.
+//! Flags shared by the commands that build a run (`train`, `inspect`, `bench compare`, `plan`,
+//! `export`): the model, data and optimizer, the partitioning, and the memory budget of those
+//! that run steps here.
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
+use shardlab::exec::Backend;
 use shardlab::ir::{CpOrder, Precision, RngLayout};
 use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
-use shardlab::plan::{resolve_spec, DropoutKey, Mode, Parallel, Preset, Schedule, Strategy, TrainerOptions};
+use shardlab::plan::{
+    binary_bytes, parse_size, resolve_spec, DropoutKey, MemoryLimits, Mode, Parallel, Preset, Schedule, Strategy,
+    TrainerOptions, DEFAULT_BUDGET_BYTES,
+};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 /// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
@@ -83,6 +89,34 @@ pub struct PrecisionArg {
     /// optimizer state), as a real run uses it. The sandbox itself trains in f32.
     #[arg(long, value_parser = one_of(&Precision::ALL, Precision::name, precision_help), default_value = "f32")]
     pub precision: Precision,
+}
+
+/// `--memory-budget`, on the commands that run steps on this machine (`train`, `inspect`,
+/// `bench compare`); `plan` and `export` run nothing here (`plan` checks a device preset's own
+/// memory), so they do not take it.
+#[derive(clap::Args, Clone, Copy, Default)]
+pub struct MemoryBudgetArg {
+    #[arg(long = "memory-budget", value_name = "SIZE", value_parser = parse_size, help = memory_budget_help())]
+    pub memory_budget: Option<u64>,
+}
+
+fn memory_budget_help() -> String {
+    format!(
+        "What all simulated devices of the run may hold at once on this GPU (this machine with --cpu), \
+         e.g. 80GiB, 100G, 512MiB, 80GB or bytes (default {}: wgpu does not report a GPU's memory, so raise it on a \
+         GPU with more)",
+        binary_bytes(DEFAULT_BUDGET_BYTES)
+    )
+}
+
+impl MemoryBudgetArg {
+    /// The flag as the budget errors name it.
+    const FLAG: &'static str = "--memory-budget";
+
+    /// What a step on `backend` must fit: its limits, with the budget this flag sets.
+    pub fn limits(self, backend: &Backend) -> MemoryLimits {
+        backend.memory_limits().with_budget_flag(Self::FLAG, self.memory_budget)
+    }
 }
 
 fn rng_help(l: RngLayout) -> &'static str {

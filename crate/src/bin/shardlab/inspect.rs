@@ -9,7 +9,7 @@ use shardlab::gpu::GpuContext;
 use shardlab::plan::TrainerOptions;
 use shardlab::profile::{attention_balance, model_step, pipeline_bubble, summarize, DeviceProfile, Placement};
 
-use crate::args::{trainer_options, ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, MemoryBudgetArg, ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,6 +30,8 @@ pub struct Args {
     /// adapter, calibrated) or a preset (tpu_v4, tpu_v5e, h100, a100, rtx4090, m2_max).
     #[arg(long, default_value = "tpu_v4")]
     pub device: String,
+    #[command(flatten)]
+    pub budget: MemoryBudgetArg,
 }
 
 pub fn run(mut args: Args) -> Result<(), String> {
@@ -61,7 +63,8 @@ async fn inspect(
     opts: TrainerOptions,
     args: &Args,
 ) -> Result<(), shardlab::exec::ExecError> {
-    let mut t = Trainer::new(backend, opts).await?;
+    let limits = args.budget.limits(&backend);
+    let mut t = Trainer::with_limits(backend, opts, &limits).await?;
     // In automatic mode, also what the partitioner inserted and why (at the instructions of
     // the program that runs, after any combining).
     let inserted = t.planned().inserted.clone();

@@ -3,9 +3,9 @@
 use std::io::{IsTerminal, Write};
 
 use shardlab::exec::{Backend, Trainer};
-use shardlab::plan::TrainerOptions;
+use shardlab::plan::{MemoryLimits, TrainerOptions};
 
-use crate::args::{trainer_options, ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, MemoryBudgetArg, ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,6 +23,8 @@ pub struct Args {
     /// Run on the CPU reference executor instead of the GPU.
     #[arg(long)]
     pub cpu: bool,
+    #[command(flatten)]
+    pub budget: MemoryBudgetArg,
     #[command(flatten)]
     pub retune: crate::tuning_cache::RetuneArg,
 }
@@ -42,17 +44,19 @@ pub fn run(mut args: Args) -> Result<(), String> {
         None => Backend::Reference,
         Some(t) => Backend::Gpu(t.ctx.clone()),
     };
-    pollster::block_on(train(backend, opts, args.steps, args.json)).map_err(|e| e.to_string())
+    let limits = args.budget.limits(&backend);
+    pollster::block_on(train(backend, opts, &limits, args.steps, args.json)).map_err(|e| e.to_string())
 }
 
 async fn train(
     backend: Backend,
     opts: TrainerOptions,
+    limits: &MemoryLimits,
     steps: u64,
     json: bool,
 ) -> Result<(), shardlab::exec::ExecError> {
     let mode = opts.parallel.mode_name();
-    let mut trainer = Trainer::new(backend, opts).await?;
+    let mut trainer = Trainer::with_limits(backend, opts, limits).await?;
     let tty = !json && std::io::stderr().is_terminal();
     let mut err = std::io::stderr();
     let mut step_ms = Vec::new();

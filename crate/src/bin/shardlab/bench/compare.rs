@@ -3,7 +3,7 @@
 use shardlab::bench::compare::compare;
 use shardlab::exec::Backend;
 
-use crate::args::{trainer_options, ModelArgs, ParallelArgs};
+use crate::args::{trainer_options, MemoryBudgetArg, ModelArgs, ParallelArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,6 +20,8 @@ pub struct Args {
     /// Run on the CPU reference executor.
     #[arg(long)]
     pub cpu: bool,
+    #[command(flatten)]
+    pub budget: MemoryBudgetArg,
     #[command(flatten)]
     pub retune: crate::tuning_cache::RetuneArg,
 }
@@ -54,7 +56,8 @@ pub fn run(mut args: Args) -> Result<(), String> {
         None => Backend::Reference,
         Some(t) => Backend::Gpu(t.ctx.clone()),
     };
-    let c = pollster::block_on(compare(backend, &opts, args.steps)).map_err(|e| e.to_string())?;
+    let limits = args.budget.limits(&backend);
+    let c = pollster::block_on(compare(backend, &opts, &limits, args.steps)).map_err(|e| e.to_string())?;
     if args.json {
         println!("{}", serde_json::to_string(&c).map_err(|e| e.to_string())?);
     } else {
