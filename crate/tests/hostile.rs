@@ -537,6 +537,44 @@ fn flags_the_mode_ignores_are_refused() {
 }
 
 #[test]
+fn model_flags_a_preset_replaces_are_refused_beside_it_rather_than_ignored() {
+    // `--preset seed --batch 256` once ran the seed's batch of 32 without a word.
+    refused(&[
+        case(
+            &["inspect", "--cpu", "--preset", "seed", "--batch", "256"],
+            &["--batch", "--preset"],
+        ),
+        case(
+            &["train", "--cpu", "--preset", "dp", "--layers", "4"],
+            &["--layers", "--preset"],
+        ),
+        case(
+            &["bench", "compare", "--preset", "seed", "--dropout", "0"],
+            &["--dropout", "--preset"],
+        ),
+        case(
+            &["plan", "--device", "h100", "--preset", "seed", "--seq", "1024"],
+            &["--seq", "--preset"],
+        ),
+        case(
+            &["export", "jax", "--preset", "seed", "--vocab", "512"],
+            &["--vocab", "--preset"],
+        ),
+    ]);
+    // What the preset leaves to the user still applies beside it.
+    let r = shardlab(&[
+        "inspect",
+        "--cpu",
+        "--preset",
+        "seed",
+        "--rng",
+        "partitionable",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.err);
+}
+
+#[test]
 fn bench_compare_needs_at_least_one_step() {
     refused(&[tiny_case(
         &[

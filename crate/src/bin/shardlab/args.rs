@@ -193,28 +193,28 @@ fn preset_help(p: Preset) -> &'static str {
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
     /// Transformer blocks.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, conflicts_with = "preset")]
     pub layers: usize,
     /// Width of the residual stream (d).
-    #[arg(long = "d-model", default_value_t = 64)]
+    #[arg(long = "d-model", default_value_t = 64, conflicts_with = "preset")]
     pub d_model: usize,
     /// Attention heads (must divide d-model).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, conflicts_with = "preset")]
     pub heads: usize,
     /// Sequence length T.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, conflicts_with = "preset")]
     pub seq: usize,
     /// Batch size B.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, conflicts_with = "preset")]
     pub batch: usize,
     /// Vocabulary size V.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, conflicts_with = "preset")]
     pub vocab: usize,
     /// Share the LM head with the token embedding.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "preset")]
     pub tied: bool,
     /// Dropout rate (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, conflicts_with = "preset")]
     pub dropout: f32,
     /// How attention runs: one fused op (no T x T array held), or its four unfused ops.
     #[arg(long, value_parser = one_of(&Attention::ALL, Attention::name, attention_help), default_value = "fused")]
@@ -224,13 +224,13 @@ pub struct ModelArgs {
     #[arg(long, value_parser = one_of(&Remat::ALL, Remat::name, remat_help), default_value = "none")]
     pub remat: Remat,
     /// Parameter init: docs/MODEL.md's formula, or seeded random.
-    #[arg(long, value_enum, default_value_t = InitArg::Random)]
+    #[arg(long, value_enum, default_value_t = InitArg::Random, conflicts_with = "preset")]
     pub init: InitArg,
     /// Training data.
-    #[arg(long, value_enum, default_value_t = DataArg::Copy)]
+    #[arg(long, value_enum, default_value_t = DataArg::Copy, conflicts_with = "preset")]
     pub data: DataArg,
     /// Text file for --data text (character level).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "preset")]
     pub text: Option<String>,
     /// Optimizer.
     #[arg(long, value_enum, default_value_t = OptArg::Adamw)]
@@ -248,7 +248,8 @@ pub struct ModelArgs {
     /// A named setup, the page's presets: `seed` is the JAX report's data-parallel run (dp on 8
     /// devices, dropout 0.1, original RNG layout, layers 2, d-model 128, heads 4, seq 64, batch
     /// 32, vocab 256); the others are its strategies on a smaller model. It replaces the model
-    /// flags and the strategy; --rng, --mesh, --mode, --microbatches and --steps still apply.
+    /// flags (given with it, they are refused rather than ignored) and the strategy; --rng,
+    /// --mesh, --mode, --microbatches and --steps still apply.
     #[arg(long, value_parser = one_of(&Preset::ALL, Preset::name, preset_help))]
     pub preset: Option<Preset>,
 }
