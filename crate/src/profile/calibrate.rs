@@ -9,6 +9,7 @@
 //! Every program is timed in interleaved rounds (medians) and the step fit leaves out steps
 //! a burst of load slowed, so one burst moves the profile little.
 use super::collective::CollectiveKind;
+use super::cost::attention_flops;
 use super::device::{DeviceProfile, MatmulFit, Topology};
 use super::fit::{
     calibration_spread, fit_matmul, fit_nonnegative, fit_steps, growth_to_work_bound, relative_spread, StepRow,
@@ -105,6 +106,18 @@ const BATCHED_SHAPES: [(usize, usize, usize, usize); 8] = [
 const QUICK_DOT_SHAPES: [(usize, usize, usize); 3] = [(64, 64, 64), (128, 128, 128), (512, 64, 256)];
 const QUICK_BATCHED_SHAPES: [(usize, usize, usize, usize); 3] = [(64, 32, 16, 32), (8, 64, 64, 64), (2, 256, 64, 256)];
 
+/// The fused attention timed, forward and backward: (batch, heads, T, Dh), from the sweep's
+/// smallest to past the seed preset's per-device size.
+const ATTENTION_SHAPES: [(usize, usize, usize, usize); 5] = [
+    (8, 2, 16, 16),
+    (16, 4, 32, 16),
+    (4, 4, 64, 32),
+    (32, 4, 64, 32),
+    (8, 8, 128, 32),
+];
+/// The page's: the three smallest, within its few seconds on SwiftShader.
+const QUICK_ATTENTION_SHAPES: [(usize, usize, usize, usize); 3] = [(8, 2, 16, 16), (16, 4, 32, 16), (4, 4, 64, 32)];
+
 /// How long the microbenchmarks run: the CLI's full calibration (under 20 s on lavapipe) or the
 /// page's quick one (under 5 s on SwiftShader): fewer timed runs, smaller arrays, fewer FLOPs
 /// per matmul program, fewer matmul shape classes to tune.
@@ -121,6 +134,9 @@ pub struct Budget {
     /// The batched matmul shapes (batch, m, k, n) timed, at least the three points their fit
     /// needs.
     pub batched: &'static [(usize, usize, usize, usize)],
+    /// The fused attention shapes (batch, heads, T, Dh) timed, forward and backward: at least
+    /// the two points their fit needs.
+    pub attention: &'static [(usize, usize, usize, usize)],
     /// Whether to time the matmuls with one variant on CPU adapters (the one their autotuner
     /// picks for most classes there) instead of tuning the calibration's classes: tuning
     /// compiles every variant, most of a first calibration on SwiftShader. Training still tunes
@@ -143,6 +159,7 @@ impl Budget {
         matmul_flops: 32e6,
         single: &DOT_SHAPES,
         batched: &BATCHED_SHAPES,
+        attention: &ATTENTION_SHAPES,
         heuristic_matmul: false,
         sim_collectives: true,
         fit_steps: true,
@@ -153,6 +170,7 @@ impl Budget {
         matmul_flops: 4e6,
         single: &QUICK_DOT_SHAPES,
         batched: &QUICK_BATCHED_SHAPES,
+        attention: &QUICK_ATTENTION_SHAPES,
         heuristic_matmul: true,
         sim_collectives: false,
         fit_steps: false,
@@ -209,6 +227,23 @@ fn dots(batch: usize, m: usize, k: usize, n: usize, reps: usize) -> Result<Progr
         };
     }
     b.output(y);
+    Ok(b.finish()?)
+}
+
+/// Fused causal attention over q, k, v of (batch, heads, T, Dh), forward and backward (the
+/// gradients of a weighted sum of its output), as a train step runs it.
+fn attention(batch: usize, heads: usize, t: usize, dh: usize) -> Result<Program, ExecError> {
+    let mut b = Builder::new();
+    let shape = [batch, heads, t, dh];
+    let qkv = ["q", "k", "v"].map(|name| b.input(name, &shape, DType::F32, Role::Other));
+    let y = b.attention(qkv, 1.0 / (dh as f32).sqrt(), None);
+    let w = b.input("w", &shape, DType::F32, Role::Other);
+    let yw = b.mul(y, w);
+    let loss = b.sum(yw, &[0, 1, 2, 3]);
+    let grads = crate::autodiff::grad(&mut b, loss, &qkv).map_err(|e| ExecError::Input(e.to_string()))?;
+    for g in grads {
+        b.output(g);
+    }
     Ok(b.finish()?)
 }
 
@@ -433,6 +468,8 @@ enum Bench {
         batched: bool,
         index: usize,
     },
+    /// Fused attention shape `index` of the budget's.
+    Attention(usize),
     /// Reference train step `index` of [`reference_steps`].
     Step(usize),
 }
@@ -571,6 +608,7 @@ impl CalibrationPrograms {
                 index,
             }));
         }
+        benches.extend((0..budget.attention.len()).map(Bench::Attention));
         benches.extend((0..references.len()).map(Bench::Step));
         let mut p = CalibrationPrograms {
             budget,
@@ -605,6 +643,10 @@ impl CalibrationPrograms {
             Bench::Dot { batched, index } => {
                 let (batch, m, k, n, reps) = self.family(batched)[index];
                 dots(batch, m, k, n, reps)
+            }
+            Bench::Attention(index) => {
+                let (batch, heads, t, dh) = self.budget.attention[index];
+                attention(batch, heads, t, dh)
             }
             Bench::Step(index) => reference_program(&self.references[index]),
         }
@@ -724,6 +766,10 @@ impl CalibrationPrograms {
             Bench::RandomBits => z.bits_reps,
             Bench::SimCollectives => 3 * z.coll_reps,
             Bench::Dot { batched, index } => self.family(batched)[index].4,
+            // As the executor lowers it: the cost model prices its launches the same way.
+            Bench::Attention(_) => self.programs.iter().find(|(b, _)| *b == bench).map_or(0, |(_, prog)| {
+                crate::exec::lowered(prog).iter().map(|l| l.dispatches).sum()
+            }),
             // Steps are fitted with their own launch counts (`fit_to_steps`).
             Bench::Step(_) => 0,
         }
@@ -896,6 +942,60 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         });
     }
     let (single, batched) = (fits[0], fits[1]);
+
+    // The fused attention: its time less its launches, fitted per FLOP, per (batch, head)
+    // product and per op as the batched matmuls are (many small heads run far below the rate
+    // of a few large ones), on the shapes the timer resolves. Each program is one forward and
+    // one backward op.
+    let mut attention_rows = vec![];
+    for (bench, prog) in programs.iter().filter(|(b, _)| matches!(b, Bench::Attention(_))) {
+        let flops: u64 = prog
+            .instrs
+            .iter()
+            .filter(|ins| {
+                matches!(
+                    ins.op,
+                    crate::ir::Op::Attention { .. } | crate::ir::Op::AttentionGrad { .. }
+                )
+            })
+            .map(|ins| {
+                let (dots, rest) = attention_flops(prog, ins);
+                dots + rest
+            })
+            .sum();
+        let Bench::Attention(index) = *bench else { continue };
+        let (batch, heads, t, dh) = budget.attention[index];
+        let work = time(*bench) * 1e-3 - overhead(*bench);
+        let resolved = work >= overhead(*bench) / RESOLVED_SHARE_INV;
+        let left_out = if resolved {
+            ""
+        } else {
+            " (left out: below the launch cost)"
+        };
+        let secs = work.max(1e-9);
+        record(
+            &format!("attention_{batch}x{heads}x{t}x{dh}{left_out}"),
+            Some(*bench),
+            flops as f64 / secs,
+        );
+        if resolved {
+            attention_rows.push(([flops as f64, 2.0 * (batch * heads) as f64, 2.0], secs));
+        }
+    }
+    let attention = (attention_rows.len() >= 3).then(|| {
+        let [per_flop, per_product_s, fixed_s] = fit_nonnegative(&attention_rows);
+        MatmulFit {
+            flops: if per_flop > 0.0 {
+                1.0 / per_flop
+            } else {
+                attention_rows.iter().map(|(x, s)| x[0] / s).fold(0.0, f64::max)
+            },
+            half_flops: 0.0,
+            per_product_s,
+            fixed_s,
+        }
+    });
+
     let adapter = ctx.summary.identity();
     let mut profile = DeviceProfile {
         name: "this".into(),
@@ -909,6 +1009,7 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         matmul_units: 1,
         matmul_half_flops: single.half_flops,
         matmul_batched: Some(batched),
+        attention,
         vector_flops,
         int_ops,
         mem_bandwidth,

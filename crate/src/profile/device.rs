@@ -51,6 +51,14 @@ pub struct DeviceProfile {
     /// run on other kernels than single ones, as the autotuner picks per shape class; None: at
     /// the single-matmul figures (the presets: their libraries batch natively).
     pub matmul_batched: Option<MatmulFit>,
+    /// The sandbox's fused attention kernels, forward and backward: FLOP/s over all their FLOPs
+    /// (dot products and the rest), seconds per (batch, head) product and per op. Calibrated on
+    /// `this`, where they run as the sandbox's own kernels do (composed through the tuned
+    /// matmuls on CPU adapters), far below its matmul rate. None on the presets, whose
+    /// platforms run FlashAttention-style kernels on their matrix units (priced as their dot
+    /// products).
+    #[serde(default)]
+    pub attention: Option<MatmulFit>,
     /// Non-matmul f32 arithmetic (vector / CUDA cores), FLOP/s.
     pub vector_flops: f64,
     /// 32-bit integer operations per second (Threefry's adds, rotates and xors).
@@ -155,6 +163,7 @@ pub fn tpu_v4() -> DeviceProfile {
         matmul_units: 8,
         matmul_half_flops: 2e8,
         matmul_batched: None,
+        attention: None,
         // VPU: 2 cores x 8 sublanes x 128 lanes x 1.05 GHz, one f32 op per lane per cycle
         // (estimated from the ISCA paper's VPU shape; not a published FLOP/s figure).
         vector_flops: 2.15e12,
@@ -198,6 +207,7 @@ pub fn tpu_v5e() -> DeviceProfile {
         matmul_units: 4,
         matmul_half_flops: 2e8,
         matmul_batched: None,
+        attention: None,
         // VPU: 8 x 128 lanes at 1.5 GHz (estimated, as for v4).
         vector_flops: 1.5e12,
         int_ops: 1.5e12,
@@ -240,6 +250,7 @@ pub fn h100() -> DeviceProfile {
         matmul_units: 132,
         matmul_half_flops: 5e8,
         matmul_batched: None,
+        attention: None,
         vector_flops: 66.9e12,
         // INT32: 64 lanes per SM per clock, half the FP32 lanes (Hopper whitepaper).
         int_ops: 33.5e12,
@@ -275,6 +286,7 @@ pub fn a100() -> DeviceProfile {
         matmul_units: 108,
         matmul_half_flops: 3e8,
         matmul_batched: None,
+        attention: None,
         vector_flops: 19.5e12,
         // INT32 19.5 TOPS (datasheet: INT32 at the FP32 rate on Ampere's split datapath).
         int_ops: 19.5e12,
@@ -308,6 +320,7 @@ pub fn rtx4090() -> DeviceProfile {
         matmul_units: 128,
         matmul_half_flops: 2e8,
         matmul_batched: None,
+        attention: None,
         vector_flops: 82.6e12,
         // INT32 at half the FP32 rate (Ada's shared FP32/INT32 datapath): estimated.
         int_ops: 41.3e12,
@@ -348,6 +361,7 @@ pub fn m2_max() -> DeviceProfile {
         matmul_units: 38,
         matmul_half_flops: 1e8,
         matmul_batched: None,
+        attention: None,
         vector_flops: 13.6e12,
         // INT32 at the FP32 rate: estimated.
         int_ops: 13.6e12,

@@ -66,6 +66,14 @@ pub fn work_seconds(d: &DeviceProfile, w: &Work, copies: usize) -> f64 {
 /// memory, `copies` devices' worth at once: the roofline's two sides.
 pub fn work_split(d: &DeviceProfile, w: &Work, copies: usize) -> (f64, f64) {
     let c = copies as f64;
+    if let (true, Some(fit)) = (w.fused_attention, d.attention) {
+        // The sandbox's own attention kernels, as calibrated: per op, per (batch, head) product
+        // and per FLOP, on every copy.
+        let products = w.dot.map_or(1, |dot| dot.batch) as f64;
+        let flops = w.matmul_flops + w.vector_flops;
+        let op = fit.fixed_s + products * fit.per_product_s + flops / fit.flops.max(1e-30);
+        return (c * op + c * w.int_ops / d.int_ops, c * w.bytes / d.mem_bandwidth);
+    }
     let matmul = match w.dot {
         Some(dot) => {
             let fit = matmul_fit(d, dot, copies);
@@ -294,6 +302,7 @@ mod tests {
         // No tiles or waves, as calibrated on `this`: only the class's figures decide.
         let d = DeviceProfile {
             matmul_batched: Some(slow),
+            attention: None,
             matmul_tile: [1, 1, 1],
             matmul_units: 1,
             ..crate::profile::device::m2_max()
@@ -318,6 +327,44 @@ mod tests {
     }
 
     #[test]
+    fn fused_attention_runs_at_its_calibrated_figures_where_the_device_has_them() {
+        let dot = DotShape {
+            batch: 32,
+            m: 64,
+            n: 64,
+            k: 32,
+        };
+        let w = Work {
+            matmul_flops: 4e6,
+            vector_flops: 1e6,
+            dot: Some(dot),
+            launches: 1,
+            fused_attention: true,
+            ..Default::default()
+        };
+        let preset = crate::profile::device::h100();
+        // Calibrated on `this`: per op, per (batch, head) product and per FLOP, on every copy.
+        let d = DeviceProfile {
+            attention: Some(MatmulFit {
+                flops: 1e9,
+                half_flops: 0.0,
+                per_product_s: 1e-5,
+                fixed_s: 1e-4,
+            }),
+            ..preset.clone()
+        };
+        let want = 1e-4 + 32.0 * 1e-5 + 5e6 / 1e9;
+        let (compute, _) = work_split(&d, &w, 2);
+        assert!((compute - 2.0 * want).abs() < 1e-12, "{compute}");
+        // A preset prices it as its dot products on the matrix units, as before.
+        let as_dots = Work {
+            fused_attention: false,
+            ..w
+        };
+        assert_eq!(work_split(&preset, &w, 1), work_split(&preset, &as_dots, 1));
+    }
+
+    #[test]
     fn many_small_batched_products_cost_their_per_product_time() {
         let fit = MatmulFit {
             flops: 1e9,
@@ -327,6 +374,7 @@ mod tests {
         };
         let d = DeviceProfile {
             matmul_batched: Some(fit),
+            attention: None,
             matmul_tile: [1, 1, 1],
             matmul_units: 1,
             ..crate::profile::device::m2_max()

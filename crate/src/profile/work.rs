@@ -43,6 +43,8 @@ pub struct Work {
     /// Kernel launches (GPU dispatches); 0 for ops that only rename memory and for the second
     /// instruction of a fused pair.
     pub launches: usize,
+    /// A fused attention op: priced at the device's calibrated attention rate where it has one.
+    pub fused_attention: bool,
 }
 
 /// Bytes of every value as a real device holds it, under the program's precision
@@ -204,6 +206,7 @@ fn instr_work(prog: &Program, widths: &Widths, ins: &Instr, placement: Placement
             let n = shape.len();
             w.matmul_flops = dots as f64;
             w.vector_flops = rest as f64;
+            w.fused_attention = true;
             w.dot = Some(DotShape {
                 batch: shape[..n - 2].iter().product(),
                 m: shape[n - 2],
