@@ -576,7 +576,7 @@ pub struct CalibrationPrograms {
 
 impl CalibrationPrograms {
     /// Builds every program of `budget` on `ctx`, runs each once, and grows the ones whose
-    /// work does not outweigh their fixed costs on this adapter ([`Self::grow_to_work_bound`]).
+    /// work does not outweigh their fixed costs on this adapter (`grow_to_work_bound`).
     pub async fn prepare(ctx: &GpuContext, budget: Budget) -> Result<Self, ExecError> {
         let start = now_ms();
         let sizes = Sizes::of(budget);
