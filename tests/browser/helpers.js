@@ -107,3 +107,33 @@ export async function setControl(page, name, value) {
 }
 
 export const location = (page) => decodeURIComponent(new URL(page.url()).hash);
+
+/** Everything that sticks out of its panel, and every visible placeholder its input cuts off
+ * (run in the page: `page.evaluate(overflows)`). */
+export function overflows() {
+  const out = [];
+  const scrolls = (e) => /auto|scroll|hidden|clip/.test(getComputedStyle(e).overflowX);
+  const panels = [...document.querySelectorAll('.site-header, main > .panel, .site-footer')].filter((p) => p.offsetParent);
+  for (const panel of panels) {
+    const edge = panel.getBoundingClientRect();
+    const walk = (e) => {
+      for (const c of e.children) {
+        const b = c.getBoundingClientRect();
+        if (b.width > 0 && (b.right > edge.right + 1 || b.left < edge.left - 1)) {
+          out.push(`${panel.id || panel.className}: <${c.tagName.toLowerCase()}${c.id ? `#${c.id}` : ''} class="${c.className}"> spans ${Math.round(b.left)}–${Math.round(b.right)} px, the panel ${Math.round(edge.left)}–${Math.round(edge.right)}: “${c.textContent.trim().slice(0, 50)}”`);
+        } else if (!scrolls(c)) walk(c);
+      }
+    };
+    walk(panel);
+  }
+  const ctx = document.createElement('canvas').getContext('2d');
+  for (const i of document.querySelectorAll('input[placeholder]')) {
+    if (!i.offsetParent || i.value) continue;
+    const s = getComputedStyle(i);
+    ctx.font = s.font;
+    const need = ctx.measureText(i.placeholder).width + parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
+    if (need > i.clientWidth + 1) out.push(`the placeholder “${i.placeholder}” of ${i.name || i.dataset.testid} needs ${Math.round(need)} px, its input has ${i.clientWidth}`);
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth) out.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`);
+  return out;
+}

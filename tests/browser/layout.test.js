@@ -3,7 +3,7 @@
 // placeholder) at 1280, 1024 and 390 px wide, with every fold open and every panel filled.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { STEP_TIMEOUT_MS, close, hashOf, launch, openReady, reveal, settled, singleSteps } from './helpers.js';
+import { STEP_TIMEOUT_MS, close, hashOf, launch, openReady, overflows, reveal, settled, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -63,35 +63,6 @@ test('a setting refused inside a folded part opens the fold to show its error', 
     await context.close();
   }
 });
-
-/** Everything that sticks out of its panel, and every visible placeholder its input cuts off. */
-function overflows() {
-  const out = [];
-  const scrolls = (e) => /auto|scroll|hidden|clip/.test(getComputedStyle(e).overflowX);
-  const panels = [...document.querySelectorAll('.site-header, main > .panel, .site-footer')].filter((p) => p.offsetParent);
-  for (const panel of panels) {
-    const edge = panel.getBoundingClientRect();
-    const walk = (e) => {
-      for (const c of e.children) {
-        const b = c.getBoundingClientRect();
-        if (b.width > 0 && (b.right > edge.right + 1 || b.left < edge.left - 1)) {
-          out.push(`${panel.id || panel.className}: <${c.tagName.toLowerCase()}${c.id ? `#${c.id}` : ''} class="${c.className}"> spans ${Math.round(b.left)}–${Math.round(b.right)} px, the panel ${Math.round(edge.left)}–${Math.round(edge.right)}: “${c.textContent.trim().slice(0, 50)}”`);
-        } else if (!scrolls(c)) walk(c);
-      }
-    };
-    walk(panel);
-  }
-  const ctx = document.createElement('canvas').getContext('2d');
-  for (const i of document.querySelectorAll('input[placeholder]')) {
-    if (!i.offsetParent || i.value) continue;
-    const s = getComputedStyle(i);
-    ctx.font = s.font;
-    const need = ctx.measureText(i.placeholder).width + parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
-    if (need > i.clientWidth + 1) out.push(`the placeholder “${i.placeholder}” of ${i.name || i.dataset.testid} needs ${Math.round(need)} px, its input has ${i.clientWidth}`);
-  }
-  if (document.documentElement.scrollWidth > window.innerWidth) out.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`);
-  return out;
-}
 
 test('nothing overflows its panel or clips a placeholder at 1280, 1024 and 390 px wide', { timeout: 600_000 }, async () => {
   // A spec and a with_sharding_constraint in the editor, the copy task's example rows.

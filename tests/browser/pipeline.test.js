@@ -4,7 +4,7 @@
 // running anything else; settings that cannot run are refused at their control, naming the fix.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, formValues, hashOf, launch, location, openReady, setControl, settled, singleSteps } from './helpers.js';
+import { close, formValues, hashOf, launch, location, openReady, overflows, setControl, settled, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -178,4 +178,21 @@ test('1F1B trains the same losses as GPipe, and the link keeps the schedule', { 
   // The same microbatches, masks and sums in another order: equal to float32 rounding.
   assert.equal(losses['1f1b'].length, 2);
   losses['1f1b'].forEach((l, k) => assert.ok(Math.abs(l - losses.gpipe[k]) < 1e-4, JSON.stringify(losses)));
+});
+
+test('at 390 px wide the pipeline fold, its bubble and a row per stage fit the phone, every fold open', { timeout: 300_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf(TINY_PP), { viewport: { width: 390, height: 844 } });
+  try {
+    assert.equal(await singleSteps(page, 1), 1);
+    await settled(page);
+    await page.evaluate(() => { for (const d of document.querySelectorAll('details')) d.open = true; });
+    await page.waitForTimeout(300); // the charts follow the folds' layout
+    assert.equal(await page.getByTestId('fold-pipeline').isVisible(), true);
+    assert.equal(await page.getByTestId('pipeline-bubble').isVisible(), true);
+    assert.equal(await rows(page, 'shard_map').count(), 4);
+    assert.deepEqual(await page.evaluate(overflows), []);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
 });
