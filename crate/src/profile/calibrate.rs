@@ -20,7 +20,7 @@ use super::work::THREEFRY_INT_OPS;
 use crate::exec::{ExecError, GpuExecutor, Tensor};
 use crate::gpu::{now_ms, GpuContext};
 use crate::ir::size_in_bytes;
-use crate::ir::{Builder, DType, Program, RngLayout, Role};
+use crate::ir::{Builder, DType, Op, Program, RngLayout, Role};
 use crate::kernels::matmul::Variant;
 use crate::kernels::Tuning;
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
@@ -270,6 +270,26 @@ fn timed_dot(budget: Budget, batch: usize, m: usize, k: usize, n: usize) -> Time
 /// A matmul whose work is less than 1/this of its fixed costs is below the timer's reach: its
 /// rate is not fitted.
 const RESOLVED_SHARE_INV: f64 = 4.0;
+
+/// The name suffix of a measurement no fit takes.
+const LEFT_OUT: &str = " (left out: below the launch cost)";
+
+/// Seconds per FLOP, per product and per dispatch fitted to `rows` ([FLOPs, products,
+/// dispatches], seconds) as a rate and two costs; where no positive rate fits (noise), the
+/// best rate measured.
+fn fit_batched(rows: &[([f64; 3], f64)]) -> MatmulFit {
+    let [per_flop, per_product_s, fixed_s] = fit_nonnegative(rows);
+    MatmulFit {
+        flops: if per_flop > 0.0 {
+            1.0 / per_flop
+        } else {
+            rows.iter().map(|(x, s)| x[0] / s).fold(0.0, f64::max)
+        },
+        half_flops: 0.0,
+        per_product_s,
+        fixed_s,
+    }
+}
 
 /// Runs of each program (median) when probing whether it is work-bound.
 const PROBE_RUNS: usize = 3;
@@ -887,52 +907,49 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         None
     };
 
+    // A program's time less its fixed costs, and whether the timer tells that work from them:
+    // one the timer cannot says only that it costs no more, and no fit takes it.
+    let net = |bench: Bench| {
+        let fixed = overhead(bench);
+        let work = time(bench) * 1e-3 - fixed;
+        (work, work >= fixed / RESOLVED_SHARE_INV)
+    };
+    let left_out = |resolved: bool| if resolved { "" } else { LEFT_OUT };
     let mut fits = vec![];
     for (batched, shapes) in families {
-        // (FLOPs, seconds per matmul, whether the timer resolved its work from its fixed costs).
+        // (FLOPs, products, seconds per matmul, resolved).
         let mut timed_points = vec![];
         for (index, &(batch, m, k, n, reps)) in shapes.iter().enumerate() {
             let bench = Bench::Dot {
                 batched: *batched,
                 index,
             };
-            let t = time(bench);
             let flops = (2 * batch * m * k * n) as f64;
-            let work = t * 1e-3 - overhead(bench);
+            let (work, resolved) = net(bench);
             let secs = (work / reps as f64).max(1e-9);
-            let resolved = work >= overhead(bench) / RESOLVED_SHARE_INV;
-            let name = match (batch > 1, resolved) {
-                (true, true) => format!("matmul_{batch}x{m}x{k}x{n}"),
-                (false, true) => format!("matmul_{m}x{k}x{n}"),
-                (true, false) => format!("matmul_{batch}x{m}x{k}x{n} (left out: below the launch cost)"),
-                (false, false) => format!("matmul_{m}x{k}x{n} (left out: below the launch cost)"),
+            let shape = if batch > 1 {
+                format!("{batch}x{m}x{k}x{n}")
+            } else {
+                format!("{m}x{k}x{n}")
             };
-            record(&name, Some(bench), flops / secs);
+            record(
+                &format!("matmul_{shape}{}", left_out(resolved)),
+                Some(bench),
+                flops / secs,
+            );
             timed_points.push((flops, batch, secs, resolved));
         }
-        // A matmul the timer cannot tell from its launch says only that it costs no more: the
-        // fits take the resolved ones, where there are enough of them (2 single, 3 batched).
+        // The fits take the resolved matmuls where there are enough of them (2 single, 3
+        // batched).
         let needed = if *batched { 3 } else { 2 };
         let resolved = timed_points.iter().filter(|p| p.3).count() >= needed;
         let kept: Vec<_> = timed_points.iter().filter(|p| p.3 || !resolved).collect();
-        let points: Vec<(f64, f64)> = kept.iter().map(|p| (p.0, p.2)).collect();
-        let rows: Vec<([f64; 3], f64)> = kept.iter().map(|p| ([p.0, p.1 as f64, 1.0], p.2)).collect();
         fits.push(if *batched {
-            // Per FLOP, per product and per dispatch: many small products (attention's heads
-            // times the simulated devices) run far below the rate of a few large ones.
-            let [per_flop, per_product_s, fixed_s] = fit_nonnegative(&rows);
-            MatmulFit {
-                flops: if per_flop > 0.0 {
-                    1.0 / per_flop
-                } else {
-                    points.iter().map(|p| p.0 / p.1).fold(0.0, f64::max)
-                },
-                half_flops: 0.0,
-                per_product_s,
-                fixed_s,
-            }
+            // Many small products (attention's heads times the simulated devices) run far
+            // below the rate of a few large ones.
+            fit_batched(&kept.iter().map(|p| ([p.0, p.1 as f64, 1.0], p.2)).collect::<Vec<_>>())
         } else {
-            let (flops, half_flops) = fit_matmul(&points);
+            let (flops, half_flops) = fit_matmul(&kept.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>());
             MatmulFit {
                 flops,
                 half_flops,
@@ -943,38 +960,26 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
     }
     let (single, batched) = (fits[0], fits[1]);
 
-    // The fused attention: its time less its launches, fitted per FLOP, per (batch, head)
-    // product and per op as the batched matmuls are (many small heads run far below the rate
-    // of a few large ones), on the shapes the timer resolves. Each program is one forward and
-    // one backward op.
+    // The fused attention, fitted as the batched matmuls are (many small heads run far below
+    // the rate of a few large ones) on the shapes the timer resolves. Each program is one
+    // forward and one backward op.
     let mut attention_rows = vec![];
-    for (bench, prog) in programs.iter().filter(|(b, _)| matches!(b, Bench::Attention(_))) {
+    for (bench, prog) in programs {
+        let Bench::Attention(index) = *bench else { continue };
         let flops: u64 = prog
             .instrs
             .iter()
-            .filter(|ins| {
-                matches!(
-                    ins.op,
-                    crate::ir::Op::Attention { .. } | crate::ir::Op::AttentionGrad { .. }
-                )
-            })
+            .filter(|ins| matches!(ins.op, Op::Attention { .. } | Op::AttentionGrad { .. }))
             .map(|ins| {
                 let (dots, rest) = attention_flops(prog, ins);
                 dots + rest
             })
             .sum();
-        let Bench::Attention(index) = *bench else { continue };
         let (batch, heads, t, dh) = budget.attention[index];
-        let work = time(*bench) * 1e-3 - overhead(*bench);
-        let resolved = work >= overhead(*bench) / RESOLVED_SHARE_INV;
-        let left_out = if resolved {
-            ""
-        } else {
-            " (left out: below the launch cost)"
-        };
+        let (work, resolved) = net(*bench);
         let secs = work.max(1e-9);
         record(
-            &format!("attention_{batch}x{heads}x{t}x{dh}{left_out}"),
+            &format!("attention_{batch}x{heads}x{t}x{dh}{}", left_out(resolved)),
             Some(*bench),
             flops as f64 / secs,
         );
@@ -982,19 +987,7 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
             attention_rows.push(([flops as f64, 2.0 * (batch * heads) as f64, 2.0], secs));
         }
     }
-    let attention = (attention_rows.len() >= 3).then(|| {
-        let [per_flop, per_product_s, fixed_s] = fit_nonnegative(&attention_rows);
-        MatmulFit {
-            flops: if per_flop > 0.0 {
-                1.0 / per_flop
-            } else {
-                attention_rows.iter().map(|(x, s)| x[0] / s).fold(0.0, f64::max)
-            },
-            half_flops: 0.0,
-            per_product_s,
-            fixed_s,
-        }
-    });
+    let attention = (attention_rows.len() >= 3).then(|| fit_batched(&attention_rows));
 
     let adapter = ctx.summary.identity();
     let mut profile = DeviceProfile {
