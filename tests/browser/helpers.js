@@ -106,6 +106,19 @@ export async function setControl(page, name, value) {
   }
 }
 
+/** Opens the link `page` wrote in a fresh page: it must reopen with the same settings and no
+ * notice; `more(second)` checks whatever else must come back. */
+export async function assertLinkReopens(page, more = async () => {}, what = '') {
+  const second = await openReady(new URL(page.url()).hash);
+  try {
+    assert.deepEqual(await formValues(second.page), await formValues(page), what);
+    assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false, what);
+    await more(second.page);
+  } finally {
+    await second.context.close();
+  }
+}
+
 export const location = (page) => decodeURIComponent(new URL(page.url()).hash);
 
 /** Everything that sticks out of its panel, and every visible placeholder its input cuts off

@@ -3,7 +3,19 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  STEP_TIMEOUT_MS, URL_, close, formValues, hashOf, launch, location, openPage, openReady, setControl, settled, singleSteps,
+  assertLinkReopens,
+  close,
+  formValues,
+  hashOf,
+  launch,
+  location,
+  openPage,
+  openReady,
+  setControl,
+  settled,
+  singleSteps,
+  STEP_TIMEOUT_MS,
+  URL_,
 } from './helpers.js';
 
 before(launch);
@@ -72,15 +84,10 @@ test('each task can be picked, trains a step without error and reopens from its 
       assert.match(await page.getByTestId('example-prediction').innerText(), /after step 1/);
       assert.equal(await page.getByTestId('error').isVisible(), false, task);
 
-      const second = await openReady(new URL(page.url()).hash);
-      try {
-        assert.equal((await formValues(second.page)).task, task);
-        assert.deepEqual(await formValues(second.page), await formValues(page), task);
-        assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false, task);
-        assert.equal(await second.page.getByTestId('task-explain').getAttribute('data-task'), task);
-      } finally {
-        await second.context.close();
-      }
+      await assertLinkReopens(page, async (second) => {
+        assert.equal((await formValues(second)).task, task);
+        assert.equal(await second.getByTestId('task-explain').getAttribute('data-task'), task);
+      }, task);
     }
     // A vocab too small for the text is flagged at vocab, before Step.
     await setControl(page, 'task', 'text');

@@ -3,7 +3,7 @@
 // shows; settings that cannot run are refused at their control, naming the fix.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, formValues, hashOf, launch, location, openReady, setControl, settled, singleSteps } from './helpers.js';
+import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, setControl, settled, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -40,13 +40,7 @@ test('the long-context preset splits a sequence of 256 over cp=4, trains in both
     assert.ok(Number.isFinite(losses.auto) && losses.auto > 0, JSON.stringify(losses));
     assert.ok(Math.abs(losses.auto - losses.shard_map) < 1e-3, JSON.stringify(losses));
 
-    const second = await openReady(new URL(page.url()).hash);
-    try {
-      assert.deepEqual(await formValues(second.page), await formValues(page));
-      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
-    } finally {
-      await second.context.close();
-    }
+    await assertLinkReopens(page);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
@@ -102,13 +96,7 @@ test('tp_sp trains in both modes on tp=2 and its link reopens; a link with an un
   const { context, page, consoleErrors } = await openReady(hashOf({ preset: 'tp_sp', mesh: 'tp=2', heads: '2', mode: 'both' }));
   try {
     assert.equal(await singleSteps(page, 2), 2);
-    const second = await openReady(new URL(page.url()).hash);
-    try {
-      assert.equal((await formValues(second.page)).preset, 'tp_sp');
-      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
-    } finally {
-      await second.context.close();
-    }
+    await assertLinkReopens(page, async (second) => assert.equal((await formValues(second)).preset, 'tp_sp'));
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

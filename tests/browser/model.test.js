@@ -2,7 +2,7 @@
 // random bits in time, and the report's model predicted at a size no tab could train.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, formValues, hashOf, launch, location, openReady, setControl, singleSteps } from './helpers.js';
+import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, setControl, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -33,13 +33,7 @@ test('the modelled figure predicts the chosen device, its bars add up, and the d
     const m2 = await bars(page);
     assert.notEqual(m2.auto.step, h100.auto.step, 'a different device gives a different prediction');
 
-    const second = await openReady(new URL(page.url()).hash);
-    try {
-      assert.deepEqual(await formValues(second.page), await formValues(page));
-      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
-    } finally {
-      await second.context.close();
-    }
+    await assertLinkReopens(page);
   } finally {
     await first.context.close();
   }

@@ -4,7 +4,7 @@
 // running anything else; settings that cannot run are refused at their control, naming the fix.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, formValues, hashOf, launch, location, openReady, overflows, setControl, settled, singleSteps } from './helpers.js';
+import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, overflows, setControl, settled, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -54,13 +54,7 @@ test('the pp preset trains in shard_map mode on four stages, says why automatic 
     assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
     assert.ok(losses[3] < losses[0], JSON.stringify(losses));
 
-    const second = await openReady(new URL(page.url()).hash);
-    try {
-      assert.deepEqual(await formValues(second.page), await formValues(page));
-      assert.equal(await second.page.getByTestId('hash-notice').isVisible(), false);
-    } finally {
-      await second.context.close();
-    }
+    await assertLinkReopens(page);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
