@@ -2,17 +2,18 @@
 //! tiny IR program run through [`GpuExecutor`] exactly as train steps run: launch overhead
 //! (a chain of tiny ops at two lengths), memory bandwidth (large copies), vector arithmetic
 //! (GELU), random-bit throughput (Threefry) and matmuls at several shapes (fitted to a peak
-//! and a half-peak size). The CLI's calibration then fits a work scale and the launch cost to
-//! eight whole one-device train steps, since ops inside a step run slower than alone.
-//! The sizes are a CPU adapter's; on a fast GPU each program is first grown until its work
-//! outweighs its launches, and the work scale is fitted only where the steps' work shows.
-//! Every program is timed in interleaved rounds (medians) and the step fit leaves out steps
-//! a burst of load slowed, so one burst moves the profile little.
+//! and a half-peak size). The CLI's calibration then fits the launch cost inside a step to eight
+//! small whole one-device train steps, since a step's dispatches switch pipelines and bindings
+//! as a chain of one kernel does not; their work is priced at the microbenchmarks' rates,
+//! unscaled. The sizes are a CPU adapter's; on a fast GPU each program is first grown
+//! until its work outweighs its launches. Every program is timed in interleaved rounds
+//! (medians) and the launch fit leaves out steps a burst of load slowed, so one burst moves the
+//! profile little.
 use super::collective::CollectiveKind;
 use super::cost::attention_flops;
 use super::device::{DeviceProfile, MatmulFit, Topology};
 use super::fit::{
-    calibration_spread, fit_matmul, fit_nonnegative, fit_steps, growth_to_work_bound, relative_spread, StepRow,
+    calibration_spread, fit_launch, fit_matmul, fit_nonnegative, growth_to_work_bound, relative_spread, StepRow,
 };
 use super::price::{price_ops, sim_collective_bytes};
 use super::work::Placement;
@@ -146,9 +147,9 @@ pub struct Budget {
     /// devices of this adapter, which only the simulated placement prices): the CLI's
     /// calibration does (`bench model`); the page's predictions are for real devices.
     pub sim_collectives: bool,
-    /// Whether to fit the work scale and launch cost to eight whole reference train steps
-    /// (a few seconds on lavapipe with their pipelines to build): the CLI's calibration
-    /// does; the page's keeps within its few seconds without.
+    /// Whether to fit the launch cost inside a step to eight whole reference train steps (a
+    /// second or two on lavapipe with their pipelines to build): the CLI's calibration does; the
+    /// page's keeps within its few seconds without.
     pub fit_steps: bool,
 }
 
@@ -376,10 +377,12 @@ async fn time_rounds(
     Ok(times)
 }
 
-/// Whole one-device train steps the fit is made on, from launch-bound to work-bound sizes (one
-/// and two layers at each), all unlike `bench model`'s sweep (which judges the model). The
-/// largest are as large as the sweep's: fitted on small steps alone, the work scale absorbs
-/// their fixed per-op costs and the launch cost, and overprices larger steps (17% on lavapipe).
+/// Whole one-device train steps the launch fit is made on (one and two layers at each size),
+/// smaller than `bench model`'s larger sweep size and all unlike its configurations (which judge
+/// the model). On a fast GPU they are launch-bound; on a CPU adapter what their many small
+/// ops cost beyond a chained launch goes into the launch cost, a per-dispatch cost that larger
+/// steps hardly feel. A work scale fitted to steps as large as the sweep's took up how the small
+/// steps' ops were mispriced and overpriced the seed preset's size by 20-48% on lavapipe.
 fn reference_steps() -> Vec<GptConfig> {
     let config = |layers, d_model, seq, batch| GptConfig {
         layers,
@@ -394,7 +397,7 @@ fn reference_steps() -> Vec<GptConfig> {
         remat: Default::default(),
         precision: Default::default(),
     };
-    [(32, 8, 2), (48, 16, 4), (64, 32, 8), (96, 32, 16)]
+    [(32, 8, 2), (32, 16, 4), (64, 8, 4), (64, 16, 8)]
         .into_iter()
         .flat_map(|(d, seq, batch)| [1, 2].map(|layers| config(layers, d, seq, batch)))
         .collect()
@@ -421,14 +424,12 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
         .program)
 }
 
-/// Fits the profile's work scale and launch cost to whole train steps (`steps`: each program
-/// and its median milliseconds). Inside a step an op runs slower than its microbenchmark
-/// alone, and launches cost other than in a chain of tiny ops: seconds = work_scale x (the
-/// model's work) + launches x launch_s + step_s, fitted robustly ([`fit_steps`]: steps a burst
-/// of load slowed are left out).
 /// A reference step: its configuration, program, median milliseconds and rounds' spread.
 type TimedStep = (GptConfig, Program, f64, f64);
 
+/// Fits the profile's launch cost to whole train steps (`steps`): seconds = the model's work +
+/// launches x launch_s + step_s, robustly ([`fit_launch`]: steps a burst of load slowed are left
+/// out), never below the chain's launch cost.
 fn fit_to_steps(profile: &mut DeviceProfile, steps: &[TimedStep], out: &mut Vec<Measurement>) {
     let rows: Vec<StepRow> = steps
         .iter()
@@ -439,7 +440,7 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[TimedStep], out: &mut Vec<
             (work, launches, ms * 1e-3 - profile.step_s)
         })
         .collect();
-    let fit = fit_steps(&rows, profile.launch_s);
+    let fit = fit_launch(&rows, profile.launch_s);
     for ((config, _, ms, spread), outlier) in steps.iter().zip(&fit.outlier) {
         let left_out = if *outlier { " (left out: outlier)" } else { "" };
         out.push(Measurement {
@@ -452,23 +453,18 @@ fn fit_to_steps(profile: &mut DeviceProfile, steps: &[TimedStep], out: &mut Vec<
             spread: *spread,
         });
     }
-    (profile.work_scale, profile.launch_s) = (fit.work_scale, fit.launch_s);
-    let work_scale = if fit.work_scale_fitted {
-        "work_scale"
+    let name = if fit.launch_s > profile.launch_s {
+        "launch_s (inside a step: fitted to the reference steps)"
     } else {
-        "work_scale (kept at 1: every reference step is launch-bound here)"
+        "launch_s (inside a step: the chain's; the reference steps ask no more)"
     };
-    for (name, value) in [
-        (work_scale, profile.work_scale),
-        ("launch_s (fitted to steps)", profile.launch_s),
-    ] {
-        out.push(Measurement {
-            name: name.into(),
-            ms: 0.0,
-            value,
-            spread: 0.0,
-        });
-    }
+    profile.launch_s = fit.launch_s;
+    out.push(Measurement {
+        name: name.into(),
+        ms: 0.0,
+        value: profile.launch_s,
+        spread: 0.0,
+    });
 }
 
 /// What one calibration program measures. Each program is listed with its key and its time
@@ -1007,9 +1003,8 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         int_ops,
         mem_bandwidth,
         sim_collective_bandwidth,
+        // Inside a step: fitted to whole steps below.
         launch_s,
-        // Fitted to whole steps below.
-        work_scale: 1.0,
         step_s,
         // WebGPU does not report the adapter's memory: the largest buffer it allows, as a
         // floor of what it holds (estimated).

@@ -72,14 +72,9 @@ pub struct DeviceProfile {
     /// simulated collective moves at `mem_bandwidth`.
     #[serde(default)]
     pub sim_collective_bandwidth: Option<f64>,
-    /// Seconds per kernel launch (dispatch) beyond its work.
+    /// Seconds per kernel launch (dispatch) beyond its work, inside a train step: on `this`
+    /// fitted to whole reference steps, never below what a launch costs in a chain of one kernel.
     pub launch_s: f64,
-    /// How much longer an op's work takes inside a whole train step than the microbenchmarks
-    /// measured alone (caches the step's working set evicts, pack passes the model does not
-    /// count): fitted on `this` to whole reference steps; 1 on the presets, whose figures are
-    /// the chips' own.
-    #[serde(default = "unit")]
-    pub work_scale: f64,
     /// Fixed seconds per step: submitting the step and reading the loss back.
     pub step_s: f64,
     /// Device memory, bytes.
@@ -136,7 +131,6 @@ pub fn figure_label(field: &str) -> Option<&'static str> {
         "mem_bandwidth" => "memory bandwidth",
         "sim_collective_bandwidth" => "collectives between simulated devices",
         "launch_s" => "the cost of launching one kernel",
-        "work_scale" => "how much slower ops run inside a step than alone",
         "step_s" => "the fixed cost of a step",
         "memory_bytes" => "memory per device",
         "topology" => "how the devices are linked",
@@ -172,7 +166,6 @@ pub fn tpu_v4() -> DeviceProfile {
         sim_collective_bandwidth: None,
         // XLA's per-op cost on TPU (a fused kernel's start-up): estimated.
         launch_s: 2e-6,
-        work_scale: 1.0,
         step_s: 50e-6,
         memory_bytes: 32 * GIB,
         topology: Topology::Torus2d,
@@ -214,7 +207,6 @@ pub fn tpu_v5e() -> DeviceProfile {
         mem_bandwidth: 819e9,
         sim_collective_bandwidth: None,
         launch_s: 2e-6,
-        work_scale: 1.0,
         step_s: 50e-6,
         memory_bytes: 16 * GIB,
         topology: Topology::Torus2d,
@@ -258,7 +250,6 @@ pub fn h100() -> DeviceProfile {
         sim_collective_bandwidth: None,
         // CUDA kernel launch as XLA issues them (~4 us): estimated.
         launch_s: 4e-6,
-        work_scale: 1.0,
         step_s: 100e-6,
         memory_bytes: 80 * GIB,
         topology: Topology::Switch,
@@ -293,7 +284,6 @@ pub fn a100() -> DeviceProfile {
         mem_bandwidth: 2.039e12,
         sim_collective_bandwidth: None,
         launch_s: 4e-6,
-        work_scale: 1.0,
         step_s: 100e-6,
         memory_bytes: 80 * GIB,
         topology: Topology::Switch,
@@ -327,7 +317,6 @@ pub fn rtx4090() -> DeviceProfile {
         mem_bandwidth: 1008e9,
         sim_collective_bandwidth: None,
         launch_s: 4e-6,
-        work_scale: 1.0,
         step_s: 100e-6,
         memory_bytes: 24 * GIB,
         topology: Topology::Ring,
@@ -369,7 +358,6 @@ pub fn m2_max() -> DeviceProfile {
         sim_collective_bandwidth: None,
         // Metal command encoding per kernel: estimated.
         launch_s: 5e-6,
-        work_scale: 1.0,
         step_s: 150e-6,
         memory_bytes: 96 * GIB,
         topology: Topology::Ring,

@@ -188,7 +188,7 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
             _ => {
                 let (compute, memory) = work_split(device, &w, copies);
                 memory_bound = memory > compute;
-                (compute.max(memory) * device.work_scale, None)
+                (compute.max(memory), None)
             }
         };
         out.push(OpPrice {

@@ -7,7 +7,7 @@ use super::configs::{all, Block, Config};
 use super::stats::{errors, spearman, GroupError};
 use crate::exec::{Backend, ExecError, Parallel, Trainer};
 use crate::gpu::GpuContext;
-use crate::profile::{predict, Budget, CalibrationPrograms, Placement};
+use crate::profile::{predict, Budget, Calibration, CalibrationPrograms, Placement};
 
 /// One configuration and its two times.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -34,8 +34,9 @@ pub struct ModelCheck {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelSweep {
     pub device: String,
-    /// How far the calibration's programs spread over the rounds (it is made in them).
-    pub calibration_spread: f64,
+    /// The calibration made in the same rounds, which every prediction is priced on: its
+    /// profile, its measurements and how far its programs spread over the rounds.
+    pub calibration: Calibration,
     pub checks: Vec<ModelCheck>,
     /// Mean absolute percentage error over the sweep.
     pub mape_pct: f64,
@@ -139,7 +140,7 @@ pub async fn run_sweep(
         block(Block::Ranking).map(|c| (c.predicted_ms, c.measured_ms)).unzip();
     Ok(ModelSweep {
         device: device.label.clone(),
-        calibration_spread: calibration.spread,
+        calibration,
         mape_pct: mape(Block::Sweep),
         held_out_mape_pct: mape(Block::HeldOut),
         spearman: spearman(&predicted, &measured),

@@ -36,6 +36,22 @@ pub fn run(args: Args) -> Result<(), String> {
         )
     };
     println!("device `this`: {} ({from})", c.adapter);
+    print_profile(p);
+    println!("  measurements:");
+    for m in &c.measurements {
+        println!(
+            "    {:<22} {:>9.3} ms  -> {:.4e}  (rounds spread {:.1}%)",
+            m.name,
+            m.ms,
+            m.value,
+            100.0 * m.spread
+        );
+    }
+    Ok(())
+}
+
+/// The profile's figures, a line each, as `calibrate` and `bench model` print them.
+pub fn print_profile(p: &shardlab::profile::DeviceProfile) {
     println!(
         "  matmul peak        {:>10.2} GFLOP/s (half of it at {:.1} MFLOP per matmul)",
         p.matmul_flops / 1e9,
@@ -64,15 +80,4 @@ pub fn run(args: Args) -> Result<(), String> {
     println!("  memory bandwidth   {:>10.2} GB/s", p.mem_bandwidth / 1e9);
     println!("  launch overhead    {:>10.1} us per dispatch", p.launch_s * 1e6);
     println!("  step overhead      {:>10.1} us per submit and wait", p.step_s * 1e6);
-    println!("  measurements:");
-    for m in &c.measurements {
-        println!(
-            "    {:<22} {:>9.3} ms  -> {:.4e}  (rounds spread {:.1}%)",
-            m.name,
-            m.ms,
-            m.value,
-            100.0 * m.spread
-        );
-    }
-    Ok(())
 }

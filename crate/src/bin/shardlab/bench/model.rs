@@ -140,13 +140,14 @@ pub fn run(args: Args) -> Result<(), String> {
     );
     println!(
         "  the calibration, made in these rounds: its programs' rounds spread {:.1}%{}",
-        100.0 * sweep.calibration_spread,
-        if sweep.calibration_spread > shardlab::profile::NOISY_SPREAD {
+        100.0 * sweep.calibration.spread,
+        if sweep.calibration.noisy() {
             " (a busy machine: the errors below are the load's as much as the model's)"
         } else {
             ""
         }
     );
+    crate::calibrate::print_profile(&sweep.calibration.profile);
     println!(
         "  sweep ({}): mean absolute percentage error {:.1}%",
         count(Block::Sweep),
