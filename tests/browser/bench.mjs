@@ -1,4 +1,4 @@
-// What the page's benchmark scripts (first_step.mjs, story_run.mjs) share: the served page's URL
+// What the page's benchmark scripts (first_step.mjs, story_run.mjs, calibrate_page.mjs) share: the served page's URL
 // from the command line, and Debian's Chromium with WebGPU on SwiftShader, as the tests run it.
 import { chromium } from 'playwright-core';
 
