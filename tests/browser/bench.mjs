@@ -1,5 +1,6 @@
-// What the page's benchmark scripts (first_step.mjs, story_run.mjs, calibrate_page.mjs) share: the served page's URL
-// from the command line, and Debian's Chromium with WebGPU on SwiftShader, as the tests run it.
+// What the page's benchmark scripts (first_step.mjs, story_run.mjs, calibrate_page.mjs) share:
+// the served page's URL from the command line, and Debian's Chromium with WebGPU on SwiftShader,
+// as the tests run it.
 import { chromium } from 'playwright-core';
 
 /** The URL argument (and the rest), or the usage line and exit 2. */
