@@ -382,7 +382,7 @@ async fn time_rounds(
 /// the model). On a fast GPU they are launch-bound; on a CPU adapter what their many small
 /// ops cost beyond a chained launch goes into the launch cost, a per-dispatch cost that larger
 /// steps hardly feel. A work scale fitted to steps as large as the sweep's took up how the small
-/// steps' ops were mispriced and overpriced the seed preset's size by 20-48% on lavapipe.
+/// steps' ops were mispriced and overpriced the seed preset's size by 32-89% on lavapipe.
 fn reference_steps() -> Vec<GptConfig> {
     let config = |layers, d_model, seq, batch| GptConfig {
         layers,

@@ -50,7 +50,7 @@ pub struct LaunchFit {
 /// median is the fit, never below `chain_launch_s`, what a launch costs in a chain of one kernel
 /// (a step switches pipelines and bindings between dependent dispatches: 30 us a launch in a
 /// step on an H200, 5 us in the chain). The work itself is not scaled: a scale fitted to whole
-/// steps took up the small steps' mispriced ops and overpriced every larger step (+20-48% on
+/// steps took up the small steps' mispriced ops and overpriced every larger step (+32-89% on
 /// the seed preset's size on lavapipe, 2026-12-04).
 pub fn fit_launch(rows: &[StepRow], chain_launch_s: f64) -> LaunchFit {
     let per_launch = |rows: &mut dyn Iterator<Item = &StepRow>| {
