@@ -5,7 +5,7 @@
 // Usage: node calibrate_page.mjs http://127.0.0.1:PORT/ [--rounds N]   (serve the page first,
 // e.g. cargo xtask serve)
 import { args, launch } from './bench.mjs';
-import { setControl } from './helpers.js';
+import { cachedCalibrationSeconds, setControl } from './helpers.js';
 
 const [url, ...rest] = args('node calibrate_page.mjs URL [--rounds N]');
 const flag = rest.indexOf('--rounds');
@@ -19,21 +19,15 @@ try {
   const page = await browser.newPage();
   await page.goto(url);
   await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
-  // The calibration the page cached: its seconds, as the page measured them.
-  const cached = () => page.evaluate(() => JSON.parse(localStorage.getItem(Object.keys(localStorage)
-    .find((k) => k.startsWith('shardlab.this-gpu.'))) ?? 'null')?.seconds);
+  const cached = () => cachedCalibrationSeconds(page);
   await setControl(page, 'device', 'this');
   await page.waitForFunction(() => document.body.dataset.thisGpu === 'measured', null, { timeout: 300_000 });
   const first = await cached();
   const again = [];
   for (let i = 0; i < rounds; i++) {
-    const before = await cached();
+    // A click sets the page measuring at once; once measured, the new calibration is cached.
     await page.getByTestId('recalibrate').click();
     await page.waitForFunction(() => document.body.dataset.thisGpu === 'measured', null, { timeout: 300_000 });
-    await page.waitForFunction((old) => {
-      const key = Object.keys(localStorage).find((k) => k.startsWith('shardlab.this-gpu.'));
-      return JSON.parse(localStorage.getItem(key) ?? 'null')?.seconds !== old;
-    }, before, { timeout: 300_000 });
     again.push(await cached());
   }
   const sorted = [...again].sort((a, b) => a - b);

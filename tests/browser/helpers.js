@@ -121,6 +121,11 @@ export async function assertLinkReopens(page, more = async () => {}, what = '') 
 
 export const location = (page) => decodeURIComponent(new URL(page.url()).hash);
 
+/** The seconds the page's cached "this GPU" calibration took, as the page recorded them
+ * (undefined before one is cached). */
+export const cachedCalibrationSeconds = (page) => page.evaluate(() => JSON.parse(localStorage.getItem(
+  Object.keys(localStorage).find((k) => k.startsWith('shardlab.this-gpu.'))) ?? 'null')?.seconds);
+
 /** Everything that sticks out of its panel, and every visible placeholder its input cuts off
  * (run in the page: `page.evaluate(overflows)`). */
 export function overflows() {

@@ -2,7 +2,7 @@
 // random bits in time, and the report's model predicted at a size no tab could train.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, setControl, singleSteps } from './helpers.js';
+import { assertLinkReopens, cachedCalibrationSeconds, close, formValues, hashOf, launch, location, openReady, setControl, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -155,15 +155,14 @@ test('this GPU: picking it calibrates the cost model here and shows a modelled s
     // The first calibration also compiles its pipelines and tunes its matmul classes (once per
     // page, shared with training); a slow, loaded CPU takes most of this bound for that.
     assert.ok(took < 45_000, `calibration and the new prediction took ${took} ms`);
-    const cachedSeconds = () => page.evaluate(() => JSON.parse(localStorage.getItem(Object.keys(localStorage).find((k) => k.startsWith('shardlab.this-gpu.'))) ?? 'null')?.seconds);
-    const first = await cachedSeconds();
+    const first = await cachedCalibrationSeconds(page);
     // Recalibrating in the same page measures again and caches the new profile. How long it
     // takes (the goal: under 5 s on SwiftShader) is calibrate_page.mjs's to measure: a timed
     // assertion here failed a loaded machine's run at 6.2 s.
     await page.getByTestId('recalibrate').click();
     assert.equal(await page.evaluate(() => document.body.dataset.thisGpu), 'measuring');
     await page.waitForFunction(() => document.body.dataset.thisGpu === 'measured', null, { timeout: 60_000 });
-    const again = await cachedSeconds();
+    const again = await cachedCalibrationSeconds(page);
     assert.notEqual(again, first, 'a new calibration was cached');
     assert.ok(again > 0, `the page's recalibration recorded ${again} s`);
     // The new profile's prediction replaces the old one.
