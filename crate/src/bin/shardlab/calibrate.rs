@@ -57,13 +57,19 @@ pub fn print_profile(p: &shardlab::profile::DeviceProfile) {
         p.matmul_flops / 1e9,
         p.matmul_half_flops / 1e6
     );
-    if let Some(b) = p.matmul_batched {
-        println!(
-            "  batched matmul     {:>10.2} GFLOP/s, +{:.1} us per product, +{:.1} us per dispatch",
-            b.flops / 1e9,
-            b.per_product_s * 1e6,
-            b.fixed_s * 1e6
-        );
+    // The fits of many small products at once, as the autotuned kernels run them.
+    for (name, product, fixed, fit) in [
+        ("batched matmul", "product", "dispatch", p.matmul_batched),
+        ("fused attention", "(batch, head)", "op", p.attention),
+    ] {
+        if let Some(b) = fit {
+            println!(
+                "  {name:<18} {:>10.2} GFLOP/s, +{:.1} us per {product}, +{:.1} us per {fixed}",
+                b.flops / 1e9,
+                b.per_product_s * 1e6,
+                b.fixed_s * 1e6
+            );
+        }
     }
     println!("  vector arithmetic  {:>10.2} GFLOP/s", p.vector_flops / 1e9);
     if let Some(bw) = p.sim_collective_bandwidth {
