@@ -4,13 +4,9 @@
 //
 // A workgroup holds WG rows of one head (queries in forward/dq, keys in dk/dv) and walks the
 // other side in tiles of TILE rows staged in workgroup memory, so each row it needs is read
-// from storage once per workgroup, not once per lane. Causality bounds every walk: query i
-// sees key j when pos_k(j) <= pos_q(i), in global sequence positions. One device's whole
-// sequence has pos(i) = i; under context parallelism each device holds blocks of it (its
-// queries; the keys a ring step brought), each at most two runs of consecutive positions
-// (zig-zag holds an early and a late chunk): row i < chunk at start0 + i, else at
-// start1 + i - chunk, the starts per device in `offsets`. A tile no query of the workgroup
-// can see is skipped whole; a query row that sees no key gets o = 0 and lse = LOWEST.
+// from storage once per workgroup, not once per lane. Causality bounds every walk (positions
+// and dropout: the prelude, attention_common.wgsl). A tile no query of the workgroup can see
+// is skipped whole; a query row that sees no key gets o = 0 and lse = LOWEST.
 // - forward: an online softmax (running max m, sum l, weighted sum of v rescaled whenever m
 //   grows); o = acc / l, lse = m + log(l). No (T, T) array is written.
 // - backward: p = exp(s - lse) recomputed; dp = keep * do.v; ds = scale * p * (dp - delta)
@@ -18,52 +14,18 @@
 //   One kernel per output, so no kernel binds more than WebGPU's 8 storage buffers. With
 //   blocks, o and lse are the rows' whole attention (ring attention's blocks combined).
 // - combine: two partial attentions of the same rows merged (ring attention's accumulation).
-// Dropout: keep = uniform(bits) < 1 - rate with jax.random's construction (dropout.wgsl);
-// kept probabilities are scaled by 1/keep rounded to f32. The bits either arrive in `words`
-// (heads, T, Tk), made by a random_bits launch, or are drawn in place from the key in `words`
-// with the counters of the prelude (threefry.wgsl): head h is local head h mod heads_per_dev
-// of device h / heads_per_dev; its row of the global (..., T, T) bits is the element of the
-// device's block of the leading dims (start offsets[8d..8d+4], canonical rank 4), and the bits
-// of (h, i, j) are element (row * seq + pos_q(i)) * seq + pos_k(j). Both give the same bits, so
-// no (T, T) array is held.
 // Grid: (ceil(rows / WG), heads) workgroups, heads past 65535 folded into z.
 
 const WG: u32 = 64u;
 const TILE: u32 = 16u;
 // Head dimensions up to MAX_DH (the launcher refuses more): private rows and tiles are sized by it.
 const MAX_DH: u32 = 64u;
-// f32::MIN written so it parses as a finite f32 (Tint refuses -3.4028235e38, which is past it before rounding).
-const LOWEST: f32 = -3.4028234e38;
-
-struct Params {
-    heads: u32,
-    t: u32,             // query rows per head
-    dh: u32,
-    dropout: u32,       // 0 none, 1 bits in `words`, 2 bits drawn from the key in `words`
-    scale: f32,         // on the scores: 1/sqrt(Dh)
-    keep: f32,          // 1 - rate
-    keep_scale: f32,    // rng::keep_scale(keep)
-    heads_per_dev: u32, // B*H of one device
-    n_global: u32,      // the draw (random.wgsl's Params): elements of the global bits
-    tk: u32,            // key rows per head
-    rng_layout: u32,    // 0 original, 1 partitionable
-    key_stride: u32,    // words between devices' keys: 0 (shared) or 2
-    seq: u32,           // the global sequence length
-    q_chunk: u32,       // rows in the first run of a query block
-    k_chunk: u32,       // rows in the first run of a key block
-    pad: u32,
-    block_size: vec4<u32>,    // a device's block of the bits' leading dims (canonical)
-    global_stride: vec4<u32>, // the leading dims' global strides (canonical)
-}
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> words: array<u32>;   // the bits, or the keys
-@group(0) @binding(4) var<storage, read> offsets: array<u32>; // (devices, 8): leading block start, q and k run starts
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> lse: array<f32>;
-@group(0) @binding(7) var<uniform> u: Params;
 @group(0) @binding(8) var<storage, read> o_in: array<f32>;
 @group(0) @binding(9) var<storage, read> d_o: array<f32>;
 @group(0) @binding(10) var<storage, read_write> rows: array<vec2<f32>>; // (lse, delta) per row
@@ -84,60 +46,6 @@ struct Params {
 var<workgroup> tile_a: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_b: array<f32, TILE * MAX_DH>;
 var<workgroup> tile_rows: array<vec2<f32>, TILE>; // (lse, delta) of a query tile
-
-fn run_pos(s0: u32, s1: u32, chunk: u32, i: u32) -> u32 {
-    if (i < chunk) { return s0 + i; }
-    return s1 + i - chunk;
-}
-
-// The global positions of query row i and key row j of device d.
-fn pos_q(d: u32, i: u32) -> u32 {
-    return run_pos(offsets[8u * d + 4u], offsets[8u * d + 5u], u.q_chunk, i);
-}
-
-fn pos_k(d: u32, j: u32) -> u32 {
-    return run_pos(offsets[8u * d + 6u], offsets[8u * d + 7u], u.k_chunk, j);
-}
-
-// The smallest and largest position of rows a..=b of a block (each run is increasing).
-fn run_min(s0: u32, s1: u32, chunk: u32, a: u32, b: u32) -> u32 {
-    if (b < chunk || a >= chunk) { return run_pos(s0, s1, chunk, a); }
-    return min(s0 + a, s1);
-}
-
-fn run_max(s0: u32, s1: u32, chunk: u32, a: u32, b: u32) -> u32 {
-    if (b < chunk || a >= chunk) { return run_pos(s0, s1, chunk, b); }
-    return max(s0 + chunk - 1u, s1 + b - chunk);
-}
-
-fn q_max(d: u32, a: u32, b: u32) -> u32 {
-    return run_max(offsets[8u * d + 4u], offsets[8u * d + 5u], u.q_chunk, a, b);
-}
-
-fn k_min(d: u32, a: u32, b: u32) -> u32 {
-    return run_min(offsets[8u * d + 6u], offsets[8u * d + 7u], u.k_chunk, a, b);
-}
-
-// The bits of probability (h, i, j).
-fn bits_of(h: u32, i: u32, j: u32) -> u32 {
-    if (u.dropout == 1u) { return words[(h * u.t + i) * u.tk + j]; }
-    let d = h / u.heads_per_dev;
-    let o8 = 8u * d;
-    let start = vec4<u32>(offsets[o8], offsets[o8 + 1u], offsets[o8 + 2u], offsets[o8 + 3u]);
-    let row = block_element(h - d * u.heads_per_dev, start, u.block_size, u.global_stride);
-    let g = (row * u.seq + pos_q(d, i)) * u.seq + pos_k(d, j);
-    return counter_bits(words[d * u.key_stride], words[d * u.key_stride + 1u], g, u.n_global, u.rng_layout);
-}
-
-// The dropout factor of probability (h, i, j): 0 dropped, 1/keep kept, 1 without dropout.
-fn keep_factor(h: u32, i: u32, j: u32) -> f32 {
-    if (u.dropout == 0u) { return 1.0; }
-    return select(0.0, u.keep_scale, uniform01(bits_of(h, i, j)) < u.keep);
-}
-
-fn head_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wid.y + wid.z * nwg.y;
-}
 
 // Stages key rows [r0, r0 + TILE) of head h of k and v into the tiles; rows past Tk read 0.
 fn stage_kv(h: u32, r0: u32, lid: u32) {
@@ -423,9 +331,10 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
 }
 
 // ---- the composed lowering: the same op through the adapter's tuned matmuls ----------------
-// On CPU adapters (lavapipe, SwiftShader) every per-lane load is a loop over the lanes, and the
-// fused kernels above read each row once per row they meet; the tuned matmuls block 16 x 16
-// outputs per invocation instead. There the op runs as scores = scale q k^T (a matmul), `probs`,
+// On CPU adapters every per-lane load is a loop over the lanes, and the fused kernels above
+// read each row once per row they meet; the tuned matmuls block 16 x 16 outputs per invocation
+// instead. Where such an adapter has no subgroups of 8 or 16 for attention_sg.wgsl
+// (SwiftShader's are 4), or Dh is not a multiple of 4, the op runs as scores = scale q k^T (a matmul), `probs`,
 // o = probs v (a matmul); its backward as scores again, dp = do v^T, `probs_grad`, then
 // dv = p'^T do, dq = ds k, dk = ds^T q. Only the (heads, T, T) scratch of one op at a time is
 // held, never across the step: what the op saves for its backward is still o and lse.

@@ -681,7 +681,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
             lse: &glse,
             blocks: &whole,
         };
-        let d = kernels::attention::forward(ctx, &b, &s).await?;
+        let d = kernels::attention::forward(ctx, &b, &s, kernels::attention::fused_kernels(ctx, &s)).await?;
         return close(run_and_read(ctx, &[d], &[&go, &glse]).await?, [o, lse].concat());
     }
     let saved = reference::attention::Saved {
@@ -708,7 +708,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
         dv: &dv,
         blocks: &whole,
     };
-    let ds = kernels::attention::backward(ctx, &b, &s).await?;
+    let ds = kernels::attention::backward(ctx, &b, &s, kernels::attention::fused_kernels(ctx, &s)).await?;
     close(run_and_read(ctx, &ds, &[&dq, &dk, &dv]).await?, want)
 }
 

@@ -36,11 +36,26 @@ macro_rules! threefry {
     };
 }
 
+/// The preludes of the fused attention kernels (shaders/attention_common.wgsl: parameters,
+/// positions, the dropout factor), after the Threefry prelude its dropout draws with.
+macro_rules! attention {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../shaders/threefry.wgsl"),
+            "\n",
+            include_str!("../../shaders/attention_common.wgsl"),
+            "\n",
+            include_str!(concat!("../../shaders/", $file))
+        )
+    };
+}
+
 /// (name, source) of every shared WGSL prelude: no entry points, only what kernels compose.
 pub const PRELUDES: &[(&str, &str)] = &[
     ("rows", include_str!("../../shaders/rows.wgsl")),
     ("matmul_out", include_str!("../../shaders/matmul_out.wgsl")),
     ("threefry", include_str!("../../shaders/threefry.wgsl")),
+    ("attention_common", include_str!("../../shaders/attention_common.wgsl")),
 ];
 
 /// (shader, the preludes composed in front of it, in order) for every composed shader.
@@ -51,13 +66,14 @@ pub const COMPOSED: &[(&str, &[&str])] = &[
     ("matmul_tex", &["matmul_out"]),
     ("matmul_sg", &["matmul_out"]),
     ("random", &["threefry"]),
-    ("attention", &["threefry"]),
+    ("attention", &["threefry", "attention_common"]),
+    ("attention_sg", &["threefry", "attention_common"]),
 ];
 
 /// (shader, the WGSL extension it uses without an `enable` line). naga (wgpu 30) turns subgroup
 /// operations on with the device's feature and rejects `enable subgroups;`, while browsers require
 /// it: the sources leave it out and [`for_browser`] puts it in.
-pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups")];
+pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups"), ("attention_sg", "subgroups")];
 
 /// (name, source) of every shader as compiled, preludes composed; `name` is the file stem.
 pub const ALL: &[(&str, &str)] = &[
@@ -78,7 +94,8 @@ pub const ALL: &[(&str, &str)] = &[
     ("fused", include_str!("../../shaders/fused.wgsl")),
     ("collectives", include_str!("../../shaders/collectives.wgsl")),
     ("ceiling", include_str!("../../shaders/ceiling.wgsl")),
-    ("attention", threefry!("attention.wgsl")),
+    ("attention", attention!("attention.wgsl")),
+    ("attention_sg", attention!("attention_sg.wgsl")),
     ("seq", include_str!("../../shaders/seq.wgsl")),
 ];
 

@@ -175,6 +175,16 @@ impl GpuContext {
         self.device.limits()
     }
 
+    /// The subgroup size where the subgroup kernels (matmul's sg variants, attention_sg) can run:
+    /// subgroups on, and every subgroup 8 or 16 invocations (their entry points make a workgroup
+    /// of exactly one subgroup). lavapipe: 8, or 16 with 512-bit vectors.
+    pub fn subgroup_lanes(&self) -> Option<u32> {
+        let info = self.adapter.get_info();
+        let fixed = info.subgroup_min_size == info.subgroup_max_size;
+        let lanes = info.subgroup_max_size;
+        (self.device.features().contains(wgpu::Features::SUBGROUP) && fixed && matches!(lanes, 8 | 16)).then_some(lanes)
+    }
+
     /// Checks that a buffer of `bytes` for tensor `name` fits this adapter, before allocating it.
     pub fn check_size(&self, name: &str, bytes: u64) -> Result<(), GpuError> {
         let limits = self.device.limits();

@@ -1,4 +1,5 @@
-//! Fused causal attention (shaders/attention.wgsl), with its CPU twin in
+//! Fused causal attention ([`Kernels`]: shaders/attention.wgsl for GPUs, shaders/attention_sg.wgsl
+//! for CPU adapters), with its CPU twin in
 //! [`crate::reference::attention`]: q, o (heads, T, Dh) and k, v (heads, Tk, Dh) with heads
 //! counting every device's B*H (heads are independent, so one launch covers all devices), lse
 //! (heads, T), and the backward's rows scratch (heads, T, 2). Each device's rows sit in the
@@ -20,13 +21,25 @@ pub const MAX_HEAD_DIM: usize = 64;
 /// Rows per workgroup (WG) and per staged tile (TILE).
 const WG: usize = 64;
 
-/// How an adapter runs the op: the fused kernels, or the composition through the tuned matmuls
-/// with a transient (heads, T, T) scratch (shaders/attention.wgsl says why CPU adapters want it).
-/// Either computes the op's math and saves only o and lse for the backward.
+/// How an adapter runs the op: fused kernels, or the composition through the tuned matmuls
+/// with a transient (heads, T, T) scratch. Either computes the op's math and saves only o and
+/// lse for the backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lowering {
-    Fused,
+    Fused(Kernels),
     Composed,
+}
+
+/// Which fused kernels run the op: the same arithmetic, shaped for different adapters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// shaders/attention.wgsl: WG rows per workgroup, tiles of the other side staged in
+    /// workgroup memory. For GPUs.
+    Tiled,
+    /// shaders/attention_sg.wgsl: one subgroup of `lanes` (8 or 16) rows per workgroup, the other
+    /// side's rows shared by subgroupBroadcast. For CPU adapters, where a broadcast is one
+    /// shuffle and each workgroup-memory read a loop over the lanes.
+    Subgroup { lanes: u32 },
 }
 
 /// The largest (heads, T, T) scratch the composed lowering takes (16 MiB of f32 each; the
@@ -34,21 +47,31 @@ pub enum Lowering {
 pub const COMPOSED_MAX_SCORES: usize = 1 << 22;
 
 /// How `ctx`'s adapter runs attention of shape `s` over `blocks`: [`Tuning::attention`](super::Tuning)
-/// when pinned; otherwise composed on CPU adapters while the scratch stays small and every
-/// device attends its whole sequence, fused elsewhere. Blocks of a sequence (context
-/// parallelism) always run fused: the composition's matmuls read square, causal (T, T) scores.
+/// when pinned; on CPU adapters the subgroup kernels where they can run, else the composition
+/// while its scratch stays small and every device attends its whole sequence; the tiled kernels
+/// elsewhere. Blocks of a sequence (context parallelism) always run fused: the composition's
+/// matmuls read square, causal (T, T) scores.
 pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowering {
-    if blocks.iter().any(|b| *b != Blocks::whole(s.t)) {
-        return Lowering::Fused;
-    }
     if let Some(pinned) = super::Tuning::with(ctx, |t| t.attention).flatten() {
-        return pinned;
+        if blocks.iter().all(|b| *b == Blocks::whole(s.t)) || pinned != Lowering::Composed {
+            return pinned;
+        }
     }
     let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
-    if cpu && scores_len(s) <= COMPOSED_MAX_SCORES {
-        Lowering::Composed
-    } else {
-        Lowering::Fused
+    let whole = blocks.iter().all(|b| *b == Blocks::whole(s.t));
+    match fused_kernels(ctx, s) {
+        Kernels::Tiled if cpu && whole && scores_len(s) <= COMPOSED_MAX_SCORES => Lowering::Composed,
+        kernels => Lowering::Fused(kernels),
+    }
+}
+
+/// The fused kernels for `ctx`'s adapter and shape `s`: the subgroup kernels on CPU adapters
+/// that have fixed subgroups of 8 or 16 lanes, when Dh is a multiple of 4; else the tiled ones.
+pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
+    let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
+    match ctx.subgroup_lanes() {
+        Some(lanes) if cpu && s.dh.is_multiple_of(4) => Kernels::Subgroup { lanes },
+        _ => Kernels::Tiled,
     }
 }
 
@@ -243,10 +266,46 @@ impl<'a> Setup<'a> {
     }
 }
 
-/// One workgroup per WG rows (of `rows` per head) of a head; heads past 65535 fold into z.
-fn grid(s: &AttentionShape, rows: usize) -> [u32; 3] {
-    let z = s.heads.div_ceil(65535);
-    [rows.div_ceil(WG) as u32, s.heads.div_ceil(z) as u32, z as u32]
+impl Kernels {
+    /// The shader and entry point of kernel `entry` (`forward`, `backward_dq`, ...).
+    fn entry(self, entry: &str) -> (&'static str, String) {
+        match self {
+            Kernels::Tiled => ("attention", entry.to_string()),
+            Kernels::Subgroup { lanes } => ("attention_sg", format!("{entry}_sg{lanes}")),
+        }
+    }
+
+    /// Rows of a head per workgroup.
+    fn rows_per_group(self) -> usize {
+        match self {
+            Kernels::Tiled => WG,
+            Kernels::Subgroup { lanes } => lanes as usize,
+        }
+    }
+
+    /// One workgroup per group of rows (of `rows` per head) of a head; heads past 65535 fold into z.
+    fn grid(self, s: &AttentionShape, rows: usize) -> [u32; 3] {
+        let z = s.heads.div_ceil(65535);
+        [
+            rows.div_ceil(self.rows_per_group()) as u32,
+            s.heads.div_ceil(z) as u32,
+            z as u32,
+        ]
+    }
+
+    /// Refuses a shape these kernels cannot run: the subgroup kernels read rows as vec4s.
+    fn check(self, kernel: &str, s: &AttentionShape) -> Result<(), GpuError> {
+        match self {
+            Kernels::Subgroup { lanes } if !s.dh.is_multiple_of(4) || !matches!(lanes, 8 | 16) => {
+                Err(GpuError::Invalid(format!(
+                "{kernel}: the subgroup kernels take head dimensions that are multiples of 4 and subgroups of 8 or 16 \
+                 lanes, not Dh {} with {lanes}: run the tiled kernels",
+                s.dh
+            )))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The blocks of a launch: those given, one per device.
@@ -266,26 +325,29 @@ pub struct Forward<'a> {
     pub blocks: &'a [Blocks],
 }
 
-/// `(o, lse) = attention(q, k, v)`: one dispatch.
-pub async fn forward(ctx: &GpuContext, b: &Forward<'_>, s: &AttentionShape) -> Result<Dispatch, GpuError> {
+/// `(o, lse) = attention(q, k, v)`: one dispatch of `kernels`.
+pub async fn forward(
+    ctx: &GpuContext,
+    b: &Forward<'_>,
+    s: &AttentionShape,
+    kernels: Kernels,
+) -> Result<Dispatch, GpuError> {
     let kname = "attention::forward";
+    kernels.check(kname, s)?;
     let setup = setup(kname, s, b.blocks, b.dropout, b.q)?;
     let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk(b.blocks, s) * s.dh);
     for (what, buf, len) in [("q", b.q, n), ("k", b.k, nk), ("v", b.v, nk), ("o", b.o, n)] {
         need(kname, what, buf, len)?;
     }
     need(kname, "lse", b.lse, s.heads * s.t)?;
-    let kernel = Kernel::new(
-        "attention",
-        "forward",
-        format!("attention ({}, {}, {})", s.heads, s.t, s.dh),
-    )
-    .read(0, "q", b.q)
-    .read(1, "k", b.k)
-    .read(2, "v", b.v)
-    .write(5, "o", b.o)
-    .write(6, "lse", b.lse)
-    .grid(grid(s, s.t));
+    let (shader, entry) = kernels.entry("forward");
+    let kernel = Kernel::new(shader, entry, format!("attention ({}, {}, {})", s.heads, s.t, s.dh))
+        .read(0, "q", b.q)
+        .read(1, "k", b.k)
+        .read(2, "v", b.v)
+        .write(5, "o", b.o)
+        .write(6, "lse", b.lse)
+        .grid(kernels.grid(s, s.t));
     ctx.launch(setup.bind(ctx, kernel)?).await
 }
 
@@ -312,9 +374,16 @@ pub fn rows_len(s: &AttentionShape) -> usize {
     2 * s.heads * s.t
 }
 
-/// `(dq, dk, dv)`: four dispatches (each row's (lse, rowsum(do * o)), then dq, dk and dv).
-pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) -> Result<Vec<Dispatch>, GpuError> {
+/// `(dq, dk, dv)`: four dispatches (each row's (lse, rowsum(do * o)), then dq, dk and dv of
+/// `kernels`).
+pub async fn backward(
+    ctx: &GpuContext,
+    b: &Backward<'_>,
+    s: &AttentionShape,
+    kernels: Kernels,
+) -> Result<Vec<Dispatch>, GpuError> {
     let kname = "attention::backward";
+    kernels.check(kname, s)?;
     let setup = setup(kname, s, b.blocks, b.dropout, b.q)?;
     let tk = tk(b.blocks, s);
     let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk * s.dh);
@@ -335,12 +404,13 @@ pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) ->
     let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
     let mut out = vec![row_delta(ctx, b, s, &setup.params).await?];
     let common = |entry: &str, label: &str, rows: usize| {
-        let kernel = Kernel::new("attention", entry, format!("attention backward {label} {shape}"))
+        let (shader, entry) = kernels.entry(entry);
+        let kernel = Kernel::new(shader, entry, format!("attention backward {label} {shape}"))
             .read(0, "q", b.q)
             .read(1, "k", b.k)
             .read(9, "do", b.d_o)
             .read(11, "rows", b.rows)
-            .grid(grid(s, rows));
+            .grid(kernels.grid(s, rows));
         setup.bind(ctx, kernel)
     };
     out.push(
@@ -355,10 +425,13 @@ pub async fn backward(ctx: &GpuContext, b: &Backward<'_>, s: &AttentionShape) ->
         ctx.launch(common("backward_dk", "dk", tk)?.read(2, "v", b.v).write(13, "dk", b.dk))
             .await?,
     );
-    out.push(
-        ctx.launch(common("backward_dv", "dv", tk)?.write(14, "dv", b.dv))
-            .await?,
-    );
+    // The subgroup kernels' dv shares dk's weights function, which reads v (for dp) in dk alone.
+    let dv = common("backward_dv", "dv", tk)?.write(14, "dv", b.dv);
+    let dv = match kernels {
+        Kernels::Tiled => dv,
+        Kernels::Subgroup { .. } => dv.read(2, "v", b.v),
+    };
+    out.push(ctx.launch(dv).await?);
     Ok(out)
 }
 

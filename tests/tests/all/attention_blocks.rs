@@ -263,48 +263,53 @@ fn gpu_kernels_on_blocks_match_the_twin() {
                     ),
                 ] {
                     let dropout = if rate > 0.0 { dropout } else { kernel::Dropout::None };
-                    let what = format!("{order:?} step {step} rate {rate} bits {how}");
-                    let n = cp * per;
-                    let (o, lse) = (
-                        ctx.zeros("o", n).unwrap(),
-                        ctx.zeros("lse", cp * heads * local).unwrap(),
-                    );
-                    let f = kernel::Forward {
-                        q: &gq,
-                        k: &gk,
-                        v: &gv,
-                        dropout,
-                        o: &o,
-                        lse: &lse,
-                        blocks: &bl,
-                    };
-                    let d = pollster::block_on(kernel::forward(ctx, &f, &s)).unwrap();
-                    let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
-                    let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
-                    assert_close(&format!("o {what}"), &got_o, &want_o, 1e-5, 1e-4);
-                    assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
-                    let (o_in, lse_in) = (up("o", &want_o), up("lse", &want_lse));
-                    let rows_buf = ctx.zeros("rows", kernel::rows_len(&s)).unwrap();
-                    let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
-                    let b = kernel::Backward {
-                        q: &gq,
-                        k: &gk,
-                        v: &gv,
-                        o: &o_in,
-                        lse: &lse_in,
-                        d_o: &gdo,
-                        dropout,
-                        rows: &rows_buf,
-                        dq: &outs[0],
-                        dk: &outs[1],
-                        dv: &outs[2],
-                        blocks: &bl,
-                    };
-                    let ds = pollster::block_on(kernel::backward(ctx, &b, &s)).unwrap();
-                    ctx.run(&ds);
-                    for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want_d)) {
-                        let got = ctx.read_blocking::<f32>(buf).unwrap();
-                        assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
+                    // Every fused design this adapter runs (the subgroup kernels on CPU adapters).
+                    let mut designs = vec![kernel::Kernels::Tiled];
+                    designs.extend(ctx.subgroup_lanes().map(|lanes| kernel::Kernels::Subgroup { lanes }));
+                    for kernels in designs {
+                        let what = format!("{order:?} step {step} rate {rate} bits {how} {kernels:?}");
+                        let n = cp * per;
+                        let (o, lse) = (
+                            ctx.zeros("o", n).unwrap(),
+                            ctx.zeros("lse", cp * heads * local).unwrap(),
+                        );
+                        let f = kernel::Forward {
+                            q: &gq,
+                            k: &gk,
+                            v: &gv,
+                            dropout,
+                            o: &o,
+                            lse: &lse,
+                            blocks: &bl,
+                        };
+                        let d = pollster::block_on(kernel::forward(ctx, &f, &s, kernels)).unwrap();
+                        let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
+                        let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
+                        assert_close(&format!("o {what}"), &got_o, &want_o, 1e-5, 1e-4);
+                        assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
+                        let (o_in, lse_in) = (up("o", &want_o), up("lse", &want_lse));
+                        let rows_buf = ctx.zeros("rows", kernel::rows_len(&s)).unwrap();
+                        let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
+                        let b = kernel::Backward {
+                            q: &gq,
+                            k: &gk,
+                            v: &gv,
+                            o: &o_in,
+                            lse: &lse_in,
+                            d_o: &gdo,
+                            dropout,
+                            rows: &rows_buf,
+                            dq: &outs[0],
+                            dk: &outs[1],
+                            dv: &outs[2],
+                            blocks: &bl,
+                        };
+                        let ds = pollster::block_on(kernel::backward(ctx, &b, &s, kernels)).unwrap();
+                        ctx.run(&ds);
+                        for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want_d)) {
+                            let got = ctx.read_blocking::<f32>(buf).unwrap();
+                            assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
+                        }
                     }
                 }
             }

@@ -9,7 +9,7 @@ use shardlab::model::{Attention, DataSource, GptConfig, Init, Optimizer};
 use shardlab::plan::DropoutKey;
 use shardlab::reference::attention::{backward, forward, Saved};
 use shardlab::reference::{dropout, matmul, softmax};
-use shardlab_tests::{assert_close, gpu_or_skip, rand_vec};
+use shardlab_tests::{assert_close, gpu_or_skip, rand_vec, Need};
 
 /// (heads, T, Dh): one of everything, odd sizes, more rows than a workgroup (64) and than a
 /// tile (16) in both directions, and the largest head dimension.
@@ -115,9 +115,32 @@ fn the_backward_matches_finite_differences_of_the_forward() {
     }
 }
 
-/// The GPU forward and backward of `c` against the twin's, the kernels' dropout bits given by
-/// `dropout` (they must be `c.bits`).
+/// Every fused kernel design this adapter runs for `s`: the tiled kernels, and the subgroup
+/// kernels where the adapter has fixed subgroups of 8 or 16 and Dh is a multiple of 4.
+fn designs(ctx: &shardlab::gpu::GpuContext, s: &AttentionShape) -> Vec<kernel::Kernels> {
+    let mut all = vec![kernel::Kernels::Tiled];
+    if let Some(lanes) = ctx.subgroup_lanes().filter(|_| s.dh.is_multiple_of(4)) {
+        all.push(kernel::Kernels::Subgroup { lanes });
+    }
+    all
+}
+
+/// The GPU forward and backward of `c` against the twin's, with every kernel design, the kernels'
+/// dropout bits given by `dropout` (they must be `c.bits`).
 fn check_kernels(ctx: &shardlab::gpu::GpuContext, c: &Case, devices: usize, dropout: kernel::Dropout<'_>, what: &str) {
+    for kernels in designs(ctx, &c.s) {
+        check_design(ctx, c, devices, dropout, &format!("{what}, {kernels:?}"), kernels);
+    }
+}
+
+fn check_design(
+    ctx: &shardlab::gpu::GpuContext,
+    c: &Case,
+    devices: usize,
+    dropout: kernel::Dropout<'_>,
+    what: &str,
+    kernels: kernel::Kernels,
+) {
     let (heads, t, dh) = (c.s.heads, c.s.t, c.s.dh);
     let (want_o, want_lse) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
     let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
@@ -134,7 +157,7 @@ fn check_kernels(ctx: &shardlab::gpu::GpuContext, c: &Case, devices: usize, drop
         lse: &lse,
         blocks: &whole,
     };
-    let d = pollster::block_on(kernel::forward(ctx, &f, &c.s)).unwrap();
+    let d = pollster::block_on(kernel::forward(ctx, &f, &c.s, kernels)).unwrap();
     let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
     let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
     assert_close(&format!("o {what}"), &got_o, &want_o, 1e-5, 1e-4);
@@ -165,7 +188,7 @@ fn check_kernels(ctx: &shardlab::gpu::GpuContext, c: &Case, devices: usize, drop
         dv: &outs[2],
         blocks: &whole,
     };
-    let ds = pollster::block_on(kernel::backward(ctx, &b, &c.s)).unwrap();
+    let ds = pollster::block_on(kernel::backward(ctx, &b, &c.s, kernels)).unwrap();
     ctx.run(&ds);
     for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want)) {
         let got = ctx.read_blocking::<f32>(buf).unwrap();
@@ -183,6 +206,74 @@ fn gpu_kernels_match_the_twin() {
             let dropout = bits.as_ref().map_or(kernel::Dropout::None, kernel::Dropout::Bits);
             check_kernels(ctx, &c, 1, dropout, &format!("{heads}x{t}x{dh} rate {rate}"));
         }
+    }
+}
+
+/// lavapipe runs a subgroup as the lanes of one CPU vector, where the subgroup kernels beat the
+/// tiled ones and the composition: it must run them (8 lanes with its default 256-bit vectors,
+/// 16 with `LP_NATIVE_VECTOR_WIDTH=512`), or the checks above would pass without them.
+#[test]
+fn lavapipe_runs_attention_on_the_subgroup_kernels() {
+    let ctx = gpu_or_skip!();
+    if !ctx.summary.name.contains("llvmpipe") {
+        return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
+    }
+    let lanes = match std::env::var("LP_NATIVE_VECTOR_WIDTH").as_deref() {
+        Ok("512") => 16,
+        _ => 8,
+    };
+    let c = case(8, 64, 32, 0.1);
+    let whole = [kernel::Blocks::whole(64)];
+    let want = kernel::Kernels::Subgroup { lanes };
+    assert_eq!(kernel::lowering(ctx, &c.s, &whole), kernel::Lowering::Fused(want));
+    // A head dimension the vec4 rows cannot hold goes through the tuned matmuls.
+    let odd = AttentionShape { dh: 6, ..c.s };
+    assert_eq!(kernel::lowering(ctx, &odd, &whole), kernel::Lowering::Composed);
+}
+
+/// The 16-lane subgroup kernels, checked in a child process of this test binary with 512-bit
+/// vectors (lavapipe fixes its vector width when it loads, once per process). Runs where
+/// lavapipe and AVX-512 are both here; elsewhere there is no 16-lane lavapipe to check.
+#[test]
+fn the_16_lane_subgroup_kernels_match_the_twin_with_512_bit_vectors_in_a_child_process() {
+    if std::env::var_os("LP_NATIVE_VECTOR_WIDTH").is_some() {
+        return; // the child (or a user's setting): the tests run at this width already
+    }
+    let ctx = gpu_or_skip!();
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    if !ctx.summary.name.contains("llvmpipe") {
+        return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
+    }
+    if !avx512 {
+        return shardlab_tests::adapter_lacks(Need::Avx512, "this CPU has no AVX-512, so no 16-lane lavapipe");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "attention_fused::",
+            "attention_blocks::gpu_kernels",
+            "--test-threads",
+            "1",
+        ])
+        .env("LP_NATIVE_VECTOR_WIDTH", "512")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "attention with 512-bit vectors:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "lavapipe_runs_attention_on_the_subgroup_kernels ... ok",
+        "gpu_kernels_match_the_twin ... ok",
+        "gpu_kernels_drawing_their_bits_from_the_key_make_jaxs_bits ... ok",
+        "gpu_kernels_on_blocks_match_the_twin ... ok",
+        "fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_either_way_it_is_lowered ... ok",
+    ] {
+        assert!(stdout.contains(name), "{name} missing:\n{stdout}");
     }
 }
 
@@ -252,7 +343,7 @@ fn a_head_dimension_past_the_kernels_limit_is_refused_with_the_fix() {
         lse: &lse,
         blocks: &[kernel::Blocks::whole(2)],
     };
-    let e = pollster::block_on(kernel::forward(ctx, &f, &c.s))
+    let e = pollster::block_on(kernel::forward(ctx, &f, &c.s, kernel::Kernels::Tiled))
         .err()
         .expect("refused")
         .to_string();
@@ -317,8 +408,21 @@ fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_eithe
         eprintln!("skipped: no GPU adapter");
         return;
     }
-    // The fused kernels, and the composition through the tuned matmuls CPU adapters pick.
-    for lowering in [kernel::Lowering::Fused, kernel::Lowering::Composed] {
+    // Each design of fused kernels, and the composition through the tuned matmuls.
+    let probe = shardlab::gpu::GpuContext::new_blocking().unwrap();
+    let shape = AttentionShape {
+        heads: 4,
+        t: 8,
+        dh: 8,
+        scale: 1.0,
+        rate: 0.1,
+    };
+    let mut lowerings: Vec<_> = designs(&probe, &shape)
+        .into_iter()
+        .map(kernel::Lowering::Fused)
+        .collect();
+    lowerings.push(kernel::Lowering::Composed);
+    for lowering in lowerings {
         let ctx = shardlab::gpu::GpuContext::new_blocking().unwrap();
         shardlab::kernels::Tuning::with(&ctx, |t| t.attention = Some(lowering)).unwrap();
         fused_trains_as_unfused(Backend::Gpu(std::sync::Arc::new(ctx)));

@@ -49,7 +49,9 @@ fn lowered_dispatch_counts_match_what_the_gpu_executor_dispatches() {
     // and the fused attention kernels, which CPU adapters would compose from matmuls.
     shardlab::kernels::Tuning::with(&ctx, |t| {
         t.matmul_pin = Some(shardlab::kernels::matmul::Variant::Tiled);
-        t.attention = Some(shardlab::kernels::attention::Lowering::Fused);
+        t.attention = Some(shardlab::kernels::attention::Lowering::Fused(
+            shardlab::kernels::attention::Kernels::Tiled,
+        ));
     })
     .unwrap();
     let mesh = |m: &str| Mesh::parse(m).unwrap();

@@ -20,8 +20,21 @@ fn every_wgsl_file_validates_with_naga() {
         validate(&format!("{name} (composed)"), src);
         checked += 1;
     }
+    // Each prelude after the preludes a shader composes in front of it (attention_common calls
+    // threefry's functions).
     for (name, src) in shardlab::shaders::PRELUDES {
-        validate(&format!("prelude {name}"), src);
+        let before = shardlab::shaders::COMPOSED
+            .iter()
+            .find_map(|(_, list)| list.iter().position(|p| p == name).map(|at| &list[..at]))
+            .unwrap_or(&[]);
+        let mut text = String::new();
+        for p in before {
+            let (_, s) = shardlab::shaders::PRELUDES.iter().find(|(n, _)| n == p).unwrap();
+            text.push_str(s);
+            text.push('\n');
+        }
+        text.push_str(src);
+        validate(&format!("prelude {name}"), &text);
     }
     assert!(checked > 0, "no shaders in shardlab::shaders::ALL");
 }

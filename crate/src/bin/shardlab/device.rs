@@ -7,11 +7,12 @@ use shardlab::profile::{calibrate, device_preset, presets, Calibration, DevicePr
 
 /// The cache file of one adapter's calibration.
 fn cache_file(ctx: &GpuContext) -> Option<PathBuf> {
-    // v9: no work scale, the launch cost inside a step fitted to small reference steps (v8: the
+    // v10: attention on CPU adapters with subgroups runs the subgroup kernels (v9: no work scale,
+    // the launch cost inside a step fitted to small reference steps; v8: the
     // calibration records when it was made and how far its rounds spread, and a noisy one is
     // not kept; v7: the sg matmul variant; v6: packs load vec4s; v5: the step fit over eight
     // reference steps, robust to outliers); older files are measured again.
-    crate::cache::file(ctx, "profile-v9")
+    crate::cache::file(ctx, "profile-v10")
 }
 
 /// The calibration of the local adapter: read from the cache unless `recalibrate`, else

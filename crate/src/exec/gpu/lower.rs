@@ -445,7 +445,7 @@ impl Lowering<'_> {
                 let drawn = self.drawn_blocks(ins, 3, &blocks)?;
                 let dropout = self.dropout(ins, 3, *rate, &drawn);
                 match k::attention::lowering(ctx, &s, &blocks) {
-                    k::attention::Lowering::Fused => {
+                    k::attention::Lowering::Fused(kernels) => {
                         let b = k::attention::Forward {
                             q: x(0),
                             k: x(1),
@@ -455,7 +455,7 @@ impl Lowering<'_> {
                             lse: y(1),
                             blocks: &blocks,
                         };
-                        one(k::attention::forward(ctx, &b, &s).await?)
+                        one(k::attention::forward(ctx, &b, &s, kernels).await?)
                     }
                     k::attention::Lowering::Composed => {
                         let scratch = self.attention_scratch(&s)?;
@@ -529,7 +529,7 @@ impl Lowering<'_> {
                     blocks: &blocks,
                 };
                 match k::attention::lowering(ctx, &s, &blocks) {
-                    k::attention::Lowering::Fused => k::attention::backward(ctx, &b, &s).await?,
+                    k::attention::Lowering::Fused(kernels) => k::attention::backward(ctx, &b, &s, kernels).await?,
                     k::attention::Lowering::Composed => self.attention_backward_composed(b, &s).await?,
                 }
             }

@@ -189,20 +189,11 @@ pub(crate) fn adapter_supports(ctx: &GpuContext, v: Variant) -> Result<(), Strin
         Variant::Sg | Variant::Sg1 => {
             let name = v.name();
             adapter_supports(ctx, Variant::Tex16).map_err(|e| format!("{name} reads tex16's textures: {e}"))?;
-            subgroup_lanes(ctx)
+            ctx.subgroup_lanes()
                 .map(|_| ())
                 .ok_or_else(|| format!("{name} needs the subgroups feature with a subgroup size fixed at 8 or 16"))
         }
     }
-}
-
-/// The subgroup size where sg can run: subgroups on, and every subgroup 8 or 16 invocations (its
-/// entry points make a workgroup of exactly one subgroup). lavapipe: 8, or 16 with 512-bit vectors.
-fn subgroup_lanes(ctx: &GpuContext) -> Option<u32> {
-    let info = ctx.adapter.get_info();
-    let fixed = info.subgroup_min_size == info.subgroup_max_size;
-    let lanes = info.subgroup_max_size;
-    (ctx.device.features().contains(wgpu::Features::SUBGROUP) && fixed && matches!(lanes, 8 | 16)).then_some(lanes)
 }
 
 /// Whether `v` can run shape `s` within this adapter's limits; the reason when not.
@@ -295,13 +286,13 @@ pub(crate) async fn build(
         (Variant::Block8, true) => "block8_v4",
         (Variant::Tex16, false) => "tex16",
         (Variant::Tex16, true) => "tex16_v4",
-        (Variant::Sg, v4) => match (subgroup_lanes(ctx), v4) {
+        (Variant::Sg, v4) => match (ctx.subgroup_lanes(), v4) {
             (Some(16), false) => "sg16",
             (Some(16), true) => "sg16_v4",
             (_, false) => "sg8",
             (_, true) => "sg8_v4",
         },
-        (Variant::Sg1, v4) => match (subgroup_lanes(ctx), v4) {
+        (Variant::Sg1, v4) => match (ctx.subgroup_lanes(), v4) {
             (Some(16), false) => "sg1_16",
             (Some(16), true) => "sg1_16_v4",
             (_, false) => "sg1_8",
@@ -588,7 +579,7 @@ fn plan(
     if let Some(pack) = pack.iter().flatten().next().filter(|_| v.packs_textures()) {
         dispatches.push(texture_pack(ctx, pack, label, ops, &views, texture_pass, (la, lb))?);
     }
-    let mut groups = match (v, subgroup_lanes(ctx)) {
+    let mut groups = match (v, ctx.subgroup_lanes()) {
         // A workgroup (one subgroup) per block of 64 rows and 8 columns per invocation.
         (Variant::Sg, Some(lanes)) => grid_1d(mp.div_ceil(64) * np.div_ceil(8 * lanes as usize), 1),
         // sg1: a block of 4 rows and 4 columns per invocation in each direction.

@@ -1,0 +1,380 @@
+// Fused causal attention for CPU adapters: the op and arithmetic of attention.wgsl (its header
+// says what each kernel computes), with rows shared across a subgroup by subgroupBroadcast in
+// place of workgroup memory. Parameters, positions and dropout: the prelude,
+// attention_common.wgsl.
+//
+// Why: lavapipe runs a subgroup as the lanes of one SIMD vector, and every storage or
+// workgroup-memory access as a loop over the lanes, where a broadcast is one shuffle.
+// attention.wgsl reads each staged value once per lane and per row it meets, so on lavapipe it
+// costs several times the op composed through the tuned matmuls; here a lane loads one row of
+// each side per tile, as vec4s, and takes every other lane's row from the broadcasts.
+//
+// A workgroup is one subgroup of LANES (8 or 16) invocations: LANES rows of one head (queries
+// in forward and dq, keys in dk and dv). It walks the other side in tiles of LANES rows, lane c
+// loading row c of the tile. Per tile, each lane's values against the tile's rows (scores, and
+// dp in the backward) are reduced over Dh in vec4 steps into an array indexed with constants
+// only (lane c's value in element c / 4, component c % 4); the weights follow elementwise; the
+// output rows are accumulated in place in the output buffer, one vec4 of Dh at a time (an array
+// indexed by Dh would be memory the adapter loops over per lane). A tile no row of the workgroup
+// sees is skipped whole, as in attention.wgsl.
+// Every subgroup operation runs in uniform control flow: the loops' bounds are uniform, rows
+// past the end are clamped for loads and masked out of the weights and the stores.
+// Needs Dh a multiple of 4 (the launcher checks). Grid: (ceil(rows / LANES), heads)
+// workgroups, heads past 65535 folded into z.
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> o: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(9) var<storage, read> d_o: array<vec4<f32>>;
+@group(0) @binding(11) var<storage, read> rows_in: array<vec2<f32>>; // (lse, delta) per query row
+@group(0) @binding(12) var<storage, read_write> dq: array<vec4<f32>>;
+@group(0) @binding(13) var<storage, read_write> dk: array<vec4<f32>>;
+@group(0) @binding(14) var<storage, read_write> dv: array<vec4<f32>>;
+
+// One value per row of a tile: row c in element c / 4, component c % 4 (rows past LANES 0).
+alias Tile = array<vec4<f32>, 4>;
+
+// x . (lane c's y) for every lane c of the subgroup.
+fn dots(x: vec4<f32>, y: vec4<f32>, lanes: u32) -> Tile {
+    var r: Tile;
+    r[0] = vec4(dot(x, subgroupBroadcast(y, 0u)), dot(x, subgroupBroadcast(y, 1u)),
+                dot(x, subgroupBroadcast(y, 2u)), dot(x, subgroupBroadcast(y, 3u)));
+    r[1] = vec4(dot(x, subgroupBroadcast(y, 4u)), dot(x, subgroupBroadcast(y, 5u)),
+                dot(x, subgroupBroadcast(y, 6u)), dot(x, subgroupBroadcast(y, 7u)));
+    if (lanes == 16u) {
+        r[2] = vec4(dot(x, subgroupBroadcast(y, 8u)), dot(x, subgroupBroadcast(y, 9u)),
+                    dot(x, subgroupBroadcast(y, 10u)), dot(x, subgroupBroadcast(y, 11u)));
+        r[3] = vec4(dot(x, subgroupBroadcast(y, 12u)), dot(x, subgroupBroadcast(y, 13u)),
+                    dot(x, subgroupBroadcast(y, 14u)), dot(x, subgroupBroadcast(y, 15u)));
+    }
+    return r;
+}
+
+// sum over lanes c of w[c] (lane c's y): the tile's rows weighted.
+fn mix(w: Tile, y: vec4<f32>, lanes: u32) -> vec4<f32> {
+    var a = w[0].x * subgroupBroadcast(y, 0u) + w[0].y * subgroupBroadcast(y, 1u)
+          + w[0].z * subgroupBroadcast(y, 2u) + w[0].w * subgroupBroadcast(y, 3u)
+          + w[1].x * subgroupBroadcast(y, 4u) + w[1].y * subgroupBroadcast(y, 5u)
+          + w[1].z * subgroupBroadcast(y, 6u) + w[1].w * subgroupBroadcast(y, 7u);
+    if (lanes == 16u) {
+        a += w[2].x * subgroupBroadcast(y, 8u) + w[2].y * subgroupBroadcast(y, 9u)
+           + w[2].z * subgroupBroadcast(y, 10u) + w[2].w * subgroupBroadcast(y, 11u)
+           + w[3].x * subgroupBroadcast(y, 12u) + w[3].y * subgroupBroadcast(y, 13u)
+           + w[3].z * subgroupBroadcast(y, 14u) + w[3].w * subgroupBroadcast(y, 15u);
+    }
+    return a;
+}
+
+// Lane c's x, for every lane c.
+fn lanes_of(x: f32, lanes: u32) -> Tile {
+    var r: Tile;
+    r[0] = vec4(subgroupBroadcast(x, 0u), subgroupBroadcast(x, 1u), subgroupBroadcast(x, 2u), subgroupBroadcast(x, 3u));
+    r[1] = vec4(subgroupBroadcast(x, 4u), subgroupBroadcast(x, 5u), subgroupBroadcast(x, 6u), subgroupBroadcast(x, 7u));
+    if (lanes == 16u) {
+        r[2] = vec4(subgroupBroadcast(x, 8u), subgroupBroadcast(x, 9u), subgroupBroadcast(x, 10u), subgroupBroadcast(x, 11u));
+        r[3] = vec4(subgroupBroadcast(x, 12u), subgroupBroadcast(x, 13u), subgroupBroadcast(x, 14u), subgroupBroadcast(x, 15u));
+    }
+    return r;
+}
+
+fn add(a: Tile, b: Tile) -> Tile {
+    return Tile(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]);
+}
+
+// 1 where the query at position pi (this lane's) sees tile rows r0 + 4g .. r0 + 4g + 3 as
+// keys (each within the tile's `lanes` rows and the Tk keys, at a position at most pi), else 0.
+fn sees_keys(hd: Head, pi: u32, r0: u32, g: u32, lanes: u32) -> vec4<f32> {
+    var m = vec4(0.0);
+    for (var e = 0u; e < 4u; e++) {
+        let c = 4u * g + e;
+        let j = r0 + c;
+        m[e] = select(0.0, 1.0, c < lanes && j < u.tk && head_pos_k(hd, min(j, u.tk - 1u)) <= pi);
+    }
+    return m;
+}
+
+// 1 where the key at position pj (this lane's) is seen by tile rows r0 + 4g .. as queries.
+fn seen_by_queries(hd: Head, pj: u32, r0: u32, g: u32, lanes: u32) -> vec4<f32> {
+    var m = vec4(0.0);
+    for (var e = 0u; e < 4u; e++) {
+        let c = 4u * g + e;
+        let i = r0 + c;
+        m[e] = select(0.0, 1.0, c < lanes && i < u.t && head_pos_q(hd, min(i, u.t - 1u)) >= pj);
+    }
+    return m;
+}
+
+// The dropout factors of (i, j0 + e) for e < 4 (keys past Tk clamped; masked anyway).
+fn keep_keys(hd: Head, i: u32, j0: u32) -> vec4<f32> {
+    if (u.dropout == 0u) { return vec4(1.0); }
+    let last = u.tk - 1u;
+    return vec4(head_keep(hd, i, min(j0, last)), head_keep(hd, i, min(j0 + 1u, last)),
+                head_keep(hd, i, min(j0 + 2u, last)), head_keep(hd, i, min(j0 + 3u, last)));
+}
+
+// The dropout factors of (i0 + e, j) for e < 4.
+fn keep_queries(hd: Head, i0: u32, j: u32) -> vec4<f32> {
+    if (u.dropout == 0u) { return vec4(1.0); }
+    let last = u.t - 1u;
+    return vec4(head_keep(hd, min(i0, last), j), head_keep(hd, min(i0 + 1u, last), j),
+                head_keep(hd, min(i0 + 2u, last), j), head_keep(hd, min(i0 + 3u, last), j));
+}
+
+fn hmax(x: vec4<f32>) -> f32 {
+    return max(max(x.x, x.y), max(x.z, x.w));
+}
+
+// Where the workgroup of query rows sits: its head, this lane's row (clamped for loads) and
+// its position, and the largest position of its rows.
+struct Queries {
+    hd: Head,
+    live: bool,
+    ic: u32,
+    qrow: u32,
+    pi: u32,
+    seen_max: u32,
+}
+
+fn queries_of(h: u32, wid: vec3<u32>, lid: u32, lanes: u32) -> Queries {
+    let hd = head_at(h);
+    let first = wid.x * lanes;
+    let ic = min(first + lid, u.t - 1u);
+    return Queries(hd, first + lid < u.t, ic, (h * u.t + ic) * (u.dh / 4u), head_pos_q(hd, ic),
+                   head_q_max(hd, first, min(first + lanes, u.t) - 1u));
+}
+
+// Whether the key tile at j0 holds no key a query of the workgroup sees.
+fn keys_unseen(qq: Queries, j0: u32, lanes: u32) -> bool {
+    return head_k_min(qq.hd, j0, min(j0 + lanes, u.tk) - 1u) > qq.seen_max;
+}
+
+fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; } // uniform: the whole subgroup leaves
+    let qq = queries_of(h, wid, lid, lanes);
+    let dh4 = u.dh / 4u;
+    var m = LOWEST;
+    var l = 0.0;
+    var started = false;
+    for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
+        if (keys_unseen(qq, j0, lanes)) { continue; }
+        let krow = (h * u.tk + min(j0 + lid, u.tk - 1u)) * dh4;
+        var s: Tile;
+        for (var c = 0u; c < dh4; c++) { s = add(s, dots(q[qq.qrow + c], k[krow + c], lanes)); }
+        var sees: Tile;
+        var top = m;
+        for (var g = 0u; g < 4u; g++) {
+            sees[g] = sees_keys(qq.hd, qq.pi, j0, g, lanes);
+            s[g] = select(vec4(LOWEST), u.scale * s[g], sees[g] > vec4(0.0));
+            top = max(top, hmax(s[g]));
+        }
+        // Online softmax: the sum so far and the rows accumulated in o rescale by exp(m - top).
+        let rescale = exp(m - top);
+        l *= rescale;
+        var w: Tile;
+        for (var g = 0u; g < 4u; g++) {
+            let p = select(vec4(0.0), exp(s[g] - top), sees[g] > vec4(0.0));
+            l += dot(p, vec4(1.0));
+            w[g] = p * keep_keys(qq.hd, qq.ic, j0 + 4u * g);
+        }
+        m = top;
+        for (var c = 0u; c < dh4; c++) {
+            let a = mix(w, v[krow + c], lanes);
+            if (qq.live) {
+                var prev = vec4(0.0);
+                if (started) { prev = o[qq.qrow + c] * rescale; }
+                o[qq.qrow + c] = prev + a;
+            }
+        }
+        started = true;
+    }
+    if (qq.live) {
+        let r = h * u.t + qq.ic;
+        if (l == 0.0) {
+            // No key of this block is visible: no weight when blocks are combined.
+            for (var c = 0u; c < dh4; c++) { o[qq.qrow + c] = vec4(0.0); }
+            lse[r] = LOWEST;
+        } else {
+            let inv = 1.0 / l;
+            for (var c = 0u; c < dh4; c++) { o[qq.qrow + c] = o[qq.qrow + c] * inv; }
+            lse[r] = m + log(l);
+        }
+    }
+}
+
+fn backward_dq_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let qq = queries_of(h, wid, lid, lanes);
+    let dh4 = u.dh / 4u;
+    let row = rows_in[h * u.t + qq.ic];
+    var started = false;
+    for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
+        if (keys_unseen(qq, j0, lanes)) { continue; }
+        let krow = (h * u.tk + min(j0 + lid, u.tk - 1u)) * dh4;
+        var s: Tile;
+        var dp: Tile;
+        for (var c = 0u; c < dh4; c++) {
+            s = add(s, dots(q[qq.qrow + c], k[krow + c], lanes));
+            dp = add(dp, dots(d_o[qq.qrow + c], v[krow + c], lanes));
+        }
+        var ds: Tile;
+        for (var g = 0u; g < 4u; g++) {
+            let sees = sees_keys(qq.hd, qq.pi, j0, g, lanes) > vec4(0.0);
+            let p = select(vec4(0.0), exp(u.scale * s[g] - row.x), sees);
+            ds[g] = u.scale * p * (keep_keys(qq.hd, qq.ic, j0 + 4u * g) * dp[g] - row.y);
+        }
+        for (var c = 0u; c < dh4; c++) {
+            let a = mix(ds, k[krow + c], lanes);
+            if (qq.live) {
+                var prev = vec4(0.0);
+                if (started) { prev = dq[qq.qrow + c]; }
+                dq[qq.qrow + c] = prev + a;
+            }
+        }
+        started = true;
+    }
+    if (qq.live && !started) {
+        for (var c = 0u; c < dh4; c++) { dq[qq.qrow + c] = vec4(0.0); }
+    }
+}
+
+// Where the workgroup of key rows sits: its head, this lane's key row (clamped for loads) and
+// its position, and the smallest position of its keys.
+struct Keys {
+    hd: Head,
+    live: bool,
+    jc: u32,
+    krow: u32,
+    pj: u32,
+    seen_min: u32,
+}
+
+fn keys_of(h: u32, wid: vec3<u32>, lid: u32, lanes: u32) -> Keys {
+    let hd = head_at(h);
+    let first = wid.x * lanes;
+    let jc = min(first + lid, u.tk - 1u);
+    return Keys(hd, first + lid < u.tk, jc, (h * u.tk + jc) * (u.dh / 4u), head_pos_k(hd, jc),
+                head_k_min(hd, first, min(first + lanes, u.tk) - 1u));
+}
+
+// Whether the query tile at i0 holds no query that sees a key of the workgroup.
+fn queries_unseen(kk: Keys, i0: u32, lanes: u32) -> bool {
+    return head_q_max(kk.hd, i0, min(i0 + lanes, u.t) - 1u) < kk.seen_min;
+}
+
+// This lane's key against the query tile at i0 (this lane's query row `qrow`): the weights of
+// the tile's queries in dk (ds = scale p (keep dp - delta)) or in dv (p keep).
+fn key_weights(kk: Keys, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, for_dk: bool) -> Tile {
+    let dh4 = u.dh / 4u;
+    var s: Tile;
+    var dp: Tile;
+    for (var c = 0u; c < dh4; c++) {
+        s = add(s, dots(k[kk.krow + c], q[qrow + c], lanes));
+        if (for_dk) { dp = add(dp, dots(v[kk.krow + c], d_o[qrow + c], lanes)); }
+    }
+    let lses = lanes_of(row.x, lanes);
+    let deltas = lanes_of(row.y, lanes);
+    var w: Tile;
+    for (var g = 0u; g < 4u; g++) {
+        let seen = seen_by_queries(kk.hd, kk.pj, i0, g, lanes) > vec4(0.0);
+        let p = select(vec4(0.0), exp(u.scale * s[g] - lses[g]), seen);
+        let keep = keep_queries(kk.hd, i0 + 4u * g, kk.jc);
+        w[g] = select(p * keep, u.scale * p * (keep * dp[g] - deltas[g]), for_dk);
+    }
+    return w;
+}
+
+fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let kk = keys_of(h, wid, lid, lanes);
+    let dh4 = u.dh / 4u;
+    var started = false;
+    for (var i0 = 0u; i0 < u.t; i0 += lanes) {
+        if (queries_unseen(kk, i0, lanes)) { continue; }
+        let ir = min(i0 + lid, u.t - 1u);
+        let qrow = (h * u.t + ir) * dh4;
+        let w = key_weights(kk, i0, qrow, rows_in[h * u.t + ir], lanes, true);
+        for (var c = 0u; c < dh4; c++) {
+            let a = mix(w, q[qrow + c], lanes);
+            if (kk.live) {
+                var prev = vec4(0.0);
+                if (started) { prev = dk[kk.krow + c]; }
+                dk[kk.krow + c] = prev + a;
+            }
+        }
+        started = true;
+    }
+    if (kk.live && !started) {
+        for (var c = 0u; c < dh4; c++) { dk[kk.krow + c] = vec4(0.0); }
+    }
+}
+
+fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let kk = keys_of(h, wid, lid, lanes);
+    let dh4 = u.dh / 4u;
+    var started = false;
+    for (var i0 = 0u; i0 < u.t; i0 += lanes) {
+        if (queries_unseen(kk, i0, lanes)) { continue; }
+        let ir = min(i0 + lid, u.t - 1u);
+        let qrow = (h * u.t + ir) * dh4;
+        let w = key_weights(kk, i0, qrow, rows_in[h * u.t + ir], lanes, false);
+        for (var c = 0u; c < dh4; c++) {
+            let a = mix(w, d_o[qrow + c], lanes);
+            if (kk.live) {
+                var prev = vec4(0.0);
+                if (started) { prev = dv[kk.krow + c]; }
+                dv[kk.krow + c] = prev + a;
+            }
+        }
+        started = true;
+    }
+    if (kk.live && !started) {
+        for (var c = 0u; c < dh4; c++) { dv[kk.krow + c] = vec4(0.0); }
+    }
+}
+
+@compute @workgroup_size(8)
+fn forward_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    forward_sg(wid, lid, nwg, 8u);
+}
+
+@compute @workgroup_size(16)
+fn forward_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    forward_sg(wid, lid, nwg, 16u);
+}
+
+@compute @workgroup_size(8)
+fn backward_dq_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_sg(wid, lid, nwg, 8u);
+}
+
+@compute @workgroup_size(16)
+fn backward_dq_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_sg(wid, lid, nwg, 16u);
+}
+
+@compute @workgroup_size(8)
+fn backward_dk_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dk_sg(wid, lid, nwg, 8u);
+}
+
+@compute @workgroup_size(16)
+fn backward_dk_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dk_sg(wid, lid, nwg, 16u);
+}
+
+@compute @workgroup_size(8)
+fn backward_dv_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dv_sg(wid, lid, nwg, 8u);
+}
+
+@compute @workgroup_size(16)
+fn backward_dv_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dv_sg(wid, lid, nwg, 16u);
+}
