@@ -126,47 +126,37 @@ fn hmax(x: vec4<f32>) -> f32 {
     return max(max(x.x, x.y), max(x.z, x.w));
 }
 
-// Where the workgroup of query rows sits: its head, this lane's row (clamped for loads) and
-// its position, and the largest position of its rows.
-struct Queries {
-    hd: Head,
-    live: bool,
-    ic: u32,
-    qrow: u32,
-    pi: u32,
-    seen_max: u32,
-}
-
-fn queries_of(h: u32, wid: vec3<u32>, lid: u32, lanes: u32) -> Queries {
-    let hd = head_at(h);
-    let first = wid.x * lanes;
-    let ic = min(first + lid, u.t - 1u);
-    return Queries(hd, first + lid < u.t, ic, (h * u.t + ic) * (u.dh / 4u), head_pos_q(hd, ic),
-                   head_q_max(hd, first, min(first + lanes, u.t) - 1u));
-}
-
-// Whether the key tile at j0 holds no key a query of the workgroup sees.
-fn keys_unseen(qq: Queries, j0: u32, lanes: u32) -> bool {
-    return head_k_min(qq.hd, j0, min(j0 + lanes, u.tk) - 1u) > qq.seen_max;
+// Whether the key tile at j0 holds no key a query of the workgroup sees (its queries' largest
+// position is seen_max). Uniform, as every value the subgroup's control flow depends on: the
+// per-lane rows are kept apart from these values (a browser's compiler checks it).
+fn keys_unseen(hd: Head, seen_max: u32, j0: u32, lanes: u32) -> bool {
+    return head_k_min(hd, j0, min(j0 + lanes, u.tk) - 1u) > seen_max;
 }
 
 fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; } // uniform: the whole subgroup leaves
-    let qq = queries_of(h, wid, lid, lanes);
+    let hd = head_at(h);
     let dh4 = u.dh / 4u;
+    let first = wid.x * lanes;
+    let seen_max = head_q_max(hd, first, min(first + lanes, u.t) - 1u);
+    // This lane's query row (clamped for loads past T) and its position.
+    let live = first + lid < u.t;
+    let ic = min(first + lid, u.t - 1u);
+    let qrow = (h * u.t + ic) * dh4;
+    let pi = head_pos_q(hd, ic);
     var m = LOWEST;
     var l = 0.0;
     var started = false;
     for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
-        if (keys_unseen(qq, j0, lanes)) { continue; }
+        if (keys_unseen(hd, seen_max, j0, lanes)) { continue; }
         let krow = (h * u.tk + min(j0 + lid, u.tk - 1u)) * dh4;
         var s: Tile;
-        for (var c = 0u; c < dh4; c++) { s = add(s, dots(q[qq.qrow + c], k[krow + c], lanes)); }
+        for (var c = 0u; c < dh4; c++) { s = add(s, dots(q[qrow + c], k[krow + c], lanes)); }
         var sees: Tile;
         var top = m;
         for (var g = 0u; g < 4u; g++) {
-            sees[g] = sees_keys(qq.hd, qq.pi, j0, g, lanes);
+            sees[g] = sees_keys(hd, pi, j0, g, lanes);
             s[g] = select(vec4(LOWEST), u.scale * s[g], sees[g] > vec4(0.0));
             top = max(top, hmax(s[g]));
         }
@@ -177,28 +167,28 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
         for (var g = 0u; g < 4u; g++) {
             let p = select(vec4(0.0), exp(s[g] - top), sees[g] > vec4(0.0));
             l += dot(p, vec4(1.0));
-            w[g] = p * keep_keys(qq.hd, qq.ic, j0 + 4u * g);
+            w[g] = p * keep_keys(hd, ic, j0 + 4u * g);
         }
         m = top;
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w, v[krow + c], lanes);
-            if (qq.live) {
+            if (live) {
                 var prev = vec4(0.0);
-                if (started) { prev = o[qq.qrow + c] * rescale; }
-                o[qq.qrow + c] = prev + a;
+                if (started) { prev = o[qrow + c] * rescale; }
+                o[qrow + c] = prev + a;
             }
         }
         started = true;
     }
-    if (qq.live) {
-        let r = h * u.t + qq.ic;
+    if (live) {
+        let r = h * u.t + ic;
         if (l == 0.0) {
             // No key of this block is visible: no weight when blocks are combined.
-            for (var c = 0u; c < dh4; c++) { o[qq.qrow + c] = vec4(0.0); }
+            for (var c = 0u; c < dh4; c++) { o[qrow + c] = vec4(0.0); }
             lse[r] = LOWEST;
         } else {
             let inv = 1.0 / l;
-            for (var c = 0u; c < dh4; c++) { o[qq.qrow + c] = o[qq.qrow + c] * inv; }
+            for (var c = 0u; c < dh4; c++) { o[qrow + c] = o[qrow + c] * inv; }
             lse[r] = m + log(l);
         }
     }
@@ -207,81 +197,70 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
 fn backward_dq_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
-    let qq = queries_of(h, wid, lid, lanes);
+    let hd = head_at(h);
     let dh4 = u.dh / 4u;
-    let row = rows_in[h * u.t + qq.ic];
+    let first = wid.x * lanes;
+    let seen_max = head_q_max(hd, first, min(first + lanes, u.t) - 1u);
+    let live = first + lid < u.t;
+    let ic = min(first + lid, u.t - 1u);
+    let qrow = (h * u.t + ic) * dh4;
+    let pi = head_pos_q(hd, ic);
+    let row = rows_in[h * u.t + ic];
     var started = false;
     for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
-        if (keys_unseen(qq, j0, lanes)) { continue; }
+        if (keys_unseen(hd, seen_max, j0, lanes)) { continue; }
         let krow = (h * u.tk + min(j0 + lid, u.tk - 1u)) * dh4;
         var s: Tile;
         var dp: Tile;
         for (var c = 0u; c < dh4; c++) {
-            s = add(s, dots(q[qq.qrow + c], k[krow + c], lanes));
-            dp = add(dp, dots(d_o[qq.qrow + c], v[krow + c], lanes));
+            s = add(s, dots(q[qrow + c], k[krow + c], lanes));
+            dp = add(dp, dots(d_o[qrow + c], v[krow + c], lanes));
         }
         var ds: Tile;
         for (var g = 0u; g < 4u; g++) {
-            let sees = sees_keys(qq.hd, qq.pi, j0, g, lanes) > vec4(0.0);
+            let sees = sees_keys(hd, pi, j0, g, lanes) > vec4(0.0);
             let p = select(vec4(0.0), exp(u.scale * s[g] - row.x), sees);
-            ds[g] = u.scale * p * (keep_keys(qq.hd, qq.ic, j0 + 4u * g) * dp[g] - row.y);
+            ds[g] = u.scale * p * (keep_keys(hd, ic, j0 + 4u * g) * dp[g] - row.y);
         }
         for (var c = 0u; c < dh4; c++) {
             let a = mix(ds, k[krow + c], lanes);
-            if (qq.live) {
+            if (live) {
                 var prev = vec4(0.0);
-                if (started) { prev = dq[qq.qrow + c]; }
-                dq[qq.qrow + c] = prev + a;
+                if (started) { prev = dq[qrow + c]; }
+                dq[qrow + c] = prev + a;
             }
         }
         started = true;
     }
-    if (qq.live && !started) {
-        for (var c = 0u; c < dh4; c++) { dq[qq.qrow + c] = vec4(0.0); }
+    if (live && !started) {
+        for (var c = 0u; c < dh4; c++) { dq[qrow + c] = vec4(0.0); }
     }
 }
 
-// Where the workgroup of key rows sits: its head, this lane's key row (clamped for loads) and
-// its position, and the smallest position of its keys.
-struct Keys {
-    hd: Head,
-    live: bool,
-    jc: u32,
-    krow: u32,
-    pj: u32,
-    seen_min: u32,
-}
-
-fn keys_of(h: u32, wid: vec3<u32>, lid: u32, lanes: u32) -> Keys {
-    let hd = head_at(h);
-    let first = wid.x * lanes;
-    let jc = min(first + lid, u.tk - 1u);
-    return Keys(hd, first + lid < u.tk, jc, (h * u.tk + jc) * (u.dh / 4u), head_pos_k(hd, jc),
-                head_k_min(hd, first, min(first + lanes, u.tk) - 1u));
-}
-
-// Whether the query tile at i0 holds no query that sees a key of the workgroup.
-fn queries_unseen(kk: Keys, i0: u32, lanes: u32) -> bool {
-    return head_q_max(kk.hd, i0, min(i0 + lanes, u.t) - 1u) < kk.seen_min;
+// Whether the query tile at i0 holds no query that sees a key of the workgroup (its keys'
+// smallest position is seen_min). Uniform, as keys_unseen.
+fn queries_unseen(hd: Head, seen_min: u32, i0: u32, lanes: u32) -> bool {
+    return head_q_max(hd, i0, min(i0 + lanes, u.t) - 1u) < seen_min;
 }
 
 // This lane's key against the query tile at i0 (this lane's query row `qrow`): the weights of
 // the tile's queries in dk (ds = scale p (keep dp - delta)) or in dv (p keep).
-fn key_weights(kk: Keys, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, for_dk: bool) -> Tile {
+// (hd: the head; krow, jc, pj: this lane's key row, its index and position.)
+fn key_weights(hd: Head, krow: u32, jc: u32, pj: u32, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, for_dk: bool) -> Tile {
     let dh4 = u.dh / 4u;
     var s: Tile;
     var dp: Tile;
     for (var c = 0u; c < dh4; c++) {
-        s = add(s, dots(k[kk.krow + c], q[qrow + c], lanes));
-        if (for_dk) { dp = add(dp, dots(v[kk.krow + c], d_o[qrow + c], lanes)); }
+        s = add(s, dots(k[krow + c], q[qrow + c], lanes));
+        if (for_dk) { dp = add(dp, dots(v[krow + c], d_o[qrow + c], lanes)); }
     }
     let lses = lanes_of(row.x, lanes);
     let deltas = lanes_of(row.y, lanes);
     var w: Tile;
     for (var g = 0u; g < 4u; g++) {
-        let seen = seen_by_queries(kk.hd, kk.pj, i0, g, lanes) > vec4(0.0);
+        let seen = seen_by_queries(hd, pj, i0, g, lanes) > vec4(0.0);
         let p = select(vec4(0.0), exp(u.scale * s[g] - lses[g]), seen);
-        let keep = keep_queries(kk.hd, i0 + 4u * g, kk.jc);
+        let keep = keep_queries(hd, i0 + 4u * g, jc);
         w[g] = select(p * keep, u.scale * p * (keep * dp[g] - deltas[g]), for_dk);
     }
     return w;
@@ -290,52 +269,66 @@ fn key_weights(kk: Keys, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, for_dk:
 fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
-    let kk = keys_of(h, wid, lid, lanes);
+    let hd = head_at(h);
     let dh4 = u.dh / 4u;
+    let first = wid.x * lanes;
+    let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
+    // This lane's key row (clamped for loads past Tk) and its position.
+    let live = first + lid < u.tk;
+    let jc = min(first + lid, u.tk - 1u);
+    let krow = (h * u.tk + jc) * dh4;
+    let pj = head_pos_k(hd, jc);
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
-        if (queries_unseen(kk, i0, lanes)) { continue; }
+        if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
         let ir = min(i0 + lid, u.t - 1u);
         let qrow = (h * u.t + ir) * dh4;
-        let w = key_weights(kk, i0, qrow, rows_in[h * u.t + ir], lanes, true);
+        let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, true);
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w, q[qrow + c], lanes);
-            if (kk.live) {
+            if (live) {
                 var prev = vec4(0.0);
-                if (started) { prev = dk[kk.krow + c]; }
-                dk[kk.krow + c] = prev + a;
+                if (started) { prev = dk[krow + c]; }
+                dk[krow + c] = prev + a;
             }
         }
         started = true;
     }
-    if (kk.live && !started) {
-        for (var c = 0u; c < dh4; c++) { dk[kk.krow + c] = vec4(0.0); }
+    if (live && !started) {
+        for (var c = 0u; c < dh4; c++) { dk[krow + c] = vec4(0.0); }
     }
 }
 
 fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
-    let kk = keys_of(h, wid, lid, lanes);
+    let hd = head_at(h);
     let dh4 = u.dh / 4u;
+    let first = wid.x * lanes;
+    let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
+    // This lane's key row (clamped for loads past Tk) and its position.
+    let live = first + lid < u.tk;
+    let jc = min(first + lid, u.tk - 1u);
+    let krow = (h * u.tk + jc) * dh4;
+    let pj = head_pos_k(hd, jc);
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
-        if (queries_unseen(kk, i0, lanes)) { continue; }
+        if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
         let ir = min(i0 + lid, u.t - 1u);
         let qrow = (h * u.t + ir) * dh4;
-        let w = key_weights(kk, i0, qrow, rows_in[h * u.t + ir], lanes, false);
+        let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, false);
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w, d_o[qrow + c], lanes);
-            if (kk.live) {
+            if (live) {
                 var prev = vec4(0.0);
-                if (started) { prev = dv[kk.krow + c]; }
-                dv[kk.krow + c] = prev + a;
+                if (started) { prev = dv[krow + c]; }
+                dv[krow + c] = prev + a;
             }
         }
         started = true;
     }
-    if (kk.live && !started) {
-        for (var c = 0u; c < dh4; c++) { dv[kk.krow + c] = vec4(0.0); }
+    if (live && !started) {
+        for (var c = 0u; c < dh4; c++) { dv[krow + c] = vec4(0.0); }
     }
 }
 
