@@ -52,13 +52,13 @@ pub const COMPOSED_MAX_SCORES: usize = 1 << 22;
 /// elsewhere. Blocks of a sequence (context parallelism) always run fused: the composition's
 /// matmuls read square, causal (T, T) scores.
 pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowering {
-    if let Some(pinned) = super::Tuning::with(ctx, |t| t.attention).flatten() {
-        if blocks.iter().all(|b| *b == Blocks::whole(s.t)) || pinned != Lowering::Composed {
-            return pinned;
-        }
+    let whole = blocks.iter().all(|b| *b == Blocks::whole(s.t));
+    match super::Tuning::with(ctx, |t| t.attention).flatten() {
+        // A pinned composition holds for whole sequences only.
+        Some(pinned) if whole || pinned != Lowering::Composed => return pinned,
+        _ => {}
     }
     let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
-    let whole = blocks.iter().all(|b| *b == Blocks::whole(s.t));
     match fused_kernels(ctx, s) {
         Kernels::Tiled if cpu && whole && scores_len(s) <= COMPOSED_MAX_SCORES => Lowering::Composed,
         kernels => Lowering::Fused(kernels),
@@ -293,18 +293,20 @@ impl Kernels {
         ]
     }
 
-    /// Refuses a shape these kernels cannot run: the subgroup kernels read rows as vec4s.
+    /// Refuses a shape these kernels cannot run: the subgroup kernels read rows as vec4s, with
+    /// entry points for subgroups of 8 and 16.
     fn check(self, kernel: &str, s: &AttentionShape) -> Result<(), GpuError> {
-        match self {
-            Kernels::Subgroup { lanes } if !s.dh.is_multiple_of(4) || !matches!(lanes, 8 | 16) => {
-                Err(GpuError::Invalid(format!(
-                "{kernel}: the subgroup kernels take head dimensions that are multiples of 4 and subgroups of 8 or 16 \
-                 lanes, not Dh {} with {lanes}: run the tiled kernels",
-                s.dh
-            )))
-            }
-            _ => Ok(()),
+        let Kernels::Subgroup { lanes } = self else {
+            return Ok(());
+        };
+        if s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16) {
+            return Ok(());
         }
+        Err(GpuError::Invalid(format!(
+            "{kernel}: the subgroup kernels take head dimensions that are multiples of 4 and subgroups of 8 \
+             or 16 lanes, not Dh {} with {lanes}: run the tiled kernels",
+            s.dh
+        )))
     }
 }
 
