@@ -4,9 +4,11 @@ use std::sync::OnceLock;
 
 use shardlab::gpu::GpuContext;
 
+mod lanes;
 mod python;
 mod skip;
 
+pub use lanes::{check_with_16_lanes, lavapipe_lanes};
 pub use python::{jax_python, python, python_program, run_jax_script, PYTHON_VAR};
 pub use skip::{adapter_lacks, unavailable, Need, SKIP_LOG_VAR};
 

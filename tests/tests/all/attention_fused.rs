@@ -218,10 +218,7 @@ fn lavapipe_runs_attention_on_the_subgroup_kernels() {
     if !ctx.summary.name.contains("llvmpipe") {
         return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
     }
-    let lanes = match std::env::var("LP_NATIVE_VECTOR_WIDTH").as_deref() {
-        Ok("512") => 16,
-        _ => 8,
-    };
+    let lanes = shardlab_tests::lavapipe_lanes();
     let c = case(8, 64, 32, 0.1);
     let whole = [kernel::Blocks::whole(64)];
     let want = kernel::Kernels::Subgroup { lanes };
@@ -236,45 +233,16 @@ fn lavapipe_runs_attention_on_the_subgroup_kernels() {
 /// lavapipe and AVX-512 are both here; elsewhere there is no 16-lane lavapipe to check.
 #[test]
 fn the_16_lane_subgroup_kernels_match_the_twin_with_512_bit_vectors_in_a_child_process() {
-    if std::env::var_os("LP_NATIVE_VECTOR_WIDTH").is_some() {
-        return; // the child (or a user's setting): the tests run at this width already
-    }
-    let ctx = gpu_or_skip!();
-    #[cfg(target_arch = "x86_64")]
-    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
-    if !ctx.summary.name.contains("llvmpipe") {
-        return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
-    }
-    if !avx512 {
-        return shardlab_tests::adapter_lacks(Need::Avx512, "this CPU has no AVX-512, so no 16-lane lavapipe");
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "attention_fused::",
-            "attention_blocks::gpu_kernels",
-            "--test-threads",
-            "1",
-        ])
-        .env("LP_NATIVE_VECTOR_WIDTH", "512")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "attention with 512-bit vectors:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    shardlab_tests::check_with_16_lanes(
+        &["attention_fused::", "attention_blocks::gpu_kernels"],
+        &[
+            "lavapipe_runs_attention_on_the_subgroup_kernels",
+            "gpu_kernels_match_the_twin",
+            "gpu_kernels_drawing_their_bits_from_the_key_make_jaxs_bits",
+            "gpu_kernels_on_blocks_match_the_twin",
+            "fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_either_way_it_is_lowered",
+        ],
     );
-    for name in [
-        "lavapipe_runs_attention_on_the_subgroup_kernels ... ok",
-        "gpu_kernels_match_the_twin ... ok",
-        "gpu_kernels_drawing_their_bits_from_the_key_make_jaxs_bits ... ok",
-        "gpu_kernels_on_blocks_match_the_twin ... ok",
-        "fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_either_way_it_is_lowered ... ok",
-    ] {
-        assert!(stdout.contains(name), "{name} missing:\n{stdout}");
-    }
 }
 
 /// Dropout bits the kernels draw from the key are JAX's bits of each device's block: the

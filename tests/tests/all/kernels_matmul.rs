@@ -334,11 +334,10 @@ fn sg_is_offered_where_a_subgroup_is_one_cpu_vector() {
     for v in [Variant::Sg, Variant::Sg1] {
         assert!(variants(ctx).contains(&v), "{v} missing from {:?}", variants(ctx));
     }
-    let lanes = match std::env::var("LP_NATIVE_VECTOR_WIDTH").as_deref() {
-        Ok("512") => 16,
-        _ => 8,
-    };
-    assert_eq!(ctx.adapter.get_info().subgroup_max_size, lanes);
+    assert_eq!(
+        ctx.adapter.get_info().subgroup_max_size,
+        shardlab_tests::lavapipe_lanes()
+    );
 }
 
 /// sg's blocks are 64 rows by 64 (8 lanes) or 128 (16 lanes) columns, sg1's 32 by 32 (8 lanes) or
@@ -369,38 +368,14 @@ fn sg_matches_reference_across_several_blocks_of_rows_and_columns() {
 /// AVX-512 are both here; elsewhere there is no 16-lane lavapipe to check.
 #[test]
 fn sg16_matches_reference_with_512_bit_vectors_in_a_child_process() {
-    if std::env::var_os("LP_NATIVE_VECTOR_WIDTH").is_some() {
-        return; // the child (or a user's setting): the tests above run at this width already
-    }
-    let ctx = gpu_or_skip!();
-    #[cfg(target_arch = "x86_64")]
-    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx512 = false;
-    if !ctx.summary.name.contains("llvmpipe") {
-        return shardlab_tests::adapter_lacks(Need::Llvmpipe, &ctx.summary.identity());
-    }
-    if !avx512 {
-        return shardlab_tests::adapter_lacks(Need::Avx512, "this CPU has no AVX-512, so no 16-lane lavapipe");
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["kernels_matmul::", "--test-threads", "1"])
-        .env("LP_NATIVE_VECTOR_WIDTH", "512")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "kernels_matmul with 512-bit vectors:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    shardlab_tests::check_with_16_lanes(
+        &["kernels_matmul::"],
+        &[
+            "sg_is_offered_where_a_subgroup_is_one_cpu_vector",
+            "sg_matches_reference_across_several_blocks_of_rows_and_columns",
+            "every_variant_matches_reference_on_odd_shapes_and_transposes",
+        ],
     );
-    for name in [
-        "sg_is_offered_where_a_subgroup_is_one_cpu_vector ... ok",
-        "sg_matches_reference_across_several_blocks_of_rows_and_columns ... ok",
-        "every_variant_matches_reference_on_odd_shapes_and_transposes ... ok",
-    ] {
-        assert!(stdout.contains(name), "{name} missing:\n{stdout}");
-    }
 }
 
 /// tex16 and sg copy an operand into its texture when its memory already is the texture's rows
