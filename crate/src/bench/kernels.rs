@@ -1,7 +1,9 @@
 //! `shardlab bench kernels`: matmul GFLOP/s (the autotuned variant beside the naive kernel and the CPU
 //! reference, measured in the same run) and GB/s of an elementwise and a softmax kernel, each beside the
-//! adapter's ceilings (arithmetic alone, the best storage-buffer copy) measured in the same run.
+//! adapter's ceilings (arithmetic alone, the best storage-buffer copy) measured in the same run;
+//! and each fused attention design this adapter runs, at the `small` step's shape.
 use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
+use crate::kernels::attention::{self as attn, AttentionShape, Blocks, Kernels, Lowering};
 use crate::kernels::ceiling::{copy4, fma_peak, FMA_PEAK_FLOPS_PER_TRIP};
 use crate::kernels::elementwise::{binary, Binary, BinaryArgs};
 use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape, Variant};
@@ -214,6 +216,95 @@ pub async fn causal_softmax(ctx: &GpuContext, rows: usize, t: usize) -> Result<B
         8 * (rows * t) as u64,
         ms,
     ))
+}
+
+/// One fused attention design: its forward and its backward (the rows' (lse, delta), dq, dk and
+/// dv: four dispatches), each timed alone.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AttentionBench {
+    pub kernel: &'static str,
+    /// `tiled`, or `subgroup N` (N lanes).
+    pub design: String,
+    /// (B*H heads, T, Dh).
+    pub shape: String,
+    pub forward_ms: f64,
+    pub backward_ms: f64,
+    /// Whether the executor runs attention of this shape on this design here (else on another
+    /// design, or composed through the tuned matmuls).
+    pub chosen: bool,
+}
+
+/// Every fused attention design this adapter runs (the tiled kernels; the subgroup kernels
+/// where the adapter has 8- or 16-lane subgroups and Dh is a multiple of 4), timed on `heads`
+/// heads of T rows and Dh columns, causal, without dropout.
+pub async fn attention_designs(
+    ctx: &GpuContext,
+    heads: usize,
+    t: usize,
+    dh: usize,
+) -> Result<Vec<AttentionBench>, GpuError> {
+    let s = AttentionShape {
+        heads,
+        t,
+        dh,
+        scale: 1.0 / (dh as f32).sqrt(),
+        rate: 0.0,
+    };
+    let n = heads * t * dh;
+    let [q, k, v, d_o] = [6, 7, 8, 9].map(|seed| ctx.upload("bench attention input", &noise(n, seed)));
+    let (q, k, v, d_o) = (q?, k?, v?, d_o?);
+    let (o, lse) = (ctx.zeros("bench o", n)?, ctx.zeros("bench lse", heads * t)?);
+    let rows = ctx.zeros("bench rows", attn::rows_len(&s))?;
+    let [dq, dk, dv] = ["bench dq", "bench dk", "bench dv"].map(|name| ctx.zeros(name, n));
+    let (dq, dk, dv) = (dq?, dk?, dv?);
+    let whole = [Blocks::whole(t)];
+    let mut designs = vec![Kernels::Tiled];
+    designs.extend(
+        ctx.subgroup_lanes()
+            .filter(|_| dh.is_multiple_of(4))
+            .map(|lanes| Kernels::Subgroup { lanes }),
+    );
+    let chosen = attn::lowering(ctx, &s, &whole);
+    let mut out = Vec::new();
+    for kernels in designs {
+        let f = attn::Forward {
+            q: &q,
+            k: &k,
+            v: &v,
+            dropout: attn::Dropout::None,
+            o: &o,
+            lse: &lse,
+            blocks: &whole,
+        };
+        let forward = attn::forward(ctx, &f, &s, kernels).await?;
+        let b = attn::Backward {
+            q: &q,
+            k: &k,
+            v: &v,
+            o: &o,
+            lse: &lse,
+            d_o: &d_o,
+            dropout: attn::Dropout::None,
+            rows: &rows,
+            dq: &dq,
+            dk: &dk,
+            dv: &dv,
+            blocks: &whole,
+        };
+        let backward = attn::backward(ctx, &b, &s, kernels).await?;
+        out.push(AttentionBench {
+            kernel: "attention",
+            design: match kernels {
+                Kernels::Tiled => "tiled".to_string(),
+                Kernels::Subgroup { lanes } => format!("subgroup {lanes}"),
+            },
+            shape: format!("({heads}, {t}, {dh})"),
+            forward_ms: gpu_ms(ctx, std::slice::from_ref(&forward), 1000.0).await?,
+            backward_ms: gpu_ms(ctx, &backward, 1000.0).await?,
+            chosen: chosen == Lowering::Fused(kernels),
+        });
+    }
+    Ok(out)
 }
 
 fn bandwidth(kernel: &'static str, shape: String, bytes: u64, ms: f64) -> BandwidthBench {

@@ -228,6 +228,25 @@ fn lavapipe_runs_attention_on_the_subgroup_kernels() {
     assert_eq!(kernel::lowering(ctx, &odd, &whole), kernel::Lowering::Composed);
 }
 
+/// `bench kernels` times every fused design this adapter runs and marks the one the executor
+/// picks (none where it composes the op through the matmuls).
+#[test]
+fn bench_kernels_times_every_attention_design_and_marks_the_executors() {
+    let ctx = gpu_or_skip!();
+    let c = case(2, 24, 8, 0.0);
+    let rows = pollster::block_on(shardlab::bench::kernels::attention_designs(ctx, 2, 24, 8)).unwrap();
+    assert_eq!(rows.len(), designs(ctx, &c.s).len());
+    assert!(
+        rows.iter().all(|r| r.forward_ms > 0.0 && r.backward_ms > 0.0),
+        "{rows:?}"
+    );
+    let chosen = rows.iter().filter(|r| r.chosen).count();
+    match kernel::lowering(ctx, &c.s, &[kernel::Blocks::whole(24)]) {
+        kernel::Lowering::Fused(_) => assert_eq!(chosen, 1, "{rows:?}"),
+        kernel::Lowering::Composed => assert_eq!(chosen, 0, "{rows:?}"),
+    }
+}
+
 /// The 16-lane subgroup kernels, checked in a child process of this test binary with 512-bit
 /// vectors (lavapipe fixes its vector width when it loads, once per process). Runs where
 /// lavapipe and AVX-512 are both here; elsewhere there is no 16-lane lavapipe to check.

@@ -2,7 +2,7 @@
 use std::io::Write;
 
 use shardlab::bench::kernels::{
-    causal_softmax, ceilings, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES,
+    attention_designs, causal_softmax, ceilings, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES,
 };
 
 #[derive(clap::Args)]
@@ -17,6 +17,9 @@ pub struct Args {
 /// Softmax problem: 4096 rows of 1024 scores (4 x 1024 queries of a 1024-token causal window).
 const SOFTMAX_ROWS: usize = 4096;
 const SOFTMAX_T: usize = 1024;
+
+/// Attention problem: the `small` step's (B*H = 8 x 4 heads, T 64, Dh 32).
+const ATTENTION: (usize, usize, usize) = (32, 64, 32);
 
 pub fn run(args: Args) -> Result<(), String> {
     let tuned = crate::tuning_cache::open(args.retune)?;
@@ -80,6 +83,26 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     print_bandwidth(pollster::block_on(elementwise_add(ctx)).map_err(|e| e.to_string())?);
     print_bandwidth(pollster::block_on(causal_softmax(ctx, SOFTMAX_ROWS, SOFTMAX_T)).map_err(|e| e.to_string())?);
+    let (heads, t, dh) = ATTENTION;
+    let designs = pollster::block_on(attention_designs(ctx, heads, t, dh)).map_err(|e| e.to_string())?;
+    for r in &designs {
+        if args.json {
+            out(json_line(r));
+        } else {
+            let chosen = if r.chosen {
+                "  <- the executor's choice here"
+            } else {
+                ""
+            };
+            out(format!(
+                "{:<12} {:<12} {:<12} forward {:>8.3} ms  backward {:>8.3} ms{chosen}",
+                r.kernel, r.design, r.shape, r.forward_ms, r.backward_ms
+            ));
+        }
+    }
+    if !args.json && !designs.iter().any(|r| r.chosen) {
+        out("attention: this adapter runs the op composed through the tuned matmuls".to_string());
+    }
     Ok(())
 }
 

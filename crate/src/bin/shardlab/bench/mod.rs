@@ -11,7 +11,8 @@ use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Matmul GFLOP/s (autotuned variant vs naive vs CPU) and elementwise / softmax GB/s.
+    /// Matmul GFLOP/s (autotuned variant vs naive vs CPU), elementwise / softmax GB/s, and the ms of each
+    /// fused attention design this adapter runs (the executor's marked)
     Kernels(kernels::Args),
     /// Automatic vs shard_map train steps, interleaved: {"auto_ms","shard_map_ms","ratio"}.
     Compare(compare::Args),
