@@ -3,7 +3,6 @@
 //! correct result. Tiny configurations only; the reference executor (`--cpu`) unless a case
 //! is about the GPU.
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -126,7 +125,7 @@ fn tiny_case(args: &[&str], needles: &'static [&'static str]) -> (Vec<String>, &
     (with_tiny(args), needles)
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+fn temp_dir(name: &str) -> common::TempDir {
     common::temp_dir("hostile", name)
 }
 

@@ -30,7 +30,7 @@ fn train(cache: &Path, extra: &[&str]) -> Run {
     }
 }
 
-fn cache_dir(name: &str) -> PathBuf {
+fn cache_dir(name: &str) -> common::TempDir {
     common::temp_dir("tuning", name)
 }
 
@@ -101,7 +101,6 @@ fn a_second_process_takes_the_cached_choices_and_retune_times_them_again() {
         choices.len(),
         "the same classes, timed again: {retuned}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -131,5 +130,4 @@ fn a_corrupt_or_foreign_tuning_cache_is_ignored_with_one_notice() {
             "rewritten for this adapter"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

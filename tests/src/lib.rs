@@ -9,7 +9,7 @@ mod python;
 mod skip;
 
 pub use lanes::{check_with_16_lanes, lavapipe_lanes};
-pub use python::{jax_python, python, python_program, run_jax_script, PYTHON_VAR};
+pub use python::{jax_python, python, python_program, remove_script, run_jax_script, PYTHON_VAR};
 pub use skip::{adapter_lacks, unavailable, Need, SKIP_LOG_VAR};
 
 /// The process-wide GPU context. With no adapter the calling test fails, unless

@@ -73,7 +73,8 @@ pub fn jax_python() -> Option<&'static Path> {
 
 /// Writes `script` to `<temp>/shardlab-<dir>-<pid>/<name>.py` and runs it with [`python_program`]
 /// on `devices` simulated CPU devices (XLA's host platform); returns its stdout, after failing
-/// the test with both streams if the script failed.
+/// the test with both streams if the script failed. A script that ran is removed (and the folder
+/// with the last of them); one that failed stays for reading.
 pub fn run_jax_script(dir: &str, name: &str, script: &str, devices: usize) -> String {
     let dir = std::env::temp_dir().join(format!("shardlab-{dir}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -88,9 +89,20 @@ pub fn run_jax_script(dir: &str, name: &str, script: &str, devices: usize) -> St
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{name}: the script failed ({}):\n{stdout}\n{}",
+        "{name}: the script failed ({}, kept at {}):\n{stdout}\n{}",
         out.status,
+        path.display(),
         String::from_utf8_lossy(&out.stderr)
     );
+    remove_script(&path);
     stdout
+}
+
+/// Removes a script that ran, and its folder once it holds nothing else (other tests of this
+/// process may still be writing theirs to it).
+pub fn remove_script(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
 }

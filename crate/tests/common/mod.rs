@@ -3,7 +3,7 @@
 // Each test binary includes this module and uses its own part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The smallest model the CLI tests train: one block, d_model 16, batch 2.
@@ -42,10 +42,39 @@ pub fn output(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
-/// An empty directory of this test process: `shardlab-{suite}-{name}-{pid}` in the temp dir.
-pub fn temp_dir(suite: &str, name: &str) -> PathBuf {
+/// An empty directory of this test process, `shardlab-{suite}-{name}-{pid}` in the temp dir,
+/// removed with what it holds when dropped (so test runs do not pile up folders in /tmp).
+pub fn temp_dir(suite: &str, name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("shardlab-{suite}-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
-    dir
+    TempDir(dir)
+}
+
+/// A test's scratch directory ([`temp_dir`]); read as a [`Path`].
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

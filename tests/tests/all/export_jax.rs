@@ -583,9 +583,11 @@ fn exported_scripts_are_valid_python() {
             .unwrap();
         assert!(
             out.status.success(),
-            "{name}: not valid Python: {}",
+            "{name}: not valid Python (kept at {}): {}",
+            path.display(),
             String::from_utf8_lossy(&out.stderr)
         );
+        shardlab_tests::remove_script(&path);
     }
 }
 
