@@ -92,7 +92,7 @@ fn forward(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; } // uniform: the whole workgroup leaves
-    let dev = h / u.heads_per_dev;
+    let hd = head_at(h);
     let first = wid.x * WG;
     let i = first + lid;
     let live = i < u.t;
@@ -102,22 +102,22 @@ fn forward(
     var pi = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; acc[d] = 0.0; }
-        pi = pos_q(dev, i);
+        pi = head_pos_q(hd, i);
     }
     var m = LOWEST;
     var l = 0.0;
     let last = min(first + WG, u.t) - 1u;
-    let seen_max = q_max(dev, first, last);
+    let seen_max = head_q_max(hd, first, last);
     for (var j0 = 0u; j0 < u.tk; j0 += TILE) {
         // A tile past every query of the workgroup is skipped (uniform: no lane needs it).
-        if (k_min(dev, j0, min(j0 + TILE, u.tk) - 1u) > seen_max) { continue; }
+        if (head_k_min(hd, j0, min(j0 + TILE, u.tk) - 1u) > seen_max) { continue; }
         stage_kv(h, j0, lid);
         workgroupBarrier();
         if (live) {
             for (var jj = 0u; jj < TILE; jj++) {
                 let j = j0 + jj;
                 if (j >= u.tk) { break; }
-                if (pos_k(dev, j) > pi) { continue; }
+                if (head_pos_k(hd, j) > pi) { continue; }
                 var s = 0.0;
                 for (var d = 0u; d < u.dh; d++) { s += qi[d] * tile_a[jj * u.dh + d]; }
                 s = u.scale * s;
@@ -129,7 +129,7 @@ fn forward(
                 }
                 let e = exp(s - m);
                 l += e;
-                let w = e * keep_factor(h, i, j);
+                let w = e * head_keep(hd, i, j);
                 for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[jj * u.dh + d]; }
             }
         }
@@ -167,7 +167,7 @@ fn backward_dq(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
-    let dev = h / u.heads_per_dev;
+    let hd = head_at(h);
     let first = wid.x * WG;
     let i = first + lid;
     let live = i < u.t;
@@ -183,19 +183,19 @@ fn backward_dq(
         let r = rows_in[h * u.t + i];
         lse_i = r.x;
         delta_i = r.y;
-        pi = pos_q(dev, i);
+        pi = head_pos_q(hd, i);
     }
     let last = min(first + WG, u.t) - 1u;
-    let seen_max = q_max(dev, first, last);
+    let seen_max = head_q_max(hd, first, last);
     for (var j0 = 0u; j0 < u.tk; j0 += TILE) {
-        if (k_min(dev, j0, min(j0 + TILE, u.tk) - 1u) > seen_max) { continue; }
+        if (head_k_min(hd, j0, min(j0 + TILE, u.tk) - 1u) > seen_max) { continue; }
         stage_kv(h, j0, lid);
         workgroupBarrier();
         if (live) {
             for (var jj = 0u; jj < TILE; jj++) {
                 let j = j0 + jj;
                 if (j >= u.tk) { break; }
-                if (pos_k(dev, j) > pi) { continue; }
+                if (head_pos_k(hd, j) > pi) { continue; }
                 var s = 0.0;
                 var dp = 0.0;
                 for (var d = 0u; d < u.dh; d++) {
@@ -203,7 +203,7 @@ fn backward_dq(
                     dp += doi[d] * tile_b[jj * u.dh + d];
                 }
                 let p = exp(u.scale * s - lse_i);
-                let ds = u.scale * p * (keep_factor(h, i, j) * dp - delta_i);
+                let ds = u.scale * p * (head_keep(hd, i, j) * dp - delta_i);
                 for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[jj * u.dh + d]; }
             }
         }
@@ -222,7 +222,7 @@ fn backward_dk(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
-    let dev = h / u.heads_per_dev;
+    let hd = head_at(h);
     let first = wid.x * WG;
     let j = first + lid;
     let live = j < u.tk;
@@ -233,19 +233,19 @@ fn backward_dk(
     var pj = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; vj[d] = v[row + d]; acc[d] = 0.0; }
-        pj = pos_k(dev, j);
+        pj = head_pos_k(hd, j);
     }
-    let seen_min = k_min(dev, first, min(first + WG, u.tk) - 1u);
+    let seen_min = head_k_min(hd, first, min(first + WG, u.tk) - 1u);
     for (var i0 = 0u; i0 < u.t; i0 += TILE) {
         // Queries before every key of the workgroup see none of them.
-        if (q_max(dev, i0, min(i0 + TILE, u.t) - 1u) < seen_min) { continue; }
+        if (head_q_max(hd, i0, min(i0 + TILE, u.t) - 1u) < seen_min) { continue; }
         stage_q_do(h, i0, lid);
         workgroupBarrier();
         if (live) {
             for (var ii = 0u; ii < TILE; ii++) {
                 let i = i0 + ii;
                 if (i >= u.t) { break; }
-                if (pos_q(dev, i) < pj) { continue; }
+                if (head_pos_q(hd, i) < pj) { continue; }
                 var s = 0.0;
                 var dp = 0.0;
                 for (var d = 0u; d < u.dh; d++) {
@@ -254,7 +254,7 @@ fn backward_dk(
                 }
                 let rows = tile_rows[ii];
                 let p = exp(u.scale * s - rows.x);
-                let ds = u.scale * p * (keep_factor(h, i, j) * dp - rows.y);
+                let ds = u.scale * p * (head_keep(hd, i, j) * dp - rows.y);
                 for (var d = 0u; d < u.dh; d++) { acc[d] += ds * tile_a[ii * u.dh + d]; }
             }
         }
@@ -273,7 +273,7 @@ fn backward_dv(
 ) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
-    let dev = h / u.heads_per_dev;
+    let hd = head_at(h);
     let first = wid.x * WG;
     let j = first + lid;
     let live = j < u.tk;
@@ -283,21 +283,21 @@ fn backward_dv(
     var pj = 0u;
     if (live) {
         for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; acc[d] = 0.0; }
-        pj = pos_k(dev, j);
+        pj = head_pos_k(hd, j);
     }
-    let seen_min = k_min(dev, first, min(first + WG, u.tk) - 1u);
+    let seen_min = head_k_min(hd, first, min(first + WG, u.tk) - 1u);
     for (var i0 = 0u; i0 < u.t; i0 += TILE) {
-        if (q_max(dev, i0, min(i0 + TILE, u.t) - 1u) < seen_min) { continue; }
+        if (head_q_max(hd, i0, min(i0 + TILE, u.t) - 1u) < seen_min) { continue; }
         stage_q_do(h, i0, lid);
         workgroupBarrier();
         if (live) {
             for (var ii = 0u; ii < TILE; ii++) {
                 let i = i0 + ii;
                 if (i >= u.t) { break; }
-                if (pos_q(dev, i) < pj) { continue; }
+                if (head_pos_q(hd, i) < pj) { continue; }
                 var s = 0.0;
                 for (var d = 0u; d < u.dh; d++) { s += tile_a[ii * u.dh + d] * kj[d]; }
-                let w = exp(u.scale * s - tile_rows[ii].x) * keep_factor(h, i, j);
+                let w = exp(u.scale * s - tile_rows[ii].x) * head_keep(hd, i, j);
                 for (var d = 0u; d < u.dh; d++) { acc[d] += w * tile_b[ii * u.dh + d]; }
             }
         }

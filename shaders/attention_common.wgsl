@@ -50,15 +50,6 @@ fn run_pos(s0: u32, s1: u32, chunk: u32, i: u32) -> u32 {
     return s1 + i - chunk;
 }
 
-// The global positions of query row i and key row j of device d.
-fn pos_q(d: u32, i: u32) -> u32 {
-    return run_pos(offsets[8u * d + 4u], offsets[8u * d + 5u], u.q_chunk, i);
-}
-
-fn pos_k(d: u32, j: u32) -> u32 {
-    return run_pos(offsets[8u * d + 6u], offsets[8u * d + 7u], u.k_chunk, j);
-}
-
 // The smallest and largest position of rows a..=b of a block (each run is increasing).
 fn run_min(s0: u32, s1: u32, chunk: u32, a: u32, b: u32) -> u32 {
     if (b < chunk || a >= chunk) { return run_pos(s0, s1, chunk, a); }
@@ -70,17 +61,10 @@ fn run_max(s0: u32, s1: u32, chunk: u32, a: u32, b: u32) -> u32 {
     return max(s0 + chunk - 1u, s1 + b - chunk);
 }
 
-fn q_max(d: u32, a: u32, b: u32) -> u32 {
-    return run_max(offsets[8u * d + 4u], offsets[8u * d + 5u], u.q_chunk, a, b);
-}
-
-fn k_min(d: u32, a: u32, b: u32) -> u32 {
-    return run_min(offsets[8u * d + 6u], offsets[8u * d + 7u], u.k_chunk, a, b);
-}
-
-// What every row of head h shares: its device's runs of query and key positions, and for
-// drawn bits the key and the head's row of the global bits. The subgroup kernels read it once
-// per workgroup, since CPU adapters pay a loop over the lanes for every storage read.
+// What every row of head h shares: its device's runs of query and key positions (pos_q and
+// pos_k above: head_pos_q, head_pos_k), and for drawn bits the key and the head's row of the
+// global bits. A workgroup reads it once, where reading per row would cost CPU adapters a loop
+// over the lanes per read.
 struct Head {
     h: u32,
     dev: u32,

@@ -258,15 +258,9 @@ pub async fn attention_designs(
     let [dq, dk, dv] = ["bench dq", "bench dk", "bench dv"].map(|name| ctx.zeros(name, n));
     let (dq, dk, dv) = (dq?, dk?, dv?);
     let whole = [Blocks::whole(t)];
-    let mut designs = vec![Kernels::Tiled];
-    designs.extend(
-        ctx.subgroup_lanes()
-            .filter(|_| dh.is_multiple_of(4))
-            .map(|lanes| Kernels::Subgroup { lanes }),
-    );
     let chosen = attn::lowering(ctx, &s, &whole);
     let mut out = Vec::new();
-    for kernels in designs {
+    for kernels in attn::designs(ctx, &s) {
         let f = attn::Forward {
             q: &q,
             k: &k,

@@ -66,13 +66,25 @@ pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowe
 }
 
 /// The fused kernels for `ctx`'s adapter and shape `s`: the subgroup kernels on CPU adapters
-/// that have fixed subgroups of 8 or 16 lanes, when Dh is a multiple of 4; else the tiled ones.
+/// that can run them ([`designs`]); else the tiled ones.
 pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
     let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
-    match ctx.subgroup_lanes() {
-        Some(lanes) if cpu && s.dh.is_multiple_of(4) => Kernels::Subgroup { lanes },
+    match designs(ctx, s).last() {
+        Some(&subgroup @ Kernels::Subgroup { .. }) if cpu => subgroup,
         _ => Kernels::Tiled,
     }
+}
+
+/// Every fused design `ctx`'s adapter can run for shape `s`: the tiled kernels, and the subgroup
+/// kernels where the adapter has fixed subgroups of 8 or 16 lanes and Dh is a multiple of 4.
+pub fn designs(ctx: &GpuContext, s: &AttentionShape) -> Vec<Kernels> {
+    let mut all = vec![Kernels::Tiled];
+    all.extend(
+        ctx.subgroup_lanes()
+            .map(|lanes| Kernels::Subgroup { lanes })
+            .filter(|k| k.fits(s)),
+    );
+    all
 }
 
 /// Elements of the composed lowering's scratch: the (heads, T, T) scores.
@@ -293,18 +305,23 @@ impl Kernels {
         ]
     }
 
-    /// Refuses a shape these kernels cannot run: the subgroup kernels read rows as vec4s, with
-    /// entry points for subgroups of 8 and 16.
+    /// Whether these kernels take shape `s`: the subgroup kernels read rows as vec4s, with entry
+    /// points for subgroups of 8 and 16.
+    fn fits(self, s: &AttentionShape) -> bool {
+        match self {
+            Kernels::Tiled => true,
+            Kernels::Subgroup { lanes } => s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16),
+        }
+    }
+
+    /// Refuses a shape these kernels cannot run ([`Kernels::fits`]).
     fn check(self, kernel: &str, s: &AttentionShape) -> Result<(), GpuError> {
-        let Kernels::Subgroup { lanes } = self else {
-            return Ok(());
-        };
-        if s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16) {
+        if self.fits(s) {
             return Ok(());
         }
         Err(GpuError::Invalid(format!(
-            "{kernel}: the subgroup kernels take head dimensions that are multiples of 4 and subgroups of 8 \
-             or 16 lanes, not Dh {} with {lanes}: run the tiled kernels",
+            "{kernel}: {self:?} takes head dimensions that are multiples of 4 and subgroups of 8 or 16 lanes, \
+             not Dh {}: run the tiled kernels",
             s.dh
         )))
     }

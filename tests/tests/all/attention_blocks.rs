@@ -264,9 +264,7 @@ fn gpu_kernels_on_blocks_match_the_twin() {
                 ] {
                     let dropout = if rate > 0.0 { dropout } else { kernel::Dropout::None };
                     // Every fused design this adapter runs (the subgroup kernels on CPU adapters).
-                    let mut designs = vec![kernel::Kernels::Tiled];
-                    designs.extend(ctx.subgroup_lanes().map(|lanes| kernel::Kernels::Subgroup { lanes }));
-                    for kernels in designs {
+                    for kernels in kernel::designs(ctx, &s) {
                         let what = format!("{order:?} step {step} rate {rate} bits {how} {kernels:?}");
                         let n = cp * per;
                         let (o, lse) = (

@@ -115,20 +115,10 @@ fn the_backward_matches_finite_differences_of_the_forward() {
     }
 }
 
-/// Every fused kernel design this adapter runs for `s`: the tiled kernels, and the subgroup
-/// kernels where the adapter has fixed subgroups of 8 or 16 and Dh is a multiple of 4.
-fn designs(ctx: &shardlab::gpu::GpuContext, s: &AttentionShape) -> Vec<kernel::Kernels> {
-    let mut all = vec![kernel::Kernels::Tiled];
-    if let Some(lanes) = ctx.subgroup_lanes().filter(|_| s.dh.is_multiple_of(4)) {
-        all.push(kernel::Kernels::Subgroup { lanes });
-    }
-    all
-}
-
 /// The GPU forward and backward of `c` against the twin's, with every kernel design, the kernels'
 /// dropout bits given by `dropout` (they must be `c.bits`).
 fn check_kernels(ctx: &shardlab::gpu::GpuContext, c: &Case, devices: usize, dropout: kernel::Dropout<'_>, what: &str) {
-    for kernels in designs(ctx, &c.s) {
+    for kernels in kernel::designs(ctx, &c.s) {
         check_design(ctx, c, devices, dropout, &format!("{what}, {kernels:?}"), kernels);
     }
 }
@@ -235,7 +225,14 @@ fn bench_kernels_times_every_attention_design_and_marks_the_executors() {
     let ctx = gpu_or_skip!();
     let c = case(2, 24, 8, 0.0);
     let rows = pollster::block_on(shardlab::bench::kernels::attention_designs(ctx, 2, 24, 8)).unwrap();
-    assert_eq!(rows.len(), designs(ctx, &c.s).len());
+    assert_eq!(rows.len(), kernel::designs(ctx, &c.s).len());
+    if ctx.summary.name.contains("llvmpipe") {
+        let subgroup = format!("subgroup {}", shardlab_tests::lavapipe_lanes());
+        assert!(
+            rows.iter().any(|r| r.design == subgroup),
+            "{subgroup} missing: {rows:?}"
+        );
+    }
     assert!(
         rows.iter().all(|r| r.forward_ms > 0.0 && r.backward_ms > 0.0),
         "{rows:?}"
@@ -404,7 +401,7 @@ fn fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_eithe
         scale: 1.0,
         rate: 0.1,
     };
-    let mut lowerings: Vec<_> = designs(&probe, &shape)
+    let mut lowerings: Vec<_> = kernel::designs(&probe, &shape)
         .into_iter()
         .map(kernel::Lowering::Fused)
         .collect();
