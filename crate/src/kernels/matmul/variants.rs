@@ -145,7 +145,6 @@ struct Pack {
 
 const PACK_BY_VALUE: u32 = 1;
 const PACK_K4: u32 = 2;
-const COPY_TEXELS: u32 = 3;
 
 /// The uniform of the texture variants' `pack` (matmul_tex.wgsl's `Packs`): both operands, A's
 /// on the first `groups_a` workgroups.
@@ -369,23 +368,10 @@ fn pack_entries(v: Variant, s: &MatmulShape, ops: Operands<'_>) -> [Packing; 2] 
     let (a_si, a_sk) = s.a_strides();
     let (b_sk, b_sj) = s.b_strides();
     let stride = |x: usize, items: usize| if items == 1 { 0 } else { x };
-    let mut entries = [
+    [
         pack_entry(v, ops.a.offset, s.m, (a_si, a_sk), stride(s.stride_a, la), s.k),
         pack_entry(v, ops.b.offset, s.n, (b_sj, b_sk), stride(s.stride_b, lb), s.k),
-    ];
-    let min: usize = std::env::var("SHARDLAB_COPY_MIN")
-        .ok()
-        .and_then(|x| x.parse().ok())
-        .unwrap_or(0);
-    for (e, n) in entries.iter_mut().zip([s.m * s.k * la, s.n * s.k * lb]) {
-        if *e == Packing::Copy && n < min {
-            *e = Packing::Pass {
-                entry: "copy_texels",
-                k_rows: 4,
-            };
-        }
-    }
-    entries
+    ]
 }
 
 /// One operand's packing (`pack_entries`): its binding's byte `offset`, its `rows` (M or N), its
@@ -663,7 +649,7 @@ fn bind_vec4<'a>(
     src: &'a GpuBuffer,
 ) -> Result<Kernel<'a>, GpuError> {
     Ok(match pack.mode {
-        PACK_K4 | COPY_TEXELS => kernel.read(slot, name, src),
+        PACK_K4 => kernel.read(slot, name, src),
         _ => kernel.read_owned(slot, name, ctx.zeros("matmul pack no vec4 source", 4)?),
     })
 }
