@@ -243,25 +243,33 @@ fn queries_unseen(hd: Head, seen_min: u32, i0: u32, lanes: u32) -> bool {
     return head_q_max(hd, i0, min(i0 + lanes, u.t) - 1u) < seen_min;
 }
 
-// This lane's key against the query tile at i0 (this lane's query row `qrow`): the weights of
-// the tile's queries in dk (ds = scale p (keep dp - delta)) or in dv (p keep).
+// The weights of a query tile's rows for one key: in dk, ds = scale p (keep dp - delta); in dv,
+// p keep.
+struct KeyWeights {
+    ds: Tile,
+    pk: Tile,
+}
+
+// This lane's key against the query tile at i0 (this lane's query row `qrow`): the tile's
+// weights (`ds` only where `with_dp`, which dk needs and dv does not).
 // (hd: the head; krow, jc, pj: this lane's key row, its index and position.)
-fn key_weights(hd: Head, krow: u32, jc: u32, pj: u32, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, for_dk: bool) -> Tile {
+fn key_weights(hd: Head, krow: u32, jc: u32, pj: u32, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, with_dp: bool) -> KeyWeights {
     let dh4 = u.dh / 4u;
     var s: Tile;
     var dp: Tile;
     for (var c = 0u; c < dh4; c++) {
         s = add(s, dots(k[krow + c], q[qrow + c], lanes));
-        if (for_dk) { dp = add(dp, dots(v[krow + c], d_o[qrow + c], lanes)); }
+        if (with_dp) { dp = add(dp, dots(v[krow + c], d_o[qrow + c], lanes)); }
     }
     let lses = lanes_of(row.x, lanes);
     let deltas = lanes_of(row.y, lanes);
-    var w: Tile;
+    var w: KeyWeights;
     for (var g = 0u; g < 4u; g++) {
         let seen = seen_by_queries(hd, pj, i0, g, lanes) > vec4(0.0);
         let p = select(vec4(0.0), exp(u.scale * s[g] - lses[g]), seen);
         let keep = keep_queries(hd, i0 + 4u * g, jc);
-        w[g] = select(p * keep, u.scale * p * (keep * dp[g] - deltas[g]), for_dk);
+        w.pk[g] = p * keep;
+        w.ds[g] = u.scale * p * (keep * dp[g] - deltas[g]);
     }
     return w;
 }
@@ -285,7 +293,7 @@ fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
         let qrow = (h * u.t + ir) * dh4;
         let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, true);
         for (var c = 0u; c < dh4; c++) {
-            let a = mix(w, q[qrow + c], lanes);
+            let a = mix(w.ds, q[qrow + c], lanes);
             if (live) {
                 var prev = vec4(0.0);
                 if (started) { prev = dk[krow + c]; }
@@ -318,7 +326,7 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
         let qrow = (h * u.t + ir) * dh4;
         let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, false);
         for (var c = 0u; c < dh4; c++) {
-            let a = mix(w, d_o[qrow + c], lanes);
+            let a = mix(w.pk, d_o[qrow + c], lanes);
             if (live) {
                 var prev = vec4(0.0);
                 if (started) { prev = dv[krow + c]; }
@@ -329,6 +337,51 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     }
     if (live && !started) {
         for (var c = 0u; c < dh4; c++) { dv[krow + c] = vec4(0.0); }
+    }
+}
+
+// dk and dv in one pass over the query tiles: the probabilities and dp made once for both. It
+// binds 9 storage buffers, one past WebGPU's default limit per stage, so the launcher runs it
+// only where the adapter allows more (lavapipe allows 32) and dk and dv above elsewhere.
+fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let hd = head_at(h);
+    let dh4 = u.dh / 4u;
+    let first = wid.x * lanes;
+    let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
+    // This lane's key row (clamped for loads past Tk) and its position.
+    let live = first + lid < u.tk;
+    let jc = min(first + lid, u.tk - 1u);
+    let krow = (h * u.tk + jc) * dh4;
+    let pj = head_pos_k(hd, jc);
+    var started = false;
+    for (var i0 = 0u; i0 < u.t; i0 += lanes) {
+        if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
+        let ir = min(i0 + lid, u.t - 1u);
+        let qrow = (h * u.t + ir) * dh4;
+        let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, true);
+        for (var c = 0u; c < dh4; c++) {
+            let ak = mix(w.ds, q[qrow + c], lanes);
+            let av = mix(w.pk, d_o[qrow + c], lanes);
+            if (live) {
+                var prev_k = vec4(0.0);
+                var prev_v = vec4(0.0);
+                if (started) {
+                    prev_k = dk[krow + c];
+                    prev_v = dv[krow + c];
+                }
+                dk[krow + c] = prev_k + ak;
+                dv[krow + c] = prev_v + av;
+            }
+        }
+        started = true;
+    }
+    if (live && !started) {
+        for (var c = 0u; c < dh4; c++) {
+            dk[krow + c] = vec4(0.0);
+            dv[krow + c] = vec4(0.0);
+        }
     }
 }
 
@@ -370,4 +423,14 @@ fn backward_dv_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
 @compute @workgroup_size(16)
 fn backward_dv_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
     backward_dv_sg(wid, lid, nwg, 16u);
+}
+
+@compute @workgroup_size(8)
+fn backward_dkdv_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dkdv_sg(wid, lid, nwg, 8u);
+}
+
+@compute @workgroup_size(16)
+fn backward_dkdv_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dkdv_sg(wid, lid, nwg, 16u);
 }

@@ -356,6 +356,10 @@ pub async fn check_shader(ctx: &GpuContext, shader: &str, src: &str) -> Vec<Pipe
             ));
             continue;
         }
+        if let Some(why) = crate::kernels::attention::unsupported_entry(ctx, shader, entry) {
+            out.push(item(entry, Status::Skip, Some(why)));
+            continue;
+        }
         out.push(check_pipeline(ctx, shader, entry).await);
     }
     out

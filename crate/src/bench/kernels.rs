@@ -223,7 +223,7 @@ pub async fn causal_softmax(ctx: &GpuContext, rows: usize, t: usize) -> Result<B
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AttentionBench {
     pub kernel: &'static str,
-    /// `tiled`, or `subgroup N` (N lanes).
+    /// `tiled`, `subgroup N` (N lanes), or `subgroup N, dk+dv merged`.
     pub design: String,
     /// (B*H heads, T, Dh).
     pub shape: String,
@@ -235,7 +235,8 @@ pub struct AttentionBench {
 }
 
 /// Every fused attention design this adapter runs (the tiled kernels; the subgroup kernels
-/// where the adapter has 8- or 16-lane subgroups and Dh is a multiple of 4), timed on `heads`
+/// where the adapter has 8- or 16-lane subgroups and Dh is a multiple of 4, dk and dv split and,
+/// where the adapter binds 9 storage buffers, merged), timed on `heads`
 /// heads of T rows and Dh columns, causal, without dropout.
 pub async fn attention_designs(
     ctx: &GpuContext,
@@ -290,7 +291,14 @@ pub async fn attention_designs(
             kernel: "attention",
             design: match kernels {
                 Kernels::Tiled => "tiled".to_string(),
-                Kernels::Subgroup { lanes } => format!("subgroup {lanes}"),
+                Kernels::Subgroup {
+                    lanes,
+                    keys: attn::KeySide::Split,
+                } => format!("subgroup {lanes}"),
+                Kernels::Subgroup {
+                    lanes,
+                    keys: attn::KeySide::Merged,
+                } => format!("subgroup {lanes}, dk+dv merged"),
             },
             shape: format!("({heads}, {t}, {dh})"),
             forward_ms: gpu_ms(ctx, std::slice::from_ref(&forward), 1000.0).await?,

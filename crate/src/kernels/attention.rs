@@ -39,8 +39,23 @@ pub enum Kernels {
     /// shaders/attention_sg.wgsl: one subgroup of `lanes` (8 or 16) rows per workgroup, the other
     /// side's rows shared by subgroupBroadcast. For CPU adapters, where a broadcast is one
     /// shuffle and each workgroup-memory read a loop over the lanes.
-    Subgroup { lanes: u32 },
+    Subgroup { lanes: u32, keys: KeySide },
 }
+
+/// How the subgroup backward makes dk and dv, the gradients of the key side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySide {
+    /// A kernel each, every probability made twice: within WebGPU's default 8 storage buffers
+    /// per stage.
+    Split,
+    /// One kernel for both, each probability and dp made once: it binds
+    /// [`MERGED_STORAGE_BUFFERS`], so it runs where the adapter allows that many.
+    Merged,
+}
+
+/// Storage buffers the merged dk and dv kernel binds (q, k, v, do, the rows, the dropout words,
+/// the offsets, dk, dv): one past WebGPU's default per stage.
+pub const MERGED_STORAGE_BUFFERS: u32 = 9;
 
 /// The largest (heads, T, T) scratch the composed lowering takes (16 MiB of f32 each; the
 /// backward holds two); past it the fused kernels run, whose memory does not grow with T^2.
@@ -75,16 +90,36 @@ pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
     }
 }
 
-/// Every fused design `ctx`'s adapter can run for shape `s`: the tiled kernels, and the subgroup
-/// kernels where the adapter has fixed subgroups of 8 or 16 lanes and Dh is a multiple of 4.
+/// Every fused design `ctx`'s adapter can run for shape `s`, the one to prefer last: the tiled
+/// kernels; the subgroup kernels where the adapter has fixed subgroups of 8 or 16 lanes and Dh
+/// is a multiple of 4, with dk and dv split and, where the adapter binds enough storage
+/// buffers, merged.
 pub fn designs(ctx: &GpuContext, s: &AttentionShape) -> Vec<Kernels> {
     let mut all = vec![Kernels::Tiled];
-    all.extend(
-        ctx.subgroup_lanes()
-            .map(|lanes| Kernels::Subgroup { lanes })
-            .filter(|k| k.fits(s)),
-    );
+    let merged = ctx.device.limits().max_storage_buffers_per_shader_stage >= MERGED_STORAGE_BUFFERS;
+    let keys = [KeySide::Split, KeySide::Merged];
+    let keys = if merged { &keys[..] } else { &keys[..1] };
+    if let Some(lanes) = ctx.subgroup_lanes() {
+        all.extend(
+            keys.iter()
+                .map(|&keys| Kernels::Subgroup { lanes, keys })
+                .filter(|k| k.fits(s)),
+        );
+    }
     all
+}
+
+/// Why `ctx`'s adapter cannot create entry point `entry` of `shader` though it has the
+/// shader's extensions (the merged dk and dv kernel binds more storage buffers than it
+/// allows), for the self-test to skip it; None when it can.
+pub fn unsupported_entry(ctx: &GpuContext, shader: &str, entry: &str) -> Option<String> {
+    let allowed = ctx.device.limits().max_storage_buffers_per_shader_stage;
+    (shader == "attention_sg" && entry.starts_with("backward_dkdv") && allowed < MERGED_STORAGE_BUFFERS).then(|| {
+        format!(
+            "{entry} binds {MERGED_STORAGE_BUFFERS} storage buffers and this adapter allows {allowed} per stage \
+             (the backward runs dk and dv apart there)"
+        )
+    })
 }
 
 /// Elements of the composed lowering's scratch: the (heads, T, T) scores.
@@ -283,7 +318,7 @@ impl Kernels {
     fn entry(self, entry: &str) -> (&'static str, String) {
         match self {
             Kernels::Tiled => ("attention", entry.to_string()),
-            Kernels::Subgroup { lanes } => ("attention_sg", format!("{entry}_sg{lanes}")),
+            Kernels::Subgroup { lanes, .. } => ("attention_sg", format!("{entry}_sg{lanes}")),
         }
     }
 
@@ -291,7 +326,7 @@ impl Kernels {
     fn rows_per_group(self) -> usize {
         match self {
             Kernels::Tiled => WG,
-            Kernels::Subgroup { lanes } => lanes as usize,
+            Kernels::Subgroup { lanes, .. } => lanes as usize,
         }
     }
 
@@ -310,7 +345,7 @@ impl Kernels {
     fn fits(self, s: &AttentionShape) -> bool {
         match self {
             Kernels::Tiled => true,
-            Kernels::Subgroup { lanes } => s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16),
+            Kernels::Subgroup { lanes, .. } => s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16),
         }
     }
 
@@ -393,8 +428,8 @@ pub fn rows_len(s: &AttentionShape) -> usize {
     2 * s.heads * s.t
 }
 
-/// `(dq, dk, dv)`: four dispatches (each row's (lse, rowsum(do * o)), then dq, dk and dv of
-/// `kernels`).
+/// `(dq, dk, dv)`: each row's (lse, rowsum(do * o)), then dq, and dk and dv of `kernels`:
+/// four dispatches, three where the subgroup kernels merge dk and dv.
 pub async fn backward(
     ctx: &GpuContext,
     b: &Backward<'_>,
@@ -440,6 +475,17 @@ pub async fn backward(
         )
         .await?,
     );
+    if let Kernels::Subgroup {
+        keys: KeySide::Merged, ..
+    } = kernels
+    {
+        let dkdv = common("backward_dkdv", "dk dv", tk)?
+            .read(2, "v", b.v)
+            .write(13, "dk", b.dk)
+            .write(14, "dv", b.dv);
+        out.push(ctx.launch(dkdv).await?);
+        return Ok(out);
+    }
     out.push(
         ctx.launch(common("backward_dk", "dk", tk)?.read(2, "v", b.v).write(13, "dk", b.dk))
             .await?,

@@ -118,7 +118,8 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
             let p = plan_reduce(program.shape(ins.inputs[0]), axes);
             usize::from(p.perm.is_some()) + reduce::stages(p.n)
         }
-        // The row sums of do * o, then dq, dk and dv.
+        // The row sums of do * o, then dq, dk and dv: the tiled kernels' count (the subgroup
+        // kernels on CPU adapters merge dk and dv where the adapter binds 9 storage buffers).
         Op::AttentionGrad { .. } => 4,
         Op::LayerNormGrad => {
             let x = program.shape(ins.inputs[1]);
