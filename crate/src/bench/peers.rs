@@ -171,7 +171,8 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         PeerConfig {
             name: small.0.into(),
             workload: Workload::Train(Box::new(single)),
-            goal_max_ratio: 3.0,
+            // Issue 25's goals: small within 4x of JAX on the same cores, the seed preset 5x.
+            goal_max_ratio: 4.0,
         },
         PeerConfig {
             name: format!("{seed_name} auto dp={devices}"),
@@ -180,7 +181,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
                 mesh: mesh.clone(),
                 specs: vec![],
             }))),
-            goal_max_ratio: 4.0,
+            goal_max_ratio: 5.0,
         },
         PeerConfig {
             name: format!("{seed_name} shard_map dp={devices}"),
@@ -189,7 +190,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
                 mesh,
                 dropout_key: DropoutKey::Same,
             }))),
-            goal_max_ratio: 4.0,
+            goal_max_ratio: 5.0,
         },
         PeerConfig {
             name: format!("matmul n={n}"),
@@ -312,12 +313,12 @@ mod tests {
     #[test]
     fn a_row_is_the_ratio_of_the_medians_and_meets_its_goal_only_within_it() {
         let c = &configs(Scale::Full).unwrap()[0];
-        let r = row(c, &[30.0, 10.0, 20.0], &[5.0, 4.0, 100.0], None);
-        assert_eq!((r.shardlab_ms, r.peer_ms), (20.0, 5.0));
-        assert_eq!(r.ratio, 4.0);
-        assert!(!r.met, "small's goal is 3x");
-        let r = row(c, &[15.0], &[5.0], None);
-        assert!(r.met && r.ratio == 3.0);
+        let r = row(c, &[30.0, 10.0, 25.0], &[5.0, 4.0, 100.0], None);
+        assert_eq!((r.shardlab_ms, r.peer_ms), (25.0, 5.0));
+        assert_eq!(r.ratio, 5.0);
+        assert!(!r.met, "small's goal is 4x");
+        let r = row(c, &[20.0], &[5.0], None);
+        assert!(r.met && r.ratio == 4.0);
     }
 
     #[test]
@@ -331,7 +332,7 @@ mod tests {
         assert_eq!(c.iter().map(|c| c.devices()).collect::<Vec<_>>(), [1, 8, 8, 1]);
         assert_eq!(
             c.iter().map(|c| c.goal_max_ratio).collect::<Vec<_>>(),
-            [3.0, 4.0, 4.0, 4.0]
+            [4.0, 5.0, 5.0, 4.0]
         );
     }
 
