@@ -32,6 +32,11 @@
 @group(0) @binding(12) var<storage, read_write> dq: array<vec4<f32>>;
 @group(0) @binding(13) var<storage, read_write> dk: array<vec4<f32>>;
 @group(0) @binding(14) var<storage, read_write> dv: array<vec4<f32>>;
+// backward_dq_delta's: the forward's o and lse, and the rows' (lse, delta) it writes for dk and dv
+// (attention.wgsl's row_delta binds the same numbers).
+@group(0) @binding(8) var<storage, read> o_in: array<vec4<f32>>;
+@group(0) @binding(15) var<storage, read> lse_in: array<f32>;
+@group(0) @binding(10) var<storage, read_write> rows: array<vec2<f32>>;
 
 // One value per row of a tile: row c in element c / 4, component c % 4 (rows past LANES 0).
 alias Tile = array<vec4<f32>, 4>;
@@ -197,15 +202,44 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
 fn backward_dq_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
+    let first = wid.x * lanes;
+    let ic = min(first + lid, u.t - 1u);
+    dq_rows(h, first, lid, rows_in[h * u.t + ic], lanes);
+}
+
+// dq with its rows' (lse, delta) made here, as attention.wgsl's row_delta makes them (delta =
+// rowsum(do * o), added in the same order), and written to `rows` for dk and dv: one dispatch
+// for two. It binds 10 storage buffers, so the launcher runs it where the adapter allows that
+// many, with backward_dkdv_sg below.
+fn backward_dq_delta_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+    let h = head_of(wid, nwg);
+    if (h >= u.heads) { return; }
+    let first = wid.x * lanes;
+    let ic = min(first + lid, u.t - 1u);
+    let r = h * u.t + ic;
+    let base = r * (u.dh / 4u);
+    var delta = 0.0;
+    for (var c = 0u; c < u.dh / 4u; c++) {
+        let x = d_o[base + c] * o_in[base + c];
+        delta += x.x;
+        delta += x.y;
+        delta += x.z;
+        delta += x.w;
+    }
+    let row = vec2(lse_in[r], delta);
+    if (first + lid < u.t) { rows[r] = row; }
+    dq_rows(h, first, lid, row, lanes);
+}
+
+// dq of this lane's query row (first + lid of head h, whose (lse, delta) is `row`).
+fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32) {
     let hd = head_at(h);
     let dh4 = u.dh / 4u;
-    let first = wid.x * lanes;
     let seen_max = head_q_max(hd, first, min(first + lanes, u.t) - 1u);
     let live = first + lid < u.t;
     let ic = min(first + lid, u.t - 1u);
     let qrow = (h * u.t + ic) * dh4;
     let pi = head_pos_q(hd, ic);
-    let row = rows_in[h * u.t + ic];
     var started = false;
     for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
         if (keys_unseen(hd, seen_max, j0, lanes)) { continue; }
@@ -342,7 +376,8 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
 
 // dk and dv in one pass over the query tiles: the probabilities and dp made once for both. It
 // binds 9 storage buffers, one past WebGPU's default limit per stage, so the launcher runs it
-// only where the adapter allows more (lavapipe allows 32) and dk and dv above elsewhere.
+// (after backward_dq_delta) only where the adapter allows 10 (lavapipe allows 32), and row_delta,
+// dq, dk and dv apart elsewhere.
 fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
@@ -433,4 +468,14 @@ fn backward_dkdv_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
 @compute @workgroup_size(16)
 fn backward_dkdv_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
     backward_dkdv_sg(wid, lid, nwg, 16u);
+}
+
+@compute @workgroup_size(8)
+fn backward_dq_delta_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_delta_sg(wid, lid, nwg, 8u);
+}
+
+@compute @workgroup_size(16)
+fn backward_dq_delta_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_delta_sg(wid, lid, nwg, 16u);
 }

@@ -223,7 +223,7 @@ pub async fn causal_softmax(ctx: &GpuContext, rows: usize, t: usize) -> Result<B
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AttentionBench {
     pub kernel: &'static str,
-    /// `tiled`, `subgroup N` (N lanes), or `subgroup N, dk+dv merged`.
+    /// `tiled`, `subgroup N` (N lanes), or `subgroup N, two-pass backward`.
     pub design: String,
     /// (B*H heads, T, Dh).
     pub shape: String,
@@ -235,8 +235,8 @@ pub struct AttentionBench {
 }
 
 /// Every fused attention design this adapter runs (the tiled kernels; the subgroup kernels
-/// where the adapter has 8- or 16-lane subgroups and Dh is a multiple of 4, dk and dv split and,
-/// where the adapter binds 9 storage buffers, merged), timed on `heads`
+/// where the adapter has 8- or 16-lane subgroups and Dh is a multiple of 4, their backward in
+/// four passes and, where the adapter binds 10 storage buffers, in two), timed on `heads`
 /// heads of T rows and Dh columns, causal, without dropout.
 pub async fn attention_designs(
     ctx: &GpuContext,
@@ -293,12 +293,12 @@ pub async fn attention_designs(
                 Kernels::Tiled => "tiled".to_string(),
                 Kernels::Subgroup {
                     lanes,
-                    keys: attn::KeySide::Split,
+                    passes: attn::Passes::Four,
                 } => format!("subgroup {lanes}"),
                 Kernels::Subgroup {
                     lanes,
-                    keys: attn::KeySide::Merged,
-                } => format!("subgroup {lanes}, dk+dv merged"),
+                    passes: attn::Passes::Two,
+                } => format!("subgroup {lanes}, two-pass backward"),
             },
             shape: format!("({heads}, {t}, {dh})"),
             forward_ms: gpu_ms(ctx, std::slice::from_ref(&forward), 1000.0).await?,

@@ -39,23 +39,25 @@ pub enum Kernels {
     /// shaders/attention_sg.wgsl: one subgroup of `lanes` (8 or 16) rows per workgroup, the other
     /// side's rows shared by subgroupBroadcast. For CPU adapters, where a broadcast is one
     /// shuffle and each workgroup-memory read a loop over the lanes.
-    Subgroup { lanes: u32, keys: KeySide },
+    Subgroup { lanes: u32, passes: Passes },
 }
 
-/// How the subgroup backward makes dk and dv, the gradients of the key side.
+/// The dispatches of the subgroup backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeySide {
-    /// A kernel each, every probability made twice: within WebGPU's default 8 storage buffers
-    /// per stage.
-    Split,
-    /// One kernel for both, each probability and dp made once: it binds
-    /// [`MERGED_STORAGE_BUFFERS`], so it runs where the adapter allows that many.
-    Merged,
+pub enum Passes {
+    /// Each row's (lse, delta), dq, dk and dv, a kernel each, dk and dv each making every
+    /// probability: within WebGPU's default 8 storage buffers per stage.
+    Four,
+    /// dq with its rows' (lse, delta), then dk with dv, each probability and dp made once per
+    /// side: the kernels bind up to [`TWO_PASS_STORAGE_BUFFERS`], so they run where the adapter
+    /// allows that many.
+    Two,
 }
 
-/// Storage buffers the merged dk and dv kernel binds (q, k, v, do, the rows, the dropout words,
-/// the offsets, dk, dv): one past WebGPU's default per stage.
-pub const MERGED_STORAGE_BUFFERS: u32 = 9;
+/// Storage buffers the two-pass backward's first kernel binds (q, k, v, o, lse, do, the dropout
+/// words, the offsets, the rows it writes, dq; its second binds 9): past WebGPU's default 8
+/// per stage.
+pub const TWO_PASS_STORAGE_BUFFERS: u32 = 10;
 
 /// The largest (heads, T, T) scratch the composed lowering takes (16 MiB of f32 each; the
 /// backward holds two); past it the fused kernels run, whose memory does not grow with T^2.
@@ -92,17 +94,18 @@ pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
 
 /// Every fused design `ctx`'s adapter can run for shape `s`, the one to prefer last: the tiled
 /// kernels; the subgroup kernels where the adapter has fixed subgroups of 8 or 16 lanes and Dh
-/// is a multiple of 4, with dk and dv split and, where the adapter binds enough storage
-/// buffers, merged.
+/// is a multiple of 4, their backward in four passes and, where the adapter binds enough
+/// storage buffers, in two.
 pub fn designs(ctx: &GpuContext, s: &AttentionShape) -> Vec<Kernels> {
     let mut all = vec![Kernels::Tiled];
-    let merged = ctx.device.limits().max_storage_buffers_per_shader_stage >= MERGED_STORAGE_BUFFERS;
-    let keys = [KeySide::Split, KeySide::Merged];
-    let keys = if merged { &keys[..] } else { &keys[..1] };
+    let two = ctx.device.limits().max_storage_buffers_per_shader_stage >= TWO_PASS_STORAGE_BUFFERS;
+    let passes = [Passes::Four, Passes::Two];
+    let passes = if two { &passes[..] } else { &passes[..1] };
     if let Some(lanes) = ctx.subgroup_lanes() {
         all.extend(
-            keys.iter()
-                .map(|&keys| Kernels::Subgroup { lanes, keys })
+            passes
+                .iter()
+                .map(|&passes| Kernels::Subgroup { lanes, passes })
                 .filter(|k| k.fits(s)),
         );
     }
@@ -110,14 +113,17 @@ pub fn designs(ctx: &GpuContext, s: &AttentionShape) -> Vec<Kernels> {
 }
 
 /// Why `ctx`'s adapter cannot create entry point `entry` of `shader` though it has the
-/// shader's extensions (the merged dk and dv kernel binds more storage buffers than it
+/// shader's extensions (the two-pass backward's kernels bind more storage buffers than it
 /// allows), for the self-test to skip it; None when it can.
 pub fn unsupported_entry(ctx: &GpuContext, shader: &str, entry: &str) -> Option<String> {
     let allowed = ctx.device.limits().max_storage_buffers_per_shader_stage;
-    (shader == "attention_sg" && entry.starts_with("backward_dkdv") && allowed < MERGED_STORAGE_BUFFERS).then(|| {
+    let two_pass = ["backward_dq_delta", "backward_dkdv"]
+        .iter()
+        .any(|e| entry.starts_with(e));
+    (shader == "attention_sg" && two_pass && allowed < TWO_PASS_STORAGE_BUFFERS).then(|| {
         format!(
-            "{entry} binds {MERGED_STORAGE_BUFFERS} storage buffers and this adapter allows {allowed} per stage \
-             (the backward runs dk and dv apart there)"
+            "{entry} is one of the two-pass backward's kernels, which bind up to {TWO_PASS_STORAGE_BUFFERS} storage \
+             buffers, and this adapter allows {allowed} per stage (the backward runs in four passes there)"
         )
     })
 }
@@ -428,8 +434,8 @@ pub fn rows_len(s: &AttentionShape) -> usize {
     2 * s.heads * s.t
 }
 
-/// `(dq, dk, dv)`: each row's (lse, rowsum(do * o)), then dq, and dk and dv of `kernels`:
-/// four dispatches, three where the subgroup kernels merge dk and dv.
+/// `(dq, dk, dv)`: each row's (lse, rowsum(do * o)), then dq, dk and dv of `kernels`, four
+/// dispatches; the subgroup kernels' two passes make the rows with dq, and dk with dv.
 pub async fn backward(
     ctx: &GpuContext,
     b: &Backward<'_>,
@@ -456,7 +462,6 @@ pub async fn backward(
     need(kname, "lse", b.lse, s.heads * s.t)?;
     need(kname, "rows", b.rows, rows_len(s))?;
     let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
-    let mut out = vec![row_delta(ctx, b, s, &setup.params).await?];
     let common = |entry: &str, label: &str, rows: usize| {
         let (shader, entry) = kernels.entry(entry);
         let kernel = Kernel::new(shader, entry, format!("attention backward {label} {shape}"))
@@ -467,6 +472,29 @@ pub async fn backward(
             .grid(kernels.grid(s, rows));
         setup.bind(ctx, kernel)
     };
+    if let Kernels::Subgroup {
+        passes: Passes::Two, ..
+    } = kernels
+    {
+        // dq_delta writes the rows that dkdv reads (`common` binds them for reading).
+        let (shader, entry) = kernels.entry("backward_dq_delta");
+        let dq = Kernel::new(shader, entry, format!("attention backward dq delta {shape}"))
+            .read(0, "q", b.q)
+            .read(1, "k", b.k)
+            .read(2, "v", b.v)
+            .read(8, "o", b.o)
+            .read(9, "do", b.d_o)
+            .read(15, "lse", b.lse)
+            .write(10, "rows", b.rows)
+            .write(12, "dq", b.dq)
+            .grid(kernels.grid(s, s.t));
+        let dkdv = common("backward_dkdv", "dk dv", tk)?
+            .read(2, "v", b.v)
+            .write(13, "dk", b.dk)
+            .write(14, "dv", b.dv);
+        return Ok(vec![ctx.launch(setup.bind(ctx, dq)?).await?, ctx.launch(dkdv).await?]);
+    }
+    let mut out = vec![row_delta(ctx, b, s, &setup.params).await?];
     out.push(
         ctx.launch(
             common("backward_dq", "dq", s.t)?
@@ -475,17 +503,6 @@ pub async fn backward(
         )
         .await?,
     );
-    if let Kernels::Subgroup {
-        keys: KeySide::Merged, ..
-    } = kernels
-    {
-        let dkdv = common("backward_dkdv", "dk dv", tk)?
-            .read(2, "v", b.v)
-            .write(13, "dk", b.dk)
-            .write(14, "dv", b.dv);
-        out.push(ctx.launch(dkdv).await?);
-        return Ok(out);
-    }
     out.push(
         ctx.launch(common("backward_dk", "dk", tk)?.read(2, "v", b.v).write(13, "dk", b.dk))
             .await?,

@@ -211,18 +211,18 @@ fn lavapipe_runs_attention_on_the_subgroup_kernels() {
     let lanes = shardlab_tests::lavapipe_lanes();
     let c = case(8, 64, 32, 0.1);
     let whole = [kernel::Blocks::whole(64)];
-    // lavapipe binds 32 storage buffers a stage: dk and dv in one kernel, and the split
-    // kernels are among the designs checked above.
+    // lavapipe binds 32 storage buffers a stage: the two-pass backward, and the four-pass one
+    // is among the designs checked above.
     let want = kernel::Kernels::Subgroup {
         lanes,
-        keys: kernel::KeySide::Merged,
+        passes: kernel::Passes::Two,
     };
     assert_eq!(kernel::lowering(ctx, &c.s, &whole), kernel::Lowering::Fused(want));
-    let split = kernel::Kernels::Subgroup {
+    let four = kernel::Kernels::Subgroup {
         lanes,
-        keys: kernel::KeySide::Split,
+        passes: kernel::Passes::Four,
     };
-    assert!(kernel::designs(ctx, &c.s).contains(&split));
+    assert!(kernel::designs(ctx, &c.s).contains(&four));
     // A head dimension the vec4 rows cannot hold goes through the tuned matmuls.
     let odd = AttentionShape { dh: 6, ..c.s };
     assert_eq!(kernel::lowering(ctx, &odd, &whole), kernel::Lowering::Composed);

@@ -119,7 +119,7 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
             usize::from(p.perm.is_some()) + reduce::stages(p.n)
         }
         // The row sums of do * o, then dq, dk and dv: the tiled kernels' count (the subgroup
-        // kernels on CPU adapters merge dk and dv where the adapter binds 9 storage buffers).
+        // kernels on CPU adapters run two where the adapter binds 10 storage buffers).
         Op::AttentionGrad { .. } => 4,
         Op::LayerNormGrad => {
             let x = program.shape(ins.inputs[1]);

@@ -95,7 +95,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 ""
             };
             out(format!(
-                "{:<12} {:<26} {:<12} forward {:>8.3} ms  backward {:>8.3} ms{chosen}",
+                "{:<12} {:<30} {:<12} forward {:>8.3} ms  backward {:>8.3} ms{chosen}",
                 r.kernel, r.design, r.shape, r.forward_ms, r.backward_ms
             ));
         }
