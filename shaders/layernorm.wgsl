@@ -18,7 +18,7 @@ struct Params {
     chunk: u32,    // rows per chunk of the two-stage dgamma, dbeta
     chunks: u32,   // chunks per device, ceil(R / chunk)
     row_groups: u32, // backward_fused_*: the workgroups that compute dx (the rest sum columns)
-    _pad1: u32,
+    residual: u32, // forward_*: 1 when x is x + res_in (a residual add fused in front), stored to sum_out
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;            // (rows, C)
@@ -39,6 +39,18 @@ struct Params {
 
 const EPS: f32 = 1e-5;
 
+// The forward's residual form (Params.residual = 1): the layer norm of x + res_in, the residual
+// add fused in front. The sum is made as x is read (the same f32 add the add kernel makes) and
+// stored once, in the first pass, to sum_out: the residual stream's next add reads it. Launches
+// without it bind stand-ins.
+@group(0) @binding(21) var<storage, read> res_in: array<f32>;
+@group(0) @binding(22) var<storage, read_write> sum_out: array<f32>;
+
+fn x_at(i: u32) -> f32 {
+    if (p.residual == 1u) { return x[i] + res_in[i]; }
+    return x[i];
+}
+
 // Offset of row r's device block in gamma, beta (D, C).
 fn param_base(r: u32) -> u32 {
     return (r / p.rpd) * p.c;
@@ -51,17 +63,21 @@ fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     let base = r * p.c;
     let pb = param_base(r);
     var s = 0.0;
-    for (var j = 0u; j < p.c; j++) { s += x[base + j]; }
+    for (var j = 0u; j < p.c; j++) {
+        let xv = x_at(base + j);
+        if (p.residual == 1u) { sum_out[base + j] = xv; }
+        s += xv;
+    }
     let m = s / f32(p.c);
     // Two passes (mean, then squared deviations): no cancellation for rows far from 0.
     var v = 0.0;
     for (var j = 0u; j < p.c; j++) {
-        let d = x[base + j] - m;
+        let d = x_at(base + j) - m;
         v += d * d;
     }
     let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
     for (var j = 0u; j < p.c; j++) {
-        out[base + j] = (x[base + j] - m) * rs * gamma[pb + j] + beta[pb + j];
+        out[base + j] = (x_at(base + j) - m) * rs * gamma[pb + j] + beta[pb + j];
     }
     mean[r] = m;
     rstd[r] = rs;
@@ -76,6 +92,13 @@ fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
 @group(0) @binding(18) var<storage, read_write> out4: array<vec4<f32>>;
 @group(0) @binding(19) var<storage, read> dout4: array<vec4<f32>>;
 @group(0) @binding(20) var<storage, read_write> dx4: array<vec4<f32>>;
+@group(0) @binding(23) var<storage, read> res_in4: array<vec4<f32>>;
+@group(0) @binding(24) var<storage, read_write> sum_out4: array<vec4<f32>>;
+
+fn x4_at(i: u32) -> vec4<f32> {
+    if (p.residual == 1u) { return x4[i] + res_in4[i]; }
+    return x4[i];
+}
 
 fn sum4(acc: f32, v: vec4<f32>) -> f32 {
     return acc + v.x + v.y + v.z + v.w;
@@ -99,7 +122,8 @@ fn forward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     let pb = param_base(r) / 4u;
     var s = 0.0;
     for (var j = 0u; j < c4; j++) {
-        let xv = x4[base + j];
+        let xv = x4_at(base + j);
+        if (p.residual == 1u) { sum_out4[base + j] = xv; }
         if (cached) { row_a[j] = xv; }
         s = sum4(s, xv);
     }
@@ -107,14 +131,14 @@ fn forward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     var v = 0.0;
     for (var j = 0u; j < c4; j++) {
         var xv: vec4<f32>;
-        if (cached) { xv = row_a[j]; } else { xv = x4[base + j]; }
+        if (cached) { xv = row_a[j]; } else { xv = x4_at(base + j); }
         let d = xv - m;
         v = sum4(v, d * d);
     }
     let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
     for (var j = 0u; j < c4; j++) {
         var xv: vec4<f32>;
-        if (cached) { xv = row_a[j]; } else { xv = x4[base + j]; }
+        if (cached) { xv = row_a[j]; } else { xv = x4_at(base + j); }
         out4[base + j] = (xv - m) * rs * gamma4[pb + j] + beta4[pb + j];
     }
     mean[r] = m;
@@ -132,16 +156,20 @@ fn forward_wg(
     let base = r * p.c;
     let pb = param_base(r);
     var s = 0.0;
-    for (var j = lid; j < p.c; j += WG) { s += x[base + j]; }
+    for (var j = lid; j < p.c; j += WG) {
+        let xv = x_at(base + j);
+        if (p.residual == 1u) { sum_out[base + j] = xv; }
+        s += xv;
+    }
     let m = wg_sum(lid, s) / f32(p.c);
     var v = 0.0;
     for (var j = lid; j < p.c; j += WG) {
-        let d = x[base + j] - m;
+        let d = x_at(base + j) - m;
         v += d * d;
     }
     let rs = 1.0 / sqrt(wg_sum(lid, v) / f32(p.c) + EPS);
     for (var j = lid; j < p.c; j += WG) {
-        out[base + j] = (x[base + j] - m) * rs * gamma[pb + j] + beta[pb + j];
+        out[base + j] = (x_at(base + j) - m) * rs * gamma[pb + j] + beta[pb + j];
     }
     if (lid == 0u) {
         mean[r] = m;

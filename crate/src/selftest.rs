@@ -556,6 +556,7 @@ async fn layernorm_forward(ctx: &GpuContext) -> Result<Outcome, GpuError> {
         out: &out,
         mean: &mean,
         rstd: &rstd,
+        residual: None,
     };
     let shape = LayerNormShape::new(rows, c);
     let d = kernels::layernorm::forward(ctx, &b, shape, None).await?;

@@ -76,6 +76,12 @@ impl<'a> Kernel<'a> {
         self.bind(slot, name, Resource::Owned(buf), false)
     }
 
+    /// A buffer made for this launch that the kernel writes: a stand-in for an output that an
+    /// entry point binds but this launch does not use; the dispatch keeps it alive.
+    pub fn write_owned(self, slot: u32, name: &'static str, buf: GpuBuffer) -> Self {
+        self.bind(slot, name, Resource::Owned(buf), true)
+    }
+
     /// A storage texture view.
     pub fn texture(self, slot: u32, name: &'static str, view: &'a wgpu::TextureView, written: bool) -> Self {
         self.bind(slot, name, Resource::Texture(view), written)

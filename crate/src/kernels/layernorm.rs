@@ -17,7 +17,8 @@ struct Params {
     chunk: u32,
     chunks: u32,
     row_groups: u32,
-    _pad: u32,
+    /// The forward's residual form: 1 when it normalizes x + res and writes the sum.
+    residual: u32,
 }
 
 /// Checks that the rows (all devices) split evenly over the devices and C is positive.
@@ -32,7 +33,7 @@ fn params(kernel: &str, s: LayerNormShape) -> Result<Params, GpuError> {
         chunk: CHUNK as u32,
         chunks: rpd.div_ceil(CHUNK) as u32,
         row_groups: 0,
-        _pad: 0,
+        residual: 0,
     })
 }
 
@@ -44,6 +45,15 @@ pub struct ForwardBuffers<'a> {
     pub out: &'a GpuBuffer,
     pub mean: &'a GpuBuffer,
     pub rstd: &'a GpuBuffer,
+    /// The residual add fused in front: the layer norm of x + `res`, the sum written to `sum`
+    /// (both (D, R, C)), as the add then the layer norm compute them.
+    pub residual: Option<Residual<'a>>,
+}
+
+/// The other addend of a residual add fused in front of the forward, and where the sum goes.
+pub struct Residual<'a> {
+    pub res: &'a GpuBuffer,
+    pub sum: &'a GpuBuffer,
 }
 
 /// `out = (x - mean) * rstd * gamma + beta` per row, saving `mean` and `rstd` for the backward.
@@ -55,22 +65,30 @@ pub async fn forward(
     strategy: Option<RowStrategy>,
 ) -> Result<Dispatch, GpuError> {
     let k = "layernorm::forward";
-    let p = params(k, s)?;
+    let mut p = params(k, s)?;
     let (rows, c, devices) = (s.rows, s.c, s.devices);
     need(k, "x", b.x, rows * c)?;
+    if let Some(r) = &b.residual {
+        need(k, "res", r.res, rows * c)?;
+        need(k, "sum", r.sum, rows * c)?;
+        p.residual = 1;
+    }
     need(k, "gamma", b.gamma, devices * c)?;
     need(k, "beta", b.beta, devices * c)?;
     need(k, "out", b.out, rows * c)?;
     need(k, "mean", b.mean, rows)?;
     need(k, "rstd", b.rstd, rows)?;
     let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, c).entry("forward", rows);
-    let label = format!("layernorm ({rows}, {c}){}", on_devices(devices));
+    let residual = if b.residual.is_some() { "residual add, " } else { "" };
+    let label = format!("layernorm ({residual}{rows}, {c}){}", on_devices(devices));
     // Rows of C as vec4s (`forward_row4`) where C and the bindings allow.
-    let v4 = entry == "forward_row" && vec4_ok(c, &[b.x, b.gamma, b.beta, b.out]);
-    let (entry, [x, gamma, beta, out]) = if v4 {
-        ("forward_row4".to_string(), [15, 16, 17, 18])
+    let mut bufs = vec![b.x, b.gamma, b.beta, b.out];
+    bufs.extend(b.residual.iter().flat_map(|r| [r.res, r.sum]));
+    let v4 = entry == "forward_row" && vec4_ok(c, &bufs);
+    let (entry, [x, gamma, beta, out, res, sum]) = if v4 {
+        ("forward_row4".to_string(), [15, 16, 17, 18, 23, 24])
     } else {
-        (entry, [0, 1, 2, 3])
+        (entry, [0, 1, 2, 3, 21, 22])
     };
     let kernel = Kernel::new("layernorm", entry, label)
         .read(x, "x", b.x)
@@ -81,6 +99,13 @@ pub async fn forward(
         .write(5, "rstd", b.rstd)
         .uniform(12, &p)
         .grid(grid);
+    // Every entry point binds the residual form's buffers: stand-ins (a vec4 each) without it.
+    let kernel = match &b.residual {
+        Some(r) => kernel.read(res, "res", r.res).write(sum, "sum", r.sum),
+        None => kernel
+            .read_owned(res, "res", ctx.zeros("layernorm no residual", 4)?)
+            .write_owned(sum, "sum", ctx.zeros("layernorm no sum", 4)?),
+    };
     ctx.launch(kernel).await
 }
 

@@ -88,6 +88,7 @@ fn layernorm_forward_matches_reference() {
                     out: &out,
                     mean: &mean,
                     rstd: &rstd,
+                    residual: None,
                 },
                 LayerNormShape::new(rows, c),
                 Some(s),
@@ -108,6 +109,65 @@ fn layernorm_forward_matches_reference() {
                 1e-6,
                 1e-4,
             );
+        }
+    }
+}
+
+/// The residual add fused in front of the layer norm (fuse.rs's AddLayerNorm): the kernel writes
+/// the sum bit for bit as the add kernel makes it and normalizes it as the layer norm alone
+/// would, in both row strategies (the row one reading vec4s where C allows), on one device and
+/// on two with their own gamma and beta.
+#[test]
+fn layernorm_with_the_residual_add_fused_in_front_matches_the_add_then_the_reference() {
+    let ctx = gpu_or_skip!();
+    for &(rows, c) in ROWS {
+        for devices in [1, 2] {
+            if rows % devices != 0 {
+                continue;
+            }
+            let s = LayerNormShape {
+                devices,
+                ..LayerNormShape::new(rows, c)
+            };
+            let a: Vec<f32> = rand_vec(rows * c, 11).iter().map(|v| 3.0 * v + 1.0).collect();
+            let b = rand_vec(rows * c, 12);
+            let gamma = rand_vec(devices * c, 13);
+            let beta = rand_vec(devices * c, 14);
+            let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+            let (want, want_mean, want_rstd) = reference::layernorm::forward(&sum, &gamma, &beta, s);
+            let up = |name: &str, v: &[f32]| ctx.upload(name, v).unwrap();
+            let (ga, gb, gg, gbeta) = (up("a", &a), up("b", &b), up("gamma", &gamma), up("beta", &beta));
+            let out = ctx.zeros("out", rows * c).unwrap();
+            let got_sum = ctx.zeros("sum", rows * c).unwrap();
+            let mean = ctx.zeros("mean", rows).unwrap();
+            let rstd = ctx.zeros("rstd", rows).unwrap();
+            for strategy in STRATEGIES {
+                let what = format!("layernorm + residual {strategy:?} ({rows}, {c}) on {devices}");
+                let d = block_on(layernorm::forward(
+                    ctx,
+                    &layernorm::ForwardBuffers {
+                        x: &ga,
+                        gamma: &gg,
+                        beta: &gbeta,
+                        out: &out,
+                        mean: &mean,
+                        rstd: &rstd,
+                        residual: Some(layernorm::Residual {
+                            res: &gb,
+                            sum: &got_sum,
+                        }),
+                    },
+                    s,
+                    Some(strategy),
+                ))
+                .unwrap();
+                assert_close(&what, &run(ctx, &[d], &out), &want, 1e-5, 1e-4);
+                assert_eq!(ctx.read_blocking::<f32>(&got_sum).unwrap(), sum, "{what}: the sum");
+                let got_mean = ctx.read_blocking(&mean).unwrap();
+                assert_close(&format!("{what} mean"), &got_mean, &want_mean, 1e-6, 1e-5);
+                let got_rstd = ctx.read_blocking(&rstd).unwrap();
+                assert_close(&format!("{what} rstd"), &got_rstd, &want_rstd, 1e-6, 1e-4);
+            }
         }
     }
 }
@@ -793,6 +853,7 @@ fn launchers_reject_bad_shapes_with_errors_not_panics() {
             out: &b,
             mean: &small,
             rstd: &small,
+            residual: None,
         },
         LayerNormShape::new(4, 3),
         None,
@@ -832,6 +893,7 @@ fn default_launchers_pick_a_strategy_and_match_reference_on_the_tiny_config() {
             out: &out,
             mean: &mean,
             rstd: &rstd,
+            residual: None,
         },
         LayerNormShape::new(rows, c),
         None,

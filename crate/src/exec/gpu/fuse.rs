@@ -25,6 +25,9 @@ pub enum Fusion {
     BiasResidual { residual: usize },
     /// dropout, then the residual add; `residual` is the other input of the add.
     DropoutResidual { residual: usize },
+    /// the residual add, then the layer norm of the sum: `layernorm::forward` adds as it reads
+    /// and also writes the sum, which the residual stream's next add reads.
+    AddLayerNorm,
     /// transpose, then a split of it (attention's q, k, v heads): each part copied straight
     /// from the transpose's operand, one pass instead of two.
     TransposeSplit,
@@ -36,7 +39,7 @@ pub enum Fusion {
 impl Fusion {
     /// Whether the first instruction's output is written (and so has a buffer).
     pub fn keeps_intermediate(self) -> bool {
-        matches!(self, Fusion::BiasGelu)
+        matches!(self, Fusion::BiasGelu | Fusion::AddLayerNorm)
     }
 }
 
@@ -59,8 +62,14 @@ pub(super) fn plan(program: &Program) -> Vec<Option<Fusion>> {
     while i + 1 < n {
         let mut f = pair_at(i);
         // A bias add that starts a fusion of its own (with GELU, the residual) keeps it: that
-        // pair saves a pass over the same tensor and more work.
-        if matches!(f, Some(Fusion::DotBias { .. })) && i + 2 < n && pair_at(i + 1).is_some() {
+        // pair saves a pass over the same tensor and more work. Unless the bias joins the
+        // matmul and the residual add then joins the layer norm after it: two launches for
+        // the four, where the bias chain leaves three.
+        if matches!(f, Some(Fusion::DotBias { .. }))
+            && i + 2 < n
+            && pair_at(i + 1).is_some()
+            && (i + 3 >= n || pair_at(i + 2) != Some(Fusion::AddLayerNorm))
+        {
             f = None;
         }
         out[i] = f;
@@ -93,6 +102,14 @@ fn pair(program: &Program, first: &Instr, second: &Instr, readers: &[usize]) -> 
         (Op::Add, Op::Gelu) => Some(Fusion::BiasGelu),
         (Op::Add, Op::Add) if only_reader => residual().map(|residual| Fusion::BiasResidual { residual }),
         (Op::Dropout { .. }, Op::Add) if only_reader => residual().map(|residual| Fusion::DropoutResidual { residual }),
+        // The sum is the layer norm's x, and both addends have its shape: no broadcast (the
+        // embeddings' add broadcasts the positions over the batch, even where a device's batch
+        // is one row and the sizes agree, so the launches do not change with the mesh).
+        (Op::Add, Op::LayerNorm)
+            if second.inputs[0] == v && first.inputs.iter().all(|&x| program.shape(x) == program.shape(v)) =>
+        {
+            Some(Fusion::AddLayerNorm)
+        }
         (Op::Transpose { .. }, Op::Split { .. }) if only_reader => Some(Fusion::TransposeSplit),
         (Op::Concat { .. }, Op::Transpose { .. }) if only_reader => Some(Fusion::ConcatTransposed),
         _ => None,
@@ -181,15 +198,16 @@ mod tests {
                 "dropout {dropout}, {attention:?}"
             );
             assert_eq!(count(&f, |x| x == Fusion::BiasGelu), 2, "dropout {dropout}");
-            // Without dropout both residual adds of a block take the bias add; with it, the
-            // dropout sits between them and fuses with the residual add instead.
+            // Without dropout both residual adds of a block join the layer norm after them
+            // (the next block's first, or the final one) and every bias its matmul; with it,
+            // the dropout sits between bias and residual and fuses with the residual add.
             let bias = count(&f, |x| matches!(x, Fusion::BiasResidual { .. }));
             let drop = count(&f, |x| matches!(x, Fusion::DropoutResidual { .. }));
-            assert_eq!((bias, drop), if dropout == 0.0 { (4, 0) } else { (0, 4) });
-            // The qkv bias joins its matmul; with dropout so do the biases the residual adds
-            // no longer take (dropout sits between).
+            let add_ln = count(&f, |x| x == Fusion::AddLayerNorm);
+            assert_eq!((bias, drop, add_ln), if dropout == 0.0 { (0, 0, 4) } else { (0, 4, 0) });
+            // The qkv, projection and second MLP biases join their matmuls either way.
             let dot_bias = count(&f, |x| matches!(x, Fusion::DotBias { .. }));
-            assert_eq!(dot_bias, if dropout == 0.0 { 2 } else { 6 }, "dropout {dropout}");
+            assert_eq!(dot_bias, 6, "dropout {dropout}");
             // Per block: the heads' transpose and split forward, their concat and transpose back.
             assert_eq!(count(&f, |x| x == Fusion::TransposeSplit), 2, "dropout {dropout}");
             assert_eq!(count(&f, |x| x == Fusion::ConcatTransposed), 2, "dropout {dropout}");

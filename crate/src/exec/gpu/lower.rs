@@ -409,6 +409,7 @@ impl Lowering<'_> {
                     out: y(0),
                     mean: y(1),
                     rstd: y(2),
+                    residual: None,
                 };
                 one(k::layernorm::forward(ctx, &b, s, None).await?)
             }
@@ -726,6 +727,28 @@ impl Lowering<'_> {
                 };
                 let r = self.buf(second.inputs[residual]);
                 vec![k::fused::dropout_residual(ctx, x(0), x(1), r, out, shape().n, rate).await?]
+            }
+            Fusion::AddLayerNorm => {
+                let c = *prog.shape(first.outputs[0]).last().unwrap_or(&1);
+                let s = k::layernorm::LayerNormShape {
+                    rows: devices * numel(0) / c,
+                    c,
+                    devices,
+                };
+                let y = |k: usize| self.buf(second.outputs[k]);
+                let b = k::layernorm::ForwardBuffers {
+                    x: x(0),
+                    gamma: self.buf(second.inputs[1]),
+                    beta: self.buf(second.inputs[2]),
+                    out: y(0),
+                    mean: y(1),
+                    rstd: y(2),
+                    residual: Some(k::layernorm::Residual {
+                        res: x(1),
+                        sum: self.buf(first.outputs[0]),
+                    }),
+                };
+                vec![k::layernorm::forward(ctx, &b, s, None).await?]
             }
             // Each part copied straight from the transpose's operand.
             Fusion::TransposeSplit => self.split(i + 1, x(0)).await?,
