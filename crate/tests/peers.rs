@@ -61,9 +61,9 @@ mod under_jax {
             "{stdout}"
         );
         let rows = [
-            ("tiny", "jax", 3.0),
-            ("tiny seed auto dp=2", "jax", 4.0),
-            ("tiny seed shard_map dp=2", "jax", 4.0),
+            ("tiny", "jax", 4.0),
+            ("tiny seed auto dp=2", "jax", 5.0),
+            ("tiny seed shard_map dp=2", "jax", 5.0),
             ("matmul n=64", "numpy", 4.0),
         ];
         assert_eq!(lines.len(), 2 + rows.len() + 2, "{stdout}");
