@@ -286,26 +286,52 @@ struct KeyWeights {
 
 // This lane's key against the query tile at i0 (this lane's query row `qrow`): the tile's
 // weights (`ds` only where `with_dp`, which dk needs and dv does not).
-// (hd: the head; krow, jc, pj: this lane's key row, its index and position.)
-fn key_weights(hd: Head, krow: u32, jc: u32, pj: u32, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, with_dp: bool) -> KeyWeights {
+fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, with_dp: bool) -> KeyWeights {
     let dh4 = u.dh / 4u;
     var s: Tile;
     var dp: Tile;
     for (var c = 0u; c < dh4; c++) {
-        s = add(s, dots(k[krow + c], q[qrow + c], lanes));
-        if (with_dp) { dp = add(dp, dots(v[krow + c], d_o[qrow + c], lanes)); }
+        s = add(s, dots(k[kr.base + c], q[qrow + c], lanes));
+        if (with_dp) { dp = add(dp, dots(v[kr.base + c], d_o[qrow + c], lanes)); }
     }
     let lses = lanes_of(row.x, lanes);
     let deltas = lanes_of(row.y, lanes);
     var w: KeyWeights;
     for (var g = 0u; g < 4u; g++) {
-        let seen = seen_by_queries(hd, pj, i0, g, lanes) > vec4(0.0);
+        let seen = seen_by_queries(hd, kr.pos, i0, g, lanes) > vec4(0.0);
         let p = select(vec4(0.0), exp(u.scale * s[g] - lses[g]), seen);
-        let keep = keep_queries(hd, i0 + 4u * g, jc);
+        let keep = keep_queries(hd, i0 + 4u * g, kr.j);
         w.pk[g] = p * keep;
         w.ds[g] = u.scale * p * (keep * dp[g] - deltas[g]);
     }
     return w;
+}
+
+// This lane's key row of the block of head h that starts at row `first`, clamped for loads past
+// Tk: whether it is one, its index, its first vec4 and its position.
+struct KeyRow {
+    live: bool,
+    j: u32,
+    base: u32,
+    pos: u32,
+}
+
+fn key_row(hd: Head, h: u32, first: u32, lid: u32) -> KeyRow {
+    let j = min(first + lid, u.tk - 1u);
+    return KeyRow(first + lid < u.tk, j, (h * u.tk + j) * (u.dh / 4u), head_pos_k(hd, j));
+}
+
+// The query tile at i0 against this lane's key: the first vec4 of the query row this lane loads
+// (clamped past T), and the tile's weights (key_weights).
+struct QueryTile {
+    base: u32,
+    w: KeyWeights,
+}
+
+fn query_tile(hd: Head, h: u32, kr: KeyRow, i0: u32, lid: u32, lanes: u32, with_dp: bool) -> QueryTile {
+    let r = h * u.t + min(i0 + lid, u.t - 1u);
+    let base = r * (u.dh / 4u);
+    return QueryTile(base, key_weights(hd, kr, i0, base, rows_in[r], lanes, with_dp));
 }
 
 fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
@@ -315,17 +341,15 @@ fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let dh4 = u.dh / 4u;
     let first = wid.x * lanes;
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
-    // This lane's key row (clamped for loads past Tk) and its position.
-    let live = first + lid < u.tk;
-    let jc = min(first + lid, u.tk - 1u);
-    let krow = (h * u.tk + jc) * dh4;
-    let pj = head_pos_k(hd, jc);
+    let kr = key_row(hd, h, first, lid);
+    let live = kr.live;
+    let krow = kr.base;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
-        let ir = min(i0 + lid, u.t - 1u);
-        let qrow = (h * u.t + ir) * dh4;
-        let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, true);
+        let qt = query_tile(hd, h, kr, i0, lid, lanes, true);
+        let qrow = qt.base;
+        let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w.ds, q[qrow + c], lanes);
             if (live) {
@@ -348,17 +372,15 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let dh4 = u.dh / 4u;
     let first = wid.x * lanes;
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
-    // This lane's key row (clamped for loads past Tk) and its position.
-    let live = first + lid < u.tk;
-    let jc = min(first + lid, u.tk - 1u);
-    let krow = (h * u.tk + jc) * dh4;
-    let pj = head_pos_k(hd, jc);
+    let kr = key_row(hd, h, first, lid);
+    let live = kr.live;
+    let krow = kr.base;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
-        let ir = min(i0 + lid, u.t - 1u);
-        let qrow = (h * u.t + ir) * dh4;
-        let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, false);
+        let qt = query_tile(hd, h, kr, i0, lid, lanes, false);
+        let qrow = qt.base;
+        let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w.pk, d_o[qrow + c], lanes);
             if (live) {
@@ -385,17 +407,15 @@ fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let dh4 = u.dh / 4u;
     let first = wid.x * lanes;
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
-    // This lane's key row (clamped for loads past Tk) and its position.
-    let live = first + lid < u.tk;
-    let jc = min(first + lid, u.tk - 1u);
-    let krow = (h * u.tk + jc) * dh4;
-    let pj = head_pos_k(hd, jc);
+    let kr = key_row(hd, h, first, lid);
+    let live = kr.live;
+    let krow = kr.base;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
-        let ir = min(i0 + lid, u.t - 1u);
-        let qrow = (h * u.t + ir) * dh4;
-        let w = key_weights(hd, krow, jc, pj, i0, qrow, rows_in[h * u.t + ir], lanes, true);
+        let qt = query_tile(hd, h, kr, i0, lid, lanes, true);
+        let qrow = qt.base;
+        let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
             let ak = mix(w.ds, q[qrow + c], lanes);
             let av = mix(w.pk, d_o[qrow + c], lanes);

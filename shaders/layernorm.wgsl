@@ -51,6 +51,13 @@ fn x_at(i: u32) -> f32 {
     return x[i];
 }
 
+// x_at in the later passes, after the first stored the sum: one load where the sum takes two.
+// (Each invocation reads back only the elements it stored.)
+fn x_again(i: u32) -> f32 {
+    if (p.residual == 1u) { return sum_out[i]; }
+    return x[i];
+}
+
 // Offset of row r's device block in gamma, beta (D, C).
 fn param_base(r: u32) -> u32 {
     return (r / p.rpd) * p.c;
@@ -72,12 +79,12 @@ fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     // Two passes (mean, then squared deviations): no cancellation for rows far from 0.
     var v = 0.0;
     for (var j = 0u; j < p.c; j++) {
-        let d = x_at(base + j) - m;
+        let d = x_again(base + j) - m;
         v += d * d;
     }
     let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
     for (var j = 0u; j < p.c; j++) {
-        out[base + j] = (x_at(base + j) - m) * rs * gamma[pb + j] + beta[pb + j];
+        out[base + j] = (x_again(base + j) - m) * rs * gamma[pb + j] + beta[pb + j];
     }
     mean[r] = m;
     rstd[r] = rs;
@@ -97,6 +104,11 @@ fn forward_row(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
 
 fn x4_at(i: u32) -> vec4<f32> {
     if (p.residual == 1u) { return x4[i] + res_in4[i]; }
+    return x4[i];
+}
+
+fn x4_again(i: u32) -> vec4<f32> {
+    if (p.residual == 1u) { return sum_out4[i]; }
     return x4[i];
 }
 
@@ -131,14 +143,14 @@ fn forward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     var v = 0.0;
     for (var j = 0u; j < c4; j++) {
         var xv: vec4<f32>;
-        if (cached) { xv = row_a[j]; } else { xv = x4_at(base + j); }
+        if (cached) { xv = row_a[j]; } else { xv = x4_again(base + j); }
         let d = xv - m;
         v = sum4(v, d * d);
     }
     let rs = 1.0 / sqrt(v / f32(p.c) + EPS);
     for (var j = 0u; j < c4; j++) {
         var xv: vec4<f32>;
-        if (cached) { xv = row_a[j]; } else { xv = x4_at(base + j); }
+        if (cached) { xv = row_a[j]; } else { xv = x4_again(base + j); }
         out4[base + j] = (xv - m) * rs * gamma4[pb + j] + beta4[pb + j];
     }
     mean[r] = m;
@@ -164,12 +176,12 @@ fn forward_wg(
     let m = wg_sum(lid, s) / f32(p.c);
     var v = 0.0;
     for (var j = lid; j < p.c; j += WG) {
-        let d = x_at(base + j) - m;
+        let d = x_again(base + j) - m;
         v += d * d;
     }
     let rs = 1.0 / sqrt(wg_sum(lid, v) / f32(p.c) + EPS);
     for (var j = lid; j < p.c; j += WG) {
-        out[base + j] = (x_at(base + j) - m) * rs * gamma[pb + j] + beta[pb + j];
+        out[base + j] = (x_again(base + j) - m) * rs * gamma[pb + j] + beta[pb + j];
     }
     if (lid == 0u) {
         mean[r] = m;

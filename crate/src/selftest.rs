@@ -356,7 +356,9 @@ pub async fn check_shader(ctx: &GpuContext, shader: &str, src: &str) -> Vec<Pipe
             ));
             continue;
         }
-        if let Some(why) = crate::kernels::attention::unsupported_entry(ctx, shader, entry) {
+        let allowed = ctx.device.limits().max_storage_buffers_per_shader_stage;
+        if let Some(needs) = shaders::storage_buffers(shader, entry).filter(|&n| n > allowed) {
+            let why = format!("it binds {needs} storage buffers and this adapter allows {allowed} per stage");
             out.push(item(entry, Status::Skip, Some(why)));
             continue;
         }

@@ -75,6 +75,26 @@ pub const COMPOSED: &[(&str, &[&str])] = &[
 /// it: the sources leave it out and [`for_browser`] puts it in.
 pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups"), ("attention_sg", "subgroups")];
 
+/// (shader, entry point, storage buffers it binds) of the entry points that bind more than
+/// WebGPU's default 8 per stage, in the order of their files: an adapter that allows fewer
+/// cannot create them, so the attention designs and the self-test ask [`storage_buffers`] first
+/// (a test counts each entry point's bindings with naga and holds this list to them).
+pub const OVER_DEFAULT_STORAGE_BUFFERS: &[(&str, &str, u32)] = &[
+    ("attention_sg", "backward_dkdv_sg8", 9),
+    ("attention_sg", "backward_dkdv_sg16", 9),
+    ("attention_sg", "backward_dq_delta_sg8", 10),
+    ("attention_sg", "backward_dq_delta_sg16", 10),
+];
+
+/// Storage buffers entry point `entry` of `shader` binds where that is more than WebGPU's
+/// default 8 per stage ([`OVER_DEFAULT_STORAGE_BUFFERS`]); None for every other entry point.
+pub fn storage_buffers(shader: &str, entry: &str) -> Option<u32> {
+    OVER_DEFAULT_STORAGE_BUFFERS
+        .iter()
+        .find(|(s, e, _)| *s == shader && *e == entry)
+        .map(|(_, _, n)| *n)
+}
+
 /// (name, source) of every shader as compiled, preludes composed; `name` is the file stem.
 pub const ALL: &[(&str, &str)] = &[
     ("elementwise", include_str!("../../shaders/elementwise.wgsl")),

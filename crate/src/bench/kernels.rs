@@ -3,7 +3,7 @@
 //! adapter's ceilings (arithmetic alone, the best storage-buffer copy) measured in the same run;
 //! and each fused attention design this adapter runs, at the `small` step's shape.
 use crate::gpu::{now_ms, Dispatch, GpuBuffer, GpuContext, GpuError};
-use crate::kernels::attention::{self as attn, AttentionShape, Blocks, Kernels, Lowering};
+use crate::kernels::attention::{self as attn, AttentionShape, Blocks, Lowering};
 use crate::kernels::ceiling::{copy4, fma_peak, FMA_PEAK_FLOPS_PER_TRIP};
 use crate::kernels::elementwise::{binary, Binary, BinaryArgs};
 use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape, Variant};
@@ -218,8 +218,8 @@ pub async fn causal_softmax(ctx: &GpuContext, rows: usize, t: usize) -> Result<B
     ))
 }
 
-/// One fused attention design: its forward and its backward (the rows' (lse, delta), dq, dk and
-/// dv: four dispatches), each timed alone.
+/// One fused attention design: its forward and its backward (all its dispatches), each timed
+/// alone.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AttentionBench {
     pub kernel: &'static str,
@@ -289,17 +289,7 @@ pub async fn attention_designs(
         let backward = attn::backward(ctx, &b, &s, kernels).await?;
         out.push(AttentionBench {
             kernel: "attention",
-            design: match kernels {
-                Kernels::Tiled => "tiled".to_string(),
-                Kernels::Subgroup {
-                    lanes,
-                    passes: attn::Passes::Four,
-                } => format!("subgroup {lanes}"),
-                Kernels::Subgroup {
-                    lanes,
-                    passes: attn::Passes::Two,
-                } => format!("subgroup {lanes}, two-pass backward"),
-            },
+            design: kernels.name(),
             shape: format!("({heads}, {t}, {dh})"),
             forward_ms: gpu_ms(ctx, std::slice::from_ref(&forward), 1000.0).await?,
             backward_ms: gpu_ms(ctx, &backward, 1000.0).await?,

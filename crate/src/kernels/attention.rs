@@ -49,15 +49,10 @@ pub enum Passes {
     /// probability: within WebGPU's default 8 storage buffers per stage.
     Four,
     /// dq with its rows' (lse, delta), then dk with dv, each probability and dp made once per
-    /// side: the kernels bind up to [`TWO_PASS_STORAGE_BUFFERS`], so they run where the adapter
-    /// allows that many.
+    /// side: the kernels bind up to 10 storage buffers (`shaders::OVER_DEFAULT_STORAGE_BUFFERS`),
+    /// so they run where the adapter allows that many.
     Two,
 }
-
-/// Storage buffers the two-pass backward's first kernel binds (q, k, v, o, lse, do, the dropout
-/// words, the offsets, the rows it writes, dq; its second binds 9): past WebGPU's default 8
-/// per stage.
-pub const TWO_PASS_STORAGE_BUFFERS: u32 = 10;
 
 /// The largest (heads, T, T) scratch the composed lowering takes (16 MiB of f32 each; the
 /// backward holds two); past it the fused kernels run, whose memory does not grow with T^2.
@@ -98,34 +93,15 @@ pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
 /// storage buffers, in two.
 pub fn designs(ctx: &GpuContext, s: &AttentionShape) -> Vec<Kernels> {
     let mut all = vec![Kernels::Tiled];
-    let two = ctx.device.limits().max_storage_buffers_per_shader_stage >= TWO_PASS_STORAGE_BUFFERS;
-    let passes = [Passes::Four, Passes::Two];
-    let passes = if two { &passes[..] } else { &passes[..1] };
     if let Some(lanes) = ctx.subgroup_lanes() {
         all.extend(
-            passes
-                .iter()
-                .map(|&passes| Kernels::Subgroup { lanes, passes })
-                .filter(|k| k.fits(s)),
+            [Passes::Four, Passes::Two]
+                .map(|passes| Kernels::Subgroup { lanes, passes })
+                .into_iter()
+                .filter(|k| k.fits(s) && k.binds_within(ctx)),
         );
     }
     all
-}
-
-/// Why `ctx`'s adapter cannot create entry point `entry` of `shader` though it has the
-/// shader's extensions (the two-pass backward's kernels bind more storage buffers than it
-/// allows), for the self-test to skip it; None when it can.
-pub fn unsupported_entry(ctx: &GpuContext, shader: &str, entry: &str) -> Option<String> {
-    let allowed = ctx.device.limits().max_storage_buffers_per_shader_stage;
-    let two_pass = ["backward_dq_delta", "backward_dkdv"]
-        .iter()
-        .any(|e| entry.starts_with(e));
-    (shader == "attention_sg" && two_pass && allowed < TWO_PASS_STORAGE_BUFFERS).then(|| {
-        format!(
-            "{entry} is one of the two-pass backward's kernels, which bind up to {TWO_PASS_STORAGE_BUFFERS} storage \
-             buffers, and this adapter allows {allowed} per stage (the backward runs in four passes there)"
-        )
-    })
 }
 
 /// Elements of the composed lowering's scratch: the (heads, T, T) scores.
@@ -352,6 +328,42 @@ impl Kernels {
         match self {
             Kernels::Tiled => true,
             Kernels::Subgroup { lanes, .. } => s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16),
+        }
+    }
+
+    /// The backward's own kernels, as `entry` names them (the four-pass backward's first,
+    /// `row_delta`, is one kernel of attention.wgsl for every design).
+    fn backward_entries(self) -> &'static [&'static str] {
+        match self {
+            Kernels::Subgroup {
+                passes: Passes::Two, ..
+            } => &["backward_dq_delta", "backward_dkdv"],
+            _ => &["backward_dq", "backward_dk", "backward_dv"],
+        }
+    }
+
+    /// Whether `ctx`'s adapter binds as many storage buffers per stage as every kernel of
+    /// these takes ([`crate::shaders::storage_buffers`]).
+    fn binds_within(self, ctx: &GpuContext) -> bool {
+        let allowed = ctx.device.limits().max_storage_buffers_per_shader_stage;
+        self.backward_entries().iter().all(|e| {
+            let (shader, entry) = self.entry(e);
+            crate::shaders::storage_buffers(shader, &entry).is_none_or(|n| n <= allowed)
+        })
+    }
+
+    /// A short name of the design, as `bench kernels` prints it.
+    pub fn name(self) -> String {
+        match self {
+            Kernels::Tiled => "tiled".into(),
+            Kernels::Subgroup {
+                lanes,
+                passes: Passes::Four,
+            } => format!("subgroup {lanes}"),
+            Kernels::Subgroup {
+                lanes,
+                passes: Passes::Two,
+            } => format!("subgroup {lanes}, two-pass backward"),
         }
     }
 

@@ -189,3 +189,31 @@ fn every_wgsl_module_translates_to_msl_hlsl_glsl_and_spirv() {
         .sum();
     assert_eq!(written, 3 * shardlab::shaders::ALL.len() + glsl);
 }
+
+/// A stage binds 8 storage buffers unless the adapter allows more: every entry point that binds
+/// more is in `shaders::OVER_DEFAULT_STORAGE_BUFFERS` with its count (the attention designs and
+/// the self-test read it to leave such an entry point to adapters that allow it), and that list
+/// names no other.
+#[test]
+fn entry_points_past_eight_storage_buffers_are_the_listed_ones_with_their_counts() {
+    let mut found = vec![];
+    for (name, src) in shardlab::shaders::ALL {
+        let (module, info) = validated(name, src, Capabilities::all()).unwrap();
+        for (i, ep) in module.entry_points.iter().enumerate() {
+            let uses = info.get_entry_point(i);
+            let storage = module
+                .global_variables
+                .iter()
+                .filter(|(h, g)| matches!(g.space, naga::AddressSpace::Storage { .. }) && !uses[*h].is_empty())
+                .count() as u32;
+            if storage > 8 {
+                found.push((name.to_string(), ep.name.clone(), storage));
+            }
+        }
+    }
+    let listed: Vec<(String, String, u32)> = shardlab::shaders::OVER_DEFAULT_STORAGE_BUFFERS
+        .iter()
+        .map(|(s, e, n)| (s.to_string(), e.to_string(), *n))
+        .collect();
+    assert_eq!(found, listed);
+}

@@ -395,24 +395,7 @@ impl Lowering<'_> {
             }
             Op::Gelu => one(k::gelu::forward(ctx, x(0), y(0), n_in(0)).await?),
             Op::GeluGrad => one(k::gelu::backward(ctx, x(0), x(1), y(0), n_in(0)).await?),
-            Op::LayerNorm => {
-                let c = *shape(0).last().unwrap();
-                let s = k::layernorm::LayerNormShape {
-                    rows: n_in(0) / c,
-                    c,
-                    devices,
-                };
-                let b = k::layernorm::ForwardBuffers {
-                    x: x(0),
-                    gamma: x(1),
-                    beta: x(2),
-                    out: y(0),
-                    mean: y(1),
-                    rstd: y(2),
-                    residual: None,
-                };
-                one(k::layernorm::forward(ctx, &b, s, None).await?)
-            }
+            Op::LayerNorm => one(self.layer_norm(ins, x(0), None).await?),
             Op::LayerNormGrad => {
                 let c = *shape(1).last().unwrap();
                 let s = k::layernorm::LayerNormShape {
@@ -688,6 +671,34 @@ impl Lowering<'_> {
     }
 
     /// The dispatches of the fused pair that instruction `i` starts (see fuse.rs).
+    /// Layer norm instruction `ln` over `x`: its own input, or with `residual` the first addend
+    /// of the add fused in front (fuse.rs's AddLayerNorm), whose sum is `ln`'s input.
+    async fn layer_norm(
+        &self,
+        ln: &Instr,
+        x: &GpuBuffer,
+        residual: Option<k::layernorm::Residual<'_>>,
+    ) -> Result<Dispatch, ExecError> {
+        let devices = self.program.devices();
+        let info = self.program.info(ln.inputs[0]);
+        let c = info.shape.last().copied().unwrap_or(1).max(1);
+        let s = k::layernorm::LayerNormShape {
+            rows: devices * info.numel() / c,
+            c,
+            devices,
+        };
+        let b = k::layernorm::ForwardBuffers {
+            x,
+            gamma: self.buf(ln.inputs[1]),
+            beta: self.buf(ln.inputs[2]),
+            out: self.buf(ln.outputs[0]),
+            mean: self.buf(ln.outputs[1]),
+            rstd: self.buf(ln.outputs[2]),
+            residual,
+        };
+        Ok(k::layernorm::forward(self.ctx, &b, s, None).await?)
+    }
+
     async fn fused(&self, i: usize, f: Fusion, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
         let ctx = self.ctx;
         let prog = self.program;
@@ -729,26 +740,11 @@ impl Lowering<'_> {
                 vec![k::fused::dropout_residual(ctx, x(0), x(1), r, out, shape().n, rate).await?]
             }
             Fusion::AddLayerNorm => {
-                let c = *prog.shape(first.outputs[0]).last().unwrap_or(&1);
-                let s = k::layernorm::LayerNormShape {
-                    rows: devices * numel(0) / c,
-                    c,
-                    devices,
+                let residual = k::layernorm::Residual {
+                    res: x(1),
+                    sum: self.buf(first.outputs[0]),
                 };
-                let y = |k: usize| self.buf(second.outputs[k]);
-                let b = k::layernorm::ForwardBuffers {
-                    x: x(0),
-                    gamma: self.buf(second.inputs[1]),
-                    beta: self.buf(second.inputs[2]),
-                    out: y(0),
-                    mean: y(1),
-                    rstd: y(2),
-                    residual: Some(k::layernorm::Residual {
-                        res: x(1),
-                        sum: self.buf(first.outputs[0]),
-                    }),
-                };
-                vec![k::layernorm::forward(ctx, &b, s, None).await?]
+                vec![self.layer_norm(second, x(0), Some(residual)).await?]
             }
             // Each part copied straight from the transpose's operand.
             Fusion::TransposeSplit => self.split(i + 1, x(0)).await?,
