@@ -1,6 +1,7 @@
 // Fused causal attention, FlashAttention-2's arithmetic: q, o, do, dq (heads, T, Dh) and k, v,
 // dk, dv (heads, Tk, Dh) with heads = every device's B*H; lse (heads, T); the backward's rows
-// (lse, delta) (heads, T, 2).
+// (lse, delta) (heads, T, 2). The rows of q, k, v, o and do sit where the prelude's row_at
+// says; dq, dk and dv are heads-major.
 //
 // A workgroup holds WG rows of one head (queries in forward/dq, keys in dk/dv) and walks the
 // other side in tiles of TILE rows staged in workgroup memory, so each row it needs is read
@@ -49,14 +50,15 @@ var<workgroup> tile_rows: array<vec2<f32>, TILE>; // (lse, delta) of a query til
 
 // Stages key rows [r0, r0 + TILE) of head h of k and v into the tiles; rows past Tk read 0.
 fn stage_kv(h: u32, r0: u32, lid: u32) {
-    let base = h * u.tk * u.dh;
+    let bk = row_at(u.k_at, h, 0u);
+    let bv = row_at(u.v_at, h, 0u);
     for (var e = lid; e < TILE * u.dh; e += WG) {
         let r = r0 + e / u.dh;
         var x = 0.0;
         var y = 0.0;
         if (r < u.tk) {
-            x = k[base + r * u.dh + e % u.dh];
-            y = v[base + r * u.dh + e % u.dh];
+            x = k[bk + r * u.k_at.z + e % u.dh];
+            y = v[bv + r * u.v_at.z + e % u.dh];
         }
         tile_a[e] = x;
         tile_b[e] = y;
@@ -64,14 +66,15 @@ fn stage_kv(h: u32, r0: u32, lid: u32) {
 }
 
 fn stage_q_do(h: u32, r0: u32, lid: u32) {
-    let base = h * u.t * u.dh;
+    let bq = row_at(u.q_at, h, 0u);
+    let bdo = row_at(u.do_at, h, 0u);
     for (var e = lid; e < TILE * u.dh; e += WG) {
         let r = r0 + e / u.dh;
         var x = 0.0;
         var y = 0.0;
         if (r < u.t) {
-            x = q[base + r * u.dh + e % u.dh];
-            y = d_o[base + r * u.dh + e % u.dh];
+            x = q[bq + r * u.q_at.z + e % u.dh];
+            y = d_o[bdo + r * u.do_at.z + e % u.dh];
         }
         tile_a[e] = x;
         tile_b[e] = y;
@@ -96,12 +99,13 @@ fn forward(
     let first = wid.x * WG;
     let i = first + lid;
     let live = i < u.t;
-    let row = (h * u.t + i) * u.dh;
+    let orow = row_at(u.o_at, h, i);
     var qi: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
     var pi = 0u;
     if (live) {
-        for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; acc[d] = 0.0; }
+        let qrow = row_at(u.q_at, h, i);
+        for (var d = 0u; d < u.dh; d++) { qi[d] = q[qrow + d]; acc[d] = 0.0; }
         pi = head_pos_q(hd, i);
     }
     var m = LOWEST;
@@ -138,11 +142,11 @@ fn forward(
     if (live) {
         if (l == 0.0) {
             // No key of this block is visible: no weight when blocks are combined.
-            for (var d = 0u; d < u.dh; d++) { o[row + d] = 0.0; }
+            for (var d = 0u; d < u.dh; d++) { o[orow + d] = 0.0; }
             lse[h * u.t + i] = LOWEST;
         } else {
             let inv = 1.0 / l;
-            for (var d = 0u; d < u.dh; d++) { o[row + d] = acc[d] * inv; }
+            for (var d = 0u; d < u.dh; d++) { o[orow + d] = acc[d] * inv; }
             lse[h * u.t + i] = m + log(l);
         }
     }
@@ -154,8 +158,10 @@ fn forward(
 fn row_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = gid.x + gid.y * nwg.x * 64u;
     if (r >= u.heads * u.t) { return; }
+    let dorow = row_at(u.do_at, r / u.t, r % u.t);
+    let orow = row_at(u.o_at, r / u.t, r % u.t);
     var s = 0.0;
-    for (var d = 0u; d < u.dh; d++) { s += d_o[r * u.dh + d] * o_in[r * u.dh + d]; }
+    for (var d = 0u; d < u.dh; d++) { s += d_o[dorow + d] * o_in[orow + d]; }
     rows[r] = vec2<f32>(lse_in[r], s);
 }
 
@@ -179,7 +185,9 @@ fn backward_dq(
     var delta_i = 0.0;
     var pi = 0u;
     if (live) {
-        for (var d = 0u; d < u.dh; d++) { qi[d] = q[row + d]; doi[d] = d_o[row + d]; acc[d] = 0.0; }
+        let qrow = row_at(u.q_at, h, i);
+        let dorow = row_at(u.do_at, h, i);
+        for (var d = 0u; d < u.dh; d++) { qi[d] = q[qrow + d]; doi[d] = d_o[dorow + d]; acc[d] = 0.0; }
         let r = rows_in[h * u.t + i];
         lse_i = r.x;
         delta_i = r.y;
@@ -232,7 +240,9 @@ fn backward_dk(
     var acc: array<f32, MAX_DH>;
     var pj = 0u;
     if (live) {
-        for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; vj[d] = v[row + d]; acc[d] = 0.0; }
+        let krow = row_at(u.k_at, h, j);
+        let vrow = row_at(u.v_at, h, j);
+        for (var d = 0u; d < u.dh; d++) { kj[d] = k[krow + d]; vj[d] = v[vrow + d]; acc[d] = 0.0; }
         pj = head_pos_k(hd, j);
     }
     let seen_min = head_k_min(hd, first, min(first + WG, u.tk) - 1u);
@@ -282,7 +292,8 @@ fn backward_dv(
     var acc: array<f32, MAX_DH>;
     var pj = 0u;
     if (live) {
-        for (var d = 0u; d < u.dh; d++) { kj[d] = k[row + d]; acc[d] = 0.0; }
+        let krow = row_at(u.k_at, h, j);
+        for (var d = 0u; d < u.dh; d++) { kj[d] = k[krow + d]; acc[d] = 0.0; }
         pj = head_pos_k(hd, j);
     }
     let seen_min = head_k_min(hd, first, min(first + WG, u.tk) - 1u);

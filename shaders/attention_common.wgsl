@@ -36,14 +36,29 @@ struct Params {
     seq: u32,           // the global sequence length
     q_chunk: u32,       // rows in the first run of a query block
     k_chunk: u32,       // rows in the first run of a key block
-    pad: u32,
+    item_heads: u32,    // heads of one batch item: row_at's split of a head index
     block_size: vec4<u32>,    // a device's block of the bits' leading dims (canonical)
     global_stride: vec4<u32>, // the leading dims' global strides (canonical)
+    // Where the rows of q, k, v, o and do sit (row_at); dq, dk, dv, lse and rows are heads-major.
+    q_at: vec4<u32>,
+    k_at: vec4<u32>,
+    v_at: vec4<u32>,
+    o_at: vec4<u32>,
+    do_at: vec4<u32>,
 }
 
 @group(0) @binding(3) var<storage, read> words: array<u32>;   // the bits, or the keys
 @group(0) @binding(4) var<storage, read> offsets: array<u32>; // (devices, 8): leading block start, q and k run starts
 @group(0) @binding(7) var<uniform> u: Params;
+
+// Element 0 of row i of head h (of all devices' heads) of an operand laid out as `at` = (batch,
+// head, row, offset) in f32 elements: head h is head h % item_heads of batch item
+// h / item_heads. Heads-major (heads, T, Dh) has item_heads 1 and batch T*Dh. The lowering also
+// hands q, k, v, o and do as they lie in the (B, T, [3,] H, Dh) arrays around the op (the
+// projections' rows), so no transpose copies them in or out.
+fn row_at(at: vec4<u32>, h: u32, i: u32) -> u32 {
+    return at.w + (h / u.item_heads) * at.x + (h % u.item_heads) * at.y + i * at.z;
+}
 
 fn run_pos(s0: u32, s1: u32, chunk: u32, i: u32) -> u32 {
     if (i < chunk) { return s0 + i; }

@@ -19,7 +19,8 @@
 // sees is skipped whole, as in attention.wgsl.
 // Every subgroup operation runs in uniform control flow: the loops' bounds are uniform, rows
 // past the end are clamped for loads and masked out of the weights and the stores.
-// Needs Dh a multiple of 4 (the launcher checks). Grid: (ceil(rows / LANES), heads)
+// Rows sit where the prelude's row_at says, in vec4s: Dh and every layout's strides and offset
+// multiples of 4 (the launcher checks). Grid: (ceil(rows / LANES), heads)
 // workgroups, heads past 65535 folded into z.
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
@@ -148,14 +149,17 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     // This lane's query row (clamped for loads past T) and its position.
     let live = first + lid < u.t;
     let ic = min(first + lid, u.t - 1u);
-    let qrow = (h * u.t + ic) * dh4;
+    let qrow = row_at(u.q_at, h, ic) / 4u;
+    let orow = row_at(u.o_at, h, ic) / 4u;
     let pi = head_pos_q(hd, ic);
     var m = LOWEST;
     var l = 0.0;
     var started = false;
     for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
         if (keys_unseen(hd, seen_max, j0, lanes)) { continue; }
-        let krow = (h * u.tk + min(j0 + lid, u.tk - 1u)) * dh4;
+        let jc = min(j0 + lid, u.tk - 1u);
+        let krow = row_at(u.k_at, h, jc) / 4u;
+        let vrow = row_at(u.v_at, h, jc) / 4u;
         var s: Tile;
         for (var c = 0u; c < dh4; c++) { s = add(s, dots(q[qrow + c], k[krow + c], lanes)); }
         var sees: Tile;
@@ -176,11 +180,11 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
         }
         m = top;
         for (var c = 0u; c < dh4; c++) {
-            let a = mix(w, v[krow + c], lanes);
+            let a = mix(w, v[vrow + c], lanes);
             if (live) {
                 var prev = vec4(0.0);
-                if (started) { prev = o[qrow + c] * rescale; }
-                o[qrow + c] = prev + a;
+                if (started) { prev = o[orow + c] * rescale; }
+                o[orow + c] = prev + a;
             }
         }
         started = true;
@@ -189,11 +193,11 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
         let r = h * u.t + ic;
         if (l == 0.0) {
             // No key of this block is visible: no weight when blocks are combined.
-            for (var c = 0u; c < dh4; c++) { o[qrow + c] = vec4(0.0); }
+            for (var c = 0u; c < dh4; c++) { o[orow + c] = vec4(0.0); }
             lse[r] = LOWEST;
         } else {
             let inv = 1.0 / l;
-            for (var c = 0u; c < dh4; c++) { o[qrow + c] = o[qrow + c] * inv; }
+            for (var c = 0u; c < dh4; c++) { o[orow + c] = o[orow + c] * inv; }
             lse[r] = m + log(l);
         }
     }
@@ -217,10 +221,11 @@ fn backward_dq_delta_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let first = wid.x * lanes;
     let ic = min(first + lid, u.t - 1u);
     let r = h * u.t + ic;
-    let base = r * (u.dh / 4u);
+    let dorow = row_at(u.do_at, h, ic) / 4u;
+    let orow = row_at(u.o_at, h, ic) / 4u;
     var delta = 0.0;
     for (var c = 0u; c < u.dh / 4u; c++) {
-        let x = d_o[base + c] * o_in[base + c];
+        let x = d_o[dorow + c] * o_in[orow + c];
         delta += x.x;
         delta += x.y;
         delta += x.z;
@@ -238,17 +243,21 @@ fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32) {
     let seen_max = head_q_max(hd, first, min(first + lanes, u.t) - 1u);
     let live = first + lid < u.t;
     let ic = min(first + lid, u.t - 1u);
-    let qrow = (h * u.t + ic) * dh4;
+    let qrow = row_at(u.q_at, h, ic) / 4u;
+    let dorow = row_at(u.do_at, h, ic) / 4u;
+    let dqrow = (h * u.t + ic) * dh4;
     let pi = head_pos_q(hd, ic);
     var started = false;
     for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
         if (keys_unseen(hd, seen_max, j0, lanes)) { continue; }
-        let krow = (h * u.tk + min(j0 + lid, u.tk - 1u)) * dh4;
+        let jc = min(j0 + lid, u.tk - 1u);
+        let krow = row_at(u.k_at, h, jc) / 4u;
+        let vrow = row_at(u.v_at, h, jc) / 4u;
         var s: Tile;
         var dp: Tile;
         for (var c = 0u; c < dh4; c++) {
             s = add(s, dots(q[qrow + c], k[krow + c], lanes));
-            dp = add(dp, dots(d_o[qrow + c], v[krow + c], lanes));
+            dp = add(dp, dots(d_o[dorow + c], v[vrow + c], lanes));
         }
         var ds: Tile;
         for (var g = 0u; g < 4u; g++) {
@@ -260,14 +269,14 @@ fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32) {
             let a = mix(ds, k[krow + c], lanes);
             if (live) {
                 var prev = vec4(0.0);
-                if (started) { prev = dq[qrow + c]; }
-                dq[qrow + c] = prev + a;
+                if (started) { prev = dq[dqrow + c]; }
+                dq[dqrow + c] = prev + a;
             }
         }
         started = true;
     }
     if (live && !started) {
-        for (var c = 0u; c < dh4; c++) { dq[qrow + c] = vec4(0.0); }
+        for (var c = 0u; c < dh4; c++) { dq[dqrow + c] = vec4(0.0); }
     }
 }
 
@@ -284,15 +293,15 @@ struct KeyWeights {
     pk: Tile,
 }
 
-// This lane's key against the query tile at i0 (this lane's query row `qrow`): the tile's
-// weights (`ds` only where `with_dp`, which dk needs and dv does not).
-fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, row: vec2<f32>, lanes: u32, with_dp: bool) -> KeyWeights {
+// This lane's key against the query tile at i0 (this lane's query and do rows at qrow, dorow):
+// the tile's weights (`ds` only where `with_dp`, which dk needs and dv does not).
+fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, dorow: u32, row: vec2<f32>, lanes: u32, with_dp: bool) -> KeyWeights {
     let dh4 = u.dh / 4u;
     var s: Tile;
     var dp: Tile;
     for (var c = 0u; c < dh4; c++) {
-        s = add(s, dots(k[kr.base + c], q[qrow + c], lanes));
-        if (with_dp) { dp = add(dp, dots(v[kr.base + c], d_o[qrow + c], lanes)); }
+        s = add(s, dots(k[kr.k + c], q[qrow + c], lanes));
+        if (with_dp) { dp = add(dp, dots(v[kr.v + c], d_o[dorow + c], lanes)); }
     }
     let lses = lanes_of(row.x, lanes);
     let deltas = lanes_of(row.y, lanes);
@@ -308,30 +317,37 @@ fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, row: vec2<f32>, lanes: 
 }
 
 // This lane's key row of the block of head h that starts at row `first`, clamped for loads past
-// Tk: whether it is one, its index, its first vec4 and its position.
+// Tk: whether it is one, its index, the first vec4 of its row of k, of v and of dk and dv, and
+// its position.
 struct KeyRow {
     live: bool,
     j: u32,
-    base: u32,
+    k: u32,
+    v: u32,
+    out: u32,
     pos: u32,
 }
 
 fn key_row(hd: Head, h: u32, first: u32, lid: u32) -> KeyRow {
     let j = min(first + lid, u.tk - 1u);
-    return KeyRow(first + lid < u.tk, j, (h * u.tk + j) * (u.dh / 4u), head_pos_k(hd, j));
+    let k4 = row_at(u.k_at, h, j) / 4u;
+    let v4 = row_at(u.v_at, h, j) / 4u;
+    return KeyRow(first + lid < u.tk, j, k4, v4, (h * u.tk + j) * (u.dh / 4u), head_pos_k(hd, j));
 }
 
-// The query tile at i0 against this lane's key: the first vec4 of the query row this lane loads
-// (clamped past T), and the tile's weights (key_weights).
+// The query tile at i0 against this lane's key: the first vec4 of the query and do rows this
+// lane loads (clamped past T), and the tile's weights (key_weights).
 struct QueryTile {
-    base: u32,
+    q: u32,
+    d_o: u32,
     w: KeyWeights,
 }
 
 fn query_tile(hd: Head, h: u32, kr: KeyRow, i0: u32, lid: u32, lanes: u32, with_dp: bool) -> QueryTile {
-    let r = h * u.t + min(i0 + lid, u.t - 1u);
-    let base = r * (u.dh / 4u);
-    return QueryTile(base, key_weights(hd, kr, i0, base, rows_in[r], lanes, with_dp));
+    let i = min(i0 + lid, u.t - 1u);
+    let q4 = row_at(u.q_at, h, i) / 4u;
+    let do4 = row_at(u.do_at, h, i) / 4u;
+    return QueryTile(q4, do4, key_weights(hd, kr, i0, q4, do4, rows_in[h * u.t + i], lanes, with_dp));
 }
 
 fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
@@ -343,15 +359,14 @@ fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
     let kr = key_row(hd, h, first, lid);
     let live = kr.live;
-    let krow = kr.base;
+    let krow = kr.out;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
         let qt = query_tile(hd, h, kr, i0, lid, lanes, true);
-        let qrow = qt.base;
         let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
-            let a = mix(w.ds, q[qrow + c], lanes);
+            let a = mix(w.ds, q[qt.q + c], lanes);
             if (live) {
                 var prev = vec4(0.0);
                 if (started) { prev = dk[krow + c]; }
@@ -374,15 +389,14 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
     let kr = key_row(hd, h, first, lid);
     let live = kr.live;
-    let krow = kr.base;
+    let krow = kr.out;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
         let qt = query_tile(hd, h, kr, i0, lid, lanes, false);
-        let qrow = qt.base;
         let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
-            let a = mix(w.pk, d_o[qrow + c], lanes);
+            let a = mix(w.pk, d_o[qt.d_o + c], lanes);
             if (live) {
                 var prev = vec4(0.0);
                 if (started) { prev = dv[krow + c]; }
@@ -409,16 +423,15 @@ fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
     let kr = key_row(hd, h, first, lid);
     let live = kr.live;
-    let krow = kr.base;
+    let krow = kr.out;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
         let qt = query_tile(hd, h, kr, i0, lid, lanes, true);
-        let qrow = qt.base;
         let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
-            let ak = mix(w.ds, q[qrow + c], lanes);
-            let av = mix(w.pk, d_o[qrow + c], lanes);
+            let ak = mix(w.ds, q[qt.q + c], lanes);
+            let av = mix(w.pk, d_o[qt.d_o + c], lanes);
             if (live) {
                 var prev_k = vec4(0.0);
                 var prev_v = vec4(0.0);

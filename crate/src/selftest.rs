@@ -687,6 +687,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
             o: &go,
             lse: &glse,
             blocks: &whole,
+            layouts: None,
         };
         let d = kernels::attention::forward(ctx, &b, &s, kernels::attention::fused_kernels(ctx, &s)).await?;
         return close(run_and_read(ctx, &[d], &[&go, &glse]).await?, [o, lse].concat());
@@ -714,6 +715,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
         dk: &dk,
         dv: &dv,
         blocks: &whole,
+        layouts: None,
     };
     let ds = kernels::attention::backward(ctx, &b, &s, kernels::attention::fused_kernels(ctx, &s)).await?;
     close(run_and_read(ctx, &ds, &[&dq, &dk, &dv]).await?, want)

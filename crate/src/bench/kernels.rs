@@ -270,6 +270,7 @@ pub async fn attention_designs(
             o: &o,
             lse: &lse,
             blocks: &whole,
+            layouts: None,
         };
         let forward = attn::forward(ctx, &f, &s, kernels).await?;
         let b = attn::Backward {
@@ -285,6 +286,7 @@ pub async fn attention_designs(
             dk: &dk,
             dv: &dv,
             blocks: &whole,
+            layouts: None,
         };
         let backward = attn::backward(ctx, &b, &s, kernels).await?;
         out.push(AttentionBench {

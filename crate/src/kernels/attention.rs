@@ -6,6 +6,10 @@
 //! global sequence as its [`Blocks`] say (the whole sequence on one device; blocks of it under
 //! context parallelism), and the causal mask compares those positions.
 //!
+//! The rows of q, k, v, o and do may also sit in other buffers' layouts ([`Layouts`]): the
+//! lowering hands them as they lie in the (B, T, [3,] H, Dh) arrays around the op, so no
+//! transpose copies them in or out.
+//!
 //! Dropout bits come as [`Dropout::Bits`], a (heads, T, Tk) array a random_bits launch made, or
 //! as [`Dropout::Drawn`]: the key and the draw, from which every kernel makes the bits it needs
 //! in place with the same Threefry counters, so no (T, T) array is ever held.
@@ -125,6 +129,122 @@ pub enum Dropout<'a> {
     },
 }
 
+/// Where the rows of one operand sit in its buffer, in f32 elements (shaders/attention_common.wgsl's
+/// `row_at`): element d of row i of head h, over every device's heads, at
+/// `offset + (h / item_heads) * batch + (h % item_heads) * head + i * row + d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub batch: usize,
+    pub head: usize,
+    pub row: usize,
+    pub offset: usize,
+}
+
+impl Layout {
+    /// A heads-major (heads, rows, Dh) array (with `item_heads` 1).
+    pub fn heads_major(rows: usize, dh: usize) -> Layout {
+        Layout {
+            batch: rows * dh,
+            head: 0,
+            row: dh,
+            offset: 0,
+        }
+    }
+
+    /// Elements a buffer needs to hold `heads` heads (`item_heads` per batch item) of `rows`
+    /// rows of `dh`.
+    fn span(self, heads: usize, item_heads: usize, rows: usize, dh: usize) -> usize {
+        let last_item = (heads - 1) / item_heads;
+        let last_head = (heads - 1).min(item_heads - 1);
+        self.offset + last_item * self.batch + last_head * self.head + (rows - 1) * self.row + dh
+    }
+
+    fn words(self, kernel: &str) -> Result<[u32; 4], GpuError> {
+        let w = |what, n| u32_of(kernel, what, n);
+        Ok([
+            w("a batch stride", self.batch)?,
+            w("a head stride", self.head)?,
+            w("a row stride", self.row)?,
+            w("an offset", self.offset)?,
+        ])
+    }
+
+    /// Whether every stride and the offset are whole vec4s (the subgroup kernels load vec4s).
+    fn vec4s(self) -> bool {
+        [self.batch, self.head, self.row, self.offset]
+            .iter()
+            .all(|x| x.is_multiple_of(4))
+    }
+}
+
+/// The layouts of q, k, v, o and do, and the heads of one batch item (`item_heads`) by which
+/// a head index splits into item and head. dq, dk, dv, lse and the rows scratch are always
+/// heads-major.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layouts {
+    pub item_heads: usize,
+    pub q: Layout,
+    pub k: Layout,
+    pub v: Layout,
+    pub o: Layout,
+    pub d_o: Layout,
+}
+
+impl Layouts {
+    /// Every operand heads-major: q, o, do (heads, T, Dh), k, v (heads, Tk, Dh).
+    pub fn heads_major(s: &AttentionShape, tk: usize) -> Layouts {
+        let (q, kv) = (Layout::heads_major(s.t, s.dh), Layout::heads_major(tk, s.dh));
+        Layouts {
+            item_heads: 1,
+            q,
+            k: kv,
+            v: kv,
+            o: q,
+            d_o: q,
+        }
+    }
+
+    /// The layouts `given`, else heads-major; refused where an operand's buffer is too short, or
+    /// where `kernels` load vec4s and a layout is not in whole vec4s.
+    fn of(
+        given: Option<&Layouts>,
+        kname: &str,
+        s: &AttentionShape,
+        tk: usize,
+        kernels: Option<Kernels>,
+    ) -> Result<Layouts, GpuError> {
+        let Some(l) = given.copied() else {
+            return Ok(Layouts::heads_major(s, tk));
+        };
+        positive(kname, "heads of a batch item", l.item_heads)?;
+        let all = [l.q, l.k, l.v, l.o, l.d_o];
+        if matches!(kernels, Some(Kernels::Subgroup { .. })) && !all.iter().all(|x| x.vec4s()) {
+            return Err(GpuError::Invalid(format!(
+                "{kname}: the subgroup kernels load whole vec4s, and the layouts {l:?} are not in multiples of 4                  elements: hand heads-major arrays"
+            )));
+        }
+        if !s.heads.is_multiple_of(l.item_heads) {
+            return Err(GpuError::Invalid(format!(
+                "{kname}: {} heads are not whole batch items of {} heads",
+                s.heads, l.item_heads
+            )));
+        }
+        Ok(l)
+    }
+
+    /// Elements the buffer of each operand needs: (q, k, v, o, do).
+    fn spans(&self, s: &AttentionShape, tk: usize) -> [usize; 5] {
+        let n = |l: Layout, rows| l.span(s.heads, self.item_heads, rows, s.dh);
+        [
+            n(self.q, s.t),
+            n(self.k, tk),
+            n(self.v, tk),
+            n(self.o, s.t),
+            n(self.d_o, s.t),
+        ]
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
@@ -143,9 +263,14 @@ struct Params {
     seq: u32,
     q_chunk: u32,
     k_chunk: u32,
-    pad: u32,
+    item_heads: u32,
     block_size: [u32; 4],
     global_stride: [u32; 4],
+    q_at: [u32; 4],
+    k_at: [u32; 4],
+    v_at: [u32; 4],
+    o_at: [u32; 4],
+    do_at: [u32; 4],
 }
 
 /// Words per device in the offsets buffer: the leading block's start (canonical rank 4), then
@@ -169,6 +294,7 @@ fn setup<'a>(
     blocks: &[Blocks],
     dropout: Dropout<'a>,
     stand_in: &'a GpuBuffer,
+    layouts: &Layouts,
 ) -> Result<Setup<'a>, GpuError> {
     positive(kernel, "heads", s.heads)?;
     positive(kernel, "T", s.t)?;
@@ -225,9 +351,14 @@ fn setup<'a>(
         seq: u32_of(kernel, "the sequence", seq)?,
         q_chunk: u32_of(kernel, "T", first.q.chunk)?,
         k_chunk: u32_of(kernel, "Tk", first.kv.chunk)?,
-        pad: 0,
+        item_heads: u32_of(kernel, "heads of a batch item", layouts.item_heads)?,
         block_size: [1; 4],
         global_stride: [1; 4],
+        q_at: layouts.q.words(kernel)?,
+        k_at: layouts.k.words(kernel)?,
+        v_at: layouts.v.words(kernel)?,
+        o_at: layouts.o.words(kernel)?,
+        do_at: layouts.d_o.words(kernel)?,
     };
     let mut words = stand_in;
     let mut offsets = vec![0u32; OFFSET_WORDS * devices];
@@ -395,6 +526,8 @@ pub struct Forward<'a> {
     pub lse: &'a GpuBuffer,
     /// One per device (each holding heads / devices heads).
     pub blocks: &'a [Blocks],
+    /// Where q, k, v and o sit; `None`: heads-major.
+    pub layouts: Option<&'a Layouts>,
 }
 
 /// `(o, lse) = attention(q, k, v)`: one dispatch of `kernels`.
@@ -406,9 +539,11 @@ pub async fn forward(
 ) -> Result<Dispatch, GpuError> {
     let kname = "attention::forward";
     kernels.check(kname, s)?;
-    let setup = setup(kname, s, b.blocks, b.dropout, b.q)?;
-    let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk(b.blocks, s) * s.dh);
-    for (what, buf, len) in [("q", b.q, n), ("k", b.k, nk), ("v", b.v, nk), ("o", b.o, n)] {
+    let tk = tk(b.blocks, s);
+    let layouts = Layouts::of(b.layouts, kname, s, tk, Some(kernels))?;
+    let setup = setup(kname, s, b.blocks, b.dropout, b.q, &layouts)?;
+    let [nq, nk, nv, no, _] = layouts.spans(s, tk);
+    for (what, buf, len) in [("q", b.q, nq), ("k", b.k, nk), ("v", b.v, nv), ("o", b.o, no)] {
         need(kname, what, buf, len)?;
     }
     need(kname, "lse", b.lse, s.heads * s.t)?;
@@ -439,6 +574,8 @@ pub struct Backward<'a> {
     pub dv: &'a GpuBuffer,
     /// One per device, as the forward's.
     pub blocks: &'a [Blocks],
+    /// Where q, k, v, o and do sit; `None`: heads-major.
+    pub layouts: Option<&'a Layouts>,
 }
 
 /// Elements of the backward's rows scratch.
@@ -456,15 +593,17 @@ pub async fn backward(
 ) -> Result<Vec<Dispatch>, GpuError> {
     let kname = "attention::backward";
     kernels.check(kname, s)?;
-    let setup = setup(kname, s, b.blocks, b.dropout, b.q)?;
     let tk = tk(b.blocks, s);
+    let layouts = Layouts::of(b.layouts, kname, s, tk, Some(kernels))?;
+    let setup = setup(kname, s, b.blocks, b.dropout, b.q, &layouts)?;
     let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk * s.dh);
+    let [nq, nkl, nv, no, ndo] = layouts.spans(s, tk);
     for (what, buf, len) in [
-        ("q", b.q, n),
-        ("k", b.k, nk),
-        ("v", b.v, nk),
-        ("o", b.o, n),
-        ("do", b.d_o, n),
+        ("q", b.q, nq),
+        ("k", b.k, nkl),
+        ("v", b.v, nv),
+        ("o", b.o, no),
+        ("do", b.d_o, ndo),
         ("dq", b.dq, n),
         ("dk", b.dk, nk),
         ("dv", b.dv, nk),
@@ -560,7 +699,7 @@ pub async fn probs(
     s: &AttentionShape,
 ) -> Result<Dispatch, GpuError> {
     let kname = "attention::probs";
-    let setup = setup(kname, s, blocks, dropout, q)?;
+    let setup = setup(kname, s, blocks, dropout, q, &Layouts::heads_major(s, s.t))?;
     need(kname, "scores", scores, scores_len(s))?;
     need(kname, "lse", lse, s.heads * s.t)?;
     let kernel = Kernel::new(
@@ -592,7 +731,11 @@ pub async fn composed_backward(
     s: &AttentionShape,
 ) -> Result<(Dispatch, Dispatch), GpuError> {
     let kname = "attention::probs_grad";
-    let setup = setup(kname, s, b.op.blocks, b.op.dropout, b.op.q)?;
+    let layouts = Layouts::of(b.op.layouts, kname, s, s.t, None)?;
+    let [.., no, ndo] = layouts.spans(s, s.t);
+    need(kname, "o", b.op.o, no)?;
+    need(kname, "do", b.op.d_o, ndo)?;
+    let setup = setup(kname, s, b.op.blocks, b.op.dropout, b.op.q, &layouts)?;
     need(kname, "scores", b.scores, scores_len(s))?;
     need(kname, "dscores", b.dscores, scores_len(s))?;
     need(kname, "rows", b.op.rows, rows_len(s))?;
@@ -623,7 +766,14 @@ pub struct Combine<'a> {
 /// `(o, lse)` of the rows' attention over both sides' keys: one dispatch.
 pub async fn combine(ctx: &GpuContext, b: &Combine<'_>, s: &AttentionShape) -> Result<Dispatch, GpuError> {
     let kname = "attention::combine";
-    let setup = setup(kname, s, &[Blocks::whole(s.t)], Dropout::None, b.o_a)?;
+    let setup = setup(
+        kname,
+        s,
+        &[Blocks::whole(s.t)],
+        Dropout::None,
+        b.o_a,
+        &Layouts::heads_major(s, s.t),
+    )?;
     let (n, rows) = (s.heads * s.t * s.dh, s.heads * s.t);
     for (what, buf, len) in [
         ("o_a", b.o_a, n),

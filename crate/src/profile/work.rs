@@ -85,7 +85,8 @@ fn is_update(op: &Op) -> bool {
 /// The work of every instruction of `prog`, as the GPU lowering runs them
 /// ([`crate::exec::lowered`]): its dispatches are the launches, and a fused pair is priced as
 /// one kernel on its first instruction (their work together, less the intermediate's trip
-/// through memory), its second instruction as nothing. Collectives report only their local
+/// through memory), its second instruction as nothing, and so is a transpose folded into fused
+/// attention. Collectives report only their local
 /// copies here; their traffic between devices is priced by the topology.
 pub fn program_work(prog: &Program, placement: Placement) -> Vec<Work> {
     program_work_lowered(prog, placement, &lowered(prog))
@@ -101,7 +102,8 @@ pub(crate) fn program_work_lowered(prog: &Program, placement: Placement, lowered
         .collect();
     for (i, l) in lowered.iter().enumerate() {
         out[i].launches = l.dispatches;
-        if l.fused_into_previous {
+        // A transpose the fused attention kernels read or write in place moves nothing.
+        if l.fused_into_previous || l.folded {
             out[i] = Work::default();
             continue;
         }
@@ -281,6 +283,11 @@ mod tests {
         let mut seen = vec![];
         for (i, l) in lowered.iter().enumerate() {
             assert_eq!(works[i].launches, l.dispatches, "instruction {i}");
+            // A transpose fused attention reads or writes in place moves nothing.
+            if l.folded {
+                assert_eq!(works[i], Work::default(), "instruction {i}");
+                continue;
+            }
             let Some(f) = l.fuses else { continue };
             seen.push(f);
             let (a, b) = (
@@ -298,6 +305,7 @@ mod tests {
                 assert_eq!((fused.m, fused.n, fused.k), (d.n, d.m, d.k));
             }
         }
+        assert!(lowered.iter().any(|l| l.folded), "no transpose folded into attention");
         for kind in ["DotTransposed", "BiasGelu", "DropoutResidual"] {
             assert!(
                 seen.iter().any(|f| format!("{f:?}").starts_with(kind)),

@@ -279,6 +279,7 @@ fn gpu_kernels_on_blocks_match_the_twin() {
                             o: &o,
                             lse: &lse,
                             blocks: &bl,
+                            layouts: None,
                         };
                         let d = pollster::block_on(kernel::forward(ctx, &f, &s, kernels)).unwrap();
                         let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
@@ -301,6 +302,7 @@ fn gpu_kernels_on_blocks_match_the_twin() {
                             dk: &outs[1],
                             dv: &outs[2],
                             blocks: &bl,
+                            layouts: None,
                         };
                         let ds = pollster::block_on(kernel::backward(ctx, &b, &s, kernels)).unwrap();
                         ctx.run(&ds);

@@ -146,6 +146,7 @@ fn check_design(
         o: &o,
         lse: &lse,
         blocks: &whole,
+        layouts: None,
     };
     let d = pollster::block_on(kernel::forward(ctx, &f, &c.s, kernels)).unwrap();
     let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
@@ -177,6 +178,7 @@ fn check_design(
         dk: &outs[1],
         dv: &outs[2],
         blocks: &whole,
+        layouts: None,
     };
     let ds = pollster::block_on(kernel::backward(ctx, &b, &c.s, kernels)).unwrap();
     ctx.run(&ds);
@@ -197,6 +199,151 @@ fn gpu_kernels_match_the_twin() {
             check_kernels(ctx, &c, 1, dropout, &format!("{heads}x{t}x{dh} rate {rate}"));
         }
     }
+}
+
+/// Heads-major (items * heads, T, Dh) rows `x` placed as `which` of `parts` in (items, T,
+/// parts, heads, Dh) rows: the projections' layout around the op.
+fn to_rows(x: &[f32], [items, heads, t, dh]: [usize; 4], (parts, which): (usize, usize), out: &mut [f32]) {
+    for b in 0..items {
+        for h in 0..heads {
+            for i in 0..t {
+                for d in 0..dh {
+                    let src = ((b * heads + h) * t + i) * dh + d;
+                    out[(((b * t + i) * parts + which) * heads + h) * dh + d] = x[src];
+                }
+            }
+        }
+    }
+}
+
+/// The lowering hands q, k, v as they lie in the qkv projection's (B, T, 3, H, Dh) rows, do in
+/// (B, T, H, Dh) rows, and takes o in those rows (views.rs): every design must compute what it
+/// computes on heads-major arrays.
+#[test]
+fn every_design_reads_and_writes_the_rows_around_the_op_where_they_lie() {
+    let ctx = gpu_or_skip!();
+    let (items, heads, t, dh) = (3, 2, 17, 8);
+    for rate in [0.0, 0.1] {
+        let c = case(items * heads, t, dh, rate);
+        let n = items * heads * t * dh;
+        let c3 = 3 * heads * dh;
+        let mut qkv = vec![0.0; 3 * n];
+        for (w, x) in [&c.q, &c.k, &c.v].into_iter().enumerate() {
+            to_rows(x, [items, heads, t, dh], (3, w), &mut qkv);
+        }
+        let mut do_rows = vec![0.0; n];
+        to_rows(&c.d_o, [items, heads, t, dh], (1, 0), &mut do_rows);
+        let (want_o, want_lse) = forward(&c.q, &c.k, &c.v, c.bits.as_deref(), c.s);
+        let mut o_rows = vec![0.0; n];
+        to_rows(&want_o, [items, heads, t, dh], (1, 0), &mut o_rows);
+        let in_qkv = |w: usize| kernel::Layout {
+            batch: t * c3,
+            head: dh,
+            row: c3,
+            offset: w * heads * dh,
+        };
+        let rows = kernel::Layout {
+            batch: t * heads * dh,
+            head: dh,
+            row: heads * dh,
+            offset: 0,
+        };
+        let layouts = kernel::Layouts {
+            item_heads: heads,
+            q: in_qkv(0),
+            k: in_qkv(1),
+            v: in_qkv(2),
+            o: rows,
+            d_o: rows,
+        };
+        let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
+        let (qkv, d_o, o_in) = (up("qkv", &qkv), up("do", &do_rows), up("o", &o_rows));
+        let lse_in = up("lse", &want_lse);
+        let bits = c.bits.as_ref().map(|b| ctx.upload("bits", b).unwrap());
+        let dropout = bits.as_ref().map_or(kernel::Dropout::None, kernel::Dropout::Bits);
+        let whole = [kernel::Blocks::whole(t)];
+        let saved = Saved {
+            o: &want_o,
+            lse: &want_lse,
+            d_o: &c.d_o,
+            bits: c.bits.as_deref(),
+        };
+        let want = backward(&c.q, &c.k, &c.v, &saved, c.s);
+        for kernels in kernel::designs(ctx, &c.s) {
+            let what = format!("rate {rate}, {kernels:?}");
+            let (o, lse) = (ctx.zeros("o", n).unwrap(), ctx.zeros("lse", items * heads * t).unwrap());
+            let f = kernel::Forward {
+                q: &qkv,
+                k: &qkv,
+                v: &qkv,
+                dropout,
+                o: &o,
+                lse: &lse,
+                blocks: &whole,
+                layouts: Some(&layouts),
+            };
+            let d = pollster::block_on(kernel::forward(ctx, &f, &c.s, kernels)).unwrap();
+            let got_o = shardlab_tests::run_dispatches(ctx, &[d], &o);
+            assert_close(&format!("o {what}"), &got_o, &o_rows, 1e-5, 1e-4);
+            let got_lse = ctx.read_blocking::<f32>(&lse).unwrap();
+            assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
+
+            let scratch = ctx.zeros("rows", kernel::rows_len(&c.s)).unwrap();
+            let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
+            let b = kernel::Backward {
+                q: &qkv,
+                k: &qkv,
+                v: &qkv,
+                o: &o_in,
+                lse: &lse_in,
+                d_o: &d_o,
+                dropout,
+                rows: &scratch,
+                dq: &outs[0],
+                dk: &outs[1],
+                dv: &outs[2],
+                blocks: &whole,
+                layouts: Some(&layouts),
+            };
+            ctx.run(&pollster::block_on(kernel::backward(ctx, &b, &c.s, kernels)).unwrap());
+            for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want)) {
+                let got = ctx.read_blocking::<f32>(buf).unwrap();
+                assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
+            }
+        }
+    }
+}
+
+/// A layout the subgroup kernels cannot load as vec4s is refused with the fix.
+#[test]
+fn a_layout_off_whole_vec4s_is_refused_by_the_subgroup_kernels() {
+    let ctx = gpu_or_skip!();
+    let c = case(2, 8, 8, 0.0);
+    let Some(&sg) = kernel::designs(ctx, &c.s)
+        .iter()
+        .find(|k| matches!(k, kernel::Kernels::Subgroup { .. }))
+    else {
+        return eprintln!("skipped: the adapter runs no subgroup kernels");
+    };
+    let n = 2 * 8 * 8;
+    let buf = ctx.zeros("x", n + 2).unwrap();
+    let mut layouts = kernel::Layouts::heads_major(&c.s, 8);
+    layouts.q.offset = 2;
+    let f = kernel::Forward {
+        q: &buf,
+        k: &buf,
+        v: &buf,
+        dropout: kernel::Dropout::None,
+        o: &ctx.zeros("o", n).unwrap(),
+        lse: &ctx.zeros("lse", 16).unwrap(),
+        blocks: &[kernel::Blocks::whole(8)],
+        layouts: Some(&layouts),
+    };
+    let e = pollster::block_on(kernel::forward(ctx, &f, &c.s, sg))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("multiples of 4") && e.contains("heads-major"), "{e}");
 }
 
 /// lavapipe runs a subgroup as the lanes of one CPU vector, where the subgroup kernels beat the
@@ -336,6 +483,7 @@ fn a_head_dimension_past_the_kernels_limit_is_refused_with_the_fix() {
         o: &bufs[3],
         lse: &lse,
         blocks: &[kernel::Blocks::whole(2)],
+        layouts: None,
     };
     let e = pollster::block_on(kernel::forward(ctx, &f, &c.s, kernel::Kernels::Tiled))
         .err()

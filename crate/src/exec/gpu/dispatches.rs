@@ -1,12 +1,14 @@
 //! What the lowering runs for each instruction, read off the program alone (no adapter): the
-//! pairs it fuses (fuse.rs's plan, the one the lowering takes) and the dispatches of each
-//! instruction, per `lower.rs`, with the optimizer updates and gradient psums packed as
+//! pairs it fuses (fuse.rs's plan, the one the lowering takes), the transposes folded into
+//! fused attention (views.rs, as on an adapter that runs the fused kernels) and the dispatches
+//! of each instruction, per `lower.rs`, with the optimizer updates and gradient psums packed as
 //! `packing.rs` plans them. The cost model prices launches and memory traffic with it, so
 //! a fused pair is one launch there too. A matmul counts its kernel alone: some tuned
 //! variants add pack passes, which the adapter's autotuner decides at run time.
 use super::fuse::{plan, Fusion};
 use super::packing;
 use super::parts;
+use super::views;
 use crate::exec::lowering::{plan_instr_dot, plan_reduce};
 use crate::ir::{Instr, Op, Program};
 use crate::kernels::{layernorm, reduce};
@@ -21,6 +23,10 @@ pub struct Lowered {
     pub fuses: Option<Fusion>,
     /// Whether it runs inside the previous instruction's fused kernel.
     pub fused_into_previous: bool,
+    /// Whether it is a transpose (or a fused transpose and split) that the fused attention
+    /// kernels read or write in place: it launches nothing and its outputs share its operand's
+    /// buffer.
+    pub folded: bool,
     /// Of a psum, the elements per device of its operands summed in place over a gradient
     /// arena (`reduce_packed`: each element read and written once per device, where a psum
     /// alone reads every group member's for each device's result); 0 otherwise.
@@ -34,6 +40,12 @@ const DEFAULT_MAX_ARENA: usize = (128 << 20) / 4;
 /// Every instruction of `program` as the GPU lowering runs it, in program order.
 pub fn lowered(program: &Program) -> Vec<Lowered> {
     let fusion = plan(program);
+    // The fused kernels take every whole-sequence attention's operands in place.
+    let whole = |i: usize| match &program.instrs[i].op {
+        Op::Attention { seq, .. } | Op::AttentionGrad { seq, .. } => seq.is_whole(),
+        _ => false,
+    };
+    let views = views::plan(program, &fusion, &whole);
     let drawn = program.bits_drawn_in_attention();
     // Optimizer updates packed into one dispatch run it at their group's last instruction, and
     // so do gradient psums summed in place at their run's last.
@@ -53,7 +65,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
         }
     }
     // A split into parts of one buffer, or a concat of them, is one copy; else one per part.
-    let parts = parts::plan(program, &fusion, &packing.placed);
+    let parts = parts::plan(program, &fusion, &views.quiet, &packing.placed);
     let copies = |values: &[crate::ir::ValueId]| {
         if parts.group_of(values).is_some() {
             1
@@ -66,7 +78,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
             let fused_into_previous = i > 0 && fusion[i - 1].is_some();
             let ins = &program.instrs[i];
             let dispatches = match fusion[i] {
-                _ if fused_into_previous => 0,
+                _ if fused_into_previous || views.quiet[i] => 0,
                 // Bits fused attention draws in its own kernels.
                 _ if ins.outputs.first().is_some_and(|o| drawn[o.index()].is_some()) => 0,
                 Some(Fusion::DotTransposed | Fusion::DotBias { .. }) => operand_copies(program, ins) + 1,
@@ -92,6 +104,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
                 dispatches,
                 fuses: fusion[i],
                 fused_into_previous,
+                folded: views.quiet[i],
                 summed_in_place,
             }
         })
@@ -188,7 +201,7 @@ mod tests {
         assert!(!pairs.is_empty());
         for i in pairs {
             assert!(l[i + 1].fused_into_previous && l[i + 1].dispatches == 0, "{i}");
-            assert!(l[i].dispatches >= 1);
+            assert!(l[i].dispatches >= 1 || (l[i].folded && l[i + 1].folded), "{i}");
         }
     }
 

@@ -29,7 +29,8 @@ pub enum Fusion {
     /// and also writes the sum, which the residual stream's next add reads.
     AddLayerNorm,
     /// transpose, then a split of it (attention's q, k, v heads): each part copied straight
-    /// from the transpose's operand, one pass instead of two.
+    /// from the transpose's operand, one pass instead of two (none where fused attention reads
+    /// the parts in place: views.rs).
     TransposeSplit,
     /// concat, then a transpose of it (the q, k, v gradients back to columns): each part
     /// written straight to its place in the transposed output.

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use super::fuse::{swapped, Fusion};
 use super::parts::{one_copy, part_copies, Parts};
 use super::slots::{Scratch, UpdatePlan};
+use super::views::Views;
 use crate::exec::lowering::{attention_blocks, on_devices, plan_broadcast, plan_shard_slice, plan_transpose, seq_runs};
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
@@ -41,6 +42,9 @@ pub(super) struct Lowering<'a> {
     pub adamw_hyper: Option<&'a GpuBuffer>,
     /// The fused pairs (fuse.rs): the first of a pair lowers both, the second nothing.
     pub fusion: &'a [Option<Fusion>],
+    /// The transposes folded into fused attention (views.rs): they lower to nothing, and the
+    /// attention kernels take the strided values in place.
+    pub views: &'a Views,
     /// Per value, the random_bits instruction of bits fused attention draws in place
     /// ([`Program::bits_drawn_in_attention`]): that instruction launches nothing.
     pub drawn: &'a [Option<usize>],
@@ -86,6 +90,22 @@ fn attention_shape(shape: &[usize], scale: f32, rate: f32, devices: usize) -> k:
         heads: devices * s.heads,
         ..s
     }
+}
+
+/// Whether attention instruction `i` runs on fused kernels on `ctx`'s adapter, with every
+/// device's whole sequence: those take q, k, v, o and do in any layout (views.rs).
+pub(super) fn takes_layouts(ctx: &GpuContext, program: &Program, i: usize) -> bool {
+    let ins = &program.instrs[i];
+    let (Op::Attention { scale, rate, seq } | Op::AttentionGrad { scale, rate, seq }) = &ins.op else {
+        return false;
+    };
+    let s = attention_shape(program.shape(ins.inputs[0]), *scale, *rate, program.devices());
+    let blocks = vec![Blocks::whole(s.t); program.devices()];
+    seq.is_whole()
+        && matches!(
+            k::attention::lowering(ctx, &s, &blocks),
+            k::attention::Lowering::Fused(_)
+        )
 }
 
 fn strs(a: &[String]) -> Vec<&str> {
@@ -321,7 +341,7 @@ impl Lowering<'_> {
 
     /// The dispatches of instruction `i`; `sc` is its plan from slot planning.
     pub async fn instr(&self, i: usize, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
-        if i > 0 && self.fusion[i - 1].is_some() {
+        if (i > 0 && self.fusion[i - 1].is_some()) || self.views.quiet[i] {
             return Ok(vec![]);
         }
         if let Some(f) = self.fusion[i] {
@@ -428,6 +448,7 @@ impl Lowering<'_> {
                 let blocks = self.attention_rows(seq, &shape(0), &shape(1))?;
                 let drawn = self.drawn_blocks(ins, 3, &blocks)?;
                 let dropout = self.dropout(ins, 3, *rate, &drawn);
+                let layouts = self.views.layouts(prog, ins);
                 match k::attention::lowering(ctx, &s, &blocks) {
                     k::attention::Lowering::Fused(kernels) => {
                         let b = k::attention::Forward {
@@ -438,8 +459,12 @@ impl Lowering<'_> {
                             o: y(0),
                             lse: y(1),
                             blocks: &blocks,
+                            layouts: layouts.as_ref(),
                         };
                         one(k::attention::forward(ctx, &b, &s, kernels).await?)
+                    }
+                    k::attention::Lowering::Composed if layouts.is_some() => {
+                        return Err(unsupported("the composed lowering reads heads-major arrays only"))
                     }
                     k::attention::Lowering::Composed => {
                         let scratch = self.attention_scratch(&s)?;
@@ -498,6 +523,7 @@ impl Lowering<'_> {
                     .expect("slot planning gives attention's backward its row scratch");
                 let blocks = self.attention_rows(seq, &shape(0), &shape(1))?;
                 let drawn = self.drawn_blocks(ins, 6, &blocks)?;
+                let layouts = self.views.layouts(prog, ins);
                 let b = k::attention::Backward {
                     q: x(0),
                     k: x(1),
@@ -511,9 +537,13 @@ impl Lowering<'_> {
                     dk: y(1),
                     dv: y(2),
                     blocks: &blocks,
+                    layouts: layouts.as_ref(),
                 };
                 match k::attention::lowering(ctx, &s, &blocks) {
                     k::attention::Lowering::Fused(kernels) => k::attention::backward(ctx, &b, &s, kernels).await?,
+                    k::attention::Lowering::Composed if layouts.is_some() => {
+                        return Err(unsupported("the composed lowering reads heads-major arrays only"))
+                    }
                     k::attention::Lowering::Composed => self.attention_backward_composed(b, &s).await?,
                 }
             }

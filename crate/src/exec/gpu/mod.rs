@@ -2,7 +2,8 @@
 //! dispatches of each instruction; the fused pairs and dispatch counts read off the program
 //! alone, for the cost model), packing (which optimizer updates and gradient psums share one
 //! dispatch), parts (values side by side in one buffer, so a split or concat is one copy), and
-//! the runtime (buffers, inputs, outputs, steps).
+//! views (the transposes around fused attention folded into its kernels), and the runtime
+//! (buffers, inputs, outputs, steps).
 mod dispatches;
 mod fuse;
 mod lower;
@@ -10,6 +11,7 @@ mod packing;
 mod parts;
 mod runtime;
 mod slots;
+mod views;
 
 pub use dispatches::{lowered, Lowered};
 pub use fuse::Fusion;

@@ -55,8 +55,14 @@ impl Parts {
 /// Plans the groups: the outputs of a split into equal parts, and the outputs of an instruction
 /// that a later concat joins whole and in order (an instruction's outputs are allocated together,
 /// so they can sit side by side), where the copy over the part axis fits the copy kernel's rank.
-/// A value in an optimizer arena (`placed`) or returned by the program keeps its own buffer.
-pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], placed: &[Option<(usize, usize, usize)>]) -> Parts {
+/// A value in an optimizer arena (`placed`) or returned by the program keeps its own buffer, and
+/// the split of a folded transpose (views.rs) makes no parts: its outputs share the operand's.
+pub(super) fn plan(
+    program: &Program,
+    fusion: &[Option<Fusion>],
+    quiet: &[bool],
+    placed: &[Option<(usize, usize, usize)>],
+) -> Parts {
     let mut producer = vec![None; program.values.len()];
     for (i, ins) in program.instrs.iter().enumerate() {
         for o in &ins.outputs {
@@ -79,6 +85,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], placed: &[Optio
     };
     for (i, ins) in program.instrs.iter().enumerate() {
         let values: Vec<ValueId> = match ins.op {
+            Op::Split { .. } if quiet[i] => continue,
             Op::Split { .. } => ins.outputs.clone(),
             Op::Concat { .. } => {
                 let roots: Vec<ValueId> = ins.inputs.iter().map(|v| parts.roots[v.index()]).collect();
@@ -207,7 +214,13 @@ mod tests {
             .unwrap()
             .program;
         let fusion = fuse::plan(&program);
-        let p = plan(&program, &fusion, &packing::plan(&program, &fusion, usize::MAX).placed);
+        let quiet = vec![false; program.instrs.len()];
+        let p = plan(
+            &program,
+            &fusion,
+            &quiet,
+            &packing::plan(&program, &fusion, usize::MAX).placed,
+        );
         // Per block: q, k, v from the split, and dq, dk, dv for the concat.
         assert_eq!(p.groups.len(), 4);
         for (i, ins) in program.instrs.iter().enumerate() {

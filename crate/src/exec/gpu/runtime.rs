@@ -8,6 +8,7 @@ use super::fuse::{self, Fusion};
 use super::lower::{Lowering, MatmulChoice};
 use super::parts::Parts;
 use super::slots::{self, Scratch};
+use super::views::{self, Views};
 use crate::exec::{ExecError, Tensor};
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
 use crate::ir::{DType, Op, Program, Role};
@@ -32,6 +33,8 @@ pub struct GpuExecutor {
     peak_bytes: u64,
     /// What lowering needs again when the dispatches are rebuilt ([`GpuExecutor::retune`]).
     fusion: Vec<Option<Fusion>>,
+    /// The transposes folded into fused attention, and the values they leave strided.
+    views: Views,
     /// [`Program::bits_drawn_in_attention`]: random bits fused attention makes in place.
     drawn: Vec<Option<usize>>,
     scratch: Vec<Scratch>,
@@ -77,10 +80,16 @@ impl GpuExecutor {
     /// [`GpuExecutor::new`], with the matmuls' variants chosen as `matmuls` says.
     pub async fn with_matmuls(ctx: &GpuContext, program: Program, matmuls: MatmulChoice) -> Result<Self, ExecError> {
         let fusion = fuse::plan(&program);
+        let views = views::plan(&program, &fusion, &|i| super::lower::takes_layouts(ctx, &program, i));
         let program_drawn = program.bits_drawn_in_attention();
         let limits = ctx.limits();
         let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
-        let plan = slots::plan(&program, &fusion, usize::try_from(max_arena).unwrap_or(usize::MAX));
+        let plan = slots::plan(
+            &program,
+            &fusion,
+            &views,
+            usize::try_from(max_arena).unwrap_or(usize::MAX),
+        );
         // The next step reads a donated output from its input's buffer.
         for &(out, input) in &program.donations {
             let (o, i) = (program.outputs[out], program.inputs[input].0);
@@ -122,6 +131,7 @@ impl GpuExecutor {
             adamw_hyper,
             peak_bytes,
             fusion,
+            views,
             drawn: program_drawn,
             scratch: plan.scratch,
             parts: plan.parts,
@@ -144,6 +154,7 @@ impl GpuExecutor {
             sgd_hyper: self.sgd_hyper.as_ref().map(|(b, _)| b),
             adamw_hyper: self.adamw_hyper.as_ref().map(|(b, _)| b),
             fusion: &self.fusion,
+            views: &self.views,
             drawn: &self.drawn,
             parts: &self.parts,
             part_ranges: &self.part_ranges,

@@ -6,6 +6,7 @@
 use super::fuse::Fusion;
 use super::packing::{self, ROLES};
 use super::parts::{self, Parts};
+use super::views::Views;
 use crate::exec::lowering::{plan_instr_dot, plan_reduce, DotPlan, ReducePlan};
 use crate::ir::{Op, Program, ValueId};
 use crate::kernels::optimizer::Segment;
@@ -174,8 +175,9 @@ fn psum_plan(packing: &packing::Packing, arenas: &[Vec<usize>], program: &Progra
 /// Plans the slots of `program`: every value holds all devices' local blocks (`[device, local...]`).
 /// A fused pair (`fusion`, see fuse.rs) is planned as one instruction: its outputs are taken
 /// before any of its operands is released, and an intermediate it does not write gets no slot.
+/// A folded transpose (`views`) is planned as a reshape: its outputs share its operand's slot.
 /// An arena of packed optimizer tensors holds at most `max_arena` elements.
-pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usize) -> Slots {
+pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], views: &Views, max_arena: usize) -> Slots {
     let mut last_use = program.last_uses();
     // Bits fused attention draws in place get no slot; their key lives while they would, as
     // the kernels read it instead.
@@ -207,7 +209,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
                 .collect(),
         );
     }
-    let parts = parts::plan(program, fusion, &packing.placed);
+    let parts = parts::plan(program, fusion, &views.quiet, &packing.placed);
     // Each group's part slots, made at its first part's allocation.
     let mut part_slots: Vec<Vec<usize>> = vec![vec![]; parts.groups.len()];
     // A value's new slot: its view if packed or a part, else by liveness (`fresh`: a new pinned
@@ -246,6 +248,13 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usiz
         };
         let mut sc = Scratch::default();
         match &ins.op {
+            _ if views.folded[i] => {
+                let s = value_slot[ins.inputs[0].index()];
+                for o in &program.instrs[group.end - 1].outputs {
+                    plan.retain(s);
+                    value_slot[o.index()] = s;
+                }
+            }
             Op::Reshape { .. } | Op::Pcast { .. } => {
                 let s = value_slot[ins.inputs[0].index()];
                 plan.retain(s);
