@@ -1,7 +1,7 @@
 // Fused causal attention, FlashAttention-2's arithmetic: q, o, do, dq (heads, T, Dh) and k, v,
 // dk, dv (heads, Tk, Dh) with heads = every device's B*H; lse (heads, T); the backward's rows
-// (lse, delta) (heads, T, 2). The rows of q, k, v, o and do sit where the prelude's row_at
-// says; dq, dk and dv are heads-major.
+// (lse, delta) (heads, T, 2). The rows of q, k, v, o, do, dq, dk and dv sit where the prelude's
+// row_at says.
 //
 // A workgroup holds WG rows of one head (queries in forward/dq, keys in dk/dv) and walks the
 // other side in tiles of TILE rows staged in workgroup memory, so each row it needs is read
@@ -177,7 +177,7 @@ fn backward_dq(
     let first = wid.x * WG;
     let i = first + lid;
     let live = i < u.t;
-    let row = (h * u.t + i) * u.dh;
+    let row = row_at(u.dq_at, h, i);
     var qi: array<f32, MAX_DH>;
     var doi: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
@@ -234,7 +234,7 @@ fn backward_dk(
     let first = wid.x * WG;
     let j = first + lid;
     let live = j < u.tk;
-    let row = (h * u.tk + j) * u.dh;
+    let row = row_at(u.dk_at, h, j);
     var kj: array<f32, MAX_DH>;
     var vj: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
@@ -287,7 +287,7 @@ fn backward_dv(
     let first = wid.x * WG;
     let j = first + lid;
     let live = j < u.tk;
-    let row = (h * u.tk + j) * u.dh;
+    let row = row_at(u.dv_at, h, j);
     var kj: array<f32, MAX_DH>;
     var acc: array<f32, MAX_DH>;
     var pj = 0u;

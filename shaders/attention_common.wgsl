@@ -39,12 +39,18 @@ struct Params {
     item_heads: u32,    // heads of one batch item: row_at's split of a head index
     block_size: vec4<u32>,    // a device's block of the bits' leading dims (canonical)
     global_stride: vec4<u32>, // the leading dims' global strides (canonical)
-    // Where the rows of q, k, v, o and do sit (row_at); dq, dk, dv, lse and rows are heads-major.
+    // Where the rows of q, k, v, o, do, dq, dk and dv sit (row_at); lse and rows are heads-major.
     q_at: vec4<u32>,
     k_at: vec4<u32>,
     v_at: vec4<u32>,
     o_at: vec4<u32>,
     do_at: vec4<u32>,
+    dq_at: vec4<u32>,
+    dk_at: vec4<u32>,
+    dv_at: vec4<u32>,
+    // 1 where dk and dv are one buffer, bound once as dk: the dk-and-dv kernel writes dv's rows
+    // there too (two writable bindings of one buffer would alias, which WebGPU refuses).
+    dv_in_dk: u32,
 }
 
 @group(0) @binding(3) var<storage, read> words: array<u32>;   // the bits, or the keys
@@ -54,8 +60,8 @@ struct Params {
 // Element 0 of row i of head h (of all devices' heads) of an operand laid out as `at` = (batch,
 // head, row, offset) in f32 elements: head h is head h % item_heads of batch item
 // h / item_heads. Heads-major (heads, T, Dh) has item_heads 1 and batch T*Dh. The lowering also
-// hands q, k, v, o and do as they lie in the (B, T, [3,] H, Dh) arrays around the op (the
-// projections' rows), so no transpose copies them in or out.
+// hands q, k, v, o, do and the gradients as they lie in the (B, T, [3,] H, Dh) arrays around the
+// op (the projections' rows), so no transpose copies them in or out.
 fn row_at(at: vec4<u32>, h: u32, i: u32) -> u32 {
     return at.w + (h / u.item_heads) * at.x + (h % u.item_heads) * at.y + i * at.z;
 }

@@ -245,7 +245,7 @@ fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32) {
     let ic = min(first + lid, u.t - 1u);
     let qrow = row_at(u.q_at, h, ic) / 4u;
     let dorow = row_at(u.do_at, h, ic) / 4u;
-    let dqrow = (h * u.t + ic) * dh4;
+    let dqrow = row_at(u.dq_at, h, ic) / 4u;
     let pi = head_pos_q(hd, ic);
     var started = false;
     for (var j0 = 0u; j0 < u.tk; j0 += lanes) {
@@ -317,14 +317,15 @@ fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, dorow: u32, row: vec2<f
 }
 
 // This lane's key row of the block of head h that starts at row `first`, clamped for loads past
-// Tk: whether it is one, its index, the first vec4 of its row of k, of v and of dk and dv, and
-// its position.
+// Tk: whether it is one, its index, the first vec4 of its row of k, v, dk and dv, and its
+// position.
 struct KeyRow {
     live: bool,
     j: u32,
     k: u32,
     v: u32,
-    out: u32,
+    dk: u32,
+    dv: u32,
     pos: u32,
 }
 
@@ -332,7 +333,9 @@ fn key_row(hd: Head, h: u32, first: u32, lid: u32) -> KeyRow {
     let j = min(first + lid, u.tk - 1u);
     let k4 = row_at(u.k_at, h, j) / 4u;
     let v4 = row_at(u.v_at, h, j) / 4u;
-    return KeyRow(first + lid < u.tk, j, k4, v4, (h * u.tk + j) * (u.dh / 4u), head_pos_k(hd, j));
+    let dk4 = row_at(u.dk_at, h, j) / 4u;
+    let dv4 = row_at(u.dv_at, h, j) / 4u;
+    return KeyRow(first + lid < u.tk, j, k4, v4, dk4, dv4, head_pos_k(hd, j));
 }
 
 // The query tile at i0 against this lane's key: the first vec4 of the query and do rows this
@@ -359,7 +362,7 @@ fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
     let kr = key_row(hd, h, first, lid);
     let live = kr.live;
-    let krow = kr.out;
+    let krow = kr.dk;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
@@ -389,7 +392,7 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
     let kr = key_row(hd, h, first, lid);
     let live = kr.live;
-    let krow = kr.out;
+    let krow = kr.dv;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
@@ -423,7 +426,8 @@ fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     let seen_min = head_k_min(hd, first, min(first + lanes, u.tk) - 1u);
     let kr = key_row(hd, h, first, lid);
     let live = kr.live;
-    let krow = kr.out;
+    let dkrow = kr.dk;
+    let dvrow = kr.dv;
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
@@ -436,19 +440,19 @@ fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
                 var prev_k = vec4(0.0);
                 var prev_v = vec4(0.0);
                 if (started) {
-                    prev_k = dk[krow + c];
-                    prev_v = dv[krow + c];
+                    prev_k = dk[dkrow + c];
+                    if (u.dv_in_dk == 1u) { prev_v = dk[dvrow + c]; } else { prev_v = dv[dvrow + c]; }
                 }
-                dk[krow + c] = prev_k + ak;
-                dv[krow + c] = prev_v + av;
+                dk[dkrow + c] = prev_k + ak;
+                if (u.dv_in_dk == 1u) { dk[dvrow + c] = prev_v + av; } else { dv[dvrow + c] = prev_v + av; }
             }
         }
         started = true;
     }
     if (live && !started) {
         for (var c = 0u; c < dh4; c++) {
-            dk[krow + c] = vec4(0.0);
-            dv[krow + c] = vec4(0.0);
+            dk[dkrow + c] = vec4(0.0);
+            if (u.dv_in_dk == 1u) { dk[dvrow + c] = vec4(0.0); } else { dv[dvrow + c] = vec4(0.0); }
         }
     }
 }

@@ -177,9 +177,9 @@ impl Layout {
     }
 }
 
-/// The layouts of q, k, v, o and do, and the heads of one batch item (`item_heads`) by which
-/// a head index splits into item and head. dq, dk, dv, lse and the rows scratch are always
-/// heads-major.
+/// The layouts of q, k, v, o, do and the gradients, and the heads of one batch item
+/// (`item_heads`) by which a head index splits into item and head. lse and the rows scratch
+/// are always heads-major.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layouts {
     pub item_heads: usize,
@@ -188,6 +188,9 @@ pub struct Layouts {
     pub v: Layout,
     pub o: Layout,
     pub d_o: Layout,
+    pub dq: Layout,
+    pub dk: Layout,
+    pub dv: Layout,
 }
 
 impl Layouts {
@@ -201,6 +204,9 @@ impl Layouts {
             v: kv,
             o: q,
             d_o: q,
+            dq: q,
+            dk: kv,
+            dv: kv,
         }
     }
 
@@ -217,7 +223,7 @@ impl Layouts {
             return Ok(Layouts::heads_major(s, tk));
         };
         positive(kname, "heads of a batch item", l.item_heads)?;
-        let all = [l.q, l.k, l.v, l.o, l.d_o];
+        let all = [l.q, l.k, l.v, l.o, l.d_o, l.dq, l.dk, l.dv];
         if matches!(kernels, Some(Kernels::Subgroup { .. })) && !all.iter().all(|x| x.vec4s()) {
             return Err(GpuError::Invalid(format!(
                 "{kname}: the subgroup kernels load whole vec4s, and the layouts {l:?} are not in multiples of 4                  elements: hand heads-major arrays"
@@ -232,8 +238,8 @@ impl Layouts {
         Ok(l)
     }
 
-    /// Elements the buffer of each operand needs: (q, k, v, o, do).
-    fn spans(&self, s: &AttentionShape, tk: usize) -> [usize; 5] {
+    /// Elements the buffer of each operand needs: (q, k, v, o, do, dq, dk, dv).
+    fn spans(&self, s: &AttentionShape, tk: usize) -> [usize; 8] {
         let n = |l: Layout, rows| l.span(s.heads, self.item_heads, rows, s.dh);
         [
             n(self.q, s.t),
@@ -241,6 +247,9 @@ impl Layouts {
             n(self.v, tk),
             n(self.o, s.t),
             n(self.d_o, s.t),
+            n(self.dq, s.t),
+            n(self.dk, tk),
+            n(self.dv, tk),
         ]
     }
 }
@@ -271,6 +280,11 @@ struct Params {
     v_at: [u32; 4],
     o_at: [u32; 4],
     do_at: [u32; 4],
+    dq_at: [u32; 4],
+    dk_at: [u32; 4],
+    dv_at: [u32; 4],
+    dv_in_dk: u32,
+    pad: [u32; 3],
 }
 
 /// Words per device in the offsets buffer: the leading block's start (canonical rank 4), then
@@ -359,6 +373,11 @@ fn setup<'a>(
         v_at: layouts.v.words(kernel)?,
         o_at: layouts.o.words(kernel)?,
         do_at: layouts.d_o.words(kernel)?,
+        dq_at: layouts.dq.words(kernel)?,
+        dk_at: layouts.dk.words(kernel)?,
+        dv_at: layouts.dv.words(kernel)?,
+        dv_in_dk: 0,
+        pad: [0; 3],
     };
     let mut words = stand_in;
     let mut offsets = vec![0u32; OFFSET_WORDS * devices];
@@ -542,7 +561,7 @@ pub async fn forward(
     let tk = tk(b.blocks, s);
     let layouts = Layouts::of(b.layouts, kname, s, tk, Some(kernels))?;
     let setup = setup(kname, s, b.blocks, b.dropout, b.q, &layouts)?;
-    let [nq, nk, nv, no, _] = layouts.spans(s, tk);
+    let [nq, nk, nv, no, ..] = layouts.spans(s, tk);
     for (what, buf, len) in [("q", b.q, nq), ("k", b.k, nk), ("v", b.v, nv), ("o", b.o, no)] {
         need(kname, what, buf, len)?;
     }
@@ -596,17 +615,16 @@ pub async fn backward(
     let tk = tk(b.blocks, s);
     let layouts = Layouts::of(b.layouts, kname, s, tk, Some(kernels))?;
     let setup = setup(kname, s, b.blocks, b.dropout, b.q, &layouts)?;
-    let (n, nk) = (s.heads * s.t * s.dh, s.heads * tk * s.dh);
-    let [nq, nkl, nv, no, ndo] = layouts.spans(s, tk);
+    let [nq, nk, nv, no, ndo, ndq, ndk, ndv] = layouts.spans(s, tk);
     for (what, buf, len) in [
         ("q", b.q, nq),
-        ("k", b.k, nkl),
+        ("k", b.k, nk),
         ("v", b.v, nv),
         ("o", b.o, no),
         ("do", b.d_o, ndo),
-        ("dq", b.dq, n),
-        ("dk", b.dk, nk),
-        ("dv", b.dv, nk),
+        ("dq", b.dq, ndq),
+        ("dk", b.dk, ndk),
+        ("dv", b.dv, ndv),
     ] {
         need(kname, what, buf, len)?;
     }
@@ -639,10 +657,29 @@ pub async fn backward(
             .write(10, "rows", b.rows)
             .write(12, "dq", b.dq)
             .grid(kernels.grid(s, s.t));
-        let dkdv = common("backward_dkdv", "dk dv", tk)?
+        // dk and dv in one buffer (their rows interleaved in the gradient's columns) bind once:
+        // two writable bindings of one buffer would alias.
+        let one = b.dk.buffer == b.dv.buffer && b.dk.offset == b.dv.offset && b.dk.len == b.dv.len;
+        let params = Params {
+            dv_in_dk: u32::from(one),
+            ..setup.params
+        };
+        let (shader, entry) = kernels.entry("backward_dkdv");
+        let dkdv = Kernel::new(shader, entry, format!("attention backward dk dv {shape}"))
+            .read(0, "q", b.q)
+            .read(1, "k", b.k)
             .read(2, "v", b.v)
+            .read(9, "do", b.d_o)
+            .read(11, "rows", b.rows)
+            .read(3, "words", setup.words)
+            .read_owned(4, "offsets", ctx.upload("attention offsets", &setup.offsets)?)
+            .uniform(7, &params)
             .write(13, "dk", b.dk)
-            .write(14, "dv", b.dv);
+            .grid(kernels.grid(s, tk));
+        let dkdv = match one {
+            true => dkdv.write_owned(14, "dv (in dk)", ctx.zeros("attention dv stand-in", 4)?),
+            false => dkdv.write(14, "dv", b.dv),
+        };
         return Ok(vec![ctx.launch(setup.bind(ctx, dq)?).await?, ctx.launch(dkdv).await?]);
     }
     let mut out = vec![row_delta(ctx, b, s, &setup.params).await?];
@@ -732,7 +769,7 @@ pub async fn composed_backward(
 ) -> Result<(Dispatch, Dispatch), GpuError> {
     let kname = "attention::probs_grad";
     let layouts = Layouts::of(b.op.layouts, kname, s, s.t, None)?;
-    let [.., no, ndo] = layouts.spans(s, s.t);
+    let [_, _, _, no, ndo, ..] = layouts.spans(s, s.t);
     need(kname, "o", b.op.o, no)?;
     need(kname, "do", b.op.d_o, ndo)?;
     let setup = setup(kname, s, b.op.blocks, b.op.dropout, b.op.q, &layouts)?;

@@ -217,7 +217,8 @@ fn to_rows(x: &[f32], [items, heads, t, dh]: [usize; 4], (parts, which): (usize,
 }
 
 /// The lowering hands q, k, v as they lie in the qkv projection's (B, T, 3, H, Dh) rows, do in
-/// (B, T, H, Dh) rows, and takes o in those rows (views.rs): every design must compute what it
+/// (B, T, H, Dh) rows, and takes o in those rows and dq, dk, dv in the (B, T, 3, H, Dh) columns
+/// of the qkv gradient, all three in one buffer (views.rs): every design must compute what it
 /// computes on heads-major arrays.
 #[test]
 fn every_design_reads_and_writes_the_rows_around_the_op_where_they_lie() {
@@ -255,6 +256,9 @@ fn every_design_reads_and_writes_the_rows_around_the_op_where_they_lie() {
             v: in_qkv(2),
             o: rows,
             d_o: rows,
+            dq: in_qkv(0),
+            dk: in_qkv(1),
+            dv: in_qkv(2),
         };
         let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
         let (qkv, d_o, o_in) = (up("qkv", &qkv), up("do", &do_rows), up("o", &o_rows));
@@ -269,6 +273,10 @@ fn every_design_reads_and_writes_the_rows_around_the_op_where_they_lie() {
             bits: c.bits.as_deref(),
         };
         let want = backward(&c.q, &c.k, &c.v, &saved, c.s);
+        let mut want_columns = vec![0.0; 3 * n];
+        for (w, x) in want.iter().enumerate() {
+            to_rows(x, [items, heads, t, dh], (3, w), &mut want_columns);
+        }
         for kernels in kernel::designs(ctx, &c.s) {
             let what = format!("rate {rate}, {kernels:?}");
             let (o, lse) = (ctx.zeros("o", n).unwrap(), ctx.zeros("lse", items * heads * t).unwrap());
@@ -289,7 +297,7 @@ fn every_design_reads_and_writes_the_rows_around_the_op_where_they_lie() {
             assert_close(&format!("lse {what}"), &got_lse, &want_lse, 1e-5, 1e-5);
 
             let scratch = ctx.zeros("rows", kernel::rows_len(&c.s)).unwrap();
-            let outs = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
+            let grads = ctx.zeros("dqkv", 3 * n).unwrap();
             let b = kernel::Backward {
                 q: &qkv,
                 k: &qkv,
@@ -299,17 +307,15 @@ fn every_design_reads_and_writes_the_rows_around_the_op_where_they_lie() {
                 d_o: &d_o,
                 dropout,
                 rows: &scratch,
-                dq: &outs[0],
-                dk: &outs[1],
-                dv: &outs[2],
+                dq: &grads,
+                dk: &grads,
+                dv: &grads,
                 blocks: &whole,
                 layouts: Some(&layouts),
             };
             ctx.run(&pollster::block_on(kernel::backward(ctx, &b, &c.s, kernels)).unwrap());
-            for (name, (buf, want)) in ["dq", "dk", "dv"].iter().zip(outs.iter().zip(&want)) {
-                let got = ctx.read_blocking::<f32>(buf).unwrap();
-                assert_close(&format!("{name} {what}"), &got, want, 1e-5, 1e-4);
-            }
+            let got = ctx.read_blocking::<f32>(&grads).unwrap();
+            assert_close(&format!("dq, dk, dv {what}"), &got, &want_columns, 1e-5, 1e-4);
         }
     }
 }

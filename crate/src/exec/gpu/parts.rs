@@ -56,7 +56,8 @@ impl Parts {
 /// that a later concat joins whole and in order (an instruction's outputs are allocated together,
 /// so they can sit side by side), where the copy over the part axis fits the copy kernel's rank.
 /// A value in an optimizer arena (`placed`) or returned by the program keeps its own buffer, and
-/// the split of a folded transpose (views.rs) makes no parts: its outputs share the operand's.
+/// a split or concat folded into attention (views.rs) makes no parts: its values share one
+/// buffer already.
 pub(super) fn plan(
     program: &Program,
     fusion: &[Option<Fusion>],
@@ -85,7 +86,7 @@ pub(super) fn plan(
     };
     for (i, ins) in program.instrs.iter().enumerate() {
         let values: Vec<ValueId> = match ins.op {
-            Op::Split { .. } if quiet[i] => continue,
+            Op::Split { .. } | Op::Concat { .. } if quiet[i] => continue,
             Op::Split { .. } => ins.outputs.clone(),
             Op::Concat { .. } => {
                 let roots: Vec<ValueId> = ins.inputs.iter().map(|v| parts.roots[v.index()]).collect();

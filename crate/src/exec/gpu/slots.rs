@@ -175,7 +175,8 @@ fn psum_plan(packing: &packing::Packing, arenas: &[Vec<usize>], program: &Progra
 /// Plans the slots of `program`: every value holds all devices' local blocks (`[device, local...]`).
 /// A fused pair (`fusion`, see fuse.rs) is planned as one instruction: its outputs are taken
 /// before any of its operands is released, and an intermediate it does not write gets no slot.
-/// A folded transpose (`views`) is planned as a reshape: its outputs share its operand's slot.
+/// A folded transpose (`views`) is planned as a reshape: its outputs share its operand's slot;
+/// gradients written into a folded concat's columns share that slot from their instruction on.
 /// An arena of packed optimizer tensors holds at most `max_arena` elements.
 pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], views: &Views, max_arena: usize) -> Slots {
     let mut last_use = program.last_uses();
@@ -318,7 +319,16 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], views: &Views, 
                     }
                     _ => alloc(plan, o, false),
                 };
-                if keep_first {
+                if let Some(y) = views.joint[i] {
+                    // Gradients written into the columns a folded concat makes: one slot for all.
+                    let s = plan.take(numel(y));
+                    for (k, o) in ins.outputs.iter().enumerate() {
+                        if k > 0 {
+                            plan.retain(s);
+                        }
+                        value_slot[o.index()] = s;
+                    }
+                } else if keep_first {
                     for o in ins.outputs.iter().filter(|o| drawn[o.index()].is_none()) {
                         value_slot[o.index()] = place(&mut plan, &value_slot, *o);
                     }

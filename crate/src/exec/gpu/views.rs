@@ -27,6 +27,9 @@ pub(super) struct Views {
     pub quiet: Vec<bool>,
     /// Per value: where it is not row-major in its slot, its layout there.
     pub strided: Vec<Option<Strided>>,
+    /// Per instruction: an attention backward whose gradients are written straight into the
+    /// columns a folded concat and transpose would make: that value, whose slot they share.
+    pub joint: Vec<Option<ValueId>>,
 }
 
 impl Views {
@@ -37,22 +40,29 @@ impl Views {
             folded: vec![false; program.instrs.len()],
             quiet: vec![false; program.instrs.len()],
             strided: vec![None; program.values.len()],
+            joint: vec![None; program.instrs.len()],
         }
     }
 
     /// The layouts of attention instruction `ins`'s q, k, v, o and do (the backward's operands
-    /// 0, 1, 2, 3, 5; the forward's o is its output 0), or `None` where all are row-major.
+    /// 0, 1, 2, 3, 5; the forward's o is its output 0) and of the backward's dq, dk, dv, or
+    /// `None` where all are row-major.
     pub fn layouts(&self, program: &Program, ins: &Instr) -> Option<Layouts> {
-        let (o, d_o) = match ins.op {
-            Op::Attention { .. } => (ins.outputs[0], None),
-            Op::AttentionGrad { .. } => (ins.inputs[3], Some(ins.inputs[5])),
+        let (o, d_o, grads) = match ins.op {
+            Op::Attention { .. } => (ins.outputs[0], None, [None; 3]),
+            Op::AttentionGrad { .. } => (
+                ins.inputs[3],
+                Some(ins.inputs[5]),
+                [0, 1, 2].map(|k| Some(ins.outputs[k])),
+            ),
             _ => return None,
         };
         let (q, k, v) = (ins.inputs[0], ins.inputs[1], ins.inputs[2]);
-        let all = [Some(q), Some(k), Some(v), Some(o), d_o];
+        let all = [Some(q), Some(k), Some(v), Some(o), d_o, grads[0], grads[1], grads[2]];
         if all.iter().flatten().all(|x| self.strided[x.index()].is_none()) {
             return None;
         }
+        // The forward has no do or gradients: o's layout stands in, unused.
         let layout = |x: Option<ValueId>| {
             let x = x.unwrap_or(o);
             let shape = program.shape(x);
@@ -74,6 +84,9 @@ impl Views {
             v: layout(Some(v)),
             o: layout(Some(o)),
             d_o: layout(d_o),
+            dq: layout(grads[0]),
+            dk: layout(grads[1]),
+            dv: layout(grads[2]),
         })
     }
 }
@@ -127,6 +140,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
         folded: vec![false; program.instrs.len()],
         quiet: vec![false; program.instrs.len()],
         strided: vec![None; program.values.len()],
+        joint: vec![None; program.instrs.len()],
     };
     let cx = Cx {
         program,
@@ -134,6 +148,18 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
         strided_ok,
     };
     for (i, ins) in program.instrs.iter().enumerate() {
+        if fusion[i] == Some(Fusion::ConcatTransposed) {
+            if let Some((j, grads)) = cx.gradients_in_columns(i, &producer) {
+                views.folded[i] = true;
+                views.quiet[i] = true;
+                views.quiet[i + 1] = true;
+                views.joint[j] = Some(program.instrs[i + 1].outputs[0]);
+                for (g, st) in grads {
+                    views.strided[g.index()] = Some(st);
+                }
+            }
+            continue;
+        }
         let Op::Transpose { perm } = &ins.op else { continue };
         if i > 0 && fusion[i - 1].is_some() {
             continue;
@@ -253,6 +279,58 @@ impl Cx<'_> {
         ok
     }
 
+    /// For the concat at `i` and the transpose after it: where every part is a reshape of one
+    /// output of a single fused attention backward, read by nothing else, that instruction and
+    /// the layout each of its gradients has inside the transposed columns.
+    fn gradients_in_columns(&self, i: usize, producer: &[Option<usize>]) -> Option<(usize, Vec<(ValueId, Strided)>)> {
+        let program = self.program;
+        let (concat, transpose) = (&program.instrs[i], &program.instrs[i + 1]);
+        let (Op::Concat { axis }, Op::Transpose { perm }) = (&concat.op, &transpose.op) else {
+            return None;
+        };
+        let y = transpose.outputs[0];
+        let mut strides = vec![0; perm.len()];
+        for (a, &p) in perm.iter().enumerate() {
+            strides[p] = row_major(program.shape(y))[a];
+        }
+        let numel = program.info(y).numel();
+        let only_read_by = |v: ValueId, j: usize| {
+            !program.outputs.contains(&v) && self.readers[v.index()].iter().all(|&(r, _)| r == j)
+        };
+        let mut backward = None;
+        let mut grads = vec![];
+        let mut start = 0;
+        for &part in &concat.inputs {
+            let r = producer[part.index()]?;
+            let Op::Reshape { .. } = program.instrs[r].op else {
+                return None;
+            };
+            let g = program.instrs[r].inputs[0];
+            let j = producer[g.index()]?;
+            if !matches!(program.instrs[j].op, Op::AttentionGrad { .. }) || *backward.get_or_insert(j) != j {
+                return None;
+            }
+            let offset = start * strides[*axis];
+            start += program.shape(part)[*axis];
+            let mut st = Strided {
+                strides: squeezed(program.shape(part), &strides, program.shape(g))?,
+                offset,
+            };
+            // One batch item per device: its stride is the device block's (a reshape gave it 0).
+            if program.shape(g).first() == Some(&1) {
+                st.strides[0] = numel;
+            }
+            if !only_read_by(part, i) || !only_read_by(g, r) || !self.layout_ok(g, &st, numel) {
+                return None;
+            }
+            grads.push((g, st));
+        }
+        let j = backward?;
+        let outputs = &program.instrs[j].outputs;
+        let all = grads.len() == outputs.len() && outputs.iter().all(|o| grads.iter().any(|(g, _)| g == o));
+        (all && (self.strided_ok)(j)).then_some((j, grads))
+    }
+
     /// Whether a (B, H, T, Dh) operand laid out as `st` is one the kernels address: Dh
     /// contiguous, and device blocks of `numel` elements B batch strides apart (a head index
     /// runs over every device's batch items).
@@ -292,47 +370,46 @@ mod tests {
             let fusion = fuse::plan(&program);
             let v = plan(&program, &fusion, &|_| true);
             let folded = v.folded.iter().filter(|&&f| f).count();
-            // Per block: q, k and v's transpose, o's, and do's; not dq, dk and dv's (written
-            // heads-major: one write binding each).
+            // Per block: q, k and v's transpose (with the split), o's, do's, and the
+            // gradients' concat (with the transpose back to columns).
             let want = if attention == Attention::Fused {
-                3 * cfg.layers
+                4 * cfg.layers
             } else {
                 0
             };
             assert_eq!(folded, want, "{attention:?}");
-            // Only the transposes and their splits launch nothing: the op after each runs.
+            // Only the transposes and their splits and concats launch nothing: the op after
+            // each runs.
             for (i, ins) in program.instrs.iter().enumerate() {
-                let moves = matches!(ins.op, Op::Transpose { .. } | Op::Split { .. });
+                let moves = matches!(ins.op, Op::Transpose { .. } | Op::Split { .. } | Op::Concat { .. });
                 assert!(!v.quiet[i] || moves, "{} at {i} is quiet", ins.op.name());
             }
             let quiet = v.quiet.iter().filter(|&&q| q).count();
-            assert_eq!(
-                quiet,
-                want + want / 3,
-                "{attention:?}: q, k and v's transpose and split are two"
-            );
+            assert_eq!(quiet, want + want / 2, "{attention:?}: two pairs of two a block");
+            // Each backward writes its gradients into the columns the concat would make.
+            assert_eq!(v.joint.iter().flatten().count(), want / 4, "{attention:?}");
             // Without fused kernels nothing folds.
             let none = plan(&program, &fusion, &|_| false);
             assert!(!none.folded.contains(&true));
             assert_eq!(none.strided, Views::none(&program).strided);
-            // Every attention reads q, k and v at 0, C and 2C of the qkv rows, 3C apart.
+            // Every attention reads q, k and v at 0, C and 2C of the qkv rows, 3C apart, and
+            // every backward writes dq, dk and dv there in the gradient's columns.
             for ins in &program.instrs {
                 let Some(l) = v.layouts(&program, ins) else {
                     continue;
                 };
                 let (t, c) = (cfg.seq, cfg.d_model);
                 let dh = c / cfg.heads;
+                let columns = |offset| Layout {
+                    batch: 3 * t * c,
+                    head: dh,
+                    row: 3 * c,
+                    offset,
+                };
                 assert_eq!(l.item_heads, cfg.heads);
-                for (at, offset) in [(l.q, 0), (l.k, c), (l.v, 2 * c)] {
-                    assert_eq!(
-                        at,
-                        Layout {
-                            batch: 3 * t * c,
-                            head: dh,
-                            row: 3 * c,
-                            offset
-                        }
-                    );
+                assert_eq!([l.q, l.k, l.v], [0, c, 2 * c].map(columns));
+                if let Op::AttentionGrad { .. } = ins.op {
+                    assert_eq!([l.dq, l.dk, l.dv], [0, c, 2 * c].map(columns));
                 }
                 let rows = Layout {
                     batch: t * c,
