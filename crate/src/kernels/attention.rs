@@ -614,7 +614,11 @@ pub async fn backward(
     kernels.check(kname, s)?;
     let tk = tk(b.blocks, s);
     let layouts = Layouts::of(b.layouts, kname, s, tk, Some(kernels))?;
-    let setup = setup(kname, s, b.blocks, b.dropout, b.q, &layouts)?;
+    let mut setup = setup(kname, s, b.blocks, b.dropout, b.q, &layouts)?;
+    // dk and dv in one buffer (their rows interleaved in the gradient's columns) bind once, as
+    // dk, in the kernel that writes both: two writable bindings of one buffer would alias.
+    let dv_in_dk = b.dk.buffer == b.dv.buffer && b.dk.offset == b.dv.offset && b.dk.len == b.dv.len;
+    setup.params.dv_in_dk = u32::from(dv_in_dk);
     let [nq, nk, nv, no, ndo, ndq, ndk, ndv] = layouts.spans(s, tk);
     for (what, buf, len) in [
         ("q", b.q, nq),
@@ -657,26 +661,10 @@ pub async fn backward(
             .write(10, "rows", b.rows)
             .write(12, "dq", b.dq)
             .grid(kernels.grid(s, s.t));
-        // dk and dv in one buffer (their rows interleaved in the gradient's columns) bind once:
-        // two writable bindings of one buffer would alias.
-        let one = b.dk.buffer == b.dv.buffer && b.dk.offset == b.dv.offset && b.dk.len == b.dv.len;
-        let params = Params {
-            dv_in_dk: u32::from(one),
-            ..setup.params
-        };
-        let (shader, entry) = kernels.entry("backward_dkdv");
-        let dkdv = Kernel::new(shader, entry, format!("attention backward dk dv {shape}"))
-            .read(0, "q", b.q)
-            .read(1, "k", b.k)
+        let dkdv = common("backward_dkdv", "dk dv", tk)?
             .read(2, "v", b.v)
-            .read(9, "do", b.d_o)
-            .read(11, "rows", b.rows)
-            .read(3, "words", setup.words)
-            .read_owned(4, "offsets", ctx.upload("attention offsets", &setup.offsets)?)
-            .uniform(7, &params)
-            .write(13, "dk", b.dk)
-            .grid(kernels.grid(s, tk));
-        let dkdv = match one {
+            .write(13, "dk", b.dk);
+        let dkdv = match dv_in_dk {
             true => dkdv.write_owned(14, "dv (in dk)", ctx.zeros("attention dv stand-in", 4)?),
             false => dkdv.write(14, "dv", b.dv),
         };
