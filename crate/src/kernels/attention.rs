@@ -6,9 +6,9 @@
 //! global sequence as its [`Blocks`] say (the whole sequence on one device; blocks of it under
 //! context parallelism), and the causal mask compares those positions.
 //!
-//! The rows of q, k, v, o and do may also sit in other buffers' layouts ([`Layouts`]): the
-//! lowering hands them as they lie in the (B, T, [3,] H, Dh) arrays around the op, so no
-//! transpose copies them in or out.
+//! The rows of q, k, v, o, do and the gradients may also sit in other buffers' layouts
+//! ([`Layouts`]): the lowering hands them as they lie in the (B, T, 3, H, Dh) and (B, T, H, Dh)
+//! arrays around the op, so no transpose copies them in or out.
 //!
 //! Dropout bits come as [`Dropout::Bits`], a (heads, T, Tk) array a random_bits launch made, or
 //! as [`Dropout::Drawn`]: the key and the draw, from which every kernel makes the bits it needs
