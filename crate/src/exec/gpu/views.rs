@@ -1,10 +1,12 @@
 //! Strided views: the transposes around fused attention, folded into its kernels. The heads'
 //! transpose and split in front of the op (q, k, v out of the qkv projection's (B, T, 3, H, Dh)
-//! rows), the cotangent's in front of its backward, and the output's back to (B, T, H, Dh) rows
-//! launch nothing: their outputs share their operand's slot, as a reshape's do, and the fused
-//! kernels read and write the rows where they lie ([`Layouts`]). A transpose folds only where
-//! every reader of what it makes, through reshapes, is an operand the fused kernels take in any
-//! layout; everything else still reads row-major arrays.
+//! rows), the cotangent's in front of its backward, the output's back to (B, T, H, Dh) rows, and
+//! the gradients' concat and transpose back to (B, T, 3, H, Dh) columns launch nothing: their
+//! outputs share their operand's slot, as a reshape's do (the gradients share the columns' slot
+//! from the backward on), and the fused kernels read and write the rows where they lie
+//! ([`Layouts`]). A transpose folds only where every reader of what it makes (or, behind the op,
+//! every writer of what it takes) is an operand the fused kernels take in any layout, through
+//! reshapes; everything else still reads and writes row-major arrays.
 use super::fuse::Fusion;
 use crate::ir::{Instr, Op, Program, ValueId};
 use crate::kernels::attention::{Layout, Layouts};
@@ -19,11 +21,11 @@ pub(super) struct Strided {
 
 /// The folded transposes of a program and the values they leave strided.
 pub(super) struct Views {
-    /// Per instruction: a transpose, or the first of a fused transpose-split pair, that launches
-    /// nothing; its outputs (the split's) share its operand's slot.
+    /// Per instruction: a transpose, or the first of a fused transpose-split or concat-transpose
+    /// pair, that launches nothing; its outputs (the pair's second's) share its operand's slot.
     pub folded: Vec<bool>,
-    /// Per instruction: whether it launches nothing (a folded transpose, and the split of a
-    /// folded pair).
+    /// Per instruction: whether it launches nothing (a folded transpose, and both of a folded
+    /// pair).
     pub quiet: Vec<bool>,
     /// Per value: where it is not row-major in its slot, its layout there.
     pub strided: Vec<Option<Strided>>,
@@ -33,7 +35,7 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// None folded: what an executor plans with where attention is not lowered to fused kernels.
+    /// Nothing folded (what the plan gives where no attention runs fused kernels).
     #[cfg(test)]
     pub fn none(program: &Program) -> Views {
         Views {
