@@ -233,6 +233,17 @@ impl Program {
         drawn
     }
 
+    /// For every value, the index of the instruction that makes it (`None` for an input).
+    pub fn producers(&self) -> Vec<Option<usize>> {
+        let mut producer = vec![None; self.values.len()];
+        for (i, ins) in self.instrs.iter().enumerate() {
+            for o in &ins.outputs {
+                producer[o.index()] = Some(i);
+            }
+        }
+        producer
+    }
+
     /// For every value, the index of the last instruction that reads it (outputs live to the end).
     pub fn last_uses(&self) -> Vec<Option<usize>> {
         let mut last = vec![None; self.values.len()];

@@ -94,12 +94,7 @@ fn weight_decay(op: &Op) -> f32 {
 pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], max_arena: usize) -> Packing {
     let devices = program.devices();
     let numel = |v: ValueId| devices * program.info(v).numel();
-    let mut producer = vec![None; program.values.len()];
-    for (i, ins) in program.instrs.iter().enumerate() {
-        for o in &ins.outputs {
-            producer[o.index()] = Some(i);
-        }
-    }
+    let producer = program.producers();
     let is_input = {
         let mut s = vec![false; program.values.len()];
         for (v, _) in &program.inputs {
@@ -394,12 +389,7 @@ mod tests {
             let launches: usize = psums.iter().map(|&i| p.psum_dispatches(&program, i)).sum();
             assert_eq!(launches, 2, "{name}: the gradients' run and the loss's psum");
             // Each operand (its buffer, which a reshape shares) is written where its sum goes.
-            let mut producer = vec![None; program.values.len()];
-            for (i, ins) in program.instrs.iter().enumerate() {
-                for o in &ins.outputs {
-                    producer[o.index()] = Some(i);
-                }
-            }
+            let producer = program.producers();
             for &i in &psums {
                 let ins = &program.instrs[i];
                 for (x, o) in ins.inputs.iter().zip(&ins.outputs) {

@@ -64,12 +64,7 @@ pub(super) fn plan(
     quiet: &[bool],
     placed: &[Option<(usize, usize, usize)>],
 ) -> Parts {
-    let mut producer = vec![None; program.values.len()];
-    for (i, ins) in program.instrs.iter().enumerate() {
-        for o in &ins.outputs {
-            producer[o.index()] = Some(i);
-        }
-    }
+    let producer = program.producers();
     let roots: Vec<ValueId> = (0..program.values.len())
         .map(|v| root(program, &producer, ValueId(v as u32)))
         .collect();

@@ -249,7 +249,8 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], views: &Views, 
         };
         let mut sc = Scratch::default();
         match &ins.op {
-            _ if views.folded[i] => {
+            // A group's first instruction is quiet only where the transpose (or pair) is folded.
+            _ if views.quiet[i] => {
                 let s = value_slot[ins.inputs[0].index()];
                 for o in &program.instrs[group.end - 1].outputs {
                     plan.retain(s);

@@ -8,7 +8,7 @@
 //! every writer of what it takes) is an operand the fused kernels take in any layout, through
 //! reshapes; everything else still reads and writes row-major arrays.
 use super::fuse::Fusion;
-use crate::ir::{Instr, Op, Program, ValueId};
+use crate::ir::{strides, Instr, Op, Program, ValueId};
 use crate::kernels::attention::{Layout, Layouts};
 
 /// A value's elements in its slot's buffer, per device block: element (i0, i1, ...) at
@@ -21,11 +21,9 @@ pub(super) struct Strided {
 
 /// The folded transposes of a program and the values they leave strided.
 pub(super) struct Views {
-    /// Per instruction: a transpose, or the first of a fused transpose-split or concat-transpose
-    /// pair, that launches nothing; its outputs (the pair's second's) share its operand's slot.
-    pub folded: Vec<bool>,
-    /// Per instruction: whether it launches nothing (a folded transpose, and both of a folded
-    /// pair).
+    /// Per instruction: whether it launches nothing: a folded transpose, and both of a folded
+    /// fused pair (transpose-split, concat-transpose). The outputs of a folded transpose, or of
+    /// a folded pair's second, share the operand's slot.
     pub quiet: Vec<bool>,
     /// Per value: where it is not row-major in its slot, its layout there.
     pub strided: Vec<Option<Strided>>,
@@ -39,7 +37,6 @@ impl Views {
     #[cfg(test)]
     pub fn none(program: &Program) -> Views {
         Views {
-            folded: vec![false; program.instrs.len()],
             quiet: vec![false; program.instrs.len()],
             strided: vec![None; program.values.len()],
             joint: vec![None; program.instrs.len()],
@@ -69,7 +66,7 @@ impl Views {
             let x = x.unwrap_or(o);
             let shape = program.shape(x);
             let st = self.strided[x.index()].clone().unwrap_or_else(|| Strided {
-                strides: row_major(shape),
+                strides: strides(shape),
                 offset: 0,
             });
             Layout {
@@ -93,11 +90,23 @@ impl Views {
     }
 }
 
-/// Row-major strides of `shape`.
-fn row_major(shape: &[usize]) -> Vec<usize> {
-    let mut st = vec![1; shape.len()];
-    for a in (0..shape.len().saturating_sub(1)).rev() {
-        st[a] = st[a + 1] * shape[a + 1];
+/// The strides of a transpose's operand where its buffer holds the transpose's output (of
+/// shape `out`) row-major: operand axis `perm[a]` steps as output axis `a` does.
+fn under(perm: &[usize], out: &[usize]) -> Vec<usize> {
+    let rows = strides(out);
+    let mut st = vec![0; perm.len()];
+    for (a, &p) in perm.iter().enumerate() {
+        st[p] = rows[a];
+    }
+    st
+}
+
+/// `st` of a (B, H, T, Dh) operand whose slot holds `numel` elements per device, with a batch of
+/// one item stepping by the device block (a reshape that added the unit axis gave it 0): a
+/// head index runs over every device's batch items.
+fn per_device(shape: &[usize], mut st: Strided, numel: usize) -> Strided {
+    if shape.len() == 4 && shape[0] == 1 {
+        st.strides[0] = numel;
     }
     st
 }
@@ -131,15 +140,9 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
             readers[v.index()].push((i, k));
         }
     }
-    let mut producer = vec![None; program.values.len()];
-    for (i, ins) in program.instrs.iter().enumerate() {
-        for o in &ins.outputs {
-            producer[o.index()] = Some(i);
-        }
-    }
+    let producer = program.producers();
     let returned = |v: ValueId| program.outputs.contains(&v);
     let mut views = Views {
-        folded: vec![false; program.instrs.len()],
         quiet: vec![false; program.instrs.len()],
         strided: vec![None; program.values.len()],
         joint: vec![None; program.instrs.len()],
@@ -152,7 +155,6 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
     for (i, ins) in program.instrs.iter().enumerate() {
         if fusion[i] == Some(Fusion::ConcatTransposed) {
             if let Some((j, grads)) = cx.gradients_in_columns(i, &producer) {
-                views.folded[i] = true;
                 views.quiet[i] = true;
                 views.quiet[i + 1] = true;
                 views.joint[j] = Some(program.instrs[i + 1].outputs[0]);
@@ -170,8 +172,11 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
         let shape = program.shape(x);
         // In front of the op: the transpose (and split) of a row-major array, read only in a layout.
         if views.strided[x.index()].is_none() {
-            let st: Vec<usize> = perm.iter().map(|&p| row_major(shape)[p]).collect();
-            let whole = Strided { strides: st, offset: 0 };
+            let rows = strides(shape);
+            let whole = Strided {
+                strides: perm.iter().map(|&p| rows[p]).collect(),
+                offset: 0,
+            };
             let parts: Vec<(ValueId, Strided)> = match fusion[i] {
                 None => vec![(ins.outputs[0], whole)],
                 Some(Fusion::TransposeSplit) => {
@@ -200,7 +205,6 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
                 .into_iter()
                 .all(|(v, st)| cx.read_in_layout(v, st, numel, &mut found))
             {
-                views.folded[i] = true;
                 views.quiet[i] = true;
                 views.quiet[i + usize::from(fusion[i].is_some())] = true;
                 for (v, st) in found {
@@ -213,12 +217,10 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
         if fusion[i].is_none() && !returned(x) {
             let Some(a) = producer[x.index()] else { continue };
             let writer = &program.instrs[a];
-            let y = ins.outputs[0];
-            let mut strides = vec![0; perm.len()];
-            for (axis, &p) in perm.iter().enumerate() {
-                strides[p] = row_major(program.shape(y))[axis];
-            }
-            let st = Strided { strides, offset: 0 };
+            let st = Strided {
+                strides: under(perm, program.shape(ins.outputs[0])),
+                offset: 0,
+            };
             let others_ok = readers[x.index()].iter().all(|&(j, k)| {
                 (j == i && k == 0)
                     || (matches!(program.instrs[j].op, Op::AttentionGrad { .. }) && k == 3 && strided_ok(j))
@@ -226,7 +228,6 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], strided_ok: &dy
             let once = readers[x.index()].iter().filter(|&&(j, _)| j == i).count() == 1;
             let writes_o = matches!(writer.op, Op::Attention { .. }) && writer.outputs[0] == x && strided_ok(a);
             if writes_o && others_ok && once && cx.layout_ok(x, &st, program.info(x).numel()) {
-                views.folded[i] = true;
                 views.quiet[i] = true;
                 views.strided[x.index()] = Some(st);
             }
@@ -251,11 +252,7 @@ impl Cx<'_> {
             return false;
         }
         let shape = program.shape(v);
-        // One batch item per device: its stride is the device block's (a reshape gave it 0).
-        let mut st = st;
-        if shape.len() == 4 && shape[0] == 1 {
-            st.strides[0] = numel;
-        }
+        let st = per_device(shape, st, numel);
         let ok = self.readers[v.index()].iter().all(|&(j, k)| {
             let reader = &program.instrs[j];
             match reader.op {
@@ -291,10 +288,7 @@ impl Cx<'_> {
             return None;
         };
         let y = transpose.outputs[0];
-        let mut strides = vec![0; perm.len()];
-        for (a, &p) in perm.iter().enumerate() {
-            strides[p] = row_major(program.shape(y))[a];
-        }
+        let strides = under(perm, program.shape(y));
         let numel = program.info(y).numel();
         let only_read_by = |v: ValueId, j: usize| {
             !program.outputs.contains(&v) && self.readers[v.index()].iter().all(|&(r, _)| r == j)
@@ -314,14 +308,11 @@ impl Cx<'_> {
             }
             let offset = start * strides[*axis];
             start += program.shape(part)[*axis];
-            let mut st = Strided {
+            let st = Strided {
                 strides: squeezed(program.shape(part), &strides, program.shape(g))?,
                 offset,
             };
-            // One batch item per device: its stride is the device block's (a reshape gave it 0).
-            if program.shape(g).first() == Some(&1) {
-                st.strides[0] = numel;
-            }
+            let st = per_device(program.shape(g), st, numel);
             if !only_read_by(part, i) || !only_read_by(g, r) || !self.layout_ok(g, &st, numel) {
                 return None;
             }
@@ -355,7 +346,7 @@ mod tests {
         assert_eq!(squeezed(&[2, 3], &[5, 1], &[2, 1, 3]), Some(vec![5, 0, 1]));
         assert_eq!(squeezed(&[2, 3], &[5, 1], &[6]), None);
         assert_eq!(squeezed(&[2, 3], &[5, 1], &[3, 2]), None);
-        assert_eq!(row_major(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(under(&[0, 2, 1, 3], &[2, 5, 3, 4]), vec![60, 4, 12, 1]);
     }
 
     #[test]
@@ -371,7 +362,10 @@ mod tests {
                 .program;
             let fusion = fuse::plan(&program);
             let v = plan(&program, &fusion, &|_| true);
-            let folded = v.folded.iter().filter(|&&f| f).count();
+            // A folded transpose, or a folded pair (counted once, at its first instruction).
+            let folded = (0..program.instrs.len())
+                .filter(|&i| v.quiet[i] && !(i > 0 && v.quiet[i - 1] && fusion[i - 1].is_some()))
+                .count();
             // Per block: q, k and v's transpose (with the split), o's, do's, and the
             // gradients' concat (with the transpose back to columns).
             let want = if attention == Attention::Fused {
@@ -392,7 +386,7 @@ mod tests {
             assert_eq!(v.joint.iter().flatten().count(), want / 4, "{attention:?}");
             // Without fused kernels nothing folds.
             let none = plan(&program, &fusion, &|_| false);
-            assert!(!none.folded.contains(&true));
+            assert!(!none.quiet.contains(&true));
             assert_eq!(none.strided, Views::none(&program).strided);
             // Every attention reads q, k and v at 0, C and 2C of the qkv rows, 3C apart, and
             // every backward writes dq, dk and dv there in the gradient's columns.
