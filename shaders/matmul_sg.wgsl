@@ -8,7 +8,8 @@
 //   sg1_8, sg1_16  the same with one A texel and one B texel per invocation per k: a 32x32 (8 lanes) or
 //              64x64 (16 lanes) block, 4 columns per invocation, and a quarter (half) of sg's 512
 //              accumulators, which lavapipe keeps in memory: fewer of them cost less than the loads saved
-//              (AVX2, n = 1024: ~25 against ~21 GFLOP/s in a standalone probe).
+//              (AVX2, n = 1024: ~25 against ~21 GFLOP/s in a standalone probe). sg1 also reads
+//              k-major textures (A_K_MAJOR, B_K_MAJOR below), which a copy fills where tex16's need a pack.
 // Why: lavapipe runs a subgroup as the lanes of one AVX2 (8) or AVX-512 (16) vector. A texel load is
 // a loop over the lanes, a broadcast one shuffle, so 3 loads feed 512 multiply-adds here against
 // tex16's 8 loads for 256 (n = 1024: 45 -> 54 GFLOP/s with 8 lanes, 97 with 16). The launcher offers
@@ -19,6 +20,29 @@
 
 @group(0) @binding(7) var at: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = A[4x .. 4x+3, k]
 @group(0) @binding(8) var bt: texture_storage_2d<rgba32float, read>; // texel (x, z * Kp + k) = B[k, 4x .. 4x+3]
+
+// `Params::flags` (sg1 only): A (B) is k-major, texel (k4, z * Mp + r) = A[r, 4 k4 .. 4 k4 + 3]
+// (B[4 k4 .. 4 k4 + 3, r]), so an operand whose rows hold K side by side (A as stored, B transposed:
+// a layer's input and its input gradient's operands) is copied in, not packed by a pass.
+const A_K_MAJOR: u32 = 4u;
+const B_K_MAJOR: u32 = 8u;
+
+// k-step k of rows r .. r+3 of A (columns of B) from a k-major texture: a component of four texels.
+// Four loads where the other layout has one, and still no slower on lavapipe (n = 512: 1.2-1.9 ms
+// against 1.0-2.5), where a pack pass costs 0.3-2 ms; four k-steps unrolled per texel ran at half speed.
+fn a_k_major(k: u32, r: u32) -> vec4<f32> {
+    let x = k / 4u;
+    let q = k % 4u;
+    return vec4(textureLoad(at, vec2(x, r))[q], textureLoad(at, vec2(x, r + 1u))[q],
+                textureLoad(at, vec2(x, r + 2u))[q], textureLoad(at, vec2(x, r + 3u))[q]);
+}
+
+fn b_k_major(k: u32, r: u32) -> vec4<f32> {
+    let x = k / 4u;
+    let q = k % 4u;
+    return vec4(textureLoad(bt, vec2(x, r))[q], textureLoad(bt, vec2(x, r + 1u))[q],
+                textureLoad(bt, vec2(x, r + 2u))[q], textureLoad(bt, vec2(x, r + 3u))[q]);
+}
 
 // m[2t + j][q] = C[row0 + 4t + q, col0 + 4j .. +3]: rows 4t .. 4t+3 of the block, this invocation's
 // columns. Indexed with constants only, so the driver never copies it.
@@ -214,9 +238,24 @@ fn sg1_body(tile: u32, z: u32, lane: u32, lanes: u32) -> vec2<u32> {
     let o = sg_tile(tile, z, lanes, lanes);
     if (o.x >= p.mp4) { return vec2(p.m, 0u); }
     let bx = o.y + lane;
+    if ((p.flags & (A_K_MAJOR | B_K_MAJOR)) == 0u) {
+        for (var kk = 0u; kk < p.kp; kk++) {
+            let a = textureLoad(at, vec2(o.x + lane, o.z + kk));
+            let b = textureLoad(bt, vec2(bx, o.w + kk));
+            if (lanes == 8u) { kstep1_8(a, b); } else { kstep1_16(a, b); }
+        }
+        return vec2(o.x * 4u, bx * 4u);
+    }
+    // An operand k-major (K is a multiple of 64 then): a uniform branch per operand and k-step.
+    let ra = select(z, 0u, p.stride_a == 0u) * p.mp4 * 4u + (o.x + lane) * 4u;
+    let rb = select(z, 0u, p.stride_b == 0u) * p.np4 * 4u + bx * 4u;
+    let a_k = (p.flags & A_K_MAJOR) != 0u;
+    let b_k = (p.flags & B_K_MAJOR) != 0u;
     for (var kk = 0u; kk < p.kp; kk++) {
-        let a = textureLoad(at, vec2(o.x + lane, o.z + kk));
-        let b = textureLoad(bt, vec2(bx, o.w + kk));
+        var a: vec4<f32>;
+        var b: vec4<f32>;
+        if (a_k) { a = a_k_major(kk, ra); } else { a = textureLoad(at, vec2(o.x + lane, o.z + kk)); }
+        if (b_k) { b = b_k_major(kk, rb); } else { b = textureLoad(bt, vec2(bx, o.w + kk)); }
         if (lanes == 8u) { kstep1_8(a, b); } else { kstep1_16(a, b); }
     }
     return vec2(o.x * 4u, bx * 4u);

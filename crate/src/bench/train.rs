@@ -47,6 +47,8 @@ pub struct TrainBench {
     /// phases against the step (see `profile::MeasuredBreakdown`).
     pub profile: MeasuredBreakdown,
     pub dispatches_per_step: usize,
+    /// Of `dispatches_per_step`, the buffer-to-texture copies.
+    pub copies_per_step: usize,
     pub peak_bytes: u64,
     /// The step's floor on this adapter's measured ceilings, when they were given.
     pub floor: Option<StepFloor>,
@@ -110,6 +112,7 @@ pub async fn train(
         update_ms: profile.phases_ms[2],
         profile: read,
         dispatches_per_step: t.dispatches_per_step(),
+        copies_per_step: t.copies_per_step(),
         peak_bytes: t.peak_bytes(),
         floor: roofline.map(|r| profiled_floor(t.program(), &profile, r)),
         timeline: measured_timeline(t.program(), &profile, &adapter),

@@ -191,10 +191,19 @@ impl Trainer {
         }
     }
 
-    /// GPU dispatches per step (0 on the reference executor).
+    /// GPU dispatches per step (0 on the reference executor), buffer-to-texture copies included.
     pub fn dispatches_per_step(&self) -> usize {
         match &self.state {
             State::Gpu { exec, .. } => exec.dispatch_count(),
+            State::Reference { .. } => 0,
+        }
+    }
+
+    /// How many of [`Trainer::dispatches_per_step`] are buffer-to-texture copies (of matmul
+    /// operands already in a texture's layout), not compute dispatches.
+    pub fn copies_per_step(&self) -> usize {
+        match &self.state {
+            State::Gpu { exec, .. } => exec.dispatches().iter().filter(|d| d.is_copy()).count(),
             State::Reference { .. } => 0,
         }
     }

@@ -374,6 +374,7 @@ fn sg16_matches_reference_with_512_bit_vectors_in_a_child_process() {
             "sg_is_offered_where_a_subgroup_is_one_cpu_vector",
             "sg_matches_reference_across_several_blocks_of_rows_and_columns",
             "every_variant_matches_reference_on_odd_shapes_and_transposes",
+            "sg1_reads_operands_holding_k_side_by_side_from_copies_not_packs",
         ],
     );
 }
@@ -406,5 +407,47 @@ fn texture_variants_copy_operands_already_in_their_layout() {
         assert!(one[0].ends_with("copy A") && one[1].ends_with(" pack"), "{one:?}");
         Case::new(gap, true, 83).check(ctx, Some(v));
         Case::new(shape(2, 64, 128, 20, true, false), true, 89).check(ctx, Some(v));
+    }
+}
+
+#[test]
+fn sg1_reads_operands_holding_k_side_by_side_from_copies_not_packs() {
+    let ctx = gpu_or_skip!();
+    if !variants(ctx).contains(&Variant::Sg1) {
+        return;
+    }
+    let labels = |s: &MatmulShape| {
+        let a = ctx.zeros("a", s.a_len()).unwrap();
+        let b = ctx.zeros("b", s.b_len()).unwrap();
+        let c = ctx.zeros("c", s.c_len()).unwrap();
+        let d = pollster::block_on(matmul(ctx, s, &a, &b, None, &c, Some(Variant::Sg1))).unwrap();
+        d.iter().map(|d| d.label.clone()).collect::<Vec<_>>()
+    };
+    // A as stored and B transposed (a layer's input gradient): both copied, no pass.
+    let nt = shape(2, 64, 96, 128, false, true);
+    let both = labels(&nt);
+    assert!(
+        both.len() == 3 && both[0].ends_with("copy A") && both[1].ends_with("copy B"),
+        "{both:?}"
+    );
+    // A as stored, B as stored (a layer's forward): both copied, A k-major and B as before.
+    let nn = shape(2, 64, 128, 128, false, false);
+    let fwd = labels(&nn);
+    assert!(
+        fwd.len() == 3 && fwd[0].ends_with("copy A") && fwd[1].ends_with("copy B"),
+        "{fwd:?}"
+    );
+    // Each alone with the other packed, a broadcast B, several column blocks, bias, alpha and
+    // accumulate: against the reference.
+    let mut gap = nt;
+    gap.stride_b += 4;
+    let mut broadcast = nn;
+    broadcast.stride_b = 0;
+    let wide = shape(1, 16, 144, 64, false, true);
+    let mut accumulate = shape(3, 32, 16, 64, false, false);
+    accumulate.accumulate = true;
+    accumulate.alpha = 0.5;
+    for (i, s) in [nt, nn, gap, broadcast, wide, accumulate].into_iter().enumerate() {
+        Case::new(s, i % 2 == 0, 97 + 4 * i as u32).check(ctx, Some(Variant::Sg1));
     }
 }

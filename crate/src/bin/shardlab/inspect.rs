@@ -98,6 +98,7 @@ async fn inspect(
             },
             "largest_tensor_per_device": s.largest_tensor,
             "dispatches": dispatches,
+            "texture_copies": dispatches.map(|_| t.copies_per_step()),
             "measured_step_ms": step_ms,
             "measured_on": device,
             "measured_collectives_ms": collectives_ms,
@@ -152,7 +153,11 @@ async fn inspect(
         s.largest_tensor.bytes
     );
     if let Some(d) = dispatches {
-        println!("# GPU dispatches per step: {d}");
+        println!(
+            "# GPU dispatches per step: {d} ({} compute, {} buffer-to-texture copies of matmul operands)",
+            d - t.copies_per_step(),
+            t.copies_per_step()
+        );
     }
     println!("# measured on {device}: {step_ms:.2} ms per step (all simulated devices), of which collectives {collectives_ms:.2} ms");
     println!(

@@ -2,8 +2,8 @@
 //! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
 //! unaligned sizes: naive and tiled by bounds checks, block8, tex16, sg and sg1 by packing the operands
 //! into zero-padded layouts first (block8: one `pack` dispatch per operand; the texture variants: one
-//! `pack` dispatch for both, plus a copy for an operand whose memory already is its texture's texels;
-//! replayed every step).
+//! `pack` dispatch for both, plus a copy for an operand whose memory already is its texture's texels,
+//! which for sg1 includes rows that hold K side by side; replayed every step).
 use std::sync::Arc;
 
 use super::MatmulShape;
@@ -76,6 +76,11 @@ impl Variant {
             Variant::Sg | Variant::Sg1 => "matmul_tex",
             v => v.shader(),
         }
+    }
+
+    /// Whether the kernel also reads operands from k-major textures (`Packing::KCopy`).
+    fn reads_k_major(self) -> bool {
+        self == Variant::Sg1
     }
 
     /// Whether the packed operands are textures (else storage buffers).
@@ -161,6 +166,10 @@ struct Packs {
 
 const FLAG_ACCUMULATE: u32 = 1;
 const FLAG_BIAS: u32 = 2;
+/// sg1 reads A (B) from a k-major texture (matmul_sg.wgsl's `A_K_MAJOR`, `B_K_MAJOR`).
+const FLAG_K_MAJOR: [u32; 2] = [4, 8];
+/// The texture size every WebGPU adapter allows (`max_texture_dimension_2d`'s default).
+const MIN_TEXTURE_DIM: usize = 8192;
 const TEX_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba32Float;
 
 /// Whether this adapter can run `v` at all; the reason when not.
@@ -352,13 +361,20 @@ enum Packing {
     Direct,
     /// tex16 and sg: the operand's memory already is the texture's texels, copied in whole.
     Copy,
+    /// sg1: the operand's rows hold K side by side (A as stored, B transposed), copied in whole
+    /// into a k-major texture that the kernel reads four k at a time.
+    KCopy,
 }
 
 /// How A and B reach the matmul. block8 binds an operand directly when its memory already is the
 /// packed layout, rows of K that hold its M (or N) values side by side (A transposed, B as
 /// stored), with nothing to pad and its batch items back to back; tex16 and sg copy such an
 /// operand into their texture when its rows are whole multiples of 256 bytes (0.36 ms against a
-/// 3.4 ms pack for a 1024 x 1024 operand on lavapipe). Else a pack pass: `pack_k4`
+/// 3.4 ms pack for a 1024 x 1024 operand on lavapipe). sg1 also copies the other layout, rows that
+/// hold K side by side (A as stored, B transposed: a layer's input, and both operands of its
+/// input gradient), into a k-major texture, when K is whole 256-byte rows and the rows need no
+/// padding: on lavapipe at `small`'s shapes the pass cost 0.3 ms (512 x 128) to 1.5-2 ms (both
+/// operands of a 512 x 512 x 128 input gradient), as much as the matmul. Else a pack pass: `pack_k4`
 /// where a row of the operand is contiguous (A as stored, B transposed), a 4x4 block per
 /// invocation from four vec4 loads; else `pack`, one texel per invocation from scalar loads. On
 /// lavapipe `pack_k4` cuts tex16's transposing pack at n = 1024 from 5.9 to 3.4 ms; where a
@@ -369,15 +385,22 @@ fn pack_entries(v: Variant, s: &MatmulShape, ops: Operands<'_>) -> [Packing; 2] 
     let (b_sk, b_sj) = s.b_strides();
     let stride = |x: usize, items: usize| if items == 1 { 0 } else { x };
     [
-        pack_entry(v, ops.a.offset, s.m, (a_si, a_sk), stride(s.stride_a, la), s.k),
-        pack_entry(v, ops.b.offset, s.n, (b_sj, b_sk), stride(s.stride_b, lb), s.k),
+        pack_entry(v, ops.a.offset, s.m, (a_si, a_sk), (stride(s.stride_a, la), la), s.k),
+        pack_entry(v, ops.b.offset, s.n, (b_sj, b_sk), (stride(s.stride_b, lb), lb), s.k),
     ]
 }
 
 /// One operand's packing (`pack_entries`): its binding's byte `offset`, its `rows` (M or N), its
 /// element strides `(sr, sk)` of X[r, k], the elements between its packed batch items (0 for
-/// one) and K.
-fn pack_entry(v: Variant, offset: u64, rows: usize, (sr, sk): (usize, usize), stride: usize, k: usize) -> Packing {
+/// one) and how many there are, and K.
+fn pack_entry(
+    v: Variant,
+    offset: u64,
+    rows: usize,
+    (sr, sk): (usize, usize),
+    (stride, items): (usize, usize),
+    k: usize,
+) -> Packing {
     let Some((row_pad, k_pad)) = v.padding() else {
         return Packing::Pass {
             entry: "pack",
@@ -395,6 +418,19 @@ fn pack_entry(v: Variant, offset: u64, rows: usize, (sr, sk): (usize, usize), st
         && (stride == 0 || stride == k * rows);
     if copy {
         return Packing::Copy;
+    }
+    // A k-major texture is `rows` texels high and K / 4 wide, and its copy's rows K floats.
+    let k_copy = v.reads_k_major()
+        && offset.is_multiple_of(16)
+        && sk == 1
+        && sr == k
+        && k.is_multiple_of(64)
+        && rows.is_multiple_of(row_pad)
+        && (stride == 0 || stride == k * rows)
+        && k / 4 <= MIN_TEXTURE_DIM
+        && rows * items <= MIN_TEXTURE_DIM;
+    if k_copy {
+        return Packing::KCopy;
     }
     let direct = v == Variant::Block8
         && aligned
@@ -444,7 +480,7 @@ fn plan(
         ),
         None => (s.m, s.n, s.k),
     };
-    let params = Params {
+    let mut params = Params {
         m: s.m as u32,
         n: s.n as u32,
         k: s.k as u32,
@@ -499,16 +535,24 @@ fn plan(
         .zip(pack.clone())
         .enumerate()
     {
-        if how == Packing::Copy {
+        if matches!(how, Packing::Copy | Packing::KCopy) {
             let clabel = format!("{label} copy {name}");
-            let (width, height) = (rows / 4, nl * s.k);
+            // A copy's texture rows are the operand's rows: of M (N) values, or k-major of K.
+            let (row, height) = match how {
+                Packing::KCopy => {
+                    params.flags |= FLAG_K_MAJOR[i];
+                    (s.k, nl * rows)
+                }
+                _ => (rows, nl * s.k),
+            };
+            let width = row / 4;
             let (view, texture) = texture(ctx, &clabel, width, height);
             dispatches.push(Dispatch {
                 label: clabel,
                 work: Work::CopyToTexture(TextureCopy {
                     buffer: src.buffer.clone(),
                     offset: src.offset,
-                    bytes_per_row: (rows * 4) as u32,
+                    bytes_per_row: (row * 4) as u32,
                     width: width as u32,
                     rows: height as u32,
                     texture,
@@ -716,8 +760,8 @@ mod tests {
         let (a, b) = (s.a_strides(), s.b_strides());
         let stride = |x: usize, items: usize| if items == 1 { 0 } else { x };
         [
-            pack_entry(v, 0, s.m, a, stride(s.stride_a, la), s.k),
-            pack_entry(v, 0, s.n, (b.1, b.0), stride(s.stride_b, lb), s.k),
+            pack_entry(v, 0, s.m, a, (stride(s.stride_a, la), la), s.k),
+            pack_entry(v, 0, s.n, (b.1, b.0), (stride(s.stride_b, lb), lb), s.k),
         ]
     }
 
@@ -745,8 +789,8 @@ mod tests {
         // A broadcast operand has one packed item: its stride does not matter.
         odd_stride.stride_a = 0;
         assert_eq!(entries(Variant::Tex16, &odd_stride), [K4, K4]);
-        assert_eq!(pack_entry(Variant::Tex16, 8, 16, (12, 1), 0, 12), BY_VALUE);
-        assert_eq!(pack_entry(Variant::Tex16, 256, 16, (12, 1), 0, 12), K4);
+        assert_eq!(pack_entry(Variant::Tex16, 8, 16, (12, 1), (0, 1), 12), BY_VALUE);
+        assert_eq!(pack_entry(Variant::Tex16, 256, 16, (12, 1), (0, 1), 12), K4);
     }
 
     #[test]
@@ -761,10 +805,34 @@ mod tests {
         let mut gap = s;
         gap.stride_b += 4;
         assert_eq!(entries(Variant::Sg, &gap), [Packing::Copy, BY_VALUE]);
-        assert_eq!(pack_entry(Variant::Tex16, 8, 64, (1, 64), 0, 12), BY_VALUE);
+        assert_eq!(pack_entry(Variant::Tex16, 8, 64, (1, 64), (0, 1), 12), BY_VALUE);
         assert_eq!(entries(Variant::Tex16, &shape(false, true, (64, 128, 12))), [K4, K4]);
         // block8 binds such operands directly.
         assert_eq!(entries(Variant::Block8, &s), [Packing::Direct, Packing::Direct]);
+    }
+
+    #[test]
+    fn sg1_copies_operands_whose_rows_hold_k_into_k_major_textures() {
+        // A as stored and B transposed: rows of K side by side, K whole 256-byte rows.
+        let s = shape(false, true, (64, 128, 64));
+        assert_eq!(entries(Variant::Sg1, &s), [Packing::KCopy, Packing::KCopy]);
+        // A layout both read (A transposed, B as stored) stays an ordinary copy.
+        assert_eq!(
+            entries(Variant::Sg1, &shape(true, false, (64, 128, 64))),
+            [Packing::Copy, Packing::Copy]
+        );
+        // Only sg1's kernel reads k-major textures.
+        assert_eq!(entries(Variant::Sg, &s), [K4, K4]);
+        assert_eq!(entries(Variant::Tex16, &s), [K4, K4]);
+        // K not whole 256-byte rows, rows to pad, a gap between items, an unaligned binding: packed.
+        assert_eq!(entries(Variant::Sg1, &shape(false, true, (64, 128, 60))), [K4, K4]);
+        assert_eq!(entries(Variant::Sg1, &shape(false, true, (60, 128, 64)))[0], K4);
+        let mut gap = s;
+        gap.stride_a += 4;
+        assert_eq!(entries(Variant::Sg1, &gap), [K4, Packing::KCopy]);
+        assert_eq!(pack_entry(Variant::Sg1, 8, 64, (64, 1), (0, 1), 64), BY_VALUE);
+        // Taller than every adapter's textures: packed.
+        assert_eq!(pack_entry(Variant::Sg1, 0, 4096, (64, 1), (4096 * 64, 3), 64), K4);
     }
 
     #[test]
@@ -789,6 +857,6 @@ mod tests {
         assert_eq!(entries(Variant::Block8, &gap), [BY_VALUE, Packing::Direct]);
         gap.stride_a = 0;
         assert_eq!(entries(Variant::Block8, &gap), [Packing::Direct, Packing::Direct]);
-        assert_eq!(pack_entry(Variant::Block8, 8, 16, (1, 16), 0, 12), BY_VALUE);
+        assert_eq!(pack_entry(Variant::Block8, 8, 16, (1, 16), (0, 1), 12), BY_VALUE);
     }
 }

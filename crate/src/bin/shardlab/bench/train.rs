@@ -46,8 +46,17 @@ pub fn run(args: Args) -> Result<(), String> {
     let ctx = &tuned.ctx;
     let header = || {
         println!(
-            "{:<6} {:>9} {:>9} {:>10} {:>11} {:>10} {:>11} {:>10} {:>10}",
-            "config", "params", "ms/step", "steps/s", "tokens/s", "fwd ms", "bwd ms", "update ms", "dispatches"
+            "{:<6} {:>9} {:>9} {:>10} {:>11} {:>10} {:>11} {:>10} {:>10} {:>7}",
+            "config",
+            "params",
+            "ms/step",
+            "steps/s",
+            "tokens/s",
+            "fwd ms",
+            "bwd ms",
+            "update ms",
+            "dispatches",
+            "copies"
         )
     };
     let roofline = if args.ops {
@@ -79,7 +88,7 @@ pub fn run(args: Args) -> Result<(), String> {
             continue;
         }
         println!(
-            "{:<6} {:>9} {:>9.2} {:>10.1} {:>11.0} {:>10.2} {:>11.2} {:>10.2} {:>10}",
+            "{:<6} {:>9} {:>9.2} {:>10.1} {:>11.0} {:>10.2} {:>11.2} {:>10.2} {:>10} {:>7}",
             r.config,
             r.params,
             r.ms_per_step,
@@ -88,7 +97,8 @@ pub fn run(args: Args) -> Result<(), String> {
             r.forward_ms,
             r.backward_ms,
             r.update_ms,
-            r.dispatches_per_step
+            r.dispatches_per_step,
+            r.copies_per_step
         );
         if args.ops {
             print_ops(&r, args.top);
@@ -96,6 +106,9 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     if !args.json {
         println!("ms/step: wall time, measured (median); fwd/bwd/update: wall time of each phase submitted alone, less one submission's overhead, measured");
+        println!(
+            "dispatches: a step's compute dispatches and buffer-to-texture copies; copies: how many of them are copies"
+        );
     }
     if let Some(file) = trace_file {
         let path = file.path().display().to_string();
