@@ -168,6 +168,11 @@ const FLAG_ACCUMULATE: u32 = 1;
 const FLAG_BIAS: u32 = 2;
 /// sg1 reads A (B) from a k-major texture (matmul_sg.wgsl's `A_K_MAJOR`, `B_K_MAJOR`).
 const FLAG_K_MAJOR: [u32; 2] = [4, 8];
+/// The largest K sg1 reads k-major. A block's four texel rows per lane span 4 x lanes rows of K
+/// floats each: at most 128 KiB at 16 lanes here. Measured on lavapipe (16 lanes), sg1 with
+/// k-major copies against sg1 with its pack: K = 128 to 512 0.68-1.0x (1.0 only where the pack
+/// was one small operand); K = 768 (2048 x 768 x 768, A k-major) 1.4x, K = 1024 0.95-1.17x.
+const K_MAJOR_MAX_K: usize = 512;
 /// The texture size every WebGPU adapter allows (`max_texture_dimension_2d`'s default).
 const MIN_TEXTURE_DIM: usize = 8192;
 const TEX_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba32Float;
@@ -425,6 +430,7 @@ fn pack_entry(
         && sk == 1
         && sr == k
         && k.is_multiple_of(64)
+        && k <= K_MAJOR_MAX_K
         && rows.is_multiple_of(row_pad)
         && (stride == 0 || stride == k * rows)
         && k / 4 <= MIN_TEXTURE_DIM
@@ -546,7 +552,11 @@ fn plan(
                 _ => (rows, nl * s.k),
             };
             let width = row / 4;
-            let (view, texture) = texture(ctx, &clabel, width, height);
+            // Each k-step of a k-major block reads 4 x lanes texel rows side by side: with a
+            // pitch of a multiple of 1 KiB they fall in a few cache sets (2048 x 768 x 3072, A
+            // and B transposed: 1.7x sg1's time with its pack, 0.93x with an odd width).
+            let pitch = if how == Packing::KCopy { width | 1 } else { width };
+            let (view, texture) = texture(ctx, &clabel, pitch, height);
             dispatches.push(Dispatch {
                 label: clabel,
                 work: Work::CopyToTexture(TextureCopy {
@@ -831,6 +841,8 @@ mod tests {
         gap.stride_a += 4;
         assert_eq!(entries(Variant::Sg1, &gap), [K4, Packing::KCopy]);
         assert_eq!(pack_entry(Variant::Sg1, 8, 64, (64, 1), (0, 1), 64), BY_VALUE);
+        // K past 512, where k-major rows cost more than the pack saves: packed.
+        assert_eq!(entries(Variant::Sg1, &shape(false, true, (64, 128, 576))), [K4, K4]);
         // Taller than every adapter's textures: packed.
         assert_eq!(pack_entry(Variant::Sg1, 0, 4096, (64, 1), (4096 * 64, 3), 64), K4);
     }
