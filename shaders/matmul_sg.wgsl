@@ -8,8 +8,9 @@
 //   sg1_8, sg1_16  the same with one A texel and one B texel per invocation per k: a 32x32 (8 lanes) or
 //              64x64 (16 lanes) block, 4 columns per invocation, and a quarter (half) of sg's 512
 //              accumulators, which lavapipe keeps in memory: fewer of them cost less than the loads saved
-//              (AVX2, n = 1024: ~25 against ~21 GFLOP/s in a standalone probe). sg1 also reads
-//              k-major textures (A_K_MAJOR, B_K_MAJOR below), which a copy fills where tex16's need a pack.
+//              (AVX2, n = 1024: ~25 against ~21 GFLOP/s in a standalone probe). sg1k_8, sg1k_16 (sg1's
+//              launcher picks them) also read k-major textures (A_K_MAJOR, B_K_MAJOR below), which a copy
+//              fills where tex16's need a pack.
 // Why: lavapipe runs a subgroup as the lanes of one AVX2 (8) or AVX-512 (16) vector. A texel load is
 // a loop over the lanes, a broadcast one shuffle, so 3 loads feed 512 multiply-adds here against
 // tex16's 8 loads for 256 (n = 1024: 45 -> 54 GFLOP/s with 8 lanes, 97 with 16). The launcher offers
@@ -238,15 +239,21 @@ fn sg1_body(tile: u32, z: u32, lane: u32, lanes: u32) -> vec2<u32> {
     let o = sg_tile(tile, z, lanes, lanes);
     if (o.x >= p.mp4) { return vec2(p.m, 0u); }
     let bx = o.y + lane;
-    if ((p.flags & (A_K_MAJOR | B_K_MAJOR)) == 0u) {
-        for (var kk = 0u; kk < p.kp; kk++) {
-            let a = textureLoad(at, vec2(o.x + lane, o.z + kk));
-            let b = textureLoad(bt, vec2(bx, o.w + kk));
-            if (lanes == 8u) { kstep1_8(a, b); } else { kstep1_16(a, b); }
-        }
-        return vec2(o.x * 4u, bx * 4u);
+    for (var kk = 0u; kk < p.kp; kk++) {
+        let a = textureLoad(at, vec2(o.x + lane, o.z + kk));
+        let b = textureLoad(bt, vec2(bx, o.w + kk));
+        if (lanes == 8u) { kstep1_8(a, b); } else { kstep1_16(a, b); }
     }
-    // An operand k-major (K is a multiple of 64 then): a uniform branch per operand and k-step.
+    return vec2(o.x * 4u, bx * 4u);
+}
+
+// sg1_body where `Params::flags` marks A, B or both k-major (K is a multiple of 64 then): a uniform
+// branch per operand and k-step. Entry points of its own: in sg1's, this loop beside the other cost
+// that one 10% at n = 1024.
+fn sg1k_body(tile: u32, z: u32, lane: u32, lanes: u32) -> vec2<u32> {
+    let o = sg_tile(tile, z, lanes, lanes);
+    if (o.x >= p.mp4) { return vec2(p.m, 0u); }
+    let bx = o.y + lane;
     let ra = select(z, 0u, p.stride_a == 0u) * p.mp4 * 4u + (o.x + lane) * 4u;
     let rb = select(z, 0u, p.stride_b == 0u) * p.np4 * 4u + bx * 4u;
     let a_k = (p.flags & A_K_MAJOR) != 0u;
@@ -327,5 +334,33 @@ fn sg1_16(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
 fn sg1_16_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
     let rc = sg1_body(tile_of(wg, nwg), wg.z, lane, 16u);
+    if (rc.x < p.m) { store1_v4(wg.z * p.stride_c, rc.x, rc.y, 16u); }
+}
+
+@compute @workgroup_size(8)
+fn sg1k_8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1k_body(tile_of(wg, nwg), wg.z, lane, 8u);
+    if (rc.x < p.m) { store1(wg.z * p.stride_c, rc.x, rc.y, 8u); }
+}
+
+@compute @workgroup_size(8)
+fn sg1k_8_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1k_body(tile_of(wg, nwg), wg.z, lane, 8u);
+    if (rc.x < p.m) { store1_v4(wg.z * p.stride_c, rc.x, rc.y, 8u); }
+}
+
+@compute @workgroup_size(16)
+fn sg1k_16(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1k_body(tile_of(wg, nwg), wg.z, lane, 16u);
+    if (rc.x < p.m) { store1(wg.z * p.stride_c, rc.x, rc.y, 16u); }
+}
+
+@compute @workgroup_size(16)
+fn sg1k_16_v4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let rc = sg1k_body(tile_of(wg, nwg), wg.z, lane, 16u);
     if (rc.x < p.m) { store1_v4(wg.z * p.stride_c, rc.x, rc.y, 16u); }
 }

@@ -292,6 +292,8 @@ pub(crate) async fn build(
         .map_err(GpuError::Invalid)?;
     shape_supports(ctx, v, s).map_err(GpuError::Invalid)?;
     let v4 = store_v4(s) && v.padding().is_some();
+    let packing = pack_entries(v, s, ops);
+    let k_major = packing.contains(&Packing::KCopy);
     let entry = match (v, v4) {
         (Variant::Naive, _) => "naive",
         (Variant::Tiled, _) => "tiled",
@@ -305,15 +307,19 @@ pub(crate) async fn build(
             (_, false) => "sg8",
             (_, true) => "sg8_v4",
         },
-        (Variant::Sg1, v4) => match (ctx.subgroup_lanes(), v4) {
-            (Some(16), false) => "sg1_16",
-            (Some(16), true) => "sg1_16_v4",
-            (_, false) => "sg1_8",
-            (_, true) => "sg1_8_v4",
+        // The entry points that also read k-major textures only where an operand is one.
+        (Variant::Sg1, v4) => match (ctx.subgroup_lanes(), v4, k_major) {
+            (Some(16), false, false) => "sg1_16",
+            (Some(16), true, false) => "sg1_16_v4",
+            (_, false, false) => "sg1_8",
+            (_, true, false) => "sg1_8_v4",
+            (Some(16), false, true) => "sg1k_16",
+            (Some(16), true, true) => "sg1k_16_v4",
+            (_, false, true) => "sg1k_8",
+            (_, true, true) => "sg1k_8_v4",
         },
     };
     let main = ctx.pipeline(v.shader(), entry).await?;
-    let packing = pack_entries(v, s, ops);
     let pack = match v.padding() {
         Some(_) => {
             let mut pipelines = [None, None];
