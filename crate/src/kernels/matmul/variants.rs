@@ -373,7 +373,7 @@ enum Packing {
     /// tex16 and sg: the operand's memory already is the texture's texels, copied in whole.
     Copy,
     /// sg1: the operand's rows hold K side by side (A as stored, B transposed), copied in whole
-    /// into a k-major texture that the kernel reads four k at a time.
+    /// into a k-major texture, which sg1's `sg1k` entry points read.
     KCopy,
 }
 
@@ -430,7 +430,8 @@ fn pack_entry(
     if copy {
         return Packing::Copy;
     }
-    // A k-major texture is `rows` texels high and K / 4 wide, and its copy's rows K floats.
+    // A k-major texture is `rows` texels high per item and K / 4 (at most 128) wide, and its
+    // copy's rows are K floats.
     let k_copy = v.reads_k_major()
         && offset.is_multiple_of(16)
         && sk == 1
@@ -439,7 +440,6 @@ fn pack_entry(
         && k <= K_MAJOR_MAX_K
         && rows.is_multiple_of(row_pad)
         && (stride == 0 || stride == k * rows)
-        && k / 4 <= MIN_TEXTURE_DIM
         && rows * items <= MIN_TEXTURE_DIM;
     if k_copy {
         return Packing::KCopy;
