@@ -2,10 +2,8 @@
 //! value's sharding, and what it costs: FLOPs, collectives, random bits, memory per device,
 //! dispatches, the measured step time on this machine, and the cost model's step on N real
 //! devices of a chosen kind (`--device`), with its per-category breakdown.
-use std::sync::Arc;
 
 use shardlab::exec::{Backend, Trainer};
-use shardlab::gpu::GpuContext;
 use shardlab::plan::TrainerOptions;
 use shardlab::profile::{attention_balance, model_step, pipeline_bubble, summarize, DeviceProfile, Placement};
 
@@ -39,19 +37,22 @@ pub fn run(mut args: Args) -> Result<(), String> {
     let opts = trainer_options(&args.model, &args.parallel)?;
     // Before the step runs, so an unknown device name fails fast.
     let profile = crate::device::profile(&args.device)?;
-    let (backend, device) = if args.cpu {
-        (Backend::Reference, "CPU reference executor".to_string())
+    // With the matmul choices cached for this adapter, as `train` and `bench` run them: tuned
+    // afresh in each process, close choices (tex16 or sg1) moved the dispatch count between runs.
+    let tuned = if args.cpu {
+        None
     } else {
-        match GpuContext::new_blocking() {
-            Ok(ctx) => {
-                let name = ctx.summary.identity();
-                (Backend::Gpu(Arc::new(ctx)), name)
-            }
+        match crate::tuning_cache::open(Default::default()) {
+            Ok(t) => Some(t),
             Err(e) => {
                 eprintln!("note: {e}; measuring on the CPU reference executor");
-                (Backend::Reference, "CPU reference executor".to_string())
+                None
             }
         }
+    };
+    let (backend, device) = match &tuned {
+        None => (Backend::Reference, "CPU reference executor".to_string()),
+        Some(t) => (Backend::Gpu(t.ctx.clone()), t.ctx.summary.identity()),
     };
     pollster::block_on(inspect(backend, device, &profile, opts, &args)).map_err(|e| e.to_string())
 }
