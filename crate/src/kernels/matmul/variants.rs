@@ -419,37 +419,28 @@ fn pack_entry(
         };
     };
     let aligned = offset.is_multiple_of(16) && k.is_multiple_of(4) && k.is_multiple_of(k_pad);
+    // One block of memory from a texel's boundary: what a copy or a direct binding takes whole.
+    let whole = offset.is_multiple_of(16) && (stride == 0 || stride == k * rows);
     // Texture rows of a copy are `rows` floats, and a buffer-to-texture copy's rows must be
     // multiples of 256 bytes.
-    let copy = v.packs_textures()
-        && offset.is_multiple_of(16)
-        && sr == 1
-        && sk == rows
-        && rows.is_multiple_of(64)
-        && (stride == 0 || stride == k * rows);
+    let copy = v.packs_textures() && whole && sr == 1 && sk == rows && rows.is_multiple_of(64);
     if copy {
         return Packing::Copy;
     }
     // A k-major texture is `rows` texels high per item and K / 4 (at most 128) wide, and its
     // copy's rows are K floats.
     let k_copy = v.reads_k_major()
-        && offset.is_multiple_of(16)
+        && whole
         && sk == 1
         && sr == k
         && k.is_multiple_of(64)
         && k <= K_MAJOR_MAX_K
         && rows.is_multiple_of(row_pad)
-        && (stride == 0 || stride == k * rows)
         && rows * items <= MIN_TEXTURE_DIM;
     if k_copy {
         return Packing::KCopy;
     }
-    let direct = v == Variant::Block8
-        && aligned
-        && sr == 1
-        && sk == rows
-        && rows.is_multiple_of(row_pad)
-        && (stride == 0 || stride == k * rows);
+    let direct = v == Variant::Block8 && aligned && whole && sr == 1 && sk == rows && rows.is_multiple_of(row_pad);
     if direct {
         Packing::Direct
     } else if aligned && stride.is_multiple_of(4) && sk == 1 && sr.is_multiple_of(4) {
