@@ -112,17 +112,18 @@ fn seen_by_queries(hd: Head, pj: u32, r0: u32, g: u32, lanes: u32) -> vec4<f32> 
     return m;
 }
 
-// The dropout factors of (i, j0 + e) for e < 4 (keys past Tk clamped; masked anyway).
-fn keep_keys(hd: Head, i: u32, j0: u32) -> vec4<f32> {
-    if (u.dropout == 0u) { return vec4(1.0); }
+// The dropout factors of (i, j0 + e) for e < 4 (keys past Tk clamped; masked anyway); 1 where the
+// entry point is one without dropout (`drop` false), whose Threefry code the compiler drops.
+fn keep_keys(hd: Head, i: u32, j0: u32, drop: bool) -> vec4<f32> {
+    if (!drop || u.dropout == 0u) { return vec4(1.0); }
     let last = u.tk - 1u;
     return vec4(head_keep(hd, i, min(j0, last)), head_keep(hd, i, min(j0 + 1u, last)),
                 head_keep(hd, i, min(j0 + 2u, last)), head_keep(hd, i, min(j0 + 3u, last)));
 }
 
-// The dropout factors of (i0 + e, j) for e < 4.
-fn keep_queries(hd: Head, i0: u32, j: u32) -> vec4<f32> {
-    if (u.dropout == 0u) { return vec4(1.0); }
+// The dropout factors of (i0 + e, j) for e < 4 (1 without dropout, as keep_keys).
+fn keep_queries(hd: Head, i0: u32, j: u32, drop: bool) -> vec4<f32> {
+    if (!drop || u.dropout == 0u) { return vec4(1.0); }
     let last = u.t - 1u;
     return vec4(head_keep(hd, min(i0, last), j), head_keep(hd, min(i0 + 1u, last), j),
                 head_keep(hd, min(i0 + 2u, last), j), head_keep(hd, min(i0 + 3u, last), j));
@@ -139,7 +140,7 @@ fn keys_unseen(hd: Head, seen_max: u32, j0: u32, lanes: u32) -> bool {
     return head_k_min(hd, j0, min(j0 + lanes, u.tk) - 1u) > seen_max;
 }
 
-fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32, drop: bool) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; } // uniform: the whole subgroup leaves
     let hd = head_at(h);
@@ -176,7 +177,7 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
         for (var g = 0u; g < 4u; g++) {
             let p = select(vec4(0.0), exp(s[g] - top), sees[g] > vec4(0.0));
             l += dot(p, vec4(1.0));
-            w[g] = p * keep_keys(hd, ic, j0 + 4u * g);
+            w[g] = p * keep_keys(hd, ic, j0 + 4u * g, drop);
         }
         m = top;
         for (var c = 0u; c < dh4; c++) {
@@ -203,19 +204,19 @@ fn forward_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     }
 }
 
-fn backward_dq_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+fn backward_dq_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32, drop: bool) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
     let first = wid.x * lanes;
     let ic = min(first + lid, u.t - 1u);
-    dq_rows(h, first, lid, rows_in[h * u.t + ic], lanes);
+    dq_rows(h, first, lid, rows_in[h * u.t + ic], lanes, drop);
 }
 
 // dq with its rows' (lse, delta) made here, as attention.wgsl's row_delta makes them (delta =
 // rowsum(do * o), added in the same order), and written to `rows` for dk and dv: one dispatch
 // for two. It binds 10 storage buffers, so the launcher runs it where the adapter allows that
 // many, with backward_dkdv_sg below.
-fn backward_dq_delta_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+fn backward_dq_delta_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32, drop: bool) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
     let first = wid.x * lanes;
@@ -233,11 +234,11 @@ fn backward_dq_delta_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     }
     let row = vec2(lse_in[r], delta);
     if (first + lid < u.t) { rows[r] = row; }
-    dq_rows(h, first, lid, row, lanes);
+    dq_rows(h, first, lid, row, lanes, drop);
 }
 
 // dq of this lane's query row (first + lid of head h, whose (lse, delta) is `row`).
-fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32) {
+fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32, drop: bool) {
     let hd = head_at(h);
     let dh4 = u.dh / 4u;
     let seen_max = head_q_max(hd, first, min(first + lanes, u.t) - 1u);
@@ -263,7 +264,7 @@ fn dq_rows(h: u32, first: u32, lid: u32, row: vec2<f32>, lanes: u32) {
         for (var g = 0u; g < 4u; g++) {
             let sees = sees_keys(hd, pi, j0, g, lanes) > vec4(0.0);
             let p = select(vec4(0.0), exp(u.scale * s[g] - row.x), sees);
-            ds[g] = u.scale * p * (keep_keys(hd, ic, j0 + 4u * g) * dp[g] - row.y);
+            ds[g] = u.scale * p * (keep_keys(hd, ic, j0 + 4u * g, drop) * dp[g] - row.y);
         }
         for (var c = 0u; c < dh4; c++) {
             let a = mix(ds, k[krow + c], lanes);
@@ -295,7 +296,7 @@ struct KeyWeights {
 
 // This lane's key against the query tile at i0 (this lane's query and do rows at qrow, dorow):
 // the tile's weights (`ds` only where `with_dp`, which dk needs and dv does not).
-fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, dorow: u32, row: vec2<f32>, lanes: u32, with_dp: bool) -> KeyWeights {
+fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, dorow: u32, row: vec2<f32>, lanes: u32, with_dp: bool, drop: bool) -> KeyWeights {
     let dh4 = u.dh / 4u;
     var s: Tile;
     var dp: Tile;
@@ -309,7 +310,7 @@ fn key_weights(hd: Head, kr: KeyRow, i0: u32, qrow: u32, dorow: u32, row: vec2<f
     for (var g = 0u; g < 4u; g++) {
         let seen = seen_by_queries(hd, kr.pos, i0, g, lanes) > vec4(0.0);
         let p = select(vec4(0.0), exp(u.scale * s[g] - lses[g]), seen);
-        let keep = keep_queries(hd, i0 + 4u * g, kr.j);
+        let keep = keep_queries(hd, i0 + 4u * g, kr.j, drop);
         w.pk[g] = p * keep;
         w.ds[g] = u.scale * p * (keep * dp[g] - deltas[g]);
     }
@@ -346,14 +347,14 @@ struct QueryTile {
     w: KeyWeights,
 }
 
-fn query_tile(hd: Head, h: u32, kr: KeyRow, i0: u32, lid: u32, lanes: u32, with_dp: bool) -> QueryTile {
+fn query_tile(hd: Head, h: u32, kr: KeyRow, i0: u32, lid: u32, lanes: u32, with_dp: bool, drop: bool) -> QueryTile {
     let i = min(i0 + lid, u.t - 1u);
     let q4 = row_at(u.q_at, h, i) / 4u;
     let do4 = row_at(u.do_at, h, i) / 4u;
-    return QueryTile(q4, do4, key_weights(hd, kr, i0, q4, do4, rows_in[h * u.t + i], lanes, with_dp));
+    return QueryTile(q4, do4, key_weights(hd, kr, i0, q4, do4, rows_in[h * u.t + i], lanes, with_dp, drop));
 }
 
-fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32, drop: bool) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
     let hd = head_at(h);
@@ -366,7 +367,7 @@ fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
-        let qt = query_tile(hd, h, kr, i0, lid, lanes, true);
+        let qt = query_tile(hd, h, kr, i0, lid, lanes, true, drop);
         let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w.ds, q[qt.q + c], lanes);
@@ -383,7 +384,7 @@ fn backward_dk_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     }
 }
 
-fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32, drop: bool) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
     let hd = head_at(h);
@@ -396,7 +397,7 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
-        let qt = query_tile(hd, h, kr, i0, lid, lanes, false);
+        let qt = query_tile(hd, h, kr, i0, lid, lanes, false, drop);
         let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
             let a = mix(w.pk, d_o[qt.d_o + c], lanes);
@@ -417,7 +418,7 @@ fn backward_dv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
 // binds 9 storage buffers, one past WebGPU's default limit per stage, so the launcher runs it
 // (after backward_dq_delta) only where the adapter allows 10 (lavapipe allows 32), and row_delta,
 // dq, dk and dv apart elsewhere.
-fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
+fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32, drop: bool) {
     let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
     let hd = head_at(h);
@@ -431,7 +432,7 @@ fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     var started = false;
     for (var i0 = 0u; i0 < u.t; i0 += lanes) {
         if (queries_unseen(hd, seen_min, i0, lanes)) { continue; }
-        let qt = query_tile(hd, h, kr, i0, lid, lanes, true);
+        let qt = query_tile(hd, h, kr, i0, lid, lanes, true, drop);
         let w = qt.w;
         for (var c = 0u; c < dh4; c++) {
             let ak = mix(w.ds, q[qt.q + c], lanes);
@@ -457,62 +458,126 @@ fn backward_dkdv_sg(wid: vec3<u32>, lid: u32, nwg: vec3<u32>, lanes: u32) {
     }
 }
 
+// Entry points: each kernel for subgroups of 8 and 16 lanes, with dropout and without
+// (`_nodrop`, for launches whose rate is 0). `lanes` and `drop` are constant arguments, so the
+// compiler unrolls the tile loops and drops the Threefry code where `drop` is false: a uniform
+// branch around it still cost lavapipe a third of the forward.
 @compute @workgroup_size(8)
 fn forward_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    forward_sg(wid, lid, nwg, 8u);
+    forward_sg(wid, lid, nwg, 8u, true);
 }
 
 @compute @workgroup_size(16)
 fn forward_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    forward_sg(wid, lid, nwg, 16u);
+    forward_sg(wid, lid, nwg, 16u, true);
+}
+
+@compute @workgroup_size(8)
+fn forward_sg8_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    forward_sg(wid, lid, nwg, 8u, false);
+}
+
+@compute @workgroup_size(16)
+fn forward_sg16_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    forward_sg(wid, lid, nwg, 16u, false);
 }
 
 @compute @workgroup_size(8)
 fn backward_dq_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dq_sg(wid, lid, nwg, 8u);
+    backward_dq_sg(wid, lid, nwg, 8u, true);
 }
 
 @compute @workgroup_size(16)
 fn backward_dq_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dq_sg(wid, lid, nwg, 16u);
+    backward_dq_sg(wid, lid, nwg, 16u, true);
+}
+
+@compute @workgroup_size(8)
+fn backward_dq_sg8_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_sg(wid, lid, nwg, 8u, false);
+}
+
+@compute @workgroup_size(16)
+fn backward_dq_sg16_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_sg(wid, lid, nwg, 16u, false);
 }
 
 @compute @workgroup_size(8)
 fn backward_dk_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dk_sg(wid, lid, nwg, 8u);
+    backward_dk_sg(wid, lid, nwg, 8u, true);
 }
 
 @compute @workgroup_size(16)
 fn backward_dk_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dk_sg(wid, lid, nwg, 16u);
+    backward_dk_sg(wid, lid, nwg, 16u, true);
+}
+
+@compute @workgroup_size(8)
+fn backward_dk_sg8_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dk_sg(wid, lid, nwg, 8u, false);
+}
+
+@compute @workgroup_size(16)
+fn backward_dk_sg16_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dk_sg(wid, lid, nwg, 16u, false);
 }
 
 @compute @workgroup_size(8)
 fn backward_dv_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dv_sg(wid, lid, nwg, 8u);
+    backward_dv_sg(wid, lid, nwg, 8u, true);
 }
 
 @compute @workgroup_size(16)
 fn backward_dv_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dv_sg(wid, lid, nwg, 16u);
+    backward_dv_sg(wid, lid, nwg, 16u, true);
+}
+
+@compute @workgroup_size(8)
+fn backward_dv_sg8_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dv_sg(wid, lid, nwg, 8u, false);
+}
+
+@compute @workgroup_size(16)
+fn backward_dv_sg16_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dv_sg(wid, lid, nwg, 16u, false);
 }
 
 @compute @workgroup_size(8)
 fn backward_dkdv_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dkdv_sg(wid, lid, nwg, 8u);
+    backward_dkdv_sg(wid, lid, nwg, 8u, true);
 }
 
 @compute @workgroup_size(16)
 fn backward_dkdv_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dkdv_sg(wid, lid, nwg, 16u);
+    backward_dkdv_sg(wid, lid, nwg, 16u, true);
+}
+
+@compute @workgroup_size(8)
+fn backward_dkdv_sg8_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dkdv_sg(wid, lid, nwg, 8u, false);
+}
+
+@compute @workgroup_size(16)
+fn backward_dkdv_sg16_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dkdv_sg(wid, lid, nwg, 16u, false);
 }
 
 @compute @workgroup_size(8)
 fn backward_dq_delta_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dq_delta_sg(wid, lid, nwg, 8u);
+    backward_dq_delta_sg(wid, lid, nwg, 8u, true);
 }
 
 @compute @workgroup_size(16)
 fn backward_dq_delta_sg16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
-    backward_dq_delta_sg(wid, lid, nwg, 16u);
+    backward_dq_delta_sg(wid, lid, nwg, 16u, true);
+}
+
+@compute @workgroup_size(8)
+fn backward_dq_delta_sg8_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_delta_sg(wid, lid, nwg, 8u, false);
+}
+
+@compute @workgroup_size(16)
+fn backward_dq_delta_sg16_nodrop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    backward_dq_delta_sg(wid, lid, nwg, 16u, false);
 }

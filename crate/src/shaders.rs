@@ -82,8 +82,12 @@ pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups"), ("attentio
 pub const OVER_DEFAULT_STORAGE_BUFFERS: &[(&str, &str, u32)] = &[
     ("attention_sg", "backward_dkdv_sg8", 9),
     ("attention_sg", "backward_dkdv_sg16", 9),
+    ("attention_sg", "backward_dkdv_sg8_nodrop", 9),
+    ("attention_sg", "backward_dkdv_sg16_nodrop", 9),
     ("attention_sg", "backward_dq_delta_sg8", 10),
     ("attention_sg", "backward_dq_delta_sg16", 10),
+    ("attention_sg", "backward_dq_delta_sg8_nodrop", 10),
+    ("attention_sg", "backward_dq_delta_sg16_nodrop", 10),
 ];
 
 /// Storage buffers entry point `entry` of `shader` binds where that is more than WebGPU's

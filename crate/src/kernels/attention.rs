@@ -446,11 +446,16 @@ impl<'a> Setup<'a> {
 }
 
 impl Kernels {
-    /// The shader and entry point of kernel `entry` (`forward`, `backward_dq`, ...).
-    fn entry(self, entry: &str) -> (&'static str, String) {
+    /// The shader and entry point of kernel `entry` (`forward`, `backward_dq`, ...) for a launch
+    /// with dropout or without: the subgroup kernels have entry points without the Threefry code
+    /// (`_nodrop`), which costs lavapipe even behind a uniform branch never taken.
+    fn entry(self, entry: &str, dropout: bool) -> (&'static str, String) {
         match self {
             Kernels::Tiled => ("attention", entry.to_string()),
-            Kernels::Subgroup { lanes, .. } => ("attention_sg", format!("{entry}_sg{lanes}")),
+            Kernels::Subgroup { lanes, .. } => {
+                let nodrop = if dropout { "" } else { "_nodrop" };
+                ("attention_sg", format!("{entry}_sg{lanes}{nodrop}"))
+            }
         }
     }
 
@@ -497,8 +502,10 @@ impl Kernels {
     fn binds_within(self, ctx: &GpuContext) -> bool {
         let allowed = ctx.device.limits().max_storage_buffers_per_shader_stage;
         self.backward_entries().iter().all(|e| {
-            let (shader, entry) = self.entry(e);
-            crate::shaders::storage_buffers(shader, &entry).is_none_or(|n| n <= allowed)
+            [true, false].into_iter().all(|dropout| {
+                let (shader, entry) = self.entry(e, dropout);
+                crate::shaders::storage_buffers(shader, &entry).is_none_or(|n| n <= allowed)
+            })
         })
     }
 
@@ -566,7 +573,7 @@ pub async fn forward(
         need(kname, what, buf, len)?;
     }
     need(kname, "lse", b.lse, s.heads * s.t)?;
-    let (shader, entry) = kernels.entry("forward");
+    let (shader, entry) = kernels.entry("forward", s.rate > 0.0);
     let kernel = Kernel::new(shader, entry, format!("attention ({}, {}, {})", s.heads, s.t, s.dh))
         .read(0, "q", b.q)
         .read(1, "k", b.k)
@@ -636,7 +643,7 @@ pub async fn backward(
     need(kname, "rows", b.rows, rows_len(s))?;
     let shape = format!("({}, {}, {})", s.heads, s.t, s.dh);
     let common = |entry: &str, label: &str, rows: usize| {
-        let (shader, entry) = kernels.entry(entry);
+        let (shader, entry) = kernels.entry(entry, s.rate > 0.0);
         let kernel = Kernel::new(shader, entry, format!("attention backward {label} {shape}"))
             .read(0, "q", b.q)
             .read(1, "k", b.k)
@@ -650,7 +657,7 @@ pub async fn backward(
     } = kernels
     {
         // dq_delta writes the rows that dkdv reads (`common` binds them for reading).
-        let (shader, entry) = kernels.entry("backward_dq_delta");
+        let (shader, entry) = kernels.entry("backward_dq_delta", s.rate > 0.0);
         let dq = Kernel::new(shader, entry, format!("attention backward dq delta {shape}"))
             .read(0, "q", b.q)
             .read(1, "k", b.k)

@@ -381,6 +381,80 @@ fn lavapipe_runs_attention_on_the_subgroup_kernels() {
     assert_eq!(kernel::lowering(ctx, &odd, &whole), kernel::Lowering::Composed);
 }
 
+/// The subgroup kernels launch their entry points without the Threefry code (`_nodrop`) where
+/// the rate is 0, and the ones that draw or read bits where it is not: on lavapipe the unused
+/// dropout code behind a uniform branch cost the forward half its time. A launch on the wrong
+/// one still computes the right numbers, so only this test sees it.
+#[test]
+fn subgroup_launches_without_dropout_run_the_entry_points_without_the_threefry_code() {
+    let ctx = gpu_or_skip!();
+    let Some(lanes) = ctx.subgroup_lanes() else {
+        return shardlab_tests::adapter_lacks(Need::Subgroups, &ctx.summary.identity());
+    };
+    let pipeline_of = |d: &shardlab::gpu::Dispatch| match &d.work {
+        shardlab::gpu::Work::Compute { pipeline, .. } => pipeline.clone(),
+        shardlab::gpu::Work::CopyToTexture(_) => panic!("{}: a copy, not a kernel", d.label),
+    };
+    for passes in [kernel::Passes::Four, kernel::Passes::Two] {
+        let kernels = kernel::Kernels::Subgroup { lanes, passes };
+        for rate in [0.0, 0.1] {
+            let c = case(2, 16, 8, rate);
+            let n = 2 * 16 * 8;
+            let up = |name: &str, x: &[f32]| ctx.upload(name, x).unwrap();
+            let (q, k, v, d_o) = (up("q", &c.q), up("k", &c.k), up("v", &c.v), up("do", &c.d_o));
+            let bits = c.bits.as_ref().map(|b| ctx.upload("bits", b).unwrap());
+            let dropout = bits.as_ref().map_or(kernel::Dropout::None, kernel::Dropout::Bits);
+            let (o, lse) = (ctx.zeros("o", n).unwrap(), ctx.zeros("lse", 32).unwrap());
+            let whole = [kernel::Blocks::whole(16)];
+            let f = kernel::Forward {
+                q: &q,
+                k: &k,
+                v: &v,
+                dropout,
+                o: &o,
+                lse: &lse,
+                blocks: &whole,
+                layouts: None,
+            };
+            let rows = ctx.zeros("rows", kernel::rows_len(&c.s)).unwrap();
+            let grads = ["dq", "dk", "dv"].map(|name| ctx.zeros(name, n).unwrap());
+            let b = kernel::Backward {
+                q: &q,
+                k: &k,
+                v: &v,
+                o: &o,
+                lse: &lse,
+                d_o: &d_o,
+                dropout,
+                rows: &rows,
+                dq: &grads[0],
+                dk: &grads[1],
+                dv: &grads[2],
+                blocks: &whole,
+                layouts: None,
+            };
+            let mut launched = vec![pollster::block_on(kernel::forward(ctx, &f, &c.s, kernels)).unwrap()];
+            launched.extend(pollster::block_on(kernel::backward(ctx, &b, &c.s, kernels)).unwrap());
+            let entries: &[&str] = match passes {
+                kernel::Passes::Two => &["forward", "backward_dq_delta", "backward_dkdv"],
+                // The four-pass backward's first kernel is attention.wgsl's row_delta.
+                kernel::Passes::Four => &["forward", "", "backward_dq", "backward_dk", "backward_dv"],
+            };
+            assert_eq!(launched.len(), entries.len(), "{passes:?}");
+            let nodrop = if rate > 0.0 { "" } else { "_nodrop" };
+            for (d, entry) in launched.iter().zip(entries).filter(|(_, e)| !e.is_empty()) {
+                let name = format!("{entry}_sg{lanes}{nodrop}");
+                let want = pollster::block_on(ctx.pipeline("attention_sg", &name)).unwrap();
+                assert!(
+                    std::sync::Arc::ptr_eq(&pipeline_of(d), &want),
+                    "{}: rate {rate} with {passes:?} should run attention_sg::{name}",
+                    d.label
+                );
+            }
+        }
+    }
+}
+
 /// `bench kernels` times every fused design this adapter runs and marks the one the executor
 /// picks (none where it composes the op through the matmuls).
 #[test]
@@ -417,6 +491,7 @@ fn the_16_lane_subgroup_kernels_match_the_twin_with_512_bit_vectors_in_a_child_p
         &[
             "lavapipe_runs_attention_on_the_subgroup_kernels",
             "gpu_kernels_match_the_twin",
+            "subgroup_launches_without_dropout_run_the_entry_points_without_the_threefry_code",
             "gpu_kernels_drawing_their_bits_from_the_key_make_jaxs_bits",
             "gpu_kernels_on_blocks_match_the_twin",
             "fused_attention_trains_as_unfused_with_dropout_in_every_mode_on_the_gpu_either_way_it_is_lowered",
