@@ -60,6 +60,18 @@ pub async fn forward(
     ctx.launch(kernel).await
 }
 
+/// The threads a CPU driver runs workgroups on: one per core (lavapipe, SwiftShader). A page
+/// does not ask, and takes two.
+#[cfg(not(target_arch = "wasm32"))]
+fn cpu_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+#[cfg(target_arch = "wasm32")]
+fn cpu_threads() -> usize {
+    2
+}
+
 /// `dtable (D, V, C)` = scatter-add of the rows of `dout (D, N / D, C)` by `ids`, each device into
 /// its own block only; overwrites dtable. Deterministic (fixed summation order, no atomics).
 pub async fn backward(
@@ -75,18 +87,30 @@ pub async fn backward(
     need(k, "dout", dout, n * c)?;
     need(k, "ids", ids, n)?;
     need(k, "dtable", dtable, devices * v * c)?;
+    // Four columns an invocation and four ids a read where C and N / D allow (backward_v4).
+    let v4 = c.is_multiple_of(4) && (p.nl as usize).is_multiple_of(4);
+    let owners = if v4 { c / 4 } else { c };
     // Enough invocations to fill the device, but no more: each one reads all N / D ids of its
-    // device. CPU drivers run a workgroup per thread, 8 or 16 invocations a step (lavapipe:
-    // 512 invocations, 8 workgroups, take a third of the time 2048 did); GPUs tens of thousands.
-    let target: usize = if ctx.summary.device_type == "Cpu" { 512 } else { 65536 };
-    let groups = target.div_ceil(devices * c).clamp(1, v);
+    // device. CPU drivers run a workgroup (of 64) per thread, 8 or 16 invocations a step: one
+    // workgroup per thread (on 2 cores, 128 invocations took a third of the time 512 did, which
+    // took a third of 2048's); GPUs tens of thousands.
+    let target: usize = match ctx.summary.device_type.as_str() {
+        "Cpu" => 64 * cpu_threads(),
+        _ => 65536,
+    };
+    let groups = target.div_ceil(devices * owners).clamp(1, v);
     p.groups = groups as u32;
     let label = format!("embedding backward ({n}, {c}) into {v} rows{}", on_devices(devices));
-    let kernel = Kernel::new("embedding", "backward", label)
-        .read(3, "dout", dout)
-        .read(1, "ids", ids)
-        .write(4, "dtable", dtable)
-        .uniform(5, &p)
-        .grid(grid_1d(devices * groups * c, 64));
-    ctx.launch(kernel).await
+    let grid = grid_1d(devices * groups * owners, 64);
+    let kernel = match v4 {
+        true => Kernel::new("embedding", "backward_v4", label)
+            .read(7, "dout", dout)
+            .read(6, "ids", ids)
+            .write(8, "dtable", dtable),
+        false => Kernel::new("embedding", "backward", label)
+            .read(3, "dout", dout)
+            .read(1, "ids", ids)
+            .write(4, "dtable", dtable),
+    };
+    ctx.launch(kernel.uniform(5, &p).grid(grid)).await
 }

@@ -294,8 +294,9 @@ fn layernorm_devices_rejects_uneven_rows_and_short_parameter_buffers() {
 #[test]
 fn embedding_devices_look_up_and_scatter_into_each_devices_own_table() {
     let ctx = gpu_or_skip!();
-    // (ids per device, V, C); the second gives each backward invocation several rows of a block.
-    for (nl, v, c) in [(9, 7, 17), (40, 100, 5)] {
+    // (ids per device, V, C); the second gives each backward invocation several rows of a block;
+    // the third runs the backward four columns and four ids at a time (C and N / D multiples of 4).
+    for (nl, v, c) in [(9, 7, 17), (40, 100, 5), (12, 9, 8)] {
         for devices in DEVICES {
             let n = devices * nl;
             let table = rand_vec(devices * v * c, 14);

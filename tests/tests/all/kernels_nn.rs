@@ -515,6 +515,40 @@ fn embedding_ids_out_of_range_read_zeros_and_write_nothing() {
     );
 }
 
+/// The backward that takes four columns and four ids at a time (C and N multiples of 4) drops
+/// out-of-range ids as the one-column backward does.
+#[test]
+fn embedding_backward_by_fours_drops_ids_out_of_range() {
+    let ctx = gpu_or_skip!();
+    let (v, c) = (5, 8);
+    let id = [1u32, 5, u32::MAX, 3, 1000, 0, 4, 1];
+    let n = id.len();
+    let mut dout = rand_vec(n * c, 19);
+    for i in [1, 2, 4] {
+        dout[i * c..(i + 1) * c].fill(1e6);
+    }
+    let gids = ctx.upload("ids", &id).unwrap();
+    let gdout = ctx.upload("dout", &dout).unwrap();
+    let dtable = ctx.upload("dtable", &vec![7.0f32; v * c]).unwrap(); // overwritten
+    let d = block_on(embedding::backward(
+        ctx,
+        &gdout,
+        &gids,
+        &dtable,
+        EmbeddingShape::new(n, v, c),
+    ))
+    .unwrap();
+    let got = run(ctx, &[d], &dtable);
+    assert_eq!(
+        got,
+        reference::embedding::backward(&dout, &id, EmbeddingShape::new(n, v, c))
+    );
+    assert!(
+        got.iter().all(|x| x.abs() < 10.0),
+        "an out-of-range id leaked into dtable: {got:?}"
+    );
+}
+
 #[test]
 fn sum_axis_matches_reference() {
     let ctx = gpu_or_skip!();
