@@ -51,13 +51,18 @@ pub async fn forward(
     need(k, "ids", ids, n)?;
     need(k, "out", out, n * c)?;
     let label = format!("embedding ({n}, {c}) from {v} rows{}", on_devices(devices));
-    let kernel = Kernel::new("embedding", "forward", label)
-        .read(0, "table", table)
-        .read(1, "ids", ids)
-        .write(2, "out", out)
-        .uniform(5, &p)
-        .grid(grid_1d(n * c, 256));
-    ctx.launch(kernel).await
+    // Four columns an invocation where C allows (forward_v4).
+    let kernel = match c.is_multiple_of(4) {
+        true => Kernel::new("embedding", "forward_v4", label)
+            .read(9, "table", table)
+            .write(10, "out", out)
+            .grid(grid_1d(n * c / 4, 256)),
+        false => Kernel::new("embedding", "forward", label)
+            .read(0, "table", table)
+            .write(2, "out", out)
+            .grid(grid_1d(n * c, 256)),
+    };
+    ctx.launch(kernel.read(1, "ids", ids).uniform(5, &p)).await
 }
 
 /// The threads a CPU driver runs workgroups on: one per core (lavapipe, SwiftShader). A page

@@ -515,34 +515,35 @@ fn embedding_ids_out_of_range_read_zeros_and_write_nothing() {
     );
 }
 
-/// The backward that takes four columns and four ids at a time (C and N multiples of 4) drops
-/// out-of-range ids as the one-column backward does.
+/// The kernels that take four columns (and, backward, four ids) at a time, where C and N are
+/// multiples of 4, treat out-of-range ids as the one-column kernels do: zeros read, gradients
+/// dropped, rows of a larger (reused) table past V never read.
 #[test]
-fn embedding_backward_by_fours_drops_ids_out_of_range() {
+fn embedding_by_fours_reads_zeros_and_drops_gradients_for_ids_out_of_range() {
     let ctx = gpu_or_skip!();
     let (v, c) = (5, 8);
     let id = [1u32, 5, u32::MAX, 3, 1000, 0, 4, 1];
     let n = id.len();
+    let s = EmbeddingShape::new(n, v, c);
+    let table = rand_vec(v * c, 20);
+    let mut padded = table.clone();
+    padded.extend([5.0f32; 2 * 8]);
     let mut dout = rand_vec(n * c, 19);
     for i in [1, 2, 4] {
         dout[i * c..(i + 1) * c].fill(1e6);
     }
+    let gpadded = ctx.upload("padded table", &padded).unwrap();
     let gids = ctx.upload("ids", &id).unwrap();
     let gdout = ctx.upload("dout", &dout).unwrap();
+    let out = ctx.upload("out", &vec![7.0f32; n * c]).unwrap(); // overwritten
     let dtable = ctx.upload("dtable", &vec![7.0f32; v * c]).unwrap(); // overwritten
-    let d = block_on(embedding::backward(
-        ctx,
-        &gdout,
-        &gids,
-        &dtable,
-        EmbeddingShape::new(n, v, c),
-    ))
-    .unwrap();
+    let d = block_on(embedding::forward(ctx, &gpadded, &gids, &out, s)).unwrap();
+    let got = run(ctx, &[d], &out);
+    assert_eq!(got, reference::embedding::forward(&table, &id, s));
+    assert!(got[c..3 * c].iter().chain(&got[4 * c..5 * c]).all(|&x| x == 0.0));
+    let d = block_on(embedding::backward(ctx, &gdout, &gids, &dtable, s)).unwrap();
     let got = run(ctx, &[d], &dtable);
-    assert_eq!(
-        got,
-        reference::embedding::backward(&dout, &id, EmbeddingShape::new(n, v, c))
-    );
+    assert_eq!(got, reference::embedding::backward(&dout, &id, s));
     assert!(
         got.iter().all(|x| x.abs() < 10.0),
         "an out-of-range id leaked into dtable: {got:?}"
