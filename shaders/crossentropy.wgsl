@@ -20,6 +20,9 @@ struct Params {
 @group(0) @binding(3) var<storage, read> dlosses: array<f32>;        // (rows)
 @group(0) @binding(4) var<storage, read_write> dlogits: array<f32>;  // (rows, V)
 @group(0) @binding(5) var<uniform> p: Params;
+// logits and dlogits as vec4s, for the `*_row4` entry points (V a multiple of 4).
+@group(0) @binding(6) var<storage, read> logits4: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> dlogits4: array<vec4<f32>>;
 
 // (max, sum of exp(logit - max)) over columns lid, lid + stride, ... of row `base`.
 fn max_sum(base: u32, first: u32, stride: u32) -> vec2<f32> {
@@ -99,5 +102,58 @@ fn backward_wg(
         var g = exp(logits[base + j] - ml.x) * scale;
         if (j == tgt) { g -= dl; }
         dlogits[base + j] = g;
+    }
+}
+
+// forward_row and backward_row four columns at a time, where V is a multiple of 4: a quarter of
+// the storage accesses, each a loop over the lanes on CPU drivers; the same arithmetic in the
+// same order, element by element.
+
+// max_sum over row r, read as vec4s.
+fn max_sum4(base4: u32) -> vec2<f32> {
+    var ml = vec2<f32>(LOWEST, 0.0);
+    for (var j = 0u; j < p.v / 4u; j++) {
+        let x = logits4[base4 + j];
+        ml = online_max_sum(ml, x.x);
+        ml = online_max_sum(ml, x.y);
+        ml = online_max_sum(ml, x.z);
+        ml = online_max_sum(ml, x.w);
+    }
+    return ml;
+}
+
+@compute @workgroup_size(64)
+fn forward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= p.rows) { return; }
+    let tgt = targets[r];
+    if (tgt >= p.v) {
+        losses[r] = 0.0;
+        return;
+    }
+    let base4 = r * (p.v / 4u);
+    let ml = max_sum4(base4);
+    losses[r] = ml.x + log(ml.y) - logits4[base4 + tgt / 4u][tgt % 4u];
+}
+
+@compute @workgroup_size(64)
+fn backward_row4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = gid.x + gid.y * nwg.x * 64u;
+    if (r >= p.rows) { return; }
+    let v4 = p.v / 4u;
+    let base4 = r * v4;
+    let tgt = targets[r];
+    if (tgt >= p.v) {
+        for (var j = 0u; j < v4; j++) { dlogits4[base4 + j] = vec4(0.0); }
+        return;
+    }
+    let ml = max_sum4(base4);
+    let dl = dlosses[r];
+    let scale = dl / ml.y;
+    for (var j = 0u; j < v4; j++) {
+        let g = exp(logits4[base4 + j] - ml.x) * scale;
+        // dl off the target's element, as backward_row's `g -= dl` (x - 0 is x).
+        let hit = vec4(4u * j) + vec4(0u, 1u, 2u, 3u) == vec4(tgt);
+        dlogits4[base4 + j] = g - select(vec4(0.0), vec4(dl), hit);
     }
 }

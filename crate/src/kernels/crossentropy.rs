@@ -21,6 +21,23 @@ fn params(rows: usize, v: usize) -> Params {
     }
 }
 
+/// The entry point of kernel `base` (`forward`, `backward`), its grid, and whether it reads rows
+/// as vec4s: a row per invocation four columns at a time (`*_row4`) where V is a multiple of 4.
+fn entry(
+    ctx: &GpuContext,
+    strategy: Option<RowStrategy>,
+    base: &str,
+    rows: usize,
+    v: usize,
+) -> (String, [u32; 3], bool) {
+    let strategy = RowStrategy::or_adapter(strategy, ctx, v);
+    let (entry, grid) = strategy.entry(base, rows);
+    match strategy == RowStrategy::PerInvocation && v.is_multiple_of(4) {
+        true => (format!("{entry}4"), grid, true),
+        false => (entry, grid, false),
+    }
+}
+
 /// `losses[r] = logsumexp(logits[r]) - logits[r, targets[r]]`. logits (rows, V); targets,
 /// losses (rows). `strategy`: `None` for the adapter's choice.
 pub async fn forward(
@@ -37,9 +54,9 @@ pub async fn forward(
     need(k, "logits", logits, rows * v)?;
     need(k, "targets", targets, rows)?;
     need(k, "losses", losses, rows)?;
-    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, v).entry("forward", rows);
+    let (entry, grid, by_fours) = entry(ctx, strategy, "forward", rows, v);
     let kernel = Kernel::new("crossentropy", entry, format!("crossentropy ({rows}, {v})"))
-        .read(0, "logits", logits)
+        .read(if by_fours { 6 } else { 0 }, "logits", logits)
         .read(1, "targets", targets)
         .write(2, "losses", losses)
         .uniform(5, &params(rows, v))
@@ -70,12 +87,12 @@ pub async fn backward(
     need(k, "targets", b.targets, rows)?;
     need(k, "dlosses", b.dlosses, rows)?;
     need(k, "dlogits", b.dlogits, rows * v)?;
-    let (entry, grid) = RowStrategy::or_adapter(strategy, ctx, v).entry("backward", rows);
+    let (entry, grid, by_fours) = entry(ctx, strategy, "backward", rows, v);
     let kernel = Kernel::new("crossentropy", entry, format!("crossentropy backward ({rows}, {v})"))
-        .read(0, "logits", b.logits)
+        .read(if by_fours { 6 } else { 0 }, "logits", b.logits)
         .read(1, "targets", b.targets)
         .read(3, "dlosses", b.dlosses)
-        .write(4, "dlogits", b.dlogits)
+        .write(if by_fours { 7 } else { 4 }, "dlogits", b.dlogits)
         .uniform(5, &params(rows, v))
         .grid(grid);
     ctx.launch(kernel).await

@@ -338,9 +338,9 @@ fn crossentropy_matches_reference() {
 #[test]
 fn crossentropy_is_stable_for_huge_logits_and_ignores_out_of_range_targets() {
     let ctx = gpu_or_skip!();
-    let (rows, v) = (4, 5);
+    let rows = 4;
     // exp(1000) overflows f32: only a max-shifted logsumexp stays finite.
-    let logits = [
+    let rows5 = [
         1000.0f32,
         999.0,
         -1000.0,
@@ -364,18 +364,33 @@ fn crossentropy_is_stable_for_huge_logits_and_ignores_out_of_range_targets() {
     ];
     let targets = [1u32, 2, 5, u32::MAX]; // the last two are out of range: ignored
     let dlosses = [1.0f32, 0.5, 1.0, 1.0];
-    let want = reference::crossentropy::forward(&logits, &targets, rows, v);
-    let want_d = reference::crossentropy::backward(&logits, &targets, &dlosses, rows, v);
+    // Rows of 5, and their first 4 columns: the kernels that read rows four columns at a time.
+    for v in [5, 4] {
+        let logits: Vec<f32> = rows5.chunks(5).flat_map(|r| r[..v].to_vec()).collect();
+        huge_logits_and_ignored_targets(ctx, &logits, &targets, &dlosses, rows, v);
+    }
+}
+
+fn huge_logits_and_ignored_targets(
+    ctx: &shardlab::gpu::GpuContext,
+    logits: &[f32],
+    targets: &[u32],
+    dlosses: &[f32],
+    rows: usize,
+    v: usize,
+) {
+    let want = reference::crossentropy::forward(logits, targets, rows, v);
+    let want_d = reference::crossentropy::backward(logits, targets, dlosses, rows, v);
     assert!(want.iter().all(|l| l.is_finite()) && want[2] == 0.0 && want[3] == 0.0);
-    let gl = ctx.upload("logits", &logits).unwrap();
-    let gt = ctx.upload("targets", &targets).unwrap();
-    let gdl = ctx.upload("dlosses", &dlosses).unwrap();
+    let gl = ctx.upload("logits", logits).unwrap();
+    let gt = ctx.upload("targets", targets).unwrap();
+    let gdl = ctx.upload("dlosses", dlosses).unwrap();
     let losses = ctx.upload("losses", &[7.0f32; 4]).unwrap();
-    let dlogits = ctx.upload("dlogits", &[7.0f32; 20]).unwrap();
+    let dlogits = ctx.upload("dlogits", &vec![7.0f32; rows * v]).unwrap();
     for s in STRATEGIES {
         let d = block_on(crossentropy::forward(ctx, &gl, &gt, &losses, rows, v, Some(s))).unwrap();
         assert_close(
-            &format!("huge logits {s:?}"),
+            &format!("huge logits {s:?}, V {v}"),
             &run(ctx, &[d], &losses),
             &want,
             1e-4,
@@ -395,7 +410,7 @@ fn crossentropy_is_stable_for_huge_logits_and_ignores_out_of_range_targets() {
         ))
         .unwrap();
         assert_close(
-            &format!("huge logits backward {s:?}"),
+            &format!("huge logits backward {s:?}, V {v}"),
             &run(ctx, &[d], &dlogits),
             &want_d,
             1e-6,
