@@ -52,9 +52,12 @@ fn categories_and_phases_add_up_to_the_step_and_collectives_are_measured() {
         pollster::block_on(async {
             let mut t = Trainer::new(Backend::Gpu(ctx.clone()), tiny(parallel)).await.unwrap();
             t.step().await.unwrap();
-            // Wall times on a shared CPU drift: a profile counts if one of three adds up within
+            // Wall times on a shared CPU drift: a profile counts if one of ten adds up within
             // 25%, which still catches a missing phase or category; the 10% goal is checked by
             // `shardlab bench train --ops` on a quiet machine (BENCHMARKS.md), not by a test.
+            // Ten, not three: a test beside this one on the other core (the 16-lane child runs
+            // seconds) put three profiles in a row of a 4.7 ms step off by 26-35%; alone they add
+            // up within 2%.
             let mut tries = vec![];
             let b = loop {
                 let (_, p) = t.profile_step().await.unwrap();
@@ -72,7 +75,7 @@ fn categories_and_phases_add_up_to_the_step_and_collectives_are_measured() {
                     break b;
                 }
                 assert!(
-                    tries.len() < 3,
+                    tries.len() < 10,
                     "{name}: no profile adds up within 25%:\n{}",
                     tries.join("\n")
                 );
