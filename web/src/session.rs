@@ -523,7 +523,7 @@ async fn run_modes(
 /// (SwiftShader, lavapipe) compiling dominates: block8 takes one pipeline of about a second,
 /// while tiled runs slowly and tex16 compiles for seconds; on a GPU, the classic tiled kernel.
 fn first_guess(ctx: &GpuContext) -> Variant {
-    if ctx.summary.device_type == "Cpu" {
+    if ctx.summary.is_cpu() {
         Variant::Block8
     } else {
         Variant::Tiled

@@ -29,6 +29,13 @@ impl AdapterSummary {
     pub fn identity(&self) -> String {
         format!("{} ({}, {})", self.name, self.backend, self.driver)
     }
+
+    /// Whether the adapter runs shaders on the CPU (lavapipe, SwiftShader): a workgroup per
+    /// thread, and every storage access a loop over the lanes, so kernels shape their launches
+    /// for it.
+    pub fn is_cpu(&self) -> bool {
+        self.device_type.eq_ignore_ascii_case("cpu")
+    }
 }
 
 /// One adapter, device and queue, shared by every executor of a session.

@@ -74,7 +74,7 @@ pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowe
         Some(pinned) if whole || pinned != Lowering::Composed => return pinned,
         _ => {}
     }
-    let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
+    let cpu = ctx.summary.is_cpu();
     match fused_kernels(ctx, s) {
         Kernels::Tiled if cpu && whole && scores_len(s) <= COMPOSED_MAX_SCORES => Lowering::Composed,
         kernels => Lowering::Fused(kernels),
@@ -84,7 +84,7 @@ pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowe
 /// The fused kernels for `ctx`'s adapter and shape `s`: the subgroup kernels on CPU adapters
 /// that can run them ([`designs`]); else the tiled ones.
 pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
-    let cpu = ctx.summary.device_type.eq_ignore_ascii_case("cpu");
+    let cpu = ctx.summary.is_cpu();
     match designs(ctx, s).last() {
         Some(&subgroup @ Kernels::Subgroup { .. }) if cpu => subgroup,
         _ => Kernels::Tiled,

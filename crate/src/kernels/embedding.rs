@@ -99,9 +99,10 @@ pub async fn backward(
     // device. CPU drivers run a workgroup (of 64) per thread, 8 or 16 invocations a step: one
     // workgroup per thread (on 2 cores, 128 invocations took a third of the time 512 did, which
     // took a third of 2048's); GPUs tens of thousands.
-    let target: usize = match ctx.summary.device_type.as_str() {
-        "Cpu" => 64 * cpu_threads(),
-        _ => 65536,
+    let target: usize = if ctx.summary.is_cpu() {
+        64 * cpu_threads()
+    } else {
+        65536
     };
     let groups = target.div_ceil(devices * owners).clamp(1, v);
     p.groups = groups as u32;

@@ -21,7 +21,7 @@ impl RowStrategy {
         let tuned = Tuning::with(ctx, |t| t.rowwise).flatten();
         match tuned {
             Some(s) => s,
-            None if ctx.summary.device_type == "Cpu" || cols <= 64 => RowStrategy::PerInvocation,
+            None if ctx.summary.is_cpu() || cols <= 64 => RowStrategy::PerInvocation,
             None => RowStrategy::PerWorkgroup,
         }
     }

@@ -636,7 +636,7 @@ impl CalibrationPrograms {
             start,
             prepare_seconds: 0.0,
         };
-        let pin = (budget.heuristic_matmul && ctx.summary.device_type == "Cpu").then_some(Variant::Tex16);
+        let pin = (budget.heuristic_matmul && ctx.summary.is_cpu()).then_some(Variant::Tex16);
         let _pinned = PinMatmul::new(ctx, pin);
         for bench in benches {
             p.add(ctx, bench).await?;

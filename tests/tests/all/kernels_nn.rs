@@ -961,7 +961,7 @@ fn default_launchers_pick_a_strategy_and_match_reference_on_the_tiny_config() {
     assert_close("crossentropy default", &run(ctx, &[d], &losses), &want, 1e-5, 1e-5);
     // Short rows never get a mostly idle 256-wide workgroup; long rows do on GPUs.
     assert_eq!(RowStrategy::for_adapter(ctx, c), RowStrategy::PerInvocation);
-    let long = if ctx.summary.device_type == "Cpu" {
+    let long = if ctx.summary.is_cpu() {
         RowStrategy::PerInvocation
     } else {
         RowStrategy::PerWorkgroup

@@ -295,7 +295,7 @@ async fn try_variant(
 /// GPU time, and lavapipe's timestamps do not span the work (0.02 ms reported for a 200 ms matmul).
 pub async fn time_dispatches(ctx: &GpuContext, dispatches: &[Dispatch]) -> Result<f64, GpuError> {
     let t0 = now_ms();
-    if ctx.summary.timestamp_query && ctx.summary.device_type != "Cpu" {
+    if ctx.summary.timestamp_query && !ctx.summary.is_cpu() {
         let gpu = ctx.run_timed(dispatches).await?;
         let wall = now_ms() - t0;
         return Ok(match gpu {
