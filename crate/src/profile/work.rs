@@ -102,8 +102,9 @@ pub(crate) fn program_work_lowered(prog: &Program, placement: Placement, lowered
         .collect();
     for (i, l) in lowered.iter().enumerate() {
         out[i].launches = l.dispatches;
-        // A transpose the fused attention kernels read or write in place moves nothing.
-        if l.fused_into_previous || l.folded {
+        // A transpose the fused attention kernels read or write in place moves nothing, nor
+        // does a constant worked out when lowering or a value nobody reads.
+        if l.fused_into_previous || l.folded || l.skipped {
             out[i] = Work::default();
             continue;
         }

@@ -451,3 +451,72 @@ fn sg1_reads_operands_holding_k_side_by_side_from_copies_not_packs() {
         Case::new(s, i % 2 == 0, 97 + 4 * i as u32).check(ctx, Some(Variant::Sg1));
     }
 }
+
+/// A train step's matmuls built with one `SharedTextures` copy each operand once: a layer's input
+/// x is read as rows of K in the forward (sg1's k-major texture) and as k-rows in the weight
+/// gradient, its weight w in the forward and (transposed) in the input gradient, the output
+/// gradient dy in both gradients, and each pair is the same texels. Every matmul brings its copy
+/// when built, so the order they are built in does not matter: `drop_repeated_copies` keeps the
+/// first to run. Operands of other contents, or none named, get their own texture.
+#[test]
+fn matmuls_sharing_textures_copy_each_operand_once_whatever_order_they_are_built_in() {
+    use shardlab::kernels::matmul::{drop_repeated_copies, matmul_shared, Operands, SharedTextures, Sharing};
+    let ctx = gpu_or_skip!();
+    if !variants(ctx).contains(&Variant::Sg1) {
+        return;
+    }
+    let (m, k, n) = (128, 64, 128);
+    let x = rand_vec(m * k, 7);
+    let w = rand_vec(k * n, 8);
+    let dy = rand_vec(m * n, 9);
+    let [gx, gw, gdy] = [&x, &w, &dy].map(|v| ctx.upload("operand", v).unwrap());
+    // y = x @ w, dx = dy @ w^T, dw = x^T @ dy, each with the contents of (A, B).
+    let products = [
+        (shape(1, m, n, k, false, false), [&gx, &gw], [1, 2], [&x, &w]),
+        (shape(1, m, k, n, false, true), [&gdy, &gw], [3, 2], [&dy, &w]),
+        (shape(1, k, n, m, true, false), [&gx, &gdy], [1, 3], [&x, &dy]),
+    ];
+    let run = |named: &dyn Fn([u64; 2]) -> [Option<u64>; 2]| {
+        let textures = SharedTextures::default();
+        let outs: Vec<_> = products
+            .iter()
+            .map(|(s, ..)| ctx.zeros("c", s.c_len()).unwrap())
+            .collect();
+        // Built last first, run in order.
+        let mut built: Vec<Vec<_>> = products
+            .iter()
+            .zip(&outs)
+            .rev()
+            .map(|((s, [a, b], contents, _), c)| {
+                let ops = Operands { a, b, bias: None, c };
+                let sharing = Sharing {
+                    textures: &textures,
+                    contents: named(*contents),
+                };
+                pollster::block_on(matmul_shared(ctx, s, ops, Some(Variant::Sg1), Some(sharing))).unwrap()
+            })
+            .collect();
+        built.reverse();
+        let (all, kept) = drop_repeated_copies(built.into_iter().flatten().collect());
+        ctx.run(&all);
+        for ((s, _, _, [a, b]), c) in products.iter().zip(&outs) {
+            let mut want = vec![0.0; s.c_len()];
+            reference::matmul(s, a, b, None, &mut want);
+            assert_close(&s.describe(), &ctx.read_blocking::<f32>(c).unwrap(), &want, 1e-4, 1e-4);
+        }
+        let copies: Vec<String> = all.iter().filter(|d| d.is_copy()).map(|d| d.label.clone()).collect();
+        (copies, kept.iter().filter(|k| !**k).count())
+    };
+    let (copies, dropped) = run(&|c| c.map(Some));
+    assert_eq!(dropped, 3, "{copies:?}");
+    assert_eq!(copies.len(), 3, "x, w and dy once each: {copies:?}");
+    let (copies, dropped) = run(&|_| [None, None]);
+    assert_eq!(
+        (copies.len(), dropped),
+        (6, 0),
+        "nothing named, nothing shared: {copies:?}"
+    );
+    // dy under one name as an A and another as a B: copied for each, where x and w still share.
+    let (copies, _) = run(&|[a, b]| [Some(a), Some(b + 10)]);
+    assert_eq!(copies.len(), 4, "{copies:?}");
+}

@@ -1,10 +1,12 @@
 //! What the lowering runs for each instruction, read off the program alone (no adapter): the
 //! pairs it fuses (fuse.rs's plan, the one the lowering takes), the transposes folded into
-//! fused attention (views.rs, as on an adapter that runs the fused kernels) and the dispatches
-//! of each instruction, per `lower.rs`, with the optimizer updates and gradient psums packed as
+//! fused attention (views.rs, as on an adapter that runs the fused kernels), the constants and
+//! unread values that launch nothing (consts.rs) and the dispatches of each instruction, per
+//! `lower.rs`, with the optimizer updates and gradient psums packed as
 //! `packing.rs` plans them. The cost model prices launches and memory traffic with it, so
 //! a fused pair is one launch there too. A matmul counts its kernel alone: some tuned
 //! variants add pack passes, which the adapter's autotuner decides at run time.
+use super::consts::{self, Fold};
 use super::fuse::{plan, Fusion};
 use super::packing;
 use super::parts;
@@ -27,6 +29,9 @@ pub struct Lowered {
     /// kernels read or write in place: it launches nothing and its outputs share its operand's
     /// buffer.
     pub folded: bool,
+    /// Whether it launches nothing because its value is a constant that only other constants
+    /// are made from, or nothing reads it (consts.rs).
+    pub skipped: bool,
     /// Of a psum, the elements per device of its operands summed in place over a gradient
     /// arena (`reduce_packed`: each element read and written once per device, where a psum
     /// alone reads every group member's for each device's result); 0 otherwise.
@@ -46,6 +51,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
         _ => false,
     };
     let views = views::plan(program, &fusion, &whole);
+    let folds = consts::plan(program, &fusion, &views.quiet);
     let drawn = program.bits_drawn_in_attention();
     // Optimizer updates packed into one dispatch run it at their group's last instruction, and
     // so do gradient psums summed in place at their run's last.
@@ -78,7 +84,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
             let fused_into_previous = i > 0 && fusion[i - 1].is_some();
             let ins = &program.instrs[i];
             let dispatches = match fusion[i] {
-                _ if fused_into_previous || views.quiet[i] => 0,
+                _ if fused_into_previous || views.quiet[i] || folds[i] == Fold::Skip => 0,
                 // Bits fused attention draws in its own kernels.
                 _ if ins.outputs.first().is_some_and(|o| drawn[o.index()].is_some()) => 0,
                 Some(Fusion::DotTransposed | Fusion::DotBias { .. }) => operand_copies(program, ins) + 1,
@@ -105,6 +111,7 @@ pub fn lowered(program: &Program) -> Vec<Lowered> {
                 fuses: fusion[i],
                 fused_into_previous,
                 folded: views.quiet[i],
+                skipped: folds[i] == Fold::Skip,
                 summed_in_place,
             }
         })

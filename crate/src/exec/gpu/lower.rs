@@ -3,6 +3,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::consts::Fold;
 use super::fuse::{swapped, Fusion};
 use super::parts::{one_copy, part_copies, Parts};
 use super::slots::{Scratch, UpdatePlan};
@@ -45,6 +46,8 @@ pub(super) struct Lowering<'a> {
     /// The transposes folded into fused attention (views.rs): they lower to nothing, and the
     /// attention kernels take the strided values in place.
     pub views: &'a Views,
+    /// What runs as nothing or as one fill (consts.rs).
+    pub folds: &'a [Fold],
     /// Per value, the random_bits instruction of bits fused attention draws in place
     /// ([`Program::bits_drawn_in_attention`]): that instruction launches nothing.
     pub drawn: &'a [Option<usize>],
@@ -56,6 +59,9 @@ pub(super) struct Lowering<'a> {
     pub provisional: RefCell<Vec<MatmulShape>>,
     /// The composed attention lowering's scratch, by size ([`Lowering::attention_scratch`]).
     pub attention_scratch: RefCell<HashMap<usize, Rc<[GpuBuffer; 2]>>>,
+    /// The textures the dot_generals' operand copies fill, shared where they read the same value
+    /// the same way; the repeated copies leave the list once it is whole.
+    pub textures: k::matmul::SharedTextures,
 }
 
 /// A draw of attention's dropout bits inside its kernels.
@@ -350,6 +356,16 @@ impl Lowering<'_> {
         let ctx = self.ctx;
         let prog = self.program;
         let ins: &Instr = &prog.instrs[i];
+        match self.folds[i] {
+            Fold::Skip => return Ok(vec![]),
+            Fold::Fill(value) => {
+                let n = prog.devices() * prog.info(ins.outputs[0]).numel();
+                return Ok(vec![
+                    k::elementwise::fill(ctx, self.buf(ins.outputs[0]), n, value).await?,
+                ]);
+            }
+            Fold::Run => {}
+        }
         let x = |k: usize| self.buf(ins.inputs[k]);
         let y = |k: usize| self.buf(ins.outputs[k]);
         let shape = |k: usize| prog.shape(ins.inputs[k]).to_vec();
@@ -666,7 +682,7 @@ impl Lowering<'_> {
         out: &GpuBuffer,
     ) -> Result<Vec<Dispatch>, ExecError> {
         let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
-        let (mut ds, a, b) = self.dot_operands(ins, sc).await?;
+        let (mut ds, [a, b], contents) = self.dot_operands(ins, sc).await?;
         // Every device's batch of matrices is contiguous: devices multiply the batch.
         let mut shape = p.shape;
         shape.batch *= self.program.devices();
@@ -675,29 +691,43 @@ impl Lowering<'_> {
         }
         let v = self.matmul_variant(&shape);
         let bias = bias.map(|x| self.buf(x));
-        ds.extend(k::matmul::matmul(self.ctx, &shape, a, b, bias, out, v).await?);
+        let ops = k::matmul::Operands { a, b, bias, c: out };
+        ds.extend(k::matmul::matmul_shared(self.ctx, &shape, ops, v, Some(self.sharing(contents))).await?);
         Ok(ds)
     }
 
+    /// Texture sharing for a matmul whose operands hold `contents`.
+    fn sharing(&self, contents: [Option<u64>; 2]) -> k::matmul::Sharing<'_> {
+        k::matmul::Sharing {
+            textures: &self.textures,
+            contents,
+        }
+    }
+
     /// A dot_general's operands as its matmul reads them: each transposed into a scratch slot
-    /// first where its plan says so (those copies are the returned dispatches).
+    /// first where its plan says so (those copies are the returned dispatches). With them, what
+    /// each holds for texture sharing: the value it is, which nothing writes while it is read (a
+    /// program writes each value once, and a slot again only once its value is dead); none for
+    /// scratch, which the next transpose overwrites.
     async fn dot_operands(
         &self,
         ins: &Instr,
         sc: &Scratch,
-    ) -> Result<(Vec<Dispatch>, &GpuBuffer, &GpuBuffer), ExecError> {
+    ) -> Result<(Vec<Dispatch>, [&GpuBuffer; 2], [Option<u64>; 2]), ExecError> {
         let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
         let mut ds = vec![];
         let mut ops = [self.buf(ins.inputs[0]), self.buf(ins.inputs[1])];
+        let mut contents = [0, 1].map(|k| Some(ins.inputs[k].index() as u64));
         for (k, (perm, slot)) in [(&p.lhs_perm, sc.lhs), (&p.rhs_perm, sc.rhs)].into_iter().enumerate() {
             if let (Some(perm), Some(s)) = (perm, slot) {
                 let c = plan_transpose(self.program.shape(ins.inputs[k]), perm);
                 let local = self.program.info(ins.inputs[k]).numel();
                 ds.push(self.copy(ops[k], &self.slots[s], &c, (local, local)).await?);
                 ops[k] = &self.slots[s];
+                contents[k] = None;
             }
         }
-        Ok((ds, ops[0], ops[1]))
+        Ok((ds, ops, contents))
     }
 
     /// The dispatches of the fused pair that instruction `i` starts (see fuse.rs).
@@ -745,11 +775,17 @@ impl Lowering<'_> {
         Ok(match f {
             Fusion::DotTransposed => {
                 let p = sc.dot.as_ref().expect("slot planning plans every dot_general");
-                let (mut ds, a, b) = self.dot_operands(first, sc).await?;
+                let (mut ds, [a, b], [ca, cb]) = self.dot_operands(first, sc).await?;
                 let mut t = swapped(&p.shape);
                 t.batch *= devices;
                 let v = self.matmul_variant(&t);
-                ds.extend(k::matmul::matmul(ctx, &t, b, a, None, out, v).await?);
+                let ops = k::matmul::Operands {
+                    a: b,
+                    b: a,
+                    bias: None,
+                    c: out,
+                };
+                ds.extend(k::matmul::matmul_shared(ctx, &t, ops, v, Some(self.sharing([cb, ca]))).await?);
                 ds
             }
             // One product per device (fuse.rs): each device's item adds its own device's bias.

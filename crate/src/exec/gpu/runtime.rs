@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
+use super::consts::{self, Fold};
 use super::fuse::{self, Fusion};
 use super::lower::{Lowering, MatmulChoice};
 use super::parts::Parts;
@@ -35,6 +36,8 @@ pub struct GpuExecutor {
     fusion: Vec<Option<Fusion>>,
     /// The transposes folded into fused attention, and the values they leave strided.
     views: Views,
+    /// Constants worked out and values nobody reads: what launches nothing or one fill.
+    folds: Vec<Fold>,
     /// [`Program::bits_drawn_in_attention`]: random bits fused attention makes in place.
     drawn: Vec<Option<usize>>,
     scratch: Vec<Scratch>,
@@ -82,6 +85,7 @@ impl GpuExecutor {
         let fusion = fuse::plan(&program);
         let views = views::plan(&program, &fusion, &|i| super::lower::takes_layouts(ctx, &program, i));
         let program_drawn = program.bits_drawn_in_attention();
+        let folds = consts::plan(&program, &fusion, &views.quiet);
         let limits = ctx.limits();
         let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
         let plan = slots::plan(
@@ -132,6 +136,7 @@ impl GpuExecutor {
             peak_bytes,
             fusion,
             views,
+            folds,
             drawn: program_drawn,
             scratch: plan.scratch,
             parts: plan.parts,
@@ -155,12 +160,14 @@ impl GpuExecutor {
             adamw_hyper: self.adamw_hyper.as_ref().map(|(b, _)| b),
             fusion: &self.fusion,
             views: &self.views,
+            folds: &self.folds,
             drawn: &self.drawn,
             parts: &self.parts,
             part_ranges: &self.part_ranges,
             matmuls,
             provisional: RefCell::default(),
             attention_scratch: RefCell::default(),
+            textures: Default::default(),
         };
         let lowered = if matches!(matmuls, MatmulChoice::Provisional(_)) {
             // Nothing tunes meanwhile, so the instructions may lower together: on the web their
@@ -179,6 +186,15 @@ impl GpuExecutor {
             dispatch_instr.extend(std::iter::repeat_n(i, ds.len()));
             dispatches.extend(ds);
         }
+        // Matmuls that share a texture each brought its copy; now that the order is final the
+        // first of them fills it for all.
+        let (dispatches, kept) = k::matmul::drop_repeated_copies(dispatches);
+        let dispatch_instr = dispatch_instr
+            .into_iter()
+            .zip(kept)
+            .filter(|(_, k)| *k)
+            .map(|(i, _)| i)
+            .collect();
         ctx.check()?;
         Ok((dispatches, dispatch_instr, lowering.provisional.into_inner()))
     }

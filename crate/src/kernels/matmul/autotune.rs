@@ -216,7 +216,7 @@ pub async fn prepare(ctx: &GpuContext, s: &MatmulShape, only: Option<Variant>) -
             if only.is_some_and(|o| o != v) || shape_supports(ctx, v, &shape).is_err() {
                 continue;
             }
-            let _ = build(ctx, v, &shape, ops).await;
+            let _ = build(ctx, v, &shape, ops, None).await;
         }
     }
     Ok(())
@@ -238,7 +238,7 @@ async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> 
         c: &c,
     };
 
-    let naive = build(ctx, Variant::Naive, rep, ops).await?;
+    let naive = build(ctx, Variant::Naive, rep, ops, None).await?;
     time_dispatches(ctx, &naive).await?;
     let want: Vec<f32> = ctx.read(&c).await?;
     let ms = time_dispatches(ctx, &naive).await?;
@@ -273,7 +273,7 @@ async fn try_variant(
     ops: Operands<'_>,
     want: &[f32],
 ) -> Result<(Vec<Dispatch>, f64), GpuError> {
-    let d = build(ctx, v, rep, ops).await?;
+    let d = build(ctx, v, rep, ops, None).await?;
     ctx.write(ops.c, &vec![0f32; ops.c.len]);
     time_dispatches(ctx, &d).await?;
     let got: Vec<f32> = ctx.read(ops.c).await?;

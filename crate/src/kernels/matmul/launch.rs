@@ -1,5 +1,6 @@
 //! The public matmul launcher.
 use super::autotune::choose_variant;
+use super::shared::Sharing;
 use super::variants::{adapter_supports, build, Operands, Variant};
 use super::MatmulShape;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext, GpuError};
@@ -20,13 +21,27 @@ pub async fn matmul(
     c: &GpuBuffer,
     variant: Option<Variant>,
 ) -> Result<Vec<Dispatch>, GpuError> {
-    s.check(a.len, b.len, bias.map(|x| x.len), c.len)
+    matmul_shared(ctx, s, Operands { a, b, bias, c }, variant, None).await
+}
+
+/// [`matmul`], where an operand copied whole into a texture shares it with the other matmuls
+/// built with `sharing` that read the same contents the same way (shared.rs). Their repeated
+/// copies stay in the dispatches until [`drop_repeated_copies`](super::drop_repeated_copies)
+/// takes them out of the final list.
+pub async fn matmul_shared(
+    ctx: &GpuContext,
+    s: &MatmulShape,
+    ops: Operands<'_>,
+    variant: Option<Variant>,
+    sharing: Option<Sharing<'_>>,
+) -> Result<Vec<Dispatch>, GpuError> {
+    s.check(ops.a.len, ops.b.len, ops.bias.map(|x| x.len), ops.c.len)
         .map_err(GpuError::Invalid)?;
     let variant = match variant {
         Some(v) => v,
         None => choose_variant(ctx, s).await?,
     };
-    build(ctx, variant, s, Operands { a, b, bias, c }).await
+    build(ctx, variant, s, ops, sharing).await
 }
 
 /// The matmul variants this adapter supports (naive always).

@@ -5,11 +5,13 @@
 //! prelude shaders/matmul_out.wgsl. CPU twin: [`crate::reference::matmul`].
 mod autotune;
 mod launch;
+mod shared;
 mod variants;
 
 pub use crate::reference::matmul::MatmulShape;
 pub use autotune::{
     choose_variant, class_key, prepare, supported_variant, time_dispatches, tuned_variant, MatmulClass, SizeClass,
 };
-pub use launch::{matmul, variants};
-pub use variants::Variant;
+pub use launch::{matmul, matmul_shared, variants};
+pub use shared::{drop_repeated_copies, SharedTextures, Sharing};
+pub use variants::{Operands, Variant};

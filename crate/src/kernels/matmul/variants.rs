@@ -6,6 +6,7 @@
 //! which for sg1 includes rows that hold K side by side; replayed every step).
 use std::sync::Arc;
 
+use super::shared::{Sharing, Source};
 use super::MatmulShape;
 use crate::gpu::{grid_1d, Dispatch, GpuBuffer, GpuContext, GpuError, Kernel, TextureCopy, Work};
 
@@ -281,12 +282,14 @@ pub struct Operands<'a> {
     pub c: &'a GpuBuffer,
 }
 
-/// The dispatches of variant `v` for `s`: pack passes first (if any), then the matmul.
+/// The dispatches of variant `v` for `s`: pack passes first (if any), then the matmul. Operands
+/// copied whole into a texture take it from `sharing` where it names their contents.
 pub(crate) async fn build(
     ctx: &GpuContext,
     v: Variant,
     s: &MatmulShape,
     ops: Operands<'_>,
+    sharing: Option<Sharing<'_>>,
 ) -> Result<Vec<Dispatch>, GpuError> {
     s.check(ops.a.len, ops.b.len, ops.bias.map(|x| x.len), ops.c.len)
         .map_err(GpuError::Invalid)?;
@@ -344,7 +347,7 @@ pub(crate) async fn build(
         packing,
         v4,
     };
-    let planned = plan(ctx, v, s, ops, pipelines, &label);
+    let planned = plan(ctx, v, s, ops, pipelines, sharing, &label);
     if let Some(e) = scope.pop().await {
         return Err(GpuError::from_wgpu(&label, e));
     }
@@ -462,6 +465,7 @@ fn plan(
     s: &MatmulShape,
     ops: Operands<'_>,
     pipelines: Pipelines,
+    sharing: Option<Sharing<'_>>,
     label: &str,
 ) -> Result<Vec<Dispatch>, GpuError> {
     let Pipelines {
@@ -551,9 +555,25 @@ fn plan(
             let width = row / 4;
             // Each k-step of a k-major block reads 4 x lanes texel rows side by side: with a
             // pitch of a multiple of 1 KiB they fall in a few cache sets (2048 x 768 x 3072, A
-            // and B transposed: 1.7x sg1's time with its pack, 0.93x with an odd width).
-            let pitch = if how == Packing::KCopy { width | 1 } else { width };
-            let (view, texture) = texture(ctx, &clabel, pitch, height);
+            // and B transposed: 1.7x sg1's time with its pack, 0.93x with an odd width). The
+            // other layout reads along a row, where the pitch does not matter: the same width
+            // for both lets one texture serve an operand read either way (shared.rs).
+            let pitch = width | 1;
+            let make = || texture(ctx, &clabel, pitch, height);
+            let (view, texture) = match sharing.and_then(|sh| Some((sh.textures, sh.contents[i]?))) {
+                Some((textures, content)) => {
+                    let source = Source {
+                        content,
+                        buffer: src.buffer.clone(),
+                        offset: src.offset,
+                        bytes_per_row: (row * 4) as u32,
+                        width: width as u32,
+                        rows: height as u32,
+                    };
+                    textures.get_or_make(source, make)
+                }
+                None => make(),
+            };
             dispatches.push(Dispatch {
                 label: clabel,
                 work: Work::CopyToTexture(TextureCopy {
