@@ -6,6 +6,8 @@
 //   tiled   64x64 tile per workgroup staged in workgroup memory, 4x4 outputs per invocation: the classic GPU kernel
 //   block8  8x8 outputs per invocation from operands that `pack` copied into zero-padded (K, M) and (K, N)
 //           vec4 rows: no bounds checks in the inner loop, no workgroup memory (fast where loads are costly)
+//   block16 the same with 16x16 outputs: 256 multiply-adds per 8 vec4 loads where block8 does 64 per 4
+//           (SwiftShader gathers every load lane by lane and spills either's accumulators)
 // Entry points ending in `_v4` store C as vec4 (N and stride_c multiples of 4).
 // Binding numbers are unique in the file (each entry point binds a subset; pipelines use auto layout).
 
@@ -293,4 +295,86 @@ fn block8_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     store4_v4(cb, r + 6u, cl, m2[2]); store4_v4(cb, r + 7u, cl, m2[3]);
     store4_v4(cb, r + 4u, cl + 4u, m3[0]); store4_v4(cb, r + 5u, cl + 4u, m3[1]);
     store4_v4(cb, r + 6u, cl + 4u, m3[2]); store4_v4(cb, r + 7u, cl + 4u, m3[3]);
+}
+
+// ---- block16: one 16x16 block of C per invocation, block8's layout and order ----
+
+// acc16[4 i + j][r] = C[row0 + 4 i + r, col0 + 4 j .. +3]; indexed with constants only.
+var<private> acc16: array<mat4x4<f32>, 16>;
+
+fn block16_k(ia: u32, ib: u32) {
+    let a0 = pa[ia];
+    let a1 = pa[ia + 1u];
+    let a2 = pa[ia + 2u];
+    let a3 = pa[ia + 3u];
+    let b0 = pb[ib];
+    let b1 = pb[ib + 1u];
+    let b2 = pb[ib + 2u];
+    let b3 = pb[ib + 3u];
+    acc16[0] += outer(a0, b0); acc16[1] += outer(a0, b1); acc16[2] += outer(a0, b2); acc16[3] += outer(a0, b3);
+    acc16[4] += outer(a1, b0); acc16[5] += outer(a1, b1); acc16[6] += outer(a1, b2); acc16[7] += outer(a1, b3);
+    acc16[8] += outer(a2, b0); acc16[9] += outer(a2, b1); acc16[10] += outer(a2, b2); acc16[11] += outer(a2, b3);
+    acc16[12] += outer(a3, b0); acc16[13] += outer(a3, b1); acc16[14] += outer(a3, b2); acc16[15] += outer(a3, b3);
+}
+
+// Accumulates the block of invocation `id` of batch item z; returns (row0, col0), or row0 = M when idle.
+fn block16_body(id: u32, z: u32) -> vec2<u32> {
+    let nbc = p.np4 / 4u;
+    if (id >= (p.mp4 / 4u) * nbc) { return vec2(p.m, 0u); }
+    let r4 = id / nbc * 4u;
+    let c4 = id % nbc * 4u;
+    var ia = select(z, 0u, p.stride_a == 0u) * p.kp * p.mp4 + r4;
+    var ib = select(z, 0u, p.stride_b == 0u) * p.kp * p.np4 + c4;
+    // kp is a multiple of 4: two k-steps a turn.
+    for (var kk = 0u; kk < p.kp; kk += 2u) {
+        block16_k(ia, ib);
+        block16_k(ia + p.mp4, ib + p.np4);
+        ia += 2u * p.mp4;
+        ib += 2u * p.np4;
+    }
+    return vec2(r4 * 4u, c4 * 4u);
+}
+
+// Rows r .. r+3, columns cl .. cl+3 of C from m (store4 per row).
+fn rows4(cb: u32, r: u32, cl: u32, m: mat4x4<f32>) {
+    store4(cb, r, cl, m[0]); store4(cb, r + 1u, cl, m[1]); store4(cb, r + 2u, cl, m[2]); store4(cb, r + 3u, cl, m[3]);
+}
+
+fn rows4_v4(cb: u32, r: u32, cl: u32, m: mat4x4<f32>) {
+    store4_v4(cb, r, cl, m[0]); store4_v4(cb, r + 1u, cl, m[1]);
+    store4_v4(cb, r + 2u, cl, m[2]); store4_v4(cb, r + 3u, cl, m[3]);
+}
+
+@compute @workgroup_size(64)
+fn block16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let rc = block16_body(gid.x + gid.y * nwg.x * 64u, gid.z);
+    if (rc.x >= p.m) { return; }
+    let cb = gid.z * p.stride_c;
+    let r = rc.x;
+    let cl = rc.y;
+    rows4(cb, r, cl, acc16[0]); rows4(cb, r, cl + 4u, acc16[1]);
+    rows4(cb, r, cl + 8u, acc16[2]); rows4(cb, r, cl + 12u, acc16[3]);
+    rows4(cb, r + 4u, cl, acc16[4]); rows4(cb, r + 4u, cl + 4u, acc16[5]);
+    rows4(cb, r + 4u, cl + 8u, acc16[6]); rows4(cb, r + 4u, cl + 12u, acc16[7]);
+    rows4(cb, r + 8u, cl, acc16[8]); rows4(cb, r + 8u, cl + 4u, acc16[9]);
+    rows4(cb, r + 8u, cl + 8u, acc16[10]); rows4(cb, r + 8u, cl + 12u, acc16[11]);
+    rows4(cb, r + 12u, cl, acc16[12]); rows4(cb, r + 12u, cl + 4u, acc16[13]);
+    rows4(cb, r + 12u, cl + 8u, acc16[14]); rows4(cb, r + 12u, cl + 12u, acc16[15]);
+}
+
+@compute @workgroup_size(64)
+fn block16_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let rc = block16_body(gid.x + gid.y * nwg.x * 64u, gid.z);
+    if (rc.x >= p.m) { return; }
+    let cb = gid.z * p.stride_c;
+    let r = rc.x;
+    let cl = rc.y;
+    rows4_v4(cb, r, cl, acc16[0]); rows4_v4(cb, r, cl + 4u, acc16[1]);
+    rows4_v4(cb, r, cl + 8u, acc16[2]); rows4_v4(cb, r, cl + 12u, acc16[3]);
+    rows4_v4(cb, r + 4u, cl, acc16[4]); rows4_v4(cb, r + 4u, cl + 4u, acc16[5]);
+    rows4_v4(cb, r + 4u, cl + 8u, acc16[6]); rows4_v4(cb, r + 4u, cl + 12u, acc16[7]);
+    rows4_v4(cb, r + 8u, cl, acc16[8]); rows4_v4(cb, r + 8u, cl + 4u, acc16[9]);
+    rows4_v4(cb, r + 8u, cl + 8u, acc16[10]); rows4_v4(cb, r + 8u, cl + 12u, acc16[11]);
+    rows4_v4(cb, r + 12u, cl, acc16[12]); rows4_v4(cb, r + 12u, cl + 4u, acc16[13]);
+    rows4_v4(cb, r + 12u, cl + 8u, acc16[14]); rows4_v4(cb, r + 12u, cl + 12u, acc16[15]);
 }

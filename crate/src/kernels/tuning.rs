@@ -38,8 +38,9 @@ pub struct TuningCache {
 
 impl TuningCache {
     /// Bumped when shape classes or variants change meaning, so old choices are timed again
-    /// (3: block8 reads operands already in its layout without a pack pass; 4: the sg variant).
-    pub const VERSION: u32 = 4;
+    /// (3: block8 reads operands already in its layout without a pack pass; 4: the sg variant;
+    /// 5: block16).
+    pub const VERSION: u32 = 5;
 }
 
 impl Tuning {

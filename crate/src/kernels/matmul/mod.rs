@@ -1,6 +1,6 @@
 //! Matmul, `C = alpha * op(A) @ op(B) (+ bias) (+ C)`, batched with strides and broadcast, in
 //! several variants among which an autotuner picks per adapter and shape class: naive, tiled and
-//! block8 (shaders/matmul.wgsl), tex16 (shaders/matmul_tex.wgsl), and sg and sg1
+//! block8 and block16 (shaders/matmul.wgsl), tex16 (shaders/matmul_tex.wgsl), and sg and sg1
 //! (shaders/matmul_sg.wgsl, fed by tex16's pack passes). The texture variants store C through the
 //! prelude shaders/matmul_out.wgsl. CPU twin: [`crate::reference::matmul`].
 mod autotune;

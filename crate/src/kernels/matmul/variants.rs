@@ -1,7 +1,7 @@
 //! The matmul variants: what each needs from the adapter and the shape, and how each is launched.
 //! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
-//! unaligned sizes: naive and tiled by bounds checks, block8, tex16, sg and sg1 by packing the operands
-//! into zero-padded layouts first (block8: one `pack` dispatch per operand; the texture variants: one
+//! unaligned sizes: naive and tiled by bounds checks, block8, block16, tex16, sg and sg1 by packing the
+//! operands into zero-padded layouts first (block8 and block16: one `pack` dispatch per operand; the texture variants: one
 //! `pack` dispatch for both, plus a copy for an operand whose memory already is its texture's texels,
 //! which for sg1 includes rows that hold K side by side; replayed every step).
 use std::sync::Arc;
@@ -19,6 +19,10 @@ pub enum Variant {
     Tiled,
     /// 8x8 register block per invocation from packed storage buffers.
     Block8,
+    /// block8's buffers, a 16x16 block per invocation: twice block8's multiply-adds per value
+    /// loaded, for adapters where each load is a loop over the lanes and spills cost less
+    /// (SwiftShader).
+    Block16,
     /// 16x16 register block per invocation from read-only rgba32float storage textures.
     Tex16,
     /// tex16's textures, a 64-row block per subgroup of 8 or 16 whose A values are shared by
@@ -30,10 +34,11 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Naive,
         Variant::Tiled,
         Variant::Block8,
+        Variant::Block16,
         Variant::Tex16,
         Variant::Sg,
         Variant::Sg1,
@@ -44,6 +49,7 @@ impl Variant {
             Variant::Naive => "naive",
             Variant::Tiled => "tiled",
             Variant::Block8 => "block8",
+            Variant::Block16 => "block16",
             Variant::Tex16 => "tex16",
             Variant::Sg => "sg",
             Variant::Sg1 => "sg1",
@@ -58,6 +64,7 @@ impl Variant {
     fn padding(self) -> Option<(usize, usize)> {
         match self {
             Variant::Block8 => Some((8, 4)),
+            Variant::Block16 => Some((16, 4)),
             Variant::Tex16 | Variant::Sg | Variant::Sg1 => Some((16, 1)),
             Variant::Naive | Variant::Tiled => None,
         }
@@ -99,7 +106,7 @@ impl std::fmt::Display for Variant {
 impl std::str::FromStr for Variant {
     type Err = GpuError;
 
-    /// A variant by name (`naive`, `tiled`, `block8`, `tex16`, `sg`, `sg1`), as the CLI and tests spell it.
+    /// A variant by name (`naive`, `tiled`, `block8`, `block16`, `tex16`, `sg`, `sg1`), as the CLI and tests spell it.
     fn from_str(name: &str) -> Result<Self, GpuError> {
         Variant::from_name(name).ok_or_else(|| {
             let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
@@ -182,7 +189,7 @@ const TEX_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba32Float;
 pub(crate) fn adapter_supports(ctx: &GpuContext, v: Variant) -> Result<(), String> {
     let limits = ctx.device.limits();
     match v {
-        Variant::Naive | Variant::Block8 => Ok(()),
+        Variant::Naive | Variant::Block8 | Variant::Block16 => Ok(()),
         Variant::Tiled => {
             if limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_storage_size < 8192 {
                 Err("tiled needs 256 invocations and 8 KiB of workgroup memory per workgroup".into())
@@ -225,7 +232,7 @@ pub(crate) fn shape_supports(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> R
     let groups = match v {
         Variant::Naive => [s.n.div_ceil(16), s.m.div_ceil(16), s.batch],
         Variant::Tiled => [s.n.div_ceil(64), s.m.div_ceil(64), s.batch],
-        Variant::Block8 | Variant::Tex16 | Variant::Sg | Variant::Sg1 => [1, 1, s.batch],
+        Variant::Block8 | Variant::Block16 | Variant::Tex16 | Variant::Sg | Variant::Sg1 => [1, 1, s.batch],
     };
     for g in groups {
         if g > max_groups {
@@ -302,6 +309,8 @@ pub(crate) async fn build(
         (Variant::Tiled, _) => "tiled",
         (Variant::Block8, false) => "block8",
         (Variant::Block8, true) => "block8_v4",
+        (Variant::Block16, false) => "block16",
+        (Variant::Block16, true) => "block16_v4",
         (Variant::Tex16, false) => "tex16",
         (Variant::Tex16, true) => "tex16_v4",
         (Variant::Sg, v4) => match (ctx.subgroup_lanes(), v4) {
@@ -443,7 +452,12 @@ fn pack_entry(
     if k_copy {
         return Packing::KCopy;
     }
-    let direct = v == Variant::Block8 && aligned && whole && sr == 1 && sk == rows && rows.is_multiple_of(row_pad);
+    let direct = matches!(v, Variant::Block8 | Variant::Block16)
+        && aligned
+        && whole
+        && sr == 1
+        && sk == rows
+        && rows.is_multiple_of(row_pad);
     if direct {
         Packing::Direct
     } else if aligned && stride.is_multiple_of(4) && sk == 1 && sr.is_multiple_of(4) {
@@ -887,5 +901,8 @@ mod tests {
         gap.stride_a = 0;
         assert_eq!(entries(Variant::Block8, &gap), [Packing::Direct, Packing::Direct]);
         assert_eq!(pack_entry(Variant::Block8, 8, 16, (1, 16), (0, 1), 12), BY_VALUE);
+        // block16 reads the same layout, its rows padded to 16: M = 16 binds directly, N = 24
+        // is padded by a pass.
+        assert_eq!(entries(Variant::Block16, &s), [Packing::Direct, BY_VALUE]);
     }
 }
