@@ -80,7 +80,13 @@ mod under_jax {
                 "{line}: ratio {ratio} is not {ours} / {theirs} = {want}"
             );
             assert_eq!(cells[4], format!("<={goal}x"), "{line}");
-            assert_eq!(cells[5], if ratio <= goal { "yes" } else { "no" }, "{line}");
+            // The verdict follows the unrounded ratio: a row printed at the goal itself (`4.00x`
+            // for 4.004) may say either.
+            if (ratio - goal).abs() > 0.005 {
+                assert_eq!(cells[5], if ratio <= goal { "yes" } else { "no" }, "{line}");
+            } else {
+                assert!(matches!(cells[5], "yes" | "no"), "{line}");
+            }
             // The floor: shardlab's least time on this adapter's ceilings, over the peer's.
             assert!(number(cells[6]) > 0.0, "{line}: a positive floor ratio");
             if peer == "numpy" {
