@@ -24,7 +24,7 @@ struct Params {
     stride_b: u32,
     stride_c: u32,
     alpha: f32,
-    mp4: u32,      // packed operands (block8): vec4s per k-row of A^T (M padded / 4) and of B (N padded / 4)
+    mp4: u32,      // packed operands (block8, block16): vec4s per k-row of A^T (M padded / 4) and of B (N padded / 4)
     np4: u32,
     kp: u32,       // packed k-rows per batch item (K padded)
     stride_bias: u32, // elements between batch items' biases (0: one bias for all)
@@ -90,6 +90,16 @@ fn store4_v4(cb: u32, row: u32, col: u32, v: vec4<f32>) {
     }
     if ((p.flags & 1u) != 0u) { y += c4[i]; }
     c4[i] = y;
+}
+
+// Rows r .. r+3, columns cl .. cl+3 of C from m (store4 per row).
+fn rows4(cb: u32, r: u32, cl: u32, m: mat4x4<f32>) {
+    store4(cb, r, cl, m[0]); store4(cb, r + 1u, cl, m[1]); store4(cb, r + 2u, cl, m[2]); store4(cb, r + 3u, cl, m[3]);
+}
+
+fn rows4_v4(cb: u32, r: u32, cl: u32, m: mat4x4<f32>) {
+    store4_v4(cb, r, cl, m[0]); store4_v4(cb, r + 1u, cl, m[1]);
+    store4_v4(cb, r + 2u, cl, m[2]); store4_v4(cb, r + 3u, cl, m[3]);
 }
 
 // ---- naive ----
@@ -169,7 +179,7 @@ fn tiled(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wi
     store4(cb, row + 3u, col, acc3);
 }
 
-// ---- pack: an operand into zero-padded vec4 k-rows (for block8) ----
+// ---- pack: an operand into zero-padded vec4 k-rows (for block8 and block16) ----
 
 fn pack_value(base: u32, r: u32, kk: u32) -> f32 {
     if (r >= pk.rows || kk >= pk.k) { return 0.0; }
@@ -264,16 +274,8 @@ fn block8(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     let cb = gid.z * p.stride_c;
     let r = rc.x;
     let cl = rc.y;
-    let m0 = acc[0];
-    let m1 = acc[1];
-    let m2 = acc[2];
-    let m3 = acc[3];
-    store4(cb, r, cl, m0[0]); store4(cb, r + 1u, cl, m0[1]); store4(cb, r + 2u, cl, m0[2]); store4(cb, r + 3u, cl, m0[3]);
-    store4(cb, r, cl + 4u, m1[0]); store4(cb, r + 1u, cl + 4u, m1[1]);
-    store4(cb, r + 2u, cl + 4u, m1[2]); store4(cb, r + 3u, cl + 4u, m1[3]);
-    store4(cb, r + 4u, cl, m2[0]); store4(cb, r + 5u, cl, m2[1]); store4(cb, r + 6u, cl, m2[2]); store4(cb, r + 7u, cl, m2[3]);
-    store4(cb, r + 4u, cl + 4u, m3[0]); store4(cb, r + 5u, cl + 4u, m3[1]);
-    store4(cb, r + 6u, cl + 4u, m3[2]); store4(cb, r + 7u, cl + 4u, m3[3]);
+    rows4(cb, r, cl, acc[0]); rows4(cb, r, cl + 4u, acc[1]);
+    rows4(cb, r + 4u, cl, acc[2]); rows4(cb, r + 4u, cl + 4u, acc[3]);
 }
 
 @compute @workgroup_size(64)
@@ -283,18 +285,8 @@ fn block8_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     let cb = gid.z * p.stride_c;
     let r = rc.x;
     let cl = rc.y;
-    let m0 = acc[0];
-    let m1 = acc[1];
-    let m2 = acc[2];
-    let m3 = acc[3];
-    store4_v4(cb, r, cl, m0[0]); store4_v4(cb, r + 1u, cl, m0[1]);
-    store4_v4(cb, r + 2u, cl, m0[2]); store4_v4(cb, r + 3u, cl, m0[3]);
-    store4_v4(cb, r, cl + 4u, m1[0]); store4_v4(cb, r + 1u, cl + 4u, m1[1]);
-    store4_v4(cb, r + 2u, cl + 4u, m1[2]); store4_v4(cb, r + 3u, cl + 4u, m1[3]);
-    store4_v4(cb, r + 4u, cl, m2[0]); store4_v4(cb, r + 5u, cl, m2[1]);
-    store4_v4(cb, r + 6u, cl, m2[2]); store4_v4(cb, r + 7u, cl, m2[3]);
-    store4_v4(cb, r + 4u, cl + 4u, m3[0]); store4_v4(cb, r + 5u, cl + 4u, m3[1]);
-    store4_v4(cb, r + 6u, cl + 4u, m3[2]); store4_v4(cb, r + 7u, cl + 4u, m3[3]);
+    rows4_v4(cb, r, cl, acc[0]); rows4_v4(cb, r, cl + 4u, acc[1]);
+    rows4_v4(cb, r + 4u, cl, acc[2]); rows4_v4(cb, r + 4u, cl + 4u, acc[3]);
 }
 
 // ---- block16: one 16x16 block of C per invocation, block8's layout and order ----
@@ -333,16 +325,6 @@ fn block16_body(id: u32, z: u32) -> vec2<u32> {
         ib += 2u * p.np4;
     }
     return vec2(r4 * 4u, c4 * 4u);
-}
-
-// Rows r .. r+3, columns cl .. cl+3 of C from m (store4 per row).
-fn rows4(cb: u32, r: u32, cl: u32, m: mat4x4<f32>) {
-    store4(cb, r, cl, m[0]); store4(cb, r + 1u, cl, m[1]); store4(cb, r + 2u, cl, m[2]); store4(cb, r + 3u, cl, m[3]);
-}
-
-fn rows4_v4(cb: u32, r: u32, cl: u32, m: mat4x4<f32>) {
-    store4_v4(cb, r, cl, m[0]); store4_v4(cb, r + 1u, cl, m[1]);
-    store4_v4(cb, r + 2u, cl, m[2]); store4_v4(cb, r + 3u, cl, m[3]);
 }
 
 @compute @workgroup_size(64)

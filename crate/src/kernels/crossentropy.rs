@@ -32,9 +32,10 @@ fn entry(
 ) -> (String, [u32; 3], bool) {
     let strategy = RowStrategy::or_adapter(strategy, ctx, v);
     let (entry, grid) = strategy.entry(base, rows);
-    match strategy == RowStrategy::PerInvocation && v.is_multiple_of(4) {
-        true => (format!("{entry}4"), grid, true),
-        false => (entry, grid, false),
+    if strategy == RowStrategy::PerInvocation && v.is_multiple_of(4) {
+        (format!("{entry}4"), grid, true)
+    } else {
+        (entry, grid, false)
     }
 }
 

@@ -52,15 +52,16 @@ pub async fn forward(
     need(k, "out", out, n * c)?;
     let label = format!("embedding ({n}, {c}) from {v} rows{}", on_devices(devices));
     // Four columns an invocation where C allows (forward_v4).
-    let kernel = match c.is_multiple_of(4) {
-        true => Kernel::new("embedding", "forward_v4", label)
+    let kernel = if c.is_multiple_of(4) {
+        Kernel::new("embedding", "forward_v4", label)
             .read(9, "table", table)
             .write(10, "out", out)
-            .grid(grid_1d(n * c / 4, 256)),
-        false => Kernel::new("embedding", "forward", label)
+            .grid(grid_1d(n * c / 4, 256))
+    } else {
+        Kernel::new("embedding", "forward", label)
             .read(0, "table", table)
             .write(2, "out", out)
-            .grid(grid_1d(n * c, 256)),
+            .grid(grid_1d(n * c, 256))
     };
     ctx.launch(kernel.read(1, "ids", ids).uniform(5, &p)).await
 }
@@ -108,15 +109,16 @@ pub async fn backward(
     p.groups = groups as u32;
     let label = format!("embedding backward ({n}, {c}) into {v} rows{}", on_devices(devices));
     let grid = grid_1d(devices * groups * owners, 64);
-    let kernel = match v4 {
-        true => Kernel::new("embedding", "backward_v4", label)
+    let kernel = if v4 {
+        Kernel::new("embedding", "backward_v4", label)
             .read(7, "dout", dout)
             .read(6, "ids", ids)
-            .write(8, "dtable", dtable),
-        false => Kernel::new("embedding", "backward", label)
+            .write(8, "dtable", dtable)
+    } else {
+        Kernel::new("embedding", "backward", label)
             .read(3, "dout", dout)
             .read(1, "ids", ids)
-            .write(4, "dtable", dtable),
+            .write(4, "dtable", dtable)
     };
     ctx.launch(kernel.uniform(5, &p).grid(grid)).await
 }

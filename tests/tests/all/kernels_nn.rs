@@ -463,106 +463,58 @@ fn embedding_forward_and_backward_match_reference_exactly() {
     }
 }
 
-#[test]
-fn embedding_ids_out_of_range_read_zeros_and_write_nothing() {
-    let ctx = gpu_or_skip!();
-    let (v, c) = (4, 3);
-    let id = [1u32, 4, u32::MAX, 3, 1000, 0];
+/// The lookup and the scatter-add of a table of V rows and C columns, with `id` holding ids past
+/// V: the rows of out-of-range ids read zeros, their (huge) gradients are dropped, the table is
+/// untouched, and rows of a larger (reused) table past V are never read. `out` and `dtable` start
+/// as 7s, so a row the kernels skip shows.
+fn check_ids_out_of_range(ctx: &GpuContext, v: usize, c: usize, id: &[u32], seed: u32) {
     let n = id.len();
-    let table = rand_vec(v * c, 17);
-    // Gradients of the out-of-range rows are huge, so any stray (clamped) write would show.
-    let mut dout = rand_vec(n * c, 18);
-    for i in [1, 2, 4] {
+    let s = EmbeddingShape::new(n, v, c);
+    let outside: Vec<usize> = (0..n).filter(|&i| id[i] as usize >= v).collect();
+    let table = rand_vec(v * c, seed);
+    let mut dout = rand_vec(n * c, seed + 1);
+    for &i in &outside {
         dout[i * c..(i + 1) * c].fill(1e6);
     }
+    let mut padded = table.clone();
+    padded.extend(vec![5.0f32; 2 * c]);
     let gtable = ctx.upload("table", &table).unwrap();
-    let gids = ctx.upload("ids", &id).unwrap();
+    let gpadded = ctx.upload("padded table", &padded).unwrap();
+    let gids = ctx.upload("ids", id).unwrap();
     let gdout = ctx.upload("dout", &dout).unwrap();
-    let out = ctx.zeros("out", n * c).unwrap();
-    let dtable = ctx.zeros("dtable", v * c).unwrap();
-    let d = block_on(embedding::forward(
-        ctx,
-        &gtable,
-        &gids,
-        &out,
-        EmbeddingShape::new(n, v, c),
-    ))
-    .unwrap();
-    let got = run(ctx, &[d], &out);
-    assert_eq!(
-        got,
-        reference::embedding::forward(&table, &id, EmbeddingShape::new(n, v, c))
-    );
-    assert!(got[c..3 * c].iter().chain(&got[4 * c..5 * c]).all(|&x| x == 0.0));
-    let d = block_on(embedding::backward(
-        ctx,
-        &gdout,
-        &gids,
-        &dtable,
-        EmbeddingShape::new(n, v, c),
-    ))
-    .unwrap();
+    let want = reference::embedding::forward(&table, id, s);
+    for (what, t) in [("table", &gtable), ("padded table", &gpadded)] {
+        let out = ctx.upload("out", &vec![7.0f32; n * c]).unwrap(); // overwritten
+        let d = block_on(embedding::forward(ctx, t, &gids, &out, s)).unwrap();
+        let got = run(ctx, &[d], &out);
+        assert_eq!(got, want, "forward from the {what}, C = {c}");
+        assert!(outside
+            .iter()
+            .all(|&i| got[i * c..(i + 1) * c].iter().all(|&x| x == 0.0)));
+    }
+    let dtable = ctx.upload("dtable", &vec![7.0f32; v * c]).unwrap(); // overwritten
+    let d = block_on(embedding::backward(ctx, &gdout, &gids, &dtable, s)).unwrap();
     let got = run(ctx, &[d], &dtable);
-    assert_eq!(
-        got,
-        reference::embedding::backward(&dout, &id, EmbeddingShape::new(n, v, c))
-    );
+    assert_eq!(got, reference::embedding::backward(&dout, id, s), "backward, C = {c}");
     assert!(
         got.iter().all(|x| x.abs() < 10.0),
         "an out-of-range id leaked into dtable: {got:?}"
     );
     assert_eq!(ctx.read_blocking::<f32>(&gtable).unwrap(), table, "table untouched");
-    // A table in a larger (reused) buffer: with V given, rows past V are never read.
-    let mut padded = table.clone();
-    padded.extend([5.0f32; 2 * 3]);
-    let gpadded = ctx.upload("padded table", &padded).unwrap();
-    let d = block_on(embedding::forward(
-        ctx,
-        &gpadded,
-        &gids,
-        &out,
-        EmbeddingShape::new(n, v, c),
-    ))
-    .unwrap();
-    assert_eq!(
-        run(ctx, &[d], &out),
-        reference::embedding::forward(&table, &id, EmbeddingShape::new(n, v, c))
-    );
+}
+
+#[test]
+fn embedding_ids_out_of_range_read_zeros_and_write_nothing() {
+    let ctx = gpu_or_skip!();
+    check_ids_out_of_range(ctx, 4, 3, &[1, 4, u32::MAX, 3, 1000, 0], 17);
 }
 
 /// The kernels that take four columns (and, backward, four ids) at a time, where C and N are
-/// multiples of 4, treat out-of-range ids as the one-column kernels do: zeros read, gradients
-/// dropped, rows of a larger (reused) table past V never read.
+/// multiples of 4, treat out-of-range ids as the one-column kernels do.
 #[test]
 fn embedding_by_fours_reads_zeros_and_drops_gradients_for_ids_out_of_range() {
     let ctx = gpu_or_skip!();
-    let (v, c) = (5, 8);
-    let id = [1u32, 5, u32::MAX, 3, 1000, 0, 4, 1];
-    let n = id.len();
-    let s = EmbeddingShape::new(n, v, c);
-    let table = rand_vec(v * c, 20);
-    let mut padded = table.clone();
-    padded.extend([5.0f32; 2 * 8]);
-    let mut dout = rand_vec(n * c, 19);
-    for i in [1, 2, 4] {
-        dout[i * c..(i + 1) * c].fill(1e6);
-    }
-    let gpadded = ctx.upload("padded table", &padded).unwrap();
-    let gids = ctx.upload("ids", &id).unwrap();
-    let gdout = ctx.upload("dout", &dout).unwrap();
-    let out = ctx.upload("out", &vec![7.0f32; n * c]).unwrap(); // overwritten
-    let dtable = ctx.upload("dtable", &vec![7.0f32; v * c]).unwrap(); // overwritten
-    let d = block_on(embedding::forward(ctx, &gpadded, &gids, &out, s)).unwrap();
-    let got = run(ctx, &[d], &out);
-    assert_eq!(got, reference::embedding::forward(&table, &id, s));
-    assert!(got[c..3 * c].iter().chain(&got[4 * c..5 * c]).all(|&x| x == 0.0));
-    let d = block_on(embedding::backward(ctx, &gdout, &gids, &dtable, s)).unwrap();
-    let got = run(ctx, &[d], &dtable);
-    assert_eq!(got, reference::embedding::backward(&dout, &id, s));
-    assert!(
-        got.iter().all(|x| x.abs() < 10.0),
-        "an out-of-range id leaked into dtable: {got:?}"
-    );
+    check_ids_out_of_range(ctx, 5, 8, &[1, 5, u32::MAX, 3, 1000, 0, 4, 1], 20);
 }
 
 #[test]

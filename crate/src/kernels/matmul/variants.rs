@@ -380,7 +380,7 @@ enum Packing {
     /// A pack pass (`entry`) writes the packed layout; each invocation packs `k_rows` k-rows. The
     /// texture variants run `entry` as a mode of their one pass for both operands.
     Pass { entry: &'static str, k_rows: usize },
-    /// block8 reads the operand where it is: it is already in the packed layout.
+    /// block8 and block16 read the operand where it is: it is already in the packed layout.
     Direct,
     /// tex16 and sg: the operand's memory already is the texture's texels, copied in whole.
     Copy,
@@ -389,9 +389,10 @@ enum Packing {
     KCopy,
 }
 
-/// How A and B reach the matmul. block8 binds an operand directly when its memory already is the
-/// packed layout, rows of K that hold its M (or N) values side by side (A transposed, B as
-/// stored), with nothing to pad and its batch items back to back; tex16 and sg copy such an
+/// How A and B reach the matmul. block8 and block16 bind an operand directly when its memory
+/// already is the packed layout, rows of K that hold its M (or N) values side by side (A
+/// transposed, B as stored), with nothing to pad and its batch items back to back; tex16 and sg
+/// copy such an
 /// operand into their texture when its rows are whole multiples of 256 bytes (0.36 ms against a
 /// 3.4 ms pack for a 1024 x 1024 operand on lavapipe). sg1 also copies the other layout, rows that
 /// hold K side by side (A as stored, B transposed: a layer's input, and both operands of its
