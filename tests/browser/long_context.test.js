@@ -1,6 +1,7 @@
 // Long sequences on the page: the cp ("long context") and tp_sp presets train in both modes and
 // their links reopen; zig-zag balances the ring in shard_map mode, as the modelled timeline
-// shows; settings that cannot run are refused at their control, naming the fix.
+// shows; gradient accumulation runs over the ring with dropout; settings that cannot run are
+// refused at their control, naming the fix.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, setControl, settled, singleSteps } from './helpers.js';
@@ -87,6 +88,28 @@ test('zig-zag balances the ring in shard_map mode, runs beside jit\'s contiguous
     await setControl(page, 'cp_order', 'zigzag');
     await fieldError(page, 'cp_order').waitFor({ timeout: 30_000 });
     assert.match(await fieldError(page, 'cp_order').innerText(), /choose the cp preset, or cp order contiguous/);
+  } finally {
+    await context.close();
+  }
+});
+
+test('gradient accumulation over the ring with dropout: two microbatches train alike in both modes, and the link reopens with them', { timeout: 600_000 }, async () => {
+  // The cp preset keeps its dropout 0.1: each microbatch draws its own masks, ring attention's
+  // blocks among them, the same in jit and in the shard_map body.
+  const { context, page, consoleErrors } = await openReady(hashOf({ preset: 'cp', mesh: 'cp=4', seq: '64', batch: '2', mode: 'both', microbatches: '2' }));
+  try {
+    assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    assert.equal(await singleSteps(page, 2), 2);
+    const losses = await page.locator('[data-testid="loss"] [data-mode]').evaluateAll((ss) => Object.fromEntries(
+      ss.map((s) => [s.dataset.mode, Number(s.textContent.split(' ').pop())])));
+    assert.ok(Number.isFinite(losses.auto) && losses.auto > 0, JSON.stringify(losses));
+    assert.ok(Math.abs(losses.auto - losses.shard_map) < 1e-3, JSON.stringify(losses));
+    assert.match(location(page), /microbatches=2/);
+    await assertLinkReopens(page, async (second) => {
+      const form = await formValues(second);
+      assert.deepEqual([form.preset, form.microbatches, form.dropout], ['cp', '2', '0.1']);
+    });
+    assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
   }

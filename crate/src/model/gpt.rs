@@ -106,14 +106,7 @@ fn row_out(b: &mut Builder, a: &Activations, y: ValueId) -> ValueId {
 /// This device's block of the bits of the global array that `local` is a block of, split as
 /// `spec` says: what `jax.random.bits(key, global)` holds there.
 fn block_bits(b: &mut Builder, key: ValueId, local: &[usize], spec: PartitionSpec, layout: RngLayout) -> ValueId {
-    let global: Vec<usize> = local
-        .iter()
-        .enumerate()
-        .map(|(d, &n)| {
-            let axes: Vec<&str> = spec.dim_axes(d).to_vec();
-            n * b.mesh().and_then(|m| m.axes_size(&axes).ok()).unwrap_or(1)
-        })
-        .collect();
+    let global = global_shape(b, local, &spec);
     b.emit1(
         Op::RandomBitsBlock {
             global,
@@ -124,6 +117,15 @@ fn block_bits(b: &mut Builder, key: ValueId, local: &[usize], spec: PartitionSpe
         },
         &[key],
     )
+}
+
+/// The shape of the global array whose block, split as `spec` says, has shape `local`.
+fn global_shape(b: &Builder, local: &[usize], spec: &PartitionSpec) -> Vec<usize> {
+    local
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| n * b.mesh().and_then(|m| m.axes_size(&spec.dim_axes(d)).ok()).unwrap_or(1))
+        .collect()
 }
 
 /// The spec of a device's block of a mask over (batch, sequence, ...) or, `heads`, over
@@ -268,7 +270,10 @@ pub fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: Val
             let dropout = (cfg.dropout > 0.0).then(|| {
                 let m = a.local.masks.clone().unwrap_or_default();
                 let spec = mask_spec(&m, 2, true);
-                let global = vec![cfg.batch, cfg.heads, cfg.seq, cfg.seq];
+                // The (B, H) of the array this device's block is of, from the local shape: a
+                // microbatch's where the step accumulates (B / k rows, its key folded in).
+                let mut global = global_shape(b, &[bsz, h], &spec);
+                global.extend([cfg.seq, cfg.seq]);
                 let d = RingDropout {
                     rate: cfg.dropout,
                     layout: a.rng_layout,

@@ -345,20 +345,6 @@ pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, microbatch
     }
     let shards = if strategy.axes().contains(&"dp") { size("dp") } else { 1 };
     crate::model::check_microbatches(cfg.batch, microbatches, shards)?;
-    // Where the sequence is split, each device draws its block of the one-device masks; the
-    // kernels' draw does not yet follow a microbatch's rows, so the two are not combined.
-    if microbatches > 1 && cfg.dropout > 0.0 {
-        if let Some(axis) = strategy.seq_axis() {
-            return Err(PlanError::Invalid {
-                what: format!("--microbatches {microbatches}"),
-                why: format!(
-                    "with dropout, where {} splits the sequence over '{axis}', is not supported yet: use \
-                     --microbatches 1, or --dropout 0",
-                    strategy.name()
-                ),
-            });
-        }
-    }
     if let Some(axis) = strategy.seq_axis() {
         let n = size(axis);
         if !cfg.seq.is_multiple_of(n) {

@@ -2,7 +2,8 @@
 //! the partitioner in automatic mode) and Megatron sequence parallelism, against the one-device
 //! run: the losses of 3 steps and the parameters after them agree to 1e-5, without dropout and
 //! with it (every mask the device's block of the one-device run's, bit for bit), in both RNG
-//! layouts, on the CPU reference and on the GPU.
+//! layouts, on the CPU reference and on the GPU; and with gradient accumulation, where each
+//! microbatch's masks are the device's blocks of the one-device run's for that microbatch.
 use std::sync::Arc;
 
 use shardlab::exec::{Backend, Parallel, TrainerOptions};
@@ -78,7 +79,17 @@ pub fn matrix() -> Vec<(Mode, Strategy, &'static str, CpOrder)> {
     cases
 }
 
-fn check(backend: &Backend, cases: &[(Mode, Strategy, &str, CpOrder)], dropouts: &[(f32, RngLayout)]) {
+/// Each case against the one-device run with the same settings, `microbatches` included.
+fn check(
+    backend: &Backend,
+    cases: &[(Mode, Strategy, &str, CpOrder)],
+    dropouts: &[(f32, RngLayout)],
+    microbatches: usize,
+) {
+    let options = |parallel, dropout, layout, order| TrainerOptions {
+        microbatches,
+        ..options(parallel, dropout, layout, order)
+    };
     for &(dropout, layout) in dropouts {
         let want = shardlab_tests::train_steps(
             backend,
@@ -89,7 +100,7 @@ fn check(backend: &Backend, cases: &[(Mode, Strategy, &str, CpOrder)], dropouts:
             let opts = options(parallel(mode, strategy, mesh), dropout, layout, order);
             let got = shardlab_tests::train_steps(backend, opts, 3);
             let what = format!(
-                "{} {} on {mesh} ({}), dropout {dropout} {layout:?}",
+                "{} {} on {mesh} ({}), dropout {dropout} {layout:?}, {microbatches} microbatch(es)",
                 mode.name(),
                 strategy.name(),
                 order.name()
@@ -107,7 +118,7 @@ fn check(backend: &Backend, cases: &[(Mode, Strategy, &str, CpOrder)], dropouts:
 
 #[test]
 fn every_long_sequence_strategy_matches_one_device_on_the_reference_executor() {
-    check(&Backend::Reference, &matrix(), &[(0.0, RngLayout::Partitionable)]);
+    check(&Backend::Reference, &matrix(), &[(0.0, RngLayout::Partitionable)], 1);
 }
 
 #[test]
@@ -116,6 +127,19 @@ fn every_long_sequence_strategy_matches_one_device_with_dropout_in_both_layouts_
         &Backend::Reference,
         &matrix(),
         &[(0.1, RngLayout::Original), (0.1, RngLayout::Partitionable)],
+        1,
+    );
+}
+
+/// Microbatch j draws its masks from fold_in(key, j) over the microbatch's (B / k, H, T, T):
+/// ring attention's blocks included, whose global shape is the microbatch's, not the batch's.
+#[test]
+fn every_long_sequence_strategy_with_microbatches_matches_one_device_with_dropout_on_the_reference_executor() {
+    check(
+        &Backend::Reference,
+        &matrix(),
+        &[(0.1, RngLayout::Original), (0.1, RngLayout::Partitionable)],
+        2,
     );
 }
 
@@ -130,5 +154,14 @@ fn every_long_sequence_strategy_matches_one_device_with_dropout_on_the_gpu() {
         &gpu,
         &matrix(),
         &[(0.0, RngLayout::Partitionable), (0.1, RngLayout::Partitionable)],
+        1,
     );
+    // Gradient accumulation with the ring's drawn masks, in the layout whose bits depend on
+    // the global shape.
+    let rings = [
+        (Mode::ShardMap, Strategy::Cp, "cp=4", CpOrder::Contiguous),
+        (Mode::ShardMap, Strategy::DpCp, "dp=2,cp=2", CpOrder::Zigzag),
+        (Mode::Auto, Strategy::DpCp, "dp=2,cp=2", CpOrder::Contiguous),
+    ];
+    check(&gpu, &rings, &[(0.1, RngLayout::Original)], 2);
 }

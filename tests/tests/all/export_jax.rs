@@ -271,45 +271,74 @@ fn exported_pipeline_scripts_with_dropout_match_shardlab_under_both_schedules() 
 
 /// The long-sequence strategies: ring attention under a custom VJP in shard_map mode
 /// (contiguous and zig-zag), K and V gathered by XLA in automatic mode, sequence parallelism in
-/// both, with dropout (every mask the one-device run's block) in both RNG layouts.
+/// both, with dropout (every mask the one-device run's block) in both RNG layouts; and with
+/// gradient accumulation, each microbatch's masks (its key folded in) the one-device run's
+/// blocks, ring attention's among them.
 #[test]
-fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes() {
+fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes_and_with_microbatches() {
     jax_or_skip!();
     use shardlab::ir::CpOrder;
-    for (name, parallel, order, layout) in [
+    for (name, parallel, order, layout, k) in [
         (
             "shard_map_cp4",
             shard_map(Strategy::Cp, "cp=4"),
             CpOrder::Contiguous,
             RngLayout::Partitionable,
+            1,
         ),
         (
             "shard_map_dp_cp_zigzag",
             shard_map(Strategy::DpCp, "dp=2,cp=2"),
             CpOrder::Zigzag,
             RngLayout::Original,
+            1,
         ),
         (
             "auto_dp_cp",
             auto(Strategy::DpCp, "dp=2,cp=4"),
             CpOrder::Contiguous,
             RngLayout::Partitionable,
+            1,
         ),
         (
             "shard_map_tp_sp",
             shard_map(Strategy::TpSp, "tp=2"),
             CpOrder::Contiguous,
             RngLayout::Partitionable,
+            1,
         ),
         (
             "auto_tp_sp",
             auto(Strategy::TpSp, "tp=4"),
             CpOrder::Contiguous,
             RngLayout::Original,
+            1,
+        ),
+        (
+            "shard_map_dp_cp_zigzag_mb2",
+            shard_map(Strategy::DpCp, "dp=2,cp=2"),
+            CpOrder::Zigzag,
+            RngLayout::Original,
+            2,
+        ),
+        (
+            "shard_map_cp2_mb2",
+            shard_map(Strategy::Cp, "cp=2"),
+            CpOrder::Contiguous,
+            RngLayout::Partitionable,
+            2,
+        ),
+        (
+            "auto_tp_sp_mb2",
+            auto(Strategy::TpSp, "tp=2"),
+            CpOrder::Contiguous,
+            RngLayout::Original,
+            2,
         ),
     ] {
         let mut opts = golden_batch8(parallel);
         opts.config.dropout = 0.1;
+        opts.microbatches = k;
         opts.cp_order = order;
         opts.rng_layout = layout;
         opts.seed = 3;
