@@ -434,6 +434,70 @@ fn the_pipeline_preset_brings_its_microbatches_and_an_explicit_count_wins() {
     assert_eq!(microbatches(&["--microbatches", "2"]), "2");
 }
 
+/// Gradient accumulation with dropout where the sequence is split: each microbatch's masks
+/// are the device's blocks of the one-device run's, so the losses are its losses.
+#[test]
+fn microbatches_with_dropout_over_a_split_sequence_train_the_one_device_losses() {
+    let losses = |parallel: &[&str]| -> Vec<f64> {
+        let mut args = vec![
+            "train",
+            "--cpu",
+            "--json",
+            "--steps",
+            "3",
+            "--microbatches",
+            "2",
+            "--dropout",
+            "0.1",
+        ];
+        args.extend_from_slice(&["--rng", "original"]);
+        args.extend_from_slice(parallel);
+        // TINY with a batch of 4: two rows a 'dp' device, one a microbatch.
+        args.extend_from_slice(&[
+            "--layers",
+            "1",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--seq",
+            "8",
+            "--batch",
+            "4",
+        ]);
+        args.extend_from_slice(&["--vocab", "16"]);
+        let (code, out, err) = shardlab(&args);
+        assert_eq!(code, 0, "{parallel:?}: {err}");
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|l| l["loss"].as_f64())
+            .collect()
+    };
+    let one = losses(&[]);
+    assert_eq!(one.len(), 3);
+    for parallel in [
+        &[
+            "--mode",
+            "shard_map",
+            "--strategy",
+            "dp_cp",
+            "--mesh",
+            "dp=2,cp=2",
+            "--cp-order",
+            "zigzag",
+        ][..],
+        &["--mode", "shard_map", "--strategy", "cp", "--mesh", "cp=2"],
+        &["--mode", "auto", "--strategy", "cp", "--mesh", "cp=2"],
+        &["--mode", "shard_map", "--strategy", "tp_sp", "--mesh", "tp=2"],
+    ] {
+        let got = losses(parallel);
+        assert_eq!(got.len(), one.len(), "{parallel:?}");
+        for (k, (a, b)) in got.iter().zip(&one).enumerate() {
+            assert!((a - b).abs() <= 1e-5, "{parallel:?}: loss {k}: {a} vs one device {b}");
+        }
+    }
+}
+
 #[test]
 fn a_spec_may_name_an_intermediate_as_the_planner_matches_names() {
     let base = ["plan", "--json", "--preset", "dp", "--mode", "auto", "--device", "h100"];

@@ -1079,33 +1079,6 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
 }
 
 #[test]
-fn microbatches_with_dropout_under_a_split_sequence_are_refused_naming_the_fix() {
-    let cases: Vec<(Vec<String>, &[&str])> = [("cp", "cp=2"), ("dp_cp", "dp=2,cp=2"), ("tp_sp", "tp=2")]
-        .iter()
-        .flat_map(|(s, mesh)| {
-            ["shard_map", "auto"].map(|mode| {
-                let args = with_tiny(&[
-                    "train",
-                    "--cpu",
-                    "--mode",
-                    mode,
-                    "--strategy",
-                    s,
-                    "--mesh",
-                    mesh,
-                    "--microbatches",
-                    "2",
-                    "--dropout",
-                    "0.1",
-                ]);
-                (args, &["--microbatches 2", "--microbatches 1, or --dropout 0"][..])
-            })
-        })
-        .collect();
-    refused(&cases);
-}
-
-#[test]
 fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() {
     // The tiny model with four blocks, so that pp = 1, 2 and 4 split them.
     let pp = |mesh: &str, more: &[&str]| {
