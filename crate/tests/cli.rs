@@ -438,34 +438,15 @@ fn the_pipeline_preset_brings_its_microbatches_and_an_explicit_count_wins() {
 /// are the device's blocks of the one-device run's, so the losses are its losses.
 #[test]
 fn microbatches_with_dropout_over_a_split_sequence_train_the_one_device_losses() {
+    // TINY with a batch of 4: two rows a 'dp' device, one a microbatch.
+    let mut tiny = TINY.to_vec();
+    let batch = tiny.iter().position(|a| *a == "--batch").expect("TINY sets --batch") + 1;
+    tiny[batch] = "4";
     let losses = |parallel: &[&str]| -> Vec<f64> {
-        let mut args = vec![
-            "train",
-            "--cpu",
-            "--json",
-            "--steps",
-            "3",
-            "--microbatches",
-            "2",
-            "--dropout",
-            "0.1",
-        ];
-        args.extend_from_slice(&["--rng", "original"]);
+        let mut args = vec!["train", "--cpu", "--json", "--steps", "3", "--microbatches", "2"];
+        args.extend_from_slice(&["--dropout", "0.1", "--rng", "original"]);
         args.extend_from_slice(parallel);
-        // TINY with a batch of 4: two rows a 'dp' device, one a microbatch.
-        args.extend_from_slice(&[
-            "--layers",
-            "1",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--seq",
-            "8",
-            "--batch",
-            "4",
-        ]);
-        args.extend_from_slice(&["--vocab", "16"]);
+        args.extend_from_slice(&tiny);
         let (code, out, err) = shardlab(&args);
         assert_eq!(code, 0, "{parallel:?}: {err}");
         out.lines()

@@ -109,6 +109,10 @@ test('gradient accumulation over the ring with dropout: two microbatches train a
       const form = await formValues(second);
       assert.deepEqual([form.preset, form.microbatches, form.dropout], ['cp', '2', '0.1']);
     });
+    // A count that does not split the batch of 2 is refused at its control, naming the fix.
+    await setControl(page, 'microbatches', '3');
+    await fieldError(page, 'microbatches').waitFor({ timeout: 30_000 });
+    assert.match(await fieldError(page, 'microbatches').innerText(), /microbatches 3 .*use one of 1, 2/);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

@@ -227,6 +227,8 @@ fn a_count_that_does_not_split_the_batch_is_refused_naming_the_flag() {
         (Parallel::None, 16, "more than --batch 8"),
         (shard_map(Strategy::Dp, "dp=4"), 4, "each 'dp' shard"),
         (auto(Strategy::Zero1, "dp=4"), 4, "each 'dp' shard"),
+        (shard_map(Strategy::DpCp, "dp=2,cp=2"), 8, "each 'dp' shard"),
+        (auto(Strategy::Cp, "cp=2"), 3, "does not divide --batch 8"),
     ];
     for (parallel, k, want) in cases {
         let e = build(&options(parallel.clone(), Optimizer::Sgd { lr: 0.1 }, k))
@@ -240,11 +242,18 @@ fn a_count_that_does_not_split_the_batch_is_refused_naming_the_flag() {
 fn the_cost_model_prices_k_microbatches_with_one_update_and_the_reductions_where_they_run() {
     use shardlab::profile::{device_preset, predict, Placement};
     let device = device_preset("tpu_v4").unwrap();
+    // With dropout, so that ring attention's drawn masks are priced too.
     let priced = |parallel: Parallel, k| {
-        let planned = build(&options(parallel, Optimizer::AdamW { lr: 1e-3 }, k)).unwrap();
+        let mut opts = options(parallel, Optimizer::AdamW { lr: 1e-3 }, k);
+        opts.config.dropout = 0.1;
+        let planned = build(&opts).unwrap();
         predict(&planned.step.program, &device, Placement::Real)
     };
-    for parallel in [shard_map(Strategy::Dp, "dp=2"), auto(Strategy::Zero2, "dp=2")] {
+    for parallel in [
+        shard_map(Strategy::Dp, "dp=2"),
+        auto(Strategy::Zero2, "dp=2"),
+        shard_map(Strategy::Cp, "cp=2"),
+    ] {
         let (one, four) = (priced(parallel.clone(), 1), priced(parallel.clone(), 4));
         // The same examples' FLOPs and the accumulation's adds ((K-1) per parameter, a few
         // percent of this tiny model's work), in four passes' launches.
@@ -261,8 +270,18 @@ fn the_cost_model_prices_k_microbatches_with_one_update_and_the_reductions_where
         assert!((optimizer(&four) - optimizer(&one)).abs() <= 1e-12, "{parallel:?}");
         let count = |p: &shardlab::profile::Prediction, kind: &str| p.collectives[kind].count;
         match parallel {
-            // dp reduces once per step; ZeRO-2 once per microbatch.
-            Parallel::ShardMap { .. } => assert_eq!(count(&four, "all-reduce"), count(&one, "all-reduce")),
+            // dp and cp reduce once per step; ZeRO-2 once per microbatch; the ring sends K and V
+            // round once per microbatch.
+            Parallel::ShardMap { strategy, .. } => {
+                assert_eq!(count(&four, "all-reduce"), count(&one, "all-reduce"));
+                if strategy == Strategy::Cp {
+                    assert!(count(&one, "collective-permute") > 0);
+                    assert_eq!(
+                        count(&four, "collective-permute"),
+                        4 * count(&one, "collective-permute")
+                    );
+                }
+            }
             _ => assert_eq!(count(&four, "reduce-scatter"), 4 * count(&one, "reduce-scatter")),
         }
         assert!(four.bytes_per_device.activations < one.bytes_per_device.activations);

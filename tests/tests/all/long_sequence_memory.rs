@@ -156,3 +156,40 @@ fn the_memory_plans_peak_drops_with_the_sequence_split() {
     let sp = peak(plan(shard_map(Strategy::TpSp, "tp=4"), CpOrder::Contiguous));
     assert!(sp < tp, "tp {tp}, tp_sp {sp}");
 }
+
+/// Gradient accumulation with dropout over a split sequence: between its forward and backward a
+/// microbatch holds what a batch of B / K holds, its masks' bits included (they are drawn over
+/// the microbatch's arrays), plus the device's token ids and targets of the whole batch, which
+/// the later microbatches slice.
+#[test]
+fn a_microbatch_holds_what_a_batch_of_b_over_k_holds_plus_the_batchs_token_ids() {
+    let (b, k) = (8, 2);
+    for (strategy, mesh, dp, split) in [
+        (Strategy::Cp, "cp=2", 1, 2),
+        (Strategy::DpCp, "dp=2,cp=2", 2, 2),
+        (Strategy::TpSp, "tp=2", 1, 2),
+    ] {
+        for (mode, parallel) in [("shard_map", shard_map(strategy, mesh)), ("auto", auto(strategy, mesh))] {
+            let held_at = |batch, microbatches| {
+                held(
+                    &build(&TrainerOptions {
+                        cp_order: CpOrder::Contiguous,
+                        schedule: Default::default(),
+                        microbatches,
+                        ..TrainerOptions::new(
+                            GptConfig {
+                                batch,
+                                dropout: 0.1,
+                                ..config()
+                            },
+                            parallel.clone(),
+                        )
+                    })
+                    .unwrap(),
+                )
+            };
+            let ids = 2 * (b / dp) * (config().seq / split);
+            assert_eq!(held_at(b, k), held_at(b / k, 1) + ids, "{mode} {mesh}");
+        }
+    }
+}
