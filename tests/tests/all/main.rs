@@ -30,6 +30,7 @@ mod long_sequence_memory;
 mod lowered_dispatches;
 mod optimizer_packing;
 mod pipeline;
+mod presets_regression;
 mod program_summary;
 mod reference_gradients;
 mod remat;
