@@ -117,7 +117,8 @@ export function renderExamplePrediction(step, predicted) {
   box.dataset.right = String(right);
   box.dataset.learnable = String(learnable);
   box.replaceChildren(tokens(ex, predicted, hitOrMiss(ex, predicted)),
-    el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable} ${what} positions right)`));
+    el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable} ${what} positions right)`),
+    el('span', { class: 'muted small', 'data-testid': 'example-now' }));
 }
 
 // ---- the sample panel -----------------------------------------------------------------------
@@ -144,6 +145,13 @@ function renderSampleEmpty(ex) {
 /** After every step: where training is, when the newest line is older than that (samples
  * come every few steps, so a line is not mistaken for the current step). */
 export function renderSampleStep(step) {
+  // The example's prediction refreshes with the samples: where it is older, say so.
+  const example = $('example-prediction');
+  const exampleNow = example && example.querySelector('[data-testid="example-now"]');
+  if (exampleNow) {
+    exampleNow.textContent = Number(example.dataset.step) !== step
+      ? `; training is at step ${step}, and the prediction refreshes within a few steps` : '';
+  }
   const now = document.querySelector('[data-testid="sample-now"]');
   const newest = $('sample')?.dataset.step;
   if (!now) return;
