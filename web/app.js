@@ -380,7 +380,7 @@ async function stepOnce(profiled = false, story = null) {
   state.busy = true;
   setPhase(state.steps === 0 ? 'building' : 'stepping');
   try {
-    // The story's profile wants the categories only: no ceilings measured for floors.
+    // The story's profile is the quick one: its categories, no floors.
     const r = JSON.parse(await (profiled ? lab.step_profiled(!story) : lab.step()));
     if (r.discarded) return true; // the run was replaced meanwhile: nothing to show
     if (!r.ok) {

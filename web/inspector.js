@@ -286,8 +286,10 @@ export function wireInspector() {
     if (e.target.closest('[data-explain]')) hide();
   });
   box.addEventListener('focusin', (e) => {
+    // The jump's own focus on the selected line opens no box; a focus the learner moves does.
+    if (e.target.closest('td.selected') && jumped) return;
     const t = e.target.closest('[data-explain]');
-    if (t && !jumped) show(t);
+    if (t) show(t);
   });
   box.addEventListener('focusout', () => {
     pinned = null;
@@ -316,7 +318,6 @@ export function wireInspector() {
     }
   });
   document.addEventListener('keydown', (e) => {
-    jumped = false;
     if (e.key === 'Escape') {
       pinned = null;
       tip.hidden = true;

@@ -139,7 +139,8 @@ function renderSampleEmpty(ex) {
       : 'Fix the marked settings to train.'),
     el('p', { class: 'muted small', 'data-testid': 'sample-now' }),
     el('ol', { class: 'sample-lines', reversed: true }),
-    ex ? el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play') : null);
+    // replaceChildren writes a null as the text "null": only elements here.
+    ...(ex ? [el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play')] : []));
 }
 
 /** After every step: where training is, when the newest line is older than that (samples

@@ -72,7 +72,7 @@ function verdict(orig, part) {
 
 /** The measurement's configuration in words, and why the story picked it for this adapter. */
 function configWords(s) {
-  return `${s.layers} layers, d_model ${s.d_model} in ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, dropout ${s.dropout}, ${s.mesh}`;
+  return `${plural(s.layers, 'layer')}, d_model ${s.d_model} in ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, dropout ${s.dropout}, ${s.mesh}`;
 }
 
 /** The story's progress while it runs: the round, and each pair's ratio as it arrives. */
@@ -123,8 +123,9 @@ function gapStep(result, orig) {
   const c = state.story.choice;
   const li = el('li', { 'data-testid': 'story-gap', 'data-rng': 'original' }, el('strong', {}, 'Your adapter’s gap. '));
   if (!result) {
-    li.append(`Not measured yet: press “Run the story”. It trains both modes under both RNG layouts in ${c ? c.rounds : 'a few'} paired rounds`,
-      c ? [' on ', el('span', { 'data-testid': 'story-config' }, configWords(c.settings)), '. ', el('span', { class: 'muted', 'data-testid': 'story-why' }, c.reason)] : '.');
+    li.append(`Not measured yet: press “Run the story”. It trains both modes under both RNG layouts in ${c && c.rounds ? c.rounds : 'a few'} paired rounds`,
+      ...(c && c.settings ? [' on ', el('span', { 'data-testid': 'story-config' }, configWords(c.settings)), '. '] : ['. ']),
+      ...(c ? [el('span', { class: 'muted', 'data-testid': 'story-why' }, c.reason)] : []));
     return li;
   }
   li.append('Measured on ', el('span', { 'data-testid': 'story-config' }, configWords(result.settings)), ', with the original layout (the report’s): automatic takes ',
@@ -155,9 +156,9 @@ function causeStep(result, kept) {
     el('td', { class: 'num', 'data-testid': 'share-tpu', 'data-share': String(tpu(m) ?? '') }, share(tpu(m))),
     el('td', { class: 'num', 'data-testid': 'share-here', 'data-share': String(here(m) ?? '') }, share(here(m)))));
   li.append(el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'story-shares' },
-    el('thead', {}, el('tr', {}, el('th', {}, 'mode'), el('th', { class: 'num' }, `random bits per device${told ? ` (${told}, these settings)` : ''}`),
-      el('th', { class: 'num' }, 'share of the step: the report’s run on TPU v4 (modelled)'),
-      el('th', { class: 'num' }, 'the story’s run here (measured)'))),
+    el('thead', {}, el('tr', {}, el('th', {}, 'mode'), el('th', { class: 'num', title: told ? `${told} layout, the settings on the controls` : '' }, 'random bits per device'),
+      el('th', { class: 'num', title: 'the random bits’ share of the step, in the report’s run priced on a TPU v4-8' }, 'share on TPU v4 (modelled)'),
+      el('th', { class: 'num', title: 'the random bits’ share of the step, in one profiled step of the story’s run on this adapter' }, 'share here (measured)'))),
     el('tbody', {}, rows))));
   const t = tpu('auto');
   const h = here('auto');
@@ -245,8 +246,8 @@ export function renderStory() {
   ol.replaceChildren(...items);
   $('story-today').replaceChildren(today());
   const err = state.story.linkError;
-  $('story-link-error').hidden = !err;
-  $('story-link-error').textContent = err ? `The link’s story results could not be read (${err}), so the story shows none.` : '';
+  $('story-link-error').replaceChildren(err ? el('p', { class: 'field-error', 'data-testid': 'field-error', 'data-field': 'story' },
+    `The link’s story results could not be read (${err}), so the story shows none.`) : '');
   const run = $('story-run');
   const running = !!(result && result.running);
   run.textContent = running ? 'Cancel the story' : result ? 'Run the story again' : 'Run the story';

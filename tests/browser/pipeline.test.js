@@ -59,7 +59,9 @@ test('the pp preset trains in shard_map mode on four stages, says why automatic 
     // timeline each still say what they are.
     await setControl(page, 'mode', 'auto');
     await fieldError(page, 'mode').waitFor({ timeout: 30_000 });
-    assert.equal(await page.getByTestId('pipeline-bubble').isVisible(), true);
+    const bubbleLine = page.getByTestId('pipeline-bubble');
+    assert.equal(await bubbleLine.evaluate((e) => e.hidden), false);
+    assert.match(await bubbleLine.textContent(), /4 stages, 4 microbatches/);
     assert.match(await page.getByTestId('timeline-body').innerText(), /Fix the marked settings/);
     assert.deepEqual(consoleErrors, []);
   } finally {
@@ -153,9 +155,9 @@ test('pipeline settings that cannot run are refused at their control naming the 
   }
   const bad = await openReady(hashOf({ ...TINY_PP, schedule: 'interleaved' }));
   try {
-    const notice = bad.page.getByTestId('hash-notice');
-    await notice.waitFor({ timeout: 30_000 });
-    assert.match(await notice.innerText(), /schedule “interleaved” is not one of gpipe, 1f1b/);
+    const marked = bad.page.locator('[data-testid="field-error"][data-field="schedule"]');
+    await marked.waitFor({ timeout: 30_000 });
+    assert.match(await marked.innerText(), /schedule “interleaved” is not one of gpipe, 1f1b/);
   } finally {
     await bad.context.close();
   }

@@ -33,7 +33,7 @@ test('the story leads with the report priced, then measures this adapter live, c
     // The adapter's configuration, chosen for it and said why, before anything is measured.
     const gap = page.getByTestId('story-gap');
     assert.match(await gap.innerText(), /Not measured yet/);
-    assert.match(await page.getByTestId('story-config').innerText(), /d_model 32 in 4 heads, seq 128/);
+    assert.match(await page.getByTestId('story-config').innerText(), /^1 layer, d_model 16 in 2 heads, seq 64, batch 32, dropout 0\.1, dp=32$/);
     assert.match(await page.getByTestId('story-why').innerText(), /CPU/);
 
     // Live: the button becomes a cancel, the round is counted, and cancelling keeps what ran.

@@ -140,14 +140,14 @@ impl Shardlab {
     }
 
     /// Like `step`, but measures where the time goes: each mode's answer gets a `breakdown`
-    /// (forward / backward / update wall times, and ms per category from timestamp queries
-    /// where the adapter has them), with each category's floor where `floors` (the device's
-    /// ceilings, measured on the first such step). Its step time is not comparable with plain
-    /// steps'.
-    pub fn step_profiled(&self, floors: bool) -> js_sys::Promise {
+    /// (forward / backward / update wall times, and ms per category). `full`: from five split
+    /// runs of each op, with each category's floor (the device's ceilings, measured on the
+    /// first such step); else from three without floors, a quick look (the story's).
+    /// Its step time is not comparable with plain steps'.
+    pub fn step_profiled(&self, full: bool) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let v = session::step(&inner, true, floors).await;
+            let v = session::step(&inner, true, full).await;
             Ok(JsValue::from_str(&v.to_string()))
         })
     }

@@ -47,6 +47,11 @@ const COLLECTIVES_EVERY: u64 = 20;
 /// The most expensive ops a profiled step lists per mode.
 const TOP_OPS: usize = 5;
 
+/// Split runs of each op in a quick profile (the story's look at its categories): the median
+/// of three keeps one run hit by the host's load from setting a category's share, at about
+/// half a full profile's cost.
+const QUICK_PROFILE_REPS: usize = 3;
+
 pub struct Run {
     generation: u64,
     settings: Settings,
@@ -423,10 +428,10 @@ struct Taken {
     prepared: Rc<Cell<Option<bool>>>,
 }
 
-/// One step of the running modes; `profile` measures where its time goes, and `floors` the
-/// ceilings its floors need (once per device: a profile that only wants the categories, the
-/// story's, skips them).
-pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool, floors: bool) -> Value {
+/// One step of the running modes; `profile` measures where its time goes: `full`, its
+/// categories from five split runs of each op beside their floors on the device's ceilings
+/// (measured once); else from three, without floors (the story's quick look).
+pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool, full: bool) -> Value {
     let taken = {
         let mut i = inner.borrow_mut();
         let ctx = i.ctx.clone();
@@ -472,7 +477,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool, floors: bool) -> Va
         (opts, run.settings.clone())
     };
     let mut taken = taken;
-    let result = run_modes(&mut taken, &planned, &settings, profile, floors).await;
+    let result = run_modes(&mut taken, &planned, &settings, profile, full).await;
     let mut i = inner.borrow_mut();
     // The ceilings are the device's: kept unless the device was replaced meanwhile.
     if Arc::ptr_eq(&i.ctx, &taken.ctx) {
@@ -509,13 +514,13 @@ async fn run_modes(
     plans: &[Planned],
     settings: &Settings,
     profile: bool,
-    floors: bool,
+    full: bool,
 ) -> Result<(serde_json::Map<String, Value>, Option<f64>), String> {
     if profile {
         // A profile times the step by wall clock: not beside the background compiles, and on
         // the kernels the run keeps.
         settled(Some(t.prepared.clone())).await;
-        if floors && t.roofline.is_none() {
+        if full && t.roofline.is_none() {
             // A measurement that fails costs the floors, not the step.
             let c = ceilings_with(&t.ctx, CeilingRun::PAGE).await;
             t.roofline = Some(c.map(|c| c.roofline()).map_err(|e| e.to_string()));
@@ -545,7 +550,12 @@ async fn run_modes(
         }
         let trainer = t.trainers[k].as_mut().expect("built above");
         let (stats, prof) = if profile {
-            trainer.profile_step().await.map_err(|e| e.to_string())?
+            let reps = if full {
+                shardlab::exec::PROFILE_REPS
+            } else {
+                QUICK_PROFILE_REPS
+            };
+            trainer.profile_step_with(reps).await.map_err(|e| e.to_string())?
         } else {
             (trainer.step().await.map_err(|e| e.to_string())?, None)
         };
@@ -559,7 +569,7 @@ async fn run_modes(
                 t.step + 1
             ));
         }
-        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline.as_ref().filter(|_| floors)));
+        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline.as_ref().filter(|_| full)));
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
