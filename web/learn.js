@@ -117,7 +117,8 @@ export function renderExamplePrediction(step, predicted) {
   box.dataset.right = String(right);
   box.dataset.learnable = String(learnable);
   box.replaceChildren(tokens(ex, predicted, hitOrMiss(ex, predicted)),
-    el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable} ${what} positions right)`));
+    el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable} ${what} positions right)`),
+    el('span', { class: 'muted small', 'data-testid': 'example-now' }));
 }
 
 // ---- the sample panel -----------------------------------------------------------------------
@@ -138,12 +139,20 @@ function renderSampleEmpty(ex) {
       : 'Fix the marked settings to train.'),
     el('p', { class: 'muted small', 'data-testid': 'sample-now' }),
     el('ol', { class: 'sample-lines', reversed: true }),
-    ex ? el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play') : null);
+    // replaceChildren writes a null as the text "null": only elements here.
+    ...(ex ? [el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play')] : []));
 }
 
 /** After every step: where training is, when the newest line is older than that (samples
  * come every few steps, so a line is not mistaken for the current step). */
 export function renderSampleStep(step) {
+  // The example's prediction refreshes with the samples: where it is older, say so.
+  const example = $('example-prediction');
+  const exampleNow = example && example.querySelector('[data-testid="example-now"]');
+  if (exampleNow) {
+    exampleNow.textContent = Number(example.dataset.step) !== step
+      ? `; training is at step ${step}, and the prediction refreshes within a few steps` : '';
+  }
   const now = document.querySelector('[data-testid="sample-now"]');
   const newest = $('sample')?.dataset.step;
   if (!now) return;

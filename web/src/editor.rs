@@ -13,7 +13,7 @@ use shardlab::plan::{auto_param_spec, block_leaf, group_name, params_named, reso
 use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use crate::picture::spec_text;
-use crate::settings::{parse_spec, Mode, Settings};
+use crate::settings::{parse_spec_on, Mode, Settings};
 
 /// `spec` fits a value of `shape` on `mesh` (the core's check).
 fn fits(mesh: &Mesh, spec: &PartitionSpec, shape: &[usize]) -> bool {
@@ -65,7 +65,7 @@ pub fn suggestions(mesh: &Mesh, shape: &[usize]) -> Vec<String> {
 /// will: the spec, or the reason in the page's words. The editor's fields are parameters, the
 /// token batch and intermediates, so another input of the step (`targets`, `key`) is refused.
 pub fn check_one(settings: &Settings, mesh: &Mesh, name: &str, text: &str) -> Result<PartitionSpec, String> {
-    let spec = parse_spec(text)?;
+    let spec = parse_spec_on(text, &mesh.axis_names())?;
     let cfg = settings.config();
     let optimizer = settings.options(Mode::Auto, mesh).optimizer;
     let global = train_step_program(&cfg, optimizer, settings.rng_layout()).map_err(|e| e.to_string())?;
@@ -181,8 +181,14 @@ mod tests {
         );
         let e = check_one(&s, &mesh, "w_fc", "P('tp')").unwrap_err();
         assert!(e.contains("tp"), "{e}");
+        // The refusal says its hint once, with the mesh's own axes, and no CLI backticks.
         let e = check_one(&s, &mesh, "w_fc", "P(dp").unwrap_err();
-        assert!(e.contains("write it like"), "{e}");
+        assert_eq!(e.matches("write").count(), 1, "{e}");
+        assert!(e.contains("write one like P('dp', None) or P()"), "{e}");
+        assert!(!e.contains("tp") && !e.contains('`'), "{e}");
+        let two = Mesh::new(&[("dp", 2), ("tp", 2)]).unwrap();
+        let e = check_one(&s, &two, "w_fc", "P(dp").unwrap_err();
+        assert!(e.contains("P(('dp', 'tp'), None)"), "{e}");
         assert!(check_one(&s, &mesh, TOKENS, "P('dp')").is_ok());
         assert!(check_one(&s, &mesh, "h0.att", "P()").is_ok());
         let e = check_one(&s, &mesh, "nothing", "P()").unwrap_err();

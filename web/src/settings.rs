@@ -330,8 +330,10 @@ impl Settings {
                 ),
             ));
         }
+        let mesh = self.mesh().ok();
+        let axes = mesh.as_ref().map(|m| m.axis_names()).unwrap_or_default();
         for (name, text) in &self.specs {
-            parse_spec(text).map_err(|message| FieldError::new(&format!("spec.{name}"), message))?;
+            parse_spec_on(text, &axes).map_err(|message| FieldError::new(&format!("spec.{name}"), message))?;
         }
         Ok(())
     }
@@ -496,7 +498,35 @@ fn one() -> usize {
 
 /// A spec as the page writes it, or why it does not parse in the page's words.
 pub fn parse_spec(text: &str) -> Result<PartitionSpec, String> {
-    PartitionSpec::parse(text.trim()).map_err(|e| format!("{e} (write it like P('dp', None) or P())"))
+    parse_spec_on(text, &["dp"])
+}
+
+/// [`parse_spec`] on a mesh of `axes`: the refusal's examples name those axes (a tuple of two
+/// only where the mesh has two), once, without the CLI's backticks.
+pub fn parse_spec_on(text: &str, axes: &[&str]) -> Result<PartitionSpec, String> {
+    PartitionSpec::parse(text.trim()).map_err(|e| match e {
+        shardlab::sharding::ShardingError::SpecSyntax { text, reason } => {
+            let first = axes.first().copied().unwrap_or("dp");
+            let examples = match axes {
+                [a, b, ..] => format!("P('{a}', None), P(('{a}', '{b}'), None) or P()"),
+                _ => format!("P('{first}', None) or P()"),
+            };
+            // The core marks code with backticks, as a terminal shows it; the page quotes it.
+            let reason: String = reason
+                .split('`')
+                .enumerate()
+                .map(|(i, part)| {
+                    if i % 2 == 1 {
+                        format!("“{part}”")
+                    } else {
+                        part.to_string()
+                    }
+                })
+                .collect();
+            format!("“{text}” is not a PartitionSpec: {reason}; write one like {examples}")
+        }
+        other => other.to_string(),
+    })
 }
 
 /// 8589934592 as 8,589,934,592.
@@ -663,7 +693,7 @@ mod tests {
         s.specs.insert("w_qkv".into(), "P('dp'".into());
         let e = s.check().unwrap_err();
         assert_eq!(e.field, "spec.w_qkv");
-        assert!(e.message.contains("write it like"), "{}", e.message);
+        assert!(e.message.contains("write one like P('dp', None) or P()"), "{}", e.message);
     }
 
     #[test]

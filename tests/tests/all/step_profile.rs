@@ -171,3 +171,29 @@ fn the_measured_timeline_is_the_profile_on_one_queue_in_submission_order() {
         assert_eq!(e["name"], r.step.program.instrs[i].op.name());
     }
 }
+
+#[test]
+fn a_one_run_profile_times_every_op_and_leaves_training_as_a_plain_step_does() {
+    let _ = gpu_or_skip!();
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    pollster::block_on(async {
+        let mut quick = Trainer::new(Backend::Gpu(ctx.clone()), tiny(Parallel::None))
+            .await
+            .unwrap();
+        let mut plain = Trainer::new(Backend::Gpu(ctx.clone()), tiny(Parallel::None))
+            .await
+            .unwrap();
+        quick.step().await.unwrap();
+        plain.step().await.unwrap();
+        let (profiled, p) = quick.profile_step_with(1).await.unwrap();
+        let p = p.expect("GPU steps are profiled");
+        assert_eq!(p.reps, 1);
+        assert_eq!(profiled.loss, plain.step().await.unwrap().loss);
+        // The state it restores is the step's: the next losses agree to the bit.
+        assert_eq!(quick.step().await.unwrap().loss, plain.step().await.unwrap().loss);
+        let (_, full) = plain.profile_step().await.unwrap();
+        let full = full.expect("GPU steps are profiled");
+        assert_eq!(full.reps, shardlab::exec::PROFILE_REPS);
+        assert_eq!(p.ops.len(), full.ops.len(), "every op is timed");
+    });
+}
