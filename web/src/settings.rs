@@ -456,13 +456,11 @@ impl Settings {
         let strategy = self.strategy();
         let parallel = match mode {
             Mode::ShardMap => Parallel::ShardMap {
-                strategy,
-                mesh: mesh.clone(),
+                par: strategy.compose(&mesh.clone()).unwrap(),
                 dropout_key: self.dropout_key,
             },
             Mode::Auto => Parallel::Auto {
-                strategy,
-                mesh: mesh.clone(),
+                par: strategy.compose(&mesh.clone()).unwrap(),
                 specs: self.spec_overrides(),
             },
             Mode::Single => Parallel::None,

@@ -54,15 +54,11 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
             Strategy::ALL.map(|s| s.name()).join(", ")
         )
     })?;
+    let par = strategy.compose(&run.mesh).map_err(|e| e.to_string())?;
     let parallel = match run.mode {
-        Mode::Auto => Parallel::Auto {
-            strategy,
-            mesh: run.mesh.clone(),
-            specs: vec![],
-        },
+        Mode::Auto => Parallel::Auto { par, specs: vec![] },
         _ => Parallel::ShardMap {
-            strategy,
-            mesh: run.mesh.clone(),
+            par,
             dropout_key: DropoutKey::FoldIn,
         },
     };
