@@ -40,7 +40,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn build(settings: &Settings, mode: Mode, mesh: &Mesh) -> Result<Plan, PlanError> {
-        let planned = plan::build(&settings.options(mode, mesh))?;
+        let planned = plan::build(&settings.options(mode, mesh)?)?;
         let (program, inserted) = (&planned.step.program, &planned.inserted);
         let summary = summarize(program);
         let text = program.to_text();
@@ -202,7 +202,10 @@ mod tests {
 
     fn refused(s: &Settings, mode: Mode) -> FieldError {
         let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        let e = plan::build(&s.options(mode, &mesh)).expect_err("the core refuses it");
+        let e = s
+            .options(mode, &mesh)
+            .and_then(|o| plan::build(&o))
+            .expect_err("the core refuses it");
         refusal(s, mode, &e)
     }
 
