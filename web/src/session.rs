@@ -177,7 +177,7 @@ impl Inner {
             match Plan::build(&settings, mode, &mesh) {
                 Ok(plan) => plans.push(plan),
                 Err(e) => {
-                    let e = crate::plan::refusal(&settings, mode, &e);
+                    let e = crate::plan::refusal(&e);
                     // A mode that cannot express the strategy, and does not run: its program
                     // pane says why. Any other error is the settings', whichever mode finds it.
                     if e.field == "mode" && !settings.modes().contains(&mode) {

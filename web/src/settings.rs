@@ -227,9 +227,7 @@ impl Settings {
         }
         self.task.check(self.vocab, self.seq)?;
         self.check_sizes()?;
-        self.config()
-            .validate()
-            .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
+        self.config().validate().map_err(|e| FieldError::model(&e, "d_model"))?;
         self.check_head_dim()?;
         self.check_spec_texts()?;
         Ok(mesh)
@@ -239,8 +237,7 @@ impl Settings {
     /// core's check, its message at the microbatch control.
     fn check_microbatches(&self, mesh: &Mesh) -> Result<(), FieldError> {
         let shards = self.strategy().compose(mesh).map_or(1, |par| par.batch_split());
-        check_microbatches(self.batch, self.microbatches, shards)
-            .map_err(|e| FieldError::from_core(&e.to_string(), "microbatches"))
+        check_microbatches(self.batch, self.microbatches, shards).map_err(|e| FieldError::model(&e, "microbatches"))
     }
 
     /// Zig-zag orders context parallelism's blocks: the cp preset's alone (the core's rule,
@@ -550,10 +547,8 @@ mod tests {
         // says, at the seq control.
         s.seq = 252;
         let mesh = s.check().unwrap();
-        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &mesh).unwrap())
-            .unwrap_err()
-            .to_string();
-        let e = FieldError::from_plan(&s.specs, &e);
+        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &mesh).unwrap()).unwrap_err();
+        let e = FieldError::plan(&e);
         assert_eq!(e.field, "seq", "{}", e.message);
         assert!(e.message.contains("zig-zag chunks"), "{}", e.message);
     }
@@ -631,7 +626,8 @@ mod tests {
             (16, "microbatches 16 is more than batch 8"),
             (
                 4,
-                "each 'dp' shard holds (batch 8 over 4 devices): every device splits its own rows; use one of 1, 2",
+                "each data-parallel shard holds (batch 8 over 4 devices): every device splits its own rows; use one of \
+                 1, 2",
             ),
         ] {
             s.microbatches = k;

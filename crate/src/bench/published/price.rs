@@ -131,11 +131,10 @@ mod tests {
                     c.command
                 );
             }
-            assert!(
-                c.command.contains(&format!("--strategy {}", r.strategy)),
-                "{}",
-                c.command
-            );
+            let par = Strategy::parse(&r.strategy).unwrap().compose(&r.mesh).unwrap();
+            for flag in crate::search::composition_flags(&par) {
+                assert!(c.command.contains(&flag), "{flag}: {}", c.command);
+            }
             assert_eq!(c.fits, Some(true), "llm.c's runs fit their GPUs: {c:?}");
         }
         assert!(report.fitted.is_empty());

@@ -12,6 +12,7 @@ use shardlab::plan::{
     binary_bytes, parse_size, resolve_spec, DropoutKey, MemoryLimits, Mode, Parallel, Parallelism, Preset, Schedule,
     Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
 };
+use shardlab::setting::Setting;
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 /// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
@@ -405,7 +406,7 @@ impl ParallelArgs {
     pub fn spec_overrides(&self) -> Result<Vec<SpecOverride>, String> {
         let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
         if let Some(path) = &self.spec_file {
-            let text = read_text_file("--spec-file", path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
+            let text = read_text_file(Setting::SpecFile, path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if !line.is_empty() {
