@@ -1046,7 +1046,10 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
             cp("shard_map", "cp=2", &["--dropout-key", "fold_in"]),
             &["--dropout-key same"],
         ),
-        (cp("shard_map", "dp=2", &[]), &["names a mesh of axis 'cp'", "--mesh cp=4"]),
+        (
+            cp("shard_map", "dp=2", &[]),
+            &["names a mesh of axis 'cp'", "--mesh cp=4"],
+        ),
         (
             with_tiny(&[
                 "train",
@@ -1060,7 +1063,7 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
                 "--cp-order",
                 "zigzag",
             ]),
-            &["--cp-order", "--strategy cp or dp_cp"],
+            &["--cp-order", "has no 'cp' axis"],
         ),
         (
             with_tiny(&[
@@ -1073,7 +1076,7 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
                 "--mesh",
                 "tp=3",
             ]),
-            &["'tp' of size 3"],
+            &["--mesh tp=3 does not divide --heads 2"],
         ),
     ]);
 }
@@ -1145,7 +1148,7 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
                 "--schedule",
                 "gpipe",
             ]),
-            &["--schedule", "--strategy pp or dp_pp"],
+            &["--schedule", "has no 'pp' axis"],
         ),
     ]);
 }
