@@ -204,7 +204,8 @@ function markFieldErrors(errors) {
     for (const old of root.querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
   }
   for (const e of errors) {
-    const input = e.field && controlNamed(e.field);
+    // A mesh axis's refusal sits at that axis's size, or the mesh where it has none.
+    const input = e.field && (controlNamed(e.field) || (e.field.startsWith('mesh.') && controlNamed('mesh')));
     const label = input ? input.closest('label') : form().querySelector('label');
     const id = `error-${e.field || 'settings'}`;
     if (input) {

@@ -143,11 +143,9 @@ pub fn every_mode(dropout_key: shardlab::plan::DropoutKey) -> Vec<(String, shard
         cases.push((
             format!("shard_map {} on {m}", strategy.name()),
             Parallel::ShardMap {
-                strategy,
-                mesh: mesh(m),
-                // Where the sequence is split every device draws its block of the one-device
+                par: strategy.compose(&mesh(m)).unwrap(), // Where the sequence is split every device draws its block of the one-device
                 // masks: there is no key to choose.
-                dropout_key: if strategy.draws_mask_blocks() {
+                dropout_key: if strategy.compose(&mesh(m)).unwrap().draws_mask_blocks() {
                     shardlab::plan::DropoutKey::Same
                 } else {
                     dropout_key
@@ -157,8 +155,7 @@ pub fn every_mode(dropout_key: shardlab::plan::DropoutKey) -> Vec<(String, shard
         cases.push((
             format!("auto {} on {m}", strategy.name()),
             Parallel::Auto {
-                strategy,
-                mesh: mesh(m),
+                par: strategy.compose(&mesh(m)).unwrap(),
                 specs: vec![],
             },
         ));

@@ -13,7 +13,7 @@ use shardlab::plan::{auto_param_spec, block_leaf, group_name, params_named, reso
 use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use crate::picture::spec_text;
-use crate::settings::{parse_spec_on, Mode, Settings};
+use crate::settings::{parse_spec_on, Settings};
 
 /// `spec` fits a value of `shape` on `mesh` (the core's check).
 fn fits(mesh: &Mesh, spec: &PartitionSpec, shape: &[usize]) -> bool {
@@ -67,7 +67,7 @@ pub fn suggestions(mesh: &Mesh, shape: &[usize]) -> Vec<String> {
 pub fn check_one(settings: &Settings, mesh: &Mesh, name: &str, text: &str) -> Result<PartitionSpec, String> {
     let spec = parse_spec_on(text, &mesh.axis_names())?;
     let cfg = settings.config();
-    let optimizer = settings.options(Mode::Auto, mesh).optimizer;
+    let optimizer = settings.optimizer.optimizer(settings.lr);
     let global = train_step_program(&cfg, optimizer, settings.rng_layout()).map_err(|e| e.to_string())?;
     let prog = &global.program;
     let page_words = |e: String| {
@@ -99,9 +99,12 @@ pub fn groups(settings: &Settings) -> Value {
         Err(e) => return json!({"ok": false, "error": e.message}),
     };
     let cfg = settings.config();
-    let strategy = settings.strategy();
+    let par = match settings.strategy().compose(&mesh) {
+        Ok(p) => p,
+        Err(e) => return json!({"ok": false, "error": e.to_string()}),
+    };
     let params = param_specs(&cfg);
-    let preset = |p: &ParamSpec| spec_text(&auto_param_spec(&cfg, strategy, &mesh, p));
+    let preset = |p: &ParamSpec| spec_text(&auto_param_spec(&cfg, &par, p));
     let mut groups: BTreeMap<String, Value> = BTreeMap::new();
     let mut order: Vec<String> = vec![];
     for p in &params {
@@ -123,11 +126,7 @@ pub fn groups(settings: &Settings) -> Value {
         }
     }
     let batch = [cfg.batch, cfg.seq];
-    let tokens_preset = if strategy.axes().contains(&"dp") {
-        PartitionSpec::from_axes(&[Some("dp"), None])
-    } else {
-        PartitionSpec::replicated()
-    };
+    let tokens_preset = par.tokens_spec(&cfg);
     let is_field = |name: &str| name == TOKENS || !params_named(&params, name).is_empty();
     let constraints: Vec<Value> = settings
         .specs

@@ -109,7 +109,7 @@ impl Shardlab {
             "presets": presets,
             "pipelines": Preset::ALL
                 .into_iter()
-                .filter(|p| p.strategy().is_pipeline())
+                .filter(|p| p.parallelism().is_pipeline())
                 .map(Preset::name)
                 .collect::<Vec<_>>(),
             "schedules": shardlab::plan::Schedule::ALL.map(shardlab::plan::Schedule::name),

@@ -100,7 +100,7 @@ pub fn scale_up() -> Value {
         };
         let mut modes = serde_json::Map::new();
         for mode in [Mode::Auto, Mode::ShardMap] {
-            let planned = match shardlab::plan::build(&s.options(mode, &mesh)) {
+            let planned = match s.options(mode, &mesh).and_then(|o| shardlab::plan::build(&o)) {
                 Ok(p) => p,
                 Err(e) => return json!({"ok": false, "error": e.to_string()}),
             };
@@ -120,11 +120,11 @@ pub fn scale_up() -> Value {
         ..report_settings(RngLayout::Original, batch)
     };
     for mode in [Mode::Auto, Mode::ShardMap] {
-        let planned = match s
-            .mesh()
-            .map_err(|e| e.message)
-            .and_then(|mesh| shardlab::plan::build(&s.options(mode, &mesh)).map_err(|e| e.to_string()))
-        {
+        let planned = match s.mesh().map_err(|e| e.message).and_then(|mesh| {
+            s.options(mode, &mesh)
+                .and_then(|o| shardlab::plan::build(&o))
+                .map_err(|e| e.to_string())
+        }) {
             Ok(p) => p,
             Err(e) => return json!({"ok": false, "error": e}),
         };

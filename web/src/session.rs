@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use shardlab::bench::kernels::{ceilings_with, CeilingRun};
-use shardlab::exec::{Backend, MatmulChoice, Parallel, StepProfile, Trainer};
+use shardlab::exec::{Backend, MatmulChoice, StepProfile, Trainer};
 use shardlab::gpu::{GpuContext, GpuError};
 use shardlab::kernels::{self, matmul::MatmulShape, matmul::Variant};
 use shardlab::plan::Planned;
@@ -203,7 +203,7 @@ impl Inner {
             match Plan::build(&settings, mode, &mesh) {
                 Ok(plan) => plans.push(plan),
                 Err(e) => {
-                    let e = crate::plan::refusal(&settings, mode, &e);
+                    let e = crate::plan::refusal(&e);
                     // A mode that cannot express the strategy, and does not run: its program
                     // pane says why. Any other error is the settings', whichever mode finds it.
                     if e.field == "mode" && !settings.modes().contains(&mode) {
@@ -271,10 +271,12 @@ impl Inner {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
-        let dp = match &run.plans[0].planned.options.parallel {
-            Parallel::Auto { mesh, .. } | Parallel::ShardMap { mesh, .. } => mesh.axis_size("dp").unwrap_or(1),
-            Parallel::None => 1,
-        };
+        let dp = run.plans[0]
+            .planned
+            .options
+            .parallel
+            .parallelism()
+            .map_or(1, |p| p.batch_split());
         crate::masks::overlap(&run.settings, dp)
     }
 

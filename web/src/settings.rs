@@ -10,8 +10,8 @@ use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::MAX_HEAD_DIM;
 use shardlab::model::{check_microbatches, Attention, GptConfig, Init, Remat};
 use shardlab::plan::{
-    page_limit, DropoutKey, Parallel, Schedule, Strategy, TrainerOptions, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS,
-    PAGE_MAX_SPECS, TOKENS,
+    page_limit, AxisKind, DropoutKey, Parallel, PlanError, Schedule, Strategy, TrainerOptions, PAGE_MAX_DEVICES,
+    PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS, TOKENS,
 };
 pub use shardlab::plan::{Mode, Preset};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
@@ -227,9 +227,7 @@ impl Settings {
         }
         self.task.check(self.vocab, self.seq)?;
         self.check_sizes()?;
-        self.config()
-            .validate()
-            .map_err(|e| FieldError::from_core(&e.to_string(), "d_model"))?;
+        self.config().validate().map_err(|e| FieldError::model(&e, "d_model"))?;
         self.check_head_dim()?;
         self.check_spec_texts()?;
         Ok(mesh)
@@ -238,13 +236,8 @@ impl Settings {
     /// The microbatches split the batch, and every data-parallel device's rows, evenly: the
     /// core's check, its message at the microbatch control.
     fn check_microbatches(&self, mesh: &Mesh) -> Result<(), FieldError> {
-        let shards = if self.strategy().axes().contains(&"dp") {
-            mesh.axis_size("dp").unwrap_or(1)
-        } else {
-            1
-        };
-        check_microbatches(self.batch, self.microbatches, shards)
-            .map_err(|e| FieldError::from_core(&e.to_string(), "microbatches"))
+        let shards = self.strategy().compose(mesh).map_or(1, |par| par.batch_split());
+        check_microbatches(self.batch, self.microbatches, shards).map_err(|e| FieldError::model(&e, "microbatches"))
     }
 
     /// Zig-zag orders context parallelism's blocks: the cp preset's alone (the core's rule,
@@ -253,7 +246,7 @@ impl Settings {
         if self.cp_order == CpOrder::Contiguous {
             return Ok(());
         }
-        if !self.strategy().is_cp() {
+        if !self.strategy().axes().contains(&AxisKind::Cp) {
             return Err(FieldError::new(
                 "cp_order",
                 format!(
@@ -270,7 +263,7 @@ impl Settings {
     /// (the core's rule, said at the control in the page's words). Whether the pipeline's engine
     /// runs the schedule is the planner's to say.
     fn check_schedule(&self) -> Result<(), FieldError> {
-        if self.schedule == Schedule::default() || self.strategy().is_pipeline() {
+        if self.schedule == Schedule::default() || self.strategy().axes().contains(&AxisKind::Pp) {
             return Ok(());
         }
         Err(FieldError::new(
@@ -289,7 +282,7 @@ impl Settings {
     /// idles waiting for the pipeline to fill and drain (the core's
     /// [`Schedule::bubble_fraction`]); None off a pipeline.
     pub fn pipeline(&self, mesh: &Mesh) -> Option<serde_json::Value> {
-        if !self.strategy().is_pipeline() {
+        if !self.strategy().axes().contains(&AxisKind::Pp) {
             return None;
         }
         let stages = mesh.axis_size("pp").ok()?;
@@ -394,9 +387,9 @@ impl Settings {
     /// The mesh has every axis the preset's strategy needs.
     fn check_axes(&self, mesh: &Mesh) -> Result<(), FieldError> {
         let strategy = self.strategy();
-        let needs = strategy.axes();
+        let needs: Vec<&str> = strategy.axes().iter().map(|k| k.name()).collect();
         let has = mesh.axis_names();
-        if needs.iter().all(|a| has.contains(a)) {
+        if strategy.compose(mesh).is_ok() {
             return Ok(());
         }
         let quoted = |xs: &[&str]| xs.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" and ");
@@ -407,7 +400,7 @@ impl Settings {
                 "the {} preset needs a mesh with {} {} (e.g. {example}); {} has {}",
                 self.preset.name(),
                 if needs.len() == 1 { "axis" } else { "axes" },
-                quoted(needs),
+                quoted(&needs),
                 self.mesh,
                 quoted(&has)
             ),
@@ -453,23 +446,21 @@ impl Settings {
         }
     }
 
-    /// The trainer options of one mode (`Auto` or `ShardMap`), as `shardlab train` builds them.
-    pub fn options(&self, mode: Mode, mesh: &Mesh) -> TrainerOptions {
-        let strategy = self.strategy();
+    /// The trainer options of one mode (`Auto` or `ShardMap`), as `shardlab train` builds them;
+    /// the preset's composition on `mesh` or the core's refusal.
+    pub fn options(&self, mode: Mode, mesh: &Mesh) -> Result<TrainerOptions, PlanError> {
         let parallel = match mode {
             Mode::ShardMap => Parallel::ShardMap {
-                strategy,
-                mesh: mesh.clone(),
+                par: self.strategy().compose(mesh)?,
                 dropout_key: self.dropout_key,
             },
             Mode::Auto => Parallel::Auto {
-                strategy,
-                mesh: mesh.clone(),
+                par: self.strategy().compose(mesh)?,
                 specs: self.spec_overrides(),
             },
             Mode::Single => Parallel::None,
         };
-        TrainerOptions {
+        Ok(TrainerOptions {
             config: self.config(),
             optimizer: self.optimizer.optimizer(self.lr),
             init: Init::Random { seed: 0 },
@@ -488,7 +479,7 @@ impl Settings {
                 self.cp_order
             },
             schedule: self.schedule,
-        }
+        })
     }
 }
 
@@ -577,19 +568,17 @@ mod tests {
         let mut s = Settings::preset(Preset::Cp);
         s.cp_order = CpOrder::Zigzag;
         let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        assert_eq!(s.options(Mode::ShardMap, &mesh).cp_order, CpOrder::Zigzag);
-        assert_eq!(s.options(Mode::Auto, &mesh).cp_order, CpOrder::Contiguous);
+        assert_eq!(s.options(Mode::ShardMap, &mesh).unwrap().cp_order, CpOrder::Zigzag);
+        assert_eq!(s.options(Mode::Auto, &mesh).unwrap().cp_order, CpOrder::Contiguous);
         for mode in [Mode::Auto, Mode::ShardMap] {
-            shardlab::plan::build(&s.options(mode, &mesh)).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+            shardlab::plan::build(&s.options(mode, &mesh).unwrap()).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         }
         // 2 x cp = 8 chunks: a sequence of 252 does not split into them, which the planner
         // says, at the seq control.
         s.seq = 252;
         let mesh = s.check().unwrap();
-        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &mesh))
-            .unwrap_err()
-            .to_string();
-        let e = FieldError::from_plan(&s.specs, &e);
+        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &mesh).unwrap()).unwrap_err();
+        let e = FieldError::plan(&e);
         assert_eq!(e.field, "seq", "{}", e.message);
         assert!(e.message.contains("zig-zag chunks"), "{}", e.message);
     }
@@ -608,7 +597,7 @@ mod tests {
         let mut s = Settings::preset(Preset::Pp);
         s.schedule = Schedule::OneFOneB;
         let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        assert_eq!(s.options(Mode::ShardMap, &mesh).schedule, Schedule::OneFOneB);
+        assert_eq!(s.options(Mode::ShardMap, &mesh).unwrap().schedule, Schedule::OneFOneB);
     }
 
     #[test]
@@ -667,7 +656,8 @@ mod tests {
             (16, "microbatches 16 is more than batch 8"),
             (
                 4,
-                "each 'dp' shard holds (batch 8 over 4 devices): every device splits its own rows; use one of 1, 2",
+                "each data-parallel shard holds (batch 8 over 4 devices): every device splits its own rows; use one of \
+                 1, 2",
             ),
         ] {
             s.microbatches = k;

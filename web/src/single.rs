@@ -62,7 +62,7 @@ impl Spec {
             init: Init::Formula,
             data: DataSource::Formula,
             seed: self.seed,
-            ..settings.options(Mode::Single, &mesh)
+            ..settings.options(Mode::Single, &mesh).map_err(|e| e.to_string())?
         })
     }
 

@@ -31,9 +31,12 @@ pub fn which_strategy(s: &Settings) -> Value {
         Ok(d) => d,
         Err(e) => return json!({"ok": false, "error": e.message}),
     };
-    let base = TrainerOptions {
-        parallel: Parallel::None,
-        ..s.options(Mode::Single, &mesh)
+    let base = match s.options(Mode::Single, &mesh) {
+        Ok(o) => TrainerOptions {
+            parallel: Parallel::None,
+            ..o
+        },
+        Err(e) => return json!({"ok": false, "error": e.to_string()}),
     };
     let r = match search(&base, &device, &s.device, mesh.devices()) {
         Ok(r) => r,
@@ -44,10 +47,7 @@ pub fn which_strategy(s: &Settings) -> Value {
         .iter()
         .take(TOP)
         .map(|x| {
-            let strategy = match &x.options.parallel {
-                Parallel::Auto { strategy, .. } | Parallel::ShardMap { strategy, .. } => Some(*strategy),
-                Parallel::None => None,
-            };
+            let strategy = x.options.parallel.strategy();
             let load = strategy.and_then(preset_of).map(|p| {
                 // A pipeline's schedule as the search chose it; the default elsewhere.
                 let schedule = x.schedule.unwrap_or(Schedule::default().name());

@@ -240,7 +240,7 @@ mod tests {
                     let back: Settings = serde_json::from_str(&json).unwrap();
                     assert_eq!(back, s);
                     back.check().unwrap_or_else(|e| panic!("{json}: {}", e.message));
-                    let opts = back.options(shardlab::plan::Mode::Auto, &back.mesh().unwrap());
+                    let opts = back.options(shardlab::plan::Mode::Auto, &back.mesh().unwrap()).unwrap();
                     assert_eq!(opts.optimizer, optimizer.optimizer(lr));
                     assert_eq!(opts.data.name(), task.name());
                 }

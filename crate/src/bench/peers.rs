@@ -11,10 +11,9 @@ use crate::gpu::GpuContext;
 use crate::ir::RngLayout;
 use crate::kernels::matmul::{choose_variant, matmul, time_dispatches, MatmulShape};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
-use crate::plan::{DropoutKey, Parallel, Preset, Strategy, TrainerOptions};
+use crate::plan::{DropoutKey, Parallel, Parallelism, Preset, TrainerOptions};
 use crate::profile::{step_floor, Roofline};
 use crate::reference;
-use crate::sharding::Mesh;
 
 use super::kernels::{check_matmul, noise};
 
@@ -61,10 +60,7 @@ impl PeerConfig {
     /// Simulated devices the peer needs (JAX's `--xla_force_host_platform_device_count`).
     pub fn devices(&self) -> usize {
         match &self.workload {
-            Workload::Train(o) => match &o.parallel {
-                Parallel::None => 1,
-                Parallel::Auto { mesh, .. } | Parallel::ShardMap { mesh, .. } => mesh.devices(),
-            },
+            Workload::Train(o) => o.parallel.devices(),
             Workload::Matmul { .. } => 1,
         }
     }
@@ -138,7 +134,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         ),
     };
     let seed_name = if scale == Scale::Full { "seed" } else { "tiny seed" };
-    let mesh = Mesh::parse(&format!("dp={devices}")).map_err(|e| ExecError::Input(e.to_string()))?;
+    let par = Parallelism::dp(devices).map_err(|e| ExecError::Input(e.to_string()))?;
     // The bench train run: formula init, AdamW, no dropout.
     let single = TrainerOptions {
         config: small.1,
@@ -177,8 +173,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         PeerConfig {
             name: format!("{seed_name} auto dp={devices}"),
             workload: Workload::Train(Box::new(seed_opts(Parallel::Auto {
-                strategy: Strategy::Dp,
-                mesh: mesh.clone(),
+                par: par.clone(),
                 specs: vec![],
             }))),
             goal_max_ratio: 5.0,
@@ -186,8 +181,7 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         PeerConfig {
             name: format!("{seed_name} shard_map dp={devices}"),
             workload: Workload::Train(Box::new(seed_opts(Parallel::ShardMap {
-                strategy: Strategy::Dp,
-                mesh,
+                par,
                 dropout_key: DropoutKey::Same,
             }))),
             goal_max_ratio: 5.0,

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::ExportError;
 use crate::ir::{CpOrder, Precision, Program, RngLayout, Role};
 use crate::model::{param_specs, DataSource, Dataset, Init, Optimizer};
-use crate::plan::{self, gradient_pin, DropoutKey, GradientPin, Parallel, Strategy, TrainerOptions};
+use crate::plan::{self, gradient_pin, AxisKind, DropoutKey, GradientPin, Parallel, Parallelism, TrainerOptions, Zero};
 use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
@@ -39,30 +39,32 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     let state = state_layouts(opts, &program, &names);
     let mode = match &opts.parallel {
         Parallel::None => SINGLE.to_string(),
-        Parallel::ShardMap { strategy, .. } if strategy.is_pipeline() => PIPELINE
-            .replace("{{STRATEGY}}", strategy.name())
-            .replace("{{STRATEGY_DOC}}", strategy_doc(*strategy))
-            .replace(
-                "{{DP_AXIS}}",
-                if strategy.axes().contains(&"dp") {
-                    "\"dp\""
-                } else {
-                    "None"
-                },
-            )
-            .replace("{{SCHEDULE}}", &format!("\"{}\"", opts.schedule.name())),
-        Parallel::ShardMap {
-            strategy, dropout_key, ..
-        } => shard_map_section(&program, &names, &state, *strategy, *dropout_key, opts.cp_order),
-        Parallel::Auto { strategy, specs, .. } => {
-            // The strategy's own constraints (sequence parallelism's), then the user's.
-            let mut all = if *strategy == Strategy::TpSp {
-                plan::sequence_parallel_constraints(cfg)
+        Parallel::ShardMap { par, .. } if par.is_pipeline() => {
+            if par.kinds().iter().any(|k| !matches!(k, AxisKind::Dp | AxisKind::Pp)) || par.zero != Zero::Off {
+                return Err(ExportError(format!(
+                    "the exported pipeline composes 'dp' and 'pp' only, and the mesh {} has more: export it in \
+                     shardlab's own terms with `shardlab inspect`, or drop the other axes",
+                    par.name()
+                )));
+            }
+            PIPELINE
+                .replace("{{STRATEGY}}", &opts.parallel.label())
+                .replace("{{STRATEGY_DOC}}", &composition_doc(par))
+                .replace("{{DP_AXIS}}", &py_axis(par, AxisKind::Dp))
+                .replace("{{SCHEDULE}}", &format!("\"{}\"", opts.schedule.name()))
+        }
+        Parallel::ShardMap { par, dropout_key } => {
+            shard_map_section(&program, &names, &state, par, *dropout_key, opts.cp_order)?
+        }
+        Parallel::Auto { par, specs } => {
+            // The composition's own constraints (sequence parallelism's), then the user's.
+            let mut all = if par.sequence_parallel {
+                plan::sequence_parallel_constraints(cfg, par)
             } else {
                 vec![]
             };
             all.extend(specs.iter().cloned());
-            auto_section(&program, &names, &state, *strategy, &constraints(cfg, &names, &all)?)
+            auto_section(&program, &names, &state, par, &constraints(cfg, &names, &all)?)
         }
     };
     let header = HEADER
@@ -160,25 +162,22 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
     let cfg = &opts.config;
     let mode = match &opts.parallel {
         Parallel::None => "One device (plain jit).".to_string(),
-        Parallel::ShardMap {
-            strategy,
-            mesh,
-            dropout_key,
-        } => format!(
+        Parallel::ShardMap { par, dropout_key } => format!(
             "shard_map: strategy {}{} on the mesh {}, dropout keys {}.",
-            strategy.name(),
-            cp_text(*strategy, opts.cp_order),
-            mesh_text(mesh),
+            opts.parallel.label(),
+            cp_text(par, opts.cp_order),
+            par.name(),
             match dropout_key {
                 DropoutKey::Same => "the same on every device",
-                DropoutKey::FoldIn => "fold_in(key, axis_index('dp'))",
+                DropoutKey::FoldIn => "fold_in(key, axis_index of the batch axes)",
+                DropoutKey::Global => "each device's block of the global masks",
             }
         ),
-        Parallel::Auto { strategy, mesh, specs } => format!(
+        Parallel::Auto { par, specs } => format!(
             "Automatic partitioning (jit with shardings): strategy {}{} on the mesh {}{}.",
-            strategy.name(),
-            cp_text(*strategy, opts.cp_order),
-            mesh_text(mesh),
+            opts.parallel.label(),
+            cp_text(par, opts.cp_order),
+            par.name(),
             if specs.is_empty() {
                 String::new()
             } else {
@@ -223,18 +222,21 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
 }
 
 /// ` (zigzag order)` for context parallelism, else nothing.
-fn cp_text(strategy: Strategy, order: CpOrder) -> String {
-    if strategy.is_cp() {
+fn cp_text(par: &Parallelism, order: CpOrder) -> String {
+    if par.is_cp() {
         format!(" ({} order)", order.name())
     } else {
         String::new()
     }
 }
 
-/// `dp=2,tp=2`, as `--mesh` takes it.
-fn mesh_text(mesh: &crate::sharding::Mesh) -> String {
-    let axes: Vec<String> = mesh.axes().iter().map(|(n, s)| format!("{n}={s}")).collect();
-    axes.join(",")
+/// `"tp"` where the mesh has the axis, else `None`.
+fn py_axis(par: &Parallelism, kind: AxisKind) -> String {
+    if par.has(kind) {
+        format!("\"{}\"", kind.name())
+    } else {
+        "None".into()
+    }
 }
 
 /// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings,
@@ -244,7 +246,7 @@ fn auto_section(
     program: &Program,
     names: &[String],
     state: &[Layout],
-    strategy: Strategy,
+    par: &Parallelism,
     constraints: &[(String, PartitionSpec)],
 ) -> String {
     let param_specs: Vec<(String, PartitionSpec)> = layouts(program, names, |r| matches!(r, Role::Param(_)))
@@ -254,8 +256,8 @@ fn auto_section(
     let state_specs: Vec<(String, PartitionSpec)> = state.iter().map(|(n, _, s)| (n.clone(), s.clone())).collect();
     let mut pins: Vec<(String, PartitionSpec)> = vec![];
     let mut update_pins: Vec<(String, PartitionSpec)> = vec![];
-    for (name, state) in &state_specs {
-        match gradient_pin(strategy, state) {
+    for ((name, state), (_, param)) in state_specs.iter().zip(&param_specs) {
+        match gradient_pin(par, param, state) {
             GradientPin::Free => {}
             GradientPin::Update(spec) => update_pins.push((name.clone(), spec)),
             GradientPin::Every(spec) => pins.push((format!("d{name}"), spec)),
@@ -304,20 +306,16 @@ fn state_layouts(opts: &TrainerOptions, program: &Program, names: &[String]) -> 
         return state;
     }
     let params = layouts(program, names, |r| matches!(r, Role::Param(_)));
-    let (strategy, mesh) = match &opts.parallel {
-        Parallel::None => return params,
-        Parallel::ShardMap { strategy, mesh, .. } | Parallel::Auto { strategy, mesh, .. } => (*strategy, mesh),
-    };
-    if !strategy.shards_optimizer_state() || strategy.shards_params() {
+    let Some(par) = opts.parallel.parallelism().filter(|p| p.zero.shards_state()) else {
         return params;
-    }
+    };
     param_specs(&opts.config)
         .iter()
         .map(|ps| {
             (
                 ps.name.clone(),
                 ps.shape.clone(),
-                plan::auto_state_spec(&opts.config, strategy, mesh, ps),
+                plan::auto_state_spec(&opts.config, par, ps),
             )
         })
         .collect()
@@ -383,90 +381,74 @@ fn shard_map_section(
     program: &Program,
     names: &[String],
     state: &[Layout],
-    strategy: Strategy,
+    par: &Parallelism,
     dropout_key: DropoutKey,
     cp_order: CpOrder,
-) -> String {
+) -> Result<String, ExportError> {
     let layout = py_layout(
         "PARAM_LAYOUT",
         &layouts(program, names, |r| matches!(r, Role::Param(_))),
     );
     let state_layout = py_layout("STATE_LAYOUT", state);
-    let axis = |a: &str| {
-        if strategy.axes().contains(&a) {
-            format!("\"{a}\"")
-        } else {
-            "None".into()
+    // The script's body names one data axis: "dp", or FSDP's "fsdp".
+    let data_axis = match par.batch_axes().as_slice() {
+        [] => "None".to_string(),
+        [one] => format!("\"{one}\""),
+        _ => {
+            return Err(ExportError(format!(
+                "the exported shard_map body splits the batch over one data axis, and the mesh {} has both 'dp' and \
+                 'fsdp': export --mode auto, or one of the two axes",
+                par.name()
+            )))
         }
     };
-    let doc = strategy_doc(strategy);
     let key = match dropout_key {
         DropoutKey::Same => "\"same\"",
         DropoutKey::FoldIn => "\"fold_in\"",
+        DropoutKey::Global => "\"global\"",
     };
-    let seq_split = strategy.seq_axis().is_some();
     let batch_spec = input_spec(program, Role::Tokens);
-    SHARD_MAP
-        .replace("{{STRATEGY}}", strategy.name())
-        .replace("{{SP}}", if strategy == Strategy::TpSp { "True" } else { "False" })
-        .replace("{{CP_AXIS}}", &axis("cp"))
-        .replace("{{CP_ORDER}}", &format!("\"{}\"", cp_order.name()))
+    let py_bool = |b: bool| if b { "True" } else { "False" };
+    Ok(SHARD_MAP
         .replace(
-            "{{BATCH_SPEC}}",
-            &if seq_split || strategy.axes().contains(&"dp") {
-                py_spec(&batch_spec)
-            } else {
-                "P()".into()
-            },
+            "{{STRATEGY}}",
+            &Parallel::ShardMap {
+                par: par.clone(),
+                dropout_key,
+            }
+            .label(),
         )
-        .replace("{{STRATEGY_DOC}}", doc)
+        .replace("{{SP}}", py_bool(par.sequence_parallel))
+        .replace("{{CP_AXIS}}", &py_axis(par, AxisKind::Cp))
+        .replace("{{CP_ORDER}}", &format!("\"{}\"", cp_order.name()))
+        .replace("{{BATCH_SPEC}}", &py_spec(&batch_spec))
+        .replace("{{STRATEGY_DOC}}", &composition_doc(par))
         .replace("{{PARAM_LAYOUT}}", &layout)
         .replace("{{STATE_LAYOUT}}", &state_layout)
-        .replace(
-            "{{GRADIENTS_SPLIT}}",
-            if strategy == Strategy::Zero2 { "True" } else { "False" },
-        )
-        .replace("{{DP_AXIS}}", &axis("dp"))
-        .replace("{{TP_AXIS}}", &axis("tp"))
-        .replace("{{DROPOUT_KEY}}", key)
+        .replace("{{GRADIENTS_SPLIT}}", py_bool(par.zero.shards_gradients()))
+        .replace("{{DP_AXIS}}", &data_axis)
+        .replace("{{TP_AXIS}}", &py_axis(par, AxisKind::Tp))
+        .replace("{{DROPOUT_KEY}}", key))
 }
 
-/// The comment line a shard_map section opens with: what the strategy does.
-fn strategy_doc(strategy: Strategy) -> &'static str {
-    match strategy {
-        Strategy::Dp => "parameters replicated, the batch split over \"dp\",\n# gradients all-reduced (psum).",
-        Strategy::Fsdp => {
-            "parameters and optimizer state split over \"dp\" (ZeRO-3):\n# all_gather before use, \
-             psum_scatter of the gradients."
-        }
-        Strategy::Zero1 => {
-            "ZeRO-1: parameters replicated, the optimizer state split over \"dp\";\n# gradients \
-             all-reduced (psum), each device updates its block, all_gather of the updated blocks."
-        }
-        Strategy::Zero2 => {
-            "ZeRO-2: ZeRO-1 with the gradients split too: each microbatch's\n# gradients \
-             reduce-scattered (psum_scatter) as they are made, the blocks summed."
-        }
-        Strategy::Tp => {
-            "Megatron over \"tp\": attention heads and MLP columns split,\n# psum after the \
-             row-parallel projections."
-        }
-        Strategy::DpTp => "dp and Megatron tp together on the 2-D mesh {dp, tp}.",
-        Strategy::Cp => {
-            "context parallelism over \"cp\": the sequence split, attention\n# as ring attention (K and V \
-             travel the ring by ppermute)."
-        }
-        Strategy::DpCp => "dp and context parallelism together on the 2-D mesh {dp, cp}.",
-        Strategy::TpSp => {
-            "Megatron over \"tp\" with sequence parallelism: the layer-norm\n# and dropout regions split on \
-             the sequence, all_gather and psum_scatter around the matmuls."
-        }
-        Strategy::Pp => {
-            "pipeline parallelism over \"pp\": the blocks in contiguous stages,\n# stacked on a stage axis; \
-             microbatches passed stage to stage by ppermute."
-        }
-        Strategy::DpPp => "dp and pipeline parallelism together on the 2-D mesh {dp, pp}.",
+/// The comment lines a shard_map section opens with: what each mesh axis does, one line an
+/// axis.
+fn composition_doc(par: &Parallelism) -> String {
+    let mut lines: Vec<String> = par
+        .kinds()
+        .into_iter()
+        .map(|k| format!("\"{}\" splits {}", k.name(), k.splits()))
+        .collect();
+    if par.zero != Zero::Off {
+        lines.push(format!(
+            "ZeRO-{} splits the optimizer state over \"dp\"",
+            par.zero.name()
+        ));
     }
+    if par.sequence_parallel {
+        lines.push("sequence parallelism splits the layer-norm and dropout regions over \"tp\"".into());
+    }
+    lines.join(";\n# ") + "."
 }
 
 /// The in_sharding of the `tokens` or `targets` input.

@@ -26,6 +26,9 @@ pub struct Local {
     /// The sequence rows of the residual stream this device holds (all of them unless the
     /// sequence is split).
     pub seq: usize,
+    /// The sequence rows attention sees: the residual stream's, but under sequence parallelism,
+    /// whose regions are gathered over "tp" before attention, those of the whole "tp" group.
+    pub attention_seq: usize,
     /// Sequence parallelism (Korthikanti et al.): the residual stream split on the sequence over
     /// `tp`; an all_gather (reduce-scatter in the backward) replaces the pcast before the
     /// column-parallel matmuls and a psum_scatter (all-gather in the backward) the psum after
@@ -57,8 +60,8 @@ pub struct Stage {
 /// device's block of each dropout site's global mask.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MaskBlocks {
-    pub batch: Option<String>,
-    pub seq: Option<String>,
+    pub batch: Vec<String>,
+    pub seq: Vec<String>,
     pub heads: Option<String>,
     /// A residual-stream block no spec describes (zig-zag's two chunks): its rows are taken
     /// from the bits of the whole sequence, as a JAX user slices `jax.random.bits` of the
@@ -74,6 +77,7 @@ impl Local {
             heads: cfg.heads,
             tp: None,
             seq: cfg.seq,
+            attention_seq: cfg.seq,
             sp: false,
             rows: None,
             ring: None,
@@ -131,12 +135,14 @@ fn global_shape(b: &Builder, local: &[usize], spec: &PartitionSpec) -> Vec<usize
 /// The spec of a device's block of a mask over (batch, sequence, ...) or, `heads`, over
 /// (batch, heads, T, T).
 fn mask_spec(m: &MaskBlocks, rank: usize, heads: bool) -> PartitionSpec {
-    let mut entries = vec![
-        m.batch.as_deref(),
-        if heads { m.heads.as_deref() } else { m.seq.as_deref() },
-    ];
-    entries.resize(rank, None);
-    PartitionSpec::from_axes(&entries)
+    let second = if heads {
+        m.heads.iter().cloned().collect()
+    } else {
+        m.seq.clone()
+    };
+    let mut entries = vec![m.batch.clone(), second];
+    entries.resize(rank, vec![]);
+    PartitionSpec::new(entries)
 }
 
 /// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site). On a
@@ -163,7 +169,7 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
                     // The whole sequence's bits of the device's batch block, then its rows.
                     let mut whole = shape.clone();
                     whole[1] = cfg.seq;
-                    let spec = PartitionSpec::from_axes(&[m.batch.as_deref()]);
+                    let spec = PartitionSpec::new(vec![m.batch.clone()]);
                     let all = block_bits(b, key, &whole, spec, a.rng_layout);
                     b.emit1(
                         Op::SeqTake {
@@ -244,7 +250,7 @@ pub fn head(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId) -> Va
 pub fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> ValueId {
     // Attention sees the whole sequence, except under context parallelism (its block, and the
     // ring brings the others) and in sequence parallelism's own regions (gathered before).
-    let t = if a.local.sp { cfg.seq } else { a.local.seq };
+    let t = a.local.attention_seq;
     let (bsz, d, h) = (a.local.batch, cfg.d_model, a.local.heads);
     let dh = cfg.head_dim();
     let p = a.params;

@@ -1,57 +1,44 @@
-//! The train step of a strategy in automatic mode: the global step (forward, autodiff
-//! backward, update) under jit, with the strategy expressed only through shardings.
+//! The train step of a composition in automatic mode: the global step (forward, autodiff
+//! backward, update) under jit, with the composition expressed only through shardings: the
+//! logical-axis rules' in_shardings, and sequence parallelism's constraints.
+use super::rules::{Holder, Logical};
 use super::spec_names::{resolve_spec, SpecTarget};
-use super::strategy::{check, param_layout, sequence_parallel_constraints, state_layout};
-use super::{PlanError, Strategy};
+use super::{Mode, Parallelism, PlanError};
 use std::collections::BTreeMap;
 
 use crate::ir::{Op, Program, RngLayout, Role, ValueId};
 use crate::model::{accumulated_train_step, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
-use crate::partition::{jit_with_constraints, AutoProgram};
-use crate::sharding::{Mesh, PartitionSpec};
+use crate::partition::{jit_with_constraints, AutoProgram, PartitionError};
+use crate::setting::{Refusal, Setting};
+use crate::sharding::PartitionSpec;
 
-/// The in_sharding of a parameter under `strategy`: shard_map mode's specs, except that
-/// w_qkv and b_qkv keep their stored shapes (columns split over "tp"; the partitioner
-/// reshards where the model views them per head), and wpe is split like the sequence where
-/// the strategy splits it (the shard_map body takes its rows from a replicated wpe instead,
-/// which zig-zag's two chunks need).
-pub fn auto_param_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
-    let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
-    let tp = strategy.is_megatron();
-    match (leaf, strategy.seq_axis()) {
-        ("w_qkv", _) if tp => PartitionSpec::from_axes(&[None, Some("tp")]),
-        ("b_qkv", _) if tp => PartitionSpec::from_axes(&[Some("tp")]),
-        // Read by sequence position: split like the sequence, so each device holds (and
-        // updates) the rows its tokens read, and jit slices nothing.
-        ("wpe", Some(axis)) => PartitionSpec::from_axes(&[Some(axis), None]),
-        _ => param_layout(cfg, strategy, mesh, ps).1,
-    }
+/// The in_sharding of a parameter: the rules' layout of its stored shape (w_qkv's columns
+/// split over "tp"; the partitioner reshards where the model views them per head), wpe's rows
+/// split like the residual stream's sequence (each device holds and updates the rows its
+/// tokens read).
+pub fn auto_param_spec(cfg: &GptConfig, par: &Parallelism, ps: &ParamSpec) -> PartitionSpec {
+    par.param_layout(cfg, ps, Mode::Auto).1
 }
 
 /// The in_sharding of a parameter's optimizer state: its parameter's, except under ZeRO,
 /// which splits the state over "dp" while the parameter stays whole.
-pub fn auto_state_spec(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, ps: &ParamSpec) -> PartitionSpec {
-    if strategy.shards_optimizer_state() && !strategy.shards_params() {
-        state_layout(cfg, strategy, mesh, ps).1
-    } else {
-        auto_param_spec(cfg, strategy, mesh, ps)
-    }
+pub fn auto_state_spec(cfg: &GptConfig, par: &Parallelism, ps: &ParamSpec) -> PartitionSpec {
+    par.state_layout(cfg, ps, Mode::Auto).1
 }
 
-/// jit of the global train step with the strategy's shardings: params and optimizer state
-/// as [`auto_param_spec`] says (outputs laid out like their inputs), tokens and targets
-/// split over "dp" when the strategy has it, the key and the loss replicated.
+/// jit of the global train step with the composition's shardings: params and optimizer state
+/// as [`auto_param_spec`] says (outputs laid out like their inputs), tokens and targets split
+/// as the rules split (B, T), the key and the loss replicated.
 pub fn auto_train_step(
     cfg: &GptConfig,
     opt: Optimizer,
     rng_layout: RngLayout,
-    strategy: Strategy,
-    mesh: &Mesh,
+    par: &Parallelism,
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
-    auto_train_step_with_specs(cfg, opt, rng_layout, strategy, mesh, &[])
+    auto_train_step_with_specs(cfg, opt, rng_layout, par, &[])
 }
 
-/// [`auto_train_step`] with per-value specs overriding the strategy's (`--spec
+/// [`auto_train_step`] with per-value specs overriding the rules' (`--spec
 /// w_fc=P(None,'tp')`), matched by [`resolve_spec`]: a name matches a parameter's full name (`h0.w_fc`) or, for block
 /// parameters, its name in every block (`w_fc`), and sets its in_sharding (its optimizer state
 /// and update follow it). Any other named value of the global step is matched by its name: an
@@ -62,48 +49,46 @@ pub fn auto_train_step_with_specs(
     cfg: &GptConfig,
     opt: Optimizer,
     rng_layout: RngLayout,
-    strategy: Strategy,
-    mesh: &Mesh,
+    par: &Parallelism,
     overrides: &[(String, PartitionSpec)],
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
-    let (global, auto) = jit_train_step(cfg, opt, rng_layout, strategy, mesh, overrides, 1)?;
+    let (global, auto) = jit_train_step(cfg, opt, rng_layout, par, overrides, 1)?;
     Ok((partitioned_step(&global, &auto), auto))
 }
 
 /// The global train step (with gradient accumulation over `microbatches`) and jit's result
-/// for it under the strategy's shardings with `overrides` ([`auto_train_step_with_specs`]
+/// for it under the composition's shardings with `overrides` ([`auto_train_step_with_specs`]
 /// without assembling the partitioned step).
 pub(super) fn jit_train_step(
     cfg: &GptConfig,
     opt: Optimizer,
     rng_layout: RngLayout,
-    strategy: Strategy,
-    mesh: &Mesh,
+    par: &Parallelism,
     overrides: &[(String, PartitionSpec)],
     microbatches: usize,
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
-    check(cfg, strategy, mesh, microbatches)?;
+    par.check(cfg, microbatches)?;
     let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
     let specs = param_specs(cfg);
-    let mut pspec: Vec<PartitionSpec> = specs
-        .iter()
-        .map(|ps| auto_param_spec(cfg, strategy, mesh, ps))
-        .collect();
-    let mut sspec: Vec<PartitionSpec> = specs
-        .iter()
-        .map(|ps| auto_state_spec(cfg, strategy, mesh, ps))
-        .collect();
+    let mut pspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_param_spec(cfg, par, ps)).collect();
+    let mut sspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_state_spec(cfg, par, ps)).collect();
     let prog = &global.program;
     let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
-    let mut constraints = gradient_constraints(prog, strategy, &sspec);
-    // The strategy's own constraints first, so a user's spec on the same value wins.
-    let implicit = if strategy == Strategy::TpSp {
-        sequence_parallel_constraints(cfg)
+    let mut constraints = gradient_constraints(prog, par, &pspec, &sspec);
+    // The composition's own constraints first, so a user's spec on the same value wins.
+    let implicit = if par.sequence_parallel {
+        sequence_parallel_constraints(cfg, par)
     } else {
         vec![]
     };
-    for (name, spec) in implicit.iter().chain(overrides) {
-        match resolve_spec(&specs, prog, mesh, name, spec)? {
+    // Which override pinned each value, so a constraint jit refuses is said at its spec.
+    let mut pinned_by: BTreeMap<ValueId, (String, PartitionSpec)> = BTreeMap::new();
+    let given = implicit
+        .iter()
+        .map(|o| (o, false))
+        .chain(overrides.iter().map(|o| (o, true)));
+    for ((name, spec), by_user) in given {
+        match resolve_spec(&specs, prog, &par.mesh, name, spec)? {
             SpecTarget::Params(hits) => hits.into_iter().for_each(|i| {
                 pspec[i] = spec.clone();
                 sspec[i] = spec.clone();
@@ -117,17 +102,14 @@ pub(super) fn jit_train_step(
                 }
                 for v in intermediates {
                     constraints.insert(v, spec.clone());
+                    if by_user {
+                        pinned_by.insert(v, (name.clone(), spec.clone()));
+                    }
                 }
             }
         }
     }
-    // Tokens and targets split on the batch over "dp" and on the sequence over the strategy's
-    // sequence axis (context or sequence parallelism).
-    let batch = if strategy.axes().contains(&"dp") || strategy.seq_axis().is_some() {
-        strategy.tokens_spec()
-    } else {
-        PartitionSpec::replicated()
-    };
+    let batch = par.tokens_spec(cfg);
     let in_shardings: Vec<PartitionSpec> = prog
         .inputs
         .iter()
@@ -146,8 +128,56 @@ pub(super) fn jit_train_step(
             out_shardings.push(Some(state.clone()));
         }
     }
-    let auto = jit_with_constraints(prog, mesh, &in_shardings, &out_shardings, &constraints)?;
+    let auto =
+        jit_with_constraints(prog, &par.mesh, &in_shardings, &out_shardings, &constraints).map_err(|e| match &e {
+            PartitionError::Constraint { value, why, .. } => match pinned_by.get(value) {
+                Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
+                None => PlanError::from(e),
+            },
+            _ => PlanError::from(e),
+        })?;
     Ok((global, auto))
+}
+
+/// Sequence parallelism's shardings in automatic mode, as `with_sharding_constraint`s on the
+/// step's named values, from the logical-axis rules (what MaxText's rules do): the residual
+/// stream split on the sequence over "tp" (and "cp"), each layer norm's output whole over "tp"
+/// before the column-parallel matmul (the partitioner all-gathers it), and each row-parallel
+/// matmul's output split on the sequence (the partitioner reduce-scatters its partial sums).
+/// Without them propagation would split the sequence through the matmuls and gather the
+/// weights instead. (They pin forward values only: the backward is what propagation makes of
+/// the cotangents.)
+pub fn sequence_parallel_constraints(cfg: &GptConfig, par: &Parallelism) -> Vec<(String, PartitionSpec)> {
+    use Logical::{Batch, Embed, Heads, Length};
+    let (b, t, c) = (cfg.batch, cfg.seq, cfg.d_model);
+    let gathered = Parallelism {
+        sequence_parallel: false,
+        ..par.clone()
+    };
+    let seq = par.spec(&[b, t, c], &[Some(Batch), Some(Length), Some(Embed)], Holder::Param);
+    let whole = gathered.spec(&[b, t, c], &[Some(Batch), Some(Length), Some(Embed)], Holder::Param);
+    // Attention between the two matmuls, as Megatron runs it: the whole sequence, the heads
+    // split over "tp" (the column-parallel weights' own split).
+    let heads = gathered.spec(
+        &[b, cfg.heads, t, cfg.head_dim()],
+        &[Some(Batch), Some(Heads), Some(Length), None],
+        Holder::Param,
+    );
+    let mut out = vec![("x0".to_string(), seq.clone())];
+    for l in 0..cfg.layers {
+        for (name, spec) in [
+            ("ln1", &whole),
+            ("att", &heads),
+            ("proj", &seq),
+            ("x_att", &seq),
+            ("ln2", &whole),
+            ("mlp", &seq),
+            ("x_mlp", &seq),
+        ] {
+            out.push((format!("h{l}.{name}"), spec.clone()));
+        }
+    }
+    out
 }
 
 /// Where jit is told to keep a parameter's gradient (a with_sharding_constraint).
@@ -165,23 +195,27 @@ pub enum GradientPin {
     Every(PartitionSpec),
 }
 
-/// ZeRO in jit: the optimizer state's in_shardings ([`auto_state_spec`]) and this pin on the
-/// gradient of a parameter whose state is laid out as `state`. Where the state stays whole
-/// (too small to split) the gradient is free.
-pub fn gradient_pin(strategy: Strategy, state: &PartitionSpec) -> GradientPin {
-    if !strategy.shards_optimizer_state() || state.mesh_axes().is_empty() {
+/// ZeRO and FSDP in jit: the optimizer state's in_shardings ([`auto_state_spec`]) and this pin
+/// on the gradient of a parameter laid out as `param` whose state is laid out as `state`.
+/// Where the state is not split over a data axis (too small to split, or no ZeRO) the gradient
+/// is free.
+pub fn gradient_pin(par: &Parallelism, param: &PartitionSpec, state: &PartitionSpec) -> GradientPin {
+    let fsdp = state.uses_axis("fsdp");
+    let zero = par.zero.shards_state() && state.uses_axis("dp") && !param.uses_axis("dp");
+    if !fsdp && !zero {
         GradientPin::Free
-    } else if strategy.shards_gradients() {
+    } else if fsdp || par.zero.shards_gradients() {
         GradientPin::Every(state.clone())
     } else {
-        GradientPin::Update(PartitionSpec::replicated())
+        GradientPin::Update(param.clone())
     }
 }
 
 /// The with_sharding_constraints of [`gradient_pin`] on the global step's values.
 fn gradient_constraints(
     prog: &Program,
-    strategy: Strategy,
+    par: &Parallelism,
+    pspec: &[PartitionSpec],
     sspec: &[PartitionSpec],
 ) -> BTreeMap<ValueId, PartitionSpec> {
     let mut pins = BTreeMap::new();
@@ -201,7 +235,7 @@ fn gradient_constraints(
             continue;
         };
         let g = ins.inputs[1];
-        match gradient_pin(strategy, &sspec[i]) {
+        match gradient_pin(par, &pspec[i], &sspec[i]) {
             GradientPin::Free => {}
             GradientPin::Update(spec) => {
                 pins.insert(g, spec);
@@ -241,7 +275,7 @@ mod tests {
             dropout: 0.0,
             ..GptConfig::tiny()
         };
-        let mesh = Mesh::new(&[("dp", 2)]).unwrap();
+        let par = Parallelism::dp(2).unwrap();
         let overrides: Vec<(String, PartitionSpec)> = overrides
             .iter()
             .map(|(n, s)| (n.to_string(), PartitionSpec::parse(s).unwrap()))
@@ -250,8 +284,7 @@ mod tests {
             &cfg,
             Optimizer::AdamW { lr: 1e-3 },
             RngLayout::Original,
-            Strategy::Dp,
-            &mesh,
+            &par,
             &overrides,
             1,
         )

@@ -1,13 +1,15 @@
 //! The one way from options to what runs: the model's train step, partitioned as the options
-//! say (a strategy's shard_map body, or jit with the strategy's shardings), then the passes.
+//! say (a shard_map body composed per mesh axis, or jit with the rules' shardings), then the
+//! passes.
 use super::auto_step::{jit_train_step, partitioned_step};
+use super::compose::Compose;
 use super::pipeline_step::{check_pipeline, pipeline_train_step};
 use super::shard_map_step::shard_map_accumulated_step;
-use super::strategy::check_cp;
 use super::{combine_train_step, Mode, Parallel, PlanError, TrainerOptions};
 use crate::model::{accumulated_train_step, TrainStep};
 use crate::partition::auto::Inserted;
 use crate::partition::combine_auto_program;
+use crate::setting::{Refusal, Setting};
 use crate::sharding::PartitionSpec;
 
 /// A planned run: its options and the train step that runs them.
@@ -35,28 +37,33 @@ pub struct ValueSharding {
     pub spec: PartitionSpec,
 }
 
-/// Plans `opts`: checks the model, strategy and mesh, builds the train step, partitions it and
+/// Plans `opts`: checks the model and the composition, builds the train step, partitions it and
 /// runs the all-reduce combiner once if asked. Everything that runs or shows a step (the
 /// trainer, export, inspect, bench and the page) starts here.
 pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     let cfg = &opts.config;
     let combine = opts.combine_all_reduces;
     let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
-    if let Parallel::ShardMap { strategy, mesh, .. } | Parallel::Auto { strategy, mesh, .. } = &opts.parallel {
-        check_pipeline(cfg, *strategy, mesh, opts.schedule, opts.parallel.mode())?;
+    // The model splits over every axis before anything else is said of the mode.
+    if let Some(par) = opts.parallel.parallelism() {
+        cfg.validate()?;
+        par.check(cfg, opts.microbatches)?;
+        check_pipeline(par, opts.schedule, opts.parallel.mode())?;
     }
     let (step, inserted, values) = match &opts.parallel {
         Parallel::None if opts.cp_order != Default::default() => {
-            return Err(PlanError::Invalid {
-                what: format!("--cp-order {}", opts.cp_order.name()),
-                why: "orders context parallelism's blocks, and one device has none: use --strategy cp or dp_cp".into(),
-            })
+            let why = format!(
+                "orders context parallelism's blocks, and one device has none: use a mesh with a 'cp' axis (e.g. {})",
+                Setting::MeshAxis("cp".into()).at(4)
+            );
+            return Err(Refusal::at(Setting::CpOrder, opts.cp_order.name(), why).into());
         }
         Parallel::None if opts.schedule != Default::default() => {
-            return Err(PlanError::Invalid {
-                what: format!("--schedule {}", opts.schedule.name()),
-                why: "orders a pipeline's microbatches, and one device has none: use --strategy pp or dp_pp".into(),
-            })
+            let why = format!(
+                "orders a pipeline's microbatches, and one device has none: use a mesh with a 'pp' axis (e.g. {})",
+                Setting::MeshAxis("pp".into()).at(2)
+            );
+            return Err(Refusal::at(Setting::Schedule, opts.schedule.name(), why).into());
         }
         Parallel::None => (
             combined(accumulated_train_step(
@@ -68,53 +75,23 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
             None,
             vec![],
         ),
-        Parallel::ShardMap {
-            strategy,
-            mesh,
-            dropout_key,
-        } if strategy.is_pipeline() => (
-            combined(pipeline_train_step(
+        Parallel::ShardMap { par, dropout_key } => {
+            let c = Compose {
                 cfg,
-                opts.optimizer,
-                opts.rng_layout,
-                *strategy,
-                mesh,
-                *dropout_key,
-                opts.microbatches,
-                opts.schedule,
-            )?),
-            None,
-            vec![],
-        ),
-        Parallel::ShardMap {
-            strategy,
-            mesh,
-            dropout_key,
-        } => (
-            combined(shard_map_accumulated_step(
-                cfg,
-                opts.optimizer,
-                opts.rng_layout,
-                *strategy,
-                mesh,
-                *dropout_key,
-                opts.microbatches,
-                opts.cp_order,
-            )?),
-            None,
-            vec![],
-        ),
-        Parallel::Auto { strategy, mesh, specs } => {
-            check_cp(cfg, *strategy, mesh, opts.cp_order, Mode::Auto)?;
-            let (global, auto) = jit_train_step(
-                cfg,
-                opts.optimizer,
-                opts.rng_layout,
-                *strategy,
-                mesh,
-                specs,
-                opts.microbatches,
-            )?;
+                par,
+                dropout_key: *dropout_key,
+                cp_order: opts.cp_order,
+            };
+            let step = if par.is_pipeline() {
+                pipeline_train_step(&c, opts.optimizer, opts.rng_layout, opts.microbatches, opts.schedule)?
+            } else {
+                shard_map_accumulated_step(&c, opts.optimizer, opts.rng_layout, opts.microbatches)?
+            };
+            (combined(step), None, vec![])
+        }
+        Parallel::Auto { par, specs } => {
+            par.check_cp(cfg, opts.cp_order, Mode::Auto)?;
+            let (global, auto) = jit_train_step(cfg, opts.optimizer, opts.rng_layout, par, specs, opts.microbatches)?;
             // Combined on jit's result, so the inserted-op records follow the psums they name.
             let auto = if combine { combine_auto_program(&auto) } else { auto };
             // One entry per name: with microbatches a name (h0.att, a gradient's buffer) is

@@ -1,23 +1,30 @@
 //! Planning: from what a run chooses ([`TrainerOptions`]) to the train step that runs, in
 //! one place ([`build`]), and what it needs in memory, checked before any allocation
-//! ([`MemoryPlan`]). It holds the model-specific strategies (the hand-written shard_map
-//! bodies and the shardings jit partitions from) and applies the passes once; the general
+//! ([`MemoryPlan`]). Parallelism is composed per mesh axis ([`Parallelism`]): one table of
+//! logical-axis rules ([`RULES`]) gives every array's sharding, and the shard_map bodies
+//! compose each axis's collectives; the named strategies are presets of it. The general
 //! machinery it calls lives in [`crate::partition`].
 mod auto_step;
+mod axes;
 mod build;
 mod combine;
+mod compose;
 mod error;
 mod memory;
 mod options;
+mod parallelism;
 mod pipeline_step;
 mod presets;
+mod rules;
 mod shard_map_step;
 mod spec_names;
 mod strategy;
 
 pub use auto_step::{
-    auto_param_spec, auto_state_spec, auto_train_step, auto_train_step_with_specs, gradient_pin, GradientPin,
+    auto_param_spec, auto_state_spec, auto_train_step, auto_train_step_with_specs, gradient_pin,
+    sequence_parallel_constraints, GradientPin,
 };
+pub use axes::{AxisKind, Zero};
 pub use build::{build, Planned, ValueSharding};
 pub use combine::combine_train_step;
 pub use error::PlanError;
@@ -26,9 +33,11 @@ pub use memory::{
     MemoryPlan, TensorBytes, DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
 };
 pub use options::{Parallel, TrainerOptions};
+pub use parallelism::{mesh_text, Parallelism};
 pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};
+pub use rules::{axes_for, param_dims, Holder, Logical, RULES};
 pub use shard_map_step::shard_map_train_step;
 pub use spec_names::{block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};
-pub use strategy::{sequence_parallel_constraints, DropoutKey, Mode, Schedule, Strategy};
+pub use strategy::{DropoutKey, Mode, Schedule, Strategy};
 // A plan's record of inserted ops is the partitioner's.
 pub use crate::partition::auto::Inserted;

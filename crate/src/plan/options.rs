@@ -1,5 +1,5 @@
 //! What a run chooses: the model, data, optimizer and how the step is partitioned.
-use super::{DropoutKey, Mode, Schedule, Strategy};
+use super::{DropoutKey, Mode, Parallelism, Schedule, Strategy};
 use crate::ir::{CpOrder, RngLayout};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
 use crate::sharding::{Mesh, PartitionSpec};
@@ -9,18 +9,13 @@ use crate::sharding::{Mesh, PartitionSpec};
 pub enum Parallel {
     /// The global program on one device.
     None,
-    /// A hand-written shard_map body.
-    ShardMap {
-        strategy: Strategy,
-        mesh: Mesh,
-        dropout_key: DropoutKey,
-    },
-    /// jit with shardings: the global step, partitioned automatically from the strategy's
-    /// in/out shardings (the RNG layout is `TrainerOptions::rng_layout`).
+    /// A shard_map body composed from each mesh axis's collectives.
+    ShardMap { par: Parallelism, dropout_key: DropoutKey },
+    /// jit with shardings: the global step, partitioned automatically from the shardings the
+    /// logical-axis rules give (the RNG layout is `TrainerOptions::rng_layout`).
     Auto {
-        strategy: Strategy,
-        mesh: Mesh,
-        /// Specs overriding the strategy's (`--spec name=P(...)`), by name: a parameter's, an
+        par: Parallelism,
+        /// Specs overriding the rules' (`--spec name=P(...)`), by name: a parameter's, an
         /// input's (`tokens`) or an intermediate's (`h0.att`); see [`super::resolve_spec`].
         specs: Vec<(String, PartitionSpec)>,
     },
@@ -42,11 +37,11 @@ pub struct TrainerOptions {
     /// Gradient accumulation: the step runs forward and backward on this many equal slices
     /// of the batch in turn, sums their gradients and updates once (1: none).
     pub microbatches: usize,
-    /// How context parallelism (`--strategy cp`, `dp_cp`) lays the sequence's blocks over the
-    /// "cp" devices; other strategies take the default, contiguous.
+    /// How context parallelism lays the sequence's blocks over the "cp" devices (meshes without
+    /// "cp" take the default, contiguous).
     pub cp_order: CpOrder,
-    /// The order a pipeline (`--strategy pp`, `dp_pp`) runs its microbatches' passes in;
-    /// other strategies take the default.
+    /// The order a pipeline ("pp") runs its microbatches' passes in; meshes without "pp" take
+    /// the default.
     pub schedule: Schedule,
 }
 
@@ -55,8 +50,21 @@ impl Parallel {
     pub fn devices(&self) -> usize {
         match self {
             Parallel::None => 1,
-            Parallel::ShardMap { mesh, .. } | Parallel::Auto { mesh, .. } => mesh.devices(),
+            Parallel::ShardMap { par, .. } | Parallel::Auto { par, .. } => par.devices(),
         }
+    }
+
+    /// The composition partitioning the step (None on one device).
+    pub fn parallelism(&self) -> Option<&Parallelism> {
+        match self {
+            Parallel::None => None,
+            Parallel::ShardMap { par, .. } | Parallel::Auto { par, .. } => Some(par),
+        }
+    }
+
+    /// The mesh (None on one device).
+    pub fn mesh(&self) -> Option<&Mesh> {
+        self.parallelism().map(|p| &p.mesh)
     }
 
     pub fn mode(&self) -> Mode {
@@ -72,11 +80,19 @@ impl Parallel {
         self.mode().name()
     }
 
-    /// The strategy partitioning the step (None on one device).
+    /// The named strategy the composition is, if any (None on one device, and for a
+    /// composition no preset names).
     pub fn strategy(&self) -> Option<Strategy> {
-        match self {
-            Parallel::None => None,
-            Parallel::ShardMap { strategy, .. } | Parallel::Auto { strategy, .. } => Some(*strategy),
+        self.parallelism().and_then(Strategy::of)
+    }
+
+    /// What partitions the step, in a word: the strategy's name, else the mesh (`dp=2,tp=2,pp=2`),
+    /// `single` on one device.
+    pub fn label(&self) -> String {
+        match (self.strategy(), self.parallelism()) {
+            (Some(s), _) => s.name().to_string(),
+            (None, Some(par)) => par.name(),
+            (None, None) => "single".into(),
         }
     }
 }
@@ -101,18 +117,14 @@ impl TrainerOptions {
         }
     }
 
-    /// The same run in automatic mode and in shard_map mode, on this strategy and mesh (what
+    /// The same run in automatic mode and in shard_map mode, on this composition (what
     /// `bench compare` races): the auto one keeps these options' spec overrides, the shard_map
     /// one their dropout key (else the same key on every device). None on one device.
     pub fn auto_and_shard_map(&self) -> Option<(TrainerOptions, TrainerOptions)> {
-        let (strategy, mesh, specs, dropout_key) = match &self.parallel {
+        let (par, specs, dropout_key) = match &self.parallel {
             Parallel::None => return None,
-            Parallel::Auto { strategy, mesh, specs } => (*strategy, mesh, specs.clone(), DropoutKey::Same),
-            Parallel::ShardMap {
-                strategy,
-                mesh,
-                dropout_key,
-            } => (*strategy, mesh, vec![], *dropout_key),
+            Parallel::Auto { par, specs } => (par, specs.clone(), DropoutKey::Same),
+            Parallel::ShardMap { par, dropout_key } => (par, vec![], *dropout_key),
         };
         let with = |parallel| TrainerOptions {
             parallel,
@@ -120,13 +132,11 @@ impl TrainerOptions {
         };
         Some((
             with(Parallel::Auto {
-                strategy,
-                mesh: mesh.clone(),
+                par: par.clone(),
                 specs,
             }),
             with(Parallel::ShardMap {
-                strategy,
-                mesh: mesh.clone(),
+                par: par.clone(),
                 dropout_key,
             }),
         ))

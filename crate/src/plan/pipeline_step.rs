@@ -10,100 +10,69 @@
 //! costs here what it costs a real device. The embedding is the first stage's (its output
 //! enters the pipeline there only) and the head the last's (only its loss counts); their
 //! parameters are replicated over "pp" and their gradients summed over it.
-use super::strategy::{check, check_dropout_key, p, Schedule};
-use super::{DropoutKey, Mode, PlanError, Strategy};
+use super::axes::AxisKind;
+use super::compose::{gather, scatter_gathered, Compose, ParamPlan};
+use super::rules::Holder;
+use super::strategy::{check_dropout_key, Schedule};
+use super::{Mode, Parallelism, PlanError};
 use crate::autodiff::grad_with;
 use crate::ir::{Builder, DType, IrError, Op, Owner, RngLayout, Role, Stack, ValueId};
 use crate::model::{block, embed, head, microbatch_rows, param_specs, Activations, GptConfig, Local};
-use crate::model::{state_input, update, MaskBlocks, Optimizer, ParamSpec, Stage, TrainStep};
+use crate::model::{state_input, Optimizer, ParamSpec, Stage, TrainStep};
 use crate::partition::{shard_map, Arg};
-use crate::sharding::{Mesh, PartitionSpec};
+use crate::setting::{Refusal, Setting};
+use crate::sharding::PartitionSpec;
 
 /// Parameters per block (docs/MODEL.md): ln1 (2), qkv (2), proj (2), ln2 (2), fc (2), out (2).
 const PER_BLOCK: usize = 12;
 
-/// Checks a pipeline's settings: the stages split the blocks evenly, the schedule is one this
-/// engine runs, and the mode can express it. `schedule` is checked for every strategy (it
-/// orders a pipeline's microbatches and nothing else).
-pub(super) fn check_pipeline(
-    cfg: &GptConfig,
-    strategy: Strategy,
-    mesh: &Mesh,
-    schedule: Schedule,
-    mode: Mode,
-) -> Result<(), PlanError> {
-    let invalid = |what: String, why: String| Err(PlanError::Invalid { what, why });
-    if !strategy.is_pipeline() {
+/// Checks a pipeline's settings: the schedule orders a pipeline's microbatches and nothing
+/// else, and the mode can express it (the stages' split of the blocks is the "pp" axis's own
+/// check, [`Parallelism::check`]).
+pub(super) fn check_pipeline(par: &Parallelism, schedule: Schedule, mode: Mode) -> Result<(), PlanError> {
+    if !par.is_pipeline() {
         if schedule != Schedule::default() {
-            return invalid(
-                format!("--schedule {}", schedule.name()),
-                format!(
-                    "orders a pipeline's microbatches, and --strategy {} has none: use --strategy pp or dp_pp",
-                    strategy.name()
-                ),
+            let why = format!(
+                "orders a pipeline's microbatches, and {} has no 'pp' axis: add one (e.g. {})",
+                Setting::Mesh.at(par.name()),
+                Setting::MeshAxis("pp".into()).at(2)
             );
+            return Err(Refusal::at(Setting::Schedule, schedule.name(), why).into());
         }
         return Ok(());
     }
-    let pp = mesh.axis_size("pp").unwrap_or(1);
-    let divisors: Vec<String> = (1..=cfg.layers)
-        .filter(|d| cfg.layers.is_multiple_of(*d))
-        .map(|d| d.to_string())
-        .collect();
-    if pp > cfg.layers {
-        return invalid(
-            format!("--mesh pp={pp}"),
-            format!(
-                "is more stages than --layers {}: every stage runs at least one block; use pp = one of {}",
-                cfg.layers,
-                divisors.join(", ")
-            ),
-        );
-    }
-    if !cfg.layers.is_multiple_of(pp) {
-        return invalid(
-            format!("--layers {}", cfg.layers),
-            format!(
-                "does not split into pp = {pp} equal stages: use a layer count that is a multiple of {pp}, or pp = \
-                 one of {}",
-                divisors.join(", ")
-            ),
-        );
-    }
     if mode == Mode::Auto {
-        return invalid(
-            format!("--strategy {} --mode auto", strategy.name()),
-            "needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as one \
-             vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
+        let why = format!(
+            "on {} needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as \
+             one vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
              collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
-             another on every device. Use --mode shard_map, where the body says the schedule"
-                .into(),
+             another on every device. Use {}, where the body says the schedule",
+            Setting::Mesh.at(par.name()),
+            Setting::Mode.at(Mode::ShardMap.name())
         );
+        return Err(Refusal::at(Setting::Mode, Mode::Auto.name(), why).into());
     }
     Ok(())
 }
 
 /// The pipelined train step: forward through the stages tick by tick, gradients by autodiff,
-/// the replicated parameters' gradients summed over "pp" (and everything's over "dp"), the
-/// optimizer on each device's own stage.
-#[allow(clippy::too_many_arguments)]
+/// the replicated parameters' gradients summed over "pp" (and everything's over the token
+/// axes), the optimizer on each device's own stage. Inside each stage the other axes compose
+/// as in the flat body ([`Compose`]).
 pub(super) fn pipeline_train_step(
-    cfg: &GptConfig,
+    c: &Compose,
     opt: Optimizer,
     rng_layout: RngLayout,
-    strategy: Strategy,
-    mesh: &Mesh,
-    dropout_key: DropoutKey,
     microbatches: usize,
     schedule: Schedule,
 ) -> Result<TrainStep, PlanError> {
+    let (cfg, par) = (c.cfg, c.par);
     cfg.validate()?;
-    check(cfg, strategy, mesh, microbatches)?;
-    check_pipeline(cfg, strategy, mesh, schedule, Mode::ShardMap)?;
-    let has_dp = strategy.axes().contains(&"dp");
-    check_dropout_key(strategy, dropout_key)?;
-    let pp = mesh.axis_size("pp")?;
-    let dp = if has_dp { mesh.axis_size("dp")? } else { 1 };
+    par.check(cfg, microbatches)?;
+    check_pipeline(par, schedule, Mode::ShardMap)?;
+    par.check_cp(cfg, c.cp_order, Mode::ShardMap)?;
+    check_dropout_key(par, c.dropout_key)?;
+    let pp = par.size(AxisKind::Pp);
     let (m, lp) = (microbatches, cfg.layers / pp);
     let specs = param_specs(cfg);
     let tail = 2 + PER_BLOCK * cfg.layers;
@@ -121,28 +90,23 @@ pub(super) fn pipeline_train_step(
         }))
         .chain((tail..specs.len()).map(Held::Whole))
         .collect();
-    let stage_axis = |rank: usize| {
-        let mut spec = vec![Some("pp")];
-        spec.resize(rank, None);
-        p(&spec)
-    };
+    let plans: Vec<ParamPlan> = held.iter().map(|h| h.plan(cfg, par, &specs)).collect();
     let mut args: Vec<Arg> = vec![];
-    for h in &held {
-        args.push(h.arg(&specs, None, &stage_axis));
+    for (h, plan) in held.iter().zip(&plans) {
+        args.push(h.arg(cfg, par, &specs, None, &plan.spec));
     }
-    for h in &held {
+    for (h, plan) in held.iter().zip(&plans) {
         for slot in 0..opt.slots() {
-            args.push(h.arg(&specs, Some(slot), &stage_axis));
+            args.push(h.arg(cfg, par, &specs, Some(slot), &plan.state));
         }
     }
-    let tokens_spec = p(&[has_dp.then_some("dp"), None]);
     for (name, role) in [("tokens", Role::Tokens), ("targets", Role::Targets)] {
         args.push(Arg {
             name: name.into(),
             global_shape: vec![cfg.batch, cfg.seq],
             dtype: DType::U32,
             role,
-            spec: tokens_spec.clone(),
+            spec: c.tokens_spec(),
         });
     }
     args.push(Arg {
@@ -154,9 +118,10 @@ pub(super) fn pipeline_train_step(
     });
     let n = held.len();
     let mut out_specs = vec![PartitionSpec::replicated()];
-    for a in &args[..n] {
-        for _ in 0..=opt.slots() {
-            out_specs.push(a.spec.clone());
+    for plan in &plans {
+        out_specs.push(plan.spec.clone());
+        for _ in 0..opt.slots() {
+            out_specs.push(plan.state.clone());
         }
     }
     let stage_cfg = GptConfig {
@@ -164,37 +129,51 @@ pub(super) fn pipeline_train_step(
         ..cfg.clone()
     };
     let names: Vec<String> = args[..n].iter().map(|a| format!("d{}", a.name)).collect();
+    let token_axes = par.token_axes();
 
     let mut marks = (0, 0);
-    let program = shard_map(mesh, &args, &out_specs, |b, vals| {
+    let program = shard_map(&par.mesh, &args, &out_specs, |b, vals| {
         let params = &vals[..n];
         let state = &vals[n..n + n * opt.slots()];
-        let (tokens, targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
+        let (mut tokens, mut targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
         let start = b.program().instrs.len();
         b.begin_stages("pp", pp, m);
-        // This device's stage's blocks, as one model's parameters (of `stage_cfg`).
-        let view: Vec<ValueId> = params
+        // This device's stage's blocks, as one model's parameters (of `stage_cfg`): FSDP's
+        // gathered, a stack's leading stage axis dropped.
+        let gathered: Vec<ValueId> = params.iter().zip(&plans).map(|(&v, p)| gather(b, v, &p.spec)).collect();
+        let view: Vec<ValueId> = gathered
             .iter()
             .zip(&held)
             .map(|(&v, h)| match h {
                 Held::Whole(_) => v,
-                Held::Stacked(s) => b.reshape(v, &specs[s.first].shape),
+                Held::Stacked(_) => {
+                    let shape = b.shape(v);
+                    b.reshape(v, &shape[1..])
+                }
             })
             .collect();
         let local = Local {
-            batch: cfg.batch / dp / m,
             stage: Some(Stage {
                 axis: "pp".into(),
                 layers: lp,
             }),
-            // Under "dp" every device draws its block of the one-device run's masks.
-            masks: has_dp.then(|| MaskBlocks {
-                batch: Some("dp".into()),
-                ..Default::default()
-            }),
-            ..Local::of(cfg)
+            ..c.local(m)
         };
-        let x_shape = vec![local.batch, cfg.seq, cfg.d_model];
+        if let (true, Some(rows)) = (c.zigzag(), &local.rows) {
+            let take = |b: &mut Builder, x| {
+                b.emit1(
+                    Op::SeqTake {
+                        dim: 1,
+                        seq: rows.clone(),
+                    },
+                    &[x],
+                )
+            };
+            tokens = take(b, tokens);
+            targets = take(b, targets);
+        }
+        let key = c.key(b, key);
+        let x_shape = vec![local.batch, local.seq, cfg.d_model];
         let st = Stages {
             cfg,
             stage_cfg: &stage_cfg,
@@ -209,11 +188,20 @@ pub(super) fn pipeline_train_step(
             last: stage_indicator(b, pp, pp - 1, &[]),
             pp,
             m,
-            scale: 1.0 / (m * dp) as f32,
+            scale: 1.0 / (m * par.token_split()) as f32,
         };
         let traced = match schedule {
             Schedule::Gpipe => gpipe(b, &st, params, start)?,
-            Schedule::OneFOneB => one_f_one_b(b, &st, params, &held)?,
+            Schedule::OneFOneB => {
+                let mut traced = one_f_one_b(b, &st, &held)?;
+                // Its pullbacks ran from the gathered parameters: FSDP's reduce-scatter by hand.
+                for (i, g) in traced.grads.iter_mut().enumerate() {
+                    let shape = b.shape(gathered[i]);
+                    let whole = b.reshape(*g, &shape);
+                    *g = scatter_gathered(b, whole, &plans[i].spec);
+                }
+                traced
+            }
         };
         marks.0 = traced.forward_end;
         b.set_owner(Owner::Every);
@@ -221,21 +209,24 @@ pub(super) fn pipeline_train_step(
         for (i, g) in grads.iter_mut().enumerate() {
             // A stage's weights are its own; the replicated ones were used by one stage (the
             // embeddings by the first, the head by the last: tied, by both).
-            let axes: Vec<&str> = match held[i] {
-                Held::Stacked(_) if has_dp => vec!["dp"],
-                Held::Stacked(_) => vec![],
-                Held::Whole(_) if has_dp => vec!["dp", "pp"],
-                Held::Whole(_) => vec!["pp"],
+            let extra: &[&str] = match held[i] {
+                Held::Stacked(_) => &[],
+                Held::Whole(_) => &["pp"],
             };
+            let axes = plans[i].sum_axes(&token_axes, extra, par.zero);
             if !axes.is_empty() {
                 *g = b.psum(*g, &axes);
             }
             b.set_name(*g, &names[i]);
         }
-        // The step's loss is the mean over the microbatches and the "dp" shards.
+        // The step's loss is the mean over the microbatches and the token axes' shards.
         let local_loss = b.scale(traced.losses, 1.0 / m as f32);
         let loss = b.psum(local_loss, &["pp"]);
-        let loss = if has_dp { b.pmean(loss, &["dp"]) } else { loss };
+        let loss = if token_axes.is_empty() {
+            loss
+        } else {
+            b.pmean(loss, &token_axes)
+        };
         b.set_name(loss, "loss");
         marks.1 = b.program().instrs.len();
 
@@ -243,14 +234,8 @@ pub(super) fn pipeline_train_step(
         for (i, h) in held.iter().enumerate() {
             let ps = &specs[h.first()];
             let slots = opt.slots();
-            let o = update(
-                b,
-                opt,
-                ps.decays(),
-                params[i],
-                grads[i],
-                &state[slots * i..slots * (i + 1)],
-            );
+            let st = &state[slots * i..slots * (i + 1)];
+            let o = plans[i].update(b, opt, ps.decays(), params[i], grads[i], st, par.zero);
             b.set_name(o[0], &format!("{}'", args[i].name));
             for (slot, v) in o.into_iter().enumerate() {
                 b.donate(outs.len(), state_input(n, opt, i, slot));
@@ -421,7 +406,7 @@ fn gpipe(b: &mut Builder, st: &Stages, params: &[ValueId], start: usize) -> Resu
 /// keeps its microbatches' inputs (at most 2(pp-1-s)+1 of them) and recomputes its forward
 /// from the input before the pullback (what jax.checkpoint around a stage does). A stage holds
 /// those inputs and one microbatch's activations, however many microbatches there are.
-fn one_f_one_b(b: &mut Builder, st: &Stages, params: &[ValueId], held: &[Held]) -> Result<Traced, IrError> {
+fn one_f_one_b(b: &mut Builder, st: &Stages, held: &[Held]) -> Result<Traced, IrError> {
     let (m, pp) = (st.m, st.pp);
     let ticks = m + 2 * (pp - 1);
     let forward_ring: Vec<(usize, usize)> = (0..pp - 1).map(|s| (s, s + 1)).collect();
@@ -437,8 +422,8 @@ fn one_f_one_b(b: &mut Builder, st: &Stages, params: &[ValueId], held: &[Held]) 
         head_params.push(0);
     }
     let mut sums: Vec<Option<ValueId>> = vec![None; held.len()];
+    // Summed in the view's shape; the caller maps each sum back to its parameter.
     let mut accumulate = |b: &mut Builder, i: usize, g: ValueId| {
-        let g = b.reshape(g, &b.shape(params[i]));
         sums[i] = Some(match sums[i] {
             Some(prev) => b.add(prev, g),
             None => g,
@@ -552,7 +537,7 @@ fn one_f_one_b(b: &mut Builder, st: &Stages, params: &[ValueId], held: &[Held]) 
             g.unwrap_or_else(|| {
                 b.emit1(
                     Op::Full {
-                        shape: b.shape(params[i]),
+                        shape: b.shape(st.view[i]),
                         value: 0.0,
                     },
                     &[],
@@ -587,36 +572,63 @@ impl Held {
         }
     }
 
+    /// (global shape, spec) of the parameter or, `holder` State, its optimizer state.
+    fn layout(
+        &self,
+        cfg: &GptConfig,
+        par: &Parallelism,
+        specs: &[ParamSpec],
+        holder: Holder,
+    ) -> (Vec<usize>, PartitionSpec) {
+        let ps = &specs[self.first()];
+        match (self, holder) {
+            (Held::Whole(_), Holder::Param) => par.param_layout(cfg, ps, Mode::ShardMap),
+            (Held::Whole(_), Holder::State) => par.state_layout(cfg, ps, Mode::ShardMap),
+            (Held::Stacked(_), holder) => par.stacked_layout(cfg, ps, holder),
+        }
+    }
+
+    fn plan(&self, cfg: &GptConfig, par: &Parallelism, specs: &[ParamSpec]) -> ParamPlan {
+        ParamPlan {
+            spec: self.layout(cfg, par, specs, Holder::Param).1,
+            state: self.layout(cfg, par, specs, Holder::State).1,
+        }
+    }
+
     /// The shard_map argument of the parameter (`slot` None) or of its optimizer state.
-    fn arg(&self, specs: &[ParamSpec], slot: Option<usize>, stage_axis: &dyn Fn(usize) -> PartitionSpec) -> Arg {
+    fn arg(
+        &self,
+        cfg: &GptConfig,
+        par: &Parallelism,
+        specs: &[ParamSpec],
+        slot: Option<usize>,
+        spec: &PartitionSpec,
+    ) -> Arg {
         let ps = &specs[self.first()];
         let suffix = slot.map(|s| format!(".{}", ["m", "v"][s])).unwrap_or_default();
+        let (global_shape, _) = self.layout(cfg, par, specs, Holder::Param);
         match self {
             Held::Whole(i) => Arg {
                 name: format!("{}{suffix}", ps.name),
-                global_shape: ps.shape.clone(),
+                global_shape,
                 dtype: DType::F32,
                 role: match slot {
                     None => Role::Param(*i),
                     Some(slot) => Role::OptState { param: *i, slot },
                 },
-                spec: PartitionSpec::replicated(),
+                spec: spec.clone(),
             },
-            Held::Stacked(stack) => {
-                let mut global_shape = vec![stack.count];
-                global_shape.extend_from_slice(&ps.shape);
-                Arg {
-                    // "stages.h0.w_qkv": block 0 of every stage.
-                    name: format!("stages.{}{suffix}", ps.name),
-                    spec: stage_axis(global_shape.len()),
-                    global_shape,
-                    dtype: DType::F32,
-                    role: match slot {
-                        None => Role::ParamStack(*stack),
-                        Some(slot) => Role::OptStateStack { stack: *stack, slot },
-                    },
-                }
-            }
+            Held::Stacked(stack) => Arg {
+                // "stages.h0.w_qkv": block 0 of every stage.
+                name: format!("stages.{}{suffix}", ps.name),
+                global_shape,
+                dtype: DType::F32,
+                role: match slot {
+                    None => Role::ParamStack(*stack),
+                    Some(slot) => Role::OptStateStack { stack: *stack, slot },
+                },
+                spec: spec.clone(),
+            },
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The named setups and the page's limits, in one place. The CLI (`--preset seed`), the page
 //! (which sends them to app.js) and the benchmarks read each preset's model, mesh, strategy
 //! and RNG layout here, and the page's controls take their bounds from [`PAGE_LIMITS`].
-use super::{DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
+use super::{DropoutKey, Mode, Parallel, Parallelism, Schedule, Strategy, TrainerOptions};
 use crate::ir::RngLayout;
 use crate::model::{Attention, GptConfig};
 use crate::sharding::Mesh;
@@ -143,7 +143,7 @@ impl Preset {
     /// The modes the preset runs: both, except a pipeline's, which the partitioner cannot
     /// express yet (automatic mode is refused, naming what jit would need).
     pub fn modes(self) -> &'static [Mode] {
-        if self.strategy().is_pipeline() {
+        if self.parallelism().is_pipeline() {
             &[Mode::ShardMap]
         } else {
             &[Mode::Auto, Mode::ShardMap]
@@ -161,19 +161,24 @@ impl Preset {
         DropoutKey::Same
     }
 
+    /// The preset's composition.
+    pub fn parallelism(self) -> Parallelism {
+        let mesh = Mesh::parse(self.mesh()).expect("every preset's mesh parses (tested)");
+        self.strategy()
+            .compose(&mesh)
+            .expect("every preset's mesh is its strategy's (tested)")
+    }
+
     /// The preset's partitioning in `mode` (`Single`: its model on one device).
     pub fn parallel(self, mode: Mode) -> Parallel {
-        let mesh = || Mesh::parse(self.mesh()).expect("every preset's mesh parses (tested)");
         match mode {
             Mode::Single => Parallel::None,
             Mode::Auto => Parallel::Auto {
-                strategy: self.strategy(),
-                mesh: mesh(),
+                par: self.parallelism(),
                 specs: vec![],
             },
             Mode::ShardMap => Parallel::ShardMap {
-                strategy: self.strategy(),
-                mesh: mesh(),
+                par: self.parallelism(),
                 dropout_key: self.dropout_key(),
             },
         }
@@ -315,10 +320,7 @@ mod tests {
             let cfg = p.config();
             cfg.validate().unwrap();
             let mesh = Mesh::parse(p.mesh()).unwrap();
-            assert!(
-                p.strategy().axes().iter().all(|a| mesh.axis_names().contains(a)),
-                "{p:?}"
-            );
+            assert_eq!(Strategy::of(&p.parallelism()), Some(p.strategy()), "{p:?}");
             assert!(mesh.devices() <= PAGE_MAX_DEVICES);
             for (field, v) in [
                 ("layers", cfg.layers),

@@ -1,17 +1,19 @@
-//! The strategies both modes offer, and what they share: each parameter's layout and the
-//! checks that the model splits evenly over the mesh.
-use super::PlanError;
-use crate::ir::CpOrder;
-use crate::model::{Attention, GptConfig, ParamSpec};
-use crate::sharding::{Mesh, PartitionSpec};
+//! The named strategies, each a preset of the composition ([`Parallelism`]): its axes and their
+//! options, in one table. The names stay for the CLI (`--strategy`), the page and links. Also
+//! the step's other choices: the mode, the pipeline's schedule and the dropout key.
+use super::axes::{AxisKind, Zero};
+use super::{Parallelism, PlanError};
+use crate::setting::{Refusal, Setting};
+use crate::sharding::Mesh;
 
-/// How the train step is split over the mesh.
+/// A named composition, as the CLI (`--strategy`), the page and links name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Params replicated, batch split over "dp", pmean of the gradients.
     Dp,
-    /// Params and optimizer state split over "dp": all_gather before use, psum_scatter of grads.
+    /// Params and optimizer state split over "fsdp" (ZeRO-3): all_gather before use,
+    /// psum_scatter of grads.
     Fsdp,
     /// ZeRO-1: data parallelism with the optimizer state split over "dp": gradients all-reduced,
     /// each device updates its block of every parameter, all_gather of the updated blocks.
@@ -78,23 +80,16 @@ impl Strategy {
         Strategy::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// The mesh axes the strategy needs.
-    pub fn axes(self) -> &'static [&'static str] {
-        match self {
-            Strategy::Dp | Strategy::Fsdp | Strategy::Zero1 | Strategy::Zero2 => &["dp"],
-            Strategy::Tp | Strategy::TpSp => &["tp"],
-            Strategy::DpTp => &["dp", "tp"],
-            Strategy::Cp => &["cp"],
-            Strategy::DpCp => &["dp", "cp"],
-            Strategy::Pp => &["pp"],
-            Strategy::DpPp => &["dp", "pp"],
-        }
+    /// The mesh axes the strategy composes.
+    pub fn axes(self) -> &'static [AxisKind] {
+        self.preset().axes
     }
 
     /// A mesh the strategy runs on, as `--mesh` takes it (the CLI's default).
     pub fn example_mesh(self) -> &'static str {
         match self {
-            Strategy::Dp | Strategy::Fsdp | Strategy::Zero1 | Strategy::Zero2 => "dp=4",
+            Strategy::Dp | Strategy::Zero1 | Strategy::Zero2 => "dp=4",
+            Strategy::Fsdp => "fsdp=4",
             Strategy::Tp | Strategy::TpSp => "tp=2",
             Strategy::DpTp => "dp=2,tp=2",
             Strategy::Cp => "cp=4",
@@ -104,69 +99,96 @@ impl Strategy {
         }
     }
 
-    /// Whether the strategy is pipeline parallelism (the one that takes `--schedule`).
-    pub fn is_pipeline(self) -> bool {
-        matches!(self, Strategy::Pp | Strategy::DpPp)
-    }
-
-    /// Megatron's layouts: heads and the MLP's hidden units split over "tp".
-    pub fn is_megatron(self) -> bool {
-        matches!(self, Strategy::Tp | Strategy::DpTp | Strategy::TpSp)
-    }
-
-    /// The mesh axis the sequence of the residual stream is split over: "cp" under context
-    /// parallelism, "tp" under sequence parallelism.
-    pub fn seq_axis(self) -> Option<&'static str> {
-        match self {
-            Strategy::Cp | Strategy::DpCp => Some("cp"),
-            Strategy::TpSp => Some("tp"),
-            _ => None,
+    /// The composition the strategy names on `mesh`, whose axes must be the strategy's
+    /// ([`Strategy::axes`]): `fsdp` is its data axis named "fsdp" (the old `--mesh dp=N` reads
+    /// as `fsdp=N`), `zero1` and `zero2` set ZeRO's stage on "dp", `tp_sp` sequence parallelism
+    /// on "tp". The others are their axes as they are.
+    pub fn compose(self, mesh: &Mesh) -> Result<Parallelism, PlanError> {
+        let preset = self.preset();
+        let mut names: Vec<&str> = mesh.axis_names();
+        // The old fsdp mesh named its data axis "dp".
+        if self == Strategy::Fsdp && names == ["dp"] {
+            let mesh = Mesh::new(&[("fsdp", mesh.devices())])?;
+            return Parallelism::new(mesh, preset.zero, preset.sequence_parallel);
         }
+        names.sort_unstable();
+        let mut want: Vec<&str> = preset.axes.iter().map(|k| k.name()).collect();
+        want.sort_unstable();
+        if names != want {
+            let why = format!(
+                "names a mesh of {}, and {} has {}: use e.g. {}, or give {} without {} to compose any axes",
+                quoted(&want),
+                Setting::Mesh.at(super::mesh_text(mesh)),
+                quoted(&names),
+                Setting::Mesh.at(self.example_mesh()),
+                Setting::Mesh.named(),
+                Setting::Strategy.named()
+            );
+            return Err(Refusal::at(Setting::Strategy, self.name(), why).into());
+        }
+        Parallelism::new(mesh.clone(), preset.zero, preset.sequence_parallel)
     }
 
-    /// Whether every dropout mask of the strategy's shard_map body is the device's block of the
-    /// one-device run's (the sequence split, a pipeline's stages): masks differ across devices
-    /// already, and `--dropout-key` has nothing to choose.
-    pub fn draws_mask_blocks(self) -> bool {
-        self.seq_axis().is_some() || self.is_pipeline()
+    /// The named strategy that `par` is, if any: the name the page, links and tables show.
+    pub fn of(par: &Parallelism) -> Option<Strategy> {
+        let mut kinds = par.kinds();
+        kinds.sort_unstable();
+        Strategy::ALL.into_iter().find(|s| {
+            let p = s.preset();
+            let mut axes = p.axes.to_vec();
+            axes.sort_unstable();
+            axes == kinds && p.zero == par.zero && p.sequence_parallel == par.sequence_parallel
+        })
     }
 
-    /// Whether the strategy is context parallelism (the one that takes `--cp-order`).
-    pub fn is_cp(self) -> bool {
-        matches!(self, Strategy::Cp | Strategy::DpCp)
-    }
-
-    /// The axes that split the tokens (the batch over "dp", the sequence over "cp" or, for
-    /// sequence parallelism, "tp"): the loss is the mean over them, and the gradient of a
-    /// parameter not split over one of them is summed over it.
-    pub fn token_axes(self) -> Vec<&'static str> {
-        let mut axes: Vec<&'static str> = self.axes().iter().copied().filter(|a| *a == "dp").collect();
-        axes.extend(self.seq_axis());
-        axes
-    }
-
-    /// The in_spec of the tokens and targets (B, T): the batch over "dp", the sequence over
-    /// the strategy's sequence axis.
-    pub fn tokens_spec(self) -> PartitionSpec {
-        let dp = self.axes().contains(&"dp").then_some("dp");
-        p(&[dp, self.seq_axis()])
+    fn preset(self) -> StrategyPreset {
+        PRESETS
+            .iter()
+            .find(|p| p.strategy == self)
+            .copied()
+            .expect("every strategy has a row of PRESETS")
     }
 }
 
-impl Strategy {
-    /// Whether each device holds only its block of the optimizer state (ZeRO-1, 2 and 3).
-    pub fn shards_optimizer_state(self) -> bool {
-        matches!(self, Strategy::Zero1 | Strategy::Zero2 | Strategy::Fsdp)
-    }
+/// A named strategy as a composition: its axes and their options.
+#[derive(Clone, Copy)]
+struct StrategyPreset {
+    strategy: Strategy,
+    axes: &'static [AxisKind],
+    zero: Zero,
+    sequence_parallel: bool,
+}
 
-    /// Whether each device holds only its block of the gradients (ZeRO-2 and 3).
-    pub fn shards_gradients(self) -> bool {
-        matches!(self, Strategy::Zero2 | Strategy::Fsdp)
+const fn preset(strategy: Strategy, axes: &'static [AxisKind], zero: Zero, sequence_parallel: bool) -> StrategyPreset {
+    StrategyPreset {
+        strategy,
+        axes,
+        zero,
+        sequence_parallel,
     }
+}
 
-    /// Whether each device holds only its block of the parameters (ZeRO-3, FSDP).
-    pub fn shards_params(self) -> bool {
-        self == Strategy::Fsdp
+/// The named strategies, each one composition.
+const PRESETS: [StrategyPreset; 11] = [
+    preset(Strategy::Dp, &[AxisKind::Dp], Zero::Off, false),
+    preset(Strategy::Zero1, &[AxisKind::Dp], Zero::One, false),
+    preset(Strategy::Zero2, &[AxisKind::Dp], Zero::Two, false),
+    preset(Strategy::Fsdp, &[AxisKind::Fsdp], Zero::Off, false),
+    preset(Strategy::Tp, &[AxisKind::Tp], Zero::Off, false),
+    preset(Strategy::DpTp, &[AxisKind::Dp, AxisKind::Tp], Zero::Off, false),
+    preset(Strategy::Cp, &[AxisKind::Cp], Zero::Off, false),
+    preset(Strategy::DpCp, &[AxisKind::Dp, AxisKind::Cp], Zero::Off, false),
+    preset(Strategy::TpSp, &[AxisKind::Tp], Zero::Off, true),
+    preset(Strategy::Pp, &[AxisKind::Pp], Zero::Off, false),
+    preset(Strategy::DpPp, &[AxisKind::Dp, AxisKind::Pp], Zero::Off, false),
+];
+
+fn quoted(names: &[&str]) -> String {
+    let q: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    match q.as_slice() {
+        [] => "no axes".into(),
+        [one] => format!("axis {one}"),
+        more => format!("axes {}", more.join(", ")),
     }
 }
 
@@ -213,24 +235,31 @@ impl Schedule {
     }
 }
 
-/// Dropout keys in shard_map mode.
+/// Dropout keys in shard_map mode, where a body draws masks on its local shapes (a body that
+/// splits the sequence or runs a pipeline draws every device's block of the one-device run's
+/// masks whatever this says: [`Parallelism::draws_mask_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DropoutKey {
-    /// The same key on every device (the seed's body): masks repeat across "dp" shards.
+    /// The same key on every device (the seed's body): masks repeat across the batch's shards
+    /// (and across tensor-parallel heads).
     Same,
-    /// `fold_in(key, axis_index("dp"))`: a different mask on every data-parallel shard.
+    /// `fold_in(key, axis_index(batch axes))`: a different mask on every data-parallel shard.
     FoldIn,
+    /// Each device draws its block of the global masks, `jax.random.bits(key, global_shape)`
+    /// sliced to the device's block: the one-device run's masks, bit for bit.
+    Global,
 }
 
 impl DropoutKey {
-    pub const ALL: [DropoutKey; 2] = [DropoutKey::Same, DropoutKey::FoldIn];
+    pub const ALL: [DropoutKey; 3] = [DropoutKey::Same, DropoutKey::FoldIn, DropoutKey::Global];
 
     /// The name the CLI (`--dropout-key`) and the page use.
     pub fn name(self) -> &'static str {
         match self {
             DropoutKey::Same => "same",
             DropoutKey::FoldIn => "fold_in",
+            DropoutKey::Global => "global",
         }
     }
 
@@ -268,214 +297,17 @@ impl Mode {
     }
 }
 
-pub(super) fn p(entries: &[Option<&str>]) -> PartitionSpec {
-    PartitionSpec::from_axes(entries)
-}
-
-/// (view shape, spec) of a parameter under `strategy`. Under tensor parallelism w_qkv and
-/// b_qkv are split per head, so their columns are viewed as (3, H, Dh) (a row-major view:
-/// the same data) and split along H.
-pub(super) fn param_layout(
-    cfg: &GptConfig,
-    strategy: Strategy,
-    mesh: &Mesh,
-    ps: &ParamSpec,
-) -> (Vec<usize>, PartitionSpec) {
-    let leaf = ps.name.rsplit('.').next().unwrap_or(&ps.name);
-    let (d, h, dh) = (cfg.d_model, cfg.heads, cfg.head_dim());
-    if strategy.is_megatron() {
-        let s = Some("tp");
-        match leaf {
-            "w_qkv" => return (vec![d, 3, h, dh], p(&[None, None, s, None])),
-            "b_qkv" => return (vec![3, h, dh], p(&[None, s, None])),
-            "w_proj" | "w_out" => return (ps.shape.clone(), p(&[s, None])),
-            "w_fc" => return (ps.shape.clone(), p(&[None, s])),
-            "b_fc" => return (ps.shape.clone(), p(&[s])),
-            _ => {}
-        }
-    }
-    if strategy.shards_params() {
-        let dp = mesh.axis_size("dp").unwrap_or(1);
-        if ps.shape[0].is_multiple_of(dp) {
-            let mut spec = vec![Some("dp")];
-            spec.extend(std::iter::repeat_n(None, ps.shape.len() - 1));
-            return (ps.shape.clone(), p(&spec));
-        }
-    }
-    (ps.shape.clone(), PartitionSpec::replicated())
-}
-
-/// (view shape, spec) of a parameter's optimizer state (and, where the strategy splits them,
-/// its gradient) under `strategy`: ZeRO splits it over "dp" as FSDP splits the parameter
-/// (dimension 0, where "dp" divides it; the rest stay whole on every device).
-pub(super) fn state_layout(
-    cfg: &GptConfig,
-    strategy: Strategy,
-    mesh: &Mesh,
-    ps: &ParamSpec,
-) -> (Vec<usize>, PartitionSpec) {
-    if strategy.shards_optimizer_state() {
-        param_layout(cfg, Strategy::Fsdp, mesh, ps)
-    } else {
-        param_layout(cfg, strategy, mesh, ps)
-    }
-}
-
-/// Checks the mesh has the strategy's axes, the model splits evenly over them and the
-/// microbatches split every device's rows evenly.
-pub(super) fn check(cfg: &GptConfig, strategy: Strategy, mesh: &Mesh, microbatches: usize) -> Result<(), PlanError> {
-    for axis in strategy.axes() {
-        mesh.axis_size(axis).map_err(|_| PlanError::Invalid {
-            what: format!("--strategy {}", strategy.name()),
-            why: format!(
-                "needs a mesh axis '{axis}': use e.g. --mesh {}",
-                strategy.example_mesh()
-            ),
-        })?;
-    }
-    let size = |a: &str| mesh.axis_size(a).unwrap_or(1);
-    if strategy.axes().contains(&"dp") && !cfg.batch.is_multiple_of(size("dp")) {
-        return Err(PlanError::Invalid {
-            what: format!("--batch {}", cfg.batch),
-            why: format!(
-                "is not divisible by mesh axis 'dp' of size {}: use a batch that is a multiple of it",
-                size("dp")
-            ),
-        });
-    }
-    let shards = if strategy.axes().contains(&"dp") { size("dp") } else { 1 };
-    crate::model::check_microbatches(cfg.batch, microbatches, shards)?;
-    if let Some(axis) = strategy.seq_axis() {
-        let n = size(axis);
-        if !cfg.seq.is_multiple_of(n) {
-            return Err(PlanError::Invalid {
-                what: format!("--seq {}", cfg.seq),
-                why: format!(
-                    "is not divisible by mesh axis '{axis}' of size {n}: --strategy {} splits the sequence into {n} \
-                     blocks; use a sequence that is a multiple of it",
-                    strategy.name()
-                ),
-            });
-        }
-    }
-    if strategy.axes().contains(&"tp") {
-        let tp = size("tp");
-        if !cfg.heads.is_multiple_of(tp) {
-            return Err(PlanError::Invalid {
-                what: format!("--heads {}", cfg.heads),
-                why: format!("is not divisible by mesh axis 'tp' of size {tp}: tensor parallelism splits heads"),
-            });
-        }
-        if !(4 * cfg.d_model).is_multiple_of(tp) {
-            return Err(PlanError::Invalid {
-                what: format!("--d-model {}", cfg.d_model),
-                why: format!("4*d_model is not divisible by 'tp' of size {tp}"),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// Refuses `--dropout-key fold_in` where the body has no key to choose
-/// ([`Strategy::draws_mask_blocks`]).
-pub(super) fn check_dropout_key(strategy: Strategy, key: DropoutKey) -> Result<(), PlanError> {
-    if strategy.draws_mask_blocks() && key == DropoutKey::FoldIn {
-        return Err(PlanError::Invalid {
-            what: "--dropout-key fold_in".into(),
-            why: format!(
-                "has nothing to choose under --strategy {}: its body draws every device's block of the one-device \
-                 run's masks (they differ across devices already); use --dropout-key same",
-                strategy.name()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// Checks the context-parallel choices against the strategy, the mode and the model: the
-/// order is cp's alone; zig-zag cuts the sequence into 2 * cp chunks and is the ring's order
-/// (jit splits a dim into contiguous blocks only); the ring is the fused op's online softmax.
-pub(super) fn check_cp(
-    cfg: &GptConfig,
-    strategy: Strategy,
-    mesh: &Mesh,
-    order: CpOrder,
-    mode: Mode,
-) -> Result<(), PlanError> {
-    let invalid = |what: String, why: String| Err(PlanError::Invalid { what, why });
-    if !strategy.is_cp() {
-        if order != CpOrder::Contiguous {
-            return invalid(
-                format!("--cp-order {}", order.name()),
-                format!(
-                    "orders context parallelism's blocks, and --strategy {} has none: use --strategy cp or dp_cp",
-                    strategy.name()
-                ),
-            );
-        }
-        return Ok(());
-    }
-    let cp = mesh.axis_size("cp").unwrap_or(1);
-    if order == CpOrder::Zigzag {
-        if mode == Mode::Auto {
-            return invalid(
-                "--cp-order zigzag".into(),
-                "is ring attention's order in shard_map mode; jit splits the sequence into contiguous blocks (a \
-                 PartitionSpec cannot interleave them): use --mode shard_map, or --cp-order contiguous"
-                    .into(),
-            );
-        }
-        if !cfg.seq.is_multiple_of(2 * cp) {
-            return invalid(
-                format!("--seq {}", cfg.seq),
-                format!(
-                    "does not split into 2 x cp = {} zig-zag chunks: use a sequence that is a multiple of {}, or \
-                     --cp-order contiguous",
-                    2 * cp,
-                    2 * cp
-                ),
-            );
-        }
-    }
-    if mode == Mode::ShardMap && cfg.attention == Attention::Unfused {
-        return invalid(
-            "--attention unfused".into(),
-            format!(
-                "cannot run ring attention: --strategy {} merges the blocks of keys with the fused op's online \
-                 softmax; use --attention fused",
-                strategy.name()
-            ),
+/// ([`Parallelism::draws_mask_blocks`]).
+pub(super) fn check_dropout_key(par: &Parallelism, key: DropoutKey) -> Result<(), PlanError> {
+    if par.draws_mask_blocks() && key == DropoutKey::FoldIn {
+        let why = format!(
+            "has nothing to choose on {}: its body draws every device's block of the one-device run's masks (they \
+             differ across devices already); use {}",
+            Setting::Mesh.at(par.name()),
+            Setting::DropoutKey.at(DropoutKey::Same.name())
         );
+        return Err(Refusal::at(Setting::DropoutKey, key.name(), why).into());
     }
     Ok(())
-}
-
-/// Sequence parallelism's shardings in automatic mode, as `with_sharding_constraint`s on the
-/// step's named values (what MaxText's logical axis rules do): the residual stream split on the
-/// sequence over "tp", each layer norm's output whole before the column-parallel matmul (the
-/// partitioner all-gathers it), and each row-parallel matmul's output split on the sequence
-/// (the partitioner reduce-scatters its partial sums). Without them propagation would split the
-/// sequence through the matmuls and gather the weights instead. (They pin forward values only:
-/// the backward is what propagation makes of the cotangents.)
-pub fn sequence_parallel_constraints(cfg: &GptConfig) -> Vec<(String, PartitionSpec)> {
-    let seq = p(&[None, Some("tp"), None]);
-    let whole = PartitionSpec::replicated();
-    // Attention between the two matmuls, as Megatron runs it: the whole sequence, the heads
-    // split over "tp" (the column-parallel weights' own split).
-    let heads = p(&[None, Some("tp"), None, None]);
-    let mut out = vec![("x0".to_string(), seq.clone())];
-    for l in 0..cfg.layers {
-        for (name, spec) in [
-            ("ln1", &whole),
-            ("att", &heads),
-            ("proj", &seq),
-            ("x_att", &seq),
-            ("ln2", &whole),
-            ("mlp", &seq),
-            ("x_mlp", &seq),
-        ] {
-            out.push((format!("h{l}.{name}"), spec.clone()));
-        }
-    }
-    out
 }

@@ -284,8 +284,7 @@ mod tests {
 
     fn auto_dp8() -> Parallel {
         Parallel::Auto {
-            strategy: Strategy::Dp,
-            mesh: Mesh::parse("dp=8").unwrap(),
+            par: Strategy::Dp.compose(&Mesh::parse("dp=8").unwrap()).unwrap(),
             specs: vec![],
         }
     }
@@ -294,8 +293,7 @@ mod tests {
     fn one_row_per_task_list_schedules_an_spmd_step_as_every_row_does() {
         let mut dp_tp = seed_options(auto_dp8(), RngLayout::Original);
         dp_tp.parallel = Parallel::Auto {
-            strategy: Strategy::DpTp,
-            mesh: Mesh::parse("dp=4,tp=2").unwrap(),
+            par: Strategy::DpTp.compose(&Mesh::parse("dp=4,tp=2").unwrap()).unwrap(),
             specs: vec![],
         };
         for opts in [seed_options(auto_dp8(), RngLayout::Original), dp_tp] {
@@ -387,8 +385,7 @@ mod tests {
         };
         let layers = Preset::Seed.config().layers;
         let shard_map = || Parallel::ShardMap {
-            strategy: Strategy::Dp,
-            mesh: Mesh::parse("dp=8").unwrap(),
+            par: Strategy::Dp.compose(&Mesh::parse("dp=8").unwrap()).unwrap(),
             dropout_key: crate::plan::DropoutKey::FoldIn,
         };
         assert_eq!(drawn_and_held(auto_dp8(), RngLayout::Partitionable).1, 0);
@@ -446,8 +443,7 @@ mod tests {
             precision: Default::default(),
         };
         let parallel = Parallel::ShardMap {
-            strategy: Strategy::Dp,
-            mesh: Mesh::parse("dp=4").unwrap(),
+            par: Strategy::Dp.compose(&Mesh::parse("dp=4").unwrap()).unwrap(),
             dropout_key: crate::plan::DropoutKey::Same,
         };
         let plan = |cfg: &crate::model::GptConfig| {

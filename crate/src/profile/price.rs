@@ -215,8 +215,9 @@ mod tests {
         use crate::model::GptConfig;
         use crate::plan::{DropoutKey, Parallel, Strategy, TrainerOptions};
         let parallel = Parallel::ShardMap {
-            strategy: Strategy::Dp,
-            mesh: crate::sharding::Mesh::parse("dp=8").unwrap(),
+            par: Strategy::Dp
+                .compose(&crate::sharding::Mesh::parse("dp=8").unwrap())
+                .unwrap(),
             dropout_key: DropoutKey::Same,
         };
         let cfg = GptConfig {

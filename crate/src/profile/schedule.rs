@@ -593,14 +593,12 @@ mod tests {
         let mesh = Mesh::parse(mesh).unwrap();
         let parallel = if auto {
             Parallel::Auto {
-                strategy,
-                mesh,
+                par: strategy.compose(&mesh).unwrap(),
                 specs: vec![],
             }
         } else {
             Parallel::ShardMap {
-                strategy,
-                mesh,
+                par: strategy.compose(&mesh).unwrap(),
                 dropout_key: crate::plan::DropoutKey::Same,
             }
         };

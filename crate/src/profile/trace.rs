@@ -224,8 +224,7 @@ mod tests {
             seed: 0,
             rng_layout: RngLayout::Original,
             parallel: Parallel::Auto {
-                strategy,
-                mesh: Mesh::parse(mesh).unwrap(),
+                par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
                 specs: vec![],
             },
             combine_all_reduces: false,

@@ -1,6 +1,6 @@
 //! The command line of a planned run: what `shardlab plan` takes to plan it again, as the
 //! search and `bench published` print for each configuration.
-use crate::plan::{Parallel, TrainerOptions};
+use crate::plan::{mesh_text, Parallel, Parallelism, TrainerOptions, Zero};
 
 /// `shardlab plan --device DEVICE ...` for `opts`: every flag that changes the plan (the
 /// model, the dtype policy, attention, remat, the partitioning), so it reproduces the plan
@@ -24,13 +24,9 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     parts.push(format!("--attention {}", c.attention.name()));
     parts.push(format!("--remat {}", c.remat.name()));
     parts.push(format!("--precision {}", c.precision.name()));
-    match &opts.parallel {
-        Parallel::None => {}
-        Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => {
-            parts.push(format!("--mode {}", opts.parallel.mode_name()));
-            parts.push(format!("--strategy {}", strategy.name()));
-            parts.push(format!("--mesh {}", mesh_flag(mesh)));
-        }
+    if let Some(par) = opts.parallel.parallelism() {
+        parts.push(format!("--mode {}", opts.parallel.mode_name()));
+        parts.extend(composition_flags(par));
     }
     if let Parallel::ShardMap { dropout_key, .. } = &opts.parallel {
         parts.push(format!("--dropout-key {}", dropout_key.name()));
@@ -44,10 +40,25 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     if opts.microbatches > 1 {
         parts.push(format!("--microbatches {}", opts.microbatches));
     }
-    if opts.parallel.strategy().is_some_and(|s| s.is_pipeline()) {
+    if opts.parallel.parallelism().is_some_and(Parallelism::is_pipeline) {
         parts.push(format!("--schedule {}", opts.schedule.name()));
     }
+    if opts.parallel.parallelism().is_some_and(Parallelism::is_cp) {
+        parts.push(format!("--cp-order {}", opts.cp_order.name()));
+    }
     parts.join(" ")
+}
+
+/// The flags that give a composition: its mesh and its axes' options.
+pub fn composition_flags(par: &Parallelism) -> Vec<String> {
+    let mut flags = vec![format!("--mesh {}", mesh_text(&par.mesh))];
+    if par.zero != Zero::Off {
+        flags.push(format!("--zero {}", par.zero.name()));
+    }
+    if par.sequence_parallel {
+        flags.push("--sequence-parallel".into());
+    }
+    flags
 }
 
 /// A configuration in a few words, as lists name it: `shard_map dp dp=4 remat none`.
@@ -56,27 +67,18 @@ pub fn describe(opts: &TrainerOptions) -> String {
         1 => opts.config.remat.name().to_string(),
         k => format!("{} microbatches {k}", opts.config.remat.name()),
     };
-    if opts.parallel.strategy().is_some_and(|s| s.is_pipeline()) {
+    if opts.parallel.parallelism().is_some_and(Parallelism::is_pipeline) {
         remat = format!("{remat} {}", opts.schedule.name());
     }
-    match &opts.parallel {
-        Parallel::None => format!("single remat {remat}"),
-        Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => format!(
+    match opts.parallel.parallelism() {
+        None => format!("single remat {remat}"),
+        Some(par) => format!(
             "{} {} {} remat {remat}",
             opts.parallel.mode_name(),
-            strategy.name(),
-            mesh_flag(mesh)
+            opts.parallel.label(),
+            mesh_text(&par.mesh)
         ),
     }
-}
-
-/// A mesh as `--mesh` takes it: `dp=2,tp=4`.
-pub(super) fn mesh_flag(mesh: &crate::sharding::Mesh) -> String {
-    mesh.axes()
-        .iter()
-        .map(|(name, size)| format!("{name}={size}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]
@@ -95,8 +97,7 @@ mod tests {
                 ..GptConfig::tiny()
             },
             Parallel::ShardMap {
-                strategy: Strategy::DpTp,
-                mesh: Mesh::parse("dp=2,tp=2").unwrap(),
+                par: Strategy::DpTp.compose(&Mesh::parse("dp=2,tp=2").unwrap()).unwrap(),
                 dropout_key: DropoutKey::FoldIn,
             },
         );
@@ -110,7 +111,6 @@ mod tests {
             "--remat none",
             "--precision f32",
             "--mode shard_map",
-            "--strategy dp_tp",
             "--mesh dp=2,tp=2",
             "--dropout-key fold_in",
             "--rng partitionable",

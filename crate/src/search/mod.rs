@@ -6,6 +6,6 @@ mod command;
 mod rank;
 mod space;
 
-pub use command::{describe, plan_command};
+pub use command::{composition_flags, describe, plan_command};
 pub use rank::{search, Ranked, SearchError, SearchResult};
 pub use space::{candidates, mesh_shapes, Lever, LEVERS};

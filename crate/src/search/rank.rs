@@ -1,10 +1,9 @@
 //! Every candidate of the search space planned, checked against the device's memory and,
 //! where it fits, priced; the fitting ones ranked by modelled step time.
-use super::command::mesh_flag;
 use super::plan_command;
 use super::space::{candidates, LEVERS};
 use crate::ir::Precision;
-use crate::plan::{MemoryPlan, Parallel, TrainerOptions};
+use crate::plan::{mesh_text, MemoryPlan, Parallel, TrainerOptions};
 use crate::profile::{predict, DeviceBytes, DeviceProfile, Placement};
 use crate::sharding::Mesh;
 
@@ -22,7 +21,8 @@ pub struct Ranked {
     /// 1 for the fastest.
     pub rank: usize,
     pub mode: &'static str,
-    pub strategy: &'static str,
+    /// The named strategy, else the mesh.
+    pub strategy: String,
     /// As `--mesh` takes it.
     pub mesh: String,
     pub remat: &'static str,
@@ -124,12 +124,8 @@ pub fn search(
             continue;
         }
         let p = predict(prog, device, Placement::Real);
-        let (strategy, mesh) = match &opts.parallel {
-            Parallel::None => ("none", "-".to_string()),
-            Parallel::Auto { strategy, mesh, .. } | Parallel::ShardMap { strategy, mesh, .. } => {
-                (strategy.name(), mesh_flag(mesh))
-            }
-        };
+        let strategy = opts.parallel.label();
+        let mesh = opts.parallel.mesh().map_or("-".to_string(), mesh_text);
         ranked.push(Ranked {
             rank: 0,
             mode: opts.parallel.mode_name(),
@@ -139,8 +135,8 @@ pub fn search(
             microbatches: opts.microbatches,
             schedule: opts
                 .parallel
-                .strategy()
-                .filter(|s| s.is_pipeline())
+                .parallelism()
+                .filter(|p| p.is_pipeline())
                 .map(|_| opts.schedule.name()),
             step_ms: p.step_ms,
             bytes_per_device: p.bytes_per_device,
@@ -185,10 +181,10 @@ pub fn search(
     })
 }
 
-fn strategy_name(p: &Parallel) -> &'static str {
+fn strategy_name(p: &Parallel) -> String {
     match p {
-        Parallel::None => "one device",
-        Parallel::Auto { strategy, .. } | Parallel::ShardMap { strategy, .. } => strategy.name(),
+        Parallel::None => "one device".into(),
+        _ => p.label(),
     }
 }
 
@@ -254,8 +250,7 @@ mod tests {
         let opts = base(16);
         let dp = |k: usize| TrainerOptions {
             parallel: Parallel::ShardMap {
-                strategy: Strategy::Dp,
-                mesh: Mesh::parse("dp=4").unwrap(),
+                par: Strategy::Dp.compose(&Mesh::parse("dp=4").unwrap()).unwrap(),
                 dropout_key: DropoutKey::FoldIn,
             },
             microbatches: k,

@@ -1,7 +1,7 @@
 //! The search space: every way to run one model on N devices that shardlab can plan, as the
 //! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
 use crate::model::Remat;
-use crate::plan::{DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
+use crate::plan::{AxisKind, DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
 use crate::sharding::Mesh;
 
 /// One lever of the search: its name (as a plan states what it assumes) and every variant of
@@ -81,22 +81,23 @@ fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOp
     Strategy::ALL
         .into_iter()
         .flat_map(|strategy| {
-            mesh_shapes(strategy.axes(), devices)
+            let axes: Vec<&str> = strategy.axes().iter().map(|k| k.name()).collect();
+            mesh_shapes(&axes, devices)
                 .into_iter()
                 .filter(|mesh| mesh.axis_size("cp").unwrap_or(1) <= MAX_RING)
-                .map(move |mesh| TrainerOptions {
+                .filter_map(move |mesh| strategy.compose(&mesh).ok())
+                .map(|par| TrainerOptions {
                     parallel: Parallel::ShardMap {
-                        strategy,
-                        mesh,
                         // Each data-parallel shard its own masks, as a real run needs; where
                         // the body draws every device's block of the one-device masks (the
                         // sequence split, a pipeline) they differ already and there is no key
                         // to choose.
-                        dropout_key: if strategy.draws_mask_blocks() {
+                        dropout_key: if par.draws_mask_blocks() {
                             DropoutKey::Same
                         } else {
                             DropoutKey::FoldIn
                         },
+                        par,
                     },
                     ..base.clone()
                 })
@@ -138,14 +139,11 @@ fn remats(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
 /// "dp" shard's rows): more microbatches shrink the bubble, (pp - 1) / (M + pp - 1), and GPipe
 /// holds them all where 1F1B does not. Other candidates pass through.
 fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
-    let (Parallel::ShardMap { strategy, mesh, .. } | Parallel::Auto { strategy, mesh, .. }) = &base.parallel else {
+    let Some(par) = base.parallel.parallelism().filter(|p| p.is_pipeline()) else {
         return vec![base.clone()];
     };
-    if !strategy.is_pipeline() {
-        return vec![base.clone()];
-    }
-    let pp = mesh.axis_size("pp").unwrap_or(1);
-    let rows = base.config.batch / mesh.axis_size("dp").unwrap_or(1);
+    let pp = par.size(AxisKind::Pp);
+    let rows = base.config.batch / par.batch_split();
     let counts: Vec<usize> = [pp, 2 * pp, 4 * pp]
         .into_iter()
         .filter(|m| *m <= rows && rows.is_multiple_of(*m))
@@ -186,8 +184,8 @@ mod tests {
         // dp, fsdp, tp on one mesh each and dp_tp on 2x4 and 4x2, in both modes, at every remat.
         let meshes: usize = Strategy::ALL
             .iter()
-            .filter(|s| !s.is_pipeline())
-            .map(|s| mesh_shapes(s.axes(), 8).len())
+            .filter(|s| !s.axes().contains(&AxisKind::Pp))
+            .map(|s| mesh_shapes(&s.axes().iter().map(|k| k.name()).collect::<Vec<_>>(), 8).len())
             .sum();
         // Pipelines: pp=8, dp_pp 2x4 and 4x2, each under both schedules (batch 2: one
         // microbatch per row, the only count that splits it).

@@ -36,16 +36,14 @@ pub fn options(parallel: Parallel, opt: Optimizer, microbatches: usize) -> Train
 
 pub fn shard_map(strategy: Strategy, mesh: &str) -> Parallel {
     Parallel::ShardMap {
-        strategy,
-        mesh: Mesh::parse(mesh).unwrap(),
+        par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
         dropout_key: DropoutKey::Same,
     }
 }
 
 pub fn auto(strategy: Strategy, mesh: &str) -> Parallel {
     Parallel::Auto {
-        strategy,
-        mesh: Mesh::parse(mesh).unwrap(),
+        par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
         specs: vec![],
     }
 }
@@ -54,12 +52,13 @@ pub fn auto(strategy: Strategy, mesh: &str) -> Parallel {
 pub fn check_against_one_device(backend: &Backend, opt: Optimizer, cases: &[(Parallel, usize)]) {
     let (want_losses, want_params) = shardlab_tests::train_steps(backend, options(Parallel::None, opt, 1), 3);
     for (parallel, k) in cases {
-        let what = match parallel {
-            Parallel::None => format!("one device, {k} microbatches"),
-            Parallel::ShardMap { strategy, mesh, .. } => {
-                format!("shard_map {} on {mesh:?}, {k} microbatches", strategy.name())
-            }
-            Parallel::Auto { strategy, mesh, .. } => format!("auto {} on {mesh:?}, {k} microbatches", strategy.name()),
+        let what = match parallel.mesh() {
+            None => format!("one device, {k} microbatches"),
+            Some(mesh) => format!(
+                "{} {} on {mesh:?}, {k} microbatches",
+                parallel.mode_name(),
+                parallel.label()
+            ),
         };
         let (losses, params) = shardlab_tests::train_steps(backend, options(parallel.clone(), opt, *k), 3);
         for (s, (a, b)) in losses.iter().zip(&want_losses).enumerate() {
@@ -272,9 +271,9 @@ fn the_cost_model_prices_k_microbatches_with_one_update_and_the_reductions_where
         match parallel {
             // dp and cp reduce once per step; ZeRO-2 once per microbatch; the ring sends K and V
             // round once per microbatch.
-            Parallel::ShardMap { strategy, .. } => {
+            Parallel::ShardMap { .. } => {
                 assert_eq!(count(&four, "all-reduce"), count(&one, "all-reduce"));
-                if strategy == Strategy::Cp {
+                if parallel.strategy() == Some(Strategy::Cp) {
                     assert!(count(&one, "collective-permute") > 0);
                     assert_eq!(
                         count(&four, "collective-permute"),

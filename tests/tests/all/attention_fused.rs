@@ -601,7 +601,7 @@ fn fused_trains_as_unfused(backend: Backend) {
         // Ring attention is the fused op's online softmax: context parallelism has no unfused
         // path to compare (it is refused at --attention unfused, and held to one device in
         // context_parallel.rs instead).
-        if parallel.strategy().is_some_and(|s| s.is_cp()) {
+        if parallel.parallelism().is_some_and(|p| p.is_cp()) {
             continue;
         }
         for layout in RngLayout::ALL {

@@ -41,8 +41,7 @@ fn check_cases(backend: Backend, opt: Optimizer, cases: &[(Strategy, &str)]) {
     let (want_losses, want_params) = run(&backend, options(Parallel::None, opt));
     for &(strategy, mesh) in cases {
         let parallel = Parallel::Auto {
-            strategy,
-            mesh: Mesh::parse(mesh).unwrap(),
+            par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
             specs: vec![],
         };
         let (losses, params) = run(&backend, options(parallel, opt));
@@ -118,8 +117,7 @@ fn auto_dropout_on_the_gpu_matches_the_reference_in_both_layouts() {
     for layout in [RngLayout::Original, RngLayout::Partitionable] {
         let mut opts = options(
             Parallel::Auto {
-                strategy: Strategy::Dp,
-                mesh: Mesh::parse("dp=4").unwrap(),
+                par: Strategy::Dp.compose(&Mesh::parse("dp=4").unwrap()).unwrap(),
                 specs: vec![],
             },
             Optimizer::Sgd { lr: 0.1 },
@@ -148,8 +146,8 @@ fn auto_fsdp_with_adamw_matches_one_device_on_the_reference_executor() {
 }
 
 fn auto_program(strategy: Strategy, mesh: &str, dropout: f32, layout: RngLayout) -> shardlab::partition::AutoProgram {
-    let mesh = Mesh::parse(mesh).unwrap();
-    auto_train_step(&config(dropout), Optimizer::Sgd { lr: 0.1 }, layout, strategy, &mesh)
+    let par = strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap();
+    auto_train_step(&config(dropout), Optimizer::Sgd { lr: 0.1 }, layout, &par)
         .unwrap()
         .1
 }
@@ -198,8 +196,7 @@ fn auto_dropout_matches_one_device_in_both_layouts() {
         let (want_losses, want_params) = run(&Backend::Reference, base.clone());
         let mut auto = base.clone();
         auto.parallel = Parallel::Auto {
-            strategy: Strategy::Dp,
-            mesh: Mesh::parse("dp=4").unwrap(),
+            par: Strategy::Dp.compose(&Mesh::parse("dp=4").unwrap()).unwrap(),
             specs: vec![],
         };
         let (losses, params) = run(&Backend::Reference, auto);

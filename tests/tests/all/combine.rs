@@ -61,8 +61,7 @@ fn shard_map_dp_gradients_and_loss_become_one_all_reduce() {
         &config(),
         SGD,
         RngLayout::Partitionable,
-        Strategy::Dp,
-        &mesh,
+        &Strategy::Dp.compose(&mesh).unwrap(),
         DropoutKey::Same,
     )
     .unwrap();
@@ -101,8 +100,7 @@ fn combined_all_reduce_counts_once_with_the_summed_bytes_and_pays_latency_once()
         &config(),
         SGD,
         RngLayout::Partitionable,
-        Strategy::Dp,
-        &mesh,
+        &Strategy::Dp.compose(&mesh).unwrap(),
         DropoutKey::Same,
     )
     .unwrap();
@@ -139,8 +137,7 @@ fn combined_psum_prints_as_one_all_reduce_with_several_operands() {
         &config(),
         SGD,
         RngLayout::Partitionable,
-        Strategy::Dp,
-        &mesh,
+        &Strategy::Dp.compose(&mesh).unwrap(),
         DropoutKey::Same,
     )
     .unwrap();
@@ -253,8 +250,7 @@ fn variadic_psum_keeps_each_operands_varying_axes() {
         &config(),
         SGD,
         RngLayout::Partitionable,
-        Strategy::DpTp,
-        &mesh,
+        &Strategy::DpTp.compose(&mesh).unwrap(),
         DropoutKey::Same,
     )
     .unwrap();
@@ -297,32 +293,28 @@ fn training_with_combined_all_reduces_matches_training_without() {
         (
             "shard_map dp",
             Parallel::ShardMap {
-                strategy: Strategy::Dp,
-                mesh: mesh("dp=4"),
+                par: Strategy::Dp.compose(&mesh("dp=4")).unwrap(),
                 dropout_key: DropoutKey::Same,
             },
         ),
         (
             "shard_map dp_tp",
             Parallel::ShardMap {
-                strategy: Strategy::DpTp,
-                mesh: mesh("dp=2,tp=2"),
+                par: Strategy::DpTp.compose(&mesh("dp=2,tp=2")).unwrap(),
                 dropout_key: DropoutKey::Same,
             },
         ),
         (
             "auto dp",
             Parallel::Auto {
-                strategy: Strategy::Dp,
-                mesh: mesh("dp=4"),
+                par: Strategy::Dp.compose(&mesh("dp=4")).unwrap(),
                 specs: vec![],
             },
         ),
         (
             "auto fsdp",
             Parallel::Auto {
-                strategy: Strategy::Fsdp,
-                mesh: mesh("dp=4"),
+                par: Strategy::Fsdp.compose(&mesh("dp=4")).unwrap(),
                 specs: vec![],
             },
         ),
@@ -349,7 +341,13 @@ fn training_with_combined_all_reduces_matches_training_without() {
 #[test]
 fn combining_an_auto_program_remaps_its_inserted_ops() {
     let mesh = Mesh::parse("dp=4").unwrap();
-    let (_, auto) = auto_train_step(&config(), SGD, RngLayout::Partitionable, Strategy::Dp, &mesh).unwrap();
+    let (_, auto) = auto_train_step(
+        &config(),
+        SGD,
+        RngLayout::Partitionable,
+        &Strategy::Dp.compose(&mesh).unwrap(),
+    )
+    .unwrap();
     let combined = combine_auto_program(&auto);
     // jit puts each gradient's all-reduce right before its update; the combiner holds the
     // updates back, so all of them (and the loss's) become one.

@@ -10,7 +10,7 @@ use shardlab::exec::{Backend, Parallel, TrainerOptions};
 use shardlab::gpu::GpuContext;
 use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer};
-use shardlab::plan::{DropoutKey, Mode, Strategy};
+use shardlab::plan::{AxisKind, DropoutKey, Mode, Strategy};
 use shardlab::sharding::Mesh;
 
 fn config(dropout: f32) -> GptConfig {
@@ -46,13 +46,11 @@ fn parallel(mode: Mode, strategy: Strategy, mesh: &str) -> Parallel {
     let mesh = Mesh::parse(mesh).unwrap();
     match mode {
         Mode::Auto => Parallel::Auto {
-            strategy,
-            mesh,
+            par: strategy.compose(&mesh).unwrap(),
             specs: vec![],
         },
         _ => Parallel::ShardMap {
-            strategy,
-            mesh,
+            par: strategy.compose(&mesh).unwrap(),
             dropout_key: DropoutKey::Same,
         },
     }
@@ -71,7 +69,7 @@ pub fn matrix() -> Vec<(Mode, Strategy, &'static str, CpOrder)> {
         ] {
             cases.push((mode, strategy, mesh, CpOrder::Contiguous));
             // Zig-zag is the ring's order: shard_map only (jit splits contiguously).
-            if mode == Mode::ShardMap && strategy.is_cp() {
+            if mode == Mode::ShardMap && strategy.axes().contains(&AxisKind::Cp) {
                 cases.push((mode, strategy, mesh, CpOrder::Zigzag));
             }
         }

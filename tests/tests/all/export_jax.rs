@@ -8,7 +8,7 @@ use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::export::jax_script;
 use shardlab::ir::{Precision, RngLayout};
 use shardlab::model::{DataSource, GptConfig, Init, Optimizer, Remat};
-use shardlab::plan::{DropoutKey, Strategy};
+use shardlab::plan::{AxisKind, DropoutKey, Strategy};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 const STEPS: u64 = 5;
@@ -66,16 +66,14 @@ fn mesh(text: &str) -> Mesh {
 
 fn shard_map(strategy: Strategy, m: &str) -> Parallel {
     Parallel::ShardMap {
-        strategy,
-        mesh: mesh(m),
+        par: strategy.compose(&mesh(m)).unwrap(),
         dropout_key: DropoutKey::Same,
     }
 }
 
 fn auto(strategy: Strategy, m: &str) -> Parallel {
     Parallel::Auto {
-        strategy,
-        mesh: mesh(m),
+        par: strategy.compose(&mesh(m)).unwrap(),
         specs: vec![],
     }
 }
@@ -530,8 +528,7 @@ fn exported_bf16_scripts_compute_in_bfloat16_and_track_the_f32_losses_within_bf1
 fn auto_with_constraints() -> TrainerOptions {
     let p = PartitionSpec::from_axes;
     golden_batch8(Parallel::Auto {
-        strategy: Strategy::Dp,
-        mesh: mesh("dp=4"),
+        par: Strategy::Dp.compose(&mesh("dp=4")).unwrap(),
         specs: vec![
             ("h0.x_att".into(), PartitionSpec::replicated()),
             ("h0.att".into(), p(&[Some("dp"), None, None, None])),
@@ -575,7 +572,7 @@ fn exported_scripts_are_valid_python() {
     };
     let mut cases: Vec<(String, TrainerOptions)> = vec![("single".into(), golden_options(Parallel::None))];
     for s in Strategy::ALL {
-        if s.is_pipeline() {
+        if s.axes().contains(&AxisKind::Pp) {
             // Two stages of one block each; jit has no pipeline (refused, naming why).
             let mut opts = golden_options(shard_map(s, s.example_mesh()));
             opts.config.layers = 2;
@@ -661,8 +658,7 @@ fn shard_map_script_writes_the_body_with_explicit_collectives() {
 #[test]
 fn auto_script_writes_the_jit_shardings_of_the_strategy_and_overrides() {
     let mut opts = golden_options(Parallel::Auto {
-        strategy: Strategy::DpTp,
-        mesh: mesh("dp=2,tp=2"),
+        par: Strategy::DpTp.compose(&mesh("dp=2,tp=2")).unwrap(),
         specs: vec![("w_head".into(), PartitionSpec::from_axes(&[None, Some("tp")]))],
     });
     opts.rng_layout = RngLayout::Original;
@@ -732,8 +728,7 @@ fn export_rejects_what_train_rejects_with_a_fix() {
     assert!(err.contains("too short"), "{err}");
     // a named value the JAX model code has no place for: refused, not silently dropped
     let dloss = golden_batch8(Parallel::Auto {
-        strategy: Strategy::Dp,
-        mesh: mesh("dp=2"),
+        par: Strategy::Dp.compose(&mesh("dp=2")).unwrap(),
         specs: vec![("dloss".into(), PartitionSpec::replicated())],
     });
     let err = jax_script(&dloss, 3).unwrap_err().to_string();

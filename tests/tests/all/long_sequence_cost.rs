@@ -29,8 +29,9 @@ fn program(order: CpOrder, cp: usize) -> shardlab::ir::Program {
         ..TrainerOptions::new(
             cfg,
             Parallel::ShardMap {
-                strategy: Strategy::Cp,
-                mesh: Mesh::parse(&format!("cp={cp}")).unwrap(),
+                par: Strategy::Cp
+                    .compose(&Mesh::parse(&format!("cp={cp}")).unwrap())
+                    .unwrap(),
                 dropout_key: DropoutKey::Same,
             },
         )

@@ -29,14 +29,12 @@ fn plan(auto: bool, strategy: Strategy, mesh: &str, layers: usize, order: CpOrde
     let mesh = Mesh::parse(mesh).unwrap();
     let parallel = if auto {
         Parallel::Auto {
-            strategy,
-            mesh,
+            par: strategy.compose(&mesh).unwrap(),
             specs: vec![],
         }
     } else {
         Parallel::ShardMap {
-            strategy,
-            mesh,
+            par: strategy.compose(&mesh).unwrap(),
             dropout_key: DropoutKey::Same,
         }
     };

@@ -108,8 +108,7 @@ mod under_jax {
             let opts = TrainerOptions::new(
                 config(),
                 Parallel::Auto {
-                    strategy: Strategy::Cp,
-                    mesh,
+                    par: Strategy::Cp.compose(&mesh).unwrap(),
                     specs: vec![],
                 },
             );
@@ -143,8 +142,7 @@ mod under_jax {
         let p = build(&TrainerOptions::new(
             config(),
             Parallel::Auto {
-                strategy: Strategy::TpSp,
-                mesh: Mesh::parse("tp=2").unwrap(),
+                par: Strategy::TpSp.compose(&Mesh::parse("tp=2").unwrap()).unwrap(),
                 specs: vec![],
             },
         ))

@@ -37,16 +37,14 @@ fn plan(parallel: Parallel, order: CpOrder) -> Planned {
 
 fn shard_map(strategy: Strategy, mesh: &str) -> Parallel {
     Parallel::ShardMap {
-        strategy,
-        mesh: Mesh::parse(mesh).unwrap(),
+        par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
         dropout_key: DropoutKey::Same,
     }
 }
 
 fn auto(strategy: Strategy, mesh: &str) -> Parallel {
     Parallel::Auto {
-        strategy,
-        mesh: Mesh::parse(mesh).unwrap(),
+        par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
         specs: vec![],
     }
 }

@@ -58,13 +58,11 @@ fn lowered_dispatch_counts_match_what_the_gpu_executor_dispatches() {
     let cases = [
         Parallel::None,
         Parallel::Auto {
-            strategy: Strategy::Tp,
-            mesh: mesh("tp=2"),
+            par: Strategy::Tp.compose(&mesh("tp=2")).unwrap(),
             specs: vec![],
         },
         Parallel::ShardMap {
-            strategy: Strategy::Fsdp,
-            mesh: mesh("dp=2"),
+            par: Strategy::Fsdp.compose(&mesh("dp=2")).unwrap(),
             dropout_key: DropoutKey::FoldIn,
         },
     ];

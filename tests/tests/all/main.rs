@@ -9,6 +9,7 @@ mod autodiff_vjp;
 mod calibration;
 mod collectives;
 mod combine;
+mod compositions;
 mod context_parallel;
 mod export_jax;
 mod gpu_runtime;

@@ -159,18 +159,15 @@ fn a_train_steps_adamw_takes_one_dispatch_for_all_parameters_and_trains_as_the_r
     for parallel in [
         Parallel::None,
         Parallel::ShardMap {
-            strategy: Strategy::Fsdp,
-            mesh: mesh("dp=2"),
+            par: Strategy::Fsdp.compose(&mesh("dp=2")).unwrap(),
             dropout_key: DropoutKey::FoldIn,
         },
         Parallel::Auto {
-            strategy: Strategy::Dp,
-            mesh: mesh("dp=2"),
+            par: Strategy::Dp.compose(&mesh("dp=2")).unwrap(),
             specs: vec![],
         },
         Parallel::Auto {
-            strategy: Strategy::Tp,
-            mesh: mesh("tp=2"),
+            par: Strategy::Tp.compose(&mesh("tp=2")).unwrap(),
             specs: vec![],
         },
     ] {

@@ -29,8 +29,7 @@ fn config(layers: usize, dropout: f32) -> GptConfig {
 
 fn pipeline(strategy: Strategy, mesh: &str) -> Parallel {
     Parallel::ShardMap {
-        strategy,
-        mesh: Mesh::parse(mesh).unwrap(),
+        par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
         dropout_key: DropoutKey::Same,
     }
 }
@@ -198,8 +197,7 @@ fn pipeline_settings_it_cannot_run_are_refused_naming_the_fix() {
     let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "dp=2"), 2, gpipe);
     assert!(e.contains("'pp'") && e.contains("--mesh pp=2"), "{e}");
     let auto = Parallel::Auto {
-        strategy: Strategy::Pp,
-        mesh: Mesh::parse("pp=2").unwrap(),
+        par: Strategy::Pp.compose(&Mesh::parse("pp=2").unwrap()).unwrap(),
         specs: vec![],
     };
     let e = refuse(config(4, 0.0), auto, 2, gpipe);

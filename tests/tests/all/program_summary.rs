@@ -28,13 +28,12 @@ fn cfg(dropout: f32) -> GptConfig {
 }
 
 fn step(strategy: Strategy, mesh: &str, key: DropoutKey, dropout: f32) -> shardlab::model::TrainStep {
-    let mesh = Mesh::parse(mesh).unwrap();
+    let par = strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap();
     shard_map_train_step(
         &cfg(dropout),
         Optimizer::AdamW { lr: 1e-3 },
         RngLayout::Partitionable,
-        strategy,
-        &mesh,
+        &par,
         key,
     )
     .unwrap()
@@ -61,8 +60,7 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
             seed: 0,
             rng_layout: RngLayout::Partitionable,
             parallel: Parallel::ShardMap {
-                strategy: Strategy::Dp,
-                mesh: Mesh::parse(mesh).unwrap(),
+                par: Strategy::Dp.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
                 dropout_key: DropoutKey::FoldIn,
             },
             combine_all_reduces: false,

@@ -156,8 +156,7 @@ fn recomputed_ops_are_marked_in_the_program_text_and_cost_flops() {
     let auto = build(&options(
         Remat::Full,
         Parallel::Auto {
-            strategy: Strategy::Dp,
-            mesh: Mesh::parse("dp=2").unwrap(),
+            par: Strategy::Dp.compose(&Mesh::parse("dp=2").unwrap()).unwrap(),
             specs: vec![],
         },
         RngLayout::Original,

@@ -48,8 +48,7 @@ fn check_all(backend: Backend, opt: Optimizer) {
     ];
     for &(strategy, mesh) in cases {
         let parallel = Parallel::ShardMap {
-            strategy,
-            mesh: Mesh::parse(mesh).unwrap(),
+            par: strategy.compose(&Mesh::parse(mesh).unwrap()).unwrap(),
             dropout_key: DropoutKey::Same,
         };
         let (losses, params) = run(&backend, options(parallel, opt));

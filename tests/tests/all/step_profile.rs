@@ -44,8 +44,7 @@ fn categories_and_phases_add_up_to_the_step_and_collectives_are_measured() {
     let _ = gpu_or_skip!();
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     let dp = Parallel::Auto {
-        strategy: Strategy::Dp,
-        mesh: Mesh::parse("dp=2").unwrap(),
+        par: Strategy::Dp.compose(&Mesh::parse("dp=2").unwrap()).unwrap(),
         specs: vec![],
     };
     for (name, parallel) in [("one device", Parallel::None), ("dp=2", dp)] {

@@ -108,8 +108,7 @@ fn a_profiled_step_reports_the_same_loss_as_a_plain_step() {
     for parallel in [
         Parallel::None,
         Parallel::Auto {
-            strategy: Strategy::Dp,
-            mesh: Mesh::parse("dp=2").unwrap(),
+            par: Strategy::Dp.compose(&Mesh::parse("dp=2").unwrap()).unwrap(),
             specs: vec![],
         },
     ] {

@@ -79,16 +79,12 @@ fn options(config: GptConfig, rng_layout: RngLayout, parallel: Parallel) -> Trai
 
 fn parallel(mode: &str, strategy: Strategy, mesh: &str) -> Result<Parallel, ExecError> {
     let mesh = Mesh::parse(mesh).map_err(|e| ExecError::Input(e.to_string()))?;
+    let par = strategy.compose(&mesh).map_err(|e| ExecError::Input(e.to_string()))?;
     Ok(if mode == "auto" {
-        Parallel::Auto {
-            strategy,
-            mesh,
-            specs: vec![],
-        }
+        Parallel::Auto { par, specs: vec![] }
     } else {
         Parallel::ShardMap {
-            strategy,
-            mesh,
+            par,
             dropout_key: DropoutKey::Same,
         }
     })

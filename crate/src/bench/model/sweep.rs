@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::configs::{all, Block, Config};
 use super::stats::{errors, spearman, GroupError};
-use crate::exec::{Backend, ExecError, Parallel, Trainer};
+use crate::exec::{Backend, ExecError, Trainer};
 use crate::gpu::GpuContext;
 use crate::profile::{predict, Budget, Calibration, CalibrationPrograms, Placement};
 
@@ -15,7 +15,7 @@ pub struct ModelCheck {
     pub name: String,
     pub block: Block,
     pub mode: &'static str,
-    pub strategy: &'static str,
+    pub strategy: String,
     pub mesh: String,
     pub devices: usize,
     pub rng: &'static str,
@@ -93,10 +93,10 @@ pub async fn run_sweep(
     let device = &calibration.profile;
     let mut checks = vec![];
     for ((config, t), times) in trainers.into_iter().zip(times) {
-        let (mode, strategy, mesh) = match &config.options.parallel {
-            Parallel::None => ("single", "none", "-".to_string()),
-            Parallel::Auto { strategy, mesh, .. } => ("auto", strategy.name(), mesh.to_string()),
-            Parallel::ShardMap { strategy, mesh, .. } => ("shard_map", strategy.name(), mesh.to_string()),
+        let parallel = &config.options.parallel;
+        let (mode, strategy, mesh) = match parallel.mesh() {
+            None => ("single", "none".to_string(), "-".to_string()),
+            Some(mesh) => (parallel.mode_name(), parallel.label(), mesh.to_string()),
         };
         let measured_ms = median(times);
         let p = predict(t.program(), device, Placement::Simulated);

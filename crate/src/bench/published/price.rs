@@ -54,15 +54,11 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
             Strategy::ALL.map(|s| s.name()).join(", ")
         )
     })?;
+    let par = strategy.compose(&run.mesh).map_err(|e| e.to_string())?;
     let parallel = match run.mode {
-        Mode::Auto => Parallel::Auto {
-            strategy,
-            mesh: run.mesh.clone(),
-            specs: vec![],
-        },
+        Mode::Auto => Parallel::Auto { par, specs: vec![] },
         _ => Parallel::ShardMap {
-            strategy,
-            mesh: run.mesh.clone(),
+            par,
             dropout_key: DropoutKey::FoldIn,
         },
     };
@@ -135,11 +131,10 @@ mod tests {
                     c.command
                 );
             }
-            assert!(
-                c.command.contains(&format!("--strategy {}", r.strategy)),
-                "{}",
-                c.command
-            );
+            let par = Strategy::parse(&r.strategy).unwrap().compose(&r.mesh).unwrap();
+            for flag in crate::search::composition_flags(&par) {
+                assert!(c.command.contains(&flag), "{flag}: {}", c.command);
+            }
             assert_eq!(c.fits, Some(true), "llm.c's runs fit their GPUs: {c:?}");
         }
         assert!(report.fitted.is_empty());

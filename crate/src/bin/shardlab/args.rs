@@ -9,9 +9,10 @@ use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
 use shardlab::plan::{
-    binary_bytes, parse_size, resolve_spec, DropoutKey, MemoryLimits, Mode, Parallel, Preset, Schedule, Strategy,
-    TrainerOptions, DEFAULT_BUDGET_BYTES,
+    binary_bytes, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits, Mode, Parallel, Parallelism, Preset,
+    Schedule, Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
 };
+use shardlab::setting::Setting;
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 /// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
@@ -137,7 +138,7 @@ fn mode_help(m: Mode) -> &'static str {
 fn strategy_help(s: Strategy) -> &'static str {
     match s {
         Strategy::Dp => "Data parallelism over 'dp'",
-        Strategy::Fsdp => "Parameters and optimizer state split over 'dp'",
+        Strategy::Fsdp => "Parameters and optimizer state split over 'fsdp' (ZeRO-3)",
         Strategy::Zero1 => "ZeRO-1: data parallelism with the optimizer state split over 'dp'",
         Strategy::Zero2 => "ZeRO-2: data parallelism with the optimizer state and gradients split over 'dp'",
         Strategy::Tp => "Megatron tensor parallelism over 'tp'",
@@ -168,8 +169,17 @@ fn cp_order_help(o: CpOrder) -> &'static str {
 
 fn dropout_key_help(k: DropoutKey) -> &'static str {
     match k {
-        DropoutKey::Same => "The same key on every device (masks repeat across \"dp\" shards)",
-        DropoutKey::FoldIn => "fold_in(key, axis_index(\"dp\"))",
+        DropoutKey::Same => "The same key on every device (masks repeat across the batch's shards)",
+        DropoutKey::FoldIn => "fold_in(key, axis_index of the batch axes): each shard its own masks",
+        DropoutKey::Global => "Each device draws its block of the global masks: the one-device run's",
+    }
+}
+
+fn zero_help(z: Zero) -> &'static str {
+    match z {
+        Zero::Off => "Everything replicated over 'dp'",
+        Zero::One => "ZeRO-1: the optimizer state split over 'dp'",
+        Zero::Two => "ZeRO-2: the optimizer state and the gradients split over 'dp'",
     }
 }
 
@@ -338,17 +348,28 @@ pub struct ParallelArgs {
     /// Partitioning mode.
     #[arg(long, value_parser = one_of(&Mode::ALL, Mode::name, mode_help), default_value = "single")]
     pub mode: Mode,
-    /// Parallelism strategy (with --mode shard_map or auto; default dp).
+    /// A named composition (with --mode shard_map or auto): its mesh axes and their options.
+    /// Without it, --mesh alone composes any axes.
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
-    /// Device mesh, e.g. dp=4 or dp=2,tp=2 (default: dp=4 for dp and fsdp, tp=2 for tp and tp_sp,
-    /// dp=2,tp=2, cp=4, dp=2,cp=2, pp=2, dp=2,pp=2).
+    /// Device mesh: any of the axes dp (the batch), fsdp (the batch, and the parameters with
+    /// their optimizer state), tp (heads and MLP columns), cp (the sequence) and pp (the blocks
+    /// into stages), in any order and sizes that divide the model, e.g. dp=2,tp=2,pp=2
+    /// (default dp=4, or --strategy's example).
     #[arg(long)]
     pub mesh: Option<String>,
-    /// With --strategy cp or dp_cp: how the sequence's blocks lie on the ring (default contiguous).
+    /// ZeRO's stage on the 'dp' axis: 1 splits the optimizer state, 2 the gradients too
+    /// (default 0; stage 3 is an 'fsdp' axis).
+    #[arg(long, value_parser = one_of(&Zero::ALL, Zero::name, zero_help))]
+    pub zero: Option<Zero>,
+    /// Megatron sequence parallelism on the 'tp' axis: the layer-norm and dropout regions
+    /// split on the sequence.
+    #[arg(long = "sequence-parallel")]
+    pub sequence_parallel: bool,
+    /// With a 'cp' axis: how the sequence's blocks lie on the ring (default contiguous).
     #[arg(long = "cp-order", value_parser = one_of(&CpOrder::ALL, CpOrder::name, cp_order_help))]
     pub cp_order: Option<CpOrder>,
-    /// With --strategy pp or dp_pp: the order of the microbatches' passes (default gpipe).
+    /// With a 'pp' axis: the order of the microbatches' passes (default gpipe).
     #[arg(long, value_parser = one_of(&Schedule::ALL, Schedule::name, schedule_help))]
     pub schedule: Option<Schedule>,
     /// Dropout keys in shard_map mode (default same).
@@ -364,8 +385,8 @@ pub struct ParallelArgs {
     #[arg(long = "combine-all-reduces")]
     pub combine_all_reduces: bool,
     /// Gradient accumulation: forward and backward on this many equal slices of the batch
-    /// (of each 'dp' shard's rows) in turn, one update (default 1: none; a --preset's own, 4
-    /// for pp). Under --strategy pp or dp_pp: the microbatches through the pipeline.
+    /// (of each data-parallel shard's rows) in turn, one update (default 1: none; a --preset's
+    /// own, 4 for pp). With a 'pp' axis: the microbatches through the pipeline.
     #[arg(long)]
     pub microbatches: Option<usize>,
     /// With --mode auto: a file of NAME=SPEC lines (# starts a comment).
@@ -385,7 +406,7 @@ impl ParallelArgs {
     pub fn spec_overrides(&self) -> Result<Vec<SpecOverride>, String> {
         let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
         if let Some(path) = &self.spec_file {
-            let text = read_text_file("--spec-file", path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
+            let text = read_text_file(Setting::SpecFile, path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if !line.is_empty() {
@@ -420,16 +441,10 @@ impl ParallelArgs {
                     .into(),
             );
         }
-        if self.cp_order.is_some() && !self.strategy.is_some_and(Strategy::is_cp) {
+        if self.strategy.is_some() && (self.zero.is_some() || self.sequence_parallel) {
             return Err(
-                "--cp-order orders context parallelism's blocks: it needs --strategy cp or dp_cp (and --mode \
-                 shard_map or auto)"
-                    .into(),
-            );
-        }
-        if self.schedule.is_some() && !self.strategy.is_some_and(Strategy::is_pipeline) {
-            return Err(
-                "--schedule orders a pipeline's microbatches: it needs --strategy pp or dp_pp (and --mode shard_map)"
+                "--strategy names a composition with its own ZeRO stage and sequence parallelism: give --mesh with \
+                 --zero or --sequence-parallel instead (e.g. --mesh dp=4 --zero 1), or --strategy alone"
                     .into(),
             );
         }
@@ -437,6 +452,8 @@ impl ParallelArgs {
             for (given, flag) in [
                 (self.mesh.is_some(), "--mesh"),
                 (self.strategy.is_some(), "--strategy"),
+                (self.zero.is_some(), "--zero"),
+                (self.sequence_parallel, "--sequence-parallel"),
                 (self.combine_all_reduces, "--combine-all-reduces"),
             ] {
                 if given {
@@ -454,19 +471,50 @@ impl ParallelArgs {
         if self.mode == Mode::Single {
             return Ok(Parallel::None);
         }
-        let strategy = self.strategy.unwrap_or(Strategy::Dp);
-        let text = self.mesh.clone().unwrap_or_else(|| strategy.example_mesh().to_string());
+        let text = match (&self.mesh, self.strategy) {
+            (Some(m), _) => m.clone(),
+            (None, Some(s)) => s.example_mesh().to_string(),
+            (None, None) => Strategy::Dp.example_mesh().to_string(),
+        };
         let mesh = Mesh::parse(&text).map_err(|e| format!("--mesh {text}: {e}"))?;
+        let par = match self.strategy {
+            Some(s) => s.compose(&mesh),
+            None => Parallelism::new(mesh, self.zero.unwrap_or_default(), self.sequence_parallel),
+        }
+        .map_err(|e| e.to_string())?;
+        // A flag given for an axis the mesh lacks would be ignored: refused, even at its default.
+        for (given, flag, kind, axis) in [
+            (
+                self.schedule.is_some(),
+                "--schedule",
+                "a pipeline's microbatches",
+                AxisKind::Pp,
+            ),
+            (
+                self.cp_order.is_some(),
+                "--cp-order",
+                "context parallelism's blocks",
+                AxisKind::Cp,
+            ),
+        ] {
+            if given && !par.has(axis) {
+                return Err(format!(
+                    "{flag} orders {kind}, and --mesh {} has no '{}' axis: add one (e.g. --mesh {}={})",
+                    par.name(),
+                    axis.name(),
+                    axis.name(),
+                    if axis == AxisKind::Pp { 2 } else { 4 }
+                ));
+            }
+        }
         if self.mode == Mode::Auto {
             return Ok(Parallel::Auto {
-                strategy,
-                mesh,
+                par,
                 specs: self.spec_overrides()?.into_iter().map(|o| (o.name, o.spec)).collect(),
             });
         }
         Ok(Parallel::ShardMap {
-            strategy,
-            mesh,
+            par,
             dropout_key: self.dropout_key.unwrap_or(DropoutKey::Same),
         })
     }
@@ -507,8 +555,8 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         schedule: parallel.schedule.unwrap_or_default(),
     };
     opts.config.validate().map_err(|e| e.to_string())?;
-    if let Parallel::Auto { mesh, .. } = &opts.parallel {
-        check_overrides(&opts, mesh, &parallel.spec_overrides()?)?;
+    if let Parallel::Auto { par, .. } = &opts.parallel {
+        check_overrides(&opts, &par.mesh, &parallel.spec_overrides()?)?;
     }
     Ok(opts)
 }

@@ -3,7 +3,6 @@
 //! trained, so configurations far too large to run here plan in seconds), and its timeline.
 use std::path::PathBuf;
 
-use shardlab::exec::Parallel;
 use shardlab::ir::Precision;
 use shardlab::profile::{attention_balance, model_step, pipeline_bubble, OpSource, Placement, Trace};
 
@@ -73,14 +72,12 @@ pub fn run(mut args: Args) -> Result<(), String> {
         Placement::Real
     };
     let (p, timeline) = model_step(&planned.step.program, &device, placement, !args.no_overlap);
-    let (mode, strategy, mesh) = match &opts.parallel {
-        Parallel::None => ("single", None, None),
-        Parallel::Auto { strategy, mesh, .. } => ("auto", Some(strategy.name()), Some(mesh.to_string())),
-        Parallel::ShardMap { strategy, mesh, .. } => ("shard_map", Some(strategy.name()), Some(mesh.to_string())),
-    };
+    let mode = opts.parallel.mode_name();
+    let strategy = opts.parallel.parallelism().map(|_| opts.parallel.label());
+    let mesh = opts.parallel.mesh().map(|m| m.to_string());
     if let Some(file) = trace_file {
         let mut trace = Trace::new();
-        let title = strategy.map_or(mode.to_string(), |s| format!("{mode} {s}"));
+        let title = strategy.as_ref().map_or(mode.to_string(), |s| format!("{mode} {s}"));
         trace.add(&title, &timeline, &[OpSource::of_planned(&planned)]);
         let path = file.path().display().to_string();
         file.write(&trace)?;

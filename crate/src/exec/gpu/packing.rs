@@ -362,13 +362,11 @@ mod tests {
         let cfg = GptConfig::tiny();
         let modes = [
             Parallel::Auto {
-                strategy: Strategy::Dp,
-                mesh: mesh.clone(),
+                par: Strategy::Dp.compose(&mesh.clone()).unwrap(),
                 specs: vec![],
             },
             Parallel::ShardMap {
-                strategy: Strategy::Dp,
-                mesh,
+                par: Strategy::Dp.compose(&mesh).unwrap(),
                 dropout_key: DropoutKey::Same,
             },
         ];

@@ -33,15 +33,13 @@ pub fn run(mut args: Args) -> Result<(), String> {
         args.parallel.mode = shardlab::plan::Mode::ShardMap;
     }
     let opts = trainer_options(&args.model, &args.parallel)?;
-    if let Some(s) = opts.parallel.strategy().filter(|s| s.is_pipeline()) {
+    if let Some(par) = opts.parallel.parallelism().filter(|p| p.is_pipeline()) {
+        let mesh = par.name();
         return Err(format!(
-            "--strategy {}: bench compare races automatic mode against shard_map, and a pipeline runs in shard_map \
-             mode only (jit's partitioner has no pipeline yet; `shardlab plan --strategy {} --mode auto` says what \
-             it lacks): time it with `shardlab train --strategy {} --mode shard_map`, or compare a strategy both \
-             modes run",
-            s.name(),
-            s.name(),
-            s.name()
+            "--mesh {mesh}: bench compare races automatic mode against shard_map, and a pipeline runs in shard_map \
+             mode only (jit's partitioner has no pipeline yet; `shardlab plan --mesh {mesh} --mode auto` says what \
+             it lacks): time it with `shardlab train --mesh {mesh} --mode shard_map`, or compare a mesh both modes \
+             run"
         ));
     }
     if args.steps == 0 {
