@@ -683,7 +683,11 @@ mod tests {
         s.specs.insert("w_qkv".into(), "P('dp'".into());
         let e = s.check().unwrap_err();
         assert_eq!(e.field, "spec.w_qkv");
-        assert!(e.message.contains("write one like P('dp', None) or P()"), "{}", e.message);
+        assert!(
+            e.message.contains("write one like P('dp', None) or P()"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
