@@ -4,9 +4,10 @@
 # Strategy {{STRATEGY}}: {{STRATEGY_DOC}}
 # Every collective is written out; autodiff adds the transposes of those in the forward pass.
 
-# Each parameter's layout: (global shape, in_spec). Under tensor parallelism w_qkv and
-# b_qkv are viewed with their columns as (3, H, Dh) (row-major: the same data) and split
-# per head.
+# Each state array's layout: (global shape, in_spec), by state name (a block's parameter
+# stacked over the layers: its spec's first entry is the layer axis). Under tensor
+# parallelism w_qkv and b_qkv are viewed with their columns as (3, H, Dh) (row-major: the
+# same data) and split per head.
 {{PARAM_LAYOUT}}
 # Each parameter's optimizer state layout: its parameter's, except under ZeRO, which splits
 # the state over "dp" while the parameter stays whole.
@@ -17,10 +18,9 @@ GRADIENTS_SPLIT = {{GRADIENTS_SPLIT}}  # ZeRO-2: each device holds only its bloc
 SP = {{SP}}  # sequence parallelism over TP_AXIS: the layer-norm and dropout regions split on the sequence
 CP_AXIS = {{CP_AXIS}}  # context parallelism: the sequence split, ring attention (None: none)
 CP_ORDER = {{CP_ORDER}}  # how the sequence's blocks lie on the ring: "contiguous" or "zigzag"
-DROPOUT_KEY = {{DROPOUT_KEY}}  # "same": one key on every device; "fold_in": fold_in(key, axis_index(dp))
 # The tokens' in_spec: the batch over DP_AXIS, the sequence over the axis that splits it
 # (zig-zag's two chunks are no block of a spec: every device takes its rows of the whole).
-BATCH_SPEC = {{BATCH_SPEC}}
+BATCH_SPEC = TARGETS_SPEC = {{BATCH_SPEC}}
 SPLIT = Split(tp=TP_AXIS, sp=SP, cp=CP_AXIS, dp=DP_AXIS, order=CP_ORDER)
 # The axes that split the tokens: the loss is their mean, a replicated gradient their sum.
 TOKEN_AXES = tuple(a for a in (DP_AXIS, CP_AXIS, TP_AXIS if SP else None) if a is not None)
@@ -32,6 +32,11 @@ def spec_axes(name):
 
 def dp_sharded(name):
     return DP_AXIS is not None and DP_AXIS in spec_axes(name)
+
+
+def dp_dim(spec):
+    """The dimension a spec splits over DP_AXIS (a stack's first is its layer axis)."""
+    return next(d for d, axes in enumerate(spec) if DP_AXIS in jax.tree.leaves(axes))
 
 
 def summed_over(name):
@@ -46,28 +51,28 @@ def block_update(name):
     return split and not dp_sharded(name)
 
 
-def own_block(x):
-    """This device's block of dimension 0 over DP_AXIS."""
-    n = x.shape[0] // jax.lax.axis_size(DP_AXIS)
-    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(DP_AXIS) * n, n, 0)
+def own_block(x, name):
+    """This device's block over DP_AXIS of the dimension the state of `name` splits."""
+    dim = dp_dim(STATE_LAYOUT[name][1])
+    n = x.shape[dim] // jax.lax.axis_size(DP_AXIS)
+    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(DP_AXIS) * n, n, dim)
 
 
 def body(params, opt_state, tokens, targets, key, hyper):
     """One device's step: its blocks of the parameters, state and batch in, its blocks out."""
-    names = [name for name, _ in param_shapes()]
     n = math.prod(jax.lax.axis_size(a) for a in TOKEN_AXES)
     # The weights computed with are COMPUTE copies of the float32 masters, so FSDP's gathers
     # and the gradient reduction move COMPUTE. FSDP gathers the parameters it shards before
     # use. Parameters not split over a token axis are marked as varying over it, so that their
     # gradients stay per device until the explicit reduction. The gradients are taken with
     # respect to these whole, per-device arrays.
-    full = []
-    for name, p in zip(names, to_compute(params)):
+    full = {}
+    for name, p in to_compute(params).items():
         if dp_sharded(name):
-            p = jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True)
+            p = jax.lax.all_gather(p, DP_AXIS, axis=dp_dim(PARAM_LAYOUT[name][1]), tiled=True)
         if summed_over(name) and not dp_sharded(name):
             p = jax.lax.pcast(p, summed_over(name), to="varying")
-        full.append(p)
+        full[name] = p
     if DROPOUT_KEY == "fold_in" and DP_AXIS is not None:
         key = jax.random.fold_in(key, jax.lax.axis_index(DP_AXIS))
     if CP_AXIS is not None and CP_ORDER == "zigzag":
@@ -89,7 +94,8 @@ def body(params, opt_state, tokens, targets, key, hyper):
 
     def reduce_each(name, g):
         if scattered(name):
-            return jax.lax.psum_scatter(g, DP_AXIS, scatter_dimension=0, tiled=True)
+            dim = dp_dim(STATE_LAYOUT[name][1])
+            return jax.lax.psum_scatter(g, DP_AXIS, scatter_dimension=dim, tiled=True)
         return g
 
     loss, grads = accumulate(local_loss, full, tokens, targets, key, on_grad=reduce_each)
@@ -98,52 +104,34 @@ def body(params, opt_state, tokens, targets, key, hyper):
     if TOKEN_AXES:
         # Data parallelism and ZeRO-1: all-reduce the gradients of parameters not split over a
         # token axis once, after the last microbatch.
-        grads = [
-            g if scattered(name) or not summed_over(name) else jax.lax.psum(g, summed_over(name))
-            for name, g in zip(names, grads)
-        ]
+        grads = {
+            name: g if scattered(name) or not summed_over(name) else jax.lax.psum(g, summed_over(name))
+            for name, g in grads.items()
+        }
         loss = jax.lax.pmean(loss, TOKEN_AXES)
     # ZeRO-1 and 2 update this device's block (ZeRO-1 slices it from the whole gradient), then
     # gather the updated blocks into the whole parameter, the same on every device.
-    blocks = [own_block(p) if block_update(n) else p for n, p in zip(names, params)]
-    grads = [
-        own_block(g) if block_update(n) and not GRADIENTS_SPLIT else g for n, g in zip(names, grads)
-    ]
+    blocks = {n: own_block(p, n) if block_update(n) else p for n, p in params.items()}
+    grads = {n: own_block(g, n) if block_update(n) and not GRADIENTS_SPLIT else g for n, g in grads.items()}
     blocks, opt_state = apply_updates(blocks, grads, opt_state, hyper)
-    params = [
-        jax.lax.all_gather(p, DP_AXIS, axis=0, tiled=True, to="invarying") if block_update(n) else p
-        for n, p in zip(names, blocks)
-    ]
+    params = {
+        n: jax.lax.all_gather(p, DP_AXIS, axis=dp_dim(STATE_LAYOUT[n][1]), tiled=True, to="invarying")
+        if block_update(n) else p
+        for n, p in blocks.items()
+    }
     return loss, params, opt_state
 
 
-def make_train_step(params, opt_state):
-    mesh = make_mesh()
-    names = [name for name, _ in param_shapes()]
-    param_specs = [PARAM_LAYOUT[name][1] for name in names]
-    state_spec = [STATE_LAYOUT[name][1] for name in names]
+def make_train_step():
+    param_specs = {name: spec for name, (_, spec) in PARAM_LAYOUT.items()}
+    state_spec = {name: spec for name, (_, spec) in STATE_LAYOUT.items()}
     state_specs = () if OPTIMIZER == "sgd" else (state_spec, state_spec)
-    step = jax.jit(
+    return jax.jit(
         jax.shard_map(
             body,
-            mesh=mesh,
+            mesh=make_mesh(),
             in_specs=(param_specs, state_specs, BATCH_SPEC, BATCH_SPEC, P(), P()),
             out_specs=(P(), param_specs, state_specs),
         ),
         donate_argnums=(0, 1),
     )
-    # Parameters (and state) in their layout shapes, placed on the mesh once.
-    view = lambda ps, layout: [p.reshape(layout[name][0]) for name, p in zip(names, ps)]  # noqa: E731
-    shardings = [NamedSharding(mesh, spec) for spec in param_specs]
-    params = jax.device_put(view(params, PARAM_LAYOUT), shardings)
-    if OPTIMIZER != "sgd":
-        state = [NamedSharding(mesh, spec) for spec in state_spec]
-        opt_state = jax.device_put(
-            (view(opt_state[0], STATE_LAYOUT), view(opt_state[1], STATE_LAYOUT)), (state, state)
-        )
-    return step, params, opt_state
-
-
-def global_params(params):
-    """The parameters in their stored shapes (undoing the per-head views)."""
-    return [p.reshape(shape) for (_, shape), p in zip(param_shapes(), params)]
