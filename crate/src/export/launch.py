@@ -76,6 +76,10 @@ def simulated_cpu_devices(flags):
 
 
 FLAGS = launch_flags(sys.argv[1:]) if __name__ == "__main__" else launch_flags([])
+# Stdout carries the JSON lines alone: what libraries print there (gloo's connection messages,
+# from C++) goes to stderr.
+RECORDS = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
 import numpy as np  # noqa: E402
 import jax  # noqa: E402
@@ -123,7 +127,7 @@ def leader():
 
 def say(record):
     if leader():
-        print(json.dumps(record, separators=(",", ":")), flush=True)
+        print(json.dumps(record, separators=(",", ":")), file=RECORDS, flush=True)
 
 
 # Each mesh axis's type, as the mode needs it: Auto for jit with shardings and for shard_map

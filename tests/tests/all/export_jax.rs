@@ -173,24 +173,6 @@ fn exported_single_device_script_reproduces_the_golden_losses_under_jax() {
 }
 
 #[test]
-fn exported_shard_map_dp_script_on_8_devices_matches_shardlab() {
-    jax_or_skip!();
-    script_matches_shardlab("shard_map_dp8", &golden_batch8(shard_map(Strategy::Dp, "dp=8")));
-}
-
-#[test]
-fn exported_shard_map_fsdp_script_on_4_devices_matches_shardlab() {
-    jax_or_skip!();
-    script_matches_shardlab("shard_map_fsdp4", &golden_batch8(shard_map(Strategy::Fsdp, "dp=4")));
-}
-
-#[test]
-fn exported_auto_dp_script_on_8_devices_matches_shardlab() {
-    jax_or_skip!();
-    script_matches_shardlab("auto_dp8", &golden_batch8(auto(Strategy::Dp, "dp=8")));
-}
-
-#[test]
 fn exported_dp_tp_scripts_with_dropout_and_adamw_match_shardlab_in_both_modes() {
     jax_or_skip!();
     // The dropout masks match too: same key scheme, same bit layout, same bernoulli.
