@@ -213,6 +213,11 @@ pub(super) fn pipeline_train_step(
                 Held::Stacked(_) => &[],
                 Held::Whole(_) => &["pp"],
             };
+            // ZeRO-2: the microbatches' gradients come out of the ticks together, so they are
+            // reduce-scattered to this device's block once, here (`sum_axes` leaves out "dp").
+            if let Some(d) = plans[i].scatter_dim(par.zero) {
+                *g = b.psum_scatter(*g, &["dp"], d, true);
+            }
             let axes = plans[i].sum_axes(&token_axes, extra, par.zero);
             if !axes.is_empty() {
                 *g = b.psum(*g, &axes);
