@@ -100,8 +100,8 @@ impl Shardlab {
             })
             .collect();
         let limits: serde_json::Map<String, serde_json::Value> = shardlab::plan::PAGE_LIMITS
-            .into_iter()
-            .map(|l| (l.field.to_string(), json!({"min": l.min, "max": l.max})))
+            .iter()
+            .map(|l| (l.setting.key(), json!({"min": l.min, "max": l.max})))
             .collect();
         json!({
             "default": Preset::Dp.name(),

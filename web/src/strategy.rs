@@ -23,22 +23,19 @@ fn preset_of(strategy: Strategy) -> Option<Preset> {
 /// limiting,limiting_share,command,load}]}` (`schedule` null but for a pipeline), `load` the settings changes that run the choice here
 /// (null where no page preset has its strategy); or `{"ok":false,"error"}`.
 pub fn which_strategy(s: &Settings) -> Value {
-    let mesh = match s.check() {
-        Ok(m) => m,
+    let par = match s.check() {
+        Ok(p) => p,
         Err(e) => return json!({"ok": false, "error": e.message}),
     };
     let device = match s.device_profile() {
         Ok(d) => d,
         Err(e) => return json!({"ok": false, "error": e.message}),
     };
-    let base = match s.options(Mode::Single, &mesh) {
-        Ok(o) => TrainerOptions {
-            parallel: Parallel::None,
-            ..o
-        },
-        Err(e) => return json!({"ok": false, "error": e.to_string()}),
+    let base = TrainerOptions {
+        parallel: Parallel::None,
+        ..s.options(Mode::Single, &par)
     };
-    let r = match search(&base, &device, &s.device, mesh.devices()) {
+    let r = match search(&base, &device, &s.device, par.devices()) {
         Ok(r) => r,
         Err(e) => return json!({"ok": false, "error": e.0}),
     };

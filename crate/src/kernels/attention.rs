@@ -22,6 +22,27 @@ use crate::rng::keep_scale;
 /// The largest head dimension the kernels take: each lane keeps a few rows of Dh in registers
 /// and a workgroup stages tiles of them (shaders/attention.wgsl's MAX_DH).
 pub const MAX_HEAD_DIM: usize = 64;
+
+/// The fused attention kernels hold a head's row in registers, up to [`MAX_HEAD_DIM`] wide: a
+/// model whose head is wider runs attention unfused, refused at its heads otherwise.
+pub fn check_head_dim(cfg: &crate::model::GptConfig) -> Result<(), crate::setting::Refusal> {
+    use crate::setting::{Refusal, Setting};
+    let dh = cfg.d_model / cfg.heads.max(1);
+    if cfg.attention != crate::model::Attention::Fused || dh <= MAX_HEAD_DIM {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Setting::Heads,
+        format!(
+            "{} over {} is {dh} per head, and the fused attention kernels take at most {MAX_HEAD_DIM}: use at least {} \
+             heads, or {}",
+            Setting::DModel.at(cfg.d_model),
+            Setting::Heads.at(cfg.heads),
+            cfg.d_model.div_ceil(MAX_HEAD_DIM),
+            Setting::Attention.at("unfused")
+        ),
+    ))
+}
 /// Rows per workgroup (WG) and per staged tile (TILE).
 const WG: usize = 64;
 
