@@ -150,6 +150,9 @@ pub const KERNELS: &[Case] = &[
     Case::Matmul(Variant::Tex16),
     Case::Matmul(Variant::Sg),
     Case::Matmul(Variant::Sg1),
+    Case::Matmul(Variant::Gpu64),
+    Case::Matmul(Variant::Gpu128),
+    Case::Matmul(Variant::Coop8),
     Case::LayerNormForward,
     Case::LayerNormBackward,
     Case::GeluForward,
@@ -195,6 +198,9 @@ impl Case {
             Case::Matmul(Variant::Tex16) => "matmul tex16",
             Case::Matmul(Variant::Sg) => "matmul sg",
             Case::Matmul(Variant::Sg1) => "matmul sg1",
+            Case::Matmul(Variant::Gpu64) => "matmul gpu64",
+            Case::Matmul(Variant::Gpu128) => "matmul gpu128",
+            Case::Matmul(Variant::Coop8) => "matmul coop8",
             Case::LayerNormForward => "layernorm forward",
             Case::LayerNormBackward => "layernorm backward",
             Case::GeluForward => "gelu forward",
@@ -384,6 +390,7 @@ fn adapter_has(ctx: &GpuContext, extension: &str) -> bool {
     match extension {
         "f16" => ctx.summary.shader_f16,
         "subgroups" => ctx.summary.subgroups,
+        "wgpu_cooperative_matrix" => ctx.summary.cooperative_matrix,
         _ => false,
     }
 }

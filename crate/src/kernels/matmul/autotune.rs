@@ -213,13 +213,20 @@ pub async fn prepare(ctx: &GpuContext, s: &MatmulShape, only: Option<Variant>) -
             c: &c,
         };
         for v in Variant::ALL {
-            if only.is_some_and(|o| o != v) || shape_supports(ctx, v, &shape).is_err() {
+            if only.is_some_and(|o| o != v) || !tuned_here(ctx, v) || shape_supports(ctx, v, &shape).is_err() {
                 continue;
             }
             let _ = build(ctx, v, &shape, ops, None).await;
         }
     }
     Ok(())
+}
+
+/// Whether the tuner times `v` on this adapter: the GPU variants not on CPU adapters
+/// ([`Variant::for_gpus`]), where they are never the fastest and each would add to every class's
+/// tuning.
+fn tuned_here(ctx: &GpuContext, v: Variant) -> bool {
+    !(v.for_gpus() && ctx.summary.is_cpu())
 }
 
 /// Times every supported variant on `rep` and returns the fastest verified one (naive if none beats it).
@@ -244,7 +251,7 @@ async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> 
     let ms = time_dispatches(ctx, &naive).await?;
     let mut timed = vec![(Variant::Naive, naive, ms)];
     for v in Variant::ALL.into_iter().filter(|v| *v != Variant::Naive) {
-        if shape_supports(ctx, v, rep).is_err() {
+        if !tuned_here(ctx, v) || shape_supports(ctx, v, rep).is_err() {
             continue;
         }
         // A variant that fails to compile, errs or computes wrong is skipped, never chosen.
