@@ -38,17 +38,18 @@ const MAX_DH: u32 = 64u; // the launcher refuses more
 @group(0) @binding(15) var<storage, read> lse_in: array<f32>;
 
 // The forward's tiles: FT rows of k and v (ROW4 vec4s each); each row's parts of its scores with
-// them ([row * FT + jj][lane]) and the dropout factors ([row * FT + jj]).
+// them ([(row * FT + jj) * LANES + lane]: scalars, so each lane stores only its own word) and the
+// dropout factors ([row * FT + jj]).
 var<workgroup> fk: array<vec4<f32>, 256>;
 var<workgroup> fv: array<vec4<f32>, 256>;
-var<workgroup> fpart: array<vec4<f32>, 256>;
+var<workgroup> fpart: array<f32, 1024>;
 var<workgroup> fkeep: array<f32, 256>;
 // The backward's: BT rows of the other side's two operands (k and v, or q and do), the parts of
 // the scores and of dp, the dropout factors, and (dk and dv) the query rows' (lse, delta).
 var<workgroup> ba: array<vec4<f32>, 128>;
 var<workgroup> bb: array<vec4<f32>, 128>;
-var<workgroup> bs: array<vec4<f32>, 128>;
-var<workgroup> bdp: array<vec4<f32>, 128>;
+var<workgroup> bs: array<f32, 512>;
+var<workgroup> bdp: array<f32, 512>;
 var<workgroup> bkeep: array<f32, 128>;
 var<workgroup> brows: array<vec2<f32>, 8>;
 
@@ -85,9 +86,21 @@ fn do4(at: u32, x: u32) -> vec4<f32> {
     return select(vec4(0.0), vec4(d_o[i], d_o[i + 1u], d_o[i + 2u], d_o[i + 3u]), dims(x));
 }
 
-// The four parts of a score, summed in the one order every lane of the row uses.
-fn total(p: vec4<f32>) -> f32 {
-    return ((p.x + p.y) + p.z) + p.w;
+// The four parts of score `at` (a row's entry of a tile), summed in the one order every lane of
+// the row uses.
+fn total_f(at: u32) -> f32 {
+    let i = at * LANES;
+    return ((fpart[i] + fpart[i + 1u]) + fpart[i + 2u]) + fpart[i + 3u];
+}
+
+fn total_s(at: u32) -> f32 {
+    let i = at * LANES;
+    return ((bs[i] + bs[i + 1u]) + bs[i + 2u]) + bs[i + 3u];
+}
+
+fn total_dp(at: u32) -> f32 {
+    let i = at * LANES;
+    return ((bdp[i] + bdp[i + 1u]) + bdp[i + 2u]) + bdp[i + 3u];
 }
 
 // The row a workgroup's invocation `lid` works on and its lane.
@@ -160,7 +173,7 @@ fn forward(
         for (var jj = 0u; jj < FT; jj++) {
             var s = 0.0;
             for (var c = 0u; c < 4u; c++) { s += dot(qv[c], fk[jj * ROW4 + 4u * c + lane]); }
-            fpart[sl.row * FT + jj][lane] = s;
+            fpart[(sl.row * FT + jj) * LANES + lane] = s;
         }
         for (var jj = lane; jj < FT; jj += LANES) {
             let j = j0 + jj;
@@ -174,7 +187,7 @@ fn forward(
                 let j = j0 + jj;
                 if (j >= u.tk) { break; }
                 if (head_pos_k(hd, j) > pi) { continue; }
-                let s = u.scale * total(fpart[sl.row * FT + jj]);
+                let s = u.scale * total_f(sl.row * FT + jj);
                 if (s > m) {
                     let c = exp(m - s);
                     l *= c;
@@ -222,9 +235,9 @@ fn backward_dq_delta(
         part += dot(dov[c], o4(orow, 4u * c + lane));
     }
     // delta = rowsum(do * o): the four lanes' parts through workgroup memory.
-    bs[sl.row][lane] = part;
+    bs[sl.row * LANES + lane] = part;
     workgroupBarrier();
-    let delta = total(bs[sl.row]);
+    let delta = total_s(sl.row);
     let lse_i = lse_in[h * u.t + sl.at];
     if (sl.live && lane == 0u) { rows[h * u.t + sl.i] = vec2(lse_i, delta); }
     workgroupBarrier();
@@ -248,8 +261,8 @@ fn backward_dq_delta(
                 s += dot(qv[c], ba[jj * ROW4 + 4u * c + lane]);
                 dp += dot(dov[c], bb[jj * ROW4 + 4u * c + lane]);
             }
-            bs[sl.row * BT + jj][lane] = s;
-            bdp[sl.row * BT + jj][lane] = dp;
+            bs[(sl.row * BT + jj) * LANES + lane] = s;
+            bdp[(sl.row * BT + jj) * LANES + lane] = dp;
         }
         for (var jj = lane; jj < BT; jj += LANES) {
             let j = j0 + jj;
@@ -264,8 +277,8 @@ fn backward_dq_delta(
                 if (j >= u.tk) { break; }
                 if (head_pos_k(hd, j) > pi) { continue; }
                 let at = sl.row * BT + jj;
-                let p = exp(u.scale * total(bs[at]) - lse_i);
-                let ds = u.scale * p * (bkeep[at] * total(bdp[at]) - delta);
+                let p = exp(u.scale * total_s(at) - lse_i);
+                let ds = u.scale * p * (bkeep[at] * total_dp(at) - delta);
                 for (var c = 0u; c < 4u; c++) { acc[c] += ds * ba[jj * ROW4 + 4u * c + lane]; }
             }
         }
@@ -325,8 +338,8 @@ fn backward_dkdv(
                 s += dot(ba[ii * ROW4 + 4u * c + lane], kv[c]);
                 dp += dot(bb[ii * ROW4 + 4u * c + lane], vv[c]);
             }
-            bs[sl.row * BT + ii][lane] = s;
-            bdp[sl.row * BT + ii][lane] = dp;
+            bs[(sl.row * BT + ii) * LANES + lane] = s;
+            bdp[(sl.row * BT + ii) * LANES + lane] = dp;
         }
         for (var ii = lane; ii < BT; ii += LANES) {
             let i = i0 + ii;
@@ -342,9 +355,9 @@ fn backward_dkdv(
                 if (head_pos_q(hd, i) < pj) { continue; }
                 let at = sl.row * BT + ii;
                 let r = brows[ii];
-                let p = exp(u.scale * total(bs[at]) - r.x);
+                let p = exp(u.scale * total_s(at) - r.x);
                 let kept = p * bkeep[at];
-                let ds = u.scale * p * (bkeep[at] * total(bdp[at]) - r.y);
+                let ds = u.scale * p * (bkeep[at] * total_dp(at) - r.y);
                 for (var c = 0u; c < 4u; c++) {
                     gv[c] += kept * bb[ii * ROW4 + 4u * c + lane];
                     gk[c] += ds * ba[ii * ROW4 + 4u * c + lane];
