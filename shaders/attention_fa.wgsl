@@ -103,9 +103,10 @@ fn total_dp(at: u32) -> f32 {
     return ((bdp[i] + bdp[i + 1u]) + bdp[i + 2u]) + bdp[i + 3u];
 }
 
-// The row a workgroup's invocation `lid` works on and its lane.
+// The row a workgroup's invocation `lid` works on and its lane. The head is not in it: a value
+// built from `lid` counts as non-uniform (WGSL's uniformity analysis, which Chrome enforces), and
+// the head's early return must stay uniform for the barriers after it.
 struct Slot {
-    h: u32,
     row: u32,  // within the block
     lane: u32,
     i: u32,    // row of the head (queries, or keys in dkdv)
@@ -113,10 +114,10 @@ struct Slot {
     at: u32,   // min(i, n - 1): where it reads, so idle rows read real memory
 }
 
-fn slot(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, n: u32) -> Slot {
+fn slot(wid: vec3<u32>, lid: u32, n: u32) -> Slot {
     let row = lid / LANES;
     let i = wid.x * BR + row;
-    return Slot(head_of(wid, nwg), row, lid % LANES, i, i < n, min(i, n - 1u));
+    return Slot(row, lid % LANES, i, i < n, min(i, n - 1u));
 }
 
 // Stores vec4 x of a row's result (its dims below Dh) at element `at` of o, dq, dk or dv.
@@ -142,9 +143,9 @@ fn forward(
     @builtin(local_invocation_index) lid: u32,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let sl = slot(wid, nwg, lid, u.t);
-    let h = sl.h;
+    let h = head_of(wid, nwg);
     if (h >= u.heads) { return; } // uniform: the whole workgroup leaves
+    let sl = slot(wid, lid, u.t);
     let hd = head_at(h);
     let lane = sl.lane;
     let qrow = row_at(u.q_at, h, sl.at);
@@ -216,9 +217,9 @@ fn backward_dq_delta(
     @builtin(local_invocation_index) lid: u32,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let sl = slot(wid, nwg, lid, u.t);
-    let h = sl.h;
+    let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
+    let sl = slot(wid, lid, u.t);
     let hd = head_at(h);
     let lane = sl.lane;
     let qrow = row_at(u.q_at, h, sl.at);
@@ -295,9 +296,9 @@ fn backward_dkdv(
     @builtin(local_invocation_index) lid: u32,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let sl = slot(wid, nwg, lid, u.tk);
-    let h = sl.h;
+    let h = head_of(wid, nwg);
     if (h >= u.heads) { return; }
+    let sl = slot(wid, lid, u.tk);
     let hd = head_at(h);
     let lane = sl.lane;
     let krow = row_at(u.k_at, h, sl.at);
