@@ -236,11 +236,10 @@ pub(super) fn pipeline_train_step(
         marks.1 = b.program().instrs.len();
 
         let mut outs = vec![loss];
-        for (i, h) in held.iter().enumerate() {
-            let ps = &specs[h.first()];
+        for i in 0..held.len() {
             let slots = opt.slots();
             let st = &state[slots * i..slots * (i + 1)];
-            let o = plans[i].update(b, opt, ps.decays(), params[i], grads[i], st, par.zero);
+            let o = plans[i].update(b, opt, params[i], grads[i], st, par.zero);
             b.set_name(o[0], &format!("{}'", args[i].name));
             for (slot, v) in o.into_iter().enumerate() {
                 b.donate(outs.len(), state_input(n, opt, i, slot));
@@ -597,6 +596,7 @@ impl Held {
         ParamPlan {
             spec: self.layout(cfg, par, specs, Holder::Param).1,
             state: self.layout(cfg, par, specs, Holder::State).1,
+            decays: specs[self.first()].decays(),
         }
     }
 
