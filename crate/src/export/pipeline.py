@@ -71,11 +71,16 @@ def body(params, opt_state, tokens, targets, key, hyper):
                 x = received + jnp.where(t < m, entering[jnp.minimum(t, m - 1)], 0.0)
                 y = run_stage(blocks, x, mb_key(t - stage), stage)
                 j = jnp.clip(t - (PP - 1), 0, m - 1)
-                l = jnp.where(t >= PP - 1, stage_head_loss(y, tail, wte, targets[j]) * last, 0.0)
+                return y, jnp.where(t >= PP - 1, stage_head_loss(y, tail, wte, targets[j]) * last, 0.0)
+
+            def passed_on(received, t):
+                y, l = tick(received, t)
                 return jax.lax.ppermute(y, PP_AXIS, forward_ring), l
 
-            _, losses = jax.lax.scan(tick, jnp.zeros_like(entering[0]), jnp.arange(m + PP - 1))
-            total = jnp.sum(losses)
+            # Every tick but the last passes its result on; the last one's nothing reads, so it
+            # runs outside the scan and sends nothing (as shardlab's program has it).
+            received, losses = jax.lax.scan(passed_on, jnp.zeros_like(entering[0]), jnp.arange(m + PP - 2))
+            total = jnp.sum(losses) + tick(received, m + PP - 2)[1]
             return total * scale, total
 
         (_, total), (g_wte, g_wpe, g_blocks, g_tail) = jax.value_and_grad(
