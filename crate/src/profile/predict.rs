@@ -80,6 +80,9 @@ pub struct Prediction {
     pub largest_tensor: TensorBytes,
     /// Each kind's collectives, their whole transfer time whether hidden or not.
     pub collectives: BTreeMap<&'static str, CollectiveCost>,
+    /// The same collectives by the mesh axes they run over (`tp`, `dp,fsdp`): what each axis
+    /// of the composition costs on the device kind's links.
+    pub collectives_by_axes: BTreeMap<String, CollectiveCost>,
     /// Of each kind's time in flight on the timeline (per device), the fraction during which
     /// the compute stream ran ops: how much of ring attention's permutes the blocks' attention
     /// hides (0 without overlap).
@@ -128,6 +131,12 @@ fn priced_step(
         .iter()
         .map(|k| (k.hlo_name(), CollectiveCost::default()))
         .collect();
+    let mut collectives_by_axes: BTreeMap<String, CollectiveCost> = BTreeMap::new();
+    let axes_of: std::collections::HashMap<usize, String> = summary
+        .collectives
+        .iter()
+        .map(|c| (c.instr, c.axes.join(",")))
+        .collect();
     let (mut flops, mut launches, mut serial) = (0.0, 0usize, device.step_s);
     let (mut compute_s, mut memory_s) = (0.0, 0.0);
     for op in price_ops(prog, device, placement) {
@@ -143,6 +152,13 @@ fn priced_step(
             e.bytes += bytes;
             e.hops += hops;
             e.ms += op.work_s * 1e3;
+            let a = collectives_by_axes
+                .entry(axes_of.get(&op.instr).cloned().unwrap_or_default())
+                .or_default();
+            a.count += 1;
+            a.bytes += bytes;
+            a.hops += hops;
+            a.ms += op.work_s * 1e3;
         }
     }
     // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
@@ -218,6 +234,7 @@ fn priced_step(
         fits: held <= device.memory_bytes,
         largest_tensor: summary.largest_tensor.clone(),
         collectives,
+        collectives_by_axes,
         collectives_hidden,
         flops_per_device: flops,
         launches,

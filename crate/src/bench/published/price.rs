@@ -4,7 +4,7 @@
 //! (profile/device.rs), and the table says which, if any, were fitted.
 use super::table::{PublishedRun, TableError};
 use crate::model::Optimizer;
-use crate::plan::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
+use crate::plan::{DropoutKey, Mode, Parallel, Parallelism, Strategy, TrainerOptions, Zero};
 use crate::profile::{device_preset, predict, Placement};
 use crate::search::plan_command;
 
@@ -47,14 +47,24 @@ pub struct PublishedReport {
 /// (nothing today: every strategy and lever of the table is one shardlab builds; a row that
 /// needs a stand-in would say it here).
 pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), String> {
-    let strategy = Strategy::parse(&run.strategy).ok_or_else(|| {
-        format!(
-            "parallelism: strategy `{}` is not one shardlab prices; use one of {}",
-            run.strategy,
-            Strategy::ALL.map(|s| s.name()).join(", ")
-        )
-    })?;
-    let par = strategy.compose(&run.mesh).map_err(|e| e.to_string())?;
+    let par = match &run.strategy {
+        Some(name) => {
+            let strategy = Strategy::parse(name).ok_or_else(|| {
+                format!(
+                    "parallelism: strategy `{name}` is not one shardlab prices; use one of {}, or give the mesh alone \
+                     (e.g. tp=8,pp=2,dp=4)",
+                    Strategy::ALL.map(|s| s.name()).join(", ")
+                )
+            })?;
+            if run.zero != Zero::Off || run.sequence_parallel {
+                return Err(format!(
+                    "parallelism: strategy `{name}` names its own options; give zero= and sp with a mesh alone"
+                ));
+            }
+            strategy.compose(&run.mesh).map_err(|e| e.to_string())?
+        }
+        None => Parallelism::new(run.mesh.clone(), run.zero, run.sequence_parallel).map_err(|e| e.to_string())?,
+    };
     let parallel = match run.mode {
         Mode::Auto => Parallel::Auto { par, specs: vec![] },
         _ => Parallel::ShardMap {
@@ -65,6 +75,7 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
     let mut opts = TrainerOptions::new(run.config.clone(), parallel);
     opts.optimizer = Optimizer::AdamW { lr: 3e-4 };
     opts.microbatches = run.microbatches;
+    opts.schedule = run.schedule;
     Ok((opts, vec![]))
 }
 
@@ -132,7 +143,8 @@ mod tests {
                 );
             }
             assert!(
-                c.command.contains(&format!("--strategy {}", r.strategy)),
+                c.command
+                    .contains(&format!("--mesh {}", crate::plan::mesh_text(&r.mesh))),
                 "{}",
                 c.command
             );
@@ -152,7 +164,7 @@ mod tests {
         );
         let mut runs = parse_table(TABLE, TABLE_PATH).unwrap();
         // Expert parallelism: no strategy of shardlab's (pp became one with issue 28).
-        runs[1].strategy = "ep".into();
+        runs[1].strategy = Some("ep".into());
         let e = price_runs(&runs, "t.md").unwrap_err().0;
         assert!(e.contains("row 2") && e.contains("strategy `ep`"), "{e}");
     }
