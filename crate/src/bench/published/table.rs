@@ -1,6 +1,6 @@
 //! The table of published training runs (docs/published_runs.md), read cell by cell: a row
 //! that does not parse is refused with its row number, its name, the cell and the fix.
-use crate::ir::Precision;
+use crate::ir::{CpOrder, Precision};
 use crate::model::{Attention, GptConfig, Remat};
 use crate::plan::{AxisKind, Mode, Schedule, Zero};
 use crate::sharding::Mesh;
@@ -91,6 +91,8 @@ pub struct PublishedRun {
     pub sequence_parallel: bool,
     /// A pipeline's schedule (`schedule=1f1b`).
     pub schedule: Schedule,
+    /// Context parallelism's order (`order=zigzag`).
+    pub cp_order: CpOrder,
     /// Gradient accumulation: the step in this many slices of the batch (a pipeline's
     /// microbatches).
     pub microbatches: usize,
@@ -236,6 +238,7 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
         zero: p.zero,
         sequence_parallel: p.sequence_parallel,
         schedule: p.schedule,
+        cp_order: p.cp_order,
         microbatches,
         published,
         source: c[8].clone(),
@@ -310,9 +313,10 @@ struct ParallelismCell {
     zero: Zero,
     sequence_parallel: bool,
     schedule: Schedule,
+    cp_order: CpOrder,
 }
 
-/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S]`: a named strategy and its mesh, or a
+/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S] [order=O]`: a named strategy and its mesh, or a
 /// composition by its mesh alone, then the options that refine its axes.
 fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
     let words: Vec<&str> = cell.split_whitespace().collect();
@@ -333,12 +337,13 @@ fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
         zero: Zero::Off,
         sequence_parallel: false,
         schedule: Schedule::default(),
+        cp_order: CpOrder::default(),
     };
     for w in rest {
         let bad = || {
             format!(
-                "parallelism `{cell}`: `{w}`: write mode=auto|shard_map, zero=1|2, sp or schedule=gpipe|1f1b after the \
-                 mesh"
+                "parallelism `{cell}`: `{w}`: write mode=auto|shard_map, zero=1|2, sp, schedule=gpipe|1f1b or \
+                 order=contiguous|zigzag after the mesh"
             )
         };
         match w.split_once('=') {
@@ -347,6 +352,7 @@ fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
             }
             Some(("zero", z)) => p.zero = Zero::parse(z).ok_or_else(bad)?,
             Some(("schedule", s)) => p.schedule = Schedule::parse(s).ok_or_else(bad)?,
+            Some(("order", o)) => p.cp_order = CpOrder::ALL.into_iter().find(|c| c.name() == o).ok_or_else(bad)?,
             None if *w == "sp" => p.sequence_parallel = true,
             _ => return Err(bad()),
         }
