@@ -4,46 +4,49 @@
 // It is the page's entry and owns the run: the settings and the hash, the session, the live
 // figures and the cost model's bars, the adapter and the self-test. Its other parts are modules
 // it imports and hands what they need: format.js (numbers and names), dom.js ($ and el),
-// charts.js, inspector.js (the programs), story.js (the seed's story), strategy.js (which
+// fields.js (the settings' grammar and the link), charts.js, inspector.js (the programs),
+// story.js and story_run.js (the report's story and its measurement), strategy.js (which
 // strategy?), learn.js, editor.js and calibrate.js.
 // State for tests: document.body.dataset.state (loading | no-webgpu | ready | error),
 // document.body.dataset.run (the session's phase), document.body.dataset.selftest
 // (running | done), and window.shardlab.
 
 import {
-  LEARN_FIELDS, initLearn, learnFacts, parseLr, renderExamplePrediction, renderSample, renderSampleStep, renderTask,
+  initLearn, learnFacts, renderExamplePrediction, renderSample, renderSampleStep, renderTask,
 } from './learn.js';
+import * as fields from './fields.js';
+import {
+  FIELDS, fieldText, parseField, settingsHash,
+} from './fields.js';
 import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, median, quantile, sentence,
+  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
 import { renderTimeline } from './timeline.js';
 import { init as initStory, renderStory } from './story.js';
+import * as storyRun from './story_run.js';
 import { renderStrategy } from './strategy.js';
+import * as mesh from './mesh.js';
 
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
   last: null, steps: 0, playing: false, busy: false, charts: {}, hashNotice: null,
   // The session: one phase at a time, and the actions waiting for the next step boundary.
   phase: 'idle', queue: [], driving: false, deviceLost: false,
-  // Story measurements, per settings (minus mode and RNG layout), then per RNG layout: the
-  // paired steps' statistics, profiles, and both programs' summaries.
-  story: { measured: {}, profiles: {}, summaries: {}, overlap: null },
+  // The story: its run for this adapter (`choice`), the report's run priced (`report`), the
+  // last run of the story (`result`, story_run.js), both programs' summaries per settings
+  // (minus mode and RNG layout) and layout, the mask overlap, and a link's unreadable results.
+  story: { choice: null, report: null, result: null, summaries: {}, overlap: null, linkError: null },
 };
 window.shardlab = state;
 
 let lab = null; // the wasm handle
 let wasm = null;
 let presets = null; // {default, presets: {name: settings}, devices: [...]}
-/** Paired rounds "Run the story" measures: in each, one step of both modes under each RNG
- * layout, the layouts' order alternating from round to round. */
-const STORY_ROUNDS = 5;
-/** Paired steps a layout needs before the story reports its ratio. */
-const STORY_MIN_STEPS = 3;
 
 function setState(s, status) {
   document.body.dataset.state = s;
@@ -87,113 +90,13 @@ function noWebGpu(reason) {
 
 // ---- settings, controls and the URL hash ---------------------------------------------------
 
-// The one grammar of every setting: the hash reader and the form both parse with it, so a link
-// the page writes always reopens, and a value the form accepts is one a link may carry. The
-// preset names and the numeric bounds are the core's (shardlab::plan::Preset and PAGE_LIMITS),
-// filled in by applyCoreLimits before any setting is read.
-const FIELDS = {
-  preset: { kind: 'enum', values: [] },
-  mode: { kind: 'enum', values: ['auto', 'shard_map', 'both'] },
-  mesh: { kind: 'mesh' },
-  layers: { kind: 'int' },
-  d_model: { kind: 'int' },
-  heads: { kind: 'int' },
-  seq: { kind: 'int' },
-  batch: { kind: 'int' },
-  vocab: { kind: 'int' },
-  dropout: { kind: 'float' },
-  attention: { kind: 'enum', values: ['fused', 'unfused'] },
-  remat: { kind: 'enum', values: ['none', 'full', 'dots'] },
-  microbatches: { kind: 'int' },
-  cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
-  schedule: { kind: 'enum', values: [] }, // the core's pipeline schedules (applyCoreLimits)
-  rng: { kind: 'enum', values: ['original', 'partitionable'] },
-  dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
-  combine: { kind: 'bool' },
-  device: { kind: 'enum', values: [] }, // filled from the core's device presets
-  ...LEARN_FIELDS, // task, optimizer, lr (learn.js)
-};
-
-/** One value from its text, or throws a message naming the problem (in the page's words). */
-function parseField(name, text) {
-  // Own properties only: `constructor` or `__proto__` in a link is an unknown setting.
-  const f = Object.hasOwn(FIELDS, name) ? FIELDS[name] : null;
-  if (!f) throw new Error(`unknown setting “${name.slice(0, 40)}”`);
-  const bad = (why) => new Error(`${name} “${text.slice(0, 40)}” ${why}`);
-  switch (f.kind) {
-    case 'enum':
-      if (!f.values.includes(text)) throw bad(`is not one of ${f.values.join(', ')}`);
-      return text;
-    case 'mesh':
-      if (/^[A-Za-z_]\w{0,15}=\d{1,3}(,[A-Za-z_]\w{0,15}=\d{1,3}){2,}$/.test(text)) {
-        throw bad('has more than two axes: a mesh here has one or two (dp, tp), like dp=4 or dp=2,tp=2');
-      }
-      if (!/^[A-Za-z_]\w{0,15}=\d{1,12}(,[A-Za-z_]\w{0,15}=\d{1,12})?$/.test(text)) throw bad('is not a mesh like dp=4 or dp=2,tp=2');
-      {
-        const devices = text.split(',').reduce((n, axis) => n * Number(axis.split('=')[1]), 1);
-        if (devices > presets.max_devices) throw bad(`has ${fmtInt(devices)} devices: the page simulates at most ${presets.max_devices}`);
-      }
-      return text;
-    case 'int': {
-      if (!/^\d+$/.test(text)) throw bad('is not a whole number');
-      const n = Number(text);
-      if (n < f.min || n > f.max) throw bad(`is outside ${f.min} to ${f.max}`);
-      return n;
-    }
-    case 'float': {
-      // Plain decimals only (no exponent): what String() writes for every value in range.
-      if (!/^\d{1,3}(\.\d{1,17})?$/.test(text)) throw bad('is not a decimal number like 0.1');
-      const x = Number(text);
-      if (!(x >= f.min && x <= f.max)) throw bad(`is outside ${f.min} to ${f.max}`);
-      if (String(x).includes('e')) throw bad(`is too small to write as a decimal: use 0 or at least 0.000001`);
-      return x;
-    }
-    case 'lr':
-      return parseLr(text);
-    case 'bool':
-      if (!['0', '1', 'true', 'false'].includes(text)) throw bad('is not 0 or 1');
-      return text === '1' || text === 'true';
-    default:
-      throw bad('is not understood');
-  }
-}
-
-/** A value as the hash and the controls write it: numbers in their shortest round-trip form. */
-const fieldText = (k, v) => (FIELDS[k].kind === 'bool' ? (v ? '1' : '0') : String(v));
-
-function defaultSettings() {
-  return { ...presets.presets[presets.default] };
-}
-
-/** The longest hash the page reads: every setting and a spec for each parameter fit in far less. */
-const MAX_HASH = 8000;
-
-/** Settings from the hash, or defaults (with the reason) when the hash is malformed. */
-function settingsFromHash() {
-  const raw = location.hash.replace(/^#/, '');
-  if (!raw) return { settings: defaultSettings(), problem: null };
-  try {
-    if (raw.length > MAX_HASH) throw new Error(`it is ${fmtInt(raw.length)} characters long, and a link here has at most ${fmtInt(MAX_HASH)}`);
-    const params = new URLSearchParams(raw);
-    const given = {};
-    const specs = {};
-    for (const [k, v] of params) {
-      if (Object.hasOwn(given, k) || Object.hasOwn(specs, k)) throw new Error(`“${k.slice(0, 40)}” appears twice`);
-      if (editor.isSpecKey(k)) specs[k] = v;
-      else given[k] = parseField(k, v);
-    }
-    const base = presets.presets[given.preset || presets.default];
-    const settings = { ...base, ...given };
-    return { settings: { ...settings, specs: editor.readHash(settings, specs) }, problem: null };
-  } catch (e) {
-    return { settings: defaultSettings(), problem: e.message };
-  }
-}
-
+/** The link: the settings, and the story's results where they were measured on these settings
+ * (the mode and the RNG layout aside: the story runs both). */
 function hashOf(s) {
-  const p = new URLSearchParams();
-  for (const k of Object.keys(FIELDS)) p.set(k, fieldText(k, s[k]));
-  editor.writeHash(p, s);
+  const p = settingsHash(s);
+  const r = state.story.result;
+  const results = r ? storyRun.hashValue() : null;
+  if (results && storyKey(r.settings) === storyKey(s)) p.set('story', results);
   return `#${p.toString()}`;
 }
 
@@ -204,9 +107,51 @@ function showHashNotice(problem) {
     box.hidden = true;
     return;
   }
-  box.replaceChildren(el('strong', {}, 'The link’s settings could not be read, so the defaults are shown. '),
+  box.replaceChildren(el('strong', {}, 'Part of the link could not be read and is left out; the rest of its settings are shown. '),
     el('span', {}, `(${problem})`));
   box.hidden = false;
+}
+
+/**
+ * Opens a link: its settings in the controls, each unreadable one shown as written and marked
+ * at its control (then nothing runs until it is fixed, as when typed), and its story results.
+ */
+function openLink() {
+  const { settings, bad, errors, story, problem } = fields.readLink(location.hash);
+  showHashNotice(problem);
+  writeControls(settings);
+  for (const [k, text] of Object.entries(bad)) {
+    const input = controlNamed(k);
+    if (input && input.tagName === 'SELECT' && ![...input.options].some((o) => o.value === text)) {
+      input.append(el('option', { value: text, 'data-from-link': '' }, text));
+    }
+    if (input) input.value = text;
+  }
+  openSpecsOf(settings);
+  state.story.linkError = null;
+  if (story !== null) {
+    try {
+      state.story.result = storyRun.readHashValue(story, settings);
+    } catch (e) {
+      state.story.linkError = e.message;
+    }
+  }
+  if (errors.length) {
+    state.settings = settings;
+    refuseSettings(errors);
+    return;
+  }
+  request({ kind: 'configure', settings, updateHash: !problem });
+}
+
+/** Settings the page's grammar refuses: marked at their controls, and nothing runs. */
+function refuseSettings(errors) {
+  markFieldErrors(errors);
+  state.queue = [];
+  state.playing = false;
+  state.configured = null;
+  renderUnconfigured();
+  updateButtons();
 }
 
 const form = () => $('settings');
@@ -220,7 +165,10 @@ function writeControls(s) {
     else input.value = fieldText(k, s[k]);
   }
   editor.write(s);
+  mesh.render();
   writeFoldFacts(s);
+  for (const o of f.querySelectorAll('option[data-from-link]')) if (!o.selected) o.remove();
+  window.dispatchEvent(new Event('shardlab:controls'));
 }
 
 /** The controls' settings and, for each control whose text the grammar refuses, its error. */
@@ -258,7 +206,8 @@ function markFieldErrors(errors) {
     for (const old of root.querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
   }
   for (const e of errors) {
-    const input = e.field && controlNamed(e.field);
+    // A mesh axis's refusal sits at that axis's size, or the mesh where it has none.
+    const input = e.field && (controlNamed(e.field) || (e.field.startsWith('mesh.') && controlNamed('mesh')));
     const label = input ? input.closest('label') : form().querySelector('label');
     const id = `error-${e.field || 'settings'}`;
     if (input) {
@@ -271,7 +220,7 @@ function markFieldErrors(errors) {
     // A spec field's own reason says the same: the message shows once.
     const reason = input && input.closest('.spec-field')?.querySelector('.spec-reason');
     if (reason) reason.hidden = true;
-    label.after(el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, e.message));
+    label.after(el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, pageWords(e.message)));
   }
   $('settings-blocked').hidden = errors.length === 0;
 }
@@ -287,20 +236,27 @@ function writeFoldFacts(s) {
     model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
     learning: learnFacts(s),
     memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
-      : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${['zero1', 'zero2', 'fsdp'].includes(s.preset) ? `, ${s.preset}` : ''}`,
-    sequence: `${({ cp: 'context parallel', tp_sp: 'sequence parallel' })[s.preset] || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
+      : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${shardedState(s) ? `, ${shardedState(s)}` : ''}`,
+    sequence: `${[mesh.hasAxis(s.mesh, 'cp') ? 'context parallel' : null, mesh.hasAxis(s.mesh, 'tp') && s.sequence_parallel ? 'sequence parallel' : null].filter(Boolean).join(' and ') || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
     pipeline: `${s.schedule}, ${s.microbatches} microbatches`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
-  $('cp-order-note').hidden = !(s.preset === 'cp' && s.cp_order === 'zigzag');
+  $('dropout-note').textContent = s.dropout > 0
+    ? `With dropout ${s.dropout} the two modes’ losses differ from the first step, and that is not a bug: each draws its own masks. Automatic mode slices every device’s block out of one global mask; shard_map’s body draws each device’s mask from its key (${s.dropout_key === 'same' ? 'the same key on every device' : 'fold_in(key, axis_index(\'dp\'))'}). At dropout 0 no mask is drawn, and the losses agree.`
+    : 'At dropout 0 no mask is drawn, so both modes compute the same losses; with dropout each draws its own masks, and their losses differ.';
+  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag');
   placePipelineControls(s);
 }
 
-/** Whether the settings' preset is a pipeline (the core's list). */
-const isPipeline = (s) => presets.pipelines.includes(s.preset);
+/** Whether the settings' mesh runs a pipeline (a pp axis). */
+const isPipeline = (s) => mesh.hasAxis(s.mesh, 'pp');
+
+/** What shards the optimizer state beyond the parameters' own split: ZeRO on dp, or an fsdp axis. */
+const shardedState = (s) => [mesh.hasAxis(s.mesh, 'dp') && s.zero !== '0' ? `ZeRO-${s.zero}` : null,
+  mesh.hasAxis(s.mesh, 'fsdp') ? 'fsdp' : null].filter(Boolean).join(', ');
 
 /**
  * The pipeline fold shows for a pipeline's preset, or where a schedule other than the default
@@ -332,7 +288,7 @@ function renderPipeline(r) {
   }
   const refused = r && r.refused && r.refused.auto;
   $('pipeline-auto').hidden = !refused;
-  $('pipeline-auto').textContent = refused ? sentence(refused) : '';
+  $('pipeline-auto').textContent = refused ? sentence(pageWords(refused)) : '';
 }
 
 /** A line for a panel that shows only the modes the core could plan: which one it could not. */
@@ -383,6 +339,8 @@ async function drive() {
           state.queue = [];
           state.playing = false;
         }
+      } else if (action.kind === 'call') {
+        action.fn();
       } else if (action.kind === 'reset') {
         await doReset();
       } else if (action.kind === 'step') {
@@ -391,7 +349,7 @@ async function drive() {
           state.playing = false;
           continue;
         }
-        if (!(await stepOnce(action.profiled))) {
+        if (!(await stepOnce(action.profiled, action.story))) {
           state.queue = [];
           state.playing = false;
         } else {
@@ -402,6 +360,7 @@ async function drive() {
     }
   } finally {
     state.driving = false;
+    storyRun.idle();
     setPhase(state.error ? 'error' : state.steps > 0 ? 'paused' : 'idle');
   }
 }
@@ -424,11 +383,12 @@ function stepFailed(message) {
   }
 }
 
-async function stepOnce(profiled = false) {
+async function stepOnce(profiled = false, story = null) {
   state.busy = true;
   setPhase(state.steps === 0 ? 'building' : 'stepping');
   try {
-    const r = JSON.parse(await (profiled ? lab.step_profiled() : lab.step()));
+    // The story's profile is the quick one: its categories, no floors.
+    const r = JSON.parse(await (profiled ? lab.step_profiled(!story) : lab.step()));
     if (r.discarded) return true; // the run was replaced meanwhile: nothing to show
     if (!r.ok) {
       stepFailed(r.error);
@@ -447,7 +407,7 @@ async function stepOnce(profiled = false) {
       return false;
     }
     clearError();
-    record(r);
+    record(r, story);
     return true;
   } finally {
     state.busy = false;
@@ -476,32 +436,28 @@ async function doReset() {
 
 // ---- configure and train ------------------------------------------------------------------
 
-/** Key of the story's measurements: the settings except the mode and the RNG layout. */
-const storyKey = (s) => hashOf({ ...s, mode: 'both', rng: 'original' });
-/** Key of the charts' history: the settings except the RNG layout, so both layouts' steps of
- * one experiment stay on the charts side by side. */
-const historyKey = (s) => hashOf({ ...s, rng: 'original' });
+/** Key of one experiment: the settings except the mode and the RNG layout. The charts keep its
+ * history (both layouts' and every mode's steps side by side, so switching the mode or the
+ * layout loses none), and the story's results belong to it. */
+const historyKey = (s) => settingsHash({ ...s, mode: 'both', rng: 'original' }).toString();
+const storyKey = historyKey;
 
 function applySettings(s, { updateHash = true, fresh = false } = {}) {
+  const before = state.settings;
   state.settings = s;
   if (updateHash) history.replaceState(null, '', hashOf(s));
   const r = JSON.parse(lab.configure(JSON.stringify(s), !fresh));
   if (!r.ok) {
-    state.configured = null;
-    state.programs = null;
-    state.timeline = null;
-    $('timeline-body').replaceChildren();
-    renderPipeline(null);
     markFieldErrors(r.errors);
-    resetView();
-    renderStory();
-    renderTask(null);
+    renderUnconfigured();
+    renderPipeline(r.pipeline ? r : null);
     return false;
   }
   markFieldErrors([]);
   if (!state.deviceLost) clearError();
   state.configured = r;
   resetView(r, historyKey(s));
+  renderModeNotice(before, s, r);
   state.programs = JSON.parse(lab.programs());
   renderPipeline(r);
   // The story compares the two modes: kept only where both are planned.
@@ -516,10 +472,46 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
-  $('run-facts').textContent = `${s.preset} preset · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
+  $('run-facts').textContent = `mesh ${s.mesh} · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
   renderPrediction(r.prediction);
   showTimeline();
   return true;
+}
+
+/** Settings that do not run: every figure of a run says so, none shows a stale or empty value. */
+function renderUnconfigured() {
+  state.configured = null;
+  state.programs = null;
+  state.timeline = null;
+  $('timeline-body').replaceChildren(el('p', { class: 'muted small', 'data-testid': 'timeline-empty' }, 'Fix the marked settings to see a step in time.'));
+  renderPipeline(null);
+  // The charts keep the experiment's history: fixing the settings back resumes its run.
+  if (!state.history) resetView();
+  renderStory();
+  renderTask(null);
+  $('modelled-on').textContent = 'the chosen devices (fix the marked settings)';
+  $('chart-modelled').replaceChildren();
+  $('chart-memory').replaceChildren();
+}
+
+/** After the mode changed with nothing else: which modes go on, and which are kept where they
+ * stopped (the core keeps a stopped mode's trainer while it fits the page's GPU budget). */
+function renderModeNotice(before, s, r) {
+  const box = $('mode-notice');
+  const switched = before && before.mode !== s.mode && historyKey(before) === historyKey(s) && before.rng === s.rng;
+  if (!switched) {
+    if (before && historyKey(before) !== historyKey(s)) box.hidden = true;
+    return;
+  }
+  const steps = r.mode_steps || {};
+  const running = r.modes;
+  const kept = MODES.filter((m) => !running.includes(m) && steps[m]);
+  const from = (m) => `${MODE_LABEL[m]} from step ${fmtInt(steps[m] || 0)}`;
+  const goesOn = running.length > 1 ? `Both modes go on: ${running.map(from).join(', ')}.` : `${sentence(from(running[0]).replace(' from', ' goes on from'))}.`;
+  box.textContent = r.resumed
+    ? `${goesOn}${kept.map((m) => ` ${MODE_LABEL[m]}’s run is kept at step ${fmtInt(steps[m])}: switch back to resume it; its steps stay on the charts.`).join('')}`
+    : `${sentence(running.map((m) => MODE_LABEL[m]).join(' and '))} ${running.length > 1 ? 'start' : 'starts'} a new run: the previous one could not be kept beside it on this GPU.`;
+  box.hidden = false;
 }
 
 // ---- the timeline: drawn by timeline.js from the core's modelled timelines -----------------
@@ -588,28 +580,7 @@ function seriesOf(mode, rng) {
   return (all[seriesKey(mode, rng)] ||= { mode, rng, measured: [], loss: [] });
 }
 
-/**
- * The story's statistics of a layout's paired steps: each plain step after the first (the
- * warm-up) that ran both modes gives one paired ratio, automatic over shard_map, measured in the
- * same step. The ratio is their median, the spread their interquartile range.
- */
-function pairedStats(rng) {
-  const a = state.history.series[seriesKey('auto', rng)];
-  const m = state.history.series[seriesKey('shard_map', rng)];
-  if (!a || !m) return null;
-  const pairs = [];
-  for (let i = 1; i < Math.max(a.measured.length, m.measured.length); i++) {
-    if (a.measured[i] != null && m.measured[i] != null) pairs.push([a.measured[i], m.measured[i]]);
-  }
-  if (pairs.length < STORY_MIN_STEPS) return null;
-  const ratios = pairs.map(([x, y]) => x / y);
-  return {
-    auto: median(pairs.map(([x]) => x)), shard_map: median(pairs.map(([, y]) => y)),
-    ratio: median(ratios), q1: quantile(ratios, 0.25), q3: quantile(ratios, 0.75), steps: pairs.length,
-  };
-}
-
-function record(r) {
+function record(r, story = null) {
   state.last = r;
   state.steps = r.step + 1;
   for (const m of MODES) {
@@ -619,8 +590,9 @@ function record(r) {
     // A profiled step waits after every phase: its time is not a step time, so it is neither
     // charted nor shown as the last step time. The loss it reads back is not reliable in
     // automatic mode (the step re-runs forward and backward under timestamp queries) either.
-    line.measured[r.step] = s.profiled ? null : s.step_ms;
-    line.loss[r.step] = s.profiled ? null : s.loss;
+    // Each mode's own step: a mode switched off and on again goes on from where it stopped.
+    line.measured[s.step] = s.profiled ? null : s.step_ms;
+    line.loss[s.step] = s.profiled ? null : s.loss;
   }
   const ran = MODES.filter((m) => r.modes[m]);
   const profiled = ran.some((m) => r.modes[m].profiled);
@@ -638,14 +610,8 @@ function record(r) {
   for (const m of ran) if (r.modes[m].example_prediction) renderExamplePrediction(state.steps, r.modes[m].example_prediction);
   for (const m of ran) if (r.modes[m].sample) renderSample(state.steps, r.modes[m].sample, r.modes[m].loss);
   renderSampleStep(state.steps);
-  const key = storyKey(state.settings);
-  if (profiled) {
-    state.story.profiles[key] = { ...(state.story.profiles[key] || {}), [state.settings.rng]: r.modes };
-    renderBreakdown(r);
-  }
-  // The story's gap: this layout's paired steps so far.
-  const stats = pairedStats(state.settings.rng);
-  if (stats) state.story.measured[key] = { ...(state.story.measured[key] || {}), [state.settings.rng]: stats };
+  if (profiled) renderBreakdown(r);
+  storyRun.stepped(r, story);
   renderStory();
 }
 
@@ -703,8 +669,9 @@ function floorNote(modes) {
   const f = modes.map(([, x]) => x.floor).find((x) => x);
   if (!f) {
     const why = modes.map(([, x]) => x.floor_error).find((x) => x);
-    return el('p', { class: 'muted small', 'data-testid': 'floor-note' },
-      `No floor: this GPU’s ceilings could not be measured${why ? ` (${why})` : ''}. The profile above does not need them.`);
+    return el('p', { class: 'muted small', 'data-testid': 'floor-note' }, why
+      ? `No floor: this GPU’s ceilings could not be measured (${why}). The profile above does not need them.`
+      : 'No floor: this profile was the story’s, which measures the categories only; “Where does the time go?” also measures this GPU’s ceilings for each category’s floor.');
   }
   const perMode = modes.filter(([, x]) => x.floor).map(([m, x]) => {
     const parts = Object.entries(x.floor.categories_ms)
@@ -714,8 +681,8 @@ function floorNote(modes) {
   });
   return el('p', { class: 'small', 'data-testid': 'floor-note' },
     `Floor: every op at the larger of its FLOPs at ${f.fma_gflops.toFixed(1)} GFLOP/s and its bytes at ${f.copy_gbps.toFixed(2)} GB/s, `
-    + 'both measured on this GPU (FMAs alone, and a storage-buffer copy); launches not counted. No kernel gets below it here. '
-    + 'Each category’s time over its floor:', ...perMode);
+    + 'both measured on this GPU (FMAs alone, and a storage-buffer copy); launches not counted. '
+    + 'Each category’s time over its floor (a category under 1× is not faster than the floor: the profile shares each phase’s time out by its ops timed alone, and charges some categories less than they took):', ...perMode);
 }
 
 // ---- the cost model: modelled steps on real devices ----------------------------------------
@@ -770,8 +737,7 @@ function estimatedFigures(labels) {
 function renderPrediction(pr) {
   // web/calibrate.js shows its recalibrate button when the prediction is for this GPU.
   window.dispatchEvent(new CustomEvent('shardlab:prediction', { detail: pr }));
-  $('modelled-n').textContent = String(pr.devices);
-  $('modelled-device').textContent = pr.label;
+  $('modelled-on').textContent = `${pr.devices} × ${pr.label}`;
   const planned = MODES.filter((m) => pr.modes[m]);
   const scale = Math.max(...planned.map((m) => pr.modes[m].step_ms));
   const fits = planned.every((m) => pr.modes[m].fits);
@@ -823,7 +789,7 @@ function renderMemory(pr) {
   const s = state.settings || {};
   const levers = [
     (s.microbatches || 1) > 1 ? 'microbatches' : null,
-    ['zero1', 'zero2'].includes(s.preset) ? s.preset : null,
+    mesh.hasAxis(s.mesh || '', 'dp') && s.zero && s.zero !== '0' ? `ZeRO-${s.zero}` : null,
     s.remat && s.remat !== 'none' ? 'remat' : null,
   ].filter(Boolean);
   $('chart-memory').replaceChildren(
@@ -840,12 +806,13 @@ function renderMemory(pr) {
 function overflowWords(modes, label = (m) => MODE_LABEL[m]) {
   const seen = new Set();
   const lines = Object.entries(modes).filter(([, x]) => x.overflow && !seen.has(x.overflow) && seen.add(x.overflow));
-  return el('span', { 'data-testid': 'overflow' }, lines.map(([m, x]) => el('span', { class: 'overflow' }, `${label(m)} ${x.overflow} `)));
+  return el('span', { 'data-testid': 'overflow' }, lines.map(([m, x]) => el('span', { class: 'overflow' }, `${label(m)} ${pageWords(x.overflow)} `)));
 }
 
 /** The JAX report's experiment at full size, predicted (computed once, on demand). */
 function renderScaleUp() {
   const box = $('scale-up-result');
+  if (state.story.report) return showScaleUp(box, state.story.report);
   box.replaceChildren(el('p', { class: 'muted small' }, 'Building and pricing four programs…'));
   // Yield once so the line above paints before the (synchronous) work.
   setTimeout(() => showScaleUp(box, JSON.parse(wasm.Shardlab.scale_up())), 30);
@@ -872,7 +839,7 @@ function showScaleUp(box, r) {
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact' },
       el('thead', {}, el('tr', {}, el('th', {}, 'RNG layout'), el('th', { class: 'num' }, 'automatic'), el('th', { class: 'num' }, 'shard_map'), el('th', { class: 'num' }, 'ratio'), el('th', {}, 'memory'))),
       el('tbody', {}, rows))),
-    c.batch < r.report_batch ? el('p', { class: 'small', 'data-testid': 'scale-up-batch-note' }, `Batch ${c.batch}, not the report’s ${r.report_batch}: at batch ${r.report_batch} the global logits have more elements than a ${r.address_bits}-bit WebAssembly page can index. \`shardlab plan\` predicts batch ${r.report_batch} natively.`) : null,
+    c.batch < r.report_batch ? el('p', { class: 'small', 'data-testid': 'scale-up-batch-note' }, `Batch ${c.batch}, not the report’s ${r.report_batch}: at batch ${r.report_batch} the global logits have more elements than a ${r.address_bits}-bit WebAssembly page can index. The native build predicts batch ${r.report_batch}.`) : null,
     el('p', { class: 'muted small' }, 'The JAX report measured 2.95 s/it (automatic) vs 1.09 s/it (shard_map) on a TPU v4-8 with the original layout: 2.7×.'),
     unfusedWords(r),
   ].filter(Boolean));
@@ -914,8 +881,6 @@ function updateButtons() {
   const stepping = state.driving && (state.busy || state.queue.length > 0);
   $('single').disabled = !ready || state.playing;
   $('profile').disabled = !ready || state.playing;
-  // The story compares both modes: not where one of them cannot plan the settings.
-  $('story-run').disabled = !ready || Object.keys(state.configured.refused || {}).length > 0;
   const label = state.playing ? 'training' : { idle: 'ready', building: 'building', stepping: 'stepping', paused: 'paused', error: 'error' }[state.phase];
   $('run-state').textContent = stepping && !state.playing ? (state.phase === 'building' ? 'building' : 'stepping') : label;
   $('run-state').className = `badge ${state.playing ? 'pass' : state.phase === 'error' ? 'fail' : ''}`;
@@ -956,36 +921,6 @@ function changeSettings(change) {
   writeControls(next);
   showHashNotice(null);
   request({ kind: 'configure', settings: next });
-}
-
-/**
- * Measures the story on `base` (the current settings unless given): a warm-up step under each
- * RNG layout, then STORY_ROUNDS paired rounds, each one step of both modes under each layout,
- * the layouts' order alternating, so drift in the machine's speed falls on both alike. The
- * core keeps the other layout's run parked, so flipping back resumes it without a rebuild. It
- * ends on the original layout, where the story starts.
- */
-function runStory(base) {
-  const { settings, errors } = readControls();
-  if (errors.length && !base) {
-    markFieldErrors(errors);
-    return;
-  }
-  const start = { ...(base || settings), mode: 'both' };
-  const under = (rng) => [{ kind: 'configure', settings: { ...start, rng } }, { kind: 'step' }];
-  // Round 1 original then partitionable, round 2 the other way, and so on: a layout that runs
-  // twice in a row is configured once (configuring the current settings again starts over).
-  const rounds = Array.from({ length: STORY_ROUNDS }, (_, i) => (i % 2 ? ['partitionable', 'original'] : ['original', 'partitionable']));
-  const order = ['partitionable', ...rounds.flat()];
-  state.playing = false;
-  state.story.measured[storyKey(start)] = {};
-  writeControls(start);
-  showHashNotice(null);
-  // The warm-up runs start fresh, so no step from before the story counts.
-  const fresh = (rng) => [{ kind: 'configure', settings: { ...start, rng }, fresh: true }, { kind: 'step' }];
-  request(...fresh('original'), ...fresh('partitionable'),
-    ...order.slice(1).flatMap((rng, i) => (rng === order[i] ? [{ kind: 'step' }] : under(rng))),
-    ...(order.at(-1) === 'original' ? [] : [{ kind: 'configure', settings: { ...start, rng: 'original' } }]));
 }
 
 // ---- the task: renderTask, renderExamplePrediction and renderSample live in learn.js -----
@@ -1106,6 +1041,7 @@ async function runSelftest() {
 function applyCoreLimits() {
   FIELDS.preset.values = presets.order;
   FIELDS.schedule.values = presets.schedules;
+  FIELDS.zero.values = presets.zero_stages;
   const offered = [...form().elements.namedItem('schedule').options].map((o) => o.value);
   if (offered.join() !== presets.schedules.join()) {
     throw new Error(`the page offers the schedules ${offered.join(', ')} and the core has ${presets.schedules.join(', ')}`);
@@ -1121,7 +1057,8 @@ function applyCoreLimits() {
   if (unbounded.length) throw new Error(`the core sent no bounds for ${unbounded.map(([n]) => n).join(', ')}`);
 }
 
-function wireControls() {
+function wireControls(thisGpu, adapterInfo) {
+  mesh.init({ el, axes: presets.axes, coordText, deviceColor });
   $('device').replaceChildren(...presets.devices.map((d) => el('option', { value: d.name }, d.label)));
   FIELDS.device.values = presets.devices.map((d) => d.name);
   const onChange = (e) => {
@@ -1141,11 +1078,7 @@ function wireControls() {
     }
     if (errors.length) {
       // Refused by the page's grammar (the same one links use): said at the control, not run.
-      markFieldErrors(errors);
-      state.queue = [];
-      state.playing = false;
-      state.configured = null;
-      updateButtons();
+      refuseSettings(errors);
       return;
     }
     request({ kind: 'configure', settings });
@@ -1164,14 +1097,7 @@ function wireControls() {
     state.playing = false;
     request({ kind: 'reset' });
   });
-  const seed = () => ({ ...presets.presets.seed, mode: 'both', device: readControls().settings.device });
-  $('story-load').addEventListener('click', () => {
-    const s = seed();
-    writeControls(s);
-    showHashNotice(null);
-    request({ kind: 'configure', settings: s });
-  });
-  $('story-run').addEventListener('click', () => runStory());
+  $('story-run').addEventListener('click', () => storyRun.runOrCancel().catch(fatal));
   $('scale-up-run').addEventListener('click', () => renderScaleUp());
   $('strategy-run').addEventListener('click', () => {
     const { settings, errors } = readControls();
@@ -1182,23 +1108,25 @@ function wireControls() {
     renderStrategy(wasm, settings, (change) => changeSettings(change));
   });
   $('reproduce').addEventListener('click', () => {
-    runStory(seed());
+    if (!(state.story.result && state.story.result.running)) storyRun.runOrCancel().catch(fatal);
     $('story').scrollIntoView({ behavior: 'smooth', block: 'start' });
   });
   $('selftest-run').addEventListener('click', () => runSelftest().catch(fatal));
   window.addEventListener('hashchange', () => {
-    if (location.hash === hashOf(state.settings || {})) return;
-    const { settings, problem } = settingsFromHash();
-    showHashNotice(problem);
-    writeControls(settings);
-    openSpecsOf(settings);
-    request({ kind: 'configure', settings, updateHash: !problem });
+    if (state.settings && location.hash === hashOf(state.settings)) return;
+    openLink();
   });
   wireInspector();
   initStory({ state, storyKey, changeSettings });
+  storyRun.init({
+    state, wasm, request, readControls, writeControls, showHashNotice, thisGpu, adapter: adapterInfo,
+    render: () => { renderStory(); updateButtons(); },
+    writeHash: () => { if (state.settings) history.replaceState(null, '', hashOf(state.settings)); },
+  });
   editor.init({
     wasm, el, deviceColor, coordText, changeSettings,
     lab: () => lab, settings: () => state.settings, programs: () => state.programs,
+    prediction: () => state.configured && state.configured.prediction,
     devices: () => (state.configured ? state.configured.devices : 1),
   });
 }
@@ -1224,6 +1152,7 @@ async function main() {
   await wasm.default();
   $('version').textContent = `shardlab ${wasm.Shardlab.version()}`;
   presets = JSON.parse(wasm.Shardlab.presets());
+  fields.init({ presets, editor });
   applyCoreLimits();
 
   setState('loading', 'Opening the GPU…');
@@ -1236,20 +1165,28 @@ async function main() {
 
   // "this GPU" joins the modelled device kinds (web/calibrate.js).
   const thisGpu = setupThisGpu({ wasm, lab, adapter: state.adapter, presets, el });
-  wireControls();
+  const info = probe.info || {};
+  wireControls(thisGpu, {
+    name: state.adapter.name, device_type: state.adapter.device_type, vendor: info.vendor || '',
+    architecture: info.architecture || '', description: info.description || '', fallback: !!(info.isFallbackAdapter ?? probe.isFallbackAdapter),
+  });
   thisGpu.wire($('device'), $('device').closest('label'));
   for (const id of ['controls', 'live', 'shardings', 'timeline', 'story', 'scale-up', 'strategy', 'inspector', 'glossary', 'selftest']) $(id).hidden = false;
   $('timeline-overlap').addEventListener('change', () => { if (state.configured) showTimeline(); });
   $('timeline-download').addEventListener('click', downloadTrace);
   initLearn();
-  const { settings, problem } = settingsFromHash();
-  showHashNotice(problem);
-  writeControls(settings);
-  openSpecsOf(settings);
   setPhase('idle');
-  applySettings(settings, { updateHash: !problem });
+  openLink();
+  setState('ready');
   updateButtons();
-  setState('ready', 'Ready: press Play');
+  // The report's run priced, and the story's run for this adapter: after the first paint.
+  setTimeout(() => {
+    state.story.report = JSON.parse(wasm.Shardlab.scale_up());
+    storyRun.choose().then((c) => {
+      state.story.choice = state.story.choice || c;
+      renderStory();
+    }).catch(fatal);
+  }, 0);
 }
 
 main().catch(fatal);

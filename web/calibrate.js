@@ -103,8 +103,10 @@ export function setupThisGpu({ wasm, lab, adapter, presets, el, status = () => {
       });
     });
     window.addEventListener('shardlab:prediction', show);
+    // Controls written by the page (a link, a preset) fire no change event.
+    window.addEventListener('shardlab:controls', show);
     show();
   }
 
-  return { wire, isCalibrated: () => calibrated };
+  return { wire, calibrate, isCalibrated: () => calibrated };
 }

@@ -88,7 +88,7 @@ function createCharts(lines) {
 
 /**
  * Every series of the history, by step: the x axis is the step of each series' own run, so the
- * two layouts' step k share a column. The charts are rebuilt when a series joins or leaves.
+ * two layouts' (and the modes') step k share a column. The charts are rebuilt when a series joins or leaves.
  */
 export function updateCharts() {
   if (!uPlot) return;
@@ -97,8 +97,10 @@ export function updateCharts() {
   const chart = Object.values(state.charts)[0];
   if (!chart || chart.lines.join(' ') !== names) createCharts(lines);
   const n = Math.max(0, ...lines.map((l) => Math.max(l.measured.length, l.loss.length)));
-  const steps = Array.from({ length: n }, (_, i) => i);
+  const index = Array.from({ length: n }, (_, i) => i);
+  // The x axis counts steps as the counter does: the first step is step 1.
+  const steps = index.map((i) => i + 1);
   for (const [key, c] of Object.entries(state.charts)) {
-    c.setData([steps, ...lines.map((l) => steps.map((i) => l[key][i] ?? null))]);
+    c.setData([steps, ...lines.map((l) => index.map((i) => l[key][i] ?? null))]);
   }
 }

@@ -4,11 +4,14 @@
 // the wasm's (the core's parser and NamedSharding); this module only renders and reads fields.
 // Specs live in settings.specs ({name: "P(None, 'tp')"}) and in the hash as spec.NAME=P(...).
 
+import { pageWords } from './format.js';
+
 let api = null; // {wasm, lab(), el, deviceColor, coordText, changeSettings, settings(), programs(), devices()}
 let groups = null; // the last editor::groups answer
 let groupsKey = '';
 let constraints = {}; // intermediates' with_sharding_constraints, {name: spec}
 let selected = null; // {mode, name} of the pictured value
+let pending = null; // the automatic program before a spec edit: {param, collectives, step_ms}
 
 const PREFIX = 'spec.';
 const $ = (id) => document.getElementById(id);
@@ -27,6 +30,12 @@ export function init(hooks) {
   box.addEventListener('input', (e) => {
     const input = e.target.closest('input[data-spec]');
     if (input) explainField(input);
+  });
+  // Before the page re-plans (its handler is on an ancestor): what the edit will be compared to.
+  box.addEventListener('change', (e) => {
+    const input = e.target.closest('input[data-spec]');
+    const before = input && automatic();
+    pending = before ? { param: input.dataset.param, ...before } : null;
   });
   $('program-aligned').addEventListener('click', (e) => {
     if (e.target.closest('a.ssa')) return;
@@ -52,17 +61,22 @@ export function writeHash(params, s) {
 
 export const isSpecKey = (k) => k.startsWith(PREFIX);
 
-/** The specs of a link, checked by the core against the link's other settings; throws a message
- * naming the entry and the fix. */
+/** The specs of a link, each checked by the core against the link's other settings: the valid
+ * ones (`specs`), and for each refused one its text (`bad`, by control name) and error. */
 export function readHash(settings, raw) {
   const specs = {};
+  const bad = {};
+  const errors = [];
   for (const [k, text] of Object.entries(raw)) {
     const name = k.slice(PREFIX.length);
     const r = JSON.parse(api.wasm.Shardlab.check_spec(JSON.stringify({ ...settings, specs: {} }), name, text));
-    if (!r.ok) throw new Error(`${k} “${text.slice(0, 40)}”: ${r.error}. Fix it or remove ${k} from the link`);
-    specs[name] = r.spec;
+    if (r.ok) specs[name] = r.spec;
+    else {
+      bad[k] = text;
+      errors.push({ field: k, message: r.error });
+    }
   }
-  return specs;
+  return { specs, bad, errors };
 }
 
 /** The fields for the settings `s` (rebuilt when the parameters or mesh change), set to its specs. */
@@ -102,7 +116,8 @@ export function read(s, skipChecks) {
     if (r.ok) specs[name] = r.spec;
     else {
       specs[name] = text;
-      errors.push({ field: input.name, message: `${name}: ${r.error}` });
+      // Marked at the field, which names the value already.
+      errors.push({ field: input.name, message: r.error });
     }
   }
   return { specs, errors };
@@ -116,7 +131,7 @@ function explainField(input, s = api.settings()) {
   const text = input.value.trim();
   const r = text && s ? check(s, input.dataset.param, text) : { ok: true };
   input.classList.toggle('invalid', !r.ok);
-  reason.textContent = r.ok ? '' : r.error;
+  reason.textContent = r.ok ? '' : pageWords(r.error);
   reason.hidden = r.ok;
 }
 
@@ -128,7 +143,8 @@ function field(name, shape, placeholder, testid, listId) {
   input.setAttribute('spellcheck', 'false');
   return el('div', { class: 'spec-field' },
     el('label', {}, el('code', {}, name), el('span', { class: 'muted small' }, ` [${shape.join(',')}]`), input),
-    el('span', { class: 'spec-reason', 'data-testid': 'spec-reason', 'data-param': name, 'aria-live': 'polite', hidden: true }));
+    el('span', { class: 'spec-reason', 'data-testid': 'spec-reason', 'data-param': name, 'aria-live': 'polite', hidden: true }),
+    el('span', { class: 'spec-effect small', 'data-testid': 'spec-effect', 'data-param': name, 'aria-live': 'polite', hidden: true }));
 }
 
 function build() {
@@ -164,9 +180,44 @@ function renderConstraints() {
     : [el('p', { class: 'muted small' }, 'No with_sharding_constraint: click a value in the automatic program to add one.')]));
 }
 
-/** After the programs render: constrained values are marked in the automatic program, and the
- * pictured value is drawn again for the new plan. */
+/** The automatic program's collectives (count per kind) and its modelled step, or null. */
+function automatic() {
+  const p = api.programs();
+  const pr = api.prediction();
+  if (!p || !p.ok || !p.modes.auto || !pr || !pr.modes.auto) return null;
+  const counts = Object.fromEntries(Object.entries(p.modes.auto.summary.collectives).map(([k, t]) => [k, t.count]));
+  return { collectives: counts, step_ms: pr.modes.auto.step_ms, on: `${pr.devices} × ${pr.label}` };
+}
+
+const fmtMs = (ms) => (ms < 1 ? `${(ms * 1000).toFixed(0)} µs` : ms < 1000 ? `${ms.toFixed(1)} ms` : `${(ms / 1000).toFixed(2)} s`);
+const count = (n, kind) => `${n} ${kind}${n === 1 ? '' : 's'}`;
+
+/** Beside the spec field just edited: the collectives the edit added and removed, and the
+ * modelled step before and after. */
+function showEffect() {
+  const before = pending;
+  pending = null;
+  const after = automatic();
+  const box = document.querySelector(`.spec-effect[data-param="${CSS.escape(before.param)}"]`);
+  if (!box || !after) return;
+  const kinds = [...new Set([...Object.keys(before.collectives), ...Object.keys(after.collectives)])];
+  const diff = kinds.map((k) => [k, (after.collectives[k] || 0) - (before.collectives[k] || 0)]).filter(([, d]) => d !== 0);
+  const added = diff.filter(([, d]) => d > 0).map(([k, d]) => `+${count(d, k)}`);
+  const removed = diff.filter(([, d]) => d < 0).map(([k, d]) => `−${count(-d, k)}`);
+  const change = after.step_ms / before.step_ms - 1;
+  box.textContent = `${diff.length ? [...added, ...removed].join(', ') : 'No collective added or removed'}; `
+    + `modelled step on ${after.on} ${fmtMs(before.step_ms)} → ${fmtMs(after.step_ms)}`
+    + `${Math.abs(change) < 0.0005 ? ' (unchanged)' : ` (${change > 0 ? '+' : '−'}${Math.abs(100 * change).toFixed(1)}%)`}.`;
+  box.dataset.added = added.join(', ');
+  box.dataset.removed = removed.join(', ');
+  box.hidden = false;
+}
+
+/** After the programs render: constrained values are marked in the automatic program, the
+ * pictured value is drawn again for the new plan, and a spec edit's effect shows at its field. */
 export function afterPrograms() {
+  for (const e of document.querySelectorAll('.spec-effect')) e.hidden = true;
+  if (pending) showEffect();
   for (const td of document.querySelectorAll('#program-aligned td.src[data-mode="auto"]')) {
     const name = lineName(td.textContent);
     if (name && Object.hasOwn(constraints, name) && !name.startsWith('parameter ')) {
@@ -252,7 +303,7 @@ function constraintForm(name) {
   apply.addEventListener('click', () => {
     const r = check(api.settings(), name, input.value);
     reason.hidden = r.ok;
-    reason.textContent = r.ok ? '' : r.error;
+    reason.textContent = r.ok ? '' : pageWords(r.error);
     if (r.ok) api.changeSettings({ specs: { ...(api.settings().specs || {}), [name]: r.spec } });
   });
   return el('div', { class: 'constraint-form' },
@@ -269,8 +320,10 @@ function drawMesh(collective) {
     box.replaceChildren();
     return;
   }
-  const [rows, cols] = axes.length === 2 ? [axes[0][1], axes[1][1]] : [1, axes[0][1]];
-  const n = rows * cols;
+  // Rows over the leading axes, columns over the last, whatever the number of axes.
+  const n = axes.reduce((d, [, s]) => d * s, 1);
+  const cols = axes[axes.length - 1][1];
+  const rows = n / cols;
   const step = 64;
   const [w, h] = [cols * step + 40, rows * step + 40];
   const NS = 'http://www.w3.org/2000/svg';
@@ -282,8 +335,8 @@ function drawMesh(collective) {
   };
   const at = (d) => [30 + (d % cols) * step + step / 2 - 10, 30 + Math.floor(d / cols) * step + step / 2 - 10];
   const root = svg('svg', { viewBox: `0 0 ${w} ${h}`, width: w, height: h, role: 'img', 'data-testid': 'mesh-svg' });
-  if (axes.length === 2) root.append(svg('text', { x: 4, y: 14, class: 'axis' }, `↓ '${axes[0][0]}'  → '${axes[1][0]}'`));
-  else root.append(svg('text', { x: 4, y: 14, class: 'axis' }, `→ '${axes[0][0]}'`));
+  const lead = axes.slice(0, -1).map(([a]) => `'${a}'`).join(' × ');
+  root.append(svg('text', { x: 4, y: 14, class: 'axis' }, `${lead ? `↓ ${lead}  ` : ''}→ '${axes[axes.length - 1][0]}'`));
   const groupColours = ['#e11d48', '#0d9488', '#9333ea', '#ca8a04', '#2563eb', '#16a34a', '#ea580c', '#db2777'];
   for (const [k, group] of (collective ? collective.groups : []).entries()) {
     const colour = groupColours[k % groupColours.length];

@@ -20,9 +20,13 @@ export function fmtFlops(x) {
   for (const [size, unit] of units) if (x >= size) return `${Number((x / size).toPrecision(3))} ${unit}`;
   return `${x} FLOP`;
 }
-/** The core's notes name CLI flags in parentheses, e.g. "(--dropout-key fold_in)": the page
- * has controls instead, so the flags are dropped. */
-export const pageWords = (text) => String(text).replace(/\s*\(--[^)]*\)/g, '');
+/** The core's notes name CLI flags, e.g. "(--dropout-key fold_in)" or "(remat full,
+ * `--remat full`)": the page has controls instead, so the flags are dropped, and code the core
+ * marks with backticks reads as plain text. */
+export const pageWords = (text) => String(text)
+  .replace(/,\s*`--[^`]*`/g, '')
+  .replace(/\s*\(`?--[^)]*\)/g, '')
+  .replace(/`([^`]*)`/g, '$1');
 export const fmtPct = (x) => `${(100 * x).toFixed(1)}%`;
 /** "3.3×": how many times one time is another. */
 export function fmtTimes(x) {

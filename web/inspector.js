@@ -214,6 +214,8 @@ const firstInstrLine = {};
  * Shows instruction `instr` of `mode`'s program in the aligned text (the timeline's spans select
  * their op this way): scrolled to, flashed and focused. False when the text does not have it.
  */
+let jumped = false;
+
 export function selectInstr(mode, instr) {
   const first = firstInstrLine[mode];
   if (first === undefined) return false;
@@ -223,6 +225,10 @@ export function selectInstr(mode, instr) {
   td.classList.add('selected');
   td.tabIndex = -1;
   td.scrollIntoView({ block: 'center' });
+  // The pointer stays where it pressed: the lines scrolled under it are not hovered (no box
+  // over the selected line) until it moves.
+  jumped = true;
+  $('explain').hidden = true;
   td.focus({ preventScroll: true });
   td.classList.remove('flash');
   void td.offsetWidth;
@@ -258,20 +264,30 @@ export function wireInspector() {
     tip.hidden = false;
     const r = target.getBoundingClientRect();
     tip.style.left = `${Math.max(8, Math.min(window.scrollX + r.left, window.scrollX + document.documentElement.clientWidth - tip.offsetWidth - 8))}px`;
-    tip.style.top = `${window.scrollY + r.bottom + 6}px`;
+    // Below the op, or above it where below would cover the selected line.
+    const sel = $('program-aligned').querySelector('td.selected');
+    const s = sel && !sel.contains(target) ? sel.getBoundingClientRect() : null;
+    const below = r.bottom + 6;
+    const covers = s && below < s.bottom && below + tip.offsetHeight > s.top;
+    tip.style.top = `${window.scrollY + (covers ? r.top - 6 - tip.offsetHeight : below)}px`;
   };
   const hide = () => {
     if (!pinned) tip.hidden = true;
   };
   const box = $('program-aligned');
+  document.addEventListener('mousemove', () => {
+    jumped = false;
+  });
   box.addEventListener('mouseover', (e) => {
     const t = e.target.closest('[data-explain]');
-    if (t) show(t);
+    if (t && !jumped) show(t);
   });
   box.addEventListener('mouseout', (e) => {
     if (e.target.closest('[data-explain]')) hide();
   });
   box.addEventListener('focusin', (e) => {
+    // The jump's own focus on the selected line opens no box; a focus the learner moves does.
+    if (e.target.closest('td.selected') && jumped) return;
     const t = e.target.closest('[data-explain]');
     if (t) show(t);
   });

@@ -117,7 +117,8 @@ export function renderExamplePrediction(step, predicted) {
   box.dataset.right = String(right);
   box.dataset.learnable = String(learnable);
   box.replaceChildren(tokens(ex, predicted, hitOrMiss(ex, predicted)),
-    el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable} ${what} positions right)`));
+    el('span', { class: 'muted small' }, ` after step ${step} (${right} of ${learnable} ${what} positions right)`),
+    el('span', { class: 'muted small', 'data-testid': 'example-now' }));
 }
 
 // ---- the sample panel -----------------------------------------------------------------------
@@ -138,12 +139,20 @@ function renderSampleEmpty(ex) {
       : 'Fix the marked settings to train.'),
     el('p', { class: 'muted small', 'data-testid': 'sample-now' }),
     el('ol', { class: 'sample-lines', reversed: true }),
-    ex ? el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play') : null);
+    // replaceChildren writes a null as the text "null": only elements here.
+    ...(ex ? [el('p', { class: 'muted', 'data-testid': 'sample-empty' }, 'not trained yet: press Step or Play')] : []));
 }
 
 /** After every step: where training is, when the newest line is older than that (samples
  * come every few steps, so a line is not mistaken for the current step). */
 export function renderSampleStep(step) {
+  // The example's prediction refreshes with the samples: where it is older, say so.
+  const example = $('example-prediction');
+  const exampleNow = example && example.querySelector('[data-testid="example-now"]');
+  if (exampleNow) {
+    exampleNow.textContent = Number(example.dataset.step) !== step
+      ? `; training is at step ${step}, and the prediction refreshes within a few steps` : '';
+  }
   const now = document.querySelector('[data-testid="sample-now"]');
   const newest = $('sample')?.dataset.step;
   if (!now) return;
@@ -214,8 +223,8 @@ export const GLOSSARY = [
     text: 'A new key from a key and a number. fold_in(key, axis_index(\'dp\')) gives each device its own dropout key in shard_map.' },
   { term: 'dp', match: /(?<![\w'=.-])dp(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp')) on the batch",
     text: 'Data parallelism: each device holds all parameters and a slice of the batch; the gradients are all-reduced.' },
-  { term: 'fsdp', match: /(?<![\w'=.-])fsdp(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp', None)) on the parameters",
-    text: 'Fully sharded data parallelism (ZeRO-3): dp, with every parameter split across the devices too; all-gathered to use, gradients reduce-scattered.' },
+  { term: 'fsdp', match: /(?<![\w'=.-])fsdp(?![\w'=-])/, jax: "NamedSharding(mesh, P('fsdp', None)) on the parameters",
+    text: 'Fully sharded data parallelism (ZeRO-3), a mesh axis of its own: it splits the batch like dp, and every parameter across its devices too; all-gathered to use, gradients reduce-scattered. It composes with dp, tp, cp and pp.' },
   { term: 'zero1', match: /(?<![\w'=.-])(zero1|ZeRO-1)(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp', None)) on the optimizer state only",
     text: 'ZeRO-1: dp, with the optimizer state split across the devices. Each device updates its block of every parameter from the all-reduced gradient, then the blocks are all-gathered.' },
   { term: 'zero2', match: /(?<![\w'=.-])(zero2|ZeRO-2)(?![\w'=-])/, jax: "with_sharding_constraint(grad, P('dp', None))",
@@ -224,6 +233,8 @@ export const GLOSSARY = [
     text: 'Gradient accumulation: the batch in slices, each slice\'s forward and backward in turn, the gradients summed, one update. Less memory for activations, the same result.' },
   { term: 'tp', match: /(?<![\w'=.-])tp(?![\w'=-])/, jax: "NamedSharding(mesh, P(None, 'tp')) on the weights",
     text: 'Tensor parallelism (Megatron): each weight matrix is split across the devices, by columns then by rows; the partial sums are all-reduced.' },
+  { term: 'mesh', match: /(?<![\w'=.-])mesh(?![\w'=-])/, jax: "jax.make_mesh((2, 2, 2), ('dp', 'tp', 'pp'))",
+    text: 'The devices laid out on named axes, each axis named for what it splits: dp the batch, fsdp the batch and the parameters, tp heads and MLP columns, cp the sequence, pp the blocks into stages. Any of them compose; one table of logical-axis rules says which axes split each array.' },
 ];
 
 const byTerm = new Map(GLOSSARY.map((g) => [g.term, g]));

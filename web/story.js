@@ -1,22 +1,30 @@
-// The seed, as a story: the JAX report's gap between automatic partitioning and shard_map walked
-// through in five steps (the gap, not the collectives, the random bits, the flag, the same-key
-// caveat), each with the numbers of this run and a button that changes the setting it is about.
-// Split out of app.js, which owns the run and its session: it hands over, once (`init`), the page
-// state this module reads (settings, programs, configured, story) and the two functions it calls,
-// `storyKey` (the settings a measurement belongs to) and `changeSettings` (a button's change,
-// applied at the next step boundary). "Run the story" itself is a session action in app.js.
+// The JAX report's story, as the page tells it: first what holds (the report's run priced on a
+// v4-8 against the 2.71x it measured), then the gap measured on the learner's adapter, then why
+// the two differ in numbers (the random bits' share of each mode's step there and here), then
+// the flip to the partitionable layout, then the same-key caveat, and JAX today. Each mode is a
+// row wherever the story compares them (MODES), so a third mode adds a row.
+// Rendering only: story_run.js measures (the rounds, the pairs, the link) and app.js owns the
+// session. `init` hands over, once, the page state this module reads and `changeSettings`
+// (a button's change, applied at the next step boundary).
 
 import { $, el } from './dom.js';
 import { MODES, MODE_LABEL, fmtInt, fmtMs, fmtPct, plural } from './format.js';
+import { PAIRED_RATIO, pairStats, pairedModes } from './story_run.js';
 
 let state = null; // app.js's page state (window.shardlab): read only
 let storyKey = null;
 let changeSettings = null;
 
+/** The report: jax-ml/jax#19657, measured on a TPU v4-8 with the original layout. */
+const REPORT = { url: 'https://github.com/jax-ml/jax/issues/19657', auto_s: 2.95, shard_map_s: 1.09 };
+const REPORT_RATIO = REPORT.auto_s / REPORT.shard_map_s;
+
 /** Called once by app.js, before the first settings are applied. */
 export function init(page) {
   ({ state, storyKey, changeSettings } = page);
 }
+
+const times = (x) => `${x.toFixed(2)}×`;
 
 /** "29 all-gathers, 29 reduce-scatters" from a summary's per-kind totals. */
 function collectiveWords(summary) {
@@ -24,131 +32,178 @@ function collectiveWords(summary) {
   return rows.length ? rows.map(([kind, t]) => plural(t.count, kind)).join(', ') : 'no collectives';
 }
 
-/** A layout's measured ratio with its spread: "1.62× (the middle half of 6 paired steps: 1.55–1.70×)". */
+const toggle = (label, change) => el('button', { type: 'button', class: 'inline', 'data-testid': 'story-toggle', onclick: () => changeSettings(change) }, label);
+const reportLink = (text) => el('a', { href: REPORT.url, target: '_blank', rel: 'noopener', 'data-testid': 'report-link' }, text);
+
+/** A layout's ratio with its spread: "1.62× (middle half 1.55–1.70×, 7 rounds)". */
 function ratioWords(stats, rng) {
   if (!stats) return [el('em', { class: 'muted' }, 'not measured yet')];
   return [
-    el('strong', { 'data-testid': 'story-ratio', 'data-rng': rng, 'data-q1': String(stats.q1), 'data-q3': String(stats.q3) }, `${stats.ratio.toFixed(2)}×`),
+    el('strong', { 'data-testid': 'story-ratio', 'data-rng': rng, 'data-q1': String(stats.q1), 'data-q3': String(stats.q3) }, times(stats.ratio)),
     el('span', { class: 'muted', 'data-testid': 'story-spread', 'data-rng': rng },
-      ` (the middle half of its ${plural(stats.steps, 'paired step')}: ${stats.q1.toFixed(2)}–${stats.q3.toFixed(2)}×)`),
+      ` (middle half ${stats.q1.toFixed(2)}–${stats.q3.toFixed(2)}×, ${plural(stats.steps, 'round')})`),
   ];
 }
 
-/** Whether the two layouts' gaps can be told apart: their spreads overlap or not, and which
- * of them holds 1.0× (no gap). */
+/**
+ * What the measured ratios say. A gap opened only where the original layout's spread lies above
+ * 1.0×; only then can the flip close it, shrink it, or leave it.
+ */
 function verdict(orig, part) {
-  if (!orig || !part) return null;
-  const apart = orig.q1 > part.q3 || part.q1 > orig.q3;
-  const holdsOne = (x) => x.q1 <= 1 && 1 <= x.q3;
-  const side = (x) => (x.q1 > 1 ? 'above' : 'below');
-  const origWords = holdsOne(orig)
-    ? 'the original layout’s spread holds 1.0×: on this GPU its gap is not told from noise'
-    : `the original layout’s spread lies ${side(orig)} 1.0×: a gap noise does not explain`;
-  // What is left with the flag on: none, or a smaller one the random bits do not cause (the two
-  // programs differ in more than their bits).
-  const partWords = holdsOne(part)
-    ? 'partitionable’s spread holds 1.0×: the gap is gone'
-    : Math.abs(part.ratio - 1) < Math.abs(orig.ratio - 1)
-      ? `partitionable’s spread lies ${side(part)} 1.0×: a smaller gap remains that the random bits do not cause (both programs now make the same bits; they differ in other ops, see the inspector)`
-      : `partitionable’s spread lies ${side(part)} 1.0×, and its gap is no smaller`;
-  return el('span', { 'data-testid': 'story-verdict', 'data-distinguishable': String(apart) },
-    apart ? 'The two are distinguishable: their spreads do not overlap. '
-      : 'The two are not distinguishable: their spreads overlap, so noise on this GPU could explain the difference. Run the story again, or train a longer seq (attention dropout’s bits grow as seq²). ',
-    `On its own, ${origWords}; ${partWords}. `);
+  if (!orig) return null;
+  const opened = orig.q1 > 1;
+  const apart = opened && part ? orig.q1 > part.q3 || part.q1 > orig.q3 : false;
+  const attrs = { 'data-testid': 'story-verdict', 'data-opened': String(opened), 'data-distinguishable': String(apart) };
+  if (!opened) {
+    return el('p', attrs, orig.q3 < 1
+      ? 'With the original layout automatic was the faster mode here: no gap opened, so there is none for the flip to close. '
+      : 'With the original layout the spread holds 1.0×: no gap opened here, so there is none for the flip to close. ',
+      'The next step says why: on this adapter the random bits are too small a share of the step.');
+  }
+  if (!part) return el('p', attrs, 'The original layout’s gap stands outside its spread. Flip the layout to see what is left of it.');
+  const holdsOne = part.q1 <= 1 && 1 <= part.q3;
+  let words;
+  if (!apart) words = 'The two spreads overlap: noise could explain the difference. Run the story again.';
+  else if (holdsOne) words = 'The gap closed: partitionable’s spread holds 1.0× and lies below the original’s.';
+  else if (part.q3 < 1) words = 'The gap closed and reversed: with partitionable, automatic’s step is the shorter one.';
+  else words = 'The gap shrank but did not close: the random bits are now made alike in both modes, and the rest differs in other ops (see the programs below).';
+  return el('p', attrs, words);
 }
 
-/**
- * The story's five steps, with this run's numbers. Each step shows the layout it is about,
- * whatever layout the controls are on: the gap and the cause the original one (the report's),
- * the flag both, from the measurements and programs kept per layout.
- */
-export function renderStory() {
-  const ol = $('story-steps');
-  const s = state.settings;
+/** The measurement's configuration in words, and why the story picked it for this adapter. */
+function configWords(s) {
+  return `${plural(s.layers, 'layer')}, d_model ${s.d_model} in ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, dropout ${s.dropout}, ${s.mesh}`;
+}
+
+/** The story's progress while it runs: the round, and each pair's ratio as it arrives. */
+function progress(result) {
+  const bar = el('div', { class: 'story-progress', 'data-testid': 'story-progress' });
+  if (result.running) {
+    bar.append(el('p', { class: 'small', 'data-testid': 'story-round', role: 'status' },
+      result.round === 0 ? `Building both modes under both layouts (a warm-up step each)…`
+        : result.round > result.rounds ? 'Profiling one step of each mode for the random bits’ share…'
+          : `Round ${result.round} of ${result.rounds}`));
+  } else if (result.cancelled) {
+    bar.append(el('p', { class: 'small', 'data-testid': 'story-round' }, `Cancelled in round ${result.round} of ${result.rounds}: the rounds measured so far are kept.`));
+  }
+  // One row per layout: a mark per round at its ratio, 1.0× drawn as a line.
+  const all = Object.values(result.pairs).flat().map(modeRatio);
+  const hi = Math.max(2, ...all) * 1.05;
+  for (const rng of ['original', 'partitionable']) {
+    const marks = result.pairs[rng].map((p, i) => el('span', {
+      class: `pair ${rng}`, 'data-testid': 'story-pair', 'data-rng': rng, 'data-ratio': String(modeRatio(p)),
+      style: `left:${(100 * modeRatio(p) / hi).toFixed(2)}%`, title: `round ${i + 1}: ${times(modeRatio(p))}`,
+    }));
+    bar.append(el('div', { class: 'pair-row' }, el('span', { class: 'pair-label small' }, rng),
+      el('span', { class: 'pair-axis' }, el('span', { class: 'one', style: `left:${(100 / hi).toFixed(2)}%`, title: '1.0×: no gap' }), marks)));
+  }
+  return bar;
+}
+
+const modeRatio = (p) => p[0] / p[1];
+
+/** Step 1: the report's run, priced by the cost model on its v4-8, against what it measured. */
+function reportStep() {
+  const r = state.story.report;
+  const li = el('li', { 'data-testid': 'story-report' }, el('strong', {}, 'What holds. '),
+    reportLink('The JAX report'), ` trained a ~400M-parameter model with data parallelism on a TPU v4-8: ${REPORT.auto_s} s a step automatic against ${REPORT.shard_map_s} s with shard_map, `,
+    el('strong', {}, times(REPORT_RATIO)), ' (measured there). ');
+  if (!r) li.append(el('span', { class: 'muted' }, 'Pricing the same run…'));
+  else if (!r.ok) li.append(el('span', { class: 'field-error' }, r.error));
+  else {
+    const o = r.layouts.original;
+    li.append(`The cost model prices the same run on ${r.devices} × ${r.label}, with the original layout, at ${fmtMs(o.modes.auto.step_ms)} automatic and ${fmtMs(o.modes.shard_map.step_ms)} shard_map: `,
+      el('strong', { 'data-testid': 'report-modelled' }, times(o.ratio)), ' (modelled). The gap is real, and its cause is in the programs.');
+  }
+  return li;
+}
+
+/** Step 2: the gap measured here, on the configuration the story picked for this adapter. */
+function gapStep(result, orig) {
+  const c = state.story.choice;
+  const li = el('li', { 'data-testid': 'story-gap', 'data-rng': 'original' }, el('strong', {}, 'Your adapter’s gap. '));
+  if (!result) {
+    li.append(`Not measured yet: press “Run the story”. It trains both modes under both RNG layouts in ${c && c.rounds ? c.rounds : 'a few'} paired rounds`,
+      ...(c && c.settings ? [' on ', el('span', { 'data-testid': 'story-config' }, configWords(c.settings)), '. '] : ['. ']),
+      ...(c ? [el('span', { class: 'muted', 'data-testid': 'story-why' }, c.reason)] : []));
+    return li;
+  }
+  li.append('Measured on ', el('span', { 'data-testid': 'story-config' }, configWords(result.settings)), ', with the original layout (the report’s): automatic takes ',
+    ...ratioWords(orig, 'original'), ' the shard_map step. ');
+  if (orig) {
+    li.append(`In the median round automatic took ${fmtMs(orig.pair[0])} and shard_map ${fmtMs(orig.pair[1])}. `);
+  }
+  li.append(el('span', { class: 'muted small', 'data-testid': 'story-method' }, PAIRED_RATIO, ' '));
+  if (c && c.size === result.size) li.append(el('span', { class: 'muted small', 'data-testid': 'story-why' }, c.reason));
+  li.append(progress(result));
+  return li;
+}
+
+/** Step 3: why the gaps differ, in numbers: each mode's random bits and their share of its step
+ * on the report's TPU (modelled) and here (measured in one profiled step). */
+function causeStep(result, kept) {
+  const r = state.story.report;
+  const told = kept && (kept.original ? 'original' : state.settings.rng);
+  const li = el('li', { 'data-testid': 'story-cause', 'data-rng': told || '' }, el('strong', {}, 'Why they differ: the random bits’ share. '),
+    'With the original Threefry layout no device can make its own block of the dropout masks, so the partitioner has every device generate the whole global array and slice its part (the lines marked in the automatic program below); shard_map’s body makes only its own block. ');
+  const share = (x) => (x == null ? '–' : fmtPct(x));
+  const tpu = (m) => (r && r.ok ? r.layouts.original.modes[m].rng_ms / r.layouts.original.modes[m].step_ms : null);
+  const here = (m) => (result && result.shares ? result.shares[m] : null);
+  const bits = (m) => (kept && kept[told] ? fmtInt(kept[told][m].rng_bits_per_device) : '–');
+  const rows = pairedModes().map((m) => el('tr', { 'data-testid': 'story-share', 'data-mode': m },
+    el('th', {}, MODE_LABEL[m]),
+    el('td', { class: 'num' }, bits(m)),
+    el('td', { class: 'num', 'data-testid': 'share-tpu', 'data-share': String(tpu(m) ?? '') }, share(tpu(m))),
+    el('td', { class: 'num', 'data-testid': 'share-here', 'data-share': String(here(m) ?? '') }, share(here(m)))));
+  li.append(el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'story-shares' },
+    el('thead', {}, el('tr', {}, el('th', {}, 'mode'), el('th', { class: 'num', title: told ? `${told} layout, the settings on the controls` : '' }, 'random bits per device'),
+      el('th', { class: 'num', title: 'the random bits’ share of the step, in the report’s run priced on a TPU v4-8' }, 'share on TPU v4 (modelled)'),
+      el('th', { class: 'num', title: 'the random bits’ share of the step, in one profiled step of the story’s run on this adapter' }, 'share here (measured)'))),
+    el('tbody', {}, rows))));
+  const t = tpu('auto');
+  const h = here('auto');
+  if (t != null && h != null) {
+    li.append(el('p', { class: 'small', 'data-testid': 'share-words' }, h < t / 2
+      ? `On the TPU the replicated bits are ${fmtPct(t)} of automatic’s step; here ${fmtPct(h)}: the rest of the step is larger here, so the same extra bits widen the gap less.`
+      : `The replicated bits take a share of automatic’s step here (${fmtPct(h)}) comparable to the TPU’s (${fmtPct(t)}), so the gap shows here too.`));
+  } else if (!result || !result.shares) {
+    li.append(el('p', { class: 'muted small' }, 'The story’s run measures the share here in one profiled step of each mode.'));
+  }
+  // Not the collectives: what the programs communicate, for these settings.
   const p = state.programs;
-  if (!p || !p.ok || !s) {
-    ol.replaceChildren(el('li', { class: 'muted' }, 'Fix the marked settings to see this run’s story.'));
-    return;
+  if (p && p.ok && MODES.every((m) => p.modes[m])) {
+    const words = MODES.map((m) => collectiveWords(p.modes[m].summary));
+    const same = words.every((w) => w === words[0]);
+    const hasAllReduce = MODES.some((m) => p.modes[m].summary.collectives['all-reduce'].count > 0);
+    li.append(el('p', { class: 'small', 'data-testid': 'story-collectives' },
+      same ? `Not the collectives: with these settings both programs issue the same ones (${words[0]}). `
+        : `With these settings ${MODES.map((m, i) => `${MODE_LABEL[m]} issues ${words[i]}`).join('; ')}. `,
+      hasAllReduce ? (state.settings.combine ? toggle('Stop combining all-reduces', { combine: false }) : toggle('Combine all-reduces', { combine: true })) : null));
   }
-  const unplanned = MODES.filter((m) => !p.modes[m]);
-  if (unplanned.length) {
-    ol.replaceChildren(el('li', { class: 'muted', 'data-testid': 'story-unplanned' },
-      `The story compares the two modes, and ${unplanned.map((m) => MODE_LABEL[m]).join(' and ')} mode cannot plan these settings (the program inspector says why): load the seed preset to follow it.`));
-    return;
-  }
-  const key = storyKey(s);
-  const measured = state.story.measured[key] || {};
-  const kept = state.story.summaries[key] || {};
-  // The report's layout where it has been seen, else the one on the controls.
-  const told = kept.original ? 'original' : s.rng;
-  const a = kept[told].auto;
-  const m = kept[told].shard_map;
-  const orig = measured.original;
-  const toggle = (label, change) => el('button', { type: 'button', class: 'inline', 'data-testid': 'story-toggle', onclick: () => changeSettings(change) }, label);
-  const runIt = 'press “Run the story” above to measure both modes under both RNG layouts in paired rounds';
+  return li;
+}
 
-  const gap = el('li', { 'data-testid': 'story-gap', 'data-rng': 'original' }, el('strong', {}, 'The gap. '),
-    orig
-      ? ['On your GPU, with these settings and the original RNG layout (the report’s), the automatic step takes ', fmtMs(orig.auto),
-        ' and the shard_map step ', fmtMs(orig.shard_map), ' (medians, measured): automatic is ', ...ratioWords(orig, 'original'), ' the shard_map time. ']
-      : [`Not measured yet for these settings: ${runIt}. `],
-    s.mode === 'both' ? toggle('Train automatic only', { mode: 'auto' }) : toggle('Train both modes', { mode: 'both' }), ' ',
-    el('span', { class: 'muted' }, '(The JAX report: 2.95 s/it automatic against 1.09 s/it with shard_map, 2.7×, on a TPU v4-8.)'));
+/** Step 4: the flip to the partitionable layout, measured, and what it did to the gap. */
+function flipStep(orig, part) {
+  const s = state.settings;
+  return el('li', { 'data-testid': 'story-flag' }, el('strong', {}, 'The flip. '),
+    'With jax_threefry_partitionable=True each device makes only its own block in both modes. Measured: original ',
+    ...ratioWords(orig, 'original'), ', partitionable ', ...ratioWords(part, 'partitionable'), '. ',
+    verdict(orig, part),
+    toggle(s.rng === 'original' ? 'Flip to partitionable' : 'Back to original', { rng: s.rng === 'original' ? 'partitionable' : 'original' }),
+    el('span', { class: 'muted small' }, ` (the layout of the run on the controls: now ${s.rng})`));
+}
 
-  const aw = collectiveWords(p.modes.auto.summary);
-  const mw = collectiveWords(p.modes.shard_map.summary);
-  const hasAllReduce = p.modes.auto.summary.collectives['all-reduce'].count + p.modes.shard_map.summary.collectives['all-reduce'].count > 0;
-  const comm = el('li', {}, el('strong', {}, 'Not the collectives. '),
-    aw === mw
-      ? `Both programs issue the same collectives: ${aw}. The same communication cannot explain a gap. `
-      : `The automatic program issues ${aw}; shard_map issues ${mw}. `,
-    hasAllReduce ? (s.combine ? toggle('Stop combining all-reduces', { combine: false }) : toggle('Combine all-reduces', { combine: true })) : null);
-
-  const bits = (x) => (x.shard_map.rng_bits_per_device > 0 ? x.auto.rng_bits_per_device / x.shard_map.rng_bits_per_device : null);
-  const bitsRatio = bits(kept[told]);
-  const prof = (state.story.profiles[key] || {})[told];
-  const rngShare = (mode) => {
-    const x = prof && prof[mode] && prof[mode].breakdown;
-    if (!x) return null;
-    const total = x.step_ms;
-    return total > 0 ? `${fmtMs(x.categories_ms.rng)} of ${fmtMs(total)} (${fmtPct(x.categories_ms.rng / total)}) in ${MODE_LABEL[mode]}` : null;
-  };
-  const shares = MODES.map(rngShare).filter(Boolean);
-  const pr = kept[told].prediction;
-  const modelledShare = (mode) => {
-    const x = pr.modes[mode];
-    return el('span', { 'data-testid': 'rng-modelled', 'data-mode': mode, 'data-rng-ms': String(x.rng_ms), 'data-step-ms': String(x.step_ms) },
-      `${fmtMs(x.rng_ms)} of ${fmtMs(x.step_ms)} (${fmtPct(x.rng_share)}) in ${MODE_LABEL[mode]}`);
-  };
-  const modelled = el('span', {}, ` On ${pr.devices} × ${pr.label} the cost model gives the random bits `,
-    modelledShare('auto'), ' and ', modelledShare('shard_map'), ' (modelled); the JAX report measured ',
-    el('span', { 'data-testid': 'report-times' }, '2.95 vs 1.09 s/it on a TPU v4-8'), '. ');
-  const other = told === 'original' && kept.partitionable ? kept.partitionable : null;
-  const cause = el('li', { 'data-testid': 'story-cause', 'data-rng': told }, el('strong', {}, 'The cause: random bits. '),
-    `With the ${told} layout each device generates ${fmtInt(a.rng_bits_per_device)} random bits per step in automatic mode and ${fmtInt(m.rng_bits_per_device)} in shard_map`,
-    bitsRatio ? ` (${bitsRatio.toFixed(1)}×). ` : '. ',
-    told === 'original'
-      ? 'With the original Threefry layout no device can make its own block, so the partitioner has every device generate the whole global array and slice its part: the lines marked in the automatic program below. '
-      : 'With the partitionable layout each device makes only its block. ',
-    other ? `With partitionable, ${fmtInt(other.auto.rng_bits_per_device)} and ${fmtInt(other.shard_map.rng_bits_per_device)}${bits(other) ? ` (${bits(other).toFixed(1)}×)` : ''}: each device makes only its block. ` : '',
-    shares.length
-      ? el('span', { 'data-testid': 'rng-time' }, `In a profiled step the random bits took ${shares.join(', and ')} (measured).`)
-      : 'Press “Where does the time go?” to measure the random bits’ share of each mode’s step.',
-    modelled);
-
-  const flag = el('li', { 'data-testid': 'story-flag' }, el('strong', {}, 'The flag. '),
-    `jax_threefry_partitionable (the RNG layout here) is now ${s.rng === 'partitionable' ? 'True' : 'False'}. Measured ratio automatic/shard_map on these settings: original `,
-    ...ratioWords(orig, 'original'), ', partitionable ', ...ratioWords(measured.partitionable, 'partitionable'), '. ',
-    verdict(orig, measured.partitionable),
-    toggle(s.rng === 'original' ? 'Flip to partitionable' : 'Back to original', { rng: s.rng === 'original' ? 'partitionable' : 'original' }));
-
+/** Step 5: shard_map's own flaw, the same dropout key on every device, from real masks. */
+function caveatStep() {
+  const s = state.settings;
   const o = state.story.overlap;
   let masks;
   if (s.dropout === 0) masks = 'Dropout is off, so no masks are drawn. ';
   else if (!o || o.same_key === undefined) masks = 'This mesh has one data-parallel device, so there is no mask to repeat. ';
   else {
     const chance = (1 - s.dropout) ** 2 + s.dropout ** 2;
-    masks = [`In shard_map, with the same key on every device, `,
+    masks = ['In shard_map, with the same key on every device, ',
       el('strong', { 'data-testid': 'mask-share', 'data-key': 'same' }, fmtPct(o.same_key)),
       ` of the dropout mask bits are identical across the ${o.devices} data-parallel devices: every device drops the same positions of different examples. With fold_in(key, axis_index('dp')), `,
       el('strong', { 'data-testid': 'mask-share', 'data-key': 'fold_in' }, fmtPct(o.fold_in)),
@@ -158,7 +213,43 @@ export function renderStory() {
   const repeats = s.dropout !== 0 && o && o.same_key !== undefined;
   const keyToggle = !repeats ? null
     : s.dropout_key === 'same' ? toggle('Use fold_in', { dropout_key: 'fold_in' }) : toggle('Back to the same key', { dropout_key: 'same' });
-  const caveat = el('li', { 'data-testid': 'story-caveat' }, el('strong', {}, 'The same-key caveat. '), masks, keyToggle);
+  return el('li', { 'data-testid': 'story-caveat' }, el('strong', {}, 'The same-key caveat. '), masks, keyToggle);
+}
 
-  ol.replaceChildren(gap, comm, cause, flag, caveat);
+/** JAX since the report. */
+function today() {
+  return el('p', { class: 'small', 'data-testid': 'story-today' }, el('strong', {}, 'JAX today. '),
+    'The partitionable layout is the default (jax_threefry_partitionable=True since JAX 0.5.0), so jit no longer has every device generate the whole array. ',
+    'And a third way to partition exists beside automatic partitioning and shard_map: explicit sharding, where each array’s type carries its sharding and ambiguous results are errors. ',
+    reportLink('Read the report'), '.');
+}
+
+/** The story, with the figures of the last run of the story and of the settings on the controls. */
+export function renderStory() {
+  const ol = $('story-steps');
+  const s = state.settings;
+  const p = state.programs;
+  const result = state.story.result;
+  const stats = (rng) => (result ? pairStats(result.pairs[rng]) : null);
+  const orig = stats('original');
+  const part = stats('partitionable');
+  const items = [reportStep(), gapStep(result, orig)];
+  if (!p || !p.ok || !s) {
+    items.push(el('li', { class: 'muted' }, 'Fix the marked settings to see the programs’ side of the story.'));
+  } else if (MODES.some((m) => !p.modes[m])) {
+    const unplanned = MODES.filter((m) => !p.modes[m]);
+    items.push(el('li', { class: 'muted', 'data-testid': 'story-unplanned' },
+      `The story compares the modes, and ${unplanned.map((m) => MODE_LABEL[m]).join(' and ')} mode cannot plan these settings (the program inspector says why): run the story to load its settings.`));
+  } else {
+    items.push(causeStep(result, state.story.summaries[storyKey(s)]), flipStep(orig, part), caveatStep());
+  }
+  ol.replaceChildren(...items);
+  $('story-today').replaceChildren(today());
+  const err = state.story.linkError;
+  $('story-link-error').replaceChildren(err ? el('p', { class: 'field-error', 'data-testid': 'field-error', 'data-field': 'story' },
+    `The link’s story results could not be read (${err}), so the story shows none.`) : '');
+  const run = $('story-run');
+  const running = !!(result && result.running);
+  run.textContent = running ? 'Cancel the story' : result ? 'Run the story again' : 'Run the story';
+  run.setAttribute('aria-pressed', String(running));
 }

@@ -1,7 +1,6 @@
 // "Which strategy?": the core's search over the page's model on as many devices of the chosen
 // kind as the mesh has (the wasm handle's `which_strategy`, shardlab::search): the ten fastest
-// ways that fit, each with its memory per device, modelled step, what limits it and the command
-// that plans it, and a button that loads it into the sandbox (its preset's strategy, mesh, mode,
+// ways that fit, each with its memory per device, modelled step and what limits it, and a button that loads it into the sandbox (its preset's strategy, mesh, mode,
 // remat policy and microbatches; the model stays as it is). This file only renders the core's answer.
 import { $, el } from './dom.js';
 import { MODE_LABEL, fmtBytes, fmtMs, plural } from './format.js';
@@ -30,15 +29,25 @@ function showStrategy(box, r, load) {
     el('td', { class: 'num' }, fmtBytes(x.bytes)),
     el('td', {}, `${x.limiting} (${Math.round(100 * x.limiting_share)}%)`),
     el('td', {}, x.load
-      ? el('button', { type: 'button', 'data-testid': 'strategy-load', title: x.command, onclick: () => load(x.load) }, 'Load')
-      : el('span', { class: 'muted', title: x.command }, 'plan only'))));
+      ? el('button', { type: 'button', 'data-testid': 'strategy-load', onclick: () => loaded(box, x, load) }, 'Load')
+      : el('span', { class: 'muted', title: 'No preset of the page runs this strategy: it is priced only' }, 'priced only'))));
   box.replaceChildren(
-    el('p', { class: 'small' }, `${plural(r.considered, 'configuration')} on ${r.devices} × ${r.device} (${r.levers.join(' × ')}): `,
+    el('p', { class: 'small', 'data-testid': 'strategy-summary' }, `${plural(r.considered, 'configuration')} on ${r.devices} × ${r.device}, every combination of ${r.levers.slice(0, -1).join(', ')} and ${r.levers.at(-1)}: `,
       `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.fits} fit. `,
       el('span', { class: 'tag modelled' }, 'modelled'), ' The fastest:'),
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
       el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows))),
-    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches and a pipeline’s schedule change. Hover it for the `shardlab plan` command that prices it.'),
+    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches and a pipeline’s schedule change.'),
+    el('p', { class: 'small', 'data-testid': 'strategy-loaded', role: 'status', hidden: true }),
   );
+}
+
+/** Loads choice `x` into the experiment, and says so here, where the button was pressed. */
+function loaded(box, x, load) {
+  load(x.load);
+  const line = box.querySelector('[data-testid="strategy-loaded"]');
+  const go = el('button', { type: 'button', class: 'inline', onclick: () => $('controls').scrollIntoView({ behavior: 'smooth', block: 'start' }) }, 'Go to the experiment');
+  line.replaceChildren(`Loaded #${x.rank}: ${x.strategy} on ${x.mesh}, ${MODE_LABEL[x.mode] || x.mode}, remat ${x.remat}, ${x.microbatches} microbatch${x.microbatches === 1 ? '' : 'es'}. The experiment above trains it from step 0.`, go);
+  line.hidden = false;
 }

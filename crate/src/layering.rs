@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 /// The crate's modules, lowest first: each may import only the ones before it.
-const ORDER: [&str; 17] = [
+const ORDER: [&str; 18] = [
+    "setting",
     "sharding",
     "rng",
     "ir",

@@ -16,5 +16,6 @@ pub mod reference;
 pub mod rng;
 pub mod search;
 pub mod selftest;
+pub mod setting;
 pub mod shaders;
 pub mod sharding;

@@ -412,7 +412,7 @@ fn malformed_meshes_are_refused_with_the_fix() {
         (sm("1dp=2"), &["not valid"]),
         (sm("dp=2;tp=2"), &["whole number"]),
         // Sizes that do not divide the model.
-        (sm("dp=3"), &["divisible"]),
+        (sm("dp=3"), &["--mesh dp=3 does not divide --batch 4", "one of 1, 2, 4"]),
         (
             with_tiny(&[
                 "train",
@@ -456,8 +456,8 @@ fn microbatch_counts_that_do_not_split_the_batch_are_refused_naming_the_flag() {
         (mb("3"), &["--microbatches 3 does not divide --batch 4", "1, 2, 4"]),
         (mb("8"), &["--microbatches 8 is more than --batch 4", "1, 2, 4"]),
         (mb("18446744073709551615"), &["--microbatches", "more than --batch 4"]),
-        (dp("shard_map", "4"), &["each 'dp' shard", "use one of 1, 2"]),
-        (dp("auto", "4"), &["each 'dp' shard", "use one of 1, 2"]),
+        (dp("shard_map", "4"), &["each data-parallel shard", "use one of 1, 2"]),
+        (dp("auto", "4"), &["each data-parallel shard", "use one of 1, 2"]),
         (
             with_tiny(&[
                 "plan",
@@ -472,7 +472,7 @@ fn microbatch_counts_that_do_not_split_the_batch_are_refused_naming_the_flag() {
                 "--microbatches",
                 "4",
             ]),
-            &["each 'dp' shard"],
+            &["each data-parallel shard"],
         ),
         (
             with_tiny(&[
@@ -498,7 +498,7 @@ fn zero_strategies_without_a_dp_axis_are_refused_with_a_mesh_that_fits() {
         .flat_map(|s| {
             ["shard_map", "auto"].map(|mode| {
                 let args = with_tiny(&["train", "--cpu", "--mode", mode, "--strategy", s, "--mesh", "tp=2"]);
-                (args, &["needs a mesh axis 'dp'", "--mesh dp=4"][..])
+                (args, &["names a mesh of axis 'dp'", "--mesh dp=4"][..])
             })
         })
         .collect();
@@ -597,7 +597,7 @@ fn bench_compare_refuses_a_pipeline_naming_how_to_time_it() {
         &["bench", "compare", "--cpu", "--preset", "pp", "--steps", "1"],
         &[
             "runs in shard_map mode only",
-            "shardlab train --strategy pp --mode shard_map",
+            "shardlab train --mesh pp=4 --mode shard_map",
         ],
     )]);
 }
@@ -1022,9 +1022,9 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
         // --seq 8 over cp=3.
         (
             cp("shard_map", "cp=3", &[]),
-            &["--seq 8", "'cp' of size 3", "multiple of it"],
+            &["--mesh cp=3", "--seq 8", "multiple of 3"],
         ),
-        (cp("auto", "cp=3", &[]), &["--seq 8", "'cp' of size 3"]),
+        (cp("auto", "cp=3", &[]), &["--mesh cp=3", "--seq 8"]),
         // 2 x cp = 8 zig-zag chunks fit a sequence of 8; 2 x 8 = 16 do not.
         (
             cp("shard_map", "cp=8", &["--cp-order", "zigzag"]),
@@ -1046,7 +1046,10 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
             cp("shard_map", "cp=2", &["--dropout-key", "fold_in"]),
             &["--dropout-key same"],
         ),
-        (cp("shard_map", "dp=2", &[]), &["needs a mesh axis 'cp'", "--mesh cp=4"]),
+        (
+            cp("shard_map", "dp=2", &[]),
+            &["names a mesh of axis 'cp'", "--mesh cp=4"],
+        ),
         (
             with_tiny(&[
                 "train",
@@ -1060,7 +1063,7 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
                 "--cp-order",
                 "zigzag",
             ]),
-            &["--cp-order", "--strategy cp or dp_cp"],
+            &["--cp-order", "has no 'cp' axis"],
         ),
         (
             with_tiny(&[
@@ -1073,7 +1076,7 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
                 "--mesh",
                 "tp=3",
             ]),
-            &["'tp' of size 3"],
+            &["--mesh tp=3 does not divide --heads 2"],
         ),
     ]);
 }
@@ -1110,7 +1113,13 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
         ),
         (
             pp("pp=3", &[]),
-            &["--layers 4", "pp = 3 equal stages", "multiple of 3", "one of 1, 2, 4"],
+            &[
+                "--mesh pp=3",
+                "--layers 4",
+                "equal stages",
+                "multiple of 3",
+                "one of 1, 2, 4",
+            ],
         ),
         (
             pp("pp=8", &[]),
@@ -1126,7 +1135,7 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
             ["train", "--cpu", "--preset", "pp", "--mode", "auto"]
                 .map(String::from)
                 .to_vec(),
-            &["--strategy pp --mode auto", "collective-permute", "--mode shard_map"],
+            &["--mode auto: on --mesh pp=4", "collective-permute", "--mode shard_map"],
         ),
         (
             with_tiny(&[
@@ -1139,7 +1148,7 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
                 "--schedule",
                 "gpipe",
             ]),
-            &["--schedule", "--strategy pp or dp_pp"],
+            &["--schedule", "has no 'pp' axis"],
         ),
     ]);
 }

@@ -2,7 +2,7 @@
 // where a value lives, with_sharding_constraint from the inspector, and the mesh diagram.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, hashOf, launch, openReady, reveal, settled } from './helpers.js';
+import { close, formValues, hashOf, launch, openReady, reveal, settled } from './helpers.js';
 
 before(launch);
 after(close);
@@ -108,29 +108,38 @@ test('a picture has one block per shard: P(dp, None) on dp=4 is 4 blocks, P() on
   }
 });
 
-test('a bad spec is refused at its field with the reason, and in a link with one notice', { timeout: 180_000 }, async () => {
+test('a bad spec is refused at its field with the reason said once, and in a link at its field too', { timeout: 180_000 }, async () => {
   const { context, page } = await openReady(hashOf());
   try {
     await reveal(field(page, 'w_fc'));
-    await field(page, 'w_fc').fill("P('tp')");
+    // A spec that does not parse: its hint once, the mesh's own axes, no CLI backticks.
+    await field(page, 'w_fc').fill('P(dp');
     const reason = page.locator('[data-testid="spec-reason"][data-param="w_fc"]');
     await reason.waitFor({ state: 'visible', timeout: 10_000 });
-    assert.match(await reason.textContent(), /tp/);
+    const hint = await reason.textContent();
+    assert.equal(hint.match(/write/g).length, 1, hint);
+    assert.doesNotMatch(hint, /`|'tp'/, hint);
+    await field(page, 'w_fc').fill("P('tp')");
+    await page.waitForFunction(() => /tp/.test(document.querySelector('[data-testid="spec-reason"][data-param="w_fc"]').textContent));
     await field(page, 'w_fc').dispatchEvent('change');
     const error = page.locator('[data-testid="field-error"][data-field="spec.w_fc"]');
     await error.waitFor({ timeout: 10_000 });
-    assert.match(await error.textContent(), /w_fc/);
+    // Beside the field that names w_fc, the error does not name it again.
+    assert.match(await error.textContent(), /'tp'/);
+    assert.doesNotMatch(await error.textContent(), /^w_fc: /);
     // Said once: the field's own reason gives way to the error.
     assert.equal(await reason.isVisible(), false);
     assert.equal(await page.evaluate(() => window.shardlab.configured), null);
   } finally {
     await context.close();
   }
-  const link = await openReady(`${hashOf()}&spec.w_fc=${encodeURIComponent("P('zz')")}`);
+  const link = await openReady(`${hashOf({ batch: '16' })}&spec.w_fc=${encodeURIComponent("P('zz')")}`);
   try {
-    const notice = link.page.getByTestId('hash-notice');
-    assert.equal(await notice.isVisible(), true);
-    assert.match(await notice.textContent(), /spec\.w_fc.*remove spec\.w_fc/s);
+    // Marked at its field, shown as written; the rest of the link is kept.
+    const marked = link.page.locator('[data-testid="field-error"][data-field="spec.w_fc"]');
+    assert.match(await marked.textContent(), /zz/);
+    assert.equal(await link.page.locator('[name="spec.w_fc"]').inputValue(), "P('zz')");
+    assert.equal((await formValues(link.page)).batch, '16');
   } finally {
     await link.context.close();
   }
@@ -187,6 +196,25 @@ test('a short shared link with a preset and a spec opens without a false error',
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
     assert.equal(await page.evaluate(() => window.shardlab.settings.specs.w_fc), "P(None, 'dp')");
     assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('a spec edit shows, at its field, the collectives it added or removed and the modelled step it changed', { timeout: 120_000 }, async () => {
+  const { context, page } = await openReady(hashOf({ mesh: 'dp=2' }));
+  try {
+    await reveal(field(page, 'w_fc'));
+    // Sharding a weight over dp (FSDP-style) adds the all-gathers that bring it back.
+    await setSpec(page, 'w_fc', "P(None, 'dp')");
+    await planned(page, 'w_fc', "P(None, 'dp')");
+    const effect = page.locator('[data-testid="spec-effect"][data-param="w_fc"]');
+    await effect.waitFor({ state: 'visible', timeout: 10_000 });
+    const text = await effect.innerText();
+    assert.match(text, /\+\d+ all-gathers?/, text);
+    assert.match(text, /modelled step on 2 × TPU v4 [\d.]+ (µs|ms) → [\d.]+ (µs|ms)/, text);
+    // Beside dropout, why the modes' losses differ.
+    assert.match(await page.getByTestId('dropout-note').textContent(), /not a bug/);
   } finally {
     await context.close();
   }

@@ -126,8 +126,8 @@ export const location = (page) => decodeURIComponent(new URL(page.url()).hash);
 export const cachedCalibrationSeconds = (page) => page.evaluate(() => JSON.parse(localStorage.getItem(
   Object.keys(localStorage).find((k) => k.startsWith('shardlab.this-gpu.'))) ?? 'null')?.seconds);
 
-/** Everything that sticks out of its panel, and every visible placeholder its input cuts off
- * (run in the page: `page.evaluate(overflows)`). */
+/** Everything that sticks out of its panel, every visible placeholder its input cuts off, and
+ * every option its select cuts (run in the page: `page.evaluate(overflows)`). */
 export function overflows() {
   const out = [];
   const scrolls = (e) => /auto|scroll|hidden|clip/.test(getComputedStyle(e).overflowX);
@@ -151,6 +151,17 @@ export function overflows() {
     ctx.font = s.font;
     const need = ctx.measureText(i.placeholder).width + parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
     if (need > i.clientWidth + 1) out.push(`the placeholder “${i.placeholder}” of ${i.name || i.dataset.testid} needs ${Math.round(need)} px, its input has ${i.clientWidth}`);
+  }
+  // A select shows its chosen option in its box: every option must fit there, its arrow beside.
+  for (const sel of document.querySelectorAll('select')) {
+    if (!sel.offsetParent) continue;
+    const s = getComputedStyle(sel);
+    ctx.font = s.font;
+    const room = sel.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight) - 20;
+    for (const o of sel.options) {
+      const need = ctx.measureText(o.textContent).width;
+      if (need > room + 1) out.push(`the option “${o.textContent}” of ${sel.name || sel.id} needs ${Math.round(need)} px, its select shows ${Math.round(room)}`);
+    }
   }
   if (document.documentElement.scrollWidth > window.innerWidth) out.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`);
   return out;

@@ -61,28 +61,38 @@ test('a value the link grammar refuses is refused at its control too', { timeout
   }
 });
 
-// Each hostile hash falls back to the defaults with a notice, and nothing breaks.
+// A hostile hash keeps every key that reads, marks a value that does not at its control (shown as
+// written, nothing run until it is fixed, as when typed there), and says what no control can
+// show (an unknown key) in a notice. Nothing breaks.
 const HOSTILE = {
-  'huge number': '#layers=99999999999999999999',
-  garbage: '#%%%25%ZZ&&==',
-  unicode: '#mesh=dp%EF%BC%9D4',
-  '3-axis mesh': '#mesh=dp%3D2%2Ctp%3D2%2Cx%3D1',
-  'mesh overflowing 32 bits': '#mesh=dp%3D2%2Cx%3D2147483649',
-  negative: '#batch=-8',
-  'exponent notation': '#dropout=1e-1',
-  'exponent in an integer': '#d_model=1e3',
-  'an inherited key': '#constructor=1',
-  'the prototype key': '#__proto__=1',
+  'huge number': ['#layers=99999999999999999999', 'layers'],
+  garbage: ['#%%%25%ZZ&&==', null],
+  unicode: ['#mesh=dp%EF%BC%9D4', 'mesh'],
+  '3-axis mesh': ['#mesh=dp%3D2%2Ctp%3D2%2Cx%3D1', 'mesh'],
+  'mesh overflowing 32 bits': ['#mesh=dp%3D2%2Cx%3D2147483649', 'mesh'],
+  negative: ['#batch=-8', 'batch'],
+  'exponent notation': ['#dropout=1e-1', 'dropout'],
+  'exponent in an integer': ['#d_model=1e3', 'd_model'],
+  'an inherited key': ['#constructor=1', null],
+  'the prototype key': ['#__proto__=1', null],
 };
-for (const [what, hash] of Object.entries(HOSTILE)) {
-  test(`a hostile hash (${what}) shows the defaults with a notice`, { timeout: 90_000 }, async () => {
-    const { context, page, consoleErrors } = await openReady(hash);
+for (const [what, [hash, field]] of Object.entries(HOSTILE)) {
+  test(`a hostile hash (${what}) is marked where it belongs and the rest is kept`, { timeout: 90_000 }, async () => {
+    const { context, page, consoleErrors } = await openReady(`${hash}&seq=16`);
     try {
-      assert.equal(await page.getByTestId('hash-notice').isVisible(), true, hash);
-      assert.match(await page.getByTestId('hash-notice').innerText(), /defaults/);
-      assert.equal(await page.getByTestId('preset').inputValue(), 'dp');
+      assert.equal((await formValues(page)).seq, '16', 'the readable key is kept');
+      if (field) {
+        const err = page.locator(`[data-testid="field-error"][data-field="${field}"]`);
+        assert.equal(await err.isVisible(), true, hash);
+        assert.equal(await page.getByTestId('hash-notice').isVisible(), false, hash);
+        assert.equal(await page.getByTestId('play').isDisabled(), true);
+        assert.equal(decodeURIComponent((await formValues(page))[field]), decodeURIComponent(new URLSearchParams(hash.slice(1)).get(field)));
+      } else {
+        assert.equal(await page.getByTestId('hash-notice').isVisible(), true, hash);
+        assert.match(await page.getByTestId('hash-notice').innerText(), /could not be read/);
+        assert.equal(await page.getByTestId('play').isDisabled(), false);
+      }
       assert.equal(await page.getByTestId('error').isVisible(), false);
-      assert.equal(await page.getByTestId('play').isDisabled(), false);
       assert.deepEqual(consoleErrors, []);
     } finally {
       await context.close();
@@ -103,22 +113,46 @@ test('a key that only the prototype has is an unknown setting, not a duplicate',
   }
 });
 
-test('a link notice names the key, the value and the limit it broke', { timeout: 180_000 }, async () => {
+test('a link’s refusal names the key, the value and the limit it broke, at its control', { timeout: 180_000 }, async () => {
   const cases = [
-    ['#layers=1000000', /layers “1000000” is outside 1 to \d+/],
-    ['#batch=1000000000', /batch “1000000000” is outside 1 to \d+/],
-    ['#mesh=dp%3D4096', /mesh “dp=4096” has 4,096 devices: the page simulates at most 64/],
-    ['#mesh=dp%3D2%2Cx%3D2147483649', /mesh “dp=2,x=2147483649” has 4,294,967,298 devices: the page simulates at most 64/],
-    [`#layers=2&x=${'a'.repeat(9000)}`, /it is 9,011 characters long, and a link here has at most 8,000/],
-    ['#heads=many', /heads “many” is not a whole number/],
-    ['#rng=sometimes', /rng “sometimes” is not one of original, partitionable/],
+    ['#layers=1000000', 'layers', /layers “1000000” is outside 1 to \d+/],
+    ['#batch=1000000000', 'batch', /batch “1000000000” is outside 1 to \d+/],
+    ['#mesh=dp%3D4096', 'mesh', /mesh “dp=4096” has 4,096 devices: the page simulates at most 64/],
+    ['#heads=many', 'heads', /heads “many” is not a whole number/],
+    ['#rng=sometimes', 'rng', /rng “sometimes” is not one of original, partitionable/],
+    [`#layers=2&x=${'a'.repeat(9000)}`, null, /it is 9,011 characters long, and a link here has at most 8,000/],
   ];
-  for (const [hash, expected] of cases) {
-    const { context, page } = await openReady(hash);
-    try {
-      assert.match(await page.getByTestId('hash-notice').innerText(), expected, hash);
-    } finally {
-      await context.close();
+  const { context, page } = await openReady('');
+  try {
+    for (const [hash, field, expected] of cases) {
+      await page.evaluate((h) => { location.hash = h; }, hash);
+      const where = field ? page.locator(`[data-testid="field-error"][data-field="${field}"]`) : page.getByTestId('hash-notice');
+      await where.waitFor({ timeout: 30_000 });
+      assert.match(await where.innerText(), expected, hash);
     }
+  } finally {
+    await context.close();
+  }
+});
+
+test('one bad key behaves alike whether it does not parse or parses to a wrong value: the rest is kept, the key is marked, and nothing says Ready', { timeout: 120_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ layers: '1000000', seq: '16' }));
+  try {
+    for (const [field, next] of [['layers', hashOf({ mesh: 'dp=0', seq: '16' })], ['mesh', null]]) {
+      assert.equal(await page.locator(`[data-testid="field-error"][data-field="${field}"]`).isVisible(), true, field);
+      assert.equal((await formValues(page)).seq, '16', field);
+      assert.equal(await page.getByTestId('hash-notice').isVisible(), false, field);
+      assert.equal(await page.getByTestId('play').isDisabled(), true, field);
+      assert.doesNotMatch(await page.getByTestId('status').innerText(), /Ready/, field);
+      assert.doesNotMatch(await page.getByTestId('chart-modelled').locator('xpath=..').innerText(), /\bN ×/, field);
+      assert.doesNotMatch(await page.getByTestId('sample').innerText(), /null|undefined/, field);
+      assert.equal(await page.getByTestId('recalibrate').isVisible(), false, field);
+      assert.match(await page.getByTestId('timeline-body').innerText(), /Fix the marked settings/, field);
+      if (next) await page.evaluate((h) => { location.hash = h; }, next);
+      await page.waitForFunction(() => document.querySelector('[data-testid="field-error"][data-field="mesh"]') || !next, null, { timeout: 30_000 });
+    }
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
   }
 });

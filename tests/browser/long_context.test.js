@@ -130,9 +130,9 @@ test('tp_sp trains in both modes on tp=2 and its link reopens; a link with an un
   }
   const bad = await openReady(hashOf({ preset: 'cp', mesh: 'cp=4', seq: '64', batch: '2', cp_order: 'diagonal' }));
   try {
-    const notice = bad.page.getByTestId('hash-notice');
-    await notice.waitFor({ timeout: 30_000 });
-    assert.match(await notice.innerText(), /cp_order “diagonal” is not one of contiguous, zigzag/);
+    const marked = bad.page.locator('[data-testid="field-error"][data-field="cp_order"]');
+    await marked.waitFor({ timeout: 30_000 });
+    assert.match(await marked.innerText(), /cp_order “diagonal” is not one of contiguous, zigzag/);
   } finally {
     await bad.context.close();
   }

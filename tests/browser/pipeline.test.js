@@ -44,8 +44,8 @@ test('the pp preset trains in shard_map mode on four stages, says why automatic 
     assert.equal(await rows(page, 'auto').count(), 0);
     assert.match(await page.getByTestId('pipeline-auto').textContent(), /^Automatic mode cannot run the pp preset yet: it needs .*collective-permute/);
     assert.match(await page.locator('[data-testid="program-refused"][data-mode="auto"]').textContent(), /collective-permute/);
-    // The story compares both modes: it waits for a preset both can plan.
-    assert.equal(await page.getByTestId('story-run').isDisabled(), true);
+    // The story compares both modes: its programs' side says why it cannot here.
+    assert.match(await page.getByTestId('story-unplanned').innerText(), /automatic mode cannot plan these settings/);
 
     // Four steps through the pipeline: finite losses, the last below the first.
     assert.equal(await singleSteps(page, 4), 4);
@@ -55,6 +55,14 @@ test('the pp preset trains in shard_map mode on four stages, says why automatic 
     assert.ok(losses[3] < losses[0], JSON.stringify(losses));
 
     await assertLinkReopens(page);
+    // Automatic mode picked for the pipeline: refused at the mode, and the bubble and an empty
+    // timeline each still say what they are.
+    await setControl(page, 'mode', 'auto');
+    await fieldError(page, 'mode').waitFor({ timeout: 30_000 });
+    const bubbleLine = page.getByTestId('pipeline-bubble');
+    assert.equal(await bubbleLine.evaluate((e) => e.hidden), false);
+    assert.match(await bubbleLine.textContent(), /4 stages, 4 microbatches/);
+    assert.match(await page.getByTestId('timeline-body').innerText(), /Fix the marked settings/);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
@@ -147,9 +155,9 @@ test('pipeline settings that cannot run are refused at their control naming the 
   }
   const bad = await openReady(hashOf({ ...TINY_PP, schedule: 'interleaved' }));
   try {
-    const notice = bad.page.getByTestId('hash-notice');
-    await notice.waitFor({ timeout: 30_000 });
-    assert.match(await notice.innerText(), /schedule “interleaved” is not one of gpipe, 1f1b/);
+    const marked = bad.page.locator('[data-testid="field-error"][data-field="schedule"]');
+    await marked.waitFor({ timeout: 30_000 });
+    assert.match(await marked.innerText(), /schedule “interleaved” is not one of gpipe, 1f1b/);
   } finally {
     await bad.context.close();
   }

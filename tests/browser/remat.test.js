@@ -49,11 +49,11 @@ test('remat full trains to the same loss bit for bit, marks recomputed ops, hold
   }
 });
 
-test('a remat policy that does not exist is refused in a link with a notice naming the choices', { timeout: 60_000 }, async () => {
+test('a remat policy that does not exist is refused in a link at its control, naming the choices', { timeout: 60_000 }, async () => {
   const { context, page } = await openReady(hashOf({ remat: 'everything' }));
   try {
-    const notice = await page.getByTestId('hash-notice').innerText();
-    assert.match(notice, /remat “everything” is not one of none, full, dots/);
+    const marked = await page.locator('[data-testid="field-error"][data-field="remat"]').innerText();
+    assert.match(marked, /remat “everything” is not one of none, full, dots/);
   } finally {
     await context.close();
   }

@@ -185,3 +185,29 @@ test('a spec, the task and the optimizer changed while training apply at the ste
     await context.close();
   }
 });
+
+test('switching the mode mid-run keeps each mode’s run and charts, and says so', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
+  try {
+    const points = () => page.evaluate(() => Object.fromEntries(Object.entries(window.shardlab.history.series)
+      .map(([k, x]) => [k, x.measured.filter((v) => v != null).length])));
+    assert.equal(await singleSteps(page, 2), 2);
+    // The chart counts steps as the counter does.
+    assert.deepEqual(await page.evaluate(() => window.shardlab.charts.measured.data[0]), [1, 2]);
+    await setControl(page, 'mode', 'auto');
+    await settled(page);
+    const notice = page.getByTestId('mode-notice');
+    assert.match(await notice.innerText(), /^Automatic goes on from step 2\. shard_map’s run is kept at step 2: switch back to resume it/);
+    assert.equal(await page.getByTestId('step').textContent(), '2');
+    assert.equal(await singleSteps(page, 1), 3);
+    assert.deepEqual(await points(), { 'auto:original': 3, 'shard_map:original': 2 });
+    await setControl(page, 'mode', 'both');
+    await settled(page);
+    assert.match(await notice.innerText(), /^Both modes go on: automatic from step 3, shard_map from step 2\.$/);
+    await singleSteps(page, 1);
+    assert.deepEqual(await points(), { 'auto:original': 4, 'shard_map:original': 3 });
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});

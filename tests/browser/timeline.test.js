@@ -34,6 +34,23 @@ test('the timeline draws a row per device for both modes, and a span finds its o
     const selected = page.locator('#program-aligned td.selected[data-mode="shard_map"]');
     await selected.waitFor({ timeout: 10_000 });
     assert.equal(await selected.count(), 1);
+    // The lines scrolled under a still pointer are not hovered: no box covers the selected line
+    // until the pointer moves, and then none is drawn over it.
+    const tip = page.getByTestId('explain');
+    const marked = page.locator('#program-aligned [data-explain]');
+    await marked.first().dispatchEvent('mouseover');
+    assert.equal(await tip.isVisible(), false);
+    await page.mouse.move(5, 5);
+    await page.mouse.move(6, 6);
+    const near = await marked.evaluateAll((xs) => {
+      const sel = document.querySelector('#program-aligned td.selected').getBoundingClientRect();
+      const above = xs.map((x, i) => [i, sel.top - x.getBoundingClientRect().bottom]).filter(([, d]) => d >= 0);
+      return above.length ? above.sort((a, b) => a[1] - b[1])[0][0] : 0;
+    });
+    await marked.nth(near).dispatchEvent('mouseover');
+    assert.equal(await tip.isVisible(), true);
+    const [t, l] = [await tip.boundingBox(), await selected.boundingBox()];
+    assert.ok(t.y + t.height <= l.y + 1 || t.y >= l.y + l.height - 1, `the box ${JSON.stringify(t)} covers the selected line ${JSON.stringify(l)}`);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

@@ -1,9 +1,10 @@
 //! One problem with the page's settings: the control it belongs to and what to do. The core's
-//! errors name CLI flags (`--d-model`, `--spec w_fc=...`); here they are put at the control
-//! the flag stands for, in the page's words.
-use std::collections::BTreeMap;
-
+//! refusals name their setting ([`shardlab::setting::Setting`]), so the page puts each at that
+//! setting's control and writes it in its own words.
 use serde::Serialize;
+use shardlab::model::ModelError;
+use shardlab::plan::PlanError;
+use shardlab::setting::{Audience, Refusal};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct FieldError {
@@ -19,85 +20,42 @@ impl FieldError {
         }
     }
 
-    /// An error of the core, whose message names CLI flags: the control is the first flag named,
-    /// and the flags read as the page's labels.
-    pub fn from_core(message: &str, fallback: &str) -> Self {
-        // A flag that begins with another (--dropout-key, --dropout) comes first.
-        const FLAGS: [(&str, &str); 18] = [
-            ("--microbatches", "microbatches"),
-            ("--cp-order", "cp_order"),
-            ("--schedule", "schedule"),
-            ("--mode", "mode"),
-            ("--attention", "attention"),
-            ("--remat", "remat"),
-            ("--dropout-key", "dropout_key"),
-            ("--d-model", "d_model"),
-            ("--lr", "lr"),
-            ("--data", "task"),
-            ("--heads", "heads"),
-            ("--layers", "layers"),
-            ("--batch", "batch"),
-            ("--seq", "seq"),
-            ("--vocab", "vocab"),
-            ("--dropout", "dropout"),
-            ("--mesh", "mesh"),
-            ("--strategy", "mesh"),
-        ];
-        let first = FLAGS
-            .iter()
-            .filter_map(|(flag, field)| message.find(flag).map(|at| (at, *field)))
-            .min_by_key(|(at, _)| *at);
-        let mut text = message.to_string();
-        for (flag, field) in FLAGS {
-            text = text.replace(flag, field);
-        }
-        Self::new(first.map_or(fallback, |(_, f)| f), text)
+    /// A refusal of the core, at its setting's control, in the page's words.
+    pub fn refused(r: &Refusal) -> Self {
+        Self::new(&r.setting.key(), r.text(Audience::Page))
     }
 
-    /// A planning error: at the spec field of the value it names (`--spec NAME=`, or a
-    /// with_sharding_constraint on `NAME` the partitioner cannot honour), else as the core's
-    /// errors go.
-    pub fn from_plan(specs: &BTreeMap<String, String>, message: &str) -> Self {
-        let named = specs
-            .keys()
-            .filter(|n| message.contains(&format!("`{n}`")) || message.contains(&format!("--spec {n}=")))
-            .max_by_key(|n| n.len());
-        match named {
-            Some(n) => Self::new(&format!("spec.{n}"), message.replace("--spec ", "spec ")),
-            None => Self::from_core(message, "mesh"),
+    /// A model error: a refusal at its control; a failed build (a bug) at `fallback`.
+    pub fn model(e: &ModelError, fallback: &str) -> Self {
+        match e {
+            ModelError::Refused(r) => Self::refused(r),
+            ModelError::Build(why) => Self::new(fallback, why.clone()),
         }
+    }
+
+    /// A planning error, at the control of the setting it is about.
+    pub fn plan(e: &PlanError) -> Self {
+        Self::new(&e.setting().key(), e.text(Audience::Page))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardlab::setting::Setting;
 
     #[test]
-    fn a_constraint_the_partitioner_refuses_is_an_error_at_its_field() {
-        let specs: BTreeMap<String, String> = [("h0.w_fc'".to_string(), "P('dp')".to_string())].into();
-        let msg = "jit: with_sharding_constraint PartitionSpec('dp',) on `h0.w_fc'`: conflicts with the sharding given for it as an input or output";
-        assert_eq!(FieldError::from_plan(&specs, msg).field, "spec.h0.w_fc'");
-        assert_eq!(FieldError::from_plan(&specs, "--mesh needs dp").field, "mesh");
-    }
-
-    #[test]
-    fn a_schedule_the_engine_refuses_is_an_error_at_the_schedule_control_in_the_pages_words() {
-        let e = FieldError::from_core(
-            "--schedule 1f1b: needs ... Use --schedule gpipe: its bubble is the same",
-            "mesh",
+    fn a_refusal_is_put_at_its_settings_control_in_the_pages_words() {
+        let r = Refusal::at(
+            Setting::Schedule,
+            "1f1b",
+            format!("needs a pipeline; use {}", Setting::Schedule.at("gpipe")),
         );
+        let e = FieldError::refused(&r);
         assert_eq!(e.field, "schedule");
-        assert_eq!(
-            e.message,
-            "schedule 1f1b: needs ... Use schedule gpipe: its bubble is the same"
-        );
-    }
-
-    #[test]
-    fn a_core_error_is_put_at_the_first_flag_it_names() {
-        let e = FieldError::from_core("--heads 3 does not divide --d-model 64", "mesh");
-        assert_eq!(e.field, "heads");
-        assert_eq!(e.message, "heads 3 does not divide d_model 64");
+        assert_eq!(e.message, "schedule 1f1b: needs a pipeline; use schedule gpipe");
+        let spec = FieldError::refused(&Refusal::at(Setting::Spec("h0.w_fc".into()), "P('dp')", "conflicts"));
+        assert_eq!(spec.field, "spec.h0.w_fc");
+        assert_eq!(spec.message, "h0.w_fc=P('dp'): conflicts");
     }
 }

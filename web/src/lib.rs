@@ -12,6 +12,7 @@ mod sample;
 mod session;
 mod settings;
 mod single;
+mod story;
 mod strategy;
 mod task;
 mod this_gpu;
@@ -99,8 +100,8 @@ impl Shardlab {
             })
             .collect();
         let limits: serde_json::Map<String, serde_json::Value> = shardlab::plan::PAGE_LIMITS
-            .into_iter()
-            .map(|l| (l.field.to_string(), json!({"min": l.min, "max": l.max})))
+            .iter()
+            .map(|l| (l.setting.key(), json!({"min": l.min, "max": l.max})))
             .collect();
         json!({
             "default": Preset::Dp.name(),
@@ -114,6 +115,10 @@ impl Shardlab {
             "schedules": shardlab::plan::Schedule::ALL.map(shardlab::plan::Schedule::name),
             "limits": limits,
             "max_devices": shardlab::plan::PAGE_MAX_DEVICES,
+            // The mesh's axis kinds, each with what it splits, and ZeRO's stages on dp.
+            "axes": shardlab::plan::AxisKind::ALL
+                .map(|k| json!({"name": k.name(), "splits": k.splits()})),
+            "zero_stages": shardlab::plan::Zero::ALL.map(shardlab::plan::Zero::name),
             "devices": shardlab::profile::presets(),
         })
         .to_string()
@@ -133,18 +138,20 @@ impl Shardlab {
     pub fn step(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let v = session::step(&inner, false).await;
+            let v = session::step(&inner, false, false).await;
             Ok(JsValue::from_str(&v.to_string()))
         })
     }
 
     /// Like `step`, but measures where the time goes: each mode's answer gets a `breakdown`
-    /// (forward / backward / update wall times, and ms per category from timestamp queries
-    /// where the adapter has them). Its step time is not comparable with plain steps'.
-    pub fn step_profiled(&self) -> js_sys::Promise {
+    /// (forward / backward / update wall times, and ms per category). `full`: from five split
+    /// runs of each op, with each category's floor (the device's ceilings, measured on the
+    /// first such step); else from three without floors, a quick look (the story's).
+    /// Its step time is not comparable with plain steps'.
+    pub fn step_profiled(&self, full: bool) -> js_sys::Promise {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let v = session::step(&inner, true).await;
+            let v = session::step(&inner, true, full).await;
             Ok(JsValue::from_str(&v.to_string()))
         })
     }
@@ -205,6 +212,17 @@ impl Shardlab {
     /// as the cost model predicts it, for both modes and both RNG layouts (`predict::scale_up`).
     pub fn scale_up() -> String {
         predict::scale_up().to_string()
+    }
+
+    /// The story's measured run for this adapter (`story::choose`): the seed preset's run at the
+    /// size that shows the replicated random bits here, with the reason, priced on `device`.
+    /// `adapter_json` is what the page knows of its adapter (`story::Adapter`); a GPU's choice
+    /// reads its calibrated profile, so the page calibrates first.
+    pub fn story_choice(adapter_json: &str, device: &str) -> String {
+        match serde_json::from_str::<story::Adapter>(adapter_json) {
+            Ok(a) => story::choose(&a, this_gpu::profile().as_ref(), device).to_string(),
+            Err(e) => json!({"ok": false, "error": format!("the adapter is not readable: {e}")}).to_string(),
+        }
     }
 
     /// The sharding editor's fields for the settings (`editor::groups`): parameter groups with

@@ -5,9 +5,8 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 use shardlab::ir::{Op, Program, Role};
-use shardlab::plan::{self, Inserted, PlanError, Planned};
+use shardlab::plan::{self, Inserted, Parallelism, PlanError, Planned};
 use shardlab::profile::{category, summarize, Category, ProgramSummary};
-use shardlab::sharding::Mesh;
 
 use crate::field_error::FieldError;
 use crate::settings::{Mode, Settings};
@@ -39,8 +38,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn build(settings: &Settings, mode: Mode, mesh: &Mesh) -> Result<Plan, PlanError> {
-        let planned = plan::build(&settings.options(mode, mesh)?)?;
+    pub fn build(settings: &Settings, mode: Mode, par: &Parallelism) -> Result<Plan, PlanError> {
+        let planned = plan::build(&settings.options(mode, par))?;
         let (program, inserted) = (&planned.step.program, &planned.inserted);
         let summary = summarize(program);
         let text = program.to_text();
@@ -65,21 +64,10 @@ impl Plan {
     }
 }
 
-/// Why the core cannot plan `settings` in `mode`, at the control to change. Where jit cannot
-/// express a strategy the shard_map body runs (`--strategy pp --mode auto: why`), the mode is
-/// what to change: the core's reason, in the page's words, at the mode control.
-pub fn refusal(settings: &Settings, mode: Mode, e: &PlanError) -> FieldError {
-    match e {
-        PlanError::Invalid { what, why } if mode == Mode::Auto && what.contains("--mode auto") => FieldError::new(
-            "mode",
-            format!(
-                "automatic mode cannot run the {} preset yet: it {}",
-                settings.preset.name(),
-                FieldError::from_core(why, "mode").message
-            ),
-        ),
-        _ => FieldError::from_plan(&settings.specs, &e.to_string()),
-    }
+/// Why the core cannot plan a mode, at the control of the setting it refused, in the page's
+/// words (a pipeline jit cannot express is refused at the mode).
+pub fn refusal(e: &PlanError) -> FieldError {
+    FieldError::plan(e)
 }
 
 /// The summary as the page reads it: per-kind totals, random bits and memory per device.
@@ -201,12 +189,12 @@ mod tests {
     use crate::settings::Preset;
 
     fn refused(s: &Settings, mode: Mode) -> FieldError {
-        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        let e = s
-            .options(mode, &mesh)
-            .and_then(|o| plan::build(&o))
-            .expect_err("the core refuses it");
-        refusal(s, mode, &e)
+        let par = match s.check() {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        let e = plan::build(&s.options(mode, &par)).expect_err("the core refuses it");
+        refusal(&e)
     }
 
     #[test]
@@ -214,22 +202,18 @@ mod tests {
         let s = Settings::preset(Preset::Pp);
         let e = refused(&s, Mode::Auto);
         assert_eq!(e.field, "mode");
-        for words in [
-            "automatic mode cannot run the pp preset",
-            "collective-permute",
-            "Use mode shard_map",
-        ] {
+        for words in ["mode auto: on mesh pp=4", "collective-permute", "Use mode shard_map"] {
             assert!(e.message.contains(words), "{words}: {}", e.message);
         }
         assert!(!e.message.contains("--"), "{}", e.message);
     }
 
     #[test]
-    fn stages_that_do_not_split_the_layers_are_refused_at_the_layers_and_the_mesh() {
+    fn stages_that_do_not_split_the_layers_are_refused_at_the_pp_axis() {
         // 4 blocks over pp=3; over pp=8, more stages than blocks.
-        for (mesh, field, words) in [
-            ("pp=3", "layers", "multiple of 3, or pp = one of 1, 2, 4"),
-            ("pp=8", "mesh", "more stages than layers 4"),
+        for (mesh, words) in [
+            ("pp=3", "multiple of 3, or pp = one of 1, 2, 4"),
+            ("pp=8", "more stages than layers 4"),
         ] {
             let s = Settings {
                 mesh: mesh.into(),
@@ -238,7 +222,7 @@ mod tests {
             };
             for mode in [Mode::Auto, Mode::ShardMap] {
                 let e = refused(&s, mode);
-                assert_eq!(e.field, field, "{mesh} {mode:?}: {}", e.message);
+                assert_eq!(e.field, "mesh.pp", "{mesh} {mode:?}: {}", e.message);
                 assert!(e.message.contains(words), "{mesh} {mode:?}: {}", e.message);
             }
         }

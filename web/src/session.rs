@@ -21,7 +21,7 @@ use crate::settings::{Mode, Settings};
 
 /// The most bytes all simulated devices of all running modes may hold on the one GPU a tab
 /// shares with the desktop.
-const GPU_BUDGET_BYTES: u64 = 2 << 30;
+pub const GPU_BUDGET_BYTES: u64 = 2 << 30;
 
 /// Bytes one simulated device of `plan` holds at its peak: the core's memory plan
 /// (`plan::MemoryPlan`, which the program summary reports), the same numbers `inspect` shows.
@@ -47,6 +47,11 @@ const COLLECTIVES_EVERY: u64 = 20;
 /// The most expensive ops a profiled step lists per mode.
 const TOP_OPS: usize = 5;
 
+/// Split runs of each op in a quick profile (the story's look at its categories): the median
+/// of three keeps one run hit by the host's load from setting a category's share, at about
+/// half a full profile's cost.
+const QUICK_PROFILE_REPS: usize = 3;
+
 pub struct Run {
     generation: u64,
     settings: Settings,
@@ -57,12 +62,14 @@ pub struct Run {
     /// The modes that do not run and that the core cannot plan these settings in (automatic
     /// mode on a pipeline), each with why, in the page's words: shown where its program would be.
     refused: serde_json::Map<String, Value>,
-    /// The trainers of the modes that run (`settings.modes()`), built on the first step.
+    /// Per plan: its trainer, built on its mode's first step and kept when the mode stops
+    /// running (a mode switched off and on again goes on where it stopped), its measured
+    /// collectives, and how many steps it has made.
     trainers: Vec<Option<Trainer>>,
     collectives_ms: Vec<Option<f64>>,
+    steps: Vec<u64>,
     /// When the model's sample is next due (`sample.rs`).
     sample_clock: SampleClock,
-    steps: u64,
     busy: bool,
     /// Whether the pipelines the autotuner will time for the run's provisional matmuls are
     /// compiled: `None` before it starts, `Some(false)` while it compiles in the background.
@@ -115,7 +122,7 @@ impl Inner {
     pub fn configure(&mut self, settings_json: &str, resume: bool) -> Value {
         self.generation += 1;
         // A run with a step in flight is dropped (the step is discarded); an idle one is parked.
-        let previous = self.run.take().filter(|r| !r.busy);
+        let mut previous = self.run.take().filter(|r| !r.busy);
         let settings: Settings = match serde_json::from_str(settings_json) {
             Ok(s) => s,
             Err(e) => {
@@ -124,6 +131,15 @@ impl Inner {
                 return json!({"ok": false, "errors": [FieldError { field: String::new(), message }]});
             }
         };
+        // Only the mode changed: the same run goes on, each mode's trainer where it stopped.
+        if let Some(mut run) = previous.take_if(|r| resume && r.switches_to(&settings)) {
+            run.generation = self.generation;
+            run.settings = settings;
+            run.keep_within(GPU_BUDGET_BYTES.saturating_sub(self.parked.as_ref().map_or(0, Run::held_bytes)));
+            let summary = Self::summary(&run, true);
+            self.run = Some(run);
+            return summary;
+        }
         if let Some(mut run) = self.parked.take().filter(|p| resume && p.settings == settings) {
             run.generation = self.generation;
             // Priced again: the device's profile may have changed meanwhile (a calibration).
@@ -135,7 +151,7 @@ impl Inner {
             self.run = Some(run);
             return summary;
         }
-        match self.build(settings) {
+        match self.build(settings.clone()) {
             Ok(run) => {
                 self.parked = previous.filter(|p| fits_beside(p, &run));
                 let summary = Self::summary(&run, false);
@@ -144,7 +160,9 @@ impl Inner {
             }
             Err(errors) => {
                 self.parked = previous;
-                json!({"ok": false, "errors": errors})
+                // A pipeline's bubble is its settings', whichever mode refuses them.
+                let pipeline = settings.parallelism().ok().and_then(|par| settings.pipeline(&par));
+                json!({"ok": false, "errors": errors, "pipeline": pipeline})
             }
         }
     }
@@ -161,23 +179,31 @@ impl Inner {
             "params": run.settings.config().num_params(),
             "prediction": run.prediction,
             "refused": run.refused,
-            "pipeline": run.settings.mesh().ok().and_then(|mesh| run.settings.pipeline(&mesh)),
+            "pipeline": run.settings.parallelism().ok().and_then(|par| run.settings.pipeline(&par)),
             "memory": Self::memory(run),
             "resumed": resumed,
-            "steps": run.steps,
+            "steps": run.step(),
+            // Every mode that has trained, running or kept: how far it got.
+            "mode_steps": run
+                .plans
+                .iter()
+                .zip(&run.steps)
+                .filter(|(_, n)| **n > 0)
+                .map(|(p, n)| (p.mode.name().to_string(), json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
         })
     }
 
     /// The run of `settings`, or every different reason it cannot run, each at its control.
     fn build(&self, settings: Settings) -> Result<Run, Vec<FieldError>> {
-        let mesh = settings.check().map_err(|e| vec![e])?;
+        let par = settings.check().map_err(|e| vec![e])?;
         let device = settings.device_profile().map_err(|e| vec![e])?;
         let (mut plans, mut refused, mut errors) = (vec![], serde_json::Map::new(), vec![]);
         for mode in [Mode::Auto, Mode::ShardMap] {
-            match Plan::build(&settings, mode, &mesh) {
+            match Plan::build(&settings, mode, &par) {
                 Ok(plan) => plans.push(plan),
                 Err(e) => {
-                    let e = crate::plan::refusal(&settings, mode, &e);
+                    let e = crate::plan::refusal(&e);
                     // A mode that cannot express the strategy, and does not run: its program
                     // pane says why. Any other error is the settings', whichever mode finds it.
                     if e.field == "mode" && !settings.modes().contains(&mode) {
@@ -196,17 +222,17 @@ impl Inner {
         }
         check_memory(&settings, &plans).map_err(|e| vec![e])?;
         let prediction = crate::predict::modes(&plans, &device);
-        let running = settings.modes().len();
+        let count = plans.len();
         Ok(Run {
             generation: self.generation,
             settings,
             prediction,
             plans,
             refused,
-            trainers: (0..running).map(|_| None).collect(),
-            collectives_ms: vec![None; running],
+            trainers: (0..count).map(|_| None).collect(),
+            collectives_ms: vec![None; count],
+            steps: vec![0; count],
             sample_clock: SampleClock::default(),
-            steps: 0,
             busy: false,
             prepared: Rc::default(),
         })
@@ -235,7 +261,7 @@ impl Inner {
             Ok(script) => json!({
                 "ok": true,
                 "script": script,
-                "filename": format!("shardlab_{mode}_{}.py", run.settings.strategy().name()),
+                "filename": format!("shardlab_{mode}_{}.py", plan.planned.options.parallel.label().replace([',', '='], "_")),
             }),
             Err(e) => fail(e.to_string()),
         }
@@ -270,7 +296,7 @@ impl Inner {
     /// The current run's mesh and both modes' plans (for `values`: pictures, collective groups).
     pub fn plans(&self) -> Option<(&[Plan], shardlab::sharding::Mesh)> {
         let run = self.run.as_ref()?;
-        Some((&run.plans, run.settings.mesh().ok()?))
+        Some((&run.plans, run.settings.parallelism().ok()?.mesh))
     }
 
     pub fn timelines(&self, overlap: bool) -> Value {
@@ -296,8 +322,61 @@ impl Inner {
     }
 }
 
+impl Run {
+    /// The plan indices of the modes that run, in the settings' order.
+    fn running(&self) -> Vec<usize> {
+        self.settings
+            .modes()
+            .iter()
+            .filter_map(|m| self.plans.iter().position(|p| p.mode == *m))
+            .collect()
+    }
+
+    /// The step the run is at: the furthest of its running modes.
+    fn step(&self) -> u64 {
+        self.running().iter().map(|&k| self.steps[k]).max().unwrap_or(0)
+    }
+
+    /// Whether `settings` are this run's with only the mode changed, every mode they run
+    /// planned here and within the page's GPU budget.
+    fn switches_to(&self, settings: &Settings) -> bool {
+        settings.mode != self.settings.mode
+            && Settings {
+                mode: self.settings.mode,
+                ..settings.clone()
+            } == self.settings
+            && settings.modes().iter().all(|m| self.plans.iter().any(|p| p.mode == *m))
+            && check_memory(settings, &self.plans).is_ok()
+    }
+
+    /// Bytes the run holds on the GPU: its running modes, and the stopped ones it keeps.
+    fn held_bytes(&self) -> u64 {
+        let running = self.running();
+        self.plans
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| running.contains(k) || self.trainers[*k].is_some())
+            .fold(0u64, |total, (_, p)| {
+                total.saturating_add(memory_per_device(p).saturating_mul(p.summary.devices as u64))
+            })
+    }
+
+    /// Drops the stopped modes' trainers when they would not fit `budget` beside the running.
+    fn keep_within(&mut self, budget: u64) {
+        if self.held_bytes() <= budget {
+            return;
+        }
+        let running = self.running();
+        for k in (0..self.plans.len()).filter(|k| !running.contains(k)) {
+            self.trainers[k] = None;
+            self.collectives_ms[k] = None;
+            self.steps[k] = 0;
+        }
+    }
+}
+
 /// Bytes all simulated devices of the running modes of `plans` hold on the one GPU.
-fn resident_bytes(settings: &Settings, plans: &[Plan]) -> u64 {
+pub fn resident_bytes(settings: &Settings, plans: &[Plan]) -> u64 {
     plans
         .iter()
         .filter(|p| settings.modes().contains(&p.mode))
@@ -308,8 +387,7 @@ fn resident_bytes(settings: &Settings, plans: &[Plan]) -> u64 {
 
 /// Whether `parked` may stay resident beside `run` within the page's GPU budget.
 fn fits_beside(parked: &Run, run: &Run) -> bool {
-    resident_bytes(&parked.settings, &parked.plans).saturating_add(resident_bytes(&run.settings, &run.plans))
-        <= GPU_BUDGET_BYTES
+    parked.held_bytes().saturating_add(run.held_bytes()) <= GPU_BUDGET_BYTES
 }
 
 /// Refuses a run whose simulated devices would not fit the page's GPU budget, naming the memory
@@ -344,13 +422,18 @@ struct Taken {
     generation: u64,
     step: u64,
     modes: Vec<Mode>,
+    /// The running modes' plan indices: where their trainers go back after the step.
+    running: Vec<usize>,
     trainers: Vec<Option<Trainer>>,
     collectives_ms: Vec<Option<f64>>,
     sample_clock: SampleClock,
     prepared: Rc<Cell<Option<bool>>>,
 }
 
-pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
+/// One step of the running modes; `profile` measures where its time goes: `full`, its
+/// categories from five split runs of each op beside their floors on the device's ceilings
+/// (measured once); else from three, without floors (the story's quick look).
+pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool, full: bool) -> Value {
     let taken = {
         let mut i = inner.borrow_mut();
         let ctx = i.ctx.clone();
@@ -362,14 +445,16 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
             return fail("a step is already running: await it before asking for the next");
         }
         run.busy = true;
+        let running = run.running();
         Taken {
             ctx,
             roofline,
             generation: run.generation,
-            step: run.steps,
-            modes: run.settings.modes().to_vec(),
-            trainers: std::mem::take(&mut run.trainers),
-            collectives_ms: std::mem::take(&mut run.collectives_ms),
+            step: run.step(),
+            modes: running.iter().map(|&k| run.plans[k].mode).collect(),
+            trainers: running.iter().map(|&k| run.trainers[k].take()).collect(),
+            collectives_ms: running.iter().map(|&k| run.collectives_ms[k].take()).collect(),
+            running,
             sample_clock: std::mem::take(&mut run.sample_clock),
             prepared: run.prepared.clone(),
         }
@@ -394,7 +479,7 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
         (opts, run.settings.clone())
     };
     let mut taken = taken;
-    let result = run_modes(&mut taken, &planned, &settings, profile).await;
+    let result = run_modes(&mut taken, &planned, &settings, profile, full).await;
     let mut i = inner.borrow_mut();
     // The ceilings are the device's: kept unless the device was replaced meanwhile.
     if Arc::ptr_eq(&i.ctx, &taken.ctx) {
@@ -406,17 +491,21 @@ pub async fn step(inner: &Rc<RefCell<Inner>>, profile: bool) -> Value {
     run.busy = false;
     match result {
         Ok((modes, retuned_ms)) => {
-            run.trainers = taken.trainers;
-            run.collectives_ms = taken.collectives_ms;
+            for (j, &k) in taken.running.iter().enumerate() {
+                run.trainers[k] = taken.trainers[j].take();
+                run.collectives_ms[k] = taken.collectives_ms[j];
+                run.steps[k] += 1;
+            }
             run.sample_clock = taken.sample_clock;
-            run.steps += 1;
             json!({"ok": true, "step": taken.step, "modes": modes, "retuned_ms": retuned_ms})
         }
         Err(e) => {
             // The trainers may hold half-updated state: the next step starts over.
-            run.trainers = (0..taken.modes.len()).map(|_| None).collect();
-            run.collectives_ms = vec![None; taken.modes.len()];
-            run.steps = 0;
+            for &k in &taken.running {
+                run.trainers[k] = None;
+                run.collectives_ms[k] = None;
+                run.steps[k] = 0;
+            }
             fail(format!("{e} (the run restarts from step 0 on the next step)"))
         }
     }
@@ -427,12 +516,13 @@ async fn run_modes(
     plans: &[Planned],
     settings: &Settings,
     profile: bool,
+    full: bool,
 ) -> Result<(serde_json::Map<String, Value>, Option<f64>), String> {
     if profile {
         // A profile times the step by wall clock: not beside the background compiles, and on
         // the kernels the run keeps.
         settled(Some(t.prepared.clone())).await;
-        if t.roofline.is_none() {
+        if full && t.roofline.is_none() {
             // A measurement that fails costs the floors, not the step.
             let c = ceilings_with(&t.ctx, CeilingRun::PAGE).await;
             t.roofline = Some(c.map(|c| c.roofline()).map_err(|e| e.to_string()));
@@ -462,7 +552,12 @@ async fn run_modes(
         }
         let trainer = t.trainers[k].as_mut().expect("built above");
         let (stats, prof) = if profile {
-            trainer.profile_step().await.map_err(|e| e.to_string())?
+            let reps = if full {
+                shardlab::exec::PROFILE_REPS
+            } else {
+                QUICK_PROFILE_REPS
+            };
+            trainer.profile_step_with(reps).await.map_err(|e| e.to_string())?
         } else {
             (trainer.step().await.map_err(|e| e.to_string())?, None)
         };
@@ -476,7 +571,7 @@ async fn run_modes(
                 t.step + 1
             ));
         }
-        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline.as_ref()));
+        let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline.as_ref().filter(|_| full)));
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
@@ -690,12 +785,10 @@ pub async fn reset(inner: &Rc<RefCell<Inner>>, new_device: bool) -> Value {
         return json!({"ok": true, "new_device": lost});
     };
     run.generation = generation;
-    run.trainers = (0..run.trainers.len().max(run.settings.modes().len()))
-        .map(|_| None)
-        .collect();
-    run.collectives_ms = vec![None; run.trainers.len()];
+    run.trainers = (0..run.plans.len()).map(|_| None).collect();
+    run.collectives_ms = vec![None; run.plans.len()];
+    run.steps = vec![0; run.plans.len()];
     run.sample_clock = SampleClock::default();
-    run.steps = 0;
     run.busy = false;
     run.prepared = Rc::default();
     json!({"ok": true, "new_device": lost})

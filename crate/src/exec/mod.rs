@@ -14,5 +14,5 @@ pub use reference::ReferenceExecutor;
 pub use tensor::Tensor;
 // The options live with the plan; re-exported here because every run starts from them.
 pub use crate::plan::{Parallel, TrainerOptions};
-pub use step_profile::{OpTime, StepProfile};
+pub use step_profile::{OpTime, StepProfile, REPS as PROFILE_REPS};
 pub use trainer::{Backend, StepStats, Trainer};

@@ -17,7 +17,7 @@ use crate::gpu::{median, GpuContext};
 use crate::model::TrainStep;
 
 /// Split runs of each measurement; their medians are reported.
-const REPS: usize = 5;
+pub const REPS: usize = 5;
 /// Empty submissions timed for the overhead.
 const OVERHEAD_REPS: usize = 21;
 
@@ -73,8 +73,15 @@ impl StepProfile {
 }
 
 /// Profiles the step `exec` has just run (its loss already read): leaves the parameters and
-/// optimizer state exactly as that step left them.
-pub async fn measure(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> Result<StepProfile, ExecError> {
+/// optimizer state exactly as that step left them. `reps` split runs of each measurement (at
+/// least one; [`REPS`] for a benchmark): fewer are quicker and noisier, a look at the categories.
+pub async fn measure(
+    ctx: &GpuContext,
+    exec: &GpuExecutor,
+    step: &TrainStep,
+    reps: usize,
+) -> Result<StepProfile, ExecError> {
+    let reps = reps.max(1);
     let all = exec.dispatches();
     let instrs = exec.dispatch_instrs();
     let first_at = |instr: usize| instrs.iter().position(|&i| i >= instr).unwrap_or(instrs.len());
@@ -97,7 +104,7 @@ pub async fn measure(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> 
     let mut phase_t = vec![vec![]; 3];
     let mut op_t = vec![vec![]; groups.len()];
     let mut op_t2 = vec![vec![]; groups.len()];
-    for _ in 0..REPS {
+    for _ in 0..reps {
         step_t.push(ctx.run_awaited_ms(all).await?);
         exec.restore_state(ctx, &saved);
         for p in 0..3 {
@@ -152,6 +159,6 @@ pub async fn measure(ctx: &GpuContext, exec: &GpuExecutor, step: &TrainStep) -> 
         ops,
         per_dispatch,
         phase_factor,
-        reps: REPS,
+        reps,
     })
 }

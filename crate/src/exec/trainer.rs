@@ -246,15 +246,21 @@ impl Trainer {
 
     /// Runs one train step: returns the loss before the update.
     pub async fn step(&mut self) -> Result<StepStats, ExecError> {
-        Ok(self.run_step(false).await?.0)
+        Ok(self.run_step(None).await?.0)
     }
 
     /// Like [`Trainer::step`], but measures where the time goes (see [`StepProfile`]).
     pub async fn profile_step(&mut self) -> Result<(StepStats, Option<StepProfile>), ExecError> {
-        self.run_step(true).await
+        self.run_step(Some(step_profile::REPS)).await
     }
 
-    async fn run_step(&mut self, profile: bool) -> Result<(StepStats, Option<StepProfile>), ExecError> {
+    /// [`Trainer::profile_step`] with `reps` split runs of each measurement (the page's story
+    /// takes three: its categories at about half the cost).
+    pub async fn profile_step_with(&mut self, reps: usize) -> Result<(StepStats, Option<StepProfile>), ExecError> {
+        self.run_step(Some(reps)).await
+    }
+
+    async fn run_step(&mut self, profile: Option<usize>) -> Result<(StepStats, Option<StepProfile>), ExecError> {
         let mut prof = None;
         let batch = self.dataset.batch(self.steps_done);
         let data = self.data_inputs(&batch, self.key(self.steps_done))?;
@@ -281,9 +287,9 @@ impl Trainer {
             }
         };
         let step_ms = now_ms() - t0;
-        if profile {
+        if let Some(reps) = profile {
             if let State::Gpu { ctx, exec } = &self.state {
-                prof = Some(step_profile::measure(ctx, exec, &self.planned.step).await?);
+                prof = Some(step_profile::measure(ctx, exec, &self.planned.step, reps).await?);
             }
         }
         self.steps_done += 1;

@@ -1,11 +1,34 @@
 use thiserror::Error;
 
 use crate::ir::{CheckpointPolicy, Precision};
+use crate::setting::{Refusal, Setting};
 
-/// A configuration or input the model cannot use; the message says what to change.
+/// A configuration or input the model cannot use, or a model that could not be traced.
 #[derive(Debug, Error, Clone, PartialEq)]
-#[error("{0}")]
-pub struct ModelError(pub String);
+pub enum ModelError {
+    /// A setting the model cannot use; the refusal says what to change.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// Tracing failed on settings that were all checked: a bug, said as such.
+    #[error("{0}")]
+    Build(String),
+}
+
+impl ModelError {
+    /// The setting refused (None for a failed build).
+    pub fn setting(&self) -> Option<&Setting> {
+        match self {
+            ModelError::Refused(r) => Some(&r.setting),
+            ModelError::Build(_) => None,
+        }
+    }
+}
+
+impl From<Refusal> for ModelError {
+    fn from(r: Refusal) -> Self {
+        ModelError::Refused(r)
+    }
+}
 
 /// The deepest model shardlab traces. Deeper than any published GPT (GPT-3 has 96 blocks);
 /// a program grows with the depth, so this bounds the time and memory of tracing one.
@@ -147,37 +170,53 @@ impl GptConfig {
     /// Checks everything a program build would otherwise trip on, with a fix in each message.
     pub fn validate(&self) -> Result<(), ModelError> {
         let fields = [
-            ("--layers", self.layers),
-            ("--d-model", self.d_model),
-            ("--heads", self.heads),
-            ("--seq", self.seq),
-            ("--batch", self.batch),
-            ("--vocab", self.vocab),
+            (Setting::Layers, self.layers),
+            (Setting::DModel, self.d_model),
+            (Setting::Heads, self.heads),
+            (Setting::Seq, self.seq),
+            (Setting::Batch, self.batch),
+            (Setting::Vocab, self.vocab),
         ];
-        for (flag, v) in fields {
+        for (setting, v) in fields {
             if v == 0 {
-                return Err(ModelError(format!("{flag} must be at least 1")));
+                return Err(Refusal::new(setting.clone(), format!("{} must be at least 1", setting.named())).into());
             }
         }
         if !self.d_model.is_multiple_of(self.heads) {
-            return Err(ModelError(format!(
-                "--d-model {} is not divisible by --heads {}: choose heads that divide d_model (e.g. --heads {})",
-                self.d_model,
-                self.heads,
-                largest_divisor_at_most(self.d_model, self.heads)
-            )));
+            return Err(Refusal::new(
+                Setting::Heads,
+                format!(
+                    "{} is not divisible by {}: choose heads that divide d_model (e.g. {})",
+                    Setting::DModel.at(self.d_model),
+                    Setting::Heads.at(self.heads),
+                    Setting::Heads.at(largest_divisor_at_most(self.d_model, self.heads))
+                ),
+            )
+            .into());
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return Err(ModelError(format!("--dropout {} must be in [0, 1)", self.dropout)));
+            return Err(Refusal::new(
+                Setting::Dropout,
+                format!("{} must be in [0, 1)", Setting::Dropout.at(self.dropout)),
+            )
+            .into());
         }
         if self.vocab > u32::MAX as usize / 2 {
-            return Err(ModelError(format!("--vocab {} is too large", self.vocab)));
+            return Err(Refusal::new(
+                Setting::Vocab,
+                format!("{} is too large", Setting::Vocab.at(self.vocab)),
+            )
+            .into());
         }
         if self.layers > MAX_LAYERS {
-            return Err(ModelError(format!(
-                "--layers {} is more than shardlab traces (at most {MAX_LAYERS}): use fewer layers",
-                self.layers
-            )));
+            return Err(Refusal::new(
+                Setting::Layers,
+                format!(
+                    "{} is more than shardlab traces (at most {MAX_LAYERS}): use fewer layers",
+                    Setting::Layers.at(self.layers)
+                ),
+            )
+            .into());
         }
         self.check_sizes()
     }
@@ -233,19 +272,25 @@ fn check_sizes_for(cfg: &GptConfig, max_elements: u64, bits: u32) -> Result<(), 
             .try_fold(1u64, |acc, &n| acc.checked_mul(n as u64))
             .filter(|&n| n <= max_elements)
     };
-    let tensors: [(&str, &[usize], &str); 6] = [
-        ("wte", &[v, d], "lower --vocab or --d-model"),
-        ("wpe", &[t, d], "lower --seq or --d-model"),
-        ("w_fc", &[d, d, 4], "lower --d-model"),
-        ("logits", &[b, t, v], "lower --batch, --seq or --vocab"),
-        ("attention scores", &[b, h, t, t], "lower --batch, --heads or --seq"),
-        ("MLP hidden", &[b, t, d, 4], "lower --batch, --seq or --d-model"),
+    use Setting::{Batch, DModel, Heads, Seq, Vocab};
+    let tensors: [(&str, &[usize], &[Setting]); 6] = [
+        ("wte", &[v, d], &[Vocab, DModel]),
+        ("wpe", &[t, d], &[Seq, DModel]),
+        ("w_fc", &[d, d, 4], &[DModel]),
+        ("logits", &[b, t, v], &[Batch, Seq, Vocab]),
+        ("attention scores", &[b, h, t, t], &[Batch, Heads, Seq]),
+        ("MLP hidden", &[b, t, d, 4], &[Batch, Seq, DModel]),
     ];
-    for (name, dims, fix) in tensors {
+    for (name, dims, settings) in tensors {
         if elements(dims).and_then(|n| n.checked_mul(4)).is_none() {
-            return Err(ModelError(format!(
-                "{name} would have more elements than this machine can index ({bits} bits): {fix}"
-            )));
+            return Err(Refusal::new(
+                settings[0].clone(),
+                format!(
+                    "{name} would have more elements than this machine can index ({bits} bits): lower {}",
+                    crate::setting::one_of(settings)
+                ),
+            )
+            .into());
         }
     }
     if cfg
@@ -254,10 +299,17 @@ fn check_sizes_for(cfg: &GptConfig, max_elements: u64, bits: u32) -> Result<(), 
         .and_then(|n| n.checked_mul(4))
         .is_none()
     {
-        return Err(ModelError(format!(
-            "the model would have more parameters than this machine can index ({bits} bits): make the model smaller \
-             (--layers, --d-model, --vocab)"
-        )));
+        return Err(Refusal::new(
+            Setting::Layers,
+            format!(
+                "the model would have more parameters than this machine can index ({bits} bits): make the model \
+                 smaller ({})",
+                [Setting::Layers, Setting::DModel, Setting::Vocab]
+                    .map(|s| s.named())
+                    .join(", ")
+            ),
+        )
+        .into());
     }
     Ok(())
 }
@@ -295,7 +347,10 @@ mod tests {
     #[test]
     fn tensors_with_more_elements_than_a_32_bit_usize_indexes_are_refused() {
         let e = check_sizes_for(&report(128), u32::MAX as u64, 32).unwrap_err();
-        assert!(e.0.contains("logits") && e.0.contains("--batch"), "{e:?}");
+        assert!(
+            e.to_string().contains("logits") && e.to_string().contains("--batch"),
+            "{e:?}"
+        );
         assert!(check_sizes_for(&report(128), u64::MAX, 64).is_ok());
     }
 }

@@ -1,5 +1,6 @@
 use super::params::SplitMix64;
 use super::{GptConfig, ModelError};
+use crate::setting::{Refusal, Setting};
 
 /// One batch: inputs `tokens[:, 0:T]` and targets `tokens[:, 1:T+1]`, row-major (B, T).
 #[derive(Clone, Debug, PartialEq)]
@@ -37,11 +38,9 @@ impl DataSource {
     /// Reads `--text FILE` (a regular UTF-8 file of at most [`super::MAX_TEXT_BYTES`]),
     /// rejecting what cannot be a character corpus.
     pub fn from_text_file(path: &str) -> Result<Self, ModelError> {
-        let text = super::read_text_file("--text", path, super::MAX_TEXT_BYTES)?;
+        let text = super::read_text_file(Setting::Text, path, super::MAX_TEXT_BYTES)?;
         if text.is_empty() {
-            return Err(ModelError(format!(
-                "--text {path} is empty: give a text file with some prose in it"
-            )));
+            return Err(Refusal::at(Setting::Text, path, "is empty: give a text file with some prose in it").into());
         }
         Ok(DataSource::Text(text))
     }
@@ -73,28 +72,39 @@ impl Dataset {
             DataSource::Formula => {}
             DataSource::Copy | DataSource::Reverse => {
                 if v < 3 {
-                    return Err(ModelError(format!(
-                        "--vocab {v} is too small for --data {}: it needs at least 3 tokens (use --vocab 16)",
-                        source.name()
-                    )));
+                    let why = format!(
+                        "is too small for {}: it needs a separator and at least two symbols, 3 tokens (use {})",
+                        Setting::Data.at(source.name()),
+                        Setting::Vocab.at(16)
+                    );
+                    return Err(Refusal::at(Setting::Vocab, v, why).into());
                 }
                 if t < 3 {
-                    return Err(ModelError(format!(
-                        "--seq {t} is too short for --data {}: use --seq 8 or more",
-                        source.name()
-                    )));
+                    let why = format!(
+                        "is too short for {}: a sequence holds symbols, a separator and their copy; use {} or more",
+                        Setting::Data.at(source.name()),
+                        Setting::Seq.at(8)
+                    );
+                    return Err(Refusal::at(Setting::Seq, t, why).into());
                 }
             }
             DataSource::ModAdd => {
                 if v < 4 {
-                    return Err(ModelError(format!(
-                        "--vocab {v} is too small for --data modadd: it needs at least 4 (use --vocab 16)"
-                    )));
+                    let why = format!(
+                        "is too small for {}: it needs '+', '=' and at least two numbers, 4 tokens (use {})",
+                        Setting::Data.at("modadd"),
+                        Setting::Vocab.at(16)
+                    );
+                    return Err(Refusal::at(Setting::Vocab, v, why).into());
                 }
                 if t < 4 {
-                    return Err(ModelError(format!(
-                        "--seq {t} is too short for --data modadd: use --seq 8 or more"
-                    )));
+                    let why = format!(
+                        "is too short for {}: an equation a + b = c takes five tokens, so at least its first four \
+                         must fit; use {} or more",
+                        Setting::Data.at("modadd"),
+                        Setting::Seq.at(8)
+                    );
+                    return Err(Refusal::at(Setting::Seq, t, why).into());
                 }
             }
             DataSource::Text(text) => {
@@ -102,19 +112,23 @@ impl Dataset {
                 set.sort_unstable();
                 set.dedup();
                 if set.len() > v {
-                    return Err(ModelError(format!(
-                        "--vocab {v} is too small for this text: it has {} distinct characters (use --vocab {})",
+                    let why = format!(
+                        "is too small for this text: it has {} distinct characters (use {})",
                         set.len(),
-                        set.len()
-                    )));
+                        Setting::Vocab.at(set.len())
+                    );
+                    return Err(Refusal::at(Setting::Vocab, v, why).into());
                 }
                 corpus = text.chars().map(|c| set.binary_search(&c).unwrap() as u32).collect();
                 if corpus.len() < t + 2 {
-                    return Err(ModelError(format!(
-                        "the text has {} characters, too short for --seq {t}: give at least {} characters or lower --seq",
+                    let why = format!(
+                        "the text has {} characters, too short for {}: give at least {} characters or lower {}",
                         corpus.len(),
-                        t + 2
-                    )));
+                        Setting::Seq.at(t),
+                        t + 2,
+                        Setting::Seq.named()
+                    );
+                    return Err(Refusal::new(Setting::Seq, why).into());
                 }
                 chars = set;
             }

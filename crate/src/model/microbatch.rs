@@ -4,9 +4,10 @@
 use super::ModelError;
 use crate::autodiff::grad_with;
 use crate::ir::{Builder, IrError, ValueId};
+use crate::setting::{Refusal, Setting};
 
 /// Checks that `microbatches` splits a batch of `batch` rows held in `shards` equal blocks
-/// (the "dp" axis; 1 without data parallelism) into equal microbatches on every shard.
+/// (the data axes; 1 without data parallelism) into equal microbatches on every shard.
 pub fn check_microbatches(batch: usize, microbatches: usize, shards: usize) -> Result<(), ModelError> {
     let k = microbatches;
     let divisors = |n: usize| -> String {
@@ -16,30 +17,37 @@ pub fn check_microbatches(batch: usize, microbatches: usize, shards: usize) -> R
             .collect();
         ds.join(", ")
     };
+    let refuse = |why: String| Err(Refusal::new(Setting::Microbatches, why).into());
+    let mb = Setting::Microbatches;
+    let b = Setting::Batch.at(batch);
     if k == 0 {
-        return Err(ModelError(
-            "--microbatches 0: a step needs at least one microbatch; use 1 for no gradient accumulation".into(),
+        return refuse(format!(
+            "{}: a step needs at least one microbatch; use 1 for no gradient accumulation",
+            mb.at(0)
         ));
     }
     if k > batch {
-        return Err(ModelError(format!(
-            "--microbatches {k} is more than --batch {batch}: each microbatch needs at least one example; use one of {}",
+        return refuse(format!(
+            "{} is more than {b}: each microbatch needs at least one example; use one of {}",
+            mb.at(k),
             divisors(batch)
-        )));
+        ));
     }
     if !batch.is_multiple_of(k) {
-        return Err(ModelError(format!(
-            "--microbatches {k} does not divide --batch {batch}: microbatches are equal slices of the batch; use one of {}",
+        return refuse(format!(
+            "{} does not divide {b}: microbatches are equal slices of the batch; use one of {}",
+            mb.at(k),
             divisors(batch)
-        )));
+        ));
     }
     let per_shard = batch / shards.max(1);
     if shards > 1 && !per_shard.is_multiple_of(k) {
-        return Err(ModelError(format!(
-            "--microbatches {k} does not divide the {per_shard} examples each 'dp' shard holds (--batch {batch} over \
-             {shards} devices): every device splits its own rows; use one of {}",
+        return refuse(format!(
+            "{} does not divide the {per_shard} examples each data-parallel shard holds ({b} over {shards} \
+             devices): every device splits its own rows; use one of {}",
+            mb.at(k),
             divisors(per_shard)
-        )));
+        ));
     }
     Ok(())
 }
@@ -130,18 +138,18 @@ mod tests {
 
     #[test]
     fn every_bad_count_is_refused_naming_the_flag_and_the_counts_that_fit() {
-        let e = check_microbatches(8, 0, 1).unwrap_err().0;
+        let e = check_microbatches(8, 0, 1).unwrap_err().to_string();
         assert!(e.contains("--microbatches 0") && e.contains("use 1"), "{e}");
-        let e = check_microbatches(8, 16, 1).unwrap_err().0;
+        let e = check_microbatches(8, 16, 1).unwrap_err().to_string();
         assert!(e.contains("more than --batch 8") && e.contains("1, 2, 4, 8"), "{e}");
-        let e = check_microbatches(8, 3, 1).unwrap_err().0;
+        let e = check_microbatches(8, 3, 1).unwrap_err().to_string();
         assert!(
             e.contains("does not divide --batch 8") && e.contains("1, 2, 4, 8"),
             "{e}"
         );
-        let e = check_microbatches(8, 4, 4).unwrap_err().0;
+        let e = check_microbatches(8, 4, 4).unwrap_err().to_string();
         assert!(
-            e.contains("2 examples each 'dp' shard") && e.contains("use one of 1, 2"),
+            e.contains("2 examples each data-parallel shard") && e.contains("use one of 1, 2"),
             "{e}"
         );
         for (batch, k, shards) in [(8, 1, 1), (8, 8, 1), (8, 2, 4), (16, 4, 4)] {

@@ -50,7 +50,7 @@ pub fn eval_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program, M
     let loss = forward_loss(&mut b, cfg, &acts);
     b.output(loss);
     b.finish()
-        .map_err(|e| ModelError(format!("cannot build the model: {e}")))
+        .map_err(|e| ModelError::Build(format!("cannot build the model: {e}")))
 }
 
 /// Forward only, without dropout, returning the logits (B, T, V): what the model predicts.
@@ -75,7 +75,7 @@ pub fn logits_program(cfg: &GptConfig, rng_layout: RngLayout) -> Result<Program,
     let logits = forward_logits(&mut b, cfg, &acts);
     b.output(logits);
     b.finish()
-        .map_err(|e| ModelError(format!("cannot build the model: {e}")))
+        .map_err(|e| ModelError::Build(format!("cannot build the model: {e}")))
 }
 
 /// Forward, loss, gradients (reverse-mode autodiff of the traced forward) and update.
@@ -135,13 +135,13 @@ pub fn accumulated_train_step(
         Ok(scaled)
     };
     let acc = accumulate(&mut b, k, &params, &names, &mut loss_of, &mut |_, _, g| g)
-        .map_err(|e| ModelError(format!("cannot differentiate the model: {e}")))?;
+        .map_err(|e| ModelError::Build(format!("cannot differentiate the model: {e}")))?;
     let (grads, forward_end) = (acc.grads, acc.first_forward_end);
     let loss = losses
         .iter()
         .copied()
         .reduce(|a, l| b.add(a, l))
-        .ok_or_else(|| ModelError("a step needs at least one microbatch".into()))?;
+        .ok_or_else(|| ModelError::Build("a step needs at least one microbatch".into()))?;
     if k > 1 {
         b.set_name(loss, "loss");
     }
@@ -160,7 +160,7 @@ pub fn accumulated_train_step(
     }
     let mut program = b
         .finish()
-        .map_err(|e| ModelError(format!("cannot build the train step: {e}")))?;
+        .map_err(|e| ModelError::Build(format!("cannot build the train step: {e}")))?;
     program.precision = cfg.precision;
     Ok(TrainStep {
         program,

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::ir::{Op, Program, RngLayout, Role, ValueId};
 use crate::model::{accumulated_train_step, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
-use crate::partition::{jit_with_constraints, AutoProgram};
+use crate::partition::{jit_with_constraints, AutoProgram, PartitionError};
+use crate::setting::{Refusal, Setting};
 use crate::sharding::PartitionSpec;
 
 /// The in_sharding of a parameter: the rules' layout of its stored shape (w_qkv's columns
@@ -80,7 +81,13 @@ pub(super) fn jit_train_step(
     } else {
         vec![]
     };
-    for (name, spec) in implicit.iter().chain(overrides) {
+    // Which override pinned each value, so a constraint jit refuses is said at its spec.
+    let mut pinned_by: BTreeMap<ValueId, (String, PartitionSpec)> = BTreeMap::new();
+    let given = implicit
+        .iter()
+        .map(|o| (o, false))
+        .chain(overrides.iter().map(|o| (o, true)));
+    for ((name, spec), by_user) in given {
         match resolve_spec(&specs, prog, &par.mesh, name, spec)? {
             SpecTarget::Params(hits) => hits.into_iter().for_each(|i| {
                 pspec[i] = spec.clone();
@@ -95,6 +102,9 @@ pub(super) fn jit_train_step(
                 }
                 for v in intermediates {
                     constraints.insert(v, spec.clone());
+                    if by_user {
+                        pinned_by.insert(v, (name.clone(), spec.clone()));
+                    }
                 }
             }
         }
@@ -118,7 +128,14 @@ pub(super) fn jit_train_step(
             out_shardings.push(Some(state.clone()));
         }
     }
-    let auto = jit_with_constraints(prog, &par.mesh, &in_shardings, &out_shardings, &constraints)?;
+    let auto =
+        jit_with_constraints(prog, &par.mesh, &in_shardings, &out_shardings, &constraints).map_err(|e| match &e {
+            PartitionError::Constraint { value, why, .. } => match pinned_by.get(value) {
+                Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
+                None => PlanError::from(e),
+            },
+            _ => PlanError::from(e),
+        })?;
     Ok((global, auto))
 }
 

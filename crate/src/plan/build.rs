@@ -9,6 +9,7 @@ use super::{combine_train_step, Mode, Parallel, PlanError, TrainerOptions};
 use crate::model::{accumulated_train_step, TrainStep};
 use crate::partition::auto::Inserted;
 use crate::partition::combine_auto_program;
+use crate::setting::{Refusal, Setting};
 use crate::sharding::PartitionSpec;
 
 /// A planned run: its options and the train step that runs them.
@@ -43,25 +44,26 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     let cfg = &opts.config;
     let combine = opts.combine_all_reduces;
     let combined = |step: TrainStep| if combine { combine_train_step(&step) } else { step };
+    // The model splits over every axis before anything else is said of the mode.
     if let Some(par) = opts.parallel.parallelism() {
+        cfg.validate()?;
+        par.check(cfg, opts.microbatches)?;
         check_pipeline(par, opts.schedule, opts.parallel.mode())?;
     }
     let (step, inserted, values) = match &opts.parallel {
         Parallel::None if opts.cp_order != Default::default() => {
-            return Err(PlanError::Invalid {
-                what: format!("--cp-order {}", opts.cp_order.name()),
-                why: "orders context parallelism's blocks, and one device has none: use a mesh with a 'cp' axis (e.g. \
-                      --mesh cp=4)"
-                    .into(),
-            })
+            let why = format!(
+                "orders context parallelism's blocks, and one device has none: use a mesh with a 'cp' axis (e.g. {})",
+                Setting::MeshAxis("cp".into()).at(4)
+            );
+            return Err(Refusal::at(Setting::CpOrder, opts.cp_order.name(), why).into());
         }
         Parallel::None if opts.schedule != Default::default() => {
-            return Err(PlanError::Invalid {
-                what: format!("--schedule {}", opts.schedule.name()),
-                why: "orders a pipeline's microbatches, and one device has none: use a mesh with a 'pp' axis (e.g. \
-                      --mesh pp=2)"
-                    .into(),
-            })
+            let why = format!(
+                "orders a pipeline's microbatches, and one device has none: use a mesh with a 'pp' axis (e.g. {})",
+                Setting::MeshAxis("pp".into()).at(2)
+            );
+            return Err(Refusal::at(Setting::Schedule, opts.schedule.name(), why).into());
         }
         Parallel::None => (
             combined(accumulated_train_step(

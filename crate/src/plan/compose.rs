@@ -127,6 +127,8 @@ pub(super) fn scatter_gathered(b: &mut Builder, g: ValueId, spec: &PartitionSpec
 pub(super) struct ParamPlan {
     pub spec: PartitionSpec,
     pub state: PartitionSpec,
+    /// Whether the optimizer's weight decay applies to it.
+    pub decays: bool,
 }
 
 impl ParamPlan {
@@ -152,7 +154,7 @@ impl ParamPlan {
             .iter()
             .chain(extra)
             .copied()
-            .filter(|a| !self.spec.uses_axis(a) && !(scattered && *a == "dp"))
+            .filter(|a| !(self.spec.uses_axis(a) || scattered && *a == "dp"))
             .collect()
     }
 
@@ -162,14 +164,13 @@ impl ParamPlan {
         &self,
         b: &mut Builder,
         opt: Optimizer,
-        decays: bool,
         param: ValueId,
         grad: ValueId,
         state: &[ValueId],
         zero: super::Zero,
     ) -> Vec<ValueId> {
         let Some(dim) = self.block_dim() else {
-            return update(b, opt, decays, param, grad, state);
+            return update(b, opt, self.decays, param, grad, state);
         };
         let g = if self.scatter_dim(zero).is_some() {
             grad
@@ -177,7 +178,7 @@ impl ParamPlan {
             b.slice_block(grad, &["dp"], dim)
         };
         let block = b.slice_block(param, &["dp"], dim);
-        let mut o = update(b, opt, decays, block, g, state);
+        let mut o = update(b, opt, self.decays, block, g, state);
         o[0] = b.all_gather_invarying(o[0], &["dp"], dim);
         o
     }

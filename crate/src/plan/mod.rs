@@ -13,6 +13,7 @@ mod compose;
 mod error;
 mod memory;
 mod options;
+mod page;
 mod parallelism;
 mod pipeline_step;
 mod presets;
@@ -35,8 +36,12 @@ pub use memory::{
     MemoryPlan, TensorBytes, DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
 };
 pub use options::{Parallel, TrainerOptions};
+pub use page::{
+    check_page_limits, check_page_mesh, check_page_sizes, page_limit, Limit, PAGE_LIMITS, PAGE_MAX_DEVICES,
+    PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
+};
 pub use parallelism::{mesh_text, Parallelism};
-pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};
+pub use presets::Preset;
 pub use rules::{axes_for, param_dims, Holder, Logical, RULES};
 pub use shard_map_step::shard_map_train_step;
 pub use spec_names::{block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};

@@ -7,6 +7,7 @@ use super::rules::{param_dims, resolve, Holder, Logical, STAGE, TOKEN_DIMS};
 use super::{Mode, PlanError};
 use crate::ir::CpOrder;
 use crate::model::{GptConfig, ParamSpec};
+use crate::setting::{Refusal, Setting};
 use crate::sharding::{Mesh, PartitionSpec};
 
 /// How a step is split over a mesh: the mesh (every axis named by its [`AxisKind`]) and the
@@ -22,11 +23,13 @@ pub struct Parallelism {
     pub sequence_parallel: bool,
 }
 
-fn invalid(what: impl Into<String>, why: impl Into<String>) -> PlanError {
-    PlanError::Invalid {
-        what: what.into(),
-        why: why.into(),
-    }
+/// `n`'s divisors, `1, 2, 4`: the sizes that split it.
+fn divisors(n: usize) -> String {
+    (1..=n)
+        .filter(|d| n.is_multiple_of(*d))
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Parallelism {
@@ -35,13 +38,11 @@ impl Parallelism {
     pub fn new(mesh: Mesh, zero: Zero, sequence_parallel: bool) -> Result<Self, PlanError> {
         for name in mesh.axis_names() {
             if AxisKind::parse(name).is_none() {
-                return Err(invalid(
-                    format!("--mesh {}", mesh_text(&mesh)),
-                    format!(
-                        "mesh axis '{name}' names no parallelism: an axis's name says what it splits, one of {}",
-                        AxisKind::glossary()
-                    ),
-                ));
+                let why = format!(
+                    "mesh axis '{name}' names no parallelism: an axis's name says what it splits, one of {}",
+                    AxisKind::glossary()
+                );
+                return Err(Refusal::at(Setting::Mesh, mesh_text(&mesh), why).into());
             }
         }
         let par = Self {
@@ -50,24 +51,22 @@ impl Parallelism {
             sequence_parallel,
         };
         if zero != Zero::Off && !par.has(AxisKind::Dp) {
-            return Err(invalid(
-                format!("--zero {}", zero.name()),
-                format!(
-                    "splits the optimizer state over 'dp', and the mesh {} has no 'dp' axis: add one (e.g. --mesh \
-                     dp=4), or use an 'fsdp' axis, which splits the parameters too",
-                    par.name()
-                ),
-            ));
+            let why = format!(
+                "splits the optimizer state over 'dp', and {} has no 'dp' axis: add one (e.g. {}), or use an 'fsdp' \
+                 axis, which splits the parameters too",
+                Setting::Mesh.at(par.name()),
+                Setting::MeshAxis("dp".into()).at(4)
+            );
+            return Err(Refusal::at(Setting::Zero, zero.name(), why).into());
         }
         if sequence_parallel && !par.has(AxisKind::Tp) {
-            return Err(invalid(
-                "--sequence-parallel",
-                format!(
-                    "splits tensor parallelism's layer-norm and dropout regions on the sequence over 'tp', and the \
-                     mesh {} has no 'tp' axis: add one (e.g. --mesh tp=2)",
-                    par.name()
-                ),
-            ));
+            let why = format!(
+                "splits tensor parallelism's layer-norm and dropout regions on the sequence over 'tp', and {} has no \
+                 'tp' axis: add one (e.g. {})",
+                Setting::Mesh.at(par.name()),
+                Setting::MeshAxis("tp".into()).at(2)
+            );
+            return Err(Refusal::named(Setting::SequenceParallel, why).into());
         }
         Ok(par)
     }
@@ -227,61 +226,65 @@ impl Parallelism {
         Ok(())
     }
 
+    /// One axis's rule: what it splits must divide by its size. Refused at the axis's size,
+    /// naming the model's setting it does not divide and both fixes.
     fn check_axis(&self, cfg: &GptConfig, kind: AxisKind) -> Result<(), PlanError> {
         let n = self.size(kind);
         let axis = kind.name();
+        let at_axis = |what: String| Err(Refusal::new(Setting::MeshAxis(axis.into()), what).into());
+        let mesh_axis = Setting::MeshAxis(axis.into()).at(n);
         match kind {
             AxisKind::Dp | AxisKind::Fsdp => {
                 let split = self.batch_split();
                 if !cfg.batch.is_multiple_of(split) {
                     let by = match self.batch_axes().as_slice() {
-                        [one] => format!("mesh axis '{one}' of size {split}"),
-                        all => format!("mesh axes {} of sizes {split} together", all.join(" x ")),
+                        [_] => format!("{mesh_axis} does not divide"),
+                        all => format!(
+                            "mesh axes {} of {split} devices together do not divide",
+                            all.join(" x ")
+                        ),
                     };
-                    return Err(invalid(
-                        format!("--batch {}", cfg.batch),
-                        format!("is not divisible by {by}: use a batch that is a multiple of {split}"),
+                    return at_axis(format!(
+                        "{by} {}: the data axes split the batch; use a batch that is a multiple of {split}, or data \
+                         axes whose sizes multiply to one of {}",
+                        Setting::Batch.at(cfg.batch),
+                        divisors(cfg.batch)
                     ));
                 }
             }
             AxisKind::Tp => {
                 if !cfg.heads.is_multiple_of(n) {
-                    return Err(invalid(
-                        format!("--heads {}", cfg.heads),
-                        format!("is not divisible by mesh axis 'tp' of size {n}: tensor parallelism splits heads"),
+                    return at_axis(format!(
+                        "{mesh_axis} does not divide {}: tensor parallelism splits heads; use tp = one of {}, or a \
+                         head count that is a multiple of {n}",
+                        Setting::Heads.at(cfg.heads),
+                        divisors(cfg.heads)
                     ));
                 }
                 if !(4 * cfg.d_model).is_multiple_of(n) {
-                    return Err(invalid(
-                        format!("--d-model {}", cfg.d_model),
-                        format!("4*d_model is not divisible by 'tp' of size {n}: tensor parallelism splits the MLP's hidden units"),
+                    return at_axis(format!(
+                        "{mesh_axis} does not divide 4 x {}: tensor parallelism splits the MLP's hidden units; use \
+                         tp = one of {}",
+                        Setting::DModel.at(cfg.d_model),
+                        divisors(4 * cfg.d_model)
                     ));
                 }
             }
             AxisKind::Cp => {}
             AxisKind::Pp => {
-                let divisors: Vec<String> = (1..=cfg.layers)
-                    .filter(|d| cfg.layers.is_multiple_of(*d))
-                    .map(|d| d.to_string())
-                    .collect();
                 if n > cfg.layers {
-                    return Err(invalid(
-                        format!("--mesh {}", self.name()),
-                        format!(
-                            "has pp={n}, more stages than --layers {}: every stage runs at least one block; use pp = one of {}",
-                            cfg.layers,
-                            divisors.join(", ")
-                        ),
+                    return at_axis(format!(
+                        "{mesh_axis} is more stages than {}: every stage runs at least one block; use pp = one of {}",
+                        Setting::Layers.at(cfg.layers),
+                        divisors(cfg.layers)
                     ));
                 }
                 if !cfg.layers.is_multiple_of(n) {
-                    return Err(invalid(
-                        format!("--layers {}", cfg.layers),
-                        format!(
-                            "does not split into pp = {n} equal stages: use a layer count that is a multiple of {n}, or \
-                             pp = one of {}",
-                            divisors.join(", ")
-                        ),
+                    return at_axis(format!(
+                        "{mesh_axis} does not split {} into equal stages: use a layer count that is a multiple of \
+                         {n}, or pp = one of {}",
+                        Setting::Layers.at(cfg.layers),
+                        divisors(cfg.layers)
                     ));
                 }
             }
@@ -290,12 +293,10 @@ impl Parallelism {
             let split = self.seq_split();
             if !cfg.seq.is_multiple_of(split) {
                 let by = self.seq_axes().join(" x ");
-                return Err(invalid(
-                    format!("--seq {}", cfg.seq),
-                    format!(
-                        "is not divisible by {by} of size {split}: the residual stream's sequence is split into {split} \
-                         blocks; use a sequence that is a multiple of it"
-                    ),
+                return at_axis(format!(
+                    "{mesh_axis}: {by} of {split} devices together do not divide {}: the residual stream's sequence is \
+                     split into {split} blocks; use a sequence that is a multiple of {split}",
+                    Setting::Seq.at(cfg.seq)
                 ));
             }
         }
@@ -306,53 +307,54 @@ impl Parallelism {
     /// is cp's alone; zig-zag cuts the sequence into 2 * cp chunks; a shard_map ring merges its
     /// blocks with the fused op's online softmax.
     pub fn check_cp(&self, cfg: &GptConfig, order: CpOrder, mode: Mode) -> Result<(), PlanError> {
+        let contiguous = Setting::CpOrder.at(CpOrder::Contiguous.name());
         if !self.is_cp() {
             if order != CpOrder::Contiguous {
-                return Err(invalid(
-                    format!("--cp-order {}", order.name()),
-                    format!(
-                        "orders context parallelism's blocks, and the mesh {} has no 'cp' axis: add one (e.g. --mesh cp=4)",
-                        self.name()
-                    ),
-                ));
+                let why = format!(
+                    "orders context parallelism's blocks, and {} has no 'cp' axis: add one (e.g. {})",
+                    Setting::Mesh.at(self.name()),
+                    Setting::MeshAxis("cp".into()).at(4)
+                );
+                return Err(Refusal::at(Setting::CpOrder, order.name(), why).into());
             }
             return Ok(());
         }
         let cp = self.size(AxisKind::Cp);
         if order == CpOrder::Zigzag {
             if mode == Mode::Auto {
-                return Err(invalid(
-                    "--cp-order zigzag",
+                let why = format!(
                     "is ring attention's order in shard_map mode; jit splits the sequence into contiguous blocks (a \
-                     PartitionSpec cannot interleave them): use --mode shard_map, or --cp-order contiguous",
-                ));
+                     PartitionSpec cannot interleave them): use {}, or {contiguous}",
+                    Setting::Mode.at(Mode::ShardMap.name())
+                );
+                return Err(Refusal::at(Setting::CpOrder, order.name(), why).into());
             }
             if self.sequence_parallel {
-                return Err(invalid(
-                    "--cp-order zigzag",
+                let why = format!(
                     "gives each 'cp' device two chunks of the sequence, and sequence parallelism would split those \
-                     two chunks' rows again over 'tp', which no block of a spec describes: use --cp-order contiguous \
-                     with sequence parallelism, or tensor parallelism without it",
-                ));
+                     two chunks' rows again over 'tp', which no block of a spec describes: use {contiguous} with {}, \
+                     or tensor parallelism without it",
+                    Setting::SequenceParallel.named()
+                );
+                return Err(Refusal::at(Setting::CpOrder, order.name(), why).into());
             }
             if !cfg.seq.is_multiple_of(2 * cp) {
-                return Err(invalid(
-                    format!("--seq {}", cfg.seq),
-                    format!(
-                        "does not split into 2 x cp = {} zig-zag chunks: use a sequence that is a multiple of {}, or \
-                         --cp-order contiguous",
-                        2 * cp,
-                        2 * cp
-                    ),
-                ));
+                let why = format!(
+                    "does not split into 2 x cp = {} zig-zag chunks: use a sequence that is a multiple of {}, or \
+                     {contiguous}",
+                    2 * cp,
+                    2 * cp
+                );
+                return Err(Refusal::at(Setting::Seq, cfg.seq, why).into());
             }
         }
         if mode == Mode::ShardMap && cfg.attention == crate::model::Attention::Unfused {
-            return Err(invalid(
-                "--attention unfused",
-                "cannot run ring attention: a 'cp' axis merges the blocks of keys with the fused op's online softmax; \
-                 use --attention fused",
-            ));
+            let why = format!(
+                "cannot run ring attention: a 'cp' axis merges the blocks of keys with the fused op's online \
+                 softmax; use {}",
+                Setting::Attention.at("fused")
+            );
+            return Err(Refusal::at(Setting::Attention, "unfused", why).into());
         }
         Ok(())
     }

@@ -20,6 +20,7 @@ use crate::ir::{Builder, DType, IrError, Op, Owner, RngLayout, Role, Stack, Valu
 use crate::model::{block, embed, head, microbatch_rows, param_specs, Activations, GptConfig, Local};
 use crate::model::{state_input, Optimizer, ParamSpec, Stage, TrainStep};
 use crate::partition::{shard_map, Arg};
+use crate::setting::{Refusal, Setting};
 use crate::sharding::PartitionSpec;
 
 /// Parameters per block (docs/MODEL.md): ln1 (2), qkv (2), proj (2), ln2 (2), fc (2), out (2).
@@ -29,28 +30,27 @@ const PER_BLOCK: usize = 12;
 /// else, and the mode can express it (the stages' split of the blocks is the "pp" axis's own
 /// check, [`Parallelism::check`]).
 pub(super) fn check_pipeline(par: &Parallelism, schedule: Schedule, mode: Mode) -> Result<(), PlanError> {
-    let invalid = |what: String, why: String| Err(PlanError::Invalid { what, why });
     if !par.is_pipeline() {
         if schedule != Schedule::default() {
-            return invalid(
-                format!("--schedule {}", schedule.name()),
-                format!(
-                    "orders a pipeline's microbatches, and the mesh {} has no 'pp' axis: add one (e.g. --mesh pp=2)",
-                    par.name()
-                ),
+            let why = format!(
+                "orders a pipeline's microbatches, and {} has no 'pp' axis: add one (e.g. {})",
+                Setting::Mesh.at(par.name()),
+                Setting::MeshAxis("pp".into()).at(2)
             );
+            return Err(Refusal::at(Setting::Schedule, schedule.name(), why).into());
         }
         return Ok(());
     }
     if mode == Mode::Auto {
-        return invalid(
-            format!("--mesh {} --mode auto", par.name()),
-            "needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as one \
-             vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
+        let why = format!(
+            "on {} needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as \
+             one vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
              collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
-             another on every device. Use --mode shard_map, where the body says the schedule"
-                .into(),
+             another on every device. Use {}, where the body says the schedule",
+            Setting::Mesh.at(par.name()),
+            Setting::Mode.at(Mode::ShardMap.name())
         );
+        return Err(Refusal::at(Setting::Mode, Mode::Auto.name(), why).into());
     }
     Ok(())
 }
@@ -231,11 +231,10 @@ pub(super) fn pipeline_train_step(
         marks.1 = b.program().instrs.len();
 
         let mut outs = vec![loss];
-        for (i, h) in held.iter().enumerate() {
-            let ps = &specs[h.first()];
+        for i in 0..held.len() {
             let slots = opt.slots();
             let st = &state[slots * i..slots * (i + 1)];
-            let o = plans[i].update(b, opt, ps.decays(), params[i], grads[i], st, par.zero);
+            let o = plans[i].update(b, opt, params[i], grads[i], st, par.zero);
             b.set_name(o[0], &format!("{}'", args[i].name));
             for (slot, v) in o.into_iter().enumerate() {
                 b.donate(outs.len(), state_input(n, opt, i, slot));
@@ -592,6 +591,7 @@ impl Held {
         ParamPlan {
             spec: self.layout(cfg, par, specs, Holder::Param).1,
             state: self.layout(cfg, par, specs, Holder::State).1,
+            decays: specs[self.first()].decays(),
         }
     }
 

@@ -47,7 +47,11 @@ fn arguments(c: &Compose, opt: Optimizer) -> (Vec<Arg>, Vec<ParamPlan>) {
             role: Role::Param(ps.index),
             spec: spec.clone(),
         });
-        plans.push(ParamPlan { spec, state });
+        plans.push(ParamPlan {
+            spec,
+            state,
+            decays: ps.decays(),
+        });
     }
     for (ps, plan) in specs.iter().zip(&plans) {
         for slot in 0..opt.slots() {
@@ -198,7 +202,7 @@ pub(super) fn shard_map_accumulated_step(
         for (i, ps) in specs.iter().enumerate() {
             let slots = opt.slots();
             let st = &state[slots * i..slots * (i + 1)];
-            let o = plans[i].update(b, opt, ps.decays(), params[i], grads[i], st, par.zero);
+            let o = plans[i].update(b, opt, params[i], grads[i], st, par.zero);
             b.set_name(o[0], &format!("{}'", ps.name));
             for (slot, v) in o.into_iter().enumerate() {
                 b.donate(outs.len(), state_input(n, opt, i, slot));

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use super::PlanError;
 use crate::ir::{Program, Role, ValueId};
 use crate::model::ParamSpec;
+use crate::setting::{Refusal, Setting};
 use crate::sharding::{Mesh, NamedSharding, PartitionSpec};
 
 /// The token batch's name: an input of the global step (the targets are another).
@@ -58,14 +59,15 @@ pub fn resolve_spec(
     name: &str,
     spec: &PartitionSpec,
 ) -> Result<SpecTarget, PlanError> {
-    let what = || format!("--spec {name}={spec}");
+    let setting = Setting::Spec(name.to_string());
+    let refuse = |why: String| PlanError::from(Refusal::at(setting.clone(), spec, why));
     let fits = |value: &str, shape: &[usize]| {
         NamedSharding::new(mesh.clone(), spec.clone())
             .and_then(|s| s.shard_shape(shape))
             .map(|_| ())
-            .map_err(|e| PlanError::Invalid {
-                what: format!("{} for {value} {shape:?}", what()),
-                why: e.to_string(),
+            .map_err(|e| {
+                let what = format!("{} for {value} {shape:?}", setting.at(spec));
+                PlanError::from(Refusal::new(setting.clone(), format!("{what}: {e}")))
             })
     };
     let hits = params_named(params, name);
@@ -83,13 +85,10 @@ pub fn resolve_spec(
         }
         match prog.inputs.iter().find(|(i, _)| *i == v).map(|(_, role)| role) {
             Some(Role::OptState { param, .. }) => {
-                return Err(PlanError::Invalid {
-                    what: what(),
-                    why: format!(
-                        "`{name}` is optimizer state, laid out like its parameter: give `{}` the spec instead",
-                        params[*param].name
-                    ),
-                })
+                return Err(refuse(format!(
+                    "`{name}` is optimizer state, laid out like its parameter: give `{}` the spec instead",
+                    params[*param].name
+                )))
             }
             Some(_) => inputs.push(v),
             None => intermediates.push(v),
@@ -98,13 +97,11 @@ pub fn resolve_spec(
     }
     if inputs.is_empty() && intermediates.is_empty() {
         let groups: BTreeSet<&str> = params.iter().map(|p| group_name(&p.name)).collect();
-        return Err(PlanError::Invalid {
-            what: what(),
-            why: format!(
-                "there is no parameter or named value `{name}`; parameters are {}, and other values are named as the program text shows (tokens, h0.att, logits, ...)",
-                groups.into_iter().collect::<Vec<_>>().join(", ")
-            ),
-        });
+        return Err(refuse(format!(
+            "there is no parameter or named value `{name}`; parameters are {}, and other values are named as the \
+             program text shows (tokens, h0.att, logits, ...)",
+            groups.into_iter().collect::<Vec<_>>().join(", ")
+        )));
     }
     Ok(SpecTarget::Values { inputs, intermediates })
 }

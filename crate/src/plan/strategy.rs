@@ -3,6 +3,7 @@
 //! the step's other choices: the mode, the pipeline's schedule and the dropout key.
 use super::axes::{AxisKind, Zero};
 use super::{Parallelism, PlanError};
+use crate::setting::{Refusal, Setting};
 use crate::sharding::Mesh;
 
 /// A named composition, as the CLI (`--strategy`), the page and links name it.
@@ -114,17 +115,16 @@ impl Strategy {
         let mut want: Vec<&str> = preset.axes.iter().map(|k| k.name()).collect();
         want.sort_unstable();
         if names != want {
-            return Err(PlanError::Invalid {
-                what: format!("--strategy {}", self.name()),
-                why: format!(
-                    "names a mesh of {}, and --mesh {} has {}: use e.g. --mesh {}, or give --mesh without \
-                     --strategy to compose any axes",
-                    quoted(&want),
-                    super::mesh_text(mesh),
-                    quoted(&names),
-                    self.example_mesh()
-                ),
-            });
+            let why = format!(
+                "names a mesh of {}, and {} has {}: use e.g. {}, or give {} without {} to compose any axes",
+                quoted(&want),
+                Setting::Mesh.at(super::mesh_text(mesh)),
+                quoted(&names),
+                Setting::Mesh.at(self.example_mesh()),
+                Setting::Mesh.named(),
+                Setting::Strategy.named()
+            );
+            return Err(Refusal::at(Setting::Strategy, self.name(), why).into());
         }
         Parallelism::new(mesh.clone(), preset.zero, preset.sequence_parallel)
     }
@@ -301,14 +301,13 @@ impl Mode {
 /// ([`Parallelism::draws_mask_blocks`]).
 pub(super) fn check_dropout_key(par: &Parallelism, key: DropoutKey) -> Result<(), PlanError> {
     if par.draws_mask_blocks() && key == DropoutKey::FoldIn {
-        return Err(PlanError::Invalid {
-            what: "--dropout-key fold_in".into(),
-            why: format!(
-                "has nothing to choose on the mesh {}: its body draws every device's block of the one-device run's \
-                 masks (they differ across devices already); use --dropout-key same",
-                par.name()
-            ),
-        });
+        let why = format!(
+            "has nothing to choose on {}: its body draws every device's block of the one-device run's masks (they \
+             differ across devices already); use {}",
+            Setting::Mesh.at(par.name()),
+            Setting::DropoutKey.at(DropoutKey::Same.name())
+        );
+        return Err(Refusal::at(Setting::DropoutKey, key.name(), why).into());
     }
     Ok(())
 }

@@ -8,6 +8,6 @@ mod command;
 mod rank;
 mod space;
 
-pub use command::{describe, plan_command};
+pub use command::{composition_flags, describe, plan_command};
 pub use rank::{block_passes, search, Ranked, SearchError, SearchResult, EXACT, TRACE_BUDGET};
 pub use space::{candidates, mesh_shapes, Lever, LEVERS, MAX_AXES, MAX_RING};

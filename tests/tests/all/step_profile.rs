@@ -104,7 +104,16 @@ fn the_floor_of_a_profiled_step_is_charged_to_the_ops_that_ran_it() {
         bytes_per_s: 2e9,
     };
     let cfg = tiny(Parallel::None).config;
-    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, Some(roofline))).unwrap();
+    let limits = shardlab::exec::Backend::Gpu(ctx.clone()).memory_limits();
+    let r = pollster::block_on(shardlab::bench::train::train(
+        ctx,
+        "tiny",
+        cfg,
+        1,
+        Some(roofline),
+        &limits,
+    ))
+    .unwrap();
     let floor = r.floor.expect("a floor for the given ceilings");
     assert_eq!(floor.roofline, roofline);
     // Every op row carries its own floor and those of the instructions it ran (the optimizer's
@@ -135,7 +144,8 @@ fn the_measured_timeline_is_the_profile_on_one_queue_in_submission_order() {
     let _ = gpu_or_skip!();
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     let cfg = tiny(Parallel::None).config;
-    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, None)).unwrap();
+    let limits = shardlab::exec::Backend::Gpu(ctx.clone()).memory_limits();
+    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, None, &limits)).unwrap();
     let t = &r.timeline;
     assert_eq!((t.kind, t.devices.len(), t.comm_stream), ("measured", 1, false));
     let spans = &t.devices[0].compute;
@@ -169,4 +179,30 @@ fn the_measured_timeline_is_the_profile_on_one_queue_in_submission_order() {
         let i = e["args"]["instr"].as_u64().unwrap() as usize;
         assert_eq!(e["name"], r.step.program.instrs[i].op.name());
     }
+}
+
+#[test]
+fn a_one_run_profile_times_every_op_and_leaves_training_as_a_plain_step_does() {
+    let _ = gpu_or_skip!();
+    let ctx = Arc::new(GpuContext::new_blocking().unwrap());
+    pollster::block_on(async {
+        let mut quick = Trainer::new(Backend::Gpu(ctx.clone()), tiny(Parallel::None))
+            .await
+            .unwrap();
+        let mut plain = Trainer::new(Backend::Gpu(ctx.clone()), tiny(Parallel::None))
+            .await
+            .unwrap();
+        quick.step().await.unwrap();
+        plain.step().await.unwrap();
+        let (profiled, p) = quick.profile_step_with(1).await.unwrap();
+        let p = p.expect("GPU steps are profiled");
+        assert_eq!(p.reps, 1);
+        assert_eq!(profiled.loss, plain.step().await.unwrap().loss);
+        // The state it restores is the step's: the next losses agree to the bit.
+        assert_eq!(quick.step().await.unwrap().loss, plain.step().await.unwrap().loss);
+        let (_, full) = plain.profile_step().await.unwrap();
+        let full = full.expect("GPU steps are profiled");
+        assert_eq!(full.reps, shardlab::exec::PROFILE_REPS);
+        assert_eq!(p.ops.len(), full.ops.len(), "every op is timed");
+    });
 }

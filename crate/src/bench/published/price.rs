@@ -197,12 +197,10 @@ mod tests {
                     c.command
                 );
             }
-            assert!(
-                c.command
-                    .contains(&format!("--mesh {}", crate::plan::mesh_text(&r.mesh))),
-                "{}",
-                c.command
-            );
+            let (opts, _) = run_options(r).unwrap();
+            for flag in crate::search::composition_flags(opts.parallel.parallelism().unwrap()) {
+                assert!(c.command.contains(&flag), "{flag}: {}", c.command);
+            }
             assert!(c.fits, "every published run fits its GPUs: {c:?}");
         }
         assert!(report.fitted.is_empty());

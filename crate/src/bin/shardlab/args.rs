@@ -9,9 +9,10 @@ use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
 use shardlab::plan::{
-    binary_bytes, parse_size, resolve_spec, DropoutKey, MemoryLimits, Mode, Parallel, Parallelism, Preset, Schedule,
-    Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
+    binary_bytes, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits, Mode, Parallel, Parallelism, Preset,
+    Schedule, Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
 };
+use shardlab::setting::Setting;
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 /// The most bytes `--spec-file` reads: far more than every parameter's spec takes.
@@ -405,7 +406,7 @@ impl ParallelArgs {
     pub fn spec_overrides(&self) -> Result<Vec<SpecOverride>, String> {
         let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
         if let Some(path) = &self.spec_file {
-            let text = read_text_file("--spec-file", path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
+            let text = read_text_file(Setting::SpecFile, path, MAX_SPEC_FILE_BYTES).map_err(|e| e.to_string())?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if !line.is_empty() {
@@ -481,6 +482,31 @@ impl ParallelArgs {
             None => Parallelism::new(mesh, self.zero.unwrap_or_default(), self.sequence_parallel),
         }
         .map_err(|e| e.to_string())?;
+        // A flag given for an axis the mesh lacks would be ignored: refused, even at its default.
+        for (given, flag, kind, axis) in [
+            (
+                self.schedule.is_some(),
+                "--schedule",
+                "a pipeline's microbatches",
+                AxisKind::Pp,
+            ),
+            (
+                self.cp_order.is_some(),
+                "--cp-order",
+                "context parallelism's blocks",
+                AxisKind::Cp,
+            ),
+        ] {
+            if given && !par.has(axis) {
+                return Err(format!(
+                    "{flag} orders {kind}, and --mesh {} has no '{}' axis: add one (e.g. --mesh {}={})",
+                    par.name(),
+                    axis.name(),
+                    axis.name(),
+                    if axis == AxisKind::Pp { 2 } else { 4 }
+                ));
+            }
+        }
         if self.mode == Mode::Auto {
             return Ok(Parallel::Auto {
                 par,

@@ -146,11 +146,16 @@ pub fn jit_with_constraints(
                 "no such value in the program",
             ));
         }
-        check(format!("with_sharding_constraint {spec} on `{}`", name(*v)), *v, spec)?;
+        let what = format!("with_sharding_constraint {spec} on `{}`", name(*v));
+        let constraint = |why: String| PartitionError::Constraint {
+            value: *v,
+            what: what.clone(),
+            why,
+        };
+        check(what.clone(), *v, spec).map_err(|e| constraint(e.to_string()))?;
         if fixed.get(v).is_some_and(|s| s != spec) {
-            return Err(invalid(
-                format!("with_sharding_constraint {spec} on `{}`", name(*v)),
-                "conflicts with the sharding given for it as an input or output",
+            return Err(constraint(
+                "conflicts with the sharding given for it as an input or output".into(),
             ));
         }
         fixed.insert(*v, spec.clone());

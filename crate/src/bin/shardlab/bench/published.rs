@@ -20,7 +20,8 @@ const MAX_TABLE_BYTES: u64 = 1 << 20;
 pub fn run(args: Args) -> Result<(), String> {
     let (text, file) = match &args.table {
         Some(path) => (
-            shardlab::model::read_text_file("--table", path, MAX_TABLE_BYTES).map_err(|e| e.to_string())?,
+            shardlab::model::read_text_file(shardlab::setting::Setting::Table, path, MAX_TABLE_BYTES)
+                .map_err(|e| e.to_string())?,
             path.clone(),
         ),
         None => (TABLE.to_string(), TABLE_PATH.to_string()),
