@@ -28,8 +28,9 @@ pub const MICROBATCHES_LEVER: &str = "microbatches (the fewest that fit)";
 pub const EXACT: usize = 10;
 
 /// Block passes (blocks a device runs times the microbatches it runs them on) the exact tier
-/// traces in all: what keeps a search of 4,096 devices of a large model within seconds.
-pub const TRACE_BUDGET: usize = 1500;
+/// traces in all: what keeps a search of 4,096 devices of a large model within seconds
+/// (tracing, planning and scheduling costs about 10 ms of CPU a block pass; BENCHMARKS.md).
+pub const TRACE_BUDGET: usize = 512;
 
 /// Why a search has nothing to show, in one line with the fix.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -89,6 +90,8 @@ pub struct SearchResult {
     pub too_large: usize,
     /// Candidates that may fit but the estimate put behind the [`EXACT`] best: not priced.
     pub screened: usize,
+    /// Candidates planned and priced exactly (those that fit are ranked).
+    pub priced: usize,
     /// Every candidate priced exactly that fits, fastest first.
     pub ranked: Vec<Ranked>,
 }
@@ -207,6 +210,7 @@ pub fn search(
         invalid_reasons,
         too_large,
         screened,
+        priced,
         ranked,
     })
 }

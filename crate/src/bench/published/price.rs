@@ -207,6 +207,32 @@ mod tests {
     }
 
     #[test]
+    fn megatron_lms_3d_runs_are_priced_within_20_percent_of_their_published_step() {
+        use super::super::table::{FlopCount, Published};
+        let runs: Vec<PublishedRun> = parse_table(TABLE, TABLE_PATH)
+            .unwrap()
+            .into_iter()
+            .filter(|r| {
+                matches!(
+                    r.published,
+                    Published::FlopsPerDevice {
+                        count: FlopCount::Megatron,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        // Table 1's 39.1B to 1T rows: tp=8 with pp from 2 to 64 and dp on top.
+        assert_eq!(runs.len(), 6);
+        assert!(runs.iter().all(|r| r.mesh.axis_size("tp").ok() == Some(8)));
+        let report = price_runs(&runs, TABLE_PATH).unwrap();
+        for c in &report.checks {
+            assert!(c.error_pct.abs() <= 20.0, "{}: {:+.1}%: {c:?}", c.name, c.error_pct);
+            assert!(c.fits, "{c:?}");
+        }
+    }
+
+    #[test]
     fn an_unknown_device_or_strategy_is_refused_naming_the_row() {
         let mut runs = parse_table(TABLE, TABLE_PATH).unwrap();
         runs[0].device = "tpu_v9".into();

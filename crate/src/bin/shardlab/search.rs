@@ -78,8 +78,8 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         r.invalid,
         r.too_large,
         r.screened,
-        shardlab::search::EXACT,
-        shardlab::search::EXACT,
+        r.priced,
+        r.priced,
         r.ranked.len(),
     );
     println!(
