@@ -24,7 +24,7 @@ use crate::sharding::Mesh;
 pub const MICROBATCHES_LEVER: &str = "microbatches (the fewest that fit)";
 
 /// Candidates traced and priced exactly: the fastest by the closed-form estimate (with the
-/// fastest of each set of axes in each mode, [`shortlist`]).
+/// fastest of each set of axes in each mode, see `shortlist`).
 pub const EXACT: usize = 10;
 
 /// Block passes (blocks a device runs times the microbatches it runs them on) the exact tier
