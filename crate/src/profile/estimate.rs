@@ -450,3 +450,76 @@ fn reduction_and_update(
     let update = p.device.launch_s * 16.0 * blocks + 28.0 * state / p.device.mem_bandwidth;
     (reduce, update)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Precision;
+    use crate::model::GptConfig;
+    use crate::plan::{DropoutKey, Parallel};
+    use crate::profile::ScaleOut;
+
+    fn options(mesh: &str, microbatches: usize) -> TrainerOptions {
+        let cfg = GptConfig {
+            layers: 8,
+            d_model: 1024,
+            heads: 16,
+            seq: 1024,
+            batch: 64,
+            vocab: 50304,
+            precision: Precision::Bf16,
+            ..GptConfig::tiny()
+        };
+        let par = Parallelism::new(Mesh::parse(mesh).unwrap(), Zero::Off, false).unwrap();
+        TrainerOptions {
+            microbatches,
+            schedule: Schedule::OneFOneB,
+            ..TrainerOptions::new(
+                cfg,
+                Parallel::ShardMap {
+                    par,
+                    dropout_key: DropoutKey::Same,
+                },
+            )
+        }
+    }
+
+    #[test]
+    fn a_pipelines_bubble_is_its_fill_and_drain_and_more_microbatches_shrink_it() {
+        let device = crate::profile::h100();
+        for (m, formula) in [(4, 3.0 / 7.0), (16, 3.0 / 19.0)] {
+            let e = estimate_step(&options("dp=2,pp=4", m), &device);
+            // (pp - 1) of the m + pp - 1 ticks, less the step's fixed cost, the gradients'
+            // reduction and the update outside the ticks.
+            let share = e.bubble_s / e.step_s;
+            assert!(
+                share < formula && share > 0.8 * formula,
+                "{m} microbatches: {share} of {e:?}"
+            );
+            assert!(e.by_axes.iter().any(|(axes, s)| axes == "pp" && *s > 0.0), "{e:?}");
+        }
+        let none = estimate_step(&options("dp=8", 1), &device);
+        assert_eq!(none.bubble_s, 0.0);
+    }
+
+    #[test]
+    fn each_axis_collectives_are_priced_on_its_own_links() {
+        // tp=8 fills a DGX H100 (its NVLink); dp=8 spans 8 servers (the scale-out network).
+        // A network half as fast slows dp's reduction and leaves tp's collectives as they are.
+        let device = crate::profile::h100();
+        let net = device.scale_out.expect("a DGX H100's network");
+        let slow = DeviceProfile {
+            scale_out: Some(ScaleOut {
+                bandwidth: net.bandwidth / 2.0,
+                ..net
+            }),
+            ..device.clone()
+        };
+        let time = |d: &DeviceProfile, axes: &str| {
+            let e = estimate_step(&options("dp=8,tp=8", 1), d);
+            e.by_axes.iter().find(|(a, _)| a == axes).map(|(_, s)| *s).unwrap()
+        };
+        assert_eq!(time(&device, "tp"), time(&slow, "tp"));
+        assert!(time(&slow, "dp") > 1.5 * time(&device, "dp"));
+    }
+}
