@@ -16,11 +16,11 @@ pub struct Lever {
 /// entry here.
 pub const LEVERS: [Lever; 5] = [
     Lever {
-        name: "mesh (up to 4 of dp, fsdp, tp, cp, pp)",
+        name: "mesh of up to four axes",
         vary: meshes,
     },
     Lever {
-        name: "ZeRO stage and sequence parallelism",
+        name: "zero stage and sequence parallelism",
         vary: axis_options,
     },
     Lever {
