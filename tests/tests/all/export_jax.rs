@@ -628,11 +628,11 @@ fn shard_map_script_writes_the_body_with_explicit_collectives() {
         "jax.lax.psum_scatter(g, DP_AXIS, scatter_dimension=0, tiled=True)",
         "jax.lax.psum(g, summed_over(name))",
         "jax.lax.pmean(loss, TOKEN_AXES)",
-        "\"wte\": ((64, 32), P(\"dp\", None)),",
-        "\"h0.ln1_g\": ((32,), P(\"dp\")),",
-        "DP_AXIS = \"dp\"",
+        "\"wte\": ((64, 32), P(\"fsdp\", None)),",
+        "\"h0.ln1_g\": ((32,), P(\"fsdp\")),",
+        "DP_AXIS = \"fsdp\"",
         "TP_AXIS = None",
-        "MESH_AXES = ((\"dp\", 2),)",
+        "MESH_AXES = ((\"fsdp\", 2),)",
         "xla_force_host_platform_device_count",
     ] {
         assert!(fsdp.contains(needle), "the fsdp script lacks `{needle}`:\n{fsdp}");
@@ -713,10 +713,11 @@ fn single_device_script_uses_plain_jit_and_the_options() {
 fn export_rejects_what_train_rejects_with_a_fix() {
     let err = jax_script(&golden_options(Parallel::None), 0).unwrap_err().to_string();
     assert!(err.contains("--steps"), "{err}");
-    let err = jax_script(&golden_options(shard_map(Strategy::Tp, "dp=2")), 3)
+    // golden_tiny's 4 heads do not split over tp=3
+    let err = jax_script(&golden_options(shard_map(Strategy::Tp, "tp=3")), 3)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("--mesh tp=2"), "{err}");
+    assert!(err.contains("tp=3 does not divide --heads 4"), "{err}");
     // golden_tiny's batch of 2 does not split over 8 devices
     let err = jax_script(&golden_options(auto(Strategy::Dp, "dp=8")), 3)
         .unwrap_err()
