@@ -33,7 +33,7 @@ function showStrategy(box, r, load) {
       : el('span', { class: 'muted', title: 'No preset of the page runs this strategy: it is priced only' }, 'priced only'))));
   box.replaceChildren(
     el('p', { class: 'small', 'data-testid': 'strategy-summary' }, `${plural(r.considered, 'configuration')} on ${r.devices} × ${r.device}, every combination of ${r.levers.slice(0, -1).join(', ')} and ${r.levers.at(-1)}: `,
-      `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.fits} fit. `,
+      `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.screened} are behind the fastest by the closed-form estimate; of the ${r.priced} planned and priced, ${r.fits} fit. `,
       el('span', { class: 'tag modelled' }, 'modelled'), ' The fastest:'),
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
       el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),

@@ -43,9 +43,9 @@ pub(super) fn check_pipeline(par: &Parallelism, schedule: Schedule, mode: Mode) 
     }
     if mode == Mode::Auto {
         let why = format!(
-            "on {} needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as \
-             one vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
-             collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
+            "cannot run a pipeline ({}) yet: it needs what MaxText's jit pipeline needs of the partitioner: the \
+             stages' blocks applied at once as one vmapped stage over a stacked weight axis, and the shift of the \
+             stage buffer lowered to a collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
              another on every device. Use {}, where the body says the schedule",
             Setting::Mesh.at(par.name()),
             Setting::Mode.at(Mode::ShardMap.name())

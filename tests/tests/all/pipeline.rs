@@ -194,7 +194,11 @@ fn pipeline_settings_it_cannot_run_are_refused_naming_the_fix() {
     assert!(e.contains("pp=4") && e.contains("one of 1, 2"), "{e}");
     let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "pp=2"), 0, gpipe);
     assert!(e.contains("--microbatches 0"), "{e}");
-    let e = refuse(config(4, 0.0), pipeline(Strategy::Pp, "dp=2"), 2, gpipe);
+    // The preset names its axis: a mesh without it is refused where the preset is composed.
+    let e = Strategy::Pp
+        .compose(&Mesh::parse("dp=2").unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("'pp'") && e.contains("--mesh pp=2"), "{e}");
     let auto = Parallel::Auto {
         par: Strategy::Pp.compose(&Mesh::parse("pp=2").unwrap()).unwrap(),
@@ -206,9 +210,12 @@ fn pipeline_settings_it_cannot_run_are_refused_naming_the_fix() {
         "{e}"
     );
     let e = refuse(config(4, 0.0), pipeline(Strategy::Dp, "dp=2"), 2, Schedule::OneFOneB);
-    assert!(e.contains("--strategy pp or dp_pp"), "{e}");
+    assert!(
+        e.contains("--schedule 1f1b") && e.contains("has no 'pp' axis: add one"),
+        "{e}"
+    );
     let e = refuse(config(4, 0.0), Parallel::None, 2, Schedule::OneFOneB);
-    assert!(e.contains("--strategy pp or dp_pp"), "{e}");
+    assert!(e.contains("--schedule 1f1b") && e.contains("'pp'"), "{e}");
 }
 
 /// Each stage's idle milliseconds on the modelled step on real devices, and the step's.
