@@ -154,7 +154,7 @@ test('settings that cannot run are refused at their control in the page’s word
     // The wasm's own parser: a device count that overflows 32 bits is a message, never a trap.
     const r = await page.evaluate(() => JSON.parse(window.shardlab.lab.configure(JSON.stringify({ ...window.shardlab.settings, mesh: 'dp=2,x=2147483649' }), true)));
     assert.equal(r.ok, false);
-    assert.match(r.errors[0].message, /more than 4096 devices.*use smaller axis sizes/);
+    assert.match(r.errors[0].message, /more than 16384 devices.*use smaller axis sizes/);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

@@ -5,7 +5,7 @@
 //! stages both build from it, so any mesh composes without a body per combination.
 use super::axes::AxisKind;
 use super::{DropoutKey, Parallelism};
-use crate::ir::{Builder, CpOrder, SeqBlock, ValueId};
+use crate::ir::{Builder, CpOrder, Op, SeqBlock, ValueId};
 use crate::model::{update, GptConfig, Local, MaskBlocks, Optimizer, Ring};
 use crate::sharding::PartitionSpec;
 
@@ -32,6 +32,24 @@ impl Compose<'_> {
         } else {
             spec
         }
+    }
+
+    /// Under zig-zag, this device's rows of the whole-sequence `tokens` and `targets` (see
+    /// [`Self::zigzag`]); else the two as they arrive.
+    pub fn take_rows(&self, b: &mut Builder, local: &Local, tokens: ValueId, targets: ValueId) -> (ValueId, ValueId) {
+        let (true, Some(rows)) = (self.zigzag(), &local.rows) else {
+            return (tokens, targets);
+        };
+        let mut take = |x| {
+            b.emit1(
+                Op::SeqTake {
+                    dim: 1,
+                    seq: rows.clone(),
+                },
+                &[x],
+            )
+        };
+        (take(tokens), take(targets))
     }
 
     /// This device's rows of the residual stream's sequence, where it is split.

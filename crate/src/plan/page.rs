@@ -94,7 +94,8 @@ pub fn check_page_mesh(par: &Parallelism) -> Result<(), Refusal> {
         par.name(),
         format!(
             "has {devices} devices, and the page simulates at most {PAGE_MAX_DEVICES}: use smaller axes (the CLI plans \
-             meshes of up to 4096)"
+             meshes of up to {})",
+            crate::sharding::Mesh::MAX_DEVICES
         ),
     ))
 }

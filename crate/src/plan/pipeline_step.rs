@@ -159,19 +159,7 @@ pub(super) fn pipeline_train_step(
             }),
             ..c.local(m)
         };
-        if let (true, Some(rows)) = (c.zigzag(), &local.rows) {
-            let take = |b: &mut Builder, x| {
-                b.emit1(
-                    Op::SeqTake {
-                        dim: 1,
-                        seq: rows.clone(),
-                    },
-                    &[x],
-                )
-            };
-            tokens = take(b, tokens);
-            targets = take(b, targets);
-        }
+        (tokens, targets) = c.take_rows(b, &local, tokens, targets);
         let key = c.key(b, key);
         let x_shape = vec![local.batch, local.seq, cfg.d_model];
         let st = Stages {

@@ -6,7 +6,7 @@
 use super::compose::{gather, Compose, ParamPlan};
 use super::strategy::check_dropout_key;
 use super::{DropoutKey, Mode, Parallelism, PlanError};
-use crate::ir::{Builder, DType, IrError, Op, RngLayout, Role, ValueId};
+use crate::ir::{Builder, DType, IrError, RngLayout, Role, ValueId};
 use crate::model::{accumulate, forward_loss, microbatch_rows, param_specs, Activations, GptConfig};
 use crate::model::{state_input, Optimizer, TrainStep};
 use crate::partition::{shard_map, Arg};
@@ -122,19 +122,7 @@ pub(super) fn shard_map_accumulated_step(
         let params = &vals[..n];
         let state = &vals[n..n + n * opt.slots()];
         let (mut tokens, mut targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
-        if let (true, Some(rows)) = (c.zigzag(), &local.rows) {
-            let take = |b: &mut Builder, x| {
-                b.emit1(
-                    Op::SeqTake {
-                        dim: 1,
-                        seq: rows.clone(),
-                    },
-                    &[x],
-                )
-            };
-            tokens = take(b, tokens);
-            targets = take(b, targets);
-        }
+        (tokens, targets) = c.take_rows(b, &local, tokens, targets);
         let tokens = microbatch_rows(b, tokens, k);
         let targets = microbatch_rows(b, targets, k);
         let mut local_losses = vec![];
