@@ -345,12 +345,16 @@ def row_parallel_output(y, split):
 
 def attention(q, k, v, key, layer, split):
     """softmax(q k^T / sqrt(Dh), causal) with dropout, times v: (B, H, T, Dh). Ring attention
-    where the sequence is split over "cp"; jax.nn.dot_product_attention for --attention fused
-    (it has no dropout: with dropout the composition draws the probabilities' mask, as
-    shardlab's fused kernel draws it inside); else the composition."""
+    where the sequence is split over "cp". For --attention fused (unless the sharding editor
+    constrains the probabilities, which fused attention never holds):
+    jax.nn.dot_product_attention, or, with dropout, which it lacks, FlashAttention's tiles
+    drawing each block's mask as shardlab's fused kernel draws it inside. Else the
+    composition."""
     if split is not None and split.cp is not None:
-        return ring_attention(q, k, v, key, layer, split)
-    if ATTENTION == "fused" and DROPOUT == 0.0 and "att" not in CONSTRAINTS:
+        return tiled_attention(q, k, v, key, layer, split)
+    if ATTENTION == "fused" and "att" not in CONSTRAINTS:
+        if DROPOUT != 0.0:
+            return tiled_attention(q, k, v, key, layer, split)
         # jax.nn's layout is (B, T, H, Dh); the backend picks the implementation.
         qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
         y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)

@@ -1,22 +1,25 @@
 
 
-# ------------------------------------------------------------------------ ring attention
-# Ring attention (Liu et al., 2023) in the shard_map body, for a sequence split over "cp":
-# each device keeps its queries (B, H, T/cp, Dh); the key and value blocks travel the ring
-# by ppermute, merged with an online softmax, one jax.lax.scan step per hop. A device holds
-# one chunk of positions (contiguous order) or two (zig-zag: chunks b and 2cp-1-b of 2cp),
-# cut into tiles of at most RING_TILE rows; within a hop each tile of queries meets each
-# tile of keys in a scan (FlashAttention's blocking), so a device never holds more than one
-# (B, H, tile, tile) block of scores. A tile pair whose keys all lie after its queries is
-# skipped (jax.lax.cond), as shardlab's kernel skips it, so zig-zag gives every device the
-# same work. With dropout each tile pair draws the bits of its own block of the global mask.
-# A custom VJP sends K and V round again in the backward with the dK and dV accumulators
-# beside them, so a device holds only its own blocks between the passes.
+# -------------------------------------------------------- tiled attention and its ring
+# FlashAttention's blocking (Dao et al., 2022), and ring attention (Liu et al., 2023) on
+# top of it for a sequence split over "cp". Queries and keys are cut into tiles of at most
+# RING_TILE rows; each tile of queries meets each tile of keys in a scan, merged with an
+# online softmax, so a device never holds more than one (B, H, tile, tile) block of scores.
+# With "cp" each device keeps its queries (B, H, T/cp, Dh) and the key and value blocks
+# travel the ring by ppermute, one jax.lax.scan step per hop; a device holds one chunk of
+# positions (contiguous order) or two (zig-zag: chunks b and 2cp-1-b of 2cp). Without it
+# the ring has one device and no hop: plain FlashAttention, which is what shardlab's fused
+# kernel computes. A tile pair whose keys all lie after its queries is skipped
+# (jax.lax.cond), as shardlab's kernel skips it, so zig-zag gives every device the same
+# work. With dropout each tile pair draws the bits of its own block of the mask the
+# composition would draw. A custom VJP sends K and V round again in the backward with the
+# dK and dV accumulators beside them, so a device holds only its own blocks between the
+# passes.
 
 RING_TILE = 128
 
 
-def ring_block(q, k, v, qpos, kpos, bits):
+def tile_block(q, k, v, qpos, kpos, bits):
     """Queries against one chunk of keys, by global positions. Returns (o, lse); a row that
     sees no key of the chunk has o = 0 and lse = -inf."""
     s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
@@ -32,7 +35,7 @@ def ring_block(q, k, v, qpos, kpos, bits):
     return o, lse
 
 
-def ring_combine(o1, lse1, o2, lse2):
+def online_combine(o1, lse1, o2, lse2):
     """Two partial attentions of the same rows over disjoint keys, merged (online softmax)."""
     m = jnp.maximum(lse1, lse2)
     m = jnp.where(jnp.isfinite(m), m, np.float32(0.0))
@@ -43,16 +46,26 @@ def ring_combine(o1, lse1, o2, lse2):
     return w1 * o1 + w2 * o2, lse
 
 
-def ring_attention(q, k, v, key, layer, split):
-    axis = split.cp
-    n = jax.lax.axis_size(axis)
+def mask_frame(split, b, h):
+    """The batch rows and heads of the attention-probability mask a device draws, and the
+    mask's shape: its block of the global (B, H, SEQ, SEQ) mask, or, where each device draws
+    a mask of its own shape (jit's global view, or a body without MASK_BLOCKS), that mask."""
+    if split is None or not split.blocks:
+        return jnp.arange(b), jnp.arange(h), (b, h, SEQ, SEQ)
+    glob = (b * axes_size(split.batch), h * axes_size(tp_axes(split)), SEQ, SEQ)
+    return offsets(split.batch, b), offsets(tp_axes(split), h), glob
+
+
+def tiled_attention(q, k, v, key, layer, split):
+    axis = None if split is None else split.cp
+    order = "contiguous" if axis is None else split.order
+    n = 1 if axis is None else jax.lax.axis_size(axis)
     perm = [(i, (i + 1) % n) for i in range(n)]
-    hop = lambda x: jax.lax.ppermute(x, axis, perm)  # noqa: E731
+    hop = (lambda x: x) if axis is None else (lambda x: jax.lax.ppermute(x, axis, perm))  # noqa: E731
     t = q.shape[2]
     # Tiles of at most RING_TILE rows, each inside one chunk (contiguous positions).
-    tile = math.gcd(t // (2 if split.order == "zigzag" else 1), RING_TILE)
+    tile = math.gcd(t // (2 if order == "zigzag" else 1), RING_TILE)
     nt = t // tile
-    glob = (q.shape[0] * axes_size(split.batch), q.shape[1] * axes_size(tp_axes(split)), SEQ, SEQ)
 
     def tiles(x):
         """(B, H, T/cp, ...) as (tiles, B, H, tile, ...)."""
@@ -66,34 +79,37 @@ def ring_attention(q, k, v, key, layer, split):
         """The global positions of the rows this device holds at ring step `shift`, a row of
         tile positions per tile. Positions come from axis_index, computed inside the custom
         VJP's functions (which take no closed-over traced values)."""
-        return seq_positions((axis,), t, split.order, shift).reshape(nt, tile)
+        if axis is None:
+            return jnp.arange(t).reshape(nt, tile)
+        return seq_positions((axis,), t, order, shift).reshape(nt, tile)
 
     def bits(site, qp, kp):
         if DROPOUT == 0.0:
             return None
-        rows, heads = offsets(split.batch, q.shape[0]), offsets(tp_axes(split), q.shape[1])
-        return bits_at(site, (rows, heads, qp, kp), glob)
+        rows, heads, shape = mask_frame(split, q.shape[0], q.shape[1])
+        return bits_at(site, (rows, heads, qp, kp), shape)
 
     def attend_hop(qt, kk, vv, o, lse, site, shift):
         """(o, lse), tiled, merged with this hop's keys: per query tile a scan over the key
         tiles, a tile pair whose keys all lie after its queries skipped."""
-        # What a hop computes depends on its shift: without the barrier, JAX's partial
-        # evaluation of the layers' scan would hoist every hop's positions, counters and masks
-        # (they depend on axis_index alone) out of the loop and hold them all for the step.
-        shift, site = jax.lax.optimization_barrier((shift, site))
-        key_tiles = (tiles(kk), tiles(vv), positions(shift))
+        # What a hop computes must stay in the layers' scan: without the barrier, JAX's partial
+        # evaluation of that scan would hoist whatever depends on positions alone (which come
+        # from axis_index, or are constants without "cp"): every tile pair's masks and the
+        # bits' counters, held for the whole step.
+        qpos, kpos, site = jax.lax.optimization_barrier((positions(0), positions(shift), site))
+        key_tiles = (tiles(kk), tiles(vv), kpos)
 
         def query_tile(args):
             q_a, o_a, lse_a, qp = args
 
             def key_tile(carry, xs):
                 k_b, v_b, kp = xs
-                merge = lambda o, lse: ring_combine(o, lse, *ring_block(q_a, k_b, v_b, qp, kp, bits(site, qp, kp)))  # noqa: E731
+                merge = lambda o, lse: online_combine(o, lse, *tile_block(q_a, k_b, v_b, qp, kp, bits(site, qp, kp)))  # noqa: E731
                 return jax.lax.cond(kp[0] <= qp[-1], merge, lambda o, lse: (o, lse), *carry), None
 
             return jax.lax.scan(key_tile, (o_a, lse_a), key_tiles)[0]
 
-        return jax.lax.map(query_tile, (qt, o, lse, positions(0)))
+        return jax.lax.map(query_tile, (qt, o, lse, qpos))
 
     def forward(q, k, v, site):
         qt = tiles(q)

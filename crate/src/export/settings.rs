@@ -77,7 +77,7 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
         set(
             "ATTENTION",
             quoted(cfg.attention.name()),
-            "fused: jax.nn.dot_product_attention (without dropout); unfused: the composition",
+            "fused: jax.nn.dot_product_attention (with dropout: FlashAttention's tiles); unfused: the composition",
         ),
         set("INIT", quoted(init), "formula (MODEL.md) or random (seeded N(0, 0.02))"),
         set("INIT_SEED", init_seed.to_string(), ""),

@@ -111,6 +111,11 @@ fn write_script(name: &str, script: &str) -> std::path::PathBuf {
 /// Runs the script on 8 simulated CPU devices; returns its step losses then its final loss,
 /// after checking the JSON lines' shape.
 fn run_script(name: &str, script: &str, steps: u64) -> Vec<f64> {
+    run_script_done(name, script, steps).0
+}
+
+/// [`run_script`]'s losses, and the done line.
+fn run_script_done(name: &str, script: &str, steps: u64) -> (Vec<f64>, Value) {
     let stdout = shardlab_tests::run_jax_script("export-jax", name, script, 8);
     let lines: Vec<Value> = stdout
         .lines()
@@ -130,11 +135,11 @@ fn run_script(name: &str, script: &str, steps: u64) -> Vec<f64> {
                 .unwrap_or_else(|| panic!("{name}: no loss in {line}")),
         );
     }
-    let done = &lines[steps as usize];
+    let done = lines[steps as usize].clone();
     assert_eq!(done["done"], true, "{name}: {done}");
     assert_eq!(done["steps"].as_u64(), Some(steps), "{name}: {done}");
     losses.push(done["final_loss"].as_f64().unwrap());
-    losses
+    (losses, done)
 }
 
 #[track_caller]
@@ -238,6 +243,41 @@ fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes_and_
     }
 }
 
+/// With dropout, which jax.nn.dot_product_attention lacks, the script's fused attention is
+/// FlashAttention's tiles, each tile pair drawing its block of the mask: over several tiles
+/// of queries and keys it matches shardlab in both modes, and the compiled step holds no
+/// (T, T) array. Its temporaries stay within 2.5x the plan's activations and gradients,
+/// where the whole sequence's scores, probabilities and bits take 14x (--attention unfused).
+#[test]
+fn exported_fused_attention_with_dropout_runs_in_tiles_and_holds_no_score_matrix() {
+    jax_or_skip!();
+    for (name, parallel) in [
+        ("auto_dp_tiles", auto(Strategy::Dp, "dp=2")),
+        ("shard_map_tp_tiles", shard_map(Strategy::Tp, "tp=2")),
+    ] {
+        let mut opts = golden_options(parallel);
+        opts.config.seq = 512; // four tiles of 128 rows
+        opts.config.dropout = 0.1;
+        opts.seed = 3;
+        let script = jax_script(&opts, STEPS).unwrap();
+        assert!(
+            script.contains("return tiled_attention(q, k, v, key, layer, split)"),
+            "{name}"
+        );
+        let (jax, done) = run_script_done(name, &script, STEPS);
+        assert_losses_close(name, &jax, &shardlab_losses(&opts, STEPS), 1e-4);
+        let temp = done["memory_per_device"]["temp_bytes"].as_f64().unwrap();
+        let program = shardlab::plan::build(&opts).unwrap().step.program;
+        let plan = shardlab::plan::MemoryPlan::of(&program).unwrap();
+        let planned = (plan.activations + plan.gradients) as f64;
+        assert!(
+            temp <= 2.5 * planned,
+            "{name}: the compiled step's temporaries are {temp} bytes, {:.1}x the plan's {planned}",
+            temp / planned
+        );
+    }
+}
+
 #[test]
 fn long_sequence_scripts_write_ring_attention_and_sequence_parallelism() {
     use shardlab::ir::CpOrder;
@@ -251,9 +291,9 @@ fn long_sequence_scripts_write_ring_attention_and_sequence_parallelism() {
         "@jax.custom_vjp",
         "jax.lax.ppermute(x, axis, perm)",
         "jax.lax.cond(kp[0] <= qp[-1], merge, lambda o, lse: (o, lse), *carry)",
-        "jax.lax.optimization_barrier((shift, site))",
+        "jax.lax.optimization_barrier((positions(0), positions(shift), site))",
         "jax.lax.scan(step, (k, v, o, lse), jnp.arange(1, n))",
-        "bits_at(site, (rows, heads, qp, kp), glob)",
+        "bits_at(site, (rows, heads, qp, kp), shape)",
         "TOKEN_AXES = BATCH_AXES + SEQ_AXES",
         "SEQ_AXES = (\"cp\",)",
         "MASK_BLOCKS = True",
