@@ -252,19 +252,11 @@ impl Timeline {
         let (mut total, mut hidden) = (0.0, 0.0);
         for (d, &count) in self.devices.iter().zip(counts) {
             let weight = count as f64;
+            let mut busy = None;
             for c in d.comm.iter().filter(|c| c.instr.is_some_and(&which)) {
                 total += weight * c.dur_ms;
-                // The compute track is in time order: only its spans from the first that ends
-                // after the collective starts, to the last that starts before it ends.
-                let from = d.compute.partition_point(|s| s.end_ms() <= c.start_ms);
-                let during = d.compute[from..].iter().take_while(|s| s.start_ms < c.end_ms());
-                for s in during.filter(|s| s.kind == SpanKind::Op) {
-                    let overlap = c.end_ms().min(s.end_ms()) - c.start_ms.max(s.start_ms);
-                    // Spans that only touch differ by rounding: no overlap.
-                    if overlap > 1e-9 {
-                        hidden += weight * overlap;
-                    }
-                }
+                let busy = busy.get_or_insert_with(|| OpTime::of(&d.compute));
+                hidden += weight * (busy.until(c.end_ms()) - busy.until(c.start_ms));
             }
         }
         let n = counts.iter().sum::<usize>().max(1) as f64;
@@ -274,6 +266,42 @@ impl Timeline {
     /// Spans on every track.
     pub fn spans(&self) -> usize {
         self.devices.iter().map(|d| d.compute.len() + d.comm.len()).sum()
+    }
+}
+
+/// A compute track's time spent running ops up to any moment, by binary search over its
+/// spans' running sums: what a collective overlaps costs a lookup at each end, where walking
+/// the spans it overlaps cost a pipeline's or an FSDP gather's long spans most of a plan.
+struct OpTime<'a> {
+    /// The track, in time order.
+    spans: &'a [Span],
+    /// `before[i]`: op milliseconds of `spans[..i]`.
+    before: Vec<f64>,
+}
+
+impl<'a> OpTime<'a> {
+    fn of(spans: &'a [Span]) -> Self {
+        let mut before = Vec::with_capacity(spans.len() + 1);
+        let mut sum = 0.0;
+        before.push(sum);
+        for s in spans {
+            if s.kind == SpanKind::Op {
+                sum += s.dur_ms;
+            }
+            before.push(sum);
+        }
+        OpTime { spans, before }
+    }
+
+    /// Op milliseconds before `t`: the spans that end by then, and the part of the one running.
+    fn until(&self, t: f64) -> f64 {
+        let i = self.spans.partition_point(|s| s.end_ms() <= t);
+        let running = self
+            .spans
+            .get(i)
+            .filter(|s| s.kind == SpanKind::Op && s.start_ms < t)
+            .map_or(0.0, |s| t - s.start_ms);
+        self.before[i] + running
     }
 }
 

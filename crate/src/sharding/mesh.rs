@@ -174,6 +174,24 @@ impl Mesh {
         Ok(index)
     }
 
+    /// [`Mesh::axes_index`] of every device, in device order: the axes checked once and each
+    /// index computed from strides (what pricing every device of a large mesh needs).
+    pub fn axes_indices(&self, axes: &[&str]) -> Result<Vec<usize>, ShardingError> {
+        self.check_axes(axes)?;
+        // Each axis's (stride in device numbers, size): mesh order is row-major.
+        let strides: Vec<(usize, usize)> = axes
+            .iter()
+            .map(|a| {
+                let k = self.axis_position(a)?;
+                let stride: usize = self.axes[k + 1..].iter().map(|(_, n)| n).product();
+                Ok((stride, self.axes[k].1))
+            })
+            .collect::<Result<_, ShardingError>>()?;
+        Ok((0..self.devices())
+            .map(|d| strides.iter().fold(0, |index, &(stride, n)| index * n + d / stride % n))
+            .collect())
+    }
+
     /// The device groups a collective over `axes` forms (JAX's replica groups): devices that share
     /// their coordinates on every other axis. Each group is ordered by [`Mesh::axes_index`];
     /// groups are ordered by their coordinates on the other axes, row-major (so by their first device).
