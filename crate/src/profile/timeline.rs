@@ -256,7 +256,11 @@ impl Timeline {
             for c in d.comm.iter().filter(|c| c.instr.is_some_and(&which)) {
                 total += weight * c.dur_ms;
                 let busy = busy.get_or_insert_with(|| OpTime::of(&d.compute));
-                hidden += weight * (busy.until(c.end_ms()) - busy.until(c.start_ms));
+                let during = busy.until(c.end_ms()) - busy.until(c.start_ms);
+                // Spans that only touch differ by rounding: no overlap.
+                if during > 1e-9 {
+                    hidden += weight * during;
+                }
             }
         }
         let n = counts.iter().sum::<usize>().max(1) as f64;
