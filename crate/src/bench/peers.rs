@@ -148,6 +148,8 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     // `--preset seed`: random init, AdamW 3e-3, dropout 0.1, JAX's original RNG layout.
     let seed_opts = |parallel| TrainerOptions {
@@ -162,6 +164,8 @@ pub fn configs(scale: Scale) -> Result<Vec<PeerConfig>, ExecError> {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     Ok(vec![
         PeerConfig {
