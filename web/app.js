@@ -472,7 +472,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
-  $('run-facts').textContent = `mesh ${s.mesh} · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
+  $('run-facts').textContent = `mesh ${s.mesh} (${(mesh.meshAxes(s.mesh) || []).map(([a]) => a).join(' × ')}) · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
   renderPrediction(r.prediction);
   showTimeline();
   return true;
@@ -789,7 +789,7 @@ function renderMemory(pr) {
   const s = state.settings || {};
   const levers = [
     (s.microbatches || 1) > 1 ? 'microbatches' : null,
-    mesh.hasAxis(s.mesh || '', 'dp') && s.zero && s.zero !== '0' ? `ZeRO-${s.zero}` : null,
+    mesh.hasAxis(s.mesh || '', 'dp') && s.zero && s.zero !== '0' ? `zero${s.zero}` : null,
     s.remat && s.remat !== 'none' ? 'remat' : null,
   ].filter(Boolean);
   $('chart-memory').replaceChildren(

@@ -202,7 +202,11 @@ mod tests {
         let s = Settings::preset(Preset::Pp);
         let e = refused(&s, Mode::Auto);
         assert_eq!(e.field, "mode");
-        for words in ["mode auto: on mesh pp=4", "collective-permute", "Use mode shard_map"] {
+        for words in [
+            "mode auto: cannot run a pipeline (mesh pp=4) yet",
+            "collective-permute",
+            "Use mode shard_map",
+        ] {
             assert!(e.message.contains(words), "{words}: {}", e.message);
         }
         assert!(!e.message.contains("--"), "{}", e.message);

@@ -184,12 +184,13 @@ impl Settings {
         let refused = |e: Refusal| FieldError::refused(&e);
         let cfg = self.config();
         check_page_limits(&cfg, self.microbatches, self.lr).map_err(refused)?;
+        // Before the model's own checks, which on wasm32 can only say that a size overflows.
+        check_page_sizes(&cfg).map_err(refused)?;
         self.device_profile()?;
         let par = self.parallelism().map_err(|e| FieldError::plan(&e))?;
         check_page_mesh(&par).map_err(refused)?;
         cfg.validate().map_err(|e| FieldError::model(&e, "d_model"))?;
         Dataset::new(self.task.data(), &cfg, 0).map_err(|e| FieldError::model(&e, "task"))?;
-        check_page_sizes(&cfg).map_err(refused)?;
         check_head_dim(&cfg).map_err(refused)?;
         par.check(&cfg, self.microbatches).map_err(|e| FieldError::plan(&e))?;
         self.check_spec_texts(&par)?;
@@ -288,6 +289,9 @@ impl Settings {
                 self.cp_order
             },
             schedule: self.schedule,
+            // The page lays a pipeline out in equal stages of one chunk each.
+            virtual_stages: 1,
+            stage_layers: vec![],
         }
     }
 }

@@ -7,6 +7,7 @@
 mod auto_step;
 mod axes;
 mod build;
+mod closed_form;
 mod combine;
 mod compose;
 mod error;
@@ -27,6 +28,7 @@ pub use auto_step::{
 };
 pub use axes::{AxisKind, Zero};
 pub use build::{build, Planned, ValueSharding};
+pub use closed_form::{closed_memory, ClosedMemory, ACTIVATION_BOUND};
 pub use combine::combine_train_step;
 pub use error::PlanError;
 pub use memory::{

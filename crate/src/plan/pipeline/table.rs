@@ -375,7 +375,10 @@ mod tests {
                 }
                 // Sound: it places every pass.
                 let timing = t.timing(&|_, _: &Action| 1.0, 0.0);
-                assert_eq!(timing.slots.iter().map(Vec::len).sum::<usize>(), t.order.iter().map(Vec::len).sum());
+                assert_eq!(
+                    timing.slots.iter().map(Vec::len).sum::<usize>(),
+                    t.order.iter().map(Vec::len).sum::<usize>()
+                );
             }
         }
     }

@@ -60,8 +60,9 @@ pub fn run(mut args: Args) -> Result<(), String> {
         println!("{}", serde_json::to_string(&c).map_err(|e| e.to_string())?);
     } else {
         println!(
-            "automatic (jit with shardings): {:.2} ms/step   shard_map: {:.2} ms/step   ratio auto/shard_map: {:.2}",
-            c.auto_ms, c.shard_map_ms, c.ratio
+            "automatic (jit with shardings): {:.2} ms/step   shard_map: {:.2} ms/step   ratio auto/shard_map: {:.2} \
+             (pairs' quartiles {:.2}-{:.2})",
+            c.auto_ms, c.shard_map_ms, c.ratio, c.ratio_low, c.ratio_high
         );
         println!(
             "random bits per device: auto {} vs shard_map {}; all-reduces: auto {} vs shard_map {}",
