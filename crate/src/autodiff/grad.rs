@@ -108,7 +108,7 @@ pub fn vjp_with(
     let mut cts: HashMap<ValueId, ValueId> = HashMap::new();
     for &(v, ct) in seeds {
         let total = match cts.get(&v) {
-            Some(&prev) => add_cotangents(b, prev, ct),
+            Some(&prev) => b.add(prev, ct),
             None => ct,
         };
         cts.insert(v, total);
@@ -146,7 +146,7 @@ pub fn vjp_with(
                         let Some(ct) = ct else { continue };
                         if needed[v.index()] {
                             let total = match cts.get(v) {
-                                Some(&prev) => add_cotangents(b, prev, ct),
+                                Some(&prev) => b.add(prev, ct),
                                 None => ct,
                             };
                             cts.insert(*v, total);
@@ -177,7 +177,7 @@ pub fn vjp_with(
                         continue;
                     }
                     let total = match cts.get(v) {
-                        Some(&prev) => add_cotangents(b, prev, ct),
+                        Some(&prev) => b.add(prev, ct),
                         None => ct,
                     };
                     cts.insert(*v, total);
@@ -210,20 +210,6 @@ pub fn vjp_with(
     }
     drop_unread_recomputations(b, backward_start, is_recompute, &grads);
     Ok(grads)
-}
-
-/// `prev + ct`, two cotangents of one value: in a pipelined program on the stages of both (each
-/// is zero where its stages do not run), so that neither stage's share is lost.
-fn add_cotangents(b: &mut Builder, prev: ValueId, ct: ValueId) -> ValueId {
-    let owner = match (b.owner_of(prev), b.owner_of(ct)) {
-        (Some(p), Some(c)) => Some(b.set_owner(p.join(c))),
-        _ => None,
-    };
-    let total = b.add(prev, ct);
-    if let Some(o) = owner {
-        b.set_owner(o);
-    }
-    total
 }
 
 /// Traces region `c`'s forward again: every instruction with a result its policy does not

@@ -32,11 +32,7 @@ fn layouts(program: &Program, names: &[String], which: impl Fn(&Role) -> bool) -
             Role::ParamStack(stack) | Role::OptStateStack { stack, .. } => {
                 let entries = spec.entries().iter().skip(1).cloned().collect();
                 let first = stack.params().next().expect("some stage holds every row's block");
-                out.push((
-                    names[first].clone(),
-                    shape[1..].to_vec(),
-                    PartitionSpec::new(entries),
-                ));
+                out.push((names[first].clone(), shape[1..].to_vec(), PartitionSpec::new(entries)));
             }
             _ => {}
         }

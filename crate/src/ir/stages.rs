@@ -142,8 +142,7 @@ impl Program {
 
     /// Whether device `device` runs instruction `i` (every device outside a pipeline).
     pub fn runs_on(&self, i: usize, device: usize) -> bool {
-        self.stage_of(device)
-            .is_none_or(|s| self.instr_owner(i).active(s))
+        self.stage_of(device).is_none_or(|s| self.instr_owner(i).active(s))
     }
 
     /// Per value: whether something reads it on a device outside its owner (an instruction

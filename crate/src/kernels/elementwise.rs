@@ -139,11 +139,15 @@ pub async fn fill_blocks(
         nl: nl as u32,
         ..single(n, 1, 0.0, value)
     };
-    let kernel = Kernel::new("elementwise", "fill_blocks", format!("fill_blocks n={n} devices={}", n / nl))
-        .read(1, "flags", flags)
-        .write(2, "out", out)
-        .uniform(3, &params)
-        .grid(grid_1d(n, 256));
+    let kernel = Kernel::new(
+        "elementwise",
+        "fill_blocks",
+        format!("fill_blocks n={n} devices={}", n / nl),
+    )
+    .read(1, "flags", flags)
+    .write(2, "out", out)
+    .uniform(3, &params)
+    .grid(grid_1d(n, 256));
     ctx.launch(kernel).await
 }
 

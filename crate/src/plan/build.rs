@@ -75,10 +75,7 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
         }
         Parallel::None if opts.virtual_stages != 1 || !opts.stage_layers.is_empty() => {
             let (setting, value) = match opts.virtual_stages {
-                1 => (
-                    Setting::StageLayers,
-                    super::stage_layers_text(&opts.stage_layers),
-                ),
+                1 => (Setting::StageLayers, super::stage_layers_text(&opts.stage_layers)),
                 v => (Setting::VirtualStages, v.to_string()),
             };
             let why = format!(

@@ -131,7 +131,12 @@ pub fn closed_memory(opts: &TrainerOptions) -> ClosedMemory {
         Parallel::Auto { par, .. } => (par, Mode::Auto),
     };
     let blocks = device_blocks(opts, par) as u64;
-    let h = held(cfg, par, if mode == Mode::Single { Mode::ShardMap } else { mode }, blocks);
+    let h = held(
+        cfg,
+        par,
+        if mode == Mode::Single { Mode::ShardMap } else { mode },
+        blocks,
+    );
     let master = cfg.precision.master_bytes();
     let compute = cfg.precision.compute_bytes(DType::F32);
     let slots = opts.optimizer.slots() as u64;
@@ -263,7 +268,11 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     let stage_grads = blocks * block_weights + if cfg.tied { 1.0 } else { 2.0 } * s.vocab * s.d;
     let (sets, sums) = if pp > 1 {
         let v = opts.virtual_stages.max(1);
-        let most = Table::new(opts.schedule, pp, m, v).in_flight().into_iter().max().unwrap_or(1);
+        let most = Table::new(opts.schedule, pp, m, v)
+            .in_flight()
+            .into_iter()
+            .max()
+            .unwrap_or(1);
         (most as f64 / v as f64, 1.5 * stage_grads)
     } else {
         (1.0, 0.0)

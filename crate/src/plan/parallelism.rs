@@ -225,7 +225,12 @@ impl Parallelism {
     /// [`Self::check`], with a pipeline's blocks per stage given (`--stage-layers`; empty:
     /// equal stages, which "pp" must divide). Given counts are the pipeline's own to check
     /// ([`super::check_pipeline_layout`]).
-    pub fn check_with_stages(&self, cfg: &GptConfig, microbatches: usize, stage_layers: &[usize]) -> Result<(), PlanError> {
+    pub fn check_with_stages(
+        &self,
+        cfg: &GptConfig,
+        microbatches: usize,
+        stage_layers: &[usize],
+    ) -> Result<(), PlanError> {
         for kind in self.kinds() {
             if kind == AxisKind::Pp && !stage_layers.is_empty() {
                 continue;

@@ -425,22 +425,23 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
         (Placement::Real, Some(mesh)) => mesh.devices(),
         _ => 0,
     };
-    let per_device: Option<Vec<Arc<[Task]>>> = (devices_real > 0 && (shares.is_some() || prog.stages.is_some())).then(|| {
-        // Devices with the same shares and stage (the "dp" replicas of a ring position or a
-        // stage) share one list, so the schedule runs one row for them all.
-        let mut made: Vec<((Shares, Option<usize>), Arc<[Task]>)> = vec![];
-        (0..devices_real)
-            .map(|d| {
-                let key = (shares.as_ref().map(|s| s[d].clone()).unwrap_or_default(), stage_of(d));
-                if let Some((_, t)) = made.iter().find(|(k, _)| *k == key) {
-                    return t.clone();
-                }
-                let t = own(tasks.clone(), &key.0, key.1);
-                made.push((key, t.clone()));
-                t
-            })
-            .collect()
-    });
+    let per_device: Option<Vec<Arc<[Task]>>> =
+        (devices_real > 0 && (shares.is_some() || prog.stages.is_some())).then(|| {
+            // Devices with the same shares and stage (the "dp" replicas of a ring position or a
+            // stage) share one list, so the schedule runs one row for them all.
+            let mut made: Vec<((Shares, Option<usize>), Arc<[Task]>)> = vec![];
+            (0..devices_real)
+                .map(|d| {
+                    let key = (shares.as_ref().map(|s| s[d].clone()).unwrap_or_default(), stage_of(d));
+                    if let Some((_, t)) = made.iter().find(|(k, _)| *k == key) {
+                        return t.clone();
+                    }
+                    let t = own(tasks.clone(), &key.0, key.1);
+                    made.push((key, t.clone()));
+                    t
+                })
+                .collect()
+        });
     let tasks: Arc<[Task]> = tasks.into();
     let of = |d: usize| per_device.as_ref().map_or_else(|| tasks.clone(), |p| p[d].clone());
     let devices = match (placement, &prog.mesh) {

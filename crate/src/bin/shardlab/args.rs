@@ -424,7 +424,10 @@ impl ParallelArgs {
         text.split(',')
             .map(|c| {
                 c.trim().parse::<usize>().map_err(|_| {
-                    format!("--stage-layers {text}: '{}' is no block count; give one count per stage, e.g. 5,6,6,5", c.trim())
+                    format!(
+                        "--stage-layers {text}: '{}' is no block count; give one count per stage, e.g. 5,6,6,5",
+                        c.trim()
+                    )
                 })
             })
             .collect()

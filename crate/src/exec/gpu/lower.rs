@@ -380,7 +380,13 @@ impl Lowering<'_> {
             None => {
                 let prog = self.program;
                 let per_device: Vec<f32> = (0..prog.devices())
-                    .map(|d| if prog.stage_of(d).is_some_and(|s| !owner.active(s)) { 1.0 } else { 0.0 })
+                    .map(|d| {
+                        if prog.stage_of(d).is_some_and(|s| !owner.active(s)) {
+                            1.0
+                        } else {
+                            0.0
+                        }
+                    })
                     .collect();
                 let f = Rc::new(self.ctx.upload("devices outside a stage's work", &per_device)?);
                 self.outside_flags.borrow_mut().insert(owner, f.clone());

@@ -145,7 +145,11 @@ pub(super) fn trace(b: &mut Builder, st: &Stages) -> Result<Traced, IrError> {
                     let acts = st.acts(a.chunk, j, first);
                     let input = match k {
                         0 => None,
-                        _ => Some(inbox.remove(&(Dir::Down, j, k)).expect("sent by the virtual stage before")),
+                        _ => Some(
+                            inbox
+                                .remove(&(Dir::Down, j, k))
+                                .expect("sent by the virtual stage before"),
+                        ),
                     };
                     let mut y = match input {
                         Some(x) => x,
@@ -164,7 +168,14 @@ pub(super) fn trace(b: &mut Builder, st: &Stages) -> Result<Traced, IrError> {
                         sends.push((Dir::Down, s, y, j, k + 1));
                         y
                     };
-                    forwards.insert((j, k), Forward { start: at, input, output });
+                    forwards.insert(
+                        (j, k),
+                        Forward {
+                            start: at,
+                            input,
+                            output,
+                        },
+                    );
                     let end = b.program().instrs.len();
                     span(b, (at..end).collect());
                 }
@@ -179,7 +190,9 @@ pub(super) fn trace(b: &mut Builder, st: &Stages) -> Result<Traced, IrError> {
                             },
                             &[],
                         ),
-                        false => inbox.remove(&(Dir::Up, j, k)).expect("sent back by the virtual stage after"),
+                        false => inbox
+                            .remove(&(Dir::Up, j, k))
+                            .expect("sent back by the virtual stage after"),
                     };
                     let reads = st.reads(k, blocks);
                     let wrt: Vec<ValueId> = f
@@ -213,7 +226,13 @@ pub(super) fn trace(b: &mut Builder, st: &Stages) -> Result<Traced, IrError> {
                         // Whole (or nothing waits on its input gradient): everything now.
                         None => {
                             if table.split {
-                                deferred.insert((s, j, a.chunk), Deferred { grads: vec![], instrs: vec![] });
+                                deferred.insert(
+                                    (s, j, a.chunk),
+                                    Deferred {
+                                        grads: vec![],
+                                        instrs: vec![],
+                                    },
+                                );
                             }
                             accumulate(b, &mut sums[s], &grads);
                             span(b, (at..b.program().instrs.len()).collect());
@@ -221,7 +240,9 @@ pub(super) fn trace(b: &mut Builder, st: &Stages) -> Result<Traced, IrError> {
                     }
                 }
                 Pass::Weight => {
-                    let w = deferred.remove(&(s, j, a.chunk)).expect("a weight pass follows its backward");
+                    let w = deferred
+                        .remove(&(s, j, a.chunk))
+                        .expect("a weight pass follows its backward");
                     moves.push((w.instrs.clone(), at));
                     accumulate(b, &mut sums[s], &w.grads);
                     let end = b.program().instrs.len();
@@ -268,7 +289,10 @@ pub(super) fn trace(b: &mut Builder, st: &Stages) -> Result<Traced, IrError> {
 /// `a + x` on the stages of both: values that are zero outside their stages add up to each
 /// stage's own.
 fn join_add(b: &mut Builder, a: ValueId, x: ValueId) -> ValueId {
-    let owner = b.owner_of(a).unwrap_or_default().join(b.owner_of(x).unwrap_or_default());
+    let owner = b
+        .owner_of(a)
+        .unwrap_or_default()
+        .join(b.owner_of(x).unwrap_or_default());
     let before = b.set_owner(owner);
     let sum = b.add(a, x);
     b.set_owner(before);

@@ -74,7 +74,10 @@ impl Timing {
 
     /// Per stage, the share of the step it idles.
     pub fn idle_fraction(&self) -> Vec<f64> {
-        self.idle().iter().map(|i| i / self.makespan.max(f64::MIN_POSITIVE)).collect()
+        self.idle()
+            .iter()
+            .map(|i| i / self.makespan.max(f64::MIN_POSITIVE))
+            .collect()
     }
 }
 
@@ -234,6 +237,15 @@ impl Schedule {
             Schedule::ZbH1 => (p - 1.0) * (f + b - w).max(0.0),
         };
         idle / (ideal + idle)
+    }
+
+    /// [`Schedule::bubble`] with passes of equal time, as a formula of pp, M and v.
+    pub fn bubble_text(self, chunks: usize) -> String {
+        match (self, chunks) {
+            (Schedule::ZbH1, _) => "(pp-1)/(3M+pp-1)".into(),
+            (_, 1) => "(pp-1)/(M+pp-1)".into(),
+            (_, v) => format!("(pp-1)/({v}M+pp-1)"),
+        }
     }
 
     /// Whether the schedule runs several chunks per stage (virtual stages).
@@ -412,13 +424,20 @@ mod tests {
             let t = Table::new(schedule, pp, m, v);
             // A chunk's pass is 1/v of a stage's: the step's work stays M (F + B + W).
             let chunk = |s: usize, a: &Action| {
-                let full = if !t.split && a.pass == Pass::Backward { 2.0 } else { even(s, a.pass) };
+                let full = if !t.split && a.pass == Pass::Backward {
+                    2.0
+                } else {
+                    even(s, a.pass)
+                };
                 full / v as f64
             };
             let timing = t.timing(&chunk, 0.0);
             let want = schedule.bubble(pp, m, v, PassTimes::EVEN);
             for (s, got) in timing.idle_fraction().iter().enumerate() {
-                assert!((got - want).abs() < 1e-9, "{schedule:?} pp={pp} M={m} v={v} stage {s}: {got} vs {want}");
+                assert!(
+                    (got - want).abs() < 1e-9,
+                    "{schedule:?} pp={pp} M={m} v={v} stage {s}: {got} vs {want}"
+                );
             }
         }
     }
