@@ -194,6 +194,34 @@ impl Table {
         out
     }
 
+    /// Per stage, the most microbatch chunks it holds before its first backward pass and the
+    /// most from the end of that pass on, when the running sums of its gradients are held
+    /// too ([`Table::in_flight`] is the larger of the two).
+    pub fn in_flight_around_first_backward(&self) -> Vec<(usize, usize)> {
+        self.order
+            .iter()
+            .map(|order| {
+                let (mut held, mut before, mut after, mut backed) = (0usize, 0usize, 0usize, false);
+                for a in order {
+                    match a.pass {
+                        Pass::Forward => held += 1,
+                        Pass::Backward => {
+                            held -= 1;
+                            backed = true;
+                        }
+                        Pass::Weight => {}
+                    }
+                    if backed {
+                        after = after.max(held);
+                    } else {
+                        before = before.max(held);
+                    }
+                }
+                (before, after)
+            })
+            .collect()
+    }
+
     /// Per stage, the most microbatch chunks whose activations it holds at once: forwarded, not
     /// yet backed (a split backward's weight pass keeps less: the linear layers' inputs and
     /// output gradients).
