@@ -386,6 +386,9 @@ fn attention_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
 /// A device's attention tasks and the share of their work it does: (instruction, share).
 type Shares = Vec<(usize, f64)>;
 
+/// What makes a device's task list its own: its attention shares and its pipeline stage.
+type RowKey = (Shares, Option<usize>);
+
 /// The work of an SPMD program on `device`: on real devices, one row per mesh position, all
 /// running the same tasks (shared; under context parallelism each with its own attention work,
 /// its blocks' causal pairs); simulated, one row for the adapter that holds them all.
@@ -429,7 +432,7 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
         (devices_real > 0 && (shares.is_some() || prog.stages.is_some())).then(|| {
             // Devices with the same shares and stage (the "dp" replicas of a ring position or a
             // stage) share one list, so the schedule runs one row for them all.
-            let mut made: Vec<((Shares, Option<usize>), Arc<[Task]>)> = vec![];
+            let mut made: Vec<(RowKey, Arc<[Task]>)> = vec![];
             (0..devices_real)
                 .map(|d| {
                     let key = (shares.as_ref().map(|s| s[d].clone()).unwrap_or_default(), stage_of(d));

@@ -82,7 +82,9 @@ fn check_one(backend: &Backend, opts: TrainerOptions, what: &str) {
 /// Virtual stages (interleaved 1F1B, GPipe's circular form) and uneven stages, against one
 /// device: pp=2 and pp=4, with dropout, and composed with dp.
 fn check_layouts(backend: &Backend) {
-    let cases: [(Strategy, &str, usize, Schedule, usize, &[usize]); 6] = [
+    // (strategy, mesh, microbatches, schedule, virtual stages, blocks per stage)
+    type Case<'a> = (Strategy, &'a str, usize, Schedule, usize, &'a [usize]);
+    let cases: [Case; 6] = [
         (Strategy::Pp, "pp=2", 4, Schedule::OneFOneB, 2, &[]),
         (Strategy::Pp, "pp=2", 2, Schedule::Gpipe, 2, &[]),
         (Strategy::Pp, "pp=4", 4, Schedule::OneFOneB, 2, &[]),

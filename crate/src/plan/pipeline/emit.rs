@@ -376,13 +376,17 @@ fn move_weight_work(b: &mut Builder, moves: &[(Vec<usize>, usize)]) {
         before.entry(*at).or_default().extend(instrs.iter().copied());
     }
     let mut order = Vec::with_capacity(n);
-    for p in 0..=n {
+    for (p, &gone) in moved.iter().enumerate() {
         if let Some(list) = before.get(&p) {
             order.extend(list.iter().copied());
         }
-        if p < n && !moved[p] {
+        if !gone {
             order.push(p);
         }
+    }
+    // Weight work placed at the end of the program.
+    if let Some(list) = before.get(&n) {
+        order.extend(list.iter().copied());
     }
     b.reorder(&order);
 }
