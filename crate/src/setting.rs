@@ -36,6 +36,10 @@ pub enum Setting {
     SequenceParallel,
     CpOrder,
     Schedule,
+    /// Chunks of blocks per pipeline stage (interleaved schedules).
+    VirtualStages,
+    /// Blocks per pipeline stage, one count per stage.
+    StageLayers,
     Microbatches,
     DropoutKey,
     Rng,
@@ -68,7 +72,7 @@ const END: char = '\u{2}';
 
 impl Setting {
     /// Every setting without a payload, in one list, so a mention can be read back.
-    const PLAIN: [Setting; 34] = [
+    const PLAIN: [Setting; 36] = [
         Setting::Layers,
         Setting::DModel,
         Setting::Heads,
@@ -92,6 +96,8 @@ impl Setting {
         Setting::SequenceParallel,
         Setting::CpOrder,
         Setting::Schedule,
+        Setting::VirtualStages,
+        Setting::StageLayers,
         Setting::Microbatches,
         Setting::DropoutKey,
         Setting::Rng,
@@ -144,6 +150,8 @@ impl Setting {
             Setting::SequenceParallel => "sequence_parallel",
             Setting::CpOrder => "cp_order",
             Setting::Schedule => "schedule",
+            Setting::VirtualStages => "virtual_stages",
+            Setting::StageLayers => "stage_layers",
             Setting::Microbatches => "microbatches",
             Setting::DropoutKey => "dropout_key",
             Setting::Rng => "rng",
@@ -167,6 +175,8 @@ impl Setting {
             Setting::Rng => "RNG layout".into(),
             Setting::DropoutKey => "shard_map key".into(),
             Setting::CpOrder => "cp order".into(),
+            Setting::VirtualStages => "virtual stages".into(),
+            Setting::StageLayers => "stage layers".into(),
             Setting::SequenceParallel => "sequence parallelism".into(),
             Setting::Zero => "ZeRO stage".into(),
             Setting::Device => "device kind".into(),

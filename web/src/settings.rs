@@ -289,6 +289,9 @@ impl Settings {
                 self.cp_order
             },
             schedule: self.schedule,
+            // The page lays a pipeline out in equal stages of one chunk each.
+            virtual_stages: 1,
+            stage_layers: vec![],
         }
     }
 }

@@ -41,6 +41,29 @@ pub fn grad_with(
             format!("loss must be a scalar, got {:?}", b.shape(loss)),
         ));
     }
+    let one = b.emit1(
+        Op::Full {
+            shape: vec![],
+            value: 1.0,
+        },
+        &[],
+    );
+    b.set_name(one, "dloss");
+    vjp_with(b, &[(loss, one)], wrt, start, on_done)
+}
+
+/// `jax.vjp`'s pullback of what was traced from instruction `start` on: the cotangents of
+/// `wrt` given each `(output, cotangent)` of `seeds` (made before the call; they are constants
+/// to the sweep, never differentiated), handed to `on_done` as [`grad_with`] does. A pipeline
+/// stage's backward pass runs this way, long after its forward, from the cotangent the next
+/// stage sent back.
+pub fn vjp_with(
+    b: &mut Builder,
+    seeds: &[(ValueId, ValueId)],
+    wrt: &[ValueId],
+    start: usize,
+    on_done: &mut dyn FnMut(&mut Builder, usize, ValueId) -> ValueId,
+) -> Result<Vec<ValueId>, IrError> {
     let forward_len = b.program().instrs.len();
     let needed = needs_grad(b, wrt, start, forward_len);
     let regions: Vec<Checkpoint> = b
@@ -83,15 +106,13 @@ pub fn grad_with(
     }
 
     let mut cts: HashMap<ValueId, ValueId> = HashMap::new();
-    let one = b.emit1(
-        Op::Full {
-            shape: vec![],
-            value: 1.0,
-        },
-        &[],
-    );
-    b.set_name(one, "dloss");
-    cts.insert(loss, one);
+    for &(v, ct) in seeds {
+        let total = match cts.get(&v) {
+            Some(&prev) => b.add(prev, ct),
+            None => ct,
+        };
+        cts.insert(v, total);
+    }
 
     let mut done: Vec<Option<ValueId>> = vec![None; wrt.len()];
     for i in (start..forward_len).rev() {

@@ -149,6 +149,8 @@ pub fn configs(scale: Scale, gpt2: bool) -> Result<Vec<PeerConfig>, ExecError> {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     // `--preset seed`: random init, AdamW 3e-3, dropout 0.1, JAX's original RNG layout.
     let seed_opts = |parallel| TrainerOptions {
@@ -163,6 +165,8 @@ pub fn configs(scale: Scale, gpt2: bool) -> Result<Vec<PeerConfig>, ExecError> {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     let gpt2_row = PeerConfig {
         name: (if scale == Scale::Full { "gpt2 124M" } else { "tiny gpt2" }).into(),

@@ -115,6 +115,8 @@ pub async fn train(
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     let adapter = ctx.summary.name.clone();
     let mut t = Trainer::with_limits(Backend::Gpu(ctx), opts, limits).await?;

@@ -53,7 +53,12 @@ impl ReferenceExecutor {
         let last_use = prog.last_uses();
         for (i, ins) in prog.instrs.iter().enumerate() {
             let outs = match prog.mesh.as_ref().filter(|_| is_collective(&ins.op)) {
-                Some(mesh) => collective(prog, ins, mesh, &vals)?,
+                // Every device takes part; those outside the instruction's stages keep zeros.
+                Some(mesh) => (0..devices)
+                    .filter(|&d| !prog.runs_on(i, d))
+                    .fold(collective(prog, ins, mesh, &vals)?, |outs, d| {
+                        outs.into_iter().map(|t| t.zero_block(d, devices)).collect()
+                    }),
                 None if devices == 1 => {
                     let ins_vals: Vec<&Tensor> = ins
                         .inputs
@@ -66,6 +71,11 @@ impl ReferenceExecutor {
                     // Every device runs the op on its own block of each operand.
                     let mut per_device: Vec<Vec<Tensor>> = vec![];
                     for d in 0..devices {
+                        // A stage's own work: the other stages skip it and hold zeros.
+                        if !prog.runs_on(i, d) {
+                            per_device.push(ins.outputs.iter().map(|o| Tensor::zeros(prog.info(*o))).collect());
+                            continue;
+                        }
                         let blocks: Vec<Tensor> = ins
                             .inputs
                             .iter()

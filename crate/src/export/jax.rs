@@ -57,6 +57,31 @@ fn check(opts: &TrainerOptions, steps: u64) -> Result<(), ExportError> {
     }
     opts.config.validate().map_err(|e| ExportError(e.to_string()))?;
     Dataset::new(opts.data.clone(), &opts.config, opts.seed).map_err(|e| ExportError(e.to_string()))?;
+    check_pipeline_layout(opts)
+}
+
+/// The script's pipeline runs GPipe or 1F1B over equal stages of one run of blocks each: a
+/// layout or schedule beyond those (which shardlab runs) is refused rather than written as
+/// another one.
+fn check_pipeline_layout(opts: &TrainerOptions) -> Result<(), ExportError> {
+    let refuse = |what: String| {
+        Err(ExportError(format!(
+            "{what}: the exported script runs a pipeline as GPipe or 1F1B over equal stages of one chunk each; \
+             export with --schedule gpipe or 1f1b, --virtual-stages 1 and no --stage-layers (shardlab train runs it)"
+        )))
+    };
+    if opts.virtual_stages != 1 {
+        return refuse(format!("--virtual-stages {}", opts.virtual_stages));
+    }
+    if !opts.stage_layers.is_empty() {
+        return refuse(format!(
+            "--stage-layers {}",
+            plan::stage_layers_text(&opts.stage_layers)
+        ));
+    }
+    if opts.schedule == plan::Schedule::ZbH1 {
+        return refuse(format!("--schedule {}", opts.schedule.name()));
+    }
     Ok(())
 }
 

@@ -31,11 +31,8 @@ fn layouts(program: &Program, names: &[String], which: impl Fn(&Role) -> bool) -
             Role::Param(i) | Role::OptState { param: i, .. } => out.push((names[*i].clone(), shape, spec)),
             Role::ParamStack(stack) | Role::OptStateStack { stack, .. } => {
                 let entries = spec.entries().iter().skip(1).cloned().collect();
-                out.push((
-                    names[stack.first].clone(),
-                    shape[1..].to_vec(),
-                    PartitionSpec::new(entries),
-                ));
+                let first = stack.params().next().expect("some stage holds every row's block");
+                out.push((names[first].clone(), shape[1..].to_vec(), PartitionSpec::new(entries)));
             }
             _ => {}
         }

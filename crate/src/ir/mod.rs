@@ -22,5 +22,5 @@ pub use precision::Precision;
 pub use program::{DType, Instr, Program, Role, Stack, ValueId, ValueInfo};
 pub use seq::{AttnSeq, CpOrder, Runs, SeqBlock};
 pub use shape::{fmt_shape, numel, size_in_bytes, strides};
-pub use stages::{Owner, StageWork};
+pub use stages::{Action, Owner, Pass, PassSpan, StageWork, MAX_STAGES};
 pub use vma::{check_vma, varying_axes, Axes, VmaRefusal};

@@ -3,7 +3,7 @@
 //! passes.
 use super::auto_step::{jit_train_step, partitioned_step};
 use super::compose::Compose;
-use super::pipeline_step::{check_pipeline, pipeline_train_step};
+use super::pipeline::{check_pipeline, pipeline_train_step};
 use super::shard_map_step::shard_map_accumulated_step;
 use super::{combine_train_step, Mode, Parallel, PlanError, TrainerOptions};
 use crate::model::{accumulated_train_step, TrainStep};
@@ -47,7 +47,15 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     // The model splits over every axis before anything else is said of the mode.
     if let Some(par) = opts.parallel.parallelism() {
         cfg.validate()?;
-        par.check(cfg, opts.microbatches)?;
+        super::pipeline::check(
+            cfg,
+            par,
+            opts.schedule,
+            opts.virtual_stages,
+            &opts.stage_layers,
+            opts.microbatches,
+        )?;
+        par.check_with_stages(cfg, opts.microbatches, &opts.stage_layers)?;
         check_pipeline(par, opts.schedule, opts.parallel.mode())?;
     }
     let (step, inserted, values) = match &opts.parallel {
@@ -64,6 +72,17 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
                 Setting::MeshAxis("pp".into()).at(2)
             );
             return Err(Refusal::at(Setting::Schedule, opts.schedule.name(), why).into());
+        }
+        Parallel::None if opts.virtual_stages != 1 || !opts.stage_layers.is_empty() => {
+            let (setting, value) = match opts.virtual_stages {
+                1 => (Setting::StageLayers, super::stage_layers_text(&opts.stage_layers)),
+                v => (Setting::VirtualStages, v.to_string()),
+            };
+            let why = format!(
+                "lays a pipeline's blocks over its stages, and one device has none: use a mesh with a 'pp' axis (e.g. {})",
+                Setting::MeshAxis("pp".into()).at(2)
+            );
+            return Err(Refusal::at(setting, value, why).into());
         }
         Parallel::None => (
             combined(accumulated_train_step(
@@ -83,7 +102,7 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
                 cp_order: opts.cp_order,
             };
             let step = if par.is_pipeline() {
-                pipeline_train_step(&c, opts.optimizer, opts.rng_layout, opts.microbatches, opts.schedule)?
+                pipeline_train_step(&c, opts.optimizer, opts.rng_layout, opts.microbatches, &opts.pipeline())?
             } else {
                 shard_map_accumulated_step(&c, opts.optimizer, opts.rng_layout, opts.microbatches)?
             };

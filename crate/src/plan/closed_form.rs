@@ -17,6 +17,7 @@
 //! [`ACTIVATION_BOUND`] (tested on presets and three- and four-axis compositions in both
 //! modes).
 use super::axes::AxisKind;
+use super::pipeline::{StageLayout, Table};
 use super::{Mode, Parallel, Parallelism, Schedule, TrainerOptions};
 use crate::ir::{DType, Precision};
 use crate::model::{param_specs, Attention, GptConfig, ParamSpec, Remat};
@@ -69,16 +70,26 @@ struct Held {
     gradients: u64,
 }
 
+/// The blocks one device holds: all of them without a pipeline; a stage's otherwise, as its
+/// stacked parameters hold them (the longest chunk's rows per chunk: a shorter stage's missing
+/// blocks are rows of zeros).
+fn device_blocks(opts: &TrainerOptions, par: &Parallelism) -> usize {
+    let pp = par.size(AxisKind::Pp);
+    if pp <= 1 {
+        return opts.config.layers;
+    }
+    let layout = StageLayout::new(opts.config.layers, pp, opts.virtual_stages.max(1), &opts.stage_layers);
+    layout.rows() * layout.chunks
+}
+
 /// What each device holds of the parameters of `cfg` under `par` in `mode`: the embeddings
-/// and the head whole (split by their specs), and a stage's blocks (all blocks without a
-/// pipeline).
-fn held(cfg: &GptConfig, par: &Parallelism, mode: Mode) -> Held {
+/// and the head whole (split by their specs), and `blocks` blocks.
+fn held(cfg: &GptConfig, par: &Parallelism, mode: Mode, blocks: u64) -> Held {
     let one = GptConfig {
         layers: 1,
         ..cfg.clone()
     };
     let specs = param_specs(&one);
-    let blocks = (cfg.layers / par.size(AxisKind::Pp)) as u64;
     let mut h = Held {
         params: 0,
         state: 0,
@@ -119,7 +130,13 @@ pub fn closed_memory(opts: &TrainerOptions) -> ClosedMemory {
         Parallel::ShardMap { par, .. } => (par, Mode::ShardMap),
         Parallel::Auto { par, .. } => (par, Mode::Auto),
     };
-    let h = held(cfg, par, if mode == Mode::Single { Mode::ShardMap } else { mode });
+    let blocks = device_blocks(opts, par) as u64;
+    let h = held(
+        cfg,
+        par,
+        if mode == Mode::Single { Mode::ShardMap } else { mode },
+        blocks,
+    );
     let master = cfg.precision.master_bytes();
     let compute = cfg.precision.compute_bytes(DType::F32);
     let slots = opts.optimizer.slots() as u64;
@@ -231,7 +248,7 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
         keys: if mode == Mode::Auto { cfg.seq as f64 } else { seq_att },
         vocab: cfg.vocab as f64,
     };
-    let blocks = (cfg.layers / pp) as f64;
+    let blocks = device_blocks(opts, par) as f64;
     let (per_block, per_block_bits) = saved_per_block(cfg, &s, mode, par.sequence_parallel, par.is_cp());
     let res = s.rows * s.d;
     // FSDP: each block's weights, gathered before use, held for its backward pass (a
@@ -244,49 +261,66 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
         (false, Mode::Auto) if par.is_cp() && par.sequence_parallel => 5.0 * s.d * s.d,
         _ => 0.0,
     };
-    // Microbatches whose blocks a stage holds at once: GPipe all of them; 1F1B one, beside the
-    // inputs of the microbatches in flight; accumulation one.
-    // GPipe every tick's (the bubble's zero microbatches too), 1F1B one, beside the inputs of
-    // the microbatches in flight and its running sums of the stage's gradients.
-    let stage_grads = blocks * block_weights + if cfg.tied { 1.0 } else { 2.0 } * s.vocab * s.d;
-    let (sets, inputs, sums) = match (pp > 1, opts.schedule) {
-        (true, Schedule::Gpipe) => ((m + pp - 1) as f64, 0.0, 1.5 * stage_grads),
-        (true, Schedule::OneFOneB) => (1.0, (2 * pp - 1).min(m + pp - 1) as f64 * res, 1.5 * stage_grads),
-        (false, _) => (1.0, 0.0, 0.0),
+    // Microbatches whose blocks a stage holds at once: as many as its schedule has forwarded
+    // and not yet backed ([`Table::in_flight`]: GPipe all of them, 1F1B at most pp; with
+    // virtual stages, chunks of 1/v of the stage's blocks), beside the running sums of the
+    // stage's gradients. Accumulation holds one.
+    // A stage's gradients: its blocks', and of the replicated parameters the one its own work
+    // uses (the embeddings on the first stage, the head on the last; tied, wte on both).
+    let stage_grads = blocks * block_weights + if cfg.tied || pp > 1 { 1.0 } else { 2.0 } * s.vocab * s.d;
+    // Per stage (one without a pipeline): the microbatch chunks it holds before its first
+    // backward, and after it, beside the running sums of its gradients.
+    let in_flight: Vec<(usize, usize)> = if pp > 1 {
+        Table::new(opts.schedule, pp, m, opts.virtual_stages.max(1)).in_flight_around_first_backward()
+    } else {
+        vec![(1, 1)]
     };
-    let held = sets * blocks * per_block + blocks * gathered + inputs;
+    let v = if pp > 1 { opts.virtual_stages.max(1) as f64 } else { 1.0 };
+    let sums = if pp > 1 { 1.5 * stage_grads } else { 0.0 };
     // The busiest moment of the backward pass: the last block's (recomputed) values with the
-    // gradients of its MLP's hidden units, of a weight and of the residual in flight; or the
-    // head's logits and their gradient beside the final layer norm's output.
+    // gradients of its MLP's hidden units, of a weight and of the residual in flight; or, on
+    // the last stage, the head's logits and their gradient beside the final layer norm's
+    // output.
     let none = GptConfig {
         remat: Remat::None,
         ..cfg.clone()
     };
     let (block_now, _) = saved_per_block(&none, &s, mode, par.sequence_parallel, par.is_cp());
     let recompute = if cfg.remat == Remat::None { 0.0 } else { block_now };
-    let in_flight = recompute + res + s.att_rows * s.mlp + s.d * s.mlp;
+    let busiest = recompute + res + s.att_rows * s.mlp + s.d * s.mlp;
     let head = 2.0 * s.rows * s.vocab + res;
-    // A pipeline's running sums of its stage's gradients (values of their own, with a
+    // Each stage's peak, the device's the largest: what it holds, and the backward's busiest
+    // moment. A pipeline's running sums of its stage's gradients (values of their own, with a
     // transposed copy of each contribution) grow through the backward pass: GPipe's while its
     // held activations shrink, so its peak is one or the other.
-    let transient = res + in_flight.max(head);
-    let floats = match opts.schedule {
-        Schedule::Gpipe if pp > 1 => (held + transient).max(sums + transient + blocks * per_block),
-        _ => held + transient + sums,
-    };
-    let bits = sets * blocks * per_block_bits;
+    let last = in_flight.len() - 1;
+    let (floats, bits) = in_flight
+        .iter()
+        .enumerate()
+        .map(|(stage, &(before, after))| {
+            let sets = before.max(after) as f64 / v;
+            let held = |chunks: usize| chunks as f64 / v * blocks * per_block + blocks * gathered;
+            let transient = res + if stage == last { busiest.max(head) } else { busiest };
+            let floats = match opts.schedule {
+                Schedule::Gpipe if pp > 1 => (held(before) + transient).max(sums + transient + blocks * per_block),
+                _ if pp > 1 => (held(before) + transient).max(held(after) + transient + sums),
+                _ => held(before) + transient,
+            };
+            (floats, sets * blocks * per_block_bits)
+        })
+        .fold((0.0f64, 0.0f64), |(f, b), (f2, b2)| (f.max(f2), b.max(b2)));
     let width = cfg.precision.compute_bytes(DType::F32) as f64;
     // Tokens and targets, held for the step.
     let ints = 2.0 * (cfg.batch / par.batch_split()) as f64 * (cfg.seq / par.seq_split()) as f64;
     let backward = floats * width + (bits + ints) * 4.0;
     // ZeRO's update: every parameter's updated blocks gathered whole again, outputs of the
     // step held to its end.
-    let update = zero_gathered(cfg, par, mode) as f64 * width + ints * 4.0;
+    let update = zero_gathered(cfg, par, mode, device_blocks(opts, par) as u64) as f64 * width + ints * 4.0;
     backward.max(update) as u64
 }
 
 /// Elements of the parameters ZeRO updates by blocks over "dp" and gathers whole again.
-fn zero_gathered(cfg: &GptConfig, par: &Parallelism, mode: Mode) -> u64 {
+fn zero_gathered(cfg: &GptConfig, par: &Parallelism, mode: Mode, blocks: u64) -> u64 {
     if !par.zero.shards_state() {
         return 0;
     }
@@ -294,7 +328,6 @@ fn zero_gathered(cfg: &GptConfig, par: &Parallelism, mode: Mode) -> u64 {
         layers: 1,
         ..cfg.clone()
     };
-    let blocks = (cfg.layers / par.size(AxisKind::Pp)) as u64;
     let mode = if mode == Mode::Single { Mode::ShardMap } else { mode };
     param_specs(&one)
         .iter()
@@ -485,11 +518,12 @@ mod tests {
         assert_eq!(m.params, 4 * elements);
         assert_eq!(m.optimizer_state, 8 * elements);
         assert_eq!((m.compute_params, m.gradients), (2 * elements, 2 * elements));
-        // 1F1B holds the inputs of the 127 microbatches in flight, each a sequence's residual
-        // stream (2048 x 25600 in bf16, 105 MB), beside one microbatch's blocks.
-        let inputs = 127 * t * d * 2;
+        // 1F1B's first stage holds pp = 64 microbatches' activations of its 2 blocks, nothing
+        // recomputed: per block and microbatch, a few residual streams' worth (2048 x 25600
+        // in bf16, 105 MB each; tp splits the attention's and the MLP's values 8 ways).
+        let streams = 64 * 2 * t * d * 2;
         assert!(
-            m.activations > inputs && m.activations < 2 * inputs,
+            m.activations > 2 * streams && m.activations < 8 * streams,
             "{}",
             m.activations
         );

@@ -15,7 +15,7 @@ mod memory;
 mod options;
 mod page;
 mod parallelism;
-mod pipeline_step;
+mod pipeline;
 mod presets;
 mod rules;
 mod shard_map_step;
@@ -41,6 +41,10 @@ pub use page::{
     PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
 };
 pub use parallelism::{mesh_text, Parallelism};
+pub use pipeline::{
+    check as check_pipeline_layout, stage_layers_text, Action, Pass, PassTimes, PipelinePlan, Slot, StageLayout, Table,
+    Timing,
+};
 pub use presets::Preset;
 pub use rules::{axes_for, param_dims, Holder, Logical, RULES};
 pub use shard_map_step::shard_map_train_step;

@@ -43,6 +43,10 @@ pub struct TrainerOptions {
     /// The order a pipeline ("pp") runs its microbatches' passes in; meshes without "pp" take
     /// the default.
     pub schedule: Schedule,
+    /// Virtual stages: the chunks of blocks each pipeline stage holds (1: one run of blocks).
+    pub virtual_stages: usize,
+    /// Blocks per pipeline stage, one count per stage (empty: equal stages).
+    pub stage_layers: Vec<usize>,
 }
 
 impl Parallel {
@@ -114,6 +118,17 @@ impl TrainerOptions {
             microbatches: 1,
             cp_order: CpOrder::Contiguous,
             schedule: Schedule::Gpipe,
+            virtual_stages: 1,
+            stage_layers: vec![],
+        }
+    }
+
+    /// The pipeline's schedule and layout, as the options say.
+    pub fn pipeline(&self) -> super::PipelinePlan {
+        super::PipelinePlan {
+            schedule: self.schedule,
+            chunks: self.virtual_stages,
+            stage_layers: self.stage_layers.clone(),
         }
     }
 

@@ -219,7 +219,22 @@ impl Parallelism {
     /// Checks that the model splits evenly over every axis, one rule per axis kind, and that
     /// the microbatches split every device's rows.
     pub fn check(&self, cfg: &GptConfig, microbatches: usize) -> Result<(), PlanError> {
+        self.check_with_stages(cfg, microbatches, &[])
+    }
+
+    /// [`Self::check`], with a pipeline's blocks per stage given (`--stage-layers`; empty:
+    /// equal stages, which "pp" must divide). Given counts are the pipeline's own to check
+    /// ([`super::check_pipeline_layout`]).
+    pub fn check_with_stages(
+        &self,
+        cfg: &GptConfig,
+        microbatches: usize,
+        stage_layers: &[usize],
+    ) -> Result<(), PlanError> {
         for kind in self.kinds() {
+            if kind == AxisKind::Pp && !stage_layers.is_empty() {
+                continue;
+            }
             self.check_axis(cfg, kind)?;
         }
         crate::model::check_microbatches(cfg.batch, microbatches, self.batch_split())?;

@@ -210,30 +210,39 @@ fn quoted(names: &[&str]) -> String {
     }
 }
 
-/// The order a pipeline runs its microbatches' forward and backward passes in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The order a pipeline runs its microbatches' forward and backward passes in, on each stage
+/// (the orders themselves: [`super::pipeline::Table`]). Virtual stages (`--virtual-stages v`)
+/// compose with GPipe (MaxText's circular pipeline) and 1F1B (Megatron's interleaved 1F1B).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Schedule {
     /// GPipe (Huang et al., 2019): every microbatch's forward, then every backward; each
     /// stage holds all M microbatches' activations.
     #[default]
     Gpipe,
-    /// 1F1B (PipeDream-flush, Narayanan et al., 2021): after a warm-up, one forward then one
-    /// backward. Run in lockstep by one program for all devices, each backward recomputes its
-    /// stage's forward from the saved input, so a stage holds the inputs of the microbatches in
-    /// flight (at most 2pp - 1) and one microbatch's activations, however large M is.
+    /// 1F1B (PipeDream-flush, Narayanan et al., 2021), as Megatron-LM runs it: stage s warms up
+    /// with pp - s - 1 forwards, then alternates one forward and one backward, then cools down;
+    /// a stage holds at most pp microbatches' activations. With virtual stages, Megatron's
+    /// interleaved 1F1B (microbatches in groups of pp).
     #[serde(rename = "1f1b")]
     OneFOneB,
+    /// ZB-H1 (Qi et al., 2024): 1F1B with each backward split into its input gradient (B),
+    /// which the stage before waits for, and its weight gradient (W), which nothing waits for:
+    /// stage s defers s weight passes to the end, where 1F1B's stage idles. 1F1B's memory,
+    /// about a third of its bubble when F, B and W take alike.
+    #[serde(rename = "zb_h1")]
+    ZbH1,
 }
 
 impl Schedule {
-    pub const ALL: [Schedule; 2] = [Schedule::Gpipe, Schedule::OneFOneB];
+    pub const ALL: [Schedule; 3] = [Schedule::Gpipe, Schedule::OneFOneB, Schedule::ZbH1];
 
     /// The name the CLI (`--schedule`) and the page use.
     pub fn name(self) -> &'static str {
         match self {
             Schedule::Gpipe => "gpipe",
             Schedule::OneFOneB => "1f1b",
+            Schedule::ZbH1 => "zb_h1",
         }
     }
 
@@ -241,15 +250,12 @@ impl Schedule {
         Schedule::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// The fraction of a step every stage idles: (pp - 1) / (M + pp - 1) for GPipe and 1F1B
-    /// alike (the fill and the drain, pp - 1 ticks each of forwards and backwards).
+    /// The fraction of a step every stage idles with one chunk per stage and forward, input
+    /// gradient and weight gradient passes alike: (pp - 1) / (M + pp - 1) for GPipe and 1F1B
+    /// (the fill and the drain), (pp - 1) / (3M + pp - 1) for ZB-H1 (the drain filled with weight
+    /// passes). [`Schedule::bubble`] gives it for any virtual stages and pass times.
     pub fn bubble_fraction(self, stages: usize, microbatches: usize) -> f64 {
-        let (p, m) = (stages as f64, microbatches as f64);
-        if stages <= 1 {
-            0.0
-        } else {
-            (p - 1.0) / (m + p - 1.0)
-        }
+        self.bubble(stages, microbatches, 1, super::pipeline::PassTimes::EVEN)
     }
 }
 

@@ -417,6 +417,8 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     Ok(crate::plan::build(&options)
         .map_err(|e| ExecError::Input(e.to_string()))?

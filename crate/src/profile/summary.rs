@@ -38,6 +38,10 @@ pub struct ProgramSummary {
     pub devices: usize,
     pub instructions: usize,
     pub flops: u64,
+    /// In a pipelined program, the FLOPs each stage's devices run (its own passes, the
+    /// embedding on the first stage, the head and loss on the last, and the work every stage
+    /// does); `flops` is the busiest's. Empty otherwise.
+    pub stage_flops: Vec<u64>,
     /// Random bits generated per step (elements of every random_bits op x 32).
     pub rng_bits: u64,
     pub params_bytes: u64,
@@ -126,14 +130,25 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
         instructions: prog.instrs.len(),
         ..Default::default()
     };
+    s.stage_flops = vec![0; prog.stages.as_ref().map_or(0, |st| st.stages)];
     for (i, ins) in prog.instrs.iter().enumerate() {
-        s.flops += instr_flops(prog, ins);
+        let flops = instr_flops(prog, ins);
+        let owner = prog.instr_owner(i);
+        for (stage, f) in s.stage_flops.iter_mut().enumerate() {
+            if owner.active(stage) {
+                *f += flops;
+            }
+        }
+        s.flops += flops;
         // Bits each device generates: the whole shape of a random_bits, only its own block
         // of a partitioned one.
         if let Op::RandomBits { shape, .. } | Op::RandomBitsBlock { shape, .. } = &ins.op {
             s.rng_bits += 32 * shape.iter().product::<usize>() as u64;
         }
         s.collectives.extend(collective_use(prog, i));
+    }
+    if let Some(&busiest) = s.stage_flops.iter().max() {
+        s.flops = busiest;
     }
     s.warnings = rng_warnings(prog);
     match MemoryPlan::of(prog) {

@@ -418,6 +418,9 @@ fn attention_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
 /// A device's attention tasks and the share of their work it does: (instruction, share).
 type Shares = Vec<(usize, f64)>;
 
+/// What makes a device's task list its own: its attention shares and its pipeline stage.
+type RowKey = (Shares, Option<usize>);
+
 /// The work of an SPMD program on `device`: on real devices, one row per mesh position, all
 /// running the same tasks (shared; under context parallelism each with its own attention work,
 /// its blocks' causal pairs); simulated, one row for the adapter that holds them all.
@@ -427,58 +430,53 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
         Placement::Real => attention_shares(prog),
         Placement::Simulated => None,
     };
-    let per_device: Option<Vec<Arc<[Task]>>> = shares.map(|shares| {
-        // Devices with the same shares (the "dp" replicas of a ring position) share one
-        // list, so the schedule runs one row for them all.
-        let mut made: Vec<(Shares, Arc<[Task]>)> = vec![];
-        shares
-            .into_iter()
-            .map(|own| {
-                if let Some((_, t)) = made.iter().find(|(s, _)| *s == own) {
-                    return t.clone();
-                }
-                let mut t = tasks.clone();
-                for &(i, share) in &own {
-                    // One task per instruction, in order.
-                    t[i].work_s *= share;
-                }
-                let t: Arc<[Task]> = t.into();
-                made.push((own, t.clone()));
-                t
-            })
-            .collect()
-    });
-    // A pipeline's stages each leave out what they compute only because every device runs
-    // the same program: that time is the stage idling (the bubble, another stage's embedding
-    // or head), as it would on a device that ran its own stage's program.
-    let per_device = per_device.or_else(|| match (placement, &prog.stages, &prog.mesh) {
-        (Placement::Real, Some(stages), Some(mesh)) => {
-            let by_stage: Vec<Arc<[Task]>> = (0..stages.stages)
-                .map(|s| {
-                    let mut t = tasks.clone();
-                    for task in t.iter_mut() {
-                        let owner = prog.instrs[task.instr]
-                            .outputs
-                            .first()
-                            .map_or(Owner::Every, |o| stages.owner(*o));
-                        if !owner.active(s, stages.stages, stages.microbatches) {
-                            task.launch_s = 0.0;
-                            task.work_s = 0.0;
-                        }
-                    }
-                    t.into()
-                })
-                .collect();
-            (0..mesh.devices())
-                .map(|d| {
-                    let s = mesh.axes_index(d, &[stages.axis.as_str()]).unwrap_or(0);
-                    by_stage[s].clone()
-                })
-                .collect::<Vec<_>>()
-                .into()
-        }
+    // A pipeline's stages each run their own work (the program says which stage runs what):
+    // another stage's work is the stage idling (the bubble, another stage's embedding or head),
+    // as on a device that ran its own stage's program.
+    let stage_of = |d: usize| match (placement, &prog.stages, &prog.mesh) {
+        (Placement::Real, Some(st), Some(mesh)) => mesh.axes_index(d, &[st.axis.as_str()]).ok(),
         _ => None,
-    });
+    };
+    let own = |mut t: Vec<Task>, shares: &Shares, stage: Option<usize>| -> Arc<[Task]> {
+        for &(i, share) in shares {
+            // One task per instruction, in order.
+            t[i].work_s *= share;
+        }
+        if let (Some(s), Some(st)) = (stage, &prog.stages) {
+            for task in t.iter_mut() {
+                let owner = prog.instrs[task.instr]
+                    .outputs
+                    .first()
+                    .map_or(Owner::Every, |o| st.owner(*o));
+                if !owner.active(s) {
+                    task.launch_s = 0.0;
+                    task.work_s = 0.0;
+                }
+            }
+        }
+        t.into()
+    };
+    let devices_real = match (placement, &prog.mesh) {
+        (Placement::Real, Some(mesh)) => mesh.devices(),
+        _ => 0,
+    };
+    let per_device: Option<Vec<Arc<[Task]>>> =
+        (devices_real > 0 && (shares.is_some() || prog.stages.is_some())).then(|| {
+            // Devices with the same shares and stage (the "dp" replicas of a ring position or a
+            // stage) share one list, so the schedule runs one row for them all.
+            let mut made: Vec<(RowKey, Arc<[Task]>)> = vec![];
+            (0..devices_real)
+                .map(|d| {
+                    let key = (shares.as_ref().map(|s| s[d].clone()).unwrap_or_default(), stage_of(d));
+                    if let Some((_, t)) = made.iter().find(|(k, _)| *k == key) {
+                        return t.clone();
+                    }
+                    let t = own(tasks.clone(), &key.0, key.1);
+                    made.push((key, t.clone()));
+                    t
+                })
+                .collect()
+        });
     let tasks: Arc<[Task]> = tasks.into();
     let of = |d: usize| per_device.as_ref().map_or_else(|| tasks.clone(), |p| p[d].clone());
     let devices = match (placement, &prog.mesh) {

@@ -272,6 +272,8 @@ fn options(parallel: Parallel, combine: bool) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 

@@ -50,6 +50,8 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 
@@ -678,6 +680,35 @@ fn export_rejects_what_train_rejects_with_a_fix() {
     });
     let err = jax_script(&dloss, 3).unwrap_err().to_string();
     assert!(err.contains("`dloss`") && err.contains("drop this --spec"), "{err}");
+    // pipelines the script does not write (shardlab runs them): refused, not written as GPipe
+    let mut pp = golden_batch8(shard_map(Strategy::Pp, "pp=2"));
+    pp.config.layers = 4;
+    pp.microbatches = 2;
+    let refused = |o: &shardlab::exec::TrainerOptions, flag: &str| {
+        let err = jax_script(o, 3).unwrap_err().to_string();
+        assert!(err.contains(flag) && err.contains("--schedule gpipe or 1f1b"), "{err}");
+    };
+    refused(
+        &shardlab::exec::TrainerOptions {
+            schedule: shardlab::plan::Schedule::ZbH1,
+            ..pp.clone()
+        },
+        "--schedule zb_h1",
+    );
+    refused(
+        &shardlab::exec::TrainerOptions {
+            virtual_stages: 2,
+            ..pp.clone()
+        },
+        "--virtual-stages 2",
+    );
+    refused(
+        &shardlab::exec::TrainerOptions {
+            stage_layers: vec![3, 1],
+            ..pp
+        },
+        "--stage-layers 3,1",
+    );
 }
 
 mod cluster;

@@ -67,6 +67,8 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
             microbatches: 1,
             cp_order: Default::default(),
             schedule: Default::default(),
+            virtual_stages: 1,
+            stage_layers: vec![],
         };
         pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts))
             .unwrap()

@@ -155,7 +155,12 @@ fn schedule_help(s: Schedule) -> &'static str {
     match s {
         Schedule::Gpipe => "Every microbatch's forward, then every backward (holds M microbatches' activations)",
         Schedule::OneFOneB => {
-            "One forward, one backward after a warm-up (holds the inputs in flight, recomputes the stage)"
+            "Megatron's: a warm-up of pp-s-1 forwards, then one forward and one backward (holds at most pp \
+             microbatches); interleaved with --virtual-stages"
+        }
+        Schedule::ZbH1 => {
+            "Zero-bubble ZB-H1: 1F1B with each backward split into input (B) and weight (W) gradients, the W passes \
+             filling the drain"
         }
     }
 }
@@ -372,6 +377,15 @@ pub struct ParallelArgs {
     /// With a 'pp' axis: the order of the microbatches' passes (default gpipe).
     #[arg(long, value_parser = one_of(&Schedule::ALL, Schedule::name, schedule_help))]
     pub schedule: Option<Schedule>,
+    /// With a 'pp' axis: chunks of blocks per stage, interleaved over the stages (Megatron's
+    /// virtual pipeline stages, MaxText's pipeline repeats; default 1). The bubble shrinks to
+    /// (pp-1)/(v*M) of the ideal step.
+    #[arg(long = "virtual-stages", value_name = "V")]
+    pub virtual_stages: Option<usize>,
+    /// With a 'pp' axis: blocks per stage, one count per stage, e.g. 5,6,6,5 (default equal
+    /// stages): a lighter last stage balances the head.
+    #[arg(long = "stage-layers", value_name = "COUNTS")]
+    pub stage_layers: Option<String>,
     /// Dropout keys in shard_map mode (default same).
     #[arg(long = "dropout-key", value_parser = one_of(&DropoutKey::ALL, DropoutKey::name, dropout_key_help))]
     pub dropout_key: Option<DropoutKey>,
@@ -402,6 +416,23 @@ pub struct SpecOverride {
 }
 
 impl ParallelArgs {
+    /// `--stage-layers 5,6,6,5` as counts (none: equal stages).
+    pub fn stage_layers(&self) -> Result<Vec<usize>, String> {
+        let Some(text) = &self.stage_layers else {
+            return Ok(vec![]);
+        };
+        text.split(',')
+            .map(|c| {
+                c.trim().parse::<usize>().map_err(|_| {
+                    format!(
+                        "--stage-layers {text}: '{}' is no block count; give one count per stage, e.g. 5,6,6,5",
+                        c.trim()
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// `--spec` and `--spec-file` entries, parsed, each with its origin.
     pub fn spec_overrides(&self) -> Result<Vec<SpecOverride>, String> {
         let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
@@ -553,6 +584,8 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         microbatches: parallel.microbatches.unwrap_or(1),
         cp_order: parallel.cp_order.unwrap_or_default(),
         schedule: parallel.schedule.unwrap_or_default(),
+        virtual_stages: parallel.virtual_stages.unwrap_or(1),
+        stage_layers: parallel.stage_layers()?,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
     if let Parallel::Auto { par, .. } = &opts.parallel {

@@ -80,7 +80,7 @@ async fn inspect(
     let collectives_ms = t.collectives_ms().await?.unwrap_or(0.0);
     // Modelled from the program alone: one real device of `profile` per mesh position.
     let (modelled, timeline) = model_step(t.program(), profile, Placement::Real, true);
-    let bubble = pipeline_bubble(t.program(), &timeline);
+    let bubble = pipeline_bubble(t.program(), &timeline, &t.options().pipeline());
     let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
 
     if args.json {
@@ -111,6 +111,9 @@ async fn inspect(
                 "stages": b.stages,
                 "microbatches": b.microbatches,
                 "schedule": t.options().schedule.name(),
+                "virtual_stages": t.options().virtual_stages,
+                "stage_layers": t.options().stage_layers,
+                "stage_flops": s.stage_flops,
                 "formula": b.formula,
                 "modelled": b.modelled,
             })),
@@ -131,6 +134,10 @@ async fn inspect(
         s.instructions - ts.backward_end
     );
     println!("# FLOPs per device per step: {:.3e}", s.flops as f64);
+    if !s.stage_flops.is_empty() {
+        let per: Vec<String> = s.stage_flops.iter().map(|f| format!("{:.3e}", *f as f64)).collect();
+        println!("# FLOPs per stage per step: {}", per.join(", "));
+    }
     println!("# random bits per device per step: {}", s.rng_bits);
     for (kind, k) in s.collective_totals() {
         if k.count > 0 {
@@ -181,7 +188,7 @@ async fn inspect(
         crate::balance::print(&b, "# ");
     }
     if let Some(b) = &bubble {
-        crate::balance::print_bubble(b, t.options().schedule, true, "# ");
+        crate::balance::print_bubble(b, &t.options().pipeline(), true, "# ");
     }
     println!(
         "# modelled memory per device: {} of {} B ({})",
