@@ -39,6 +39,13 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     let state = state_layouts(opts, &program, &names);
     let mode = match &opts.parallel {
         Parallel::None => SINGLE.to_string(),
+        Parallel::Explicit { .. } => {
+            return Err(ExportError(
+                "explicit mode is not exported yet: export the same run with --mode auto (the same shardings, \
+                 jit placing what explicit mode writes as out_sharding= and reshard)"
+                    .into(),
+            ))
+        }
         Parallel::ShardMap { par, .. } if par.is_pipeline() => {
             if par.kinds().iter().any(|k| !matches!(k, AxisKind::Dp | AxisKind::Pp)) || par.zero != Zero::Off {
                 return Err(ExportError(format!(
@@ -172,6 +179,12 @@ fn summary(opts: &TrainerOptions, steps: u64) -> String {
                 DropoutKey::FoldIn => "fold_in(key, axis_index of the batch axes)",
                 DropoutKey::Global => "each device's block of the global masks",
             }
+        ),
+        Parallel::Explicit { par, .. } => format!(
+            "Explicit sharding: strategy {}{} on the mesh {}.",
+            opts.parallel.label(),
+            cp_text(par, opts.cp_order),
+            par.name()
         ),
         Parallel::Auto { par, specs } => format!(
             "Automatic partitioning (jit with shardings): strategy {}{} on the mesh {}{}.",

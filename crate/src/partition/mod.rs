@@ -3,8 +3,11 @@
 //! * shard_map: the body is written per device with explicit collectives, and check_vma
 //!   checks its out_specs;
 //! * jit with shardings ([`auto`]): propagation over the global program, then SPMD lowering;
+//! * explicit sharding ([`explicit`]): the global program typed op by op with JAX's sharding
+//!   rules, then lowered as jit with every value laid out as its type says;
 //! * the all-reduce combiner, a pass over any per-device program.
 pub mod auto;
+pub mod explicit;
 mod check_vma;
 mod combine;
 mod error;

@@ -41,7 +41,7 @@ pub(super) fn check_pipeline(par: &Parallelism, schedule: Schedule, mode: Mode) 
         }
         return Ok(());
     }
-    if mode == Mode::Auto {
+    if mode != Mode::ShardMap {
         let why = format!(
             "on {} needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as \
              one vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
@@ -50,7 +50,7 @@ pub(super) fn check_pipeline(par: &Parallelism, schedule: Schedule, mode: Mode) 
             Setting::Mesh.at(par.name()),
             Setting::Mode.at(Mode::ShardMap.name())
         );
-        return Err(Refusal::at(Setting::Mode, Mode::Auto.name(), why).into());
+        return Err(Refusal::at(Setting::Mode, mode.name(), why).into());
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The search space: every way to run one model on N devices that shardlab can plan, as the
 //! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
 use crate::model::Remat;
-use crate::plan::{AxisKind, DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
+use crate::plan::{AxisKind, DropoutKey, Parallel, Schedule, Strategy, TrainerOptions};
 use crate::sharding::Mesh;
 
 /// One lever of the search: its name (as a plan states what it assumes) and every variant of
@@ -105,22 +105,13 @@ fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOp
         .collect()
 }
 
-/// A partitioned candidate in both of JAX's modes: the hand-written shard_map body and jit
-/// with the strategy's shardings.
+/// A partitioned candidate in each of JAX's three modes: the hand-written shard_map body, jit
+/// with the strategy's shardings, and the global program typed with them (explicit sharding).
 fn modes(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
-    let Some((auto, shard_map)) = base.auto_and_shard_map() else {
+    let Some([auto, explicit, shard_map]) = base.in_every_mode() else {
         return vec![base.clone()];
     };
-    [Mode::ShardMap, Mode::Auto]
-        .into_iter()
-        .map(|m| {
-            if m == Mode::Auto {
-                auto.clone()
-            } else {
-                shard_map.clone()
-            }
-        })
-        .collect()
+    vec![shard_map, auto, explicit]
 }
 
 /// Each rematerialization policy.
@@ -166,6 +157,7 @@ fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
 mod tests {
     use super::*;
     use crate::model::GptConfig;
+    use crate::plan::Mode;
 
     #[test]
     fn meshes_divide_the_devices_over_the_strategys_axes() {
@@ -181,7 +173,7 @@ mod tests {
     fn every_strategy_mesh_mode_and_remat_is_a_candidate() {
         let base = TrainerOptions::new(GptConfig::tiny(), Parallel::None);
         let all = candidates(&base, 8);
-        // dp, fsdp, tp on one mesh each and dp_tp on 2x4 and 4x2, in both modes, at every remat.
+        // dp, fsdp, tp on one mesh each and dp_tp on 2x4 and 4x2, in the three modes, at every remat.
         let meshes: usize = Strategy::ALL
             .iter()
             .filter(|s| !s.axes().contains(&AxisKind::Pp))
@@ -190,10 +182,12 @@ mod tests {
         // Pipelines: pp=8, dp_pp 2x4 and 4x2, each under both schedules (batch 2: one
         // microbatch per row, the only count that splits it).
         let pipelines = 3 * Schedule::ALL.len();
-        assert_eq!(all.len(), (meshes + pipelines) * 2 * Remat::ALL.len());
-        assert!(all
-            .iter()
-            .any(|c| c.parallel.mode() == Mode::Auto && c.config.remat == Remat::Dots));
+        assert_eq!(all.len(), (meshes + pipelines) * Mode::PARTITIONED.len() * Remat::ALL.len());
+        for mode in Mode::PARTITIONED {
+            assert!(all
+                .iter()
+                .any(|c| c.parallel.mode() == mode && c.config.remat == Remat::Dots));
+        }
         // One device: the step unpartitioned, at every remat.
         assert_eq!(candidates(&base, 1).len(), Remat::ALL.len());
     }

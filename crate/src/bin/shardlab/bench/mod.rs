@@ -14,7 +14,8 @@ pub enum Command {
     /// Matmul GFLOP/s (autotuned variant vs naive vs CPU), elementwise / softmax GB/s, and the ms of each
     /// fused attention design this adapter runs (the executor's marked)
     Kernels(kernels::Args),
-    /// Automatic vs shard_map train steps, interleaved: {"auto_ms","shard_map_ms","ratio"}.
+    /// Automatic, explicit and shard_map train steps, interleaved:
+    /// {"auto_ms","explicit_ms","shard_map_ms","ratio","modes"}.
     Compare(compare::Args),
     /// Train-step speed: steps/s, tokens/s, forward / backward / update split, dispatches.
     Train(train::Args),
