@@ -30,6 +30,7 @@ import { renderTimeline } from './timeline.js';
 import { init as initStory, renderStory } from './story.js';
 import * as storyRun from './story_run.js';
 import { renderStrategy } from './strategy.js';
+import * as mesh from './mesh.js';
 
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
@@ -164,6 +165,7 @@ function writeControls(s) {
     else input.value = fieldText(k, s[k]);
   }
   editor.write(s);
+  mesh.render();
   writeFoldFacts(s);
   for (const o of f.querySelectorAll('option[data-from-link]')) if (!o.selected) o.remove();
   window.dispatchEvent(new Event('shardlab:controls'));
@@ -234,8 +236,8 @@ function writeFoldFacts(s) {
     model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
     learning: learnFacts(s),
     memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
-      : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${['zero1', 'zero2', 'fsdp'].includes(s.preset) ? `, ${s.preset}` : ''}`,
-    sequence: `${({ cp: 'context parallel', tp_sp: 'sequence parallel' })[s.preset] || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
+      : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${shardedState(s) ? `, ${shardedState(s)}` : ''}`,
+    sequence: `${[mesh.hasAxis(s.mesh, 'cp') ? 'context parallel' : null, mesh.hasAxis(s.mesh, 'tp') && s.sequence_parallel ? 'sequence parallel' : null].filter(Boolean).join(' and ') || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
     pipeline: `${s.schedule}, ${s.microbatches} microbatches`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
@@ -245,12 +247,16 @@ function writeFoldFacts(s) {
   $('dropout-note').textContent = s.dropout > 0
     ? `With dropout ${s.dropout} the two modes’ losses differ from the first step, and that is not a bug: each draws its own masks. Automatic mode slices every device’s block out of one global mask; shard_map’s body draws each device’s mask from its key (${s.dropout_key === 'same' ? 'the same key on every device' : 'fold_in(key, axis_index(\'dp\'))'}). At dropout 0 no mask is drawn, and the losses agree.`
     : 'At dropout 0 no mask is drawn, so both modes compute the same losses; with dropout each draws its own masks, and their losses differ.';
-  $('cp-order-note').hidden = !(s.preset === 'cp' && s.cp_order === 'zigzag');
+  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag');
   placePipelineControls(s);
 }
 
-/** Whether the settings' preset is a pipeline (the core's list). */
-const isPipeline = (s) => presets.pipelines.includes(s.preset);
+/** Whether the settings' mesh runs a pipeline (a pp axis). */
+const isPipeline = (s) => mesh.hasAxis(s.mesh, 'pp');
+
+/** What shards the optimizer state beyond the parameters' own split: ZeRO on dp, or an fsdp axis. */
+const shardedState = (s) => [mesh.hasAxis(s.mesh, 'dp') && s.zero !== '0' ? `ZeRO-${s.zero}` : null,
+  mesh.hasAxis(s.mesh, 'fsdp') ? 'fsdp' : null].filter(Boolean).join(', ');
 
 /**
  * The pipeline fold shows for a pipeline's preset, or where a schedule other than the default
@@ -466,7 +472,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
-  $('run-facts').textContent = `${s.preset} preset · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
+  $('run-facts').textContent = `mesh ${s.mesh} (${(mesh.meshAxes(s.mesh) || []).map(([a]) => a).join(' × ')}) · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
   renderPrediction(r.prediction);
   showTimeline();
   return true;
@@ -783,7 +789,7 @@ function renderMemory(pr) {
   const s = state.settings || {};
   const levers = [
     (s.microbatches || 1) > 1 ? 'microbatches' : null,
-    ['zero1', 'zero2'].includes(s.preset) ? s.preset : null,
+    mesh.hasAxis(s.mesh || '', 'dp') && s.zero && s.zero !== '0' ? `zero${s.zero}` : null,
     s.remat && s.remat !== 'none' ? 'remat' : null,
   ].filter(Boolean);
   $('chart-memory').replaceChildren(
@@ -1035,6 +1041,7 @@ async function runSelftest() {
 function applyCoreLimits() {
   FIELDS.preset.values = presets.order;
   FIELDS.schedule.values = presets.schedules;
+  FIELDS.zero.values = presets.zero_stages;
   const offered = [...form().elements.namedItem('schedule').options].map((o) => o.value);
   if (offered.join() !== presets.schedules.join()) {
     throw new Error(`the page offers the schedules ${offered.join(', ')} and the core has ${presets.schedules.join(', ')}`);
@@ -1051,6 +1058,7 @@ function applyCoreLimits() {
 }
 
 function wireControls(thisGpu, adapterInfo) {
+  mesh.init({ el, axes: presets.axes, coordText, deviceColor });
   $('device').replaceChildren(...presets.devices.map((d) => el('option', { value: d.name }, d.label)));
   FIELDS.device.values = presets.devices.map((d) => d.name);
   const onChange = (e) => {

@@ -320,8 +320,10 @@ function drawMesh(collective) {
     box.replaceChildren();
     return;
   }
-  const [rows, cols] = axes.length === 2 ? [axes[0][1], axes[1][1]] : [1, axes[0][1]];
-  const n = rows * cols;
+  // Rows over the leading axes, columns over the last, whatever the number of axes.
+  const n = axes.reduce((d, [, s]) => d * s, 1);
+  const cols = axes[axes.length - 1][1];
+  const rows = n / cols;
   const step = 64;
   const [w, h] = [cols * step + 40, rows * step + 40];
   const NS = 'http://www.w3.org/2000/svg';
@@ -333,8 +335,8 @@ function drawMesh(collective) {
   };
   const at = (d) => [30 + (d % cols) * step + step / 2 - 10, 30 + Math.floor(d / cols) * step + step / 2 - 10];
   const root = svg('svg', { viewBox: `0 0 ${w} ${h}`, width: w, height: h, role: 'img', 'data-testid': 'mesh-svg' });
-  if (axes.length === 2) root.append(svg('text', { x: 4, y: 14, class: 'axis' }, `↓ '${axes[0][0]}'  → '${axes[1][0]}'`));
-  else root.append(svg('text', { x: 4, y: 14, class: 'axis' }, `→ '${axes[0][0]}'`));
+  const lead = axes.slice(0, -1).map(([a]) => `'${a}'`).join(' × ');
+  root.append(svg('text', { x: 4, y: 14, class: 'axis' }, `${lead ? `↓ ${lead}  ` : ''}→ '${axes[axes.length - 1][0]}'`));
   const groupColours = ['#e11d48', '#0d9488', '#9333ea', '#ca8a04', '#2563eb', '#16a34a', '#ea580c', '#db2777'];
   for (const [k, group] of (collective ? collective.groups : []).entries()) {
     const colour = groupColours[k % groupColours.length];

@@ -6,6 +6,7 @@
 // app.js's applyCoreLimits) and the sharding editor, which reads and writes the spec keys.
 
 import { LEARN_FIELDS, parseLr } from './learn.js';
+import { meshAxes } from './mesh.js';
 import { fmtInt } from './format.js';
 
 let presets = null;
@@ -23,6 +24,8 @@ export const FIELDS = {
   preset: { kind: 'enum', values: [] },
   mode: { kind: 'enum', values: ['auto', 'shard_map', 'both'] },
   mesh: { kind: 'mesh' },
+  zero: { kind: 'enum', values: [] }, // the core's ZeRO stages (applyCoreLimits)
+  sequence_parallel: { kind: 'bool' },
   layers: { kind: 'int' },
   d_model: { kind: 'int' },
   heads: { kind: 'int' },
@@ -36,7 +39,7 @@ export const FIELDS = {
   cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
   schedule: { kind: 'enum', values: [] }, // the core's pipeline schedules (applyCoreLimits)
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
-  dropout_key: { kind: 'enum', values: ['same', 'fold_in'] },
+  dropout_key: { kind: 'enum', values: ['same', 'fold_in', 'global'] },
   combine: { kind: 'bool' },
   device: { kind: 'enum', values: [] }, // filled from the core's device presets
   ...LEARN_FIELDS, // task, optimizer, lr (learn.js)
@@ -53,14 +56,8 @@ export function parseField(name, text) {
       if (!f.values.includes(text)) throw bad(`is not one of ${f.values.join(', ')}`);
       return text;
     case 'mesh':
-      if (/^[A-Za-z_]\w{0,15}=\d{1,3}(,[A-Za-z_]\w{0,15}=\d{1,3}){2,}$/.test(text)) {
-        throw bad('has more than two axes: a mesh here has one or two (dp, tp), like dp=4 or dp=2,tp=2');
-      }
-      if (!/^[A-Za-z_]\w{0,15}=\d{1,12}(,[A-Za-z_]\w{0,15}=\d{1,12})?$/.test(text)) throw bad('is not a mesh like dp=4 or dp=2,tp=2');
-      {
-        const devices = text.split(',').reduce((n, axis) => n * Number(axis.split('=')[1]), 1);
-        if (devices > presets.max_devices) throw bad(`has ${fmtInt(devices)} devices: the page simulates at most ${presets.max_devices}`);
-      }
+      // The grammar only; which axes compose, and how many devices the page simulates, the core says.
+      if (!meshAxes(text)) throw bad('is not a mesh like dp=2,tp=2,pp=2 (axes NAME=SIZE, separated by commas)');
       return text;
     case 'int': {
       if (!/^\d+$/.test(text)) throw bad('is not a whole number');
@@ -134,6 +131,8 @@ export function readLink(hash) {
       }
     }
   }
+  // Links from before fsdp was an axis of its own named its data axis dp.
+  if (given.preset === 'fsdp' && /^dp=\d+$/.test(given.mesh || '')) given.mesh = given.mesh.replace('dp=', 'fsdp=');
   const base = presets.presets[given.preset || presets.default];
   const settings = { ...base, ...given };
   const read = editor.readHash(settings, specs);

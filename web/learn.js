@@ -223,8 +223,8 @@ export const GLOSSARY = [
     text: 'A new key from a key and a number. fold_in(key, axis_index(\'dp\')) gives each device its own dropout key in shard_map.' },
   { term: 'dp', match: /(?<![\w'=.-])dp(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp')) on the batch",
     text: 'Data parallelism: each device holds all parameters and a slice of the batch; the gradients are all-reduced.' },
-  { term: 'fsdp', match: /(?<![\w'=.-])fsdp(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp', None)) on the parameters",
-    text: 'Fully sharded data parallelism (ZeRO-3): dp, with every parameter split across the devices too; all-gathered to use, gradients reduce-scattered.' },
+  { term: 'fsdp', match: /(?<![\w'=.-])fsdp(?![\w'=-])/, jax: "NamedSharding(mesh, P('fsdp', None)) on the parameters",
+    text: 'Fully sharded data parallelism (ZeRO-3), a mesh axis of its own: it splits the batch like dp, and every parameter across its devices too; all-gathered to use, gradients reduce-scattered. It composes with dp, tp, cp and pp.' },
   { term: 'zero1', match: /(?<![\w'=.-])(zero1|ZeRO-1)(?![\w'=-])/, jax: "NamedSharding(mesh, P('dp', None)) on the optimizer state only",
     text: 'ZeRO-1: dp, with the optimizer state split across the devices. Each device updates its block of every parameter from the all-reduced gradient, then the blocks are all-gathered.' },
   { term: 'zero2', match: /(?<![\w'=.-])(zero2|ZeRO-2)(?![\w'=-])/, jax: "with_sharding_constraint(grad, P('dp', None))",
@@ -233,6 +233,8 @@ export const GLOSSARY = [
     text: 'Gradient accumulation: the batch in slices, each slice\'s forward and backward in turn, the gradients summed, one update. Less memory for activations, the same result.' },
   { term: 'tp', match: /(?<![\w'=.-])tp(?![\w'=-])/, jax: "NamedSharding(mesh, P(None, 'tp')) on the weights",
     text: 'Tensor parallelism (Megatron): each weight matrix is split across the devices, by columns then by rows; the partial sums are all-reduced.' },
+  { term: 'mesh', match: /(?<![\w'=.-])mesh(?![\w'=-])/, jax: "jax.make_mesh((2, 2, 2), ('dp', 'tp', 'pp'))",
+    text: 'The devices laid out on named axes, each axis named for what it splits: dp the batch, fsdp the batch and the parameters, tp heads and MLP columns, cp the sequence, pp the blocks into stages. Any of them compose; one table of logical-axis rules says which axes split each array.' },
 ];
 
 const byTerm = new Map(GLOSSARY.map((g) => [g.term, g]));

@@ -187,15 +187,15 @@ fn device_counts_that_wrap_or_exhaust_memory_are_refused_at_once() {
                 "--mesh",
                 "dp=2,x=9223372036854775809",
             ],
-            &["more than 4096 devices"],
+            &["more than 16384 devices"],
         ),
         case(
             &["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=2,x=100000"],
-            &["4096"],
+            &["16384"],
         ),
         case(
             &["train", "--cpu", "--mode", "auto", "--mesh", "dp=2,x=2147483649"],
-            &["4096"],
+            &["16384"],
         ),
         case(
             &[
@@ -206,11 +206,11 @@ fn device_counts_that_wrap_or_exhaust_memory_are_refused_at_once() {
                 "--mesh",
                 "dp=99999999999999999999999",
             ],
-            &["4096"],
+            &["16384"],
         ),
         case(
-            &["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=64,tp=64,x=2"],
-            &["4096"],
+            &["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=128,tp=128,x=2"],
+            &["16384"],
         ),
         // Within the mesh cap, beyond what one GPU simulates.
         case(
@@ -1004,11 +1004,7 @@ fn hostile_search_inputs_are_refused_with_the_fix() {
         ),
         (
             search(&["--device", "a100", "--devices", "7"]),
-            &[
-                "no strategy splits this model over 7 devices",
-                "--batch 16",
-                "--heads 4",
-            ],
+            &["no mesh splits this model over 7 devices", "--batch 16", "--heads 4"],
         ),
         (
             search(&["--device", "tpu_v9", "--devices", "8"]),
@@ -1172,7 +1168,11 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
             ["train", "--cpu", "--preset", "pp", "--mode", "auto"]
                 .map(String::from)
                 .to_vec(),
-            &["--mode auto: on --mesh pp=4", "collective-permute", "--mode shard_map"],
+            &[
+                "--mode auto: cannot run a pipeline (--mesh pp=4) yet",
+                "collective-permute",
+                "--mode shard_map",
+            ],
         ),
         (
             with_tiny(&[

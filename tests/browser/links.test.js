@@ -117,7 +117,7 @@ test('a link’s refusal names the key, the value and the limit it broke, at its
   const cases = [
     ['#layers=1000000', 'layers', /layers “1000000” is outside 1 to \d+/],
     ['#batch=1000000000', 'batch', /batch “1000000000” is outside 1 to \d+/],
-    ['#mesh=dp%3D4096', 'mesh', /mesh “dp=4096” has 4,096 devices: the page simulates at most 64/],
+    ['#mesh=dp%3D4096', 'mesh', /mesh dp=4096: has 4096 devices, and the page simulates at most 64: use smaller axes/],
     ['#heads=many', 'heads', /heads “many” is not a whole number/],
     ['#rng=sometimes', 'rng', /rng “sometimes” is not one of original, partitionable/],
     [`#layers=2&x=${'a'.repeat(9000)}`, null, /it is 9,011 characters long, and a link here has at most 8,000/],

@@ -14,6 +14,7 @@ use shardlab::sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use crate::picture::spec_text;
 use crate::settings::{parse_spec_on, Settings};
+use shardlab::setting::Audience;
 
 /// `spec` fits a value of `shape` on `mesh` (the core's check).
 fn fits(mesh: &Mesh, spec: &PartitionSpec, shape: &[usize]) -> bool {
@@ -94,15 +95,12 @@ pub fn check_one(settings: &Settings, mesh: &Mesh, name: &str, text: &str) -> Re
 /// suggestions and per-block members; the token batch; and the specs that name intermediates
 /// (the with_sharding_constraints), each spec as the page writes it.
 pub fn groups(settings: &Settings) -> Value {
-    let mesh = match settings.mesh() {
-        Ok(m) => m,
-        Err(e) => return json!({"ok": false, "error": e.message}),
-    };
-    let cfg = settings.config();
-    let par = match settings.strategy().compose(&mesh) {
+    let par = match settings.parallelism() {
         Ok(p) => p,
-        Err(e) => return json!({"ok": false, "error": e.to_string()}),
+        Err(e) => return json!({"ok": false, "error": e.text(Audience::Page)}),
     };
+    let mesh = &par.mesh;
+    let cfg = settings.config();
     let params = param_specs(&cfg);
     let preset = |p: &ParamSpec| spec_text(&auto_param_spec(&cfg, &par, p));
     let mut groups: BTreeMap<String, Value> = BTreeMap::new();
@@ -115,7 +113,7 @@ pub fn groups(settings: &Settings) -> Value {
                 "name": group,
                 "shape": p.shape,
                 "preset": preset(p),
-                "options": suggestions(&mesh, &p.shape),
+                "options": suggestions(mesh, &p.shape),
                 "layers": [],
             })
         });
@@ -138,7 +136,7 @@ pub fn groups(settings: &Settings) -> Value {
         "ok": true,
         "axes": mesh.axes(),
         "groups": order.iter().map(|g| groups[g].clone()).collect::<Vec<_>>(),
-        "batch": {"name": TOKENS, "shape": batch, "preset": spec_text(&tokens_preset), "options": suggestions(&mesh, &batch)},
+        "batch": {"name": TOKENS, "shape": batch, "preset": spec_text(&tokens_preset), "options": suggestions(mesh, &batch)},
         "constraints": constraints,
     })
 }
@@ -150,11 +148,11 @@ pub fn check_json(settings_json: &str, name: &str, text: &str) -> Value {
         Ok(s) => s,
         Err(e) => return json!({"ok": false, "error": format!("the settings are not valid: {e}")}),
     };
-    let mesh = match settings.mesh() {
-        Ok(m) => m,
-        Err(e) => return json!({"ok": false, "error": format!("fix the mesh first: {}", e.message)}),
+    let par = match settings.parallelism() {
+        Ok(p) => p,
+        Err(e) => return json!({"ok": false, "error": format!("fix the mesh first: {}", e.text(Audience::Page))}),
     };
-    match check_one(&settings, &mesh, name, text) {
+    match check_one(&settings, &par.mesh, name, text) {
         Ok(spec) => json!({"ok": true, "spec": spec_text(&spec)}),
         Err(e) => json!({"ok": false, "error": e}),
     }
@@ -167,7 +165,7 @@ mod tests {
 
     fn dp() -> (Settings, Mesh) {
         let s = Settings::preset(Preset::Dp);
-        let mesh = s.mesh().unwrap();
+        let mesh = s.parallelism().unwrap().mesh;
         (s, mesh)
     }
 

@@ -100,8 +100,8 @@ impl Shardlab {
             })
             .collect();
         let limits: serde_json::Map<String, serde_json::Value> = shardlab::plan::PAGE_LIMITS
-            .into_iter()
-            .map(|l| (l.field.to_string(), json!({"min": l.min, "max": l.max})))
+            .iter()
+            .map(|l| (l.setting.key(), json!({"min": l.min, "max": l.max})))
             .collect();
         json!({
             "default": Preset::Dp.name(),
@@ -115,6 +115,10 @@ impl Shardlab {
             "schedules": shardlab::plan::Schedule::ALL.map(shardlab::plan::Schedule::name),
             "limits": limits,
             "max_devices": shardlab::plan::PAGE_MAX_DEVICES,
+            // The mesh's axis kinds, each with what it splits, and ZeRO's stages on dp.
+            "axes": shardlab::plan::AxisKind::ALL
+                .map(|k| json!({"name": k.name(), "splits": k.splits()})),
+            "zero_stages": shardlab::plan::Zero::ALL.map(shardlab::plan::Zero::name),
             "devices": shardlab::profile::presets(),
         })
         .to_string()

@@ -5,9 +5,8 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 use shardlab::ir::{Op, Program, Role};
-use shardlab::plan::{self, Inserted, PlanError, Planned};
+use shardlab::plan::{self, Inserted, Parallelism, PlanError, Planned};
 use shardlab::profile::{category, summarize, Category, ProgramSummary};
-use shardlab::sharding::Mesh;
 
 use crate::field_error::FieldError;
 use crate::settings::{Mode, Settings};
@@ -39,8 +38,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn build(settings: &Settings, mode: Mode, mesh: &Mesh) -> Result<Plan, PlanError> {
-        let planned = plan::build(&settings.options(mode, mesh)?)?;
+    pub fn build(settings: &Settings, mode: Mode, par: &Parallelism) -> Result<Plan, PlanError> {
+        let planned = plan::build(&settings.options(mode, par))?;
         let (program, inserted) = (&planned.step.program, &planned.inserted);
         let summary = summarize(program);
         let text = program.to_text();
@@ -190,11 +189,11 @@ mod tests {
     use crate::settings::Preset;
 
     fn refused(s: &Settings, mode: Mode) -> FieldError {
-        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        let e = s
-            .options(mode, &mesh)
-            .and_then(|o| plan::build(&o))
-            .expect_err("the core refuses it");
+        let par = match s.check() {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        let e = plan::build(&s.options(mode, &par)).expect_err("the core refuses it");
         refusal(&e)
     }
 
@@ -203,7 +202,11 @@ mod tests {
         let s = Settings::preset(Preset::Pp);
         let e = refused(&s, Mode::Auto);
         assert_eq!(e.field, "mode");
-        for words in ["mode auto: on mesh pp=4", "collective-permute", "Use mode shard_map"] {
+        for words in [
+            "mode auto: cannot run a pipeline (mesh pp=4) yet",
+            "collective-permute",
+            "Use mode shard_map",
+        ] {
             assert!(e.message.contains(words), "{words}: {}", e.message);
         }
         assert!(!e.message.contains("--"), "{}", e.message);

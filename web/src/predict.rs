@@ -94,13 +94,13 @@ pub fn scale_up() -> Value {
     for rng in [RngLayout::Original, RngLayout::Partitionable] {
         let s = report_settings(rng, batch);
         params = s.config().num_params();
-        let mesh = match s.mesh() {
-            Ok(m) => m,
-            Err(e) => return json!({"ok": false, "error": e.message}),
+        let par = match s.parallelism() {
+            Ok(p) => p,
+            Err(e) => return json!({"ok": false, "error": e.to_string()}),
         };
         let mut modes = serde_json::Map::new();
         for mode in [Mode::Auto, Mode::ShardMap] {
-            let planned = match s.options(mode, &mesh).and_then(|o| shardlab::plan::build(&o)) {
+            let planned = match shardlab::plan::build(&s.options(mode, &par)) {
                 Ok(p) => p,
                 Err(e) => return json!({"ok": false, "error": e.to_string()}),
             };
@@ -120,13 +120,12 @@ pub fn scale_up() -> Value {
         ..report_settings(RngLayout::Original, batch)
     };
     for mode in [Mode::Auto, Mode::ShardMap] {
-        let planned = match s.mesh().map_err(|e| e.message).and_then(|mesh| {
-            s.options(mode, &mesh)
-                .and_then(|o| shardlab::plan::build(&o))
-                .map_err(|e| e.to_string())
-        }) {
+        let planned = match s
+            .parallelism()
+            .and_then(|par| shardlab::plan::build(&s.options(mode, &par)))
+        {
             Ok(p) => p,
-            Err(e) => return json!({"ok": false, "error": e}),
+            Err(e) => return json!({"ok": false, "error": e.to_string()}),
         };
         let p = predict(&planned.step.program, &device, Placement::Real);
         unfused.insert(mode.name().to_string(), view(&p));

@@ -161,7 +161,7 @@ impl Inner {
             Err(errors) => {
                 self.parked = previous;
                 // A pipeline's bubble is its settings', whichever mode refuses them.
-                let pipeline = settings.mesh().ok().and_then(|mesh| settings.pipeline(&mesh));
+                let pipeline = settings.parallelism().ok().and_then(|par| settings.pipeline(&par));
                 json!({"ok": false, "errors": errors, "pipeline": pipeline})
             }
         }
@@ -179,7 +179,7 @@ impl Inner {
             "params": run.settings.config().num_params(),
             "prediction": run.prediction,
             "refused": run.refused,
-            "pipeline": run.settings.mesh().ok().and_then(|mesh| run.settings.pipeline(&mesh)),
+            "pipeline": run.settings.parallelism().ok().and_then(|par| run.settings.pipeline(&par)),
             "memory": Self::memory(run),
             "resumed": resumed,
             "steps": run.step(),
@@ -196,11 +196,11 @@ impl Inner {
 
     /// The run of `settings`, or every different reason it cannot run, each at its control.
     fn build(&self, settings: Settings) -> Result<Run, Vec<FieldError>> {
-        let mesh = settings.check().map_err(|e| vec![e])?;
+        let par = settings.check().map_err(|e| vec![e])?;
         let device = settings.device_profile().map_err(|e| vec![e])?;
         let (mut plans, mut refused, mut errors) = (vec![], serde_json::Map::new(), vec![]);
         for mode in [Mode::Auto, Mode::ShardMap] {
-            match Plan::build(&settings, mode, &mesh) {
+            match Plan::build(&settings, mode, &par) {
                 Ok(plan) => plans.push(plan),
                 Err(e) => {
                     let e = crate::plan::refusal(&e);
@@ -261,7 +261,7 @@ impl Inner {
             Ok(script) => json!({
                 "ok": true,
                 "script": script,
-                "filename": format!("shardlab_{mode}_{}.py", run.settings.strategy().name()),
+                "filename": format!("shardlab_{mode}_{}.py", plan.planned.options.parallel.label().replace([',', '='], "_")),
             }),
             Err(e) => fail(e.to_string()),
         }
@@ -296,7 +296,7 @@ impl Inner {
     /// The current run's mesh and both modes' plans (for `values`: pictures, collective groups).
     pub fn plans(&self) -> Option<(&[Plan], shardlab::sharding::Mesh)> {
         let run = self.run.as_ref()?;
-        Some((&run.plans, run.settings.mesh().ok()?))
+        Some((&run.plans, run.settings.parallelism().ok()?.mesh))
     }
 
     pub fn timelines(&self, overlap: bool) -> Value {

@@ -7,18 +7,19 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use shardlab::ir::{CpOrder, RngLayout};
-use shardlab::kernels::attention::MAX_HEAD_DIM;
-use shardlab::model::{check_microbatches, Attention, GptConfig, Init, Remat};
+use shardlab::kernels::attention::check_head_dim;
+use shardlab::model::{Attention, Dataset, GptConfig, Init, Remat};
 use shardlab::plan::{
-    page_limit, AxisKind, DropoutKey, Parallel, PlanError, Schedule, Strategy, TrainerOptions, PAGE_MAX_DEVICES,
-    PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS, TOKENS,
+    check_page_limits, check_page_mesh, check_page_sizes, AxisKind, DropoutKey, Parallel, Parallelism, PlanError,
+    Schedule, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
 };
 pub use shardlab::plan::{Mode, Preset};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
+use shardlab::setting::Refusal;
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 use crate::field_error::FieldError;
-use crate::task::{check_lr, Opt, Task, DEFAULT_LR};
+use crate::task::{Opt, Task, DEFAULT_LR};
 
 /// Which modes run: one, or both in turn (one step of each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,8 +36,14 @@ pub enum Modes {
 pub struct Settings {
     pub preset: Preset,
     pub mode: Modes,
-    /// `dp=4` or `dp=2,tp=2`.
+    /// The mesh as `--mesh` takes it: any of the axes dp, fsdp, tp, cp and pp, `dp=2,tp=2,pp=2`.
     pub mesh: String,
+    /// ZeRO's stage on "dp"; links written before the control existed read as the preset's.
+    #[serde(default)]
+    pub zero: Zero,
+    /// Megatron sequence parallelism on "tp"; links written before read as the preset's.
+    #[serde(default)]
+    pub sequence_parallel: bool,
     pub layers: usize,
     pub d_model: usize,
     pub heads: usize,
@@ -97,6 +104,8 @@ impl Settings {
                 _ => Modes::Both,
             },
             mesh: p.mesh().into(),
+            zero: p.parallelism().zero,
+            sequence_parallel: p.parallelism().sequence_parallel,
             layers: c.layers,
             d_model: c.d_model,
             heads: c.heads,
@@ -121,8 +130,10 @@ impl Settings {
         }
     }
 
-    pub fn strategy(&self) -> Strategy {
-        self.preset.strategy()
+    /// The composition the mesh and its axes' options say (the core's refusal, where they do
+    /// not compose).
+    pub fn parallelism(&self) -> Result<Parallelism, PlanError> {
+        Parallelism::new(Mesh::parse(&self.mesh)?, self.zero, self.sequence_parallel)
     }
 
     pub fn config(&self) -> GptConfig {
@@ -165,127 +176,35 @@ impl Settings {
         })
     }
 
-    /// Checks what can be checked without building a program: sizes, the mesh, the model, the
-    /// task. Every size is derived in u64 with checked arithmetic before the core sees it, so
-    /// nothing wraps on wasm32 (where usize is 32 bits).
-    pub fn check(&self) -> Result<Mesh, FieldError> {
-        let sizes = [
-            ("layers", self.layers),
-            ("d_model", self.d_model),
-            ("heads", self.heads),
-            ("seq", self.seq),
-            ("batch", self.batch),
-            ("vocab", self.vocab),
-        ];
-        for (field, v) in sizes {
-            let limit = page_limit(field);
-            // Whole numbers within an f64's exact range: the casts are exact.
-            if (v as f64) < limit.min {
-                return Err(FieldError::new(
-                    field,
-                    format!("{field} must be at least {}", limit.min),
-                ));
-            }
-            if v as f64 > limit.max {
-                return Err(FieldError::new(
-                    field,
-                    format!("{field} {v} is more than this page handles (at most {})", limit.max),
-                ));
-            }
-        }
-        let dropout = page_limit("dropout");
-        if !(dropout.min..=dropout.max).contains(&self.dropout) {
-            return Err(FieldError::new(
-                "dropout",
-                format!(
-                    "dropout {} must be between {} and {}",
-                    self.dropout, dropout.min, dropout.max
-                ),
-            ));
-        }
-        check_lr(self.lr)?;
+    /// Checks what can be checked without building a program, each refusal the core's at its
+    /// setting's control: the page's bounds, the composition and the page's mesh, the model,
+    /// the task, the arrays a tab can hold, the specs' texts. The planner says the rest (the
+    /// axes' options, the schedule, the cp order) as it builds each mode.
+    pub fn check(&self) -> Result<Parallelism, FieldError> {
+        let refused = |e: Refusal| FieldError::refused(&e);
+        let cfg = self.config();
+        check_page_limits(&cfg, self.microbatches, self.lr).map_err(refused)?;
+        // Before the model's own checks, which on wasm32 can only say that a size overflows.
+        check_page_sizes(&cfg).map_err(refused)?;
         self.device_profile()?;
-        let mesh = self.mesh()?;
-        self.check_axes(&mesh)?;
-        self.check_microbatches(&mesh)?;
-        self.check_cp_order()?;
-        self.check_schedule()?;
-        if !self.d_model.is_multiple_of(self.heads) {
-            let fits: Vec<String> = (1..=self.d_model.min(page_limit("heads").max as usize))
-                .filter(|h| self.d_model.is_multiple_of(*h))
-                .map(|h| h.to_string())
-                .collect();
-            return Err(FieldError::new(
-                "heads",
-                format!(
-                    "heads {} does not divide d_model {}: each head gets d_model / heads features, so choose one of {}",
-                    self.heads,
-                    self.d_model,
-                    fits.join(", ")
-                ),
-            ));
-        }
-        self.task.check(self.vocab, self.seq)?;
-        self.check_sizes()?;
-        self.config().validate().map_err(|e| FieldError::model(&e, "d_model"))?;
-        self.check_head_dim()?;
-        self.check_spec_texts()?;
-        Ok(mesh)
-    }
-
-    /// The microbatches split the batch, and every data-parallel device's rows, evenly: the
-    /// core's check, its message at the microbatch control.
-    fn check_microbatches(&self, mesh: &Mesh) -> Result<(), FieldError> {
-        let shards = self.strategy().compose(mesh).map_or(1, |par| par.batch_split());
-        check_microbatches(self.batch, self.microbatches, shards).map_err(|e| FieldError::model(&e, "microbatches"))
-    }
-
-    /// Zig-zag orders context parallelism's blocks: the cp preset's alone (the core's rule,
-    /// said at the control in the page's words).
-    fn check_cp_order(&self) -> Result<(), FieldError> {
-        if self.cp_order == CpOrder::Contiguous {
-            return Ok(());
-        }
-        if !self.strategy().axes().contains(&AxisKind::Cp) {
-            return Err(FieldError::new(
-                "cp_order",
-                format!(
-                    "zig-zag orders context parallelism's blocks of the sequence, and the {} preset does not split the \
-                     sequence: choose the cp preset, or cp order contiguous",
-                    self.preset.name()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// A schedule orders a pipeline's microbatches: a preset without stages takes the default
-    /// (the core's rule, said at the control in the page's words). Whether the pipeline's engine
-    /// runs the schedule is the planner's to say.
-    fn check_schedule(&self) -> Result<(), FieldError> {
-        if self.schedule == Schedule::default() || self.strategy().axes().contains(&AxisKind::Pp) {
-            return Ok(());
-        }
-        Err(FieldError::new(
-            "schedule",
-            format!(
-                "schedule {} orders a pipeline's microbatches through its stages, and the {} preset has no stages: \
-                 choose the pp preset, or schedule {}",
-                self.schedule.name(),
-                self.preset.name(),
-                Schedule::default().name()
-            ),
-        ))
+        let par = self.parallelism().map_err(|e| FieldError::plan(&e))?;
+        check_page_mesh(&par).map_err(refused)?;
+        cfg.validate().map_err(|e| FieldError::model(&e, "d_model"))?;
+        Dataset::new(self.task.data(), &cfg, 0).map_err(|e| FieldError::model(&e, "task"))?;
+        check_head_dim(&cfg).map_err(refused)?;
+        par.check(&cfg, self.microbatches).map_err(|e| FieldError::plan(&e))?;
+        self.check_spec_texts(&par)?;
+        Ok(par)
     }
 
     /// The pipeline's stages, microbatches and schedule, and the share of the step each stage
     /// idles waiting for the pipeline to fill and drain (the core's
     /// [`Schedule::bubble_fraction`]); None off a pipeline.
-    pub fn pipeline(&self, mesh: &Mesh) -> Option<serde_json::Value> {
-        if !self.strategy().axes().contains(&AxisKind::Pp) {
+    pub fn pipeline(&self, par: &Parallelism) -> Option<serde_json::Value> {
+        if !par.is_pipeline() {
             return None;
         }
-        let stages = mesh.axis_size("pp").ok()?;
+        let stages = par.size(AxisKind::Pp);
         Some(serde_json::json!({
             "stages": stages,
             "microbatches": self.microbatches,
@@ -294,26 +213,9 @@ impl Settings {
         }))
     }
 
-    /// The fused attention kernels hold a head's row in registers, up to MAX_HEAD_DIM wide.
-    fn check_head_dim(&self) -> Result<(), FieldError> {
-        let dh = self.d_model / self.heads.max(1);
-        if self.attention != Attention::Fused || dh <= MAX_HEAD_DIM {
-            return Ok(());
-        }
-        Err(FieldError::new(
-            "heads",
-            format!(
-                "d_model {} over {} heads is {dh} per head, and the fused attention kernels take at most {MAX_HEAD_DIM}: use at least {} heads, or attention unfused",
-                self.d_model,
-                self.heads,
-                self.d_model.div_ceil(MAX_HEAD_DIM)
-            ),
-        ))
-    }
-
     /// The specs are few enough and each parses. What each names, and whether it fits, the
     /// planner checks as it builds the step ([`shardlab::plan::resolve_spec`]), once.
-    fn check_spec_texts(&self) -> Result<(), FieldError> {
+    fn check_spec_texts(&self, par: &Parallelism) -> Result<(), FieldError> {
         if self.specs.len() > PAGE_MAX_SPECS {
             return Err(FieldError::new(
                 "",
@@ -323,8 +225,7 @@ impl Settings {
                 ),
             ));
         }
-        let mesh = self.mesh().ok();
-        let axes = mesh.as_ref().map(|m| m.axis_names()).unwrap_or_default();
+        let axes = par.mesh.axis_names();
         for (name, text) in &self.specs {
             parse_spec_on(text, &axes).map_err(|message| FieldError::new(&format!("spec.{name}"), message))?;
         }
@@ -346,97 +247,6 @@ impl Settings {
         out
     }
 
-    /// The mesh: one or two named axes whose sizes multiply (checked) to at most PAGE_MAX_DEVICES.
-    pub fn mesh(&self) -> Result<Mesh, FieldError> {
-        let bad = |why: String| FieldError::new("mesh", why);
-        let mut axes: Vec<(&str, usize)> = vec![];
-        let mut devices: u64 = 1;
-        for part in self.mesh.split(',') {
-            let Some((name, size)) = part.split_once('=') else {
-                return Err(bad(format!("“{part}” is not an axis like dp=4")));
-            };
-            let (name, size) = (name.trim(), size.trim());
-            let size: u64 = size
-                .parse()
-                .map_err(|_| bad(format!("the size “{size}” of axis “{name}” is not a whole number")))?;
-            if size == 0 {
-                return Err(bad(format!(
-                    "axis “{name}” has size 0: every axis needs at least 1 device"
-                )));
-            }
-            devices = devices.saturating_mul(size);
-            if devices > PAGE_MAX_DEVICES as u64 {
-                return Err(bad(format!(
-                    "mesh {} has more than {PAGE_MAX_DEVICES} devices; the page simulates at most {PAGE_MAX_DEVICES}",
-                    self.mesh
-                )));
-            }
-            // Bounded by PAGE_MAX_DEVICES above, so it fits usize on every target.
-            axes.push((name, size as usize));
-        }
-        if axes.len() > 2 {
-            return Err(bad(format!(
-                "mesh {} has {} axes; the presets use one or two (dp, tp)",
-                self.mesh,
-                axes.len()
-            )));
-        }
-        Mesh::new(&axes).map_err(|e| bad(e.to_string()))
-    }
-
-    /// The mesh has every axis the preset's strategy needs.
-    fn check_axes(&self, mesh: &Mesh) -> Result<(), FieldError> {
-        let strategy = self.strategy();
-        let needs: Vec<&str> = strategy.axes().iter().map(|k| k.name()).collect();
-        let has = mesh.axis_names();
-        if strategy.compose(mesh).is_ok() {
-            return Ok(());
-        }
-        let quoted = |xs: &[&str]| xs.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" and ");
-        let example = strategy.example_mesh();
-        Err(FieldError::new(
-            "mesh",
-            format!(
-                "the {} preset needs a mesh with {} {} (e.g. {example}); {} has {}",
-                self.preset.name(),
-                if needs.len() == 1 { "axis" } else { "axes" },
-                quoted(&needs),
-                self.mesh,
-                quoted(&has)
-            ),
-        ))
-    }
-
-    /// The largest arrays of a step, counted in u64 before anything is built: none may exceed
-    /// PAGE_MAX_ELEMENTS (so no element or byte count wraps on wasm32).
-    fn check_sizes(&self) -> Result<(), FieldError> {
-        let [b, t, d, h, v] = [self.batch, self.seq, self.d_model, self.heads, self.vocab].map(|x| x as u64);
-        let arrays: [(&str, &str, &str, [u64; 4]); 4] = [
-            ("attention scores", "batch × heads × seq × seq", "seq", [b, h, t, t]),
-            ("logits", "batch × seq × vocab", "vocab", [b, t, v, 1]),
-            ("MLP activations", "batch × seq × 4 × d_model", "d_model", [b, t, 4, d]),
-            ("embedding", "vocab × d_model", "vocab", [v, d, 1, 1]),
-        ];
-        for (name, formula, field, dims) in arrays {
-            let n = dims.iter().try_fold(1u64, |acc, x| acc.checked_mul(*x));
-            match n {
-                Some(n) if n <= PAGE_MAX_ELEMENTS => {}
-                _ => {
-                    let shown = n.map_or_else(|| "more than 2^64".to_string(), group_digits);
-                    let gib = n.map_or(f64::INFINITY, |n| n as f64 * 4.0 / (1u64 << 30) as f64);
-                    return Err(FieldError::new(
-                        field,
-                        format!(
-                            "the {name} would have {shown} elements ({formula}, {gib:.1} GiB as f32); the page handles at most {} per array: lower {field} or batch",
-                            group_digits(PAGE_MAX_ELEMENTS)
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The modes this setting runs, in order.
     pub fn modes(&self) -> &'static [Mode] {
         match self.mode {
@@ -446,21 +256,26 @@ impl Settings {
         }
     }
 
-    /// The trainer options of one mode (`Auto` or `ShardMap`), as `shardlab train` builds them;
-    /// the preset's composition on `mesh` or the core's refusal.
-    pub fn options(&self, mode: Mode, mesh: &Mesh) -> Result<TrainerOptions, PlanError> {
+    /// The trainer options of one mode (`Auto` or `ShardMap`) on the composition `par` (of
+    /// [`Settings::check`]), as `shardlab train` builds them.
+    pub fn options(&self, mode: Mode, par: &Parallelism) -> TrainerOptions {
         let parallel = match mode {
             Mode::ShardMap => Parallel::ShardMap {
-                par: self.strategy().compose(mesh)?,
+                par: par.clone(),
                 dropout_key: self.dropout_key,
             },
             Mode::Auto => Parallel::Auto {
-                par: self.strategy().compose(mesh)?,
+                par: par.clone(),
+                specs: self.spec_overrides(),
+            },
+            Mode::Explicit => Parallel::Explicit {
+                par: par.clone(),
+                axis_types: vec![],
                 specs: self.spec_overrides(),
             },
             Mode::Single => Parallel::None,
         };
-        Ok(TrainerOptions {
+        TrainerOptions {
             config: self.config(),
             optimizer: self.optimizer.optimizer(self.lr),
             init: Init::Random { seed: 0 },
@@ -473,13 +288,13 @@ impl Settings {
             // jit splits a dimension into contiguous blocks only (a PartitionSpec cannot
             // interleave them): automatic mode runs contiguous whatever the control says, and
             // the page says so beside it (the CLI refuses --cp-order zigzag with --mode auto).
-            cp_order: if mode == Mode::Auto {
+            cp_order: if mode != Mode::ShardMap {
                 CpOrder::Contiguous
             } else {
                 self.cp_order
             },
             schedule: self.schedule,
-        })
+        }
     }
 }
 
@@ -520,19 +335,6 @@ pub fn parse_spec_on(text: &str, axes: &[&str]) -> Result<PartitionSpec, String>
     })
 }
 
-/// 8589934592 as 8,589,934,592.
-pub fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,11 +345,8 @@ mod tests {
             let s = Settings::preset(p);
             assert_eq!(s.config(), p.config(), "{p:?}");
             assert_eq!(s.dropout.to_string(), p.config().dropout.to_string(), "{p:?}");
-            assert_eq!(s.mesh().unwrap(), Mesh::parse(p.mesh()).unwrap());
-            assert_eq!(
-                (s.strategy(), s.rng_layout(), s.dropout_key),
-                (p.strategy(), p.rng_layout(), p.dropout_key())
-            );
+            assert_eq!(s.parallelism().unwrap(), p.parallelism());
+            assert_eq!((s.rng_layout(), s.dropout_key), (p.rng_layout(), p.dropout_key()));
             assert_eq!(
                 (s.microbatches, s.schedule, s.modes()),
                 (p.microbatches(), p.schedule(), p.modes())
@@ -557,27 +356,33 @@ mod tests {
     }
 
     #[test]
-    fn zigzag_is_refused_off_the_cp_preset_and_runs_in_shard_map_beside_jits_contiguous_blocks() {
+    fn zigzag_is_refused_without_a_cp_axis_and_runs_in_shard_map_beside_jits_contiguous_blocks() {
         let mut s = Settings::preset(Preset::Dp);
         s.cp_order = CpOrder::Zigzag;
-        let e = s.check().unwrap_err();
+        let par = s.check().unwrap();
+        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &par)).unwrap_err();
+        let e = FieldError::plan(&e);
         assert_eq!(e.field, "cp_order");
-        assert!(e.message.contains("choose the cp preset"), "{}", e.message);
+        assert!(
+            e.message.contains("has no 'cp' axis: add one (e.g. cp=4)"),
+            "{}",
+            e.message
+        );
         // Both modes run: shard_map on the zig-zag ring, jit on contiguous blocks (all it can
         // express).
         let mut s = Settings::preset(Preset::Cp);
         s.cp_order = CpOrder::Zigzag;
-        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        assert_eq!(s.options(Mode::ShardMap, &mesh).unwrap().cp_order, CpOrder::Zigzag);
-        assert_eq!(s.options(Mode::Auto, &mesh).unwrap().cp_order, CpOrder::Contiguous);
+        let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(s.options(Mode::ShardMap, &par).cp_order, CpOrder::Zigzag);
+        assert_eq!(s.options(Mode::Auto, &par).cp_order, CpOrder::Contiguous);
         for mode in [Mode::Auto, Mode::ShardMap] {
-            shardlab::plan::build(&s.options(mode, &mesh).unwrap()).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+            shardlab::plan::build(&s.options(mode, &par)).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         }
         // 2 x cp = 8 chunks: a sequence of 252 does not split into them, which the planner
         // says, at the seq control.
         s.seq = 252;
-        let mesh = s.check().unwrap();
-        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &mesh).unwrap()).unwrap_err();
+        let par = s.check().unwrap();
+        let e = shardlab::plan::build(&s.options(Mode::ShardMap, &par)).unwrap_err();
         let e = FieldError::plan(&e);
         assert_eq!(e.field, "seq", "{}", e.message);
         assert!(e.message.contains("zig-zag chunks"), "{}", e.message);
@@ -587,17 +392,18 @@ mod tests {
     fn a_schedule_is_refused_off_a_pipeline_and_carried_into_the_pipelines_options() {
         let mut s = Settings::preset(Preset::Dp);
         s.schedule = Schedule::OneFOneB;
-        let e = s.check().unwrap_err();
+        let par = s.check().unwrap();
+        let e = FieldError::plan(&shardlab::plan::build(&s.options(Mode::ShardMap, &par)).unwrap_err());
         assert_eq!(e.field, "schedule");
         assert!(
-            e.message.contains("choose the pp preset, or schedule gpipe"),
+            e.message.contains("has no 'pp' axis: add one (e.g. pp=2)"),
             "{}",
             e.message
         );
         let mut s = Settings::preset(Preset::Pp);
         s.schedule = Schedule::OneFOneB;
-        let mesh = s.check().unwrap_or_else(|e| panic!("{}", e.message));
-        assert_eq!(s.options(Mode::ShardMap, &mesh).unwrap().schedule, Schedule::OneFOneB);
+        let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(s.options(Mode::ShardMap, &par).schedule, Schedule::OneFOneB);
     }
 
     #[test]
@@ -615,8 +421,8 @@ mod tests {
     #[test]
     fn the_pipelines_bubble_is_the_cores_and_shrinks_as_the_microbatches_grow() {
         let mut s = Settings::preset(Preset::Pp);
-        let mesh = s.check().unwrap();
-        let bubble = |s: &Settings| s.pipeline(&mesh).unwrap()["bubble"].as_f64().unwrap();
+        let par = s.check().unwrap();
+        let bubble = |s: &Settings| s.pipeline(&par).unwrap()["bubble"].as_f64().unwrap();
         let mut last = 1.0;
         for m in [1, 2, 4, 8] {
             s.microbatches = m;
@@ -625,7 +431,8 @@ mod tests {
             assert!(bubble(&s) < last, "{m}");
             last = bubble(&s);
         }
-        assert!(Settings::preset(Preset::Dp).pipeline(&mesh).is_none());
+        let dp = Settings::preset(Preset::Dp);
+        assert!(dp.pipeline(&dp.parallelism().unwrap()).is_none());
         // No microbatch is no pipeline: refused at the control, naming the fix.
         s.microbatches = 0;
         let e = s.check().unwrap_err();
@@ -635,14 +442,17 @@ mod tests {
 
     #[test]
     fn sizes_outside_the_cores_page_limits_are_refused_at_their_control() {
+        use shardlab::plan::page_limit;
+        use shardlab::setting::Setting;
+        let limit = |s: Setting| page_limit(&s).expect("a page limit");
         let mut s = Settings::preset(Preset::Dp);
-        s.vocab = page_limit("vocab").min as usize - 1;
+        s.vocab = limit(Setting::Vocab).min as usize - 1;
         assert_eq!(s.check().unwrap_err().field, "vocab");
         let mut s = Settings::preset(Preset::Dp);
-        s.layers = page_limit("layers").max as usize + 1;
+        s.layers = limit(Setting::Layers).max as usize + 1;
         assert_eq!(s.check().unwrap_err().field, "layers");
         let mut s = Settings::preset(Preset::Dp);
-        s.dropout = page_limit("dropout").max + 0.01;
+        s.dropout = limit(Setting::Dropout).max + 0.01;
         assert_eq!(s.check().unwrap_err().field, "dropout");
     }
 
@@ -651,7 +461,7 @@ mod tests {
         // The dp preset: batch 8 over dp=4, two rows a device.
         let mut s = Settings::preset(Preset::Dp);
         for (k, words) in [
-            (0, "microbatches 0: a step needs at least one microbatch; use 1"),
+            (0, "microbatches 0: must be at least 1; use 1 or more"),
             (3, "microbatches 3 does not divide batch 8"),
             (16, "microbatches 16 is more than batch 8"),
             (
@@ -674,7 +484,8 @@ mod tests {
         let mut v = serde_json::to_value(Settings::preset(Preset::Zero2)).unwrap();
         v.as_object_mut().unwrap().remove("microbatches");
         let s: Settings = serde_json::from_value(v).unwrap();
-        assert_eq!((s.microbatches, s.strategy()), (1, shardlab::plan::Strategy::Zero2));
+        assert_eq!(s.microbatches, 1);
+        assert_eq!(s.parallelism().unwrap().zero, Zero::Two);
     }
 
     #[test]

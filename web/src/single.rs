@@ -57,12 +57,12 @@ impl Spec {
             lr: self.lr,
             ..Settings::preset(Preset::Seed)
         };
-        let mesh = settings.check().map_err(|e| format!("{}: {}", e.field, e.message))?;
+        let par = settings.check().map_err(|e| format!("{}: {}", e.field, e.message))?;
         Ok(TrainerOptions {
             init: Init::Formula,
             data: DataSource::Formula,
             seed: self.seed,
-            ..settings.options(Mode::Single, &mesh).map_err(|e| e.to_string())?
+            ..settings.options(Mode::Single, &par)
         })
     }
 

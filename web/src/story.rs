@@ -197,10 +197,10 @@ fn price(size: &Size, this: &DeviceProfile) -> Option<Priced> {
             rng,
             ..settings(size, "tpu_v4")
         };
-        let mesh = s.check().ok()?;
+        let par = s.check().ok()?;
         let plans: Vec<Plan> = [Mode::Auto, Mode::ShardMap]
             .into_iter()
-            .map(|m| Plan::build(&s, m, &mesh).ok())
+            .map(|m| Plan::build(&s, m, &par).ok())
             .collect::<Option<_>>()?;
         held = held.saturating_add(resident_bytes(&s, &plans));
         if rng == RngLayout::Original {

@@ -3,7 +3,7 @@
 //! load it into the sandbox (its strategy's preset, mesh, mode and remat policy). Nothing here
 //! plans or prices: it calls the core and shapes its answer.
 use serde_json::{json, Value};
-use shardlab::plan::{Mode, Parallel, Preset, Schedule, Strategy, TrainerOptions};
+use shardlab::plan::{Mode, Parallel, Schedule, TrainerOptions};
 use shardlab::search::search;
 
 use crate::settings::Settings;
@@ -11,34 +11,24 @@ use crate::settings::Settings;
 /// How many choices the page lists, as `plan --search` prints.
 const TOP: usize = 10;
 
-/// The page's preset of `strategy` (the seed preset is data parallelism too, but also a model).
-fn preset_of(strategy: Strategy) -> Option<Preset> {
-    Preset::ALL
-        .into_iter()
-        .find(|p| *p != Preset::Seed && p.strategy() == strategy)
-}
-
 /// The search for `s`'s model: `{"ok":true,"device","devices","considered","invalid",
-/// "too_large","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,schedule,step_ms,bytes,
+/// "too_large","screened","priced","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,schedule,step_ms,bytes,
 /// limiting,limiting_share,command,load}]}` (`schedule` null but for a pipeline), `load` the settings changes that run the choice here
-/// (null where no page preset has its strategy); or `{"ok":false,"error"}`.
+/// (its mesh, the axes' options, mode, remat, microbatches, schedule, cp order); or `{"ok":false,"error"}`.
 pub fn which_strategy(s: &Settings) -> Value {
-    let mesh = match s.check() {
-        Ok(m) => m,
+    let par = match s.check() {
+        Ok(p) => p,
         Err(e) => return json!({"ok": false, "error": e.message}),
     };
     let device = match s.device_profile() {
         Ok(d) => d,
         Err(e) => return json!({"ok": false, "error": e.message}),
     };
-    let base = match s.options(Mode::Single, &mesh) {
-        Ok(o) => TrainerOptions {
-            parallel: Parallel::None,
-            ..o
-        },
-        Err(e) => return json!({"ok": false, "error": e.to_string()}),
+    let base = TrainerOptions {
+        parallel: Parallel::None,
+        ..s.options(Mode::Single, &par)
     };
-    let r = match search(&base, &device, &s.device, mesh.devices()) {
+    let r = match search(&base, &device, &s.device, par.devices()) {
         Ok(r) => r,
         Err(e) => return json!({"ok": false, "error": e.0}),
     };
@@ -47,12 +37,13 @@ pub fn which_strategy(s: &Settings) -> Value {
         .iter()
         .take(TOP)
         .map(|x| {
-            let strategy = x.options.parallel.strategy();
-            let load = strategy.and_then(preset_of).map(|p| {
-                // A pipeline's schedule as the search chose it; the default elsewhere.
+            // Any composition loads: its mesh, its axes' options, and a pipeline's schedule as the
+            // search chose it (the default elsewhere).
+            let load = x.options.parallel.parallelism().map(|par| {
                 let schedule = x.schedule.unwrap_or(Schedule::default().name());
-                json!({"preset": p.name(), "mesh": x.mesh, "mode": x.mode, "remat": x.remat,
-                           "microbatches": x.microbatches, "schedule": schedule})
+                json!({"mesh": x.mesh, "zero": par.zero.name(), "sequence_parallel": par.sequence_parallel,
+                       "mode": x.mode, "remat": x.remat, "microbatches": x.microbatches, "schedule": schedule,
+                       "cp_order": x.options.cp_order.name()})
             });
             json!({
                 "rank": x.rank,
@@ -78,6 +69,8 @@ pub fn which_strategy(s: &Settings) -> Value {
         "considered": r.considered,
         "invalid": r.invalid,
         "too_large": r.too_large,
+        "screened": r.screened,
+        "priced": r.priced,
         "fits": r.ranked.len(),
         "levers": r.levers,
         "ranked": ranked,
@@ -87,6 +80,7 @@ pub fn which_strategy(s: &Settings) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardlab::plan::Preset;
 
     #[test]
     fn the_search_lists_what_fits_fastest_first_and_each_loads_as_page_settings() {
@@ -95,21 +89,28 @@ mod tests {
         assert_eq!(r["ok"], true, "{r}");
         let ranked = r["ranked"].as_array().unwrap();
         assert!(!ranked.is_empty() && ranked.len() <= TOP);
+        // Every configuration is accounted for: split or not, fits or not, screened or priced.
+        let n = |k: &str| r[k].as_u64().unwrap();
+        assert_eq!(
+            n("considered"),
+            n("invalid") + n("too_large") + n("screened") + n("fits"),
+            "{r}"
+        );
         let steps: Vec<f64> = ranked.iter().map(|x| x["step_ms"].as_f64().unwrap()).collect();
         assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
         for x in ranked {
             let load = &x["load"];
-            let preset = Preset::parse(load["preset"].as_str().unwrap()).unwrap();
-            assert_eq!(preset.strategy().name(), x["strategy"], "{x}");
-            // Loading it gives settings the page accepts.
+            // Loading it gives settings the page accepts, on the same composition.
             let next = Settings {
-                preset,
                 mesh: load["mesh"].as_str().unwrap().to_string(),
+                zero: serde_json::from_value(load["zero"].clone()).unwrap(),
+                sequence_parallel: load["sequence_parallel"].as_bool().unwrap(),
                 remat: shardlab::model::Remat::parse(load["remat"].as_str().unwrap()).unwrap(),
                 schedule: Schedule::parse(load["schedule"].as_str().unwrap()).unwrap(),
                 ..s.clone()
             };
-            next.check().unwrap_or_else(|e| panic!("{x}: {}", e.message));
+            let par = next.check().unwrap_or_else(|e| panic!("{x}: {}", e.message));
+            assert_eq!(shardlab::plan::mesh_text(&par.mesh), x["mesh"], "{x}");
         }
     }
 

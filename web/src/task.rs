@@ -4,9 +4,6 @@
 //! in the page's words, and prepares the bundled text.
 use serde::{Deserialize, Serialize};
 use shardlab::model::{DataSource, Optimizer};
-use shardlab::plan::page_limit;
-
-use crate::field_error::FieldError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -60,6 +57,7 @@ pub fn text() -> String {
 
 /// The distinct characters of the bundled text: its token ids are their positions in this
 /// sorted list, as `Dataset` assigns them.
+#[cfg(test)]
 pub fn text_chars() -> Vec<char> {
     let mut set: Vec<char> = text().chars().collect();
     set.sort_unstable();
@@ -68,6 +66,7 @@ pub fn text_chars() -> Vec<char> {
 }
 
 impl Task {
+    #[cfg(test)]
     pub fn name(self) -> &'static str {
         match self {
             Task::Copy => "copy",
@@ -85,53 +84,6 @@ impl Task {
             Task::Text => DataSource::Text(text()),
         }
     }
-
-    /// The task's smallest vocab and seq, and why, checked before the core sees them (the
-    /// core's limits, in the page's words).
-    pub fn check(self, vocab: usize, seq: usize) -> Result<(), FieldError> {
-        let (min_vocab, vocab_why, min_seq, seq_why) = match self {
-            Task::Copy | Task::Reverse => (
-                3,
-                "it needs a separator and at least two symbols".to_string(),
-                3,
-                "a sequence holds symbols, a separator and their copy",
-            ),
-            Task::Modadd => (
-                4,
-                "it needs '+', '=' and at least two numbers".to_string(),
-                4,
-                "an equation a + b = c takes five tokens, so at least its first four must fit",
-            ),
-            Task::Text => (
-                text_chars().len(),
-                format!(
-                    "the text has {} distinct characters, one token each",
-                    text_chars().len()
-                ),
-                1,
-                "",
-            ),
-        };
-        let task = self.name();
-        if vocab < min_vocab {
-            let task = if self == Task::Text {
-                "the text".to_string()
-            } else {
-                format!("the {task} task")
-            };
-            return Err(FieldError::new(
-                "vocab",
-                format!("vocab {vocab} is too small for {task}: {vocab_why}, so vocab {min_vocab} or more"),
-            ));
-        }
-        if seq < min_seq {
-            return Err(FieldError::new(
-                "seq",
-                format!("seq {seq} is too short for the {task} task: {seq_why}, so seq {min_seq} or more"),
-            ));
-        }
-        Ok(())
-    }
 }
 
 impl Opt {
@@ -142,21 +94,6 @@ impl Opt {
             Opt::Sgd => Optimizer::Sgd { lr },
         }
     }
-}
-
-/// The learning rate: finite and within the page's bounds (`shardlab::plan::PAGE_LIMITS`).
-pub fn check_lr(lr: f64) -> Result<(), FieldError> {
-    let limit = page_limit("lr");
-    if lr.is_finite() && (limit.min..=limit.max).contains(&lr) {
-        return Ok(());
-    }
-    Err(FieldError::new(
-        "lr",
-        format!(
-            "lr {lr} must be a number from {} to {} (AdamW learns well near 0.003, SGD near 0.1)",
-            limit.min, limit.max
-        ),
-    ))
 }
 
 #[cfg(test)]
@@ -183,7 +120,6 @@ mod tests {
                 _ => 3,
             };
             let seq = if task == Task::Modadd { 4 } else { 3 };
-            task.check(vocab, seq).unwrap();
             let cfg = GptConfig {
                 vocab,
                 seq,
@@ -196,30 +132,46 @@ mod tests {
 
     #[test]
     fn a_vocab_or_seq_too_small_for_the_task_is_flagged_at_that_control() {
-        let e = Task::Text.check(20, 32).unwrap_err();
+        let check = |task: Task, vocab: usize, seq: usize| {
+            let s = Settings {
+                task,
+                vocab,
+                seq,
+                ..Settings::preset(Preset::Dp)
+            };
+            s.check().unwrap_err()
+        };
+        let e = check(Task::Text, 20, 32);
         assert_eq!(e.field, "vocab");
         assert!(e.message.contains("31 distinct characters"), "{}", e.message);
-        let e = Task::Modadd.check(3, 32).unwrap_err();
+        let e = check(Task::Modadd, 3, 32);
         assert_eq!(e.field, "vocab");
-        assert!(e.message.contains("modadd"), "{}", e.message);
-        let e = Task::Modadd.check(32, 3).unwrap_err();
-        assert_eq!(e.field, "seq");
-        let e = Task::Reverse.check(2, 8).unwrap_err();
+        assert!(e.message.contains("task modadd"), "{}", e.message);
+        assert_eq!(check(Task::Modadd, 32, 3).field, "seq");
+        let e = check(Task::Reverse, 2, 8);
         assert!(
-            e.message.contains("reverse task") && e.message.contains("vocab 3 or more"),
+            e.message.contains("task reverse") && e.message.contains("vocab 16"),
             "{}",
             e.message
         );
+        assert!(!e.message.contains("--"), "{}", e.message);
+    }
+
+    fn lr_limit() -> &'static shardlab::plan::Limit {
+        shardlab::plan::page_limit(&shardlab::setting::Setting::Lr).expect("the page bounds lr")
     }
 
     #[test]
     fn the_lr_control_refuses_zero_negative_huge_and_non_finite_rates() {
         for bad in [0.0, -0.001, 1e-7, 1.5, 1e30, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-            let e = check_lr(bad).unwrap_err();
-            assert_eq!(e.field, "lr", "{bad}");
+            let s = Settings {
+                lr: bad,
+                ..Settings::preset(Preset::Dp)
+            };
+            assert_eq!(s.check().unwrap_err().field, "lr", "{bad}");
         }
-        for good in [page_limit("lr").min, DEFAULT_LR, 0.1, page_limit("lr").max] {
-            check_lr(good).unwrap();
+        for good in [lr_limit().min, DEFAULT_LR, 0.1, lr_limit().max] {
+            lr_limit().check(good).unwrap();
         }
     }
 
@@ -229,7 +181,7 @@ mod tests {
     fn every_task_optimizer_and_lr_the_page_writes_reads_back_and_trains() {
         for task in TASKS {
             for optimizer in OPTS {
-                for lr in [page_limit("lr").min, 3e-4, DEFAULT_LR, 0.1, page_limit("lr").max] {
+                for lr in [lr_limit().min, 3e-4, DEFAULT_LR, 0.1, lr_limit().max] {
                     let s = Settings {
                         task,
                         optimizer,
@@ -240,7 +192,7 @@ mod tests {
                     let back: Settings = serde_json::from_str(&json).unwrap();
                     assert_eq!(back, s);
                     back.check().unwrap_or_else(|e| panic!("{json}: {}", e.message));
-                    let opts = back.options(shardlab::plan::Mode::Auto, &back.mesh().unwrap()).unwrap();
+                    let opts = back.options(shardlab::plan::Mode::Auto, &back.parallelism().unwrap());
                     assert_eq!(opts.optimizer, optimizer.optimizer(lr));
                     assert_eq!(opts.data.name(), task.name());
                 }

@@ -89,10 +89,10 @@ mod tests {
 
     fn seed_plans() -> (Vec<Plan>, DeviceProfile) {
         let s = Settings::preset(Preset::Seed);
-        let mesh = s.mesh().unwrap();
+        let par = s.parallelism().unwrap();
         let plans = [Mode::Auto, Mode::ShardMap]
             .into_iter()
-            .map(|m| Plan::build(&s, m, &mesh).unwrap())
+            .map(|m| Plan::build(&s, m, &par).unwrap())
             .collect();
         (plans, s.device_profile().unwrap())
     }
@@ -122,8 +122,8 @@ mod tests {
     #[test]
     fn a_pipeline_has_a_row_per_stage_each_with_its_idle_time() {
         let s = Settings::preset(Preset::Pp);
-        let mesh = s.mesh().unwrap();
-        let plan = Plan::build(&s, Mode::ShardMap, &mesh).unwrap();
+        let par = s.parallelism().unwrap();
+        let plan = Plan::build(&s, Mode::ShardMap, &par).unwrap();
         let t = timelines(&[plan], &s.device_profile().unwrap(), true);
         let m = &t["modes"]["shard_map"];
         assert!(t["modes"].get("auto").is_none(), "automatic mode is refused, not drawn");

@@ -26,6 +26,10 @@ pub struct Comparison {
     pub shard_map_ms: f64,
     /// auto_ms / shard_map_ms.
     pub ratio: f64,
+    /// The spread of the ratio: the lower and upper quartile of the interleaved pairs' ratios
+    /// (each auto step over the shard_map step after it). A gap is real where 1.0 lies outside.
+    pub ratio_low: f64,
+    pub ratio_high: f64,
     pub devices: usize,
     /// Random bits each device generates per step, in each program.
     pub auto_rng_bits_per_device: u64,
@@ -37,9 +41,14 @@ pub struct Comparison {
     pub steps: usize,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The `q`-quantile of `v` (non-empty): the element at rank round(q (n - 1)) in order.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v[(q * (v.len() - 1) as f64).round() as usize]
 }
 
 /// Builds the three trainers from `opts` (whose `parallel` names the strategy and mesh), each
@@ -75,6 +84,8 @@ pub async fn compare(
             ms.push(t.step().await?.step_ms);
         }
     }
+    // Each auto step over the shard_map step of its round: the spread of the ratio.
+    let pairs: Vec<f64> = times[0].iter().zip(&times[2]).map(|(x, y)| x / y).collect();
     let medians: Vec<f64> = times.into_iter().map(median).collect();
     let shard_map_ms = medians[2];
     let modes: Vec<ModeRun> = trainers
@@ -97,6 +108,8 @@ pub async fn compare(
         explicit_ms: modes[1].ms,
         shard_map_ms,
         ratio: auto.ms / shard_map_ms,
+        ratio_low: quantile(pairs.clone(), 0.25),
+        ratio_high: quantile(pairs, 0.75),
         devices: opts.parallel.devices(),
         auto_rng_bits_per_device: auto.rng_bits_per_device,
         shard_map_rng_bits_per_device: sm.rng_bits_per_device,
@@ -105,4 +118,18 @@ pub async fn compare(
         modes,
         steps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quartiles_of_a_few_pairs_are_elements_of_them() {
+        let v = vec![1.4, 1.0, 1.2, 1.6, 1.1];
+        assert_eq!(quantile(v.clone(), 0.25), 1.1);
+        assert_eq!(quantile(v.clone(), 0.5), 1.2);
+        assert_eq!(quantile(v, 0.75), 1.4);
+        assert_eq!(quantile(vec![2.0], 0.25), 2.0);
+    }
 }

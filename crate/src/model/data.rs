@@ -73,7 +73,7 @@ impl Dataset {
             DataSource::Copy | DataSource::Reverse => {
                 if v < 3 {
                     let why = format!(
-                        "is too small for {}: it needs at least 3 tokens (use {})",
+                        "is too small for {}: it needs a separator and at least two symbols, 3 tokens (use {})",
                         Setting::Data.at(source.name()),
                         Setting::Vocab.at(16)
                     );
@@ -81,7 +81,7 @@ impl Dataset {
                 }
                 if t < 3 {
                     let why = format!(
-                        "is too short for {}: use {} or more",
+                        "is too short for {}: a sequence holds symbols, a separator and their copy; use {} or more",
                         Setting::Data.at(source.name()),
                         Setting::Seq.at(8)
                     );
@@ -91,7 +91,7 @@ impl Dataset {
             DataSource::ModAdd => {
                 if v < 4 {
                     let why = format!(
-                        "is too small for {}: it needs at least 4 (use {})",
+                        "is too small for {}: it needs '+', '=' and at least two numbers, 4 tokens (use {})",
                         Setting::Data.at("modadd"),
                         Setting::Vocab.at(16)
                     );
@@ -99,7 +99,8 @@ impl Dataset {
                 }
                 if t < 4 {
                     let why = format!(
-                        "is too short for {}: use {} or more",
+                        "is too short for {}: an equation a + b = c takes five tokens, so at least its first four \
+                         must fit; use {} or more",
                         Setting::Data.at("modadd"),
                         Setting::Seq.at(8)
                     );

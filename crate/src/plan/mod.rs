@@ -8,12 +8,14 @@
 mod auto_step;
 mod axes;
 mod build;
+mod closed_form;
 mod combine;
 mod compose;
 mod error;
 mod explicit_step;
 mod memory;
 mod options;
+mod page;
 mod parallelism;
 mod pipeline_step;
 mod presets;
@@ -28,6 +30,7 @@ pub use auto_step::{
 };
 pub use axes::{AxisKind, Zero};
 pub use build::{build, Planned, ValueSharding};
+pub use closed_form::{closed_memory, ClosedMemory, ACTIVATION_BOUND};
 pub use combine::combine_train_step;
 pub use error::PlanError;
 pub use explicit_step::{explicit_axis_types, parse_axis_types, ExplicitView};
@@ -36,8 +39,12 @@ pub use memory::{
     MemoryPlan, TensorBytes, DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
 };
 pub use options::{Parallel, TrainerOptions};
+pub use page::{
+    check_page_limits, check_page_mesh, check_page_sizes, page_limit, Limit, PAGE_LIMITS, PAGE_MAX_DEVICES,
+    PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
+};
 pub use parallelism::{mesh_text, Parallelism};
-pub use presets::{page_limit, Limit, Preset, PAGE_LIMITS, PAGE_MAX_DEVICES, PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS};
+pub use presets::Preset;
 pub use rules::{axes_for, param_dims, Holder, Logical, RULES};
 pub use shard_map_step::shard_map_train_step;
 pub use spec_names::{block_leaf, group_name, params_named, resolve_spec, SpecTarget, TOKENS};

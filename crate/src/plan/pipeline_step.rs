@@ -43,9 +43,9 @@ pub(super) fn check_pipeline(par: &Parallelism, schedule: Schedule, mode: Mode) 
     }
     if mode != Mode::ShardMap {
         let why = format!(
-            "on {} needs what MaxText's jit pipeline needs of the partitioner: the stages' blocks applied at once as \
-             one vmapped stage over a stacked weight axis, and the shift of the stage buffer lowered to a \
-             collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
+            "cannot run a pipeline ({}) yet: it needs what MaxText's jit pipeline needs of the partitioner: the \
+             stages' blocks applied at once as one vmapped stage over a stacked weight axis, and the shift of the \
+             stage buffer lowered to a collective-permute; shardlab's partitioner has neither yet, so jit would run the stages one after \
              another on every device. Use {}, where the body says the schedule",
             Setting::Mesh.at(par.name()),
             Setting::Mode.at(Mode::ShardMap.name())
@@ -159,19 +159,7 @@ pub(super) fn pipeline_train_step(
             }),
             ..c.local(m)
         };
-        if let (true, Some(rows)) = (c.zigzag(), &local.rows) {
-            let take = |b: &mut Builder, x| {
-                b.emit1(
-                    Op::SeqTake {
-                        dim: 1,
-                        seq: rows.clone(),
-                    },
-                    &[x],
-                )
-            };
-            tokens = take(b, tokens);
-            targets = take(b, targets);
-        }
+        (tokens, targets) = c.take_rows(b, &local, tokens, targets);
         let key = c.key(b, key);
         let x_shape = vec![local.batch, local.seq, cfg.d_model];
         let st = Stages {
@@ -213,6 +201,11 @@ pub(super) fn pipeline_train_step(
                 Held::Stacked(_) => &[],
                 Held::Whole(_) => &["pp"],
             };
+            // ZeRO-2: the microbatches' gradients come out of the ticks together, so they are
+            // reduce-scattered to this device's block once, here (`sum_axes` leaves out "dp").
+            if let Some(d) = plans[i].scatter_dim(par.zero) {
+                *g = b.psum_scatter(*g, &["dp"], d, true);
+            }
             let axes = plans[i].sum_axes(&token_axes, extra, par.zero);
             if !axes.is_empty() {
                 *g = b.psum(*g, &axes);
@@ -231,11 +224,10 @@ pub(super) fn pipeline_train_step(
         marks.1 = b.program().instrs.len();
 
         let mut outs = vec![loss];
-        for (i, h) in held.iter().enumerate() {
-            let ps = &specs[h.first()];
+        for i in 0..held.len() {
             let slots = opt.slots();
             let st = &state[slots * i..slots * (i + 1)];
-            let o = plans[i].update(b, opt, ps.decays(), params[i], grads[i], st, par.zero);
+            let o = plans[i].update(b, opt, params[i], grads[i], st, par.zero);
             b.set_name(o[0], &format!("{}'", args[i].name));
             for (slot, v) in o.into_iter().enumerate() {
                 b.donate(outs.len(), state_input(n, opt, i, slot));
@@ -592,6 +584,7 @@ impl Held {
         ParamPlan {
             spec: self.layout(cfg, par, specs, Holder::Param).1,
             state: self.layout(cfg, par, specs, Holder::State).1,
+            decays: specs[self.first()].decays(),
         }
     }
 

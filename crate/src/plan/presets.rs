@@ -1,6 +1,5 @@
-//! The named setups and the page's limits, in one place. The CLI (`--preset seed`), the page
-//! (which sends them to app.js) and the benchmarks read each preset's model, mesh, strategy
-//! and RNG layout here, and the page's controls take their bounds from [`PAGE_LIMITS`].
+//! The named setups, in one place. The CLI (`--preset seed`), the page (which sends them to
+//! app.js) and the benchmarks read each preset's model, mesh, strategy and RNG layout here.
 use super::{DropoutKey, Mode, Parallel, Parallelism, Schedule, Strategy, TrainerOptions};
 use crate::ir::RngLayout;
 use crate::model::{Attention, GptConfig};
@@ -200,86 +199,10 @@ impl Preset {
     }
 }
 
-/// The bounds of one numeric control of the page.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct Limit {
-    pub field: &'static str,
-    pub min: f64,
-    pub max: f64,
-}
-
-/// The page's bounds: sizes above these make programs or buffers a browser tab should not be
-/// asked for (vocab needs two tokens for a task to have anything to learn); a dropout rate
-/// above 0.95 leaves nothing to train; below 1e-6 nothing visibly learns in the steps a page
-/// runs, and above 1 AdamW and SGD both diverge on every preset.
-pub const PAGE_LIMITS: [Limit; 9] = [
-    Limit {
-        field: "layers",
-        min: 1.0,
-        max: 12.0,
-    },
-    Limit {
-        field: "d_model",
-        min: 1.0,
-        max: 1024.0,
-    },
-    Limit {
-        field: "heads",
-        min: 1.0,
-        max: 64.0,
-    },
-    Limit {
-        field: "seq",
-        min: 1.0,
-        max: 512.0,
-    },
-    Limit {
-        field: "batch",
-        min: 1.0,
-        max: 512.0,
-    },
-    Limit {
-        field: "vocab",
-        min: 2.0,
-        max: 4096.0,
-    },
-    // Gradient accumulation: at most one microbatch per example of the largest batch.
-    Limit {
-        field: "microbatches",
-        min: 1.0,
-        max: 512.0,
-    },
-    Limit {
-        field: "dropout",
-        min: 0.0,
-        max: 0.95,
-    },
-    Limit {
-        field: "lr",
-        min: 1e-6,
-        max: 1.0,
-    },
-];
-
-/// The page's bound of `field`.
-pub fn page_limit(field: &str) -> Limit {
-    PAGE_LIMITS
-        .into_iter()
-        .find(|l| l.field == field)
-        .unwrap_or_else(|| panic!("PAGE_LIMITS has no `{field}`"))
-}
-
-/// The most simulated devices the page's mesh may have.
-pub const PAGE_MAX_DEVICES: usize = 64;
-/// The most elements of one global array the page builds: 2 GiB of f32, so its byte count fits
-/// a 32-bit usize.
-pub const PAGE_MAX_ELEMENTS: u64 = 1 << 29;
-/// More spec overrides than this in one link are not a hand-made edit.
-pub const PAGE_MAX_SPECS: usize = 256;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::check_page_limits;
     use crate::sharding::Mesh;
 
     #[test]
@@ -326,19 +249,9 @@ mod tests {
             cfg.validate().unwrap();
             let mesh = Mesh::parse(p.mesh()).unwrap();
             assert_eq!(Strategy::of(&p.parallelism()), Some(p.strategy()), "{p:?}");
-            assert!(mesh.devices() <= PAGE_MAX_DEVICES);
-            for (field, v) in [
-                ("layers", cfg.layers),
-                ("d_model", cfg.d_model),
-                ("heads", cfg.heads),
-                ("seq", cfg.seq),
-                ("batch", cfg.batch),
-                ("vocab", cfg.vocab),
-                ("microbatches", p.microbatches()),
-            ] {
-                let l = page_limit(field);
-                assert!((l.min..=l.max).contains(&(v as f64)), "{p:?} {field} {v}");
-            }
+            assert!(mesh.devices() <= crate::plan::PAGE_MAX_DEVICES);
+            let lr = f64::from(TrainerOptions::new(cfg.clone(), Parallel::None).optimizer.lr());
+            check_page_limits(&cfg, p.microbatches(), lr).unwrap_or_else(|e| panic!("{p:?}: {e}"));
         }
     }
 }

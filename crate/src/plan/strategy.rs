@@ -87,16 +87,7 @@ impl Strategy {
 
     /// A mesh the strategy runs on, as `--mesh` takes it (the CLI's default).
     pub fn example_mesh(self) -> &'static str {
-        match self {
-            Strategy::Dp | Strategy::Zero1 | Strategy::Zero2 => "dp=4",
-            Strategy::Fsdp => "fsdp=4",
-            Strategy::Tp | Strategy::TpSp => "tp=2",
-            Strategy::DpTp => "dp=2,tp=2",
-            Strategy::Cp => "cp=4",
-            Strategy::DpCp => "dp=2,cp=2",
-            Strategy::Pp => "pp=2",
-            Strategy::DpPp => "dp=2,pp=2",
-        }
+        self.preset().example_mesh
     }
 
     /// The composition the strategy names on `mesh`, whose axes must be the strategy's
@@ -157,30 +148,57 @@ struct StrategyPreset {
     axes: &'static [AxisKind],
     zero: Zero,
     sequence_parallel: bool,
+    /// A mesh it runs on, as `--mesh` takes it.
+    example_mesh: &'static str,
 }
 
-const fn preset(strategy: Strategy, axes: &'static [AxisKind], zero: Zero, sequence_parallel: bool) -> StrategyPreset {
+const fn preset(
+    strategy: Strategy,
+    axes: &'static [AxisKind],
+    zero: Zero,
+    sequence_parallel: bool,
+    example_mesh: &'static str,
+) -> StrategyPreset {
     StrategyPreset {
         strategy,
         axes,
         zero,
         sequence_parallel,
+        example_mesh,
     }
 }
 
 /// The named strategies, each one composition.
 const PRESETS: [StrategyPreset; 11] = [
-    preset(Strategy::Dp, &[AxisKind::Dp], Zero::Off, false),
-    preset(Strategy::Zero1, &[AxisKind::Dp], Zero::One, false),
-    preset(Strategy::Zero2, &[AxisKind::Dp], Zero::Two, false),
-    preset(Strategy::Fsdp, &[AxisKind::Fsdp], Zero::Off, false),
-    preset(Strategy::Tp, &[AxisKind::Tp], Zero::Off, false),
-    preset(Strategy::DpTp, &[AxisKind::Dp, AxisKind::Tp], Zero::Off, false),
-    preset(Strategy::Cp, &[AxisKind::Cp], Zero::Off, false),
-    preset(Strategy::DpCp, &[AxisKind::Dp, AxisKind::Cp], Zero::Off, false),
-    preset(Strategy::TpSp, &[AxisKind::Tp], Zero::Off, true),
-    preset(Strategy::Pp, &[AxisKind::Pp], Zero::Off, false),
-    preset(Strategy::DpPp, &[AxisKind::Dp, AxisKind::Pp], Zero::Off, false),
+    preset(Strategy::Dp, &[AxisKind::Dp], Zero::Off, false, "dp=4"),
+    preset(Strategy::Zero1, &[AxisKind::Dp], Zero::One, false, "dp=4"),
+    preset(Strategy::Zero2, &[AxisKind::Dp], Zero::Two, false, "dp=4"),
+    preset(Strategy::Fsdp, &[AxisKind::Fsdp], Zero::Off, false, "fsdp=4"),
+    preset(Strategy::Tp, &[AxisKind::Tp], Zero::Off, false, "tp=2"),
+    preset(
+        Strategy::DpTp,
+        &[AxisKind::Dp, AxisKind::Tp],
+        Zero::Off,
+        false,
+        "dp=2,tp=2",
+    ),
+    preset(Strategy::Cp, &[AxisKind::Cp], Zero::Off, false, "cp=4"),
+    preset(
+        Strategy::DpCp,
+        &[AxisKind::Dp, AxisKind::Cp],
+        Zero::Off,
+        false,
+        "dp=2,cp=2",
+    ),
+    preset(Strategy::TpSp, &[AxisKind::Tp], Zero::Off, true, "tp=2"),
+    preset(Strategy::Pp, &[AxisKind::Pp], Zero::Off, false, "pp=2"),
+    preset(
+        Strategy::DpPp,
+        &[AxisKind::Dp, AxisKind::Pp],
+        Zero::Off,
+        false,
+        "dp=2,pp=2",
+    ),
 ];
 
 fn quoted(names: &[&str]) -> String {

@@ -1013,6 +1013,7 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         // Several of this GPU would talk over PCIe 4.0 x16 (~25 GB/s achieved): estimated.
         link_bandwidth: 25e9,
         link_latency: 5e-6,
+        scale_out: None,
         estimated: ["memory_bytes", "link_bandwidth", "link_latency"]
             .iter()
             .map(|s| s.to_string())

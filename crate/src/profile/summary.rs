@@ -15,6 +15,8 @@ pub struct CollectiveUse {
     pub bytes: u64,
     /// Devices per group.
     pub group: usize,
+    /// The mesh axes it runs over (its group: the devices that differ only along them).
+    pub axes: Vec<String>,
     /// Arrays it moves: more than one for a combined all-reduce (HLO's tuple all-reduce).
     pub operands: usize,
 }
@@ -83,6 +85,14 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     let bytes = |v: ValueId| numel(prog.shape(v)) as u64 * prog.precision.compute_bytes(prog.info(v).dtype);
     let in_bytes = bytes(ins.inputs[0]);
     let out_bytes = bytes(ins.outputs[0]);
+    let axes: Vec<String> = match &ins.op {
+        Op::Psum { axes, .. }
+        | Op::AllGather { axes, .. }
+        | Op::PsumScatter { axes, .. }
+        | Op::AllToAll { axes, .. } => axes.clone(),
+        Op::Ppermute { axis, .. } => vec![axis.clone()],
+        _ => vec![],
+    };
     let (kind, bytes, group) = match &ins.op {
         Op::Psum { group, .. } => {
             let all: u64 = ins.inputs.iter().map(|v| bytes(*v)).sum();
@@ -102,6 +112,7 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
         kind,
         bytes,
         group,
+        axes,
         operands: ins.inputs.len(),
     })
 }

@@ -209,11 +209,17 @@ impl Timeline {
     /// The devices' breakdowns, averaged: what one device spends per category. It adds up to
     /// the step; on an SPMD program every device's is the same.
     pub fn breakdown_ms(&self) -> BTreeMap<&'static str, f64> {
+        self.breakdown_ms_of(&vec![1; self.devices.len()])
+    }
+
+    /// [`Timeline::breakdown_ms`] where row r stands for `counts[r]` devices (a timeline of
+    /// [`StepWork::classes`]' rows, before [`Timeline::by_class`] lays them out).
+    pub fn breakdown_ms_of(&self, counts: &[usize]) -> BTreeMap<&'static str, f64> {
         let mut out = empty_breakdown();
-        let n = self.devices.len().max(1) as f64;
-        for d in 0..self.devices.len() {
+        let n = counts.iter().sum::<usize>().max(1) as f64;
+        for (d, &count) in counts.iter().enumerate() {
             for (k, v) in self.device_breakdown_ms(d) {
-                *out.entry(k).or_insert(0.0) += v / n;
+                *out.entry(k).or_insert(0.0) += v * count as f64 / n;
             }
         }
         out
@@ -238,10 +244,16 @@ impl Timeline {
     /// part of them the compute stream spent running ops (hidden behind compute), averaged over
     /// the devices: how much of ring attention's permutes the blocks' attention hides.
     pub fn comm_hidden_ms(&self, which: impl Fn(usize) -> bool) -> (f64, f64) {
+        self.comm_hidden_ms_of(&vec![1; self.devices.len()], which)
+    }
+
+    /// [`Timeline::comm_hidden_ms`] where row r stands for `counts[r]` devices.
+    pub fn comm_hidden_ms_of(&self, counts: &[usize], which: impl Fn(usize) -> bool) -> (f64, f64) {
         let (mut total, mut hidden) = (0.0, 0.0);
-        for d in &self.devices {
+        for (d, &count) in self.devices.iter().zip(counts) {
+            let weight = count as f64;
             for c in d.comm.iter().filter(|c| c.instr.is_some_and(&which)) {
-                total += c.dur_ms;
+                total += weight * c.dur_ms;
                 // The compute track is in time order: only its spans from the first that ends
                 // after the collective starts, to the last that starts before it ends.
                 let from = d.compute.partition_point(|s| s.end_ms() <= c.start_ms);
@@ -250,12 +262,12 @@ impl Timeline {
                     let overlap = c.end_ms().min(s.end_ms()) - c.start_ms.max(s.start_ms);
                     // Spans that only touch differ by rounding: no overlap.
                     if overlap > 1e-9 {
-                        hidden += overlap;
+                        hidden += weight * overlap;
                     }
                 }
             }
         }
-        let n = self.devices.len().max(1) as f64;
+        let n = counts.iter().sum::<usize>().max(1) as f64;
         (total / n, hidden / n)
     }
 

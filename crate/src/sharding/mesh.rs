@@ -12,10 +12,11 @@ pub struct Mesh {
 }
 
 impl Mesh {
-    /// The most devices a mesh may have. A full TPU v4 pod is 4096 chips, so plans (which only
-    /// price the per-device program) reach the largest real meshes; running on simulated
-    /// devices has its own, lower cap ([`crate::plan::MAX_SIMULATED_DEVICES`]).
-    pub const MAX_DEVICES: usize = 4096;
+    /// The most devices a mesh may have. Llama 3 405B trained on 16,384 H100s (Dubey et al.
+    /// 2024, Table 4), so plans (which only price the per-device program) reach the largest
+    /// published meshes; running on simulated devices has its own, lower cap
+    /// ([`crate::plan::MAX_SIMULATED_DEVICES`]).
+    pub const MAX_DEVICES: usize = 16384;
 
     /// A mesh from `(name, size)` pairs in major-to-minor order: `Mesh::new(&[("dp", 4), ("tp", 2)])`.
     /// No axes at all is a mesh of one device.

@@ -42,7 +42,7 @@ const fn case(mesh: &'static str) -> Case {
     }
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     case("dp=2,tp=2,pp=2"),
     case("fsdp=4,tp=2"),
     case("fsdp=2,tp=2,pp=2"),
@@ -61,6 +61,11 @@ const CASES: [Case; 9] = [
         ..case("dp=4,tp=2")
     },
     case("pp=2,cp=2,fsdp=2"),
+    // The microbatches' gradients leave a pipeline's ticks together: ZeRO-2 reduce-scatters them there.
+    Case {
+        zero: Zero::Two,
+        ..case("dp=4,pp=2")
+    },
 ];
 
 impl Case {

@@ -135,9 +135,13 @@ fn same_key_dropout_is_flagged_and_fold_in_clears_it() {
 
 #[test]
 fn per_device_program_text_shows_shardings() {
+    // The fsdp preset puts its devices on the axis named for what it splits.
     let text = step(Strategy::Fsdp, "dp=4", DropoutKey::Same, 0.0).program.to_text();
-    assert!(text.contains("Mesh('dp': 4)"), "{}", &text[..200]);
-    assert!(text.contains("sharding=PartitionSpec('dp',"), "inputs show their specs");
+    assert!(text.contains("Mesh('fsdp': 4)"), "{}", &text[..200]);
+    assert!(
+        text.contains("sharding=PartitionSpec('fsdp',"),
+        "inputs show their specs"
+    );
     assert!(text.contains("all_gather(") && text.contains("psum_scatter("));
-    assert!(text.contains("{varies along dp}") && text.contains("{replicated}"));
+    assert!(text.contains("{varies along fsdp}") && text.contains("{replicated}"));
 }

@@ -71,6 +71,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
             );
         }
         println!(
+            "ratio auto/shard_map: {:.2} (pairs' quartiles {:.2}-{:.2})",
+            c.ratio, c.ratio_low, c.ratio_high
+        );
+        println!(
             "(measured on this machine, {} simulated devices, medians of {} interleaved steps)",
             c.devices, c.steps
         );
