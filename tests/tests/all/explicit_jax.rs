@@ -457,6 +457,7 @@ fn script() -> String {
     let mut s = String::from(
         "import jax, jax.numpy as jnp\n\
          from jax.sharding import PartitionSpec as P, NamedSharding, AxisType\n\
+         from jax._src.core import ShardingTypeError  # not exported by JAX 0.10\n\
          mesh = jax.make_mesh((2, 2), ('dp', 'tp'), axis_types=(AxisType.Explicit, AxisType.Explicit))\n\
          jax.set_mesh(mesh)\n\
          def layer_norm(x, g, b):\n\
@@ -472,7 +473,7 @@ fn script() -> String {
          \x20   hot = jax.nn.one_hot(t, logits.shape[-1])\n\
          \x20   return jax.nn.logsumexp(logits, -1) - (logits * hot).sum(-1)\n\
          def dropout(x, key):\n\
-         \x20   return x * (jax.random.bits(jax.random.wrap_key_data(key), x.shape) > 2**31)\n\
+         \x20   return x * (jax.random.bits(jax.random.wrap_key_data(key), x.shape) > jnp.uint32(2**31))\n\
          def arg(shape, dtype, spec):\n\
          \x20   return jax.device_put(jnp.zeros(shape, dtype), NamedSharding(mesh, spec))\n\
          cases = [\n",
@@ -506,7 +507,7 @@ fn script() -> String {
           \x20   try:\n\
           \x20       jax.eval_shape(traced, *args)\n\
           \x20       print(name + '\\t' + out[0])\n\
-          \x20   except jax.sharding.ShardingTypeError as e:\n\
+          \x20   except ShardingTypeError as e:\n\
           \x20       print(name + '\\trefused\\t' + str(e).splitlines()[0])\n";
     s
 }
