@@ -625,11 +625,27 @@ fn explicit_mode_refuses_bad_axis_types_and_out_shardings_at_their_flag() {
             &["--axis-types tp=manual", "jax.shard_map", "--mode shard_map"],
         ),
         (
-            tiny_case(&["train", "--cpu", "--mode", "auto", "--mesh", "dp=2", "--axis-types", "dp=auto"], &[]).0,
+            tiny_case(
+                &[
+                    "train",
+                    "--cpu",
+                    "--mode",
+                    "auto",
+                    "--mesh",
+                    "dp=2",
+                    "--axis-types",
+                    "dp=auto",
+                ],
+                &[],
+            )
+            .0,
             &["--axis-types", "--mode explicit"],
         ),
         // An out_sharding (a spec of an intermediate) naming an axis the mesh lacks.
-        (explicit(&["--spec", "h0.proj=P('sp')"]), &["--spec h0.proj", "'sp'"]),
+        (
+            explicit(&["--spec", "h0.proj=P('sp')"]),
+            &["--spec", "h0.proj", "unknown mesh axis 'sp'", "('dp', 'tp')"],
+        ),
         // A type shows Explicit axes only.
         (
             explicit(&["--axis-types", "tp=auto", "--spec", "h0.proj=P(None, None, 'tp')"]),

@@ -7,10 +7,10 @@
 //!   rules, then lowered as jit with every value laid out as its type says;
 //! * the all-reduce combiner, a pass over any per-device program.
 pub mod auto;
-pub mod explicit;
 mod check_vma;
 mod combine;
 mod error;
+pub mod explicit;
 mod shard_map;
 
 pub use auto::{jit, jit_with_constraints, AutoProgram};

@@ -78,15 +78,16 @@ pub(super) fn jit_train_step(
     let s = step_shardings(cfg, opt, par, &global.program, &implicit, overrides)?;
     let out_shardings: Vec<Option<PartitionSpec>> = s.out_shardings.iter().cloned().map(Some).collect();
     let prog = &global.program;
-    let auto = jit_with_constraints(prog, &par.mesh, &s.in_shardings, &out_shardings, &s.constraints).map_err(|e| {
-        match &e {
-            PartitionError::Constraint { value, why, .. } => match s.pinned_by.get(value) {
-                Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
-                None => PlanError::from(e),
+    let auto =
+        jit_with_constraints(prog, &par.mesh, &s.in_shardings, &out_shardings, &s.constraints).map_err(
+            |e| match &e {
+                PartitionError::Constraint { value, why, .. } => match s.pinned_by.get(value) {
+                    Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
+                    None => PlanError::from(e),
+                },
+                _ => PlanError::from(e),
             },
-            _ => PlanError::from(e),
-        }
-    })?;
+        )?;
     Ok((global, auto))
 }
 

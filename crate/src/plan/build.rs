@@ -102,11 +102,7 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
             let values = value_shardings(&global, &auto);
             (partitioned_step(&global, &auto), Some(auto.inserted), values)
         }
-        Parallel::Explicit {
-            par,
-            axis_types,
-            specs,
-        } => {
+        Parallel::Explicit { par, axis_types, specs } => {
             par.check_cp(cfg, opts.cp_order, Mode::Explicit)?;
             let (typed, auto, view): (TrainStep, _, ExplicitView) = explicit_train_step(
                 cfg,

@@ -78,7 +78,8 @@ pub fn explicit_axis_types(par: &Parallelism, given: &[(String, AxisType)]) -> R
             return Err(Refusal::at(setting, t.name(), why).into());
         }
     }
-    AxisTypes::new(&par.mesh, given).map_err(|axis| Refusal::named(Setting::AxisType(axis), "names no mesh axis").into())
+    AxisTypes::new(&par.mesh, given)
+        .map_err(|axis| Refusal::named(Setting::AxisType(axis), "names no mesh axis").into())
 }
 
 /// The global step (with gradient accumulation over `microbatches`) typed in explicit mode
@@ -110,17 +111,33 @@ pub(super) fn explicit_train_step(
             return Err(Refusal::at(Setting::Spec(name.clone()), spec, why).into());
         }
     }
-    let in_types: Vec<Dims> = prog.inputs.iter().zip(&s.in_shardings).map(|((v, _), spec)| typed(*v, spec)).collect();
-    let out_types: Vec<Dims> = prog.outputs.iter().zip(&s.out_shardings).map(|(v, spec)| typed(*v, spec)).collect();
+    let in_types: Vec<Dims> = prog
+        .inputs
+        .iter()
+        .zip(&s.in_shardings)
+        .map(|((v, _), spec)| typed(*v, spec))
+        .collect();
+    let out_types: Vec<Dims> = prog
+        .outputs
+        .iter()
+        .zip(&s.out_shardings)
+        .map(|(v, spec)| typed(*v, spec))
+        .collect();
     let mut wants = model_wants(par, prog, &types);
     // FSDP: every parameter gathered over "fsdp" where it is read (its update reads it whole).
     for (((v, role), spec), ty) in prog.inputs.iter().zip(&s.in_shardings).zip(&in_types) {
         if !role.is_param() {
             continue;
         }
-        let compute: Dims = ty.iter().map(|axes| axes.iter().filter(|a| *a != "fsdp").cloned().collect()).collect();
+        let compute: Dims = ty
+            .iter()
+            .map(|axes| axes.iter().filter(|a| *a != "fsdp").cloned().collect())
+            .collect();
         if &compute != ty {
-            let why = format!("FSDP: the parameter all-gathered over 'fsdp' where it is read (stored {})", spec.p_text());
+            let why = format!(
+                "FSDP: the parameter all-gathered over 'fsdp' where it is read (stored {})",
+                spec.p_text()
+            );
             wants.insert(*v, want(compute, why));
         }
     }
@@ -135,7 +152,13 @@ pub(super) fn explicit_train_step(
     wants.extend(bits_wants(prog));
     let annotated = annotate(prog, &par.mesh, &in_types, &wants, Some(&out_types))?;
     let auto = lower(&annotated, &par.mesh, &types, &s.in_shardings, &s.out_shardings)?;
-    let at = |i: usize| annotated.instr_map.get(i).copied().unwrap_or(annotated.program.instrs.len());
+    let at = |i: usize| {
+        annotated
+            .instr_map
+            .get(i)
+            .copied()
+            .unwrap_or(annotated.program.instrs.len())
+    };
     let step = TrainStep {
         program: annotated.program.clone(),
         forward_end: at(global.forward_end),
@@ -235,7 +258,10 @@ fn bits_wants(prog: &Program) -> BTreeMap<ValueId, Want> {
             Op::Dropout { .. } => (0..rank).map(|d| Some((reader.inputs[0], d))).collect(),
             Op::Attention { .. } | Op::AttentionGrad { .. } => {
                 let (q, k) = (reader.inputs[0], reader.inputs[1]);
-                (0..rank - 1).map(|d| Some((q, d))).chain([Some((k, rank - 2))]).collect()
+                (0..rank - 1)
+                    .map(|d| Some((q, d)))
+                    .chain([Some((k, rank - 2))])
+                    .collect()
             }
             _ => continue,
         };

@@ -64,7 +64,11 @@ impl AxisTypes {
             .axis_names()
             .into_iter()
             .map(|n| {
-                let t = given.iter().rev().find(|(g, _)| g == n).map_or(AxisType::Explicit, |(_, t)| *t);
+                let t = given
+                    .iter()
+                    .rev()
+                    .find(|(g, _)| g == n)
+                    .map_or(AxisType::Explicit, |(_, t)| *t);
                 (n.to_string(), t)
             })
             .collect();
@@ -85,12 +89,19 @@ impl AxisTypes {
 
     /// The type of `axis` (Explicit for an axis the mesh lacks: it never shards anything).
     pub fn of(&self, axis: &str) -> AxisType {
-        self.axes.iter().find(|(n, _)| n == axis).map_or(AxisType::Explicit, |(_, t)| *t)
+        self.axes
+            .iter()
+            .find(|(n, _)| n == axis)
+            .map_or(AxisType::Explicit, |(_, t)| *t)
     }
 
     /// The axes of type `t`, in the mesh's order.
     pub fn with_type(&self, t: AxisType) -> Vec<&str> {
-        self.axes.iter().filter(|(_, a)| *a == t).map(|(n, _)| n.as_str()).collect()
+        self.axes
+            .iter()
+            .filter(|(_, a)| *a == t)
+            .map(|(n, _)| n.as_str())
+            .collect()
     }
 
     /// `dp=explicit,tp=auto`, as `--axis-types` takes it.
@@ -129,6 +140,9 @@ mod tests {
         assert_eq!(t.text(), "dp=explicit,tp=auto");
         assert_eq!(t.with_type(AxisType::Explicit), vec!["dp"]);
         assert_eq!(t.jax_tuple(), "(AxisType.Explicit, AxisType.Auto)");
-        assert_eq!(AxisTypes::new(&mesh, &[("cp".into(), AxisType::Auto)]).unwrap_err(), "cp");
+        assert_eq!(
+            AxisTypes::new(&mesh, &[("cp".into(), AxisType::Auto)]).unwrap_err(),
+            "cp"
+        );
     }
 }

@@ -134,7 +134,13 @@ fn dropout_bits_are_typed_like_what_they_mask_and_each_device_draws_its_block_wh
                 RngLayout::Partitionable => b.global_elements / 2,
                 RngLayout::Original => b.global_elements,
             };
-            assert_eq!(b.generated_per_device, per_device, "{} in the {} layout", b.value, layout.name());
+            assert_eq!(
+                b.generated_per_device,
+                per_device,
+                "{} in the {} layout",
+                b.value,
+                layout.name()
+            );
         }
         // The program each device runs makes the same bits the view says.
         let made: u64 = view.random_bits.iter().map(|b| b.generated_per_device).sum();
@@ -163,7 +169,10 @@ fn a_program_jax_would_refuse_is_refused_at_the_op_and_its_fix_plans() {
     assert_eq!(e.setting(), Setting::Spec("logits".into()));
     let text = e.to_string();
     assert!(text.contains("Contracting dimensions are sharded"), "{text}");
-    assert!(text.contains("--spec logits=P()"), "the fix as the flag that writes it: {text}");
+    assert!(
+        text.contains("--spec logits=P()"),
+        "the fix as the flag that writes it: {text}"
+    );
     // One press: the fix applied as the spec it names.
     specs.push(spec("logits", refused.fix.spec.as_deref().unwrap()));
     let planned = build(&options(parallel(specs), 0.0, RngLayout::Partitionable, 1)).unwrap();

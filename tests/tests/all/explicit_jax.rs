@@ -8,7 +8,7 @@
 //! `under_jax::` runs JAX itself, one script for every case.
 use std::collections::BTreeMap;
 
-use shardlab::ir::{Builder, DType, Role, RngLayout, ValueId};
+use shardlab::ir::{Builder, DType, RngLayout, Role, ValueId};
 use shardlab::partition::auto::dims_of_spec;
 use shardlab::partition::explicit::{annotate, type_text, FixKind, ShardingTypeError, Want, WantDims};
 use shardlab::sharding::{Mesh, PartitionSpec};
@@ -398,11 +398,21 @@ fn shardlab_types(c: &Case) -> Result<String, ShardingTypeError> {
     if let Some(spec) = c.out_sharding {
         let dims = dims_of_spec(&PartitionSpec::parse(spec).unwrap(), prog.shape(out).len());
         let why = "the case's out_sharding".to_string();
-        wants.insert(out, Want { dims: WantDims::Spec(dims), why });
+        wants.insert(
+            out,
+            Want {
+                dims: WantDims::Spec(dims),
+                why,
+            },
+        );
     }
     let a = annotate(&prog, &mesh(), &in_types, &wants, None)?;
     let v = a.program.outputs[0];
-    Ok(type_text(a.program.info(v).dtype, a.program.shape(v), &a.types[v.index()]))
+    Ok(type_text(
+        a.program.info(v).dtype,
+        a.program.shape(v),
+        &a.types[v.index()],
+    ))
 }
 
 fn verdict(got: &Result<String, ShardingTypeError>) -> String {
@@ -445,8 +455,16 @@ fn a_refusal_says_jaxs_error_and_the_fix_at_the_op() {
         .unwrap();
     let e = shardlab_types(c).unwrap_err();
     assert_eq!(e.op, "dot_general");
-    assert!(e.message.starts_with("Contracting dimensions are sharded"), "{}", e.message);
-    assert!(e.line.contains("f32[8,16@tp]") && e.line.contains("f32[16@tp,8]"), "{}", e.line);
+    assert!(
+        e.message.starts_with("Contracting dimensions are sharded"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.line.contains("f32[8,16@tp]") && e.line.contains("f32[16@tp,8]"),
+        "{}",
+        e.line
+    );
     assert_eq!(e.fix.spec.as_deref(), Some("P()"), "the all-reduce's choice");
     assert!(e.fix.code.contains("out_sharding=P()"), "{}", e.fix.code);
 }
@@ -549,6 +567,10 @@ mod under_jax {
                 ));
             }
         }
-        assert!(wrong.is_empty(), "explicit sharding disagrees with JAX:\n{}", wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "explicit sharding disagrees with JAX:\n{}",
+            wrong.join("\n")
+        );
     }
 }

@@ -141,7 +141,10 @@ pub fn annotate(
             let mut chain = vec![];
             if let Some(r) = like.get(o) {
                 let primal = &w.types[r.primal.index()];
-                chain.push((r.dims.iter().map(|&d| primal[d].clone()).collect(), TRANSPOSE.to_string()));
+                chain.push((
+                    r.dims.iter().map(|&d| primal[d].clone()).collect(),
+                    TRANSPOSE.to_string(),
+                ));
             }
             if let Some(want) = wants.get(o) {
                 chain.push((w.want_dims(want)?, want.why.clone()));
@@ -217,7 +220,10 @@ impl Walk<'_> {
     fn reshard(&mut self, v: ValueId, dims: Dims, why: &str) -> ValueId {
         let info = self.out.info(v).clone();
         let r = ValueId(self.out.values.len() as u32);
-        self.out.values.push(ValueInfo { name: None, ..info.clone() });
+        self.out.values.push(ValueInfo {
+            name: None,
+            ..info.clone()
+        });
         self.types.push(dims.clone());
         let orig = self.origin[v.index()];
         self.origin.push(orig);

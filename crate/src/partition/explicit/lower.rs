@@ -64,7 +64,11 @@ pub fn lower(
 /// read, but made by the contraction before them: the reduction is said at that line.
 fn attribute_reductions(prog: &Program, spmd: &mut AutoProgram) {
     let producers = prog.producers();
-    for r in spmd.inserted.iter_mut().filter(|r| r.op == "psum" || r.op == "psum_scatter") {
+    for r in spmd
+        .inserted
+        .iter_mut()
+        .filter(|r| r.op == "psum" || r.op == "psum_scatter")
+    {
         let Some(mut i) = r.source_instr else { continue };
         while matches!(
             prog.instrs[i].op,
@@ -131,7 +135,11 @@ fn merge_auto(mesh: &Mesh, shape: &[usize], dims: &mut Dims, propagated: &Dims, 
     for (d, axes) in propagated.iter().enumerate() {
         for a in axes.iter().filter(|a| !explicit[d].contains(a)) {
             let used = dims.iter().flatten().any(|x| x == a);
-            let split: usize = dims[d].iter().chain([a]).map(|x| mesh.axis_size(x).unwrap_or(1)).product();
+            let split: usize = dims[d]
+                .iter()
+                .chain([a])
+                .map(|x| mesh.axis_size(x).unwrap_or(1))
+                .product();
             if !used && shape[d].is_multiple_of(split) {
                 dims[d].push(a.clone());
             }

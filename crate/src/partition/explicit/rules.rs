@@ -93,7 +93,10 @@ pub fn infer(op: &Op, ins: &[Typed], outs: &[&[usize]], out_sharding: Option<&Di
             }
             one(out)
         }
-        Op::Split { .. } => outs.iter().map(|s| varying_out_shape("split", &ins[0], s, mesh)).collect(),
+        Op::Split { .. } => outs
+            .iter()
+            .map(|s| varying_out_shape("split", &ins[0], s, mesh))
+            .collect(),
         Op::Concat { .. } => one(concat(ins)?),
         Op::DotGeneral {
             lhs_contract,
@@ -101,7 +104,12 @@ pub fn infer(op: &Op, ins: &[Typed], outs: &[&[usize]], out_sharding: Option<&Di
             lhs_batch,
             rhs_batch,
             ..
-        } => one(dot_general(&ins[0], &ins[1], (lhs_contract, rhs_contract), (lhs_batch, rhs_batch))?),
+        } => one(dot_general(
+            &ins[0],
+            &ins[1],
+            (lhs_contract, rhs_contract),
+            (lhs_batch, rhs_batch),
+        )?),
         Op::ReduceSum { axes } => one(without(ins[0].dims, axes)),
         Op::LayerNorm => layer_norm(ins),
         Op::LayerNormGrad => {
@@ -235,7 +243,10 @@ fn broadcast(name: &str, ins: &[Typed]) -> Result<Dims, RuleError> {
                 moved[d] = res.clone();
                 let moved = moved[rank - ins[k].shape.len()..].to_vec();
                 return Err(RuleError {
-                    message: format!("{name} got incompatible shardings for broadcasting: {}.", specs.join(", ")),
+                    message: format!(
+                        "{name} got incompatible shardings for broadcasting: {}.",
+                        specs.join(", ")
+                    ),
                     fix: FixKind::Reshard,
                     operand: Some(k),
                     suggestion: Some(moved),
@@ -259,7 +270,12 @@ fn broadcast(name: &str, ins: &[Typed]) -> Result<Dims, RuleError> {
 /// sharded differently on the two sides; contracting dimensions sharded on both sides leave
 /// the result ambiguous (a partial sum to be reduced one way or another: `out_sharding=`);
 /// otherwise the result is the batch dims (the lhs's), the lhs's free dims, the rhs's.
-fn dot_general(lhs: &Typed, rhs: &Typed, contract: (&[usize], &[usize]), batch: (&[usize], &[usize])) -> Result<Dims, RuleError> {
+fn dot_general(
+    lhs: &Typed,
+    rhs: &Typed,
+    contract: (&[usize], &[usize]),
+    batch: (&[usize], &[usize]),
+) -> Result<Dims, RuleError> {
     let specs = |t: &Typed, dims: &[usize]| -> Dims { dims.iter().map(|&d| t.dims[d].clone()).collect() };
     let (lb, rb) = (specs(lhs, batch.0), specs(rhs, batch.1));
     let (lc, rc) = (specs(lhs, contract.0), specs(rhs, contract.1));
@@ -327,8 +343,16 @@ fn dot_general(lhs: &Typed, rhs: &Typed, contract: (&[usize], &[usize]), batch: 
         .0
         .iter()
         .map(|&d| lhs.shape[d])
-        .chain((0..lhs.shape.len()).filter(|d| !contract.0.contains(d) && !batch.0.contains(d)).map(|d| lhs.shape[d]))
-        .chain((0..rhs.shape.len()).filter(|d| !contract.1.contains(d) && !batch.1.contains(d)).map(|d| rhs.shape[d]))
+        .chain(
+            (0..lhs.shape.len())
+                .filter(|d| !contract.0.contains(d) && !batch.0.contains(d))
+                .map(|d| lhs.shape[d]),
+        )
+        .chain(
+            (0..rhs.shape.len())
+                .filter(|d| !contract.1.contains(d) && !batch.1.contains(d))
+                .map(|d| rhs.shape[d]),
+        )
         .collect();
     check_legal("dot_general", &[*lhs, *rhs], &shape, lhs.dtype, out)
 }
@@ -350,10 +374,7 @@ fn reshape_error(x: &Typed, to: &[usize]) -> RuleError {
 fn py_sizes(s: &[usize]) -> String {
     match s {
         [one] => format!("({one},)"),
-        many => format!(
-            "({})",
-            many.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
-        ),
+        many => format!("({})", many.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
     }
 }
 
@@ -447,10 +468,21 @@ fn reshape(x: &Typed, to: &[usize], mesh: &Mesh) -> Result<Dims, RuleError> {
     }
     let non1 = |s: &[usize]| s.iter().copied().filter(|&n| n != 1).collect::<Vec<_>>();
     if non1(x.shape) == non1(to) {
-        let mut specs = x.shape.iter().zip(x.dims).filter(|(n, _)| **n != 1).map(|(_, d)| d.clone());
+        let mut specs = x
+            .shape
+            .iter()
+            .zip(x.dims)
+            .filter(|(n, _)| **n != 1)
+            .map(|(_, d)| d.clone());
         return Ok(to
             .iter()
-            .map(|&n| if n == 1 { vec![] } else { specs.next().unwrap_or_default() })
+            .map(|&n| {
+                if n == 1 {
+                    vec![]
+                } else {
+                    specs.next().unwrap_or_default()
+                }
+            })
             .collect());
     }
     let err = || reshape_error(x, to);
@@ -527,7 +559,10 @@ fn varying_out_shape(name: &str, x: &Typed, out: &[usize], mesh: &Mesh) -> Resul
 /// JAX's `_concatenate_sharding_rule`: every operand sharded alike.
 fn concat(ins: &[Typed]) -> Result<Dims, RuleError> {
     if let Some(k) = ins.iter().position(|t| t.dims != ins[0].dims) {
-        let specs: Vec<String> = ins.iter().map(|t| crate::partition::auto::spec_of_dims(t.dims).p_text()).collect();
+        let specs: Vec<String> = ins
+            .iter()
+            .map(|t| crate::partition::auto::spec_of_dims(t.dims).p_text())
+            .collect();
         return Err(RuleError {
             message: format!(
                 "All operands should have the same sharding. Got shardings {}",

@@ -57,7 +57,10 @@ pub(super) fn py_entry(axes: &[String]) -> String {
 /// The first mesh axis that shards two dimensions (a layout no device can hold).
 pub(super) fn duplicate_axis(dims: &[Vec<String>]) -> Option<&str> {
     let all: Vec<&str> = dims.iter().flatten().map(String::as_str).collect();
-    all.iter().enumerate().find(|(i, a)| all[..*i].contains(a)).map(|(_, a)| *a)
+    all.iter()
+        .enumerate()
+        .find(|(i, a)| all[..*i].contains(a))
+        .map(|(_, a)| *a)
 }
 
 #[cfg(test)]
@@ -70,8 +73,14 @@ mod tests {
 
     #[test]
     fn types_print_as_jax_prints_them() {
-        assert_eq!(type_text(DType::F32, &[8, 128], &dims(&[&["dp"], &[]])), "f32[8@dp,128]");
-        assert_eq!(type_text(DType::U32, &[8, 4], &dims(&[&["dp", "tp"]])), "u32[8@(dp,tp),4]");
+        assert_eq!(
+            type_text(DType::F32, &[8, 128], &dims(&[&["dp"], &[]])),
+            "f32[8@dp,128]"
+        );
+        assert_eq!(
+            type_text(DType::U32, &[8, 4], &dims(&[&["dp", "tp"]])),
+            "u32[8@(dp,tp),4]"
+        );
         assert_eq!(py_tuple(&dims(&[&["tp"]])), "('tp',)");
         assert_eq!(py_tuple(&dims(&[&["dp", "tp"], &[]])), "(('dp', 'tp'), None)");
         assert_eq!(duplicate_axis(&dims(&[&["dp"], &["tp", "dp"]])), Some("dp"));

@@ -97,7 +97,9 @@ pub fn bits_sites(a: &Annotated, mesh: &Mesh) -> Vec<BitsSite> {
     let p = &a.program;
     let mut out = vec![];
     for (i, ins) in p.instrs.iter().enumerate() {
-        let Op::RandomBits { shape, layout } = &ins.op else { continue };
+        let Op::RandomBits { shape, layout } = &ins.op else {
+            continue;
+        };
         let v = ins.outputs[0];
         let dims = &a.types[v.index()];
         let split: usize = dims.iter().flatten().map(|x| mesh.axis_size(x).unwrap_or(1)).product();
