@@ -18,9 +18,16 @@ pub enum PlanError {
     /// A setting that does not fit the model or mesh, or a spec override that names nothing.
     #[error(transparent)]
     Refused(#[from] Refusal),
-    /// Explicit mode: an op of the typed program JAX refuses, with JAX's message and its fix.
+    /// Explicit mode: an op of the typed program JAX refuses, with JAX's message and its fix
+    /// (boxed: it carries the line and the fix, and every error of the crate carries a PlanError).
     #[error("{}", explicit_text(.0, Audience::Cli))]
-    Explicit(#[from] ShardingTypeError),
+    Explicit(Box<ShardingTypeError>),
+}
+
+impl From<ShardingTypeError> for PlanError {
+    fn from(e: ShardingTypeError) -> Self {
+        PlanError::Explicit(Box::new(e))
+    }
 }
 
 /// A refused op in `to`'s words, its fix as the setting that writes it where there is one (a

@@ -330,13 +330,13 @@ impl Walk<'_> {
             op: ins.op.name().to_string(),
             line,
             message: e.message,
-            fix: Fix {
+            fix: Box::new(Fix {
                 kind: e.fix,
                 value: name,
                 named,
                 spec: spec.map(|s| s.p_text()),
                 code,
-            },
+            }),
         }
     }
 }

@@ -13,7 +13,8 @@ pub struct ShardingTypeError {
     pub line: String,
     /// JAX 0.10's message for the same op on the same types.
     pub message: String,
-    pub fix: Fix,
+    /// Boxed: the error is returned through every typing step, and the fix is most of it.
+    pub fix: Box<Fix>,
 }
 
 /// What to write so that JAX accepts the op.

@@ -535,7 +535,7 @@ fn reshape(x: &Typed, to: &[usize], mesh: &Mesh) -> Result<Dims, RuleError> {
 fn varying_out_shape(name: &str, x: &Typed, out: &[usize], mesh: &Mesh) -> Result<Dims, RuleError> {
     for (d, axes) in x.dims.iter().enumerate() {
         let n = axes_size(mesh, axes);
-        if x.shape[d] != out[d] && !axes.is_empty() && out[d] % n != 0 {
+        if x.shape[d] != out[d] && !axes.is_empty() && !out[d].is_multiple_of(n) {
             let mut moved = x.dims.to_vec();
             moved[d] = vec![];
             return Err(RuleError {
