@@ -134,6 +134,9 @@ pub fn annotate(
             }
             operands.push(w.subst[v.index()].unwrap_or(*v));
         }
+        if updates {
+            w.update_on_blocks(&mut operands);
+        }
         // The types each result must take in turn, and why: a cotangent its primal's (JAX's
         // transpose rule), then what the program wants of it.
         let mut chains: Vec<Vec<(Dims, String)>> = vec![];
@@ -214,6 +217,35 @@ impl Walk<'_> {
                 })
                 .collect(),
         })
+    }
+
+    /// An optimizer update whose operands are laid out at different granularities (ZeRO: the
+    /// gradient or the state split over 'dp' as well, the parameter not) runs on each device's
+    /// block, as a ZeRO user writes it: every coarser operand resharded to the finest one's type
+    /// (a slice, no communication); the step's out_shardings gather the parameter back. Operands
+    /// that do not refine into one type are left for the rule to refuse.
+    fn update_on_blocks(&mut self, operands: &mut [ValueId]) {
+        let finest = operands
+            .iter()
+            .map(|v| self.types[v.index()].clone())
+            .max_by_key(|t| t.iter().map(Vec::len).sum::<usize>())
+            .unwrap_or_default();
+        let refines = |t: &Dims| t.len() == finest.len() && t.iter().zip(&finest).all(|(a, b)| b.starts_with(a));
+        let why = "ZeRO: the update runs on each device's block, the operand resharded like the finest of them";
+        for v in operands.iter_mut() {
+            let t = self.types[v.index()].clone();
+            if t != finest && refines(&t) {
+                // The reshard is the update's own: later readers of the value still read it as it was.
+                let orig = self.origin[v.index()];
+                let before = self.subst[orig.index()];
+                let r = self.reshard(*v, finest.clone(), why);
+                self.subst[orig.index()] = before;
+                // A stored input keeps its name (the step's parameters are found by it).
+                let name = self.out.values[r.index()].name.take();
+                self.out.values[v.index()].name = name;
+                *v = r;
+            }
+        }
     }
 
     /// Appends `reshard(v, dims)` (the readers after it read it) and records the choice.
