@@ -31,6 +31,8 @@ pub enum Setting {
     Mesh,
     /// The size of one mesh axis, by name.
     MeshAxis(String),
+    /// The type of one mesh axis (explicit, auto or manual), by name.
+    AxisType(String),
     /// ZeRO's stage on "dp".
     Zero,
     SequenceParallel,
@@ -115,6 +117,7 @@ impl Setting {
     pub fn flag(&self) -> String {
         match self {
             Setting::MeshAxis(_) => "--mesh".into(),
+            Setting::AxisType(_) => "--axis-types".into(),
             Setting::Spec(_) => "--spec".into(),
             Setting::Optimizer => "--opt".into(),
             Setting::Data => "--data".into(),
@@ -146,6 +149,7 @@ impl Setting {
             Setting::Mode => "mode",
             Setting::Mesh => "mesh",
             Setting::MeshAxis(axis) => return format!("mesh.{axis}"),
+            Setting::AxisType(axis) => return format!("axis_type.{axis}"),
             Setting::Zero => "zero",
             Setting::SequenceParallel => "sequence_parallel",
             Setting::CpOrder => "cp_order",
@@ -181,6 +185,7 @@ impl Setting {
             Setting::Zero => "ZeRO stage".into(),
             Setting::Device => "device kind".into(),
             Setting::MeshAxis(axis) => format!("mesh axis {axis}"),
+            Setting::AxisType(axis) => format!("axis type of {axis}"),
             Setting::Spec(name) => format!("the spec of {name}"),
             Setting::CombineAllReduces => "all-reduce combiner".into(),
             other => other.key(),
@@ -200,6 +205,7 @@ impl Setting {
     fn mark(&self, value: Option<String>) -> String {
         let id = match self {
             Setting::MeshAxis(axis) => format!("mesh.{axis}"),
+            Setting::AxisType(axis) => format!("axis_type.{axis}"),
             Setting::Spec(name) => format!("spec.{name}"),
             other => other.key(),
         };
@@ -214,6 +220,9 @@ impl Setting {
         if let Some(axis) = id.strip_prefix("mesh.") {
             return Some(Setting::MeshAxis(axis.into()));
         }
+        if let Some(axis) = id.strip_prefix("axis_type.") {
+            return Some(Setting::AxisType(axis.into()));
+        }
         if let Some(name) = id.strip_prefix("spec.") {
             return Some(Setting::Spec(name.into()));
         }
@@ -223,11 +232,13 @@ impl Setting {
     fn render(&self, value: Option<&str>, to: Audience) -> String {
         match (to, self, value) {
             (Audience::Cli, Setting::MeshAxis(axis), Some(v)) => format!("--mesh {axis}={v}"),
+            (Audience::Cli, Setting::AxisType(axis), Some(v)) => format!("--axis-types {axis}={v}"),
             (Audience::Cli, Setting::Spec(name), Some(v)) => format!("--spec {name}={v}"),
             (Audience::Cli, Setting::Spec(name), None) => format!("--spec {name}"),
             (Audience::Cli, s, Some(v)) => format!("{} {v}", s.flag()),
             (Audience::Cli, s, None) => s.flag(),
             (Audience::Page, Setting::MeshAxis(axis), Some(v)) => format!("{axis}={v}"),
+            (Audience::Page, Setting::AxisType(axis), Some(v)) => format!("{axis} {v}"),
             (Audience::Page, Setting::Spec(name), Some(v)) => format!("{name}={v}"),
             (Audience::Page, s, Some(v)) => format!("{} {v}", s.label()),
             (Audience::Page, s, None) => s.label(),
@@ -344,10 +355,15 @@ mod tests {
     #[test]
     fn every_setting_is_read_back_from_its_mention() {
         let mut all = Setting::PLAIN.to_vec();
-        all.extend([Setting::MeshAxis("tp".into()), Setting::Spec("h0.w_fc".into())]);
+        all.extend([
+            Setting::MeshAxis("tp".into()),
+            Setting::AxisType("tp".into()),
+            Setting::Spec("h0.w_fc".into()),
+        ]);
         for s in all {
             let id = match &s {
                 Setting::MeshAxis(a) => format!("mesh.{a}"),
+                Setting::AxisType(a) => format!("axis_type.{a}"),
                 Setting::Spec(n) => format!("spec.{n}"),
                 other => other.key(),
             };
@@ -359,6 +375,10 @@ mod tests {
             "--mesh pp=4"
         );
         assert_eq!(render(&Setting::DModel.named(), Audience::Cli), "--d-model");
+        assert_eq!(
+            render(&Setting::AxisType("tp".into()).at("auto"), Audience::Cli),
+            "--axis-types tp=auto"
+        );
         assert_eq!(
             render(&Setting::CombineAllReduces.named(), Audience::Cli),
             "--combine-all-reduces"

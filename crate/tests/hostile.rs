@@ -603,6 +603,59 @@ fn bench_compare_refuses_a_pipeline_naming_how_to_time_it() {
 }
 
 #[test]
+fn explicit_mode_refuses_bad_axis_types_and_out_shardings_at_their_flag() {
+    let explicit = |more: &[&str]| {
+        let mut args = vec!["train", "--cpu", "--mode", "explicit", "--mesh", "dp=2,tp=2"];
+        args.extend(more);
+        with_tiny(&args)
+    };
+    let cases: Vec<(Vec<String>, &[&str])> = vec![
+        (
+            explicit(&["--axis-types", "tp=sideways"]),
+            &["--axis-types tp=sideways", "explicit, auto, manual"],
+        ),
+        (explicit(&["--axis-types", "tp"]), &["--axis-types", "AXIS=TYPE"]),
+        (
+            explicit(&["--axis-types", "cp=auto"]),
+            &["--axis-types cp=auto", "no axis 'cp'"],
+        ),
+        // Manual axes are shard_map's: refused outside it, naming it.
+        (
+            explicit(&["--axis-types", "tp=manual"]),
+            &["--axis-types tp=manual", "jax.shard_map", "--mode shard_map"],
+        ),
+        (
+            tiny_case(
+                &[
+                    "train",
+                    "--cpu",
+                    "--mode",
+                    "auto",
+                    "--mesh",
+                    "dp=2",
+                    "--axis-types",
+                    "dp=auto",
+                ],
+                &[],
+            )
+            .0,
+            &["--axis-types", "--mode explicit"],
+        ),
+        // An out_sharding (a spec of an intermediate) naming an axis the mesh lacks.
+        (
+            explicit(&["--spec", "h0.proj=P('sp')"]),
+            &["--spec", "h0.proj", "unknown mesh axis 'sp'", "('dp', 'tp')"],
+        ),
+        // A type shows Explicit axes only.
+        (
+            explicit(&["--axis-types", "tp=auto", "--spec", "h0.proj=P(None, None, 'tp')"]),
+            &["--spec h0.proj", "Auto axis", "--axis-types tp=explicit"],
+        ),
+    ];
+    refused(&cases);
+}
+
+#[test]
 fn bad_specs_name_their_origin() {
     let auto = |spec: &str| with_tiny(&["train", "--cpu", "--mode", "auto", "--mesh", "dp=2", "--spec", spec]);
     let cases: Vec<(Vec<String>, &[&str])> = vec![

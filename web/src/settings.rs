@@ -268,6 +268,11 @@ impl Settings {
                 par: par.clone(),
                 specs: self.spec_overrides(),
             },
+            Mode::Explicit => Parallel::Explicit {
+                par: par.clone(),
+                axis_types: vec![],
+                specs: self.spec_overrides(),
+            },
             Mode::Single => Parallel::None,
         };
         TrainerOptions {
@@ -283,7 +288,7 @@ impl Settings {
             // jit splits a dimension into contiguous blocks only (a PartitionSpec cannot
             // interleave them): automatic mode runs contiguous whatever the control says, and
             // the page says so beside it (the CLI refuses --cp-order zigzag with --mode auto).
-            cp_order: if mode == Mode::Auto {
+            cp_order: if mode != Mode::ShardMap {
                 CpOrder::Contiguous
             } else {
                 self.cp_order

@@ -141,9 +141,11 @@ pub fn vjp_with(
                         .iter()
                         .map(|v| recomputed.get(v).copied().unwrap_or(*v))
                         .collect();
+                    let made = b.program().values.len();
                     let in_cts = (region.bwd)(b, &residuals, &out_cts);
                     for (v, ct) in region.inputs.iter().zip(in_cts) {
                         let Some(ct) = ct else { continue };
+                        type_like_primal(b, ct, *v, made);
                         if needed[v.index()] {
                             let total = match cts.get(v) {
                                 Some(&prev) => b.add(prev, ct),
@@ -170,12 +172,14 @@ pub fn vjp_with(
                     inputs: instr.inputs.iter().map(read).collect(),
                     outputs: instr.outputs.iter().map(read).collect(),
                 };
+                let made = b.program().values.len();
                 let in_cts = vjp(b, &remapped, &out_cts)?;
                 for (v, ct) in instr.inputs.iter().zip(in_cts) {
                     let Some(ct) = ct else { continue };
                     if !needed[v.index()] {
                         continue;
                     }
+                    type_like_primal(b, ct, *v, made);
                     let total = match cts.get(v) {
                         Some(&prev) => b.add(prev, ct),
                         None => ct,
@@ -200,6 +204,7 @@ pub fn vjp_with(
             None => {
                 let shape = b.shape(*v);
                 let zeros = b.emit1(Op::Full { shape, value: 0.0 }, &[]);
+                b.type_like(zeros, *v, (0..b.shape(*v).len()).collect());
                 on_done(b, k, zeros)
             }
         };
@@ -210,6 +215,16 @@ pub fn vjp_with(
     }
     drop_unread_recomputations(b, backward_start, is_recompute, &grads);
     Ok(grads)
+}
+
+/// Records that `ct`, the cotangent of `primal`, is typed like it, as JAX's transpose rules
+/// type every cotangent (`to_cotangent_aval`): where the rule made `ct` (a value numbered from
+/// `made` on), not where it passed an operand's cotangent through unchanged.
+fn type_like_primal(b: &mut Builder, ct: ValueId, primal: ValueId, made: usize) {
+    if ct.index() >= made && b.shape(ct) == b.shape(primal) {
+        let rank = b.shape(primal).len();
+        b.type_like(ct, primal, (0..rank).collect());
+    }
 }
 
 /// Traces region `c`'s forward again: every instruction with a result its policy does not

@@ -321,7 +321,7 @@ fn eval_local(
             .map_err(|e| ExecError::Input(e.to_string()))
     };
     Ok(match &ins.op {
-        Op::Reshape { .. } | Op::Pcast { .. } => vec![get(0).clone()],
+        Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => vec![get(0).clone()],
         Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
         Op::BroadcastInDim { shape: to, dims } => {
             let mut out = vec![0.0; numel(to)];

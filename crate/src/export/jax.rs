@@ -89,6 +89,13 @@ fn check_pipeline_layout(opts: &TrainerOptions) -> Result<(), ExportError> {
 fn mode_section(opts: &TrainerOptions, program: &Program, names: &[String]) -> Result<String, ExportError> {
     Ok(match &opts.parallel {
         Parallel::None => SINGLE.to_string(),
+        Parallel::Explicit { .. } => {
+            return Err(ExportError(
+                "explicit mode is not exported yet: export the same run with --mode auto (the same shardings, \
+                 jit placing what explicit mode writes as out_sharding= and reshard)"
+                    .into(),
+            ))
+        }
         Parallel::ShardMap { par, dropout_key } => {
             let body = if par.is_pipeline() {
                 PIPELINE.replace("{{SCHEDULE}}", &format!("\"{}\"", opts.schedule.name()))

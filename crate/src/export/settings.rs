@@ -195,6 +195,12 @@ fn mode_summary(opts: &TrainerOptions) -> String {
                 DropoutKey::Global => "each device's block of the global masks",
             }
         ),
+        Parallel::Explicit { par, .. } => format!(
+            "Explicit sharding: {}{} on the mesh {}.",
+            opts.parallel.label(),
+            cp_text(par, opts.cp_order),
+            par.name()
+        ),
         Parallel::Auto { par, specs } => format!(
             "Automatic partitioning (jit with shardings): {}{} on the mesh {}{}.",
             opts.parallel.label(),

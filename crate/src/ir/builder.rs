@@ -233,6 +233,14 @@ impl Builder {
         }
     }
 
+    /// Records that `v` is typed like `primal` (its dim `d` like `primal`'s dim `dims[d]`): a
+    /// cotangent, as JAX's transpose rules type it. The first record of a value holds.
+    pub fn type_like(&mut self, v: ValueId, primal: ValueId, dims: Vec<usize>) {
+        if self.prog.like_primal.iter().all(|r| r.value != v) {
+            self.prog.like_primal.push(super::LikePrimal { value: v, primal, dims });
+        }
+    }
+
     /// Appends `op` and returns its outputs.
     pub fn emit(&mut self, op: Op, inputs: &[ValueId]) -> Vec<ValueId> {
         let infos: Vec<&ValueInfo> = inputs.iter().map(|v| self.prog.info(*v)).collect();

@@ -19,7 +19,7 @@ pub use custom_vjp::{CustomVjp, VjpRule};
 pub use error::IrError;
 pub use op::{Op, RngLayout};
 pub use precision::Precision;
-pub use program::{DType, Instr, Program, Role, Stack, ValueId, ValueInfo};
+pub use program::{DType, Instr, LikePrimal, Program, Role, Stack, ValueId, ValueInfo};
 pub use seq::{AttnSeq, CpOrder, Runs, SeqBlock};
 pub use shape::{fmt_shape, numel, size_in_bytes, strides};
 pub use stages::{Action, Owner, Pass, PassSpan, StageWork, MAX_STAGES};

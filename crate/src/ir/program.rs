@@ -146,6 +146,20 @@ pub struct Program {
     pub precision: super::Precision,
     /// A pipelined program: which stage's work each value is (None for every other program).
     pub stages: Option<super::StageWork>,
+    /// Values JAX's transpose rules type like a primal value: the cotangents autodiff made
+    /// (explicit sharding types them so; nothing else reads this).
+    pub like_primal: Vec<LikePrimal>,
+}
+
+/// A value typed like a primal value of the forward pass, as JAX's transpose rules give a
+/// cotangent the primal's sharding (`out_sharding=x.aval.sharding`, in the value's own dim
+/// order where the rule transposes afterwards, as dot_general's does).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LikePrimal {
+    pub value: ValueId,
+    pub primal: ValueId,
+    /// Dim `d` of `value` is dim `dims[d]` of `primal`.
+    pub dims: Vec<usize>,
 }
 
 impl Program {

@@ -208,7 +208,8 @@ pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> Valu
 pub fn embed(b: &mut Builder, a: &Activations) -> ValueId {
     let p = a.params;
     let tok = b.take(p[0], a.tokens); // (B, T, C)
-                                      // Where the sequence is split, the device's rows of wpe (its positions).
+    b.set_name(tok, "tok_emb");
+    // Where the sequence is split, the device's rows of wpe (its positions).
     let wpe = match &a.local.rows {
         Some(rows) => b.emit1(
             Op::SeqTake {
@@ -261,9 +262,13 @@ pub fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: Val
     let qkv = linear(b, hn, w_qkv, b_qkv); // (B, T, 3C)
     b.set_name(qkv, &format!("h{l}.qkv"));
     let qkv = b.reshape(qkv, &[bsz, t, 3, h, dh]);
+    b.set_name(qkv, &format!("h{l}.heads"));
     let qkv = b.transpose(qkv, &[2, 0, 3, 1, 4]); // (3, B, H, T, Dh)
     let parts = b.split(qkv, 0, &[1, 1, 1]);
     let [q, k, v] = [0, 1, 2].map(|i| b.reshape(parts[i], &[bsz, h, t, dh])); // (B, H, T, Dh)
+    for (x, n) in [(q, "q"), (k, "k"), (v, "v")] {
+        b.set_name(x, &format!("h{l}.{n}"));
+    }
     let scale = 1.0 / (dh as f32).sqrt();
     let y = match (cfg.attention, &a.local.ring) {
         (Attention::Fused, Some(ring)) => {

@@ -129,6 +129,9 @@ pub fn closed_memory(opts: &TrainerOptions) -> ClosedMemory {
         Parallel::None => (&none, Mode::Single),
         Parallel::ShardMap { par, .. } => (par, Mode::ShardMap),
         Parallel::Auto { par, .. } => (par, Mode::Auto),
+        // The global program jit partitions, as in automatic mode: its reshards move what it
+        // holds, not how much.
+        Parallel::Explicit { par, .. } => (par, Mode::Auto),
     };
     let blocks = device_blocks(opts, par) as u64;
     let h = held(

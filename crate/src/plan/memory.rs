@@ -448,7 +448,11 @@ impl MemoryPlan {
             for (i, ins) in prog.instrs.iter().enumerate() {
                 let aliases = matches!(
                     ins.op,
-                    Op::Reshape { .. } | Op::Pcast { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
+                    Op::Reshape { .. }
+                        | Op::Pcast { .. }
+                        | Op::Reshard { .. }
+                        | Op::SgdUpdate { .. }
+                        | Op::AdamWUpdate { .. }
                 );
                 for o in &ins.outputs {
                     if aliases || drawn[o.index()].is_some() || !holds(o) {

@@ -2,7 +2,8 @@
 //! one place ([`build`]), and what it needs in memory, checked before any allocation
 //! ([`MemoryPlan`]). Parallelism is composed per mesh axis ([`Parallelism`]): one table of
 //! logical-axis rules ([`RULES`]) gives every array's sharding, and the shard_map bodies
-//! compose each axis's collectives; the named strategies are presets of it. The general
+//! compose each axis's collectives; explicit mode types the global step with them op by op;
+//! the named strategies are presets of it. The general
 //! machinery it calls lives in [`crate::partition`].
 mod auto_step;
 mod axes;
@@ -11,6 +12,7 @@ mod closed_form;
 mod combine;
 mod compose;
 mod error;
+mod explicit_step;
 mod memory;
 mod options;
 mod page;
@@ -31,6 +33,7 @@ pub use build::{build, Planned, ValueSharding};
 pub use closed_form::{closed_memory, ClosedMemory, ACTIVATION_BOUND};
 pub use combine::combine_train_step;
 pub use error::PlanError;
+pub use explicit_step::{explicit_axis_types, parse_axis_types, ExplicitView};
 pub use memory::{
     binary_bytes, check_config, human_bytes, parse_size, plan_and_check, shape_bytes, MemoryError, MemoryLimits,
     MemoryPlan, TensorBytes, DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,

@@ -336,7 +336,7 @@ impl Parallelism {
         }
         let cp = self.size(AxisKind::Cp);
         if order == CpOrder::Zigzag {
-            if mode == Mode::Auto {
+            if mode != Mode::ShardMap {
                 let why = format!(
                     "is ring attention's order in shard_map mode; jit splits the sequence into contiguous blocks (a \
                      PartitionSpec cannot interleave them): use {}, or {contiguous}",

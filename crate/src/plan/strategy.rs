@@ -292,26 +292,33 @@ impl DropoutKey {
     }
 }
 
-/// How a train step is partitioned: JAX's two ways, or not at all.
+/// How a train step is partitioned: JAX's three ways, or not at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The global program on one device.
     Single,
-    /// The global program partitioned from shardings (jax.jit with shardings).
+    /// The global program partitioned from shardings (jax.jit with shardings, Auto axes).
     Auto,
+    /// The global program typed with its shardings (Explicit axes, JAX's default since 0.9):
+    /// sharding rules op by op, the program's choices written as `out_sharding=` and `reshard`.
+    Explicit,
     /// A hand-written per-device body with explicit collectives (jax.shard_map).
     ShardMap,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Single, Mode::Auto, Mode::ShardMap];
+    pub const ALL: [Mode; 4] = [Mode::Single, Mode::Auto, Mode::Explicit, Mode::ShardMap];
+
+    /// The three ways a step is partitioned over a mesh, as JAX's guide sets them side by side.
+    pub const PARTITIONED: [Mode; 3] = [Mode::Auto, Mode::Explicit, Mode::ShardMap];
 
     /// The name the CLI (`--mode`, `--json` lines), the page and the exported scripts use.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Single => "single",
             Mode::Auto => "auto",
+            Mode::Explicit => "explicit",
             Mode::ShardMap => "shard_map",
         }
     }

@@ -355,7 +355,11 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
     // The by-axes totals so far hold one forward of one block: every pass of every block on
     // every microbatch issues them, the backward tensor parallelism's once more and the
     // ring's twice, and remat's recompute the forward's again.
-    let recomputes = if recompute.blocking + recompute.ring > 0.0 { 1.0 } else { 0.0 };
+    let recomputes = if recompute.blocking + recompute.ring > 0.0 {
+        1.0
+    } else {
+        0.0
+    };
     let ring_key = axes_key(&p.layout, &["cp"]);
     for (axes, t) in p.by_axes.iter_mut() {
         let backward = if *axes == ring_key { 2.0 } else { 1.0 };

@@ -1,7 +1,7 @@
 //! The search space: every way to run one model on N devices that shardlab can plan, as the
 //! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
 use crate::model::Remat;
-use crate::plan::{AxisKind, DropoutKey, Mode, Parallel, Parallelism, Schedule, TrainerOptions, Zero};
+use crate::plan::{AxisKind, DropoutKey, Parallel, Parallelism, Schedule, TrainerOptions, Zero};
 use crate::sharding::Mesh;
 
 /// One lever of the search: its name (as a plan states what it assumes) and every variant of
@@ -164,25 +164,18 @@ fn axis_options(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     out
 }
 
-/// A partitioned candidate in both of JAX's modes: the hand-written shard_map body and jit
-/// with the rules' shardings (but a pipeline, which jit does not build yet).
+/// A partitioned candidate in both of JAX's modes that place collectives differently: the
+/// hand-written shard_map body and jit with the rules' shardings (but a pipeline, which jit
+/// does not build yet). Explicit mode is left out: it partitions the same global program with
+/// the same shardings as jit, so its plan and estimate are the automatic one's.
 fn modes(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
-    let Some((auto, shard_map)) = base.auto_and_shard_map() else {
+    let Some([auto, _, shard_map]) = base.in_every_mode() else {
         return vec![base.clone()];
     };
     if shard_map.parallel.parallelism().is_some_and(Parallelism::is_pipeline) {
         return vec![shard_map];
     }
-    [Mode::ShardMap, Mode::Auto]
-        .into_iter()
-        .map(|m| {
-            if m == Mode::Auto {
-                auto.clone()
-            } else {
-                shard_map.clone()
-            }
-        })
-        .collect()
+    vec![shard_map, auto]
 }
 
 /// Each rematerialization policy.
@@ -228,6 +221,7 @@ fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
 mod tests {
     use super::*;
     use crate::model::GptConfig;
+    use crate::plan::Mode;
 
     #[test]
     fn meshes_divide_the_devices_over_their_axes() {

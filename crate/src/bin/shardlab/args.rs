@@ -9,8 +9,8 @@ use shardlab::model::{
     param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
 };
 use shardlab::plan::{
-    binary_bytes, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits, Mode, Parallel, Parallelism, Preset,
-    Schedule, Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
+    binary_bytes, explicit_axis_types, parse_axis_types, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits,
+    Mode, Parallel, Parallelism, Preset, Schedule, Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
 };
 use shardlab::setting::Setting;
 use shardlab::sharding::{Mesh, PartitionSpec};
@@ -132,6 +132,10 @@ fn mode_help(m: Mode) -> &'static str {
         Mode::Single => "The global program on one device",
         Mode::ShardMap => "A hand-written per-device body with explicit collectives (jax.shard_map)",
         Mode::Auto => "The global program partitioned automatically from shardings (jax.jit with shardings)",
+        Mode::Explicit => {
+            "The global program typed with its shardings (Explicit mesh axes): JAX's sharding rules op by op, \
+             out_sharding= and reshard where the program chooses"
+        }
     }
 }
 
@@ -353,7 +357,8 @@ pub struct ParallelArgs {
     /// Partitioning mode.
     #[arg(long, value_parser = one_of(&Mode::ALL, Mode::name, mode_help), default_value = "single")]
     pub mode: Mode,
-    /// A named composition (with --mode shard_map or auto): its mesh axes and their options.
+    /// A named composition (with --mode shard_map, auto or explicit): its mesh axes and their
+    /// options.
     /// Without it, --mesh alone composes any axes.
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
@@ -389,12 +394,17 @@ pub struct ParallelArgs {
     /// Dropout keys in shard_map mode (default same).
     #[arg(long = "dropout-key", value_parser = one_of(&DropoutKey::ALL, DropoutKey::name, dropout_key_help))]
     pub dropout_key: Option<DropoutKey>,
-    /// With --mode auto: a sharding overriding the strategy's, e.g. --spec 'w_fc=P(None,"tp")'
-    /// (repeatable): a parameter's (a block parameter's short name applies to every block), an
-    /// input's (tokens) or an intermediate's as the program text names it (h0.att), which
-    /// becomes a with_sharding_constraint.
+    /// With --mode auto or explicit: a sharding overriding the strategy's, e.g. --spec
+    /// 'w_fc=P(None,"tp")' (repeatable): a parameter's (a block parameter's short name applies to
+    /// every block), an input's (tokens) or an intermediate's as the program text names it
+    /// (h0.att), which becomes a with_sharding_constraint (auto) or its type: its op's
+    /// out_sharding=, else a reshard after it (explicit).
     #[arg(long = "spec", value_name = "NAME=SPEC")]
     pub specs: Vec<String>,
+    /// With --mode explicit: mesh axes of another type than Explicit, e.g. --axis-types tp=auto
+    /// (Auto: left to the compiler's propagation, absent from the types; Manual is shard_map's).
+    #[arg(long = "axis-types", value_name = "AXIS=TYPE,...")]
+    pub axis_types: Option<String>,
     /// Merge independent all-reduces into one (XLA's all-reduce combiner).
     #[arg(long = "combine-all-reduces")]
     pub combine_all_reduces: bool,
@@ -403,7 +413,7 @@ pub struct ParallelArgs {
     /// own, 4 for pp). With a 'pp' axis: the microbatches through the pipeline.
     #[arg(long)]
     pub microbatches: Option<usize>,
-    /// With --mode auto: a file of NAME=SPEC lines (# starts a comment).
+    /// With --mode auto or explicit: a file of NAME=SPEC lines (# starts a comment).
     #[arg(long = "spec-file", value_name = "FILE")]
     pub spec_file: Option<String>,
 }
@@ -463,8 +473,15 @@ impl ParallelArgs {
 
     /// Flags the chosen mode would ignore are errors, not silently dropped.
     fn check_mode_flags(&self) -> Result<(), String> {
-        if self.mode != Mode::Auto && (!self.specs.is_empty() || self.spec_file.is_some()) {
-            return Err("--spec and --spec-file need --mode auto".into());
+        if !matches!(self.mode, Mode::Auto | Mode::Explicit) && (!self.specs.is_empty() || self.spec_file.is_some()) {
+            return Err("--spec and --spec-file need --mode auto or --mode explicit".into());
+        }
+        if self.mode != Mode::Explicit && self.axis_types.is_some() {
+            return Err(
+                "--axis-types needs --mode explicit: automatic mode's mesh axes are all Auto, shard_map's body is \
+                 written per device over all of them (Manual)"
+                    .into(),
+            );
         }
         if self.mode != Mode::ShardMap && self.dropout_key.is_some() {
             return Err(
@@ -489,7 +506,7 @@ impl ParallelArgs {
             ] {
                 if given {
                     return Err(format!(
-                        "{flag} needs --mode shard_map or --mode auto (--mode single runs one device)"
+                        "{flag} needs --mode shard_map, auto or explicit (--mode single runs one device)"
                     ));
                 }
             }
@@ -538,10 +555,22 @@ impl ParallelArgs {
                 ));
             }
         }
+        let specs = || -> Result<Vec<(String, PartitionSpec)>, String> {
+            Ok(self.spec_overrides()?.into_iter().map(|o| (o.name, o.spec)).collect())
+        };
         if self.mode == Mode::Auto {
-            return Ok(Parallel::Auto {
+            return Ok(Parallel::Auto { par, specs: specs()? });
+        }
+        if self.mode == Mode::Explicit {
+            let given = match &self.axis_types {
+                Some(text) => parse_axis_types(text).map_err(|e| e.to_string())?,
+                None => vec![],
+            };
+            explicit_axis_types(&par, &given).map_err(|e| e.to_string())?;
+            return Ok(Parallel::Explicit {
                 par,
-                specs: self.spec_overrides()?.into_iter().map(|o| (o.name, o.spec)).collect(),
+                axis_types: given,
+                specs: specs()?,
             });
         }
         Ok(Parallel::ShardMap {
@@ -588,7 +617,7 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         stage_layers: parallel.stage_layers()?,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
-    if let Parallel::Auto { par, .. } = &opts.parallel {
+    if let Parallel::Auto { par, .. } | Parallel::Explicit { par, .. } = &opts.parallel {
         check_overrides(&opts, &par.mesh, &parallel.spec_overrides()?)?;
     }
     Ok(opts)

@@ -441,7 +441,7 @@ impl Lowering<'_> {
         let one = |d: Dispatch| vec![d];
         let per_device = KeyMode::PerDevice;
         Ok(match &ins.op {
-            Op::Reshape { .. } | Op::Pcast { .. } => vec![],
+            Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => vec![],
             Op::Transpose { perm } => {
                 if prog.info(ins.inputs[0]).dtype != DType::F32 {
                     return Err(unsupported("only f32 arrays are transposed on the GPU"));

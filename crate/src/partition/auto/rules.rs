@@ -79,6 +79,7 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
         | Op::Sub
         | Op::Mul
         | Op::Scale { .. }
+        | Op::Reshard { .. }
         | Op::Gelu
         | Op::GeluGrad
         | Op::Dropout { .. }

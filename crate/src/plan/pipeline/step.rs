@@ -43,7 +43,7 @@ pub(in crate::plan) fn check_pipeline(par: &Parallelism, schedule: Schedule, mod
         }
         return Ok(());
     }
-    if mode == Mode::Auto {
+    if mode != Mode::ShardMap {
         let why = format!(
             "cannot run a pipeline ({}) yet: it needs what MaxText's jit pipeline needs of the partitioner: the \
              stages' blocks applied at once as one vmapped stage over a stacked weight axis, and the shift of the \
@@ -52,7 +52,7 @@ pub(in crate::plan) fn check_pipeline(par: &Parallelism, schedule: Schedule, mod
             Setting::Mesh.at(par.name()),
             Setting::Mode.at(Mode::ShardMap.name())
         );
-        return Err(Refusal::at(Setting::Mode, Mode::Auto.name(), why).into());
+        return Err(Refusal::at(Setting::Mode, mode.name(), why).into());
     }
     Ok(())
 }
