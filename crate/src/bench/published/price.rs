@@ -115,6 +115,7 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
     opts.microbatches = run.microbatches;
     opts.schedule = run.schedule;
     opts.cp_order = run.cp_order;
+    opts.stage_layers = run.stage_layers.clone();
     Ok((opts, vec![]))
 }
 
@@ -165,10 +166,18 @@ pub fn price_runs(runs: &[PublishedRun], file: &str) -> Result<PublishedReport, 
 /// (how, milliseconds a step, bytes per device) of `opts` on `device`.
 fn price(opts: &TrainerOptions, device: &DeviceProfile) -> Result<(Pricing, f64, u64), String> {
     if trace_cost(opts) > TRACE_LIMIT {
-        opts.parallel
-            .parallelism()
-            .map_or(Ok(()), |p| p.check(&opts.config, opts.microbatches))
+        if let Some(p) = opts.parallel.parallelism() {
+            crate::plan::check_pipeline_layout(
+                &opts.config,
+                p,
+                opts.schedule,
+                opts.virtual_stages,
+                &opts.stage_layers,
+                opts.microbatches,
+            )
+            .and_then(|()| p.check_with_stages(&opts.config, opts.microbatches, &opts.stage_layers))
             .map_err(|e| e.to_string())?;
+        }
         let bytes = closed_memory(opts).total;
         return Ok((Pricing::ClosedForm, estimate_step(opts, device).step_s * 1e3, bytes));
     }

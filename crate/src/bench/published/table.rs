@@ -93,6 +93,8 @@ pub struct PublishedRun {
     pub schedule: Schedule,
     /// Context parallelism's order (`order=zigzag`).
     pub cp_order: CpOrder,
+    /// Blocks per pipeline stage where they are not equal (`stages=7,8,8,7`; empty: equal).
+    pub stage_layers: Vec<usize>,
     /// Gradient accumulation: the step in this many slices of the batch (a pipeline's
     /// microbatches).
     pub microbatches: usize,
@@ -239,6 +241,7 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
         sequence_parallel: p.sequence_parallel,
         schedule: p.schedule,
         cp_order: p.cp_order,
+        stage_layers: p.stage_layers,
         microbatches,
         published,
         source: c[8].clone(),
@@ -314,9 +317,10 @@ struct ParallelismCell {
     sequence_parallel: bool,
     schedule: Schedule,
     cp_order: CpOrder,
+    stage_layers: Vec<usize>,
 }
 
-/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S] [order=O]`: a named strategy and its mesh, or a
+/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S] [order=O] [stages=N,N,...]`: a named strategy and its mesh, or a
 /// composition by its mesh alone, then the options that refine its axes.
 fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
     let words: Vec<&str> = cell.split_whitespace().collect();
@@ -338,12 +342,13 @@ fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
         sequence_parallel: false,
         schedule: Schedule::default(),
         cp_order: CpOrder::default(),
+        stage_layers: vec![],
     };
     for w in rest {
         let bad = || {
             format!(
-                "parallelism `{cell}`: `{w}`: write mode=auto|shard_map, zero=1|2, sp, schedule=gpipe|1f1b or \
-                 order=contiguous|zigzag after the mesh"
+                "parallelism `{cell}`: `{w}`: write mode=auto|shard_map, zero=1|2, sp, schedule=gpipe|1f1b|zb_h1, \
+                 order=contiguous|zigzag or stages=N,N,... (blocks per pipeline stage) after the mesh"
             )
         };
         match w.split_once('=') {
@@ -353,6 +358,12 @@ fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
             Some(("zero", z)) => p.zero = Zero::parse(z).ok_or_else(bad)?,
             Some(("schedule", s)) => p.schedule = Schedule::parse(s).ok_or_else(bad)?,
             Some(("order", o)) => p.cp_order = CpOrder::ALL.into_iter().find(|c| c.name() == o).ok_or_else(bad)?,
+            Some(("stages", n)) => {
+                p.stage_layers = n
+                    .split(',')
+                    .map(|k| k.parse().map_err(|_| bad()))
+                    .collect::<Result<_, _>>()?;
+            }
             None if *w == "sp" => p.sequence_parallel = true,
             _ => return Err(bad()),
         }
@@ -479,6 +490,7 @@ mod tests {
             (GOOD.replace("dp dp=8", "dp dp=4"), "has 4 devices"),
             (GOOD.replace("bf16", "fp8"), "precision `fp8`"),
             (GOOD.replace("12 ms/step", "fast"), "published `fast`"),
+            (GOOD.replace("dp dp=8", "dp dp=8 stages=1,x"), "stages=N,N,..."),
             (GOOD.replace("microbatches=2", "microbatches=3"), "microbatches=3"),
             (GOOD.replace(" here |", " |"), "source: empty"),
             (GOOD.replace("| here |", "| he | re |"), "10 cells"),
