@@ -99,6 +99,16 @@ pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> 
     priced_step(prog, device, placement, true, false).0
 }
 
+/// One pipeline stage's priced instructions, summed.
+#[derive(Clone, Copy, Debug, Default)]
+struct StageTotals {
+    flops: f64,
+    launches: usize,
+    serial: f64,
+    compute_s: f64,
+    memory_s: f64,
+}
+
 /// The modelled step of `prog` on `device` and its timeline, a row per device, with overlap on
 /// or off.
 pub fn model_step(
@@ -137,14 +147,23 @@ fn priced_step(
         .iter()
         .map(|c| (c.instr, c.axes.join(",")))
         .collect();
-    let (mut flops, mut launches, mut serial) = (0.0, 0usize, device.step_s);
-    let (mut compute_s, mut memory_s) = (0.0, 0.0);
+    // A device runs its pipeline stage's instructions only: its work is its stage's, and the
+    // step's bounds are the busiest stage's (one stage without a pipeline).
+    let stages = prog.stages.as_ref().map_or(1, |st| st.stages);
+    let runs = |i: usize, stage: usize| prog.stages.is_none() || prog.instr_owner(i).active(stage);
+    let mut work = vec![StageTotals::default(); stages];
     for op in price_ops(prog, device, placement) {
-        flops += op.flops;
-        launches += op.launches;
-        serial += op.launch_s + op.work_s;
-        if op.collective.is_none() {
-            *(if op.memory_bound { &mut memory_s } else { &mut compute_s }) += op.work_s;
+        for (stage, w) in work.iter_mut().enumerate() {
+            // A collective runs on every device of its groups, whatever its owner.
+            if op.collective.is_none() && !runs(op.instr, stage) {
+                continue;
+            }
+            w.flops += op.flops;
+            w.launches += op.launches;
+            w.serial += op.launch_s + op.work_s;
+            if op.collective.is_none() {
+                *(if op.memory_bound { &mut w.memory_s } else { &mut w.compute_s }) += op.work_s;
+            }
         }
         if let Some((kind, bytes, hops)) = op.collective {
             let e = collectives.get_mut(kind.hlo_name()).expect("every kind");
@@ -161,6 +180,19 @@ fn priced_step(
             a.ms += op.work_s * 1e3;
         }
     }
+    let busiest = work
+        .iter()
+        .copied()
+        .max_by(|a, b| (a.compute_s + a.memory_s).total_cmp(&(b.compute_s + b.memory_s)))
+        .unwrap_or_default();
+    let StageTotals {
+        flops,
+        launches,
+        compute_s,
+        memory_s,
+        ..
+    } = busiest;
+    let serial = device.step_s + busiest.serial;
     // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
     let work = spmd_work(prog, device, placement);
     // Devices that run the same tasks run the same timeline, so one row per distinct task list
