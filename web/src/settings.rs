@@ -21,12 +21,14 @@ use shardlab::sharding::{Mesh, PartitionSpec};
 use crate::field_error::FieldError;
 use crate::task::{Opt, Task, DEFAULT_LR};
 
-/// Which modes run: one, or both in turn (one step of each).
+/// Which modes run: one, or automatic and shard_map in turn (one step of each), the pair the
+/// JAX report compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Modes {
     Auto,
     ShardMap,
+    Explicit,
     Both,
 }
 
@@ -101,6 +103,7 @@ impl Settings {
             mode: match p.modes() {
                 [Mode::ShardMap] => Modes::ShardMap,
                 [Mode::Auto] => Modes::Auto,
+                [Mode::Explicit] => Modes::Explicit,
                 _ => Modes::Both,
             },
             mesh: p.mesh().into(),
@@ -252,6 +255,7 @@ impl Settings {
         match self.mode {
             Modes::Auto => &[Mode::Auto],
             Modes::ShardMap => &[Mode::ShardMap],
+            Modes::Explicit => &[Mode::Explicit],
             Modes::Both => &[Mode::Auto, Mode::ShardMap],
         }
     }
