@@ -162,7 +162,11 @@ fn priced_step(
             w.launches += op.launches;
             w.serial += op.launch_s + op.work_s;
             if op.collective.is_none() {
-                *(if op.memory_bound { &mut w.memory_s } else { &mut w.compute_s }) += op.work_s;
+                *(if op.memory_bound {
+                    &mut w.memory_s
+                } else {
+                    &mut w.compute_s
+                }) += op.work_s;
             }
         }
         if let Some((kind, bytes, hops)) = op.collective {
