@@ -147,33 +147,40 @@ impl Table {
         let pp = self.stages;
         let mut next = vec![0usize; pp];
         let mut free = vec![0.0f64; pp];
-        let mut done: std::collections::HashMap<(usize, Action), f64> = Default::default();
+        // When each (stage, pass) ended, in one flat array: a search times thousands of tables.
+        let index = |s: usize, a: &Action| {
+            let pass = match a.pass {
+                Pass::Forward => 0,
+                Pass::Backward => 1,
+                Pass::Weight => 2,
+            };
+            ((s * 3 + pass) * self.microbatches + a.microbatch) * self.chunks + a.chunk
+        };
+        let mut done: Vec<Option<f64>> = vec![None; pp * 3 * self.microbatches * self.chunks];
         let mut slots: Vec<Vec<Slot>> = vec![vec![]; pp];
-        let total: usize = self.order.iter().map(Vec::len).sum();
-        for _ in 0..total {
-            // The stage whose next pass can start first (its inputs are all done).
-            let mut best: Option<(f64, usize)> = None;
+        // A pass starts when its stage is free and the passes it waits on are done, whatever
+        // order the stages are visited in: each stage runs as far as its inputs allow, round
+        // after round, until every pass is placed.
+        let mut remaining: usize = self.order.iter().map(Vec::len).sum();
+        while remaining > 0 {
+            let before = remaining;
             for s in 0..pp {
-                let Some(&a) = self.order[s].get(next[s]) else { continue };
-                let mut ready = free[s];
-                let mut waiting = false;
-                for (t, dep) in self.waits_for(s, a) {
-                    match done.get(&(t, dep)) {
-                        Some(&end) => ready = ready.max(end + if t == s { 0.0 } else { latency }),
-                        None => waiting = true,
+                while let Some(&a) = self.order[s].get(next[s]) {
+                    let mut start = Some(free[s]);
+                    for (t, dep) in self.waits_for(s, a) {
+                        let lag = if t == s { 0.0 } else { latency };
+                        start = start.zip(done[index(t, &dep)]).map(|(at, end)| at.max(end + lag));
                     }
-                }
-                if !waiting && best.is_none_or(|(b, _)| ready < b) {
-                    best = Some((ready, s));
+                    let Some(start) = start else { break };
+                    let end = start + time(s, &a);
+                    slots[s].push(Slot { action: a, start, end });
+                    done[index(s, &a)] = Some(end);
+                    free[s] = end;
+                    next[s] += 1;
+                    remaining -= 1;
                 }
             }
-            let (start, s) = best.expect("a schedule's passes wait on each other in a cycle");
-            let a = self.order[s][next[s]];
-            let end = start + time(s, &a);
-            slots[s].push(Slot { action: a, start, end });
-            done.insert((s, a), end);
-            free[s] = end;
-            next[s] += 1;
+            assert!(remaining < before, "a schedule's passes wait on each other in a cycle");
         }
         let makespan = slots.iter().flatten().map(|x| x.end).fold(0.0, f64::max);
         Timing { slots, makespan }
