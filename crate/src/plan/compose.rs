@@ -201,3 +201,28 @@ impl ParamPlan {
         o
     }
 }
+
+/// The optimizer's update of every parameter from its summed gradient, as the step's outputs
+/// after `outs` (the loss): each parameter's new value, named `NAME'`, then its state, each
+/// donating the input it replaces.
+pub(super) fn updates(
+    b: &mut Builder,
+    opt: Optimizer,
+    zero: super::Zero,
+    plans: &[ParamPlan],
+    names: &[&str],
+    (params, grads, state): (&[ValueId], &[ValueId], &[ValueId]),
+    mut outs: Vec<ValueId>,
+) -> Vec<ValueId> {
+    let n = plans.len();
+    let slots = opt.slots();
+    for (i, plan) in plans.iter().enumerate() {
+        let o = plan.update(b, opt, params[i], grads[i], &state[slots * i..slots * (i + 1)], zero);
+        b.set_name(o[0], &format!("{}'", names[i]));
+        for (slot, v) in o.into_iter().enumerate() {
+            b.donate(outs.len(), crate::model::state_input(n, opt, i, slot));
+            outs.push(v);
+        }
+    }
+    outs
+}

@@ -24,7 +24,7 @@ pub struct Parallelism {
 }
 
 /// `n`'s divisors, `1, 2, 4`: the sizes that split it.
-fn divisors(n: usize) -> String {
+pub(super) fn divisors(n: usize) -> String {
     (1..=n)
         .filter(|d| n.is_multiple_of(*d))
         .map(|d| d.to_string())

@@ -2,6 +2,7 @@
 //! (virtual stages), virtual stage `k` being chunk `k / pp` of stage `k % pp`. Equal stages by
 //! default; `--stage-layers 5,6,6,5` gives each stage its own count (the last stage lighter, to
 //! balance the head), each stage's count split evenly over its chunks.
+use super::super::parallelism::divisors;
 use super::super::{Parallelism, PlanError, Schedule};
 use crate::ir::MAX_STAGES;
 use crate::model::GptConfig;
@@ -53,14 +54,6 @@ impl StageLayout {
     pub fn stage_blocks(&self, s: usize) -> usize {
         (0..self.chunks).map(|c| self.run(s, c).1).sum()
     }
-}
-
-fn divisors(n: usize) -> String {
-    (1..=n)
-        .filter(|d| n.is_multiple_of(*d))
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `5,6,6,5`, as `--stage-layers` takes it.

@@ -9,10 +9,10 @@ use super::emit::{trace, Stages, PER_BLOCK};
 use super::layout::StageLayout;
 use super::table::Table;
 use crate::ir::{DType, Role, Stack, ValueId};
-use crate::model::{microbatch_rows, param_specs, state_input, GptConfig, Optimizer, ParamSpec, TrainStep};
+use crate::model::{microbatch_rows, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::plan::axes::AxisKind;
-use crate::plan::compose::{gather, scatter_gathered, Compose, ParamPlan};
+use crate::plan::compose::{gather, scatter_gathered, updates, Compose, ParamPlan};
 use crate::plan::rules::Holder;
 use crate::plan::strategy::check_dropout_key;
 use crate::plan::{Mode, Parallelism, PlanError, Schedule};
@@ -244,18 +244,16 @@ pub(in crate::plan) fn pipeline_train_step(
         b.set_name(loss, "loss");
         marks.1 = b.program().instrs.len();
 
-        let mut outs = vec![loss];
-        for i in 0..held.len() {
-            let slots = opt.slots();
-            let st = &state[slots * i..slots * (i + 1)];
-            let o = plans[i].update(b, opt, params[i], grads[i], st, par.zero);
-            b.set_name(o[0], &format!("{}'", args[i].name));
-            for (slot, v) in o.into_iter().enumerate() {
-                b.donate(outs.len(), state_input(n, opt, i, slot));
-                outs.push(v);
-            }
-        }
-        Ok(outs)
+        let names: Vec<&str> = args[..held.len()].iter().map(|a| a.name.as_str()).collect();
+        Ok(updates(
+            b,
+            opt,
+            par.zero,
+            &plans,
+            &names,
+            (params, &grads, state),
+            vec![loss],
+        ))
     })?;
     Ok(TrainStep {
         program,
