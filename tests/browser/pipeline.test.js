@@ -164,9 +164,9 @@ test('pipeline settings that cannot run are refused at their control naming the 
   }
 });
 
-test('1F1B trains the same losses as GPipe, and the link keeps the schedule', { timeout: 300_000 }, async () => {
+test('1F1B and ZB-H1 train the same losses as GPipe, and the link keeps the schedule', { timeout: 300_000 }, async () => {
   const losses = {};
-  for (const schedule of ['gpipe', '1f1b']) {
+  for (const schedule of ['gpipe', '1f1b', 'zb_h1']) {
     const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, schedule }));
     try {
       assert.equal((await formValues(page)).schedule, schedule);
@@ -179,8 +179,10 @@ test('1F1B trains the same losses as GPipe, and the link keeps the schedule', { 
     }
   }
   // The same microbatches, masks and sums in another order: equal to float32 rounding.
-  assert.equal(losses['1f1b'].length, 2);
-  losses['1f1b'].forEach((l, k) => assert.ok(Math.abs(l - losses.gpipe[k]) < 1e-4, JSON.stringify(losses)));
+  for (const schedule of ['1f1b', 'zb_h1']) {
+    assert.equal(losses[schedule].length, 2);
+    losses[schedule].forEach((l, k) => assert.ok(Math.abs(l - losses.gpipe[k]) < 1e-4, JSON.stringify(losses)));
+  }
 });
 
 test('at 390 px wide the pipeline fold, its bubble and a row per stage fit the phone, every fold open', { timeout: 300_000 }, async () => {
