@@ -67,6 +67,21 @@ export async function openReady(hash, options = {}) {
   return opened;
 }
 
+/**
+ * Sets a checkbox by clicking it as a person does, while the page trains. Play's redraws can shift
+ * the layout between Playwright's scroll and its click, so a click that missed is tried again
+ * (up to three times); a checkbox that never takes the state still fails.
+ */
+export async function setCheckedWhileLive(locator, checked) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await locator.setChecked(checked);
+    } catch (e) {
+      if (attempt >= 3 || !/did not change its state/.test(String(e))) throw e;
+    }
+  }
+}
+
 /** Presses Step `n` times, waiting for each step, and returns the page's step counter. */
 export async function singleSteps(page, n) {
   for (let i = 0; i < n; i++) {

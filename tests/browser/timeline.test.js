@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { close, hashOf, launch, openReady } from './helpers.js';
+import { close, hashOf, launch, openReady, setCheckedWhileLive } from './helpers.js';
 
 before(launch);
 after(close);
@@ -83,11 +83,11 @@ test('switching overlap while Play trains redraws the timeline and training goes
   try {
     await page.getByTestId('play').click();
     await page.waitForFunction(() => window.shardlab.steps >= 1, null, { timeout: 180_000 });
-    await page.getByTestId('timeline-overlap').uncheck();
+    await setCheckedWhileLive(page.getByTestId('timeline-overlap'), false);
     await page.waitForFunction(() => window.shardlab.timeline && window.shardlab.timeline.overlap === false);
     const at = await page.evaluate(() => window.shardlab.steps);
     await page.waitForFunction((n) => window.shardlab.steps > n, at, { timeout: 180_000 });
-    await page.getByTestId('timeline-overlap').check();
+    await setCheckedWhileLive(page.getByTestId('timeline-overlap'), true);
     await page.waitForFunction(() => window.shardlab.timeline.overlap === true);
     await page.getByTestId('play').click();
     await page.waitForFunction(() => !window.shardlab.driving && !window.shardlab.busy, null, { timeout: 180_000 });

@@ -64,20 +64,26 @@ fn categories_and_phases_add_up_to_the_step_and_collectives_are_measured() {
                 let (_, p) = t.profile_step().await.unwrap();
                 let b = breakdown(t.program(), &p.expect("GPU steps are profiled"));
                 let (cats, phases) = (b.off_by(b.categories_sum_ms), b.off_by(b.phases_sum_ms));
+                // AdamW's one dispatch is timed and lands in its category (the page's profile may
+                // not resolve it under a browser's coarse clock; this one does). Under load a
+                // single profile has read it as 0 ms, so it is one more thing a counted profile
+                // must show; a timer that never sees it still fails all ten.
+                let optimizer = b.category_ms(Category::Optimizer);
                 tries.push(format!(
-                    "step {:.3} ms; categories + one submission {:.3} ms ({:+.1}%), phases + one submission {:.3} ms ({:+.1}%)",
+                    "step {:.3} ms; categories + one submission {:.3} ms ({:+.1}%), phases + one submission {:.3} ms ({:+.1}%), optimizer {:.3} ms",
                     b.step_ms,
                     b.categories_sum_ms,
                     100.0 * cats,
                     b.phases_sum_ms,
-                    100.0 * phases
+                    100.0 * phases,
+                    optimizer
                 ));
-                if cats.abs() <= 0.25 && phases.abs() <= 0.25 {
+                if cats.abs() <= 0.25 && phases.abs() <= 0.25 && optimizer > 0.0 {
                     break b;
                 }
                 assert!(
                     tries.len() < 10,
-                    "{name}: no profile adds up within 25%:\n{}",
+                    "{name}: no profile adds up within 25% with the optimizer timed:\n{}",
                     tries.join("\n")
                 );
             };
@@ -89,10 +95,6 @@ fn categories_and_phases_add_up_to_the_step_and_collectives_are_measured() {
                 assert_eq!(collectives, 0.0, "{name}: no collectives, yet {collectives} ms");
             }
             assert!(name == "one device" || all_reduces > 0, "dp=2 has all-reduces");
-            // AdamW's one dispatch is timed and lands in its category (the page's profile may
-            // not resolve it under a browser's coarse clock; this one does).
-            let optimizer = b.category_ms(Category::Optimizer);
-            assert!(optimizer > 0.0, "{name}: the optimizer measured as 0 ms");
         });
     }
 }
