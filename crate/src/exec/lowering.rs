@@ -240,7 +240,7 @@ pub fn plan_shard_slice(mesh: &Mesh, local: &[usize], dim: usize, axes: &[String
         let weight = match axes.iter().position(|a| a == name) {
             Some(p) => axes[p + 1..]
                 .iter()
-                .map(|a| mesh.axis_size(a).unwrap_or(1))
+                .map(|a| mesh.size_of(a).unwrap_or(1))
                 .product::<usize>(),
             None => 0,
         };

@@ -200,7 +200,7 @@ impl Program {
                 n * spec
                     .dim_axes(d)
                     .iter()
-                    .map(|a| mesh.axis_size(a).unwrap_or(1))
+                    .map(|a| mesh.size_of(a).unwrap_or(1))
                     .product::<usize>()
             })
             .collect()

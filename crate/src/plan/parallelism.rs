@@ -86,12 +86,12 @@ impl Parallelism {
     }
 
     pub fn has(&self, kind: AxisKind) -> bool {
-        self.mesh.axis_size(kind.name()).is_ok()
+        self.mesh.size_of(kind.name()).is_some()
     }
 
     /// The size of `kind`'s axis, 1 where the mesh has none.
     pub fn size(&self, kind: AxisKind) -> usize {
-        self.mesh.axis_size(kind.name()).unwrap_or(1)
+        self.mesh.size_of(kind.name()).unwrap_or(1)
     }
 
     /// The kinds of the mesh's axes, in the mesh's order.
@@ -131,7 +131,7 @@ impl Parallelism {
     pub fn token_split(&self) -> usize {
         self.token_axes()
             .iter()
-            .map(|a| self.mesh.axis_size(a).unwrap_or(1))
+            .map(|a| self.mesh.size_of(a).unwrap_or(1))
             .product()
     }
 
@@ -144,7 +144,7 @@ impl Parallelism {
     pub fn seq_split(&self) -> usize {
         self.seq_axes()
             .iter()
-            .map(|a| self.mesh.axis_size(a).unwrap_or(1))
+            .map(|a| self.mesh.size_of(a).unwrap_or(1))
             .product()
     }
 

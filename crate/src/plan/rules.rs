@@ -92,7 +92,7 @@ pub fn resolve(
                 .map(|l| axes_for(l, holder, zero, sequence_parallel))
                 .unwrap_or_default()
             {
-                let Ok(n) = mesh.axis_size(kind.name()) else { continue };
+                let Some(n) = mesh.size_of(kind.name()) else { continue };
                 if used.contains(&kind) || !size.is_multiple_of(split * n) {
                     continue;
                 }

@@ -114,11 +114,14 @@ pub fn attention_pairs(prog: &Program, ins: &Instr) -> Vec<u64> {
     let (Some(iq), Some(ik)) = (indices(&seq.q), indices(&seq.kv)) else {
         return vec![0; devices];
     };
-    let mut counted: std::collections::HashMap<(usize, usize), u64> = std::collections::HashMap::new();
+    // Indices are dense (below each side's axes' size), so the pairs counted so far are a
+    // table: a hash map's hashing was most of pricing a large mesh's attention.
+    let width = ik.iter().max().map_or(1, |m| m + 1);
+    let mut counted: Vec<Option<u64>> = vec![None; iq.iter().max().map_or(1, |m| m + 1) * width];
     iq.iter()
         .zip(&ik)
         .map(|(&a, &b)| {
-            *counted.entry((a, b)).or_insert_with(|| {
+            *counted[a * width + b].get_or_insert_with(|| {
                 let (q, kv) = (seq.q.runs(a, tq), seq.kv.runs(b, tk));
                 let mut pairs = 0;
                 for (qa, na) in runs_of(&q, tq) {

@@ -485,7 +485,7 @@ impl ParamComm {
 fn param_comms(opts: &TrainerOptions, par: &Parallelism) -> Vec<ParamComm> {
     let cfg = &opts.config;
     let token_axes = par.token_axes();
-    let size = |axes: &[&str]| -> f64 { axes.iter().map(|a| par.mesh.axis_size(a).unwrap_or(1) as f64).product() };
+    let size = |axes: &[&str]| -> f64 { axes.iter().map(|a| par.mesh.size_of(a).unwrap_or(1) as f64).product() };
     // A block's parameters once: the model's with one block.
     let one_block = crate::model::GptConfig {
         layers: 1,

@@ -106,7 +106,7 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
         Op::PsumScatter { group, .. } => (CollectiveKind::ReduceScatter, in_bytes, *group),
         Op::AllToAll { group, .. } => (CollectiveKind::AllToAll, in_bytes, *group),
         Op::Ppermute { axis, .. } => {
-            let g = prog.mesh.as_ref().and_then(|m| m.axis_size(axis).ok()).unwrap_or(1);
+            let g = prog.mesh.as_ref().and_then(|m| m.size_of(axis)).unwrap_or(1);
             (CollectiveKind::CollectivePermute, in_bytes, g)
         }
         _ => return None,

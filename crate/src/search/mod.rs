@@ -5,6 +5,7 @@
 //! step estimate), the fastest few planned and priced exactly by the cost model, what does
 //! not split or fit dropped, the rest ranked by modelled step time.
 mod command;
+mod parallel;
 mod rank;
 mod space;
 

@@ -13,8 +13,8 @@
 //! only exact prices are ranked. The estimate orders candidates nearly as the exact price
 //! does (tested: on small cases where every candidate can be priced, the search's winner is
 //! within 2% of the exact winner), but it is not the price shown.
-use super::plan_command;
 use super::space::{candidates, LEVERS};
+use super::{parallel, plan_command};
 use crate::ir::Precision;
 use crate::plan::{closed_memory, mesh_text, MemoryPlan, Parallel, Parallelism, TrainerOptions};
 use crate::profile::{estimate_step, predict, DeviceBytes, DeviceProfile, Placement};
@@ -129,50 +129,39 @@ pub fn search(
     let mut invalid_reasons: Vec<String> = vec![];
     let (mut invalid, mut too_large) = (0, 0);
     let mut passed: Vec<Screened> = vec![];
-    for opts in all {
-        if let Err(e) = check(&opts) {
-            invalid += 1;
-            let axes = axes_name(&opts.parallel);
-            if !invalid_reasons.iter().any(|r| r.starts_with(&format!("{axes}:"))) {
-                invalid_reasons.push(format!("{axes}: {e}"));
+    for outcome in parallel::map(&all, |opts| screen(opts, device)) {
+        match outcome {
+            Screen::Invalid(reason) => {
+                invalid += 1;
+                let axes = reason.split(':').next().unwrap_or_default();
+                if !invalid_reasons.iter().any(|r| r.starts_with(&format!("{axes}:"))) {
+                    invalid_reasons.push(reason);
+                }
             }
-            continue;
+            Screen::TooLarge => too_large += 1,
+            Screen::Passed(s) => passed.push(s),
         }
-        // Gradient accumulation where the whole batch does not fit: doubling the microbatches
-        // while they split the batch (more only add launches and adds, so the fewest that fit
-        // is the fastest). A pipeline's microbatches are its own lever.
-        let mut opts = opts;
-        let fits = |o: &TrainerOptions| closed_memory(o).at_least() <= device.memory_bytes;
-        while !fits(&opts) && !is_pipeline(&opts) {
-            let more = TrainerOptions {
-                microbatches: opts.microbatches * 2,
-                ..opts.clone()
-            };
-            if check(&more).is_err() {
-                break;
-            }
-            opts = more;
-        }
-        if !fits(&opts) {
-            too_large += 1;
-            continue;
-        }
-        let estimate_s = estimate_step(&opts, device).step_s;
-        passed.push(Screened { opts, estimate_s });
     }
     passed.sort_by(|a, b| a.estimate_s.total_cmp(&b.estimate_s));
-    let mut ranked = vec![];
-    let mut priced = 0;
+    // The first is priced whatever its size; the rest while the trace budget lasts.
     let mut budget = TRACE_BUDGET;
-    for s in shortlist(&passed) {
-        // The first is priced whatever its size; the rest while the budget lasts.
-        let passes = block_passes(&s.opts);
-        if priced > 0 && passes > budget {
-            continue;
-        }
-        budget = budget.saturating_sub(passes);
-        priced += 1;
-        match price(s, device, device_name, base) {
+    let chosen: Vec<&Screened> = shortlist(&passed)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            let passes = block_passes(&s.opts);
+            let take = *i == 0 || passes <= budget;
+            if take {
+                budget = budget.saturating_sub(passes);
+            }
+            take
+        })
+        .map(|(_, s)| s)
+        .collect();
+    let priced = chosen.len();
+    let mut ranked = vec![];
+    for r in parallel::map(&chosen, |s| price(s, device, device_name, base)) {
+        match r {
             Some(r) => ranked.push(r),
             None => too_large += 1,
         }
@@ -213,6 +202,41 @@ pub fn search(
         priced,
         ranked,
     })
+}
+
+/// One candidate's screen: why it does not split (its axes first, as the reasons list them),
+/// that it cannot fit, or its estimate.
+enum Screen {
+    Invalid(String),
+    TooLarge,
+    Passed(Screened),
+}
+
+/// The closed-form screen of one candidate on `device`: the checks, memory (with gradient
+/// accumulation where the whole batch does not fit: doubling the microbatches while they split
+/// the batch, as more only add launches and adds, so the fewest that fit is the fastest; a
+/// pipeline's microbatches are its own lever) and the step estimate.
+fn screen(opts: &TrainerOptions, device: &DeviceProfile) -> Screen {
+    if let Err(e) = check(opts) {
+        return Screen::Invalid(format!("{}: {e}", axes_name(&opts.parallel)));
+    }
+    let fits = |o: &TrainerOptions| closed_memory(o).at_least() <= device.memory_bytes;
+    let mut opts = opts.clone();
+    while !fits(&opts) && !is_pipeline(&opts) {
+        let more = TrainerOptions {
+            microbatches: opts.microbatches * 2,
+            ..opts.clone()
+        };
+        if check(&more).is_err() {
+            break;
+        }
+        opts = more;
+    }
+    if !fits(&opts) {
+        return Screen::TooLarge;
+    }
+    let estimate_s = estimate_step(&opts, device).step_s;
+    Screen::Passed(Screened { opts, estimate_s })
 }
 
 /// Whether the model splits over the candidate's mesh as its options ask, without tracing:

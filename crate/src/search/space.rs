@@ -105,7 +105,7 @@ fn meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
             .map(|(_, k)| k.name())
             .collect();
         for mesh in mesh_shapes(&kinds, devices) {
-            if mesh.axis_size("cp").unwrap_or(1) > MAX_RING {
+            if mesh.size_of("cp").unwrap_or(1) > MAX_RING {
                 continue;
             }
             let Ok(par) = Parallelism::new(mesh, Zero::Off, false) else {

@@ -117,6 +117,12 @@ impl Mesh {
             .ok_or_else(|| self.unknown(axis))
     }
 
+    /// `axis`'s size, None where the mesh lacks it: for callers that read a missing axis as
+    /// size 1, without building [`Mesh::axis_size`]'s error (the search asks millions of times).
+    pub fn size_of(&self, axis: &str) -> Option<usize> {
+        self.axes.iter().find(|(n, _)| n == axis).map(|&(_, n)| n)
+    }
+
     pub fn axis_size(&self, axis: &str) -> Result<usize, ShardingError> {
         Ok(self.axes[self.axis_position(axis)?].1)
     }
@@ -174,22 +180,27 @@ impl Mesh {
         Ok(index)
     }
 
-    /// [`Mesh::axes_index`] of every device, in device order: the axes checked once and each
-    /// index computed from strides (what pricing every device of a large mesh needs).
+    /// [`Mesh::axes_index`] of every device, in device order: the axes checked once, and the
+    /// indices laid out axis by axis, major first, by additions alone (what pricing every device
+    /// of a large mesh needs; a division per device and axis was most of a search's time).
     pub fn axes_indices(&self, axes: &[&str]) -> Result<Vec<usize>, ShardingError> {
         self.check_axes(axes)?;
-        // Each axis's (stride in device numbers, size): mesh order is row-major.
-        let strides: Vec<(usize, usize)> = axes
-            .iter()
-            .map(|a| {
-                let k = self.axis_position(a)?;
-                let stride: usize = self.axes[k + 1..].iter().map(|(_, n)| n).product();
-                Ok((stride, self.axes[k].1))
+        // An axis's weight in the index: the sizes of the axes after it in `axes` (0 if absent).
+        let weight = |name: &str| -> usize {
+            axes.iter().position(|a| *a == name).map_or(0, |j| {
+                axes[j + 1..].iter().map(|a| self.size_of(a).unwrap_or(1)).product()
             })
-            .collect::<Result<_, ShardingError>>()?;
-        Ok((0..self.devices())
-            .map(|d| strides.iter().fold(0, |index, &(stride, n)| index * n + d / stride % n))
-            .collect())
+        };
+        let mut indices = vec![0];
+        for (name, n) in &self.axes {
+            let w = weight(name);
+            let mut minor = Vec::with_capacity(indices.len() * n);
+            for i in indices {
+                minor.extend((0..*n).map(|c| i + c * w));
+            }
+            indices = minor;
+        }
+        Ok(indices)
     }
 
     /// The device groups a collective over `axes` forms (JAX's replica groups): devices that share

@@ -78,6 +78,22 @@ fn mesh_axis_groups_are_jax_replica_groups_on_2x4_mesh() {
 }
 
 #[test]
+fn every_devices_index_along_axes_is_its_axes_index_in_any_axis_order() {
+    let m = mesh("a=2,b=3,c=2");
+    for axes in [
+        vec![],
+        vec!["b"],
+        vec!["c", "a"],
+        vec!["a", "b", "c"],
+        vec!["c", "b", "a"],
+    ] {
+        let each: Vec<usize> = (0..m.devices()).map(|d| m.axes_index(d, &axes).unwrap()).collect();
+        assert_eq!(m.axes_indices(&axes).unwrap(), each, "{axes:?}");
+    }
+    assert!(m.axes_indices(&["d"]).is_err(), "an axis the mesh lacks");
+}
+
+#[test]
 fn mesh_axis_groups_on_3d_mesh_with_odd_axis() {
     let m = mesh("a=2,b=3,c=2");
     assert_eq!(

@@ -219,7 +219,7 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
     // The data axes split the batch; each of their shards into the microbatches.
     let shards: usize = [AxisKind::Dp, AxisKind::Fsdp]
         .iter()
-        .map(|k| p.mesh.axis_size(k.name()).unwrap_or(1))
+        .map(|k| p.mesh.size_of(k.name()).unwrap_or(1))
         .product();
     if microbatches == 0 || !config.batch.is_multiple_of(microbatches * shards) {
         return Err(format!(

@@ -90,7 +90,7 @@ impl Assignment {
             if !self.axes[f].is_empty() || axes.iter().any(|a| self.used(a)) {
                 continue;
             }
-            let parts: usize = axes.iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product();
+            let parts: usize = axes.iter().map(|a| mesh.size_of(a).unwrap_or(1)).product();
             if rule.kinds[f] == FactorKind::Pass && rule.sizes[f].is_multiple_of(parts) {
                 self.axes[f] = axes.clone();
             }

@@ -74,7 +74,7 @@ fn local_shape(mesh: &Mesh, global: &[usize], dims: &Dims) -> Vec<usize> {
     global
         .iter()
         .zip(dims)
-        .map(|(&n, axes)| n / axes.iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product::<usize>())
+        .map(|(&n, axes)| n / axes.iter().map(|a| mesh.size_of(a).unwrap_or(1)).product::<usize>())
         .collect()
 }
 

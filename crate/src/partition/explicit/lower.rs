@@ -138,7 +138,7 @@ fn merge_auto(mesh: &Mesh, shape: &[usize], dims: &mut Dims, propagated: &Dims, 
             let split: usize = dims[d]
                 .iter()
                 .chain([a])
-                .map(|x| mesh.axis_size(x).unwrap_or(1))
+                .map(|x| mesh.size_of(x).unwrap_or(1))
                 .product();
             if !used && shape[d].is_multiple_of(split) {
                 dims[d].push(a.clone());

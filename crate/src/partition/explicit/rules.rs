@@ -158,7 +158,7 @@ fn without(dims: &[Vec<String>], axes: &[usize]) -> Dims {
 }
 
 fn axes_size(mesh: &Mesh, axes: &[String]) -> usize {
-    axes.iter().map(|a| mesh.axis_size(a).unwrap_or(1)).product()
+    axes.iter().map(|a| mesh.size_of(a).unwrap_or(1)).product()
 }
 
 /// The operand with the fewest elements, the later one on a tie: the one a fix moves.
@@ -447,7 +447,7 @@ fn split_partitions(mesh: &Mesh, axes: &[String], sizes: &[usize]) -> Option<Dim
         let mut dim = vec![];
         while o > 1 {
             let Some(axis) = rest.next() else { break };
-            let n = mesh.axis_size(axis).unwrap_or(1);
+            let n = mesh.size_of(axis).unwrap_or(1);
             if o % n != 0 {
                 return None;
             }

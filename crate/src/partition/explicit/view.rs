@@ -102,7 +102,7 @@ pub fn bits_sites(a: &Annotated, mesh: &Mesh) -> Vec<BitsSite> {
         };
         let v = ins.outputs[0];
         let dims = &a.types[v.index()];
-        let split: usize = dims.iter().flatten().map(|x| mesh.axis_size(x).unwrap_or(1)).product();
+        let split: usize = dims.iter().flatten().map(|x| mesh.size_of(x).unwrap_or(1)).product();
         let global = numel(shape) as u64;
         let masked = p
             .instrs
