@@ -139,7 +139,7 @@ pub fn search(
                 }
             }
             Screen::TooLarge => too_large += 1,
-            Screen::Passed(s) => passed.push(s),
+            Screen::Passed(s) => passed.push(*s),
         }
     }
     passed.sort_by(|a, b| a.estimate_s.total_cmp(&b.estimate_s));
@@ -209,7 +209,7 @@ pub fn search(
 enum Screen {
     Invalid(String),
     TooLarge,
-    Passed(Screened),
+    Passed(Box<Screened>),
 }
 
 /// The closed-form screen of one candidate on `device`: the checks, memory (with gradient
@@ -236,7 +236,7 @@ fn screen(opts: &TrainerOptions, device: &DeviceProfile) -> Screen {
         return Screen::TooLarge;
     }
     let estimate_s = estimate_step(&opts, device).step_s;
-    Screen::Passed(Screened { opts, estimate_s })
+    Screen::Passed(Box::new(Screened { opts, estimate_s }))
 }
 
 /// Whether the model splits over the candidate's mesh as its options ask, without tracing:
