@@ -27,6 +27,7 @@ import {
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
 import { renderTimeline } from './timeline.js';
+import { renderPipelineDiagram } from './pipeline.js';
 import { init as initStory, renderStory } from './story.js';
 import * as storyRun from './story_run.js';
 import { renderStrategy } from './strategy.js';
@@ -238,7 +239,7 @@ function writeFoldFacts(s) {
     memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
       : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${shardedState(s) ? `, ${shardedState(s)}` : ''}`,
     sequence: `${[mesh.hasAxis(s.mesh, 'cp') ? 'context parallel' : null, mesh.hasAxis(s.mesh, 'tp') && s.sequence_parallel ? 'sequence parallel' : null].filter(Boolean).join(' and ') || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
-    pipeline: `${s.schedule}, ${s.microbatches} microbatches`,
+    pipeline: `${s.schedule}, ${s.microbatches} microbatches${s.virtual_stages > 1 ? `, ${s.virtual_stages} virtual stages` : ''}`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
@@ -265,12 +266,17 @@ const shardedState = (s) => [mesh.hasAxis(s.mesh, 'dp') && s.zero !== '0' ? `ZeR
  */
 function placePipelineControls(s) {
   const pipeline = isPipeline(s);
-  // Every preset without stages has the default schedule.
-  $('fold-pipeline').hidden = !pipeline && s.schedule === presets.presets[presets.default].schedule;
+  // Every preset without stages has the default schedule and one chunk per stage.
+  const base = presets.presets[presets.default];
+  $('fold-pipeline').hidden = !pipeline && s.schedule === base.schedule && s.virtual_stages === base.virtual_stages;
   const home = pipeline ? $('pipeline-fields') : $('memory-fields');
   const control = $('microbatches-field');
   if (control.parentElement !== home) home.append(control);
 }
+
+/** The core's bubble formula (`(pp-1)/(3M+pp-1)`) with the settings' numbers in it. */
+const bubbleFormula = (p) => p.formula.replaceAll('pp', String(p.stages)).replace(/(\d)M/, '$1·M')
+  .replace('M', String(p.microbatches)).replaceAll('-', ' − ').replaceAll('+', ' + ');
 
 /**
  * The configured pipeline's bubble (`r.pipeline`: the core's Schedule::bubble_fraction for its
@@ -283,8 +289,12 @@ function renderPipeline(r) {
   bubble.hidden = !p;
   bubble.dataset.bubble = p ? String(p.bubble) : '';
   if (p) {
-    bubble.textContent = `${p.stages} stages, ${p.microbatches} microbatches, ${p.schedule}: each stage idles `
-      + `(${p.stages} − 1)/(${p.microbatches} + ${p.stages} − 1) = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.`;
+    const v = p.virtual_stages > 1 ? `, ${p.virtual_stages} virtual stages` : '';
+    bubble.textContent = `${p.stages} stages, ${p.microbatches} microbatches${v}, ${p.schedule}: each stage idles `
+      + `${bubbleFormula(p)} = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.`;
+    renderPipelineDiagram($('pipeline-diagram'), p);
+  } else {
+    $('pipeline-diagram').hidden = true;
   }
   const refused = r && r.refused && r.refused.auto;
   $('pipeline-auto').hidden = !refused;

@@ -38,6 +38,7 @@ export const FIELDS = {
   microbatches: { kind: 'int' },
   cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
   schedule: { kind: 'enum', values: [] }, // the core's pipeline schedules (applyCoreLimits)
+  virtual_stages: { kind: 'int' },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in', 'global'] },
   combine: { kind: 'bool' },

@@ -4,7 +4,7 @@
 // running anything else; settings that cannot run are refused at their control, naming the fix.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, overflows, setControl, settled, singleSteps } from './helpers.js';
+import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, overflows, reveal, setControl, settled, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -185,7 +185,50 @@ test('1F1B and ZB-H1 train the same losses as GPipe, and the link keeps the sche
   }
 });
 
-test('at 390 px wide the pipeline fold, its bubble and a row per stage fit the phone, every fold open', { timeout: 300_000 }, async () => {
+test('the diagram draws each stage\'s passes and its bubble; virtual stages interleave them, train, and reopen from the link; a v that splits no stage is refused at its control', { timeout: 400_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, layers: '8', schedule: '1f1b' }));
+  try {
+    const diagram = page.getByTestId('pipeline-diagram');
+    await reveal(diagram);
+    const stageSlots = () => diagram.locator('[data-testid="pipeline-stage"]').evaluateAll((rs) =>
+      rs.map((r) => [...r.querySelectorAll('[data-testid="pipeline-slot"]')].map((x) => x.textContent)));
+    assert.equal(await diagram.isVisible(), true);
+    // A forward and a backward of each of the 4 microbatches on each of the 4 stages.
+    let slots = await stageSlots();
+    assert.deepEqual(slots.map((r) => r.length), [8, 8, 8, 8]);
+    assert.deepEqual([...new Set(slots[0])].sort(), ['1', '2', '3', '4']);
+    assert.ok(Math.abs(await bubble(page) - 3 / 7) < 1e-12, String(await bubble(page)));
+
+    // Two chunks per stage: each pass runs once per chunk, labelled by it, and the bubble shrinks.
+    await setControl(page, 'virtual_stages', '2');
+    await configuredWith(page, 'virtual_stages', '2');
+    slots = await stageSlots();
+    assert.deepEqual(slots.map((r) => r.length), [16, 16, 16, 16]);
+    assert.ok(slots[0].includes('1a') && slots[0].includes('1b'), JSON.stringify(slots[0]));
+    assert.ok(Math.abs(await bubble(page) - 3 / 11) < 1e-12, String(await bubble(page)));
+    assert.match(await page.getByTestId('pipeline-bubble').innerText(), /2 virtual stages, 1f1b: each stage idles \(4 − 1\)\/\(2·4 \+ 4 − 1\) = 27\.3%/);
+    assert.match(location(page), /virtual_stages=2/);
+    assert.equal(await singleSteps(page, 1), 1);
+    const losses = await page.evaluate(() => window.shardlab.history.series['shard_map:original'].loss);
+    assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
+    await assertLinkReopens(page);
+
+    // Three chunks do not divide a stage's two blocks; ZB-H1 runs one chunk per stage.
+    await setControl(page, 'virtual_stages', '3');
+    const err = fieldError(page, 'virtual_stages');
+    await err.waitFor({ timeout: 30_000 });
+    assert.match(await err.innerText(), /virtual stages 3: does not divide stage 0's 2 blocks.*use one of 1, 2/);
+    await setControl(page, 'virtual_stages', '2');
+    await setControl(page, 'schedule', 'zb_h1');
+    await err.waitFor({ timeout: 30_000 });
+    assert.match(await err.innerText(), /virtual stages 2: runs one chunk per stage/);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('at 390 px wide the pipeline fold, its bubble, its diagram and a row per stage fit the phone, every fold open', { timeout: 300_000 }, async () => {
   const { context, page, consoleErrors } = await openReady(hashOf(TINY_PP), { viewport: { width: 390, height: 844 } });
   try {
     assert.equal(await singleSteps(page, 1), 1);
@@ -194,6 +237,7 @@ test('at 390 px wide the pipeline fold, its bubble and a row per stage fit the p
     await page.waitForTimeout(300); // the charts follow the folds' layout
     assert.equal(await page.getByTestId('fold-pipeline').isVisible(), true);
     assert.equal(await page.getByTestId('pipeline-bubble').isVisible(), true);
+    assert.equal(await page.getByTestId('pipeline-diagram').isVisible(), true);
     assert.equal(await rows(page, 'shard_map').count(), 4);
     assert.deepEqual(await page.evaluate(overflows), []);
     assert.deepEqual(consoleErrors, []);

@@ -10,9 +10,10 @@ use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::check_head_dim;
 use shardlab::model::{Attention, Dataset, GptConfig, Init, Remat};
 use shardlab::plan::{
-    check_page_limits, check_page_mesh, check_page_sizes, AxisKind, DropoutKey, Parallel, Parallelism, PlanError,
-    Schedule, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
+    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, Action, AxisKind, DropoutKey,
+    Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule, Table, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
 };
+
 pub use shardlab::plan::{Mode, Preset};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
 use shardlab::setting::Refusal;
@@ -78,6 +79,10 @@ pub struct Settings {
     /// before the control existed read as GPipe.
     #[serde(default)]
     pub schedule: Schedule,
+    /// Chunks of blocks per pipeline stage (`--virtual-stages`; interleaved 1F1B's v); links
+    /// written before the control existed read as 1.
+    #[serde(default = "one")]
+    pub virtual_stages: usize,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
@@ -125,6 +130,7 @@ impl Settings {
             microbatches: p.microbatches(),
             cp_order: CpOrder::Contiguous,
             schedule: p.schedule(),
+            virtual_stages: 1,
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
@@ -186,7 +192,7 @@ impl Settings {
     pub fn check(&self) -> Result<Parallelism, FieldError> {
         let refused = |e: Refusal| FieldError::refused(&e);
         let cfg = self.config();
-        check_page_limits(&cfg, self.microbatches, self.lr).map_err(refused)?;
+        check_page_limits(&cfg, self.microbatches, self.virtual_stages, self.lr).map_err(refused)?;
         // Before the model's own checks, which on wasm32 can only say that a size overflows.
         check_page_sizes(&cfg).map_err(refused)?;
         self.device_profile()?;
@@ -196,23 +202,43 @@ impl Settings {
         Dataset::new(self.task.data(), &cfg, 0).map_err(|e| FieldError::model(&e, "task"))?;
         check_head_dim(&cfg).map_err(refused)?;
         par.check(&cfg, self.microbatches).map_err(|e| FieldError::plan(&e))?;
+        check_pipeline_layout(&cfg, &par, self.schedule, self.virtual_stages, &[], self.microbatches)
+            .map_err(|e| FieldError::plan(&e))?;
         self.check_spec_texts(&par)?;
         Ok(par)
     }
 
-    /// The pipeline's stages, microbatches and schedule, and the share of the step each stage
-    /// idles waiting for the pipeline to fill and drain (the core's
-    /// [`Schedule::bubble_fraction`]); None off a pipeline.
+    /// The pipeline's stages, microbatches, virtual stages and schedule; the share of the step
+    /// each stage idles waiting for the pipeline to fill and drain (the core's
+    /// [`Schedule::bubble`]); and the diagram: each stage's passes placed in time by the
+    /// schedule's own table, a forward, an input-gradient and a weight-gradient pass taking one
+    /// unit each (an unsplit backward two). None off a pipeline, and where the schedule cannot
+    /// lay its passes out so (its refusal is at its control).
     pub fn pipeline(&self, par: &Parallelism) -> Option<serde_json::Value> {
-        if !par.is_pipeline() {
+        let (v, m) = (self.virtual_stages, self.microbatches);
+        if !par.is_pipeline() || check_pipeline_layout(&self.config(), par, self.schedule, v, &[], m).is_err() {
             return None;
         }
         let stages = par.size(AxisKind::Pp);
+        let table = Table::new(self.schedule, stages, m, v);
+        let times = PassTimes::EVEN;
+        let timing = table.timing(
+            &|_, a: &Action| match a.pass {
+                Pass::Forward => times.forward,
+                Pass::Backward if table.split => times.backward,
+                Pass::Backward => times.backward + times.weight,
+                Pass::Weight => times.weight,
+            },
+            0.0,
+        );
         Some(serde_json::json!({
             "stages": stages,
-            "microbatches": self.microbatches,
+            "microbatches": m,
+            "virtual_stages": v,
             "schedule": self.schedule.name(),
-            "bubble": self.schedule.bubble_fraction(stages, self.microbatches),
+            "bubble": self.schedule.bubble(stages, m, v, times),
+            "formula": self.schedule.bubble_text(v),
+            "diagram": timing,
         }))
     }
 
@@ -298,8 +324,8 @@ impl Settings {
                 self.cp_order
             },
             schedule: self.schedule,
-            // The page lays a pipeline out in equal stages of one chunk each.
-            virtual_stages: 1,
+            virtual_stages: self.virtual_stages,
+            // The page lays a pipeline out in equal stages.
             stage_layers: vec![],
         }
     }
@@ -423,6 +449,54 @@ mod tests {
         v = serde_json::to_value(Settings::preset(Preset::Pp)).unwrap();
         v["schedule"] = "zigzag".into();
         assert!(serde_json::from_value::<Settings>(v).is_err());
+    }
+
+    #[test]
+    fn the_pipeline_diagram_idles_each_stage_the_closed_form_bubble_and_places_every_pass() {
+        let mut s = Settings::preset(Preset::Pp);
+        s.layers = 8;
+        for (schedule, v) in [
+            (Schedule::Gpipe, 1),
+            (Schedule::OneFOneB, 1),
+            (Schedule::OneFOneB, 2),
+            (Schedule::Gpipe, 2),
+        ] {
+            (s.schedule, s.virtual_stages) = (schedule, v);
+            let par = s
+                .check()
+                .unwrap_or_else(|e| panic!("{schedule:?} v={v}: {}", e.message));
+            let p = s.pipeline(&par).unwrap();
+            let timing: serde_json::Value = p["diagram"].clone();
+            let stages = timing["slots"].as_array().unwrap();
+            let makespan = timing["makespan"].as_f64().unwrap();
+            for (k, slots) in stages.iter().enumerate() {
+                let slots = slots.as_array().unwrap();
+                // A forward and a backward of every microbatch on every chunk.
+                assert_eq!(slots.len(), 2 * s.microbatches * v, "{schedule:?} v={v} stage {k}");
+                // The letters the page's diagram draws by.
+                assert!(slots
+                    .iter()
+                    .all(|x| ["F", "B"].contains(&x["action"]["pass"].as_str().unwrap())));
+                let busy: f64 = slots
+                    .iter()
+                    .map(|x| x["end"].as_f64().unwrap() - x["start"].as_f64().unwrap())
+                    .sum();
+                let idle = 1.0 - busy / makespan;
+                let bubble = p["bubble"].as_f64().unwrap();
+                assert!(
+                    (idle - bubble).abs() < 1e-9,
+                    "{schedule:?} v={v} stage {k}: idles {idle}, the formula {bubble}"
+                );
+            }
+        }
+        // Refused at the control, and no diagram drawn of what cannot be laid out (ZB-H1 runs
+        // one chunk per stage; three chunks do not divide two blocks).
+        for (schedule, v) in [(Schedule::OneFOneB, 3), (Schedule::ZbH1, 2)] {
+            (s.schedule, s.virtual_stages) = (schedule, v);
+            let e = s.check().unwrap_err();
+            assert_eq!(e.field, "virtual_stages", "{}", e.message);
+            assert!(s.pipeline(&s.parallelism().unwrap()).is_none(), "{schedule:?} v={v}");
+        }
     }
 
     #[test]

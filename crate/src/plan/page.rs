@@ -36,8 +36,9 @@ const fn limit(setting: Setting, min: f64, max: f64) -> Limit {
 /// asked for (vocab needs two tokens for a task to have anything to learn); a dropout rate
 /// above 0.95 leaves nothing to train; below 1e-6 nothing visibly learns in the steps a page
 /// runs, and above 1 AdamW and SGD both diverge on every preset. Gradient accumulation: at
-/// most one microbatch per example of the largest batch.
-pub static PAGE_LIMITS: [Limit; 9] = [
+/// most one microbatch per example of the largest batch; virtual stages, at most one chunk per
+/// block of the deepest model.
+pub static PAGE_LIMITS: [Limit; 10] = [
     limit(Setting::Layers, 1.0, 12.0),
     limit(Setting::DModel, 1.0, 1024.0),
     limit(Setting::Heads, 1.0, 64.0),
@@ -45,6 +46,7 @@ pub static PAGE_LIMITS: [Limit; 9] = [
     limit(Setting::Batch, 1.0, 512.0),
     limit(Setting::Vocab, 2.0, 4096.0),
     limit(Setting::Microbatches, 1.0, 512.0),
+    limit(Setting::VirtualStages, 1.0, 12.0),
     limit(Setting::Dropout, 0.0, 0.95),
     limit(Setting::Lr, 1e-6, 1.0),
 ];
@@ -62,8 +64,9 @@ pub const PAGE_MAX_ELEMENTS: u64 = 1 << 29;
 /// More spec overrides than this in one link are not a hand-made edit.
 pub const PAGE_MAX_SPECS: usize = 256;
 
-/// The model's sizes, microbatches, dropout and learning rate within the page's bounds.
-pub fn check_page_limits(cfg: &GptConfig, microbatches: usize, lr: f64) -> Result<(), Refusal> {
+/// The model's sizes, microbatches, virtual stages, dropout and learning rate within the page's
+/// bounds.
+pub fn check_page_limits(cfg: &GptConfig, microbatches: usize, virtual_stages: usize, lr: f64) -> Result<(), Refusal> {
     let values = [
         (Setting::Layers, cfg.layers as f64),
         (Setting::DModel, cfg.d_model as f64),
@@ -72,6 +75,7 @@ pub fn check_page_limits(cfg: &GptConfig, microbatches: usize, lr: f64) -> Resul
         (Setting::Batch, cfg.batch as f64),
         (Setting::Vocab, cfg.vocab as f64),
         (Setting::Microbatches, microbatches as f64),
+        (Setting::VirtualStages, virtual_stages as f64),
         (Setting::Dropout, f64::from(cfg.dropout)),
         (Setting::Lr, lr),
     ];
@@ -163,15 +167,15 @@ mod tests {
             layers: 13,
             ..GptConfig::tiny()
         };
-        let e = check_page_limits(&cfg, 1, 3e-3).unwrap_err();
+        let e = check_page_limits(&cfg, 1, 1, 3e-3).unwrap_err();
         assert_eq!(e.setting, Setting::Layers);
         assert_eq!(
             e.text(Audience::Page),
             "layers 13: is more than this page handles: use 1 to 12"
         );
-        let e = check_page_limits(&GptConfig::tiny(), 1, 0.0).unwrap_err();
+        let e = check_page_limits(&GptConfig::tiny(), 1, 1, 0.0).unwrap_err();
         assert_eq!(e.setting, Setting::Lr);
-        assert!(check_page_limits(&GptConfig::tiny(), 1, 3e-3).is_ok());
+        assert!(check_page_limits(&GptConfig::tiny(), 1, 1, 3e-3).is_ok());
     }
 
     #[test]

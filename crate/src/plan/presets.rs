@@ -251,7 +251,7 @@ mod tests {
             assert_eq!(Strategy::of(&p.parallelism()), Some(p.strategy()), "{p:?}");
             assert!(mesh.devices() <= crate::plan::PAGE_MAX_DEVICES);
             let lr = f64::from(TrainerOptions::new(cfg.clone(), Parallel::None).optimizer.lr());
-            check_page_limits(&cfg, p.microbatches(), lr).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+            check_page_limits(&cfg, p.microbatches(), 1, lr).unwrap_or_else(|e| panic!("{p:?}: {e}"));
         }
     }
 }
