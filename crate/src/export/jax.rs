@@ -11,7 +11,7 @@ use crate::model::{param_specs, Dataset};
 use crate::plan::{
     self, gradient_pin, AxisKind, DropoutKey, ExplicitView, GradientPin, Parallel, Parallelism, TrainerOptions, Zero,
 };
-use crate::sharding::{AxisType, PartitionSpec};
+use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
 const LAUNCH: &str = include_str!("launch.py");
@@ -153,11 +153,7 @@ fn auto_section(
     par: &Parallelism,
     constraints: &[(String, PartitionSpec)],
 ) -> Result<String, ExportError> {
-    let specs = |layouts: Vec<Layout>| -> Vec<(String, PartitionSpec)> {
-        layouts.into_iter().map(|(n, _, s)| (n, s)).collect()
-    };
-    let param_specs = specs(param_layouts(opts, program, names)?);
-    let state_specs = specs(state_layouts(opts, program, names)?);
+    let (param_specs, state_specs) = jit_specs(opts, program, names)?;
     let mut pins: Vec<(String, PartitionSpec)> = vec![];
     let mut update_pins: Vec<(String, PartitionSpec)> = vec![];
     for ((name, state), (_, param)) in state_specs.iter().zip(&param_specs) {
@@ -185,11 +181,7 @@ fn explicit_section(
     par: &Parallelism,
     view: &ExplicitView,
 ) -> Result<String, ExportError> {
-    let specs = |layouts: Vec<Layout>| -> Vec<(String, PartitionSpec)> {
-        layouts.into_iter().map(|(n, _, s)| (n, s)).collect()
-    };
-    let param_specs = specs(param_layouts(opts, program, names)?);
-    let state_specs = specs(state_layouts(opts, program, names)?);
+    let (param_specs, state_specs) = jit_specs(opts, program, names)?;
     let jit = jit_section(EXPLICIT_DOC, program, &param_specs, &state_specs, &[], &[])?;
     let types = opts
         .parallel
@@ -206,7 +198,6 @@ fn explicit_section(
         .iter()
         .map(|(axis, t)| format!("\"{axis}\": jax.sharding.{}", t.jax_name()))
         .collect();
-    debug_assert!(types.axes().iter().all(|(_, t)| *t != AxisType::Manual));
     let bits: Vec<usize> = view.random_bits.iter().map(|b| b.instr).collect();
     let choices = explicit_choices(opts.config.layers, names, &view.choices, &bits)?;
     Ok(jit
@@ -218,6 +209,16 @@ fn explicit_section(
                 "{{UPDATE_RESHARDS}}",
                 &py_dict("UPDATE_RESHARDS", &choices.update_reshards),
             ))
+}
+
+/// The in_shardings of the parameters and of their optimizer state, by state name.
+type Specs = Vec<(String, PartitionSpec)>;
+fn jit_specs(opts: &TrainerOptions, program: &Program, names: &[String]) -> Result<(Specs, Specs), ExportError> {
+    let specs = |layouts: Vec<Layout>| layouts.into_iter().map(|(n, _, s)| (n, s)).collect();
+    Ok((
+        specs(param_layouts(opts, program, names)?),
+        specs(state_layouts(opts, program, names)?),
+    ))
 }
 
 /// The global step under jit with in/out shardings: the parameters', their state's and the
