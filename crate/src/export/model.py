@@ -391,8 +391,10 @@ def attention(q, k, v, key, layer, split):
             # fused attention runs with the mesh axes left to the compiler (auto_axes), its
             # result typed like the queries (its traced operands are passed in, not closed over).
             fused = functools.partial(fused_attention, split=split)
-            return jax.sharding.auto_axes(fused, out_sharding=jax.typeof(q).sharding)(q, k, v, key, layer)
-        return fused_attention(q, k, v, key, layer, split)
+            y = jax.sharding.auto_axes(fused, out_sharding=jax.typeof(q).sharding)(q, k, v, key, layer)
+        else:
+            y = fused_attention(q, k, v, key, layer, split)
+        return constrain(y, "att")  # fused attention's `att` is its output (explicit mode's reshard)
     t = q.shape[2]
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
     s = jnp.einsum("bhid,bhjd->bhij", q, k) * attention_scale()

@@ -714,9 +714,19 @@ fn export_rejects_what_train_rejects_with_a_fix() {
     refused(
         &shardlab::exec::TrainerOptions {
             stage_layers: vec![3, 1],
-            ..pp
+            ..pp.clone()
         },
         "--stage-layers 3,1",
+    );
+    // Explicit mode runs no pipeline (as `train` refuses it): the fix is shard_map's body.
+    let explicit_pp = shardlab::exec::TrainerOptions {
+        parallel: explicit(Strategy::Pp, "pp=2"),
+        ..pp
+    };
+    let err = jax_script(&explicit_pp, 3).unwrap_err().to_string();
+    assert!(
+        err.contains("--mode explicit") && err.contains("Use --mode shard_map"),
+        "{err}"
     );
 }
 
@@ -843,6 +853,19 @@ fn explicit_script_writes_the_typed_programs_choices_where_the_model_makes_the_v
     let m = jax_script(&golden_options(mixed), STEPS).unwrap();
     let want = "AXIS_TYPES = {\"dp\": jax.sharding.AxisType.Explicit, \"tp\": jax.sharding.AxisType.Auto}";
     assert!(m.contains(want), "{m}");
+    // A --spec on fused attention's output is its reshard there.
+    let spec = Parallel::Explicit {
+        par: Strategy::Dp.compose(&mesh("dp=2")).unwrap(),
+        axis_types: vec![],
+        specs: vec![("h0.att".into(), PartitionSpec::replicated())],
+    };
+    let a = jax_script(&golden_options(spec), STEPS).unwrap();
+    for needle in ["RESHARDS = {\n    \"att\": P(),\n}", "return constrain(y, \"att\")"] {
+        assert!(
+            a.contains(needle),
+            "the explicit script with --spec h0.att lacks `{needle}`:\n{a}"
+        );
+    }
     // Every choice the program's author makes on a named value is in the script, by its name in
     // the model code, for every strategy the script runs in explicit mode.
     for strategy in Strategy::ALL.into_iter().filter(|s| !s.axes().contains(&AxisKind::Pp)) {
