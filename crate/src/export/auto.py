@@ -1,8 +1,6 @@
 
 
-# ---------------------------------------------- automatic partitioning: jit with shardings
-# The global step, unchanged; the strategy is only the in/out shardings below. XLA's SPMD
-# partitioner inserts the collectives (shardlab's --mode auto does the same).
+{{MODE_DOC}}
 
 # in_shardings of the parameters and of their optimizer state (ZeRO splits the state while
 # the parameter stays whole), by state name (a block's parameter stacked over the layers:

@@ -1,13 +1,16 @@
 //! The JAX script of a training run: Python templates (header, launch, model, ring attention,
 //! one per mode, checkpoints, main loop) with the experiment's settings substituted in.
 use super::layouts::{
-    constraints, input_spec, param_layouts, py_dict, py_layout, py_spec, py_tuple, state_layouts, Layout,
+    constraints, explicit_choices, input_spec, param_layouts, py_dict, py_layout, py_spec, py_tuple, state_layouts,
+    Layout,
 };
 use super::settings::{settings, summary};
 use super::ExportError;
 use crate::ir::{Program, Role};
 use crate::model::{param_specs, Dataset};
-use crate::plan::{self, gradient_pin, AxisKind, DropoutKey, GradientPin, Parallel, Parallelism, TrainerOptions, Zero};
+use crate::plan::{
+    self, gradient_pin, AxisKind, DropoutKey, ExplicitView, GradientPin, Parallel, Parallelism, TrainerOptions, Zero,
+};
 use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
@@ -16,6 +19,7 @@ const MODEL: &str = include_str!("model.py");
 const RING: &str = include_str!("ring.py");
 const SINGLE: &str = include_str!("single.py");
 const AUTO: &str = include_str!("auto.py");
+const EXPLICIT: &str = include_str!("explicit.py");
 const COMPOSE: &str = include_str!("compose.py");
 const SHARD_MAP: &str = include_str!("shard_map.py");
 const PIPELINE: &str = include_str!("pipeline.py");
@@ -23,8 +27,10 @@ const CHECKPOINT: &str = include_str!("checkpoint.py");
 const MAIN: &str = include_str!("main.py");
 
 /// A standalone Python script that runs `steps` updates of the experiment `opts` describes
-/// under JAX: plain jit on one device, jit with in/out shardings (`Parallel::Auto`), or the
-/// composition's shard_map body with explicit collectives (`Parallel::ShardMap`), on one process
+/// under JAX: plain jit on one device, jit with in/out shardings (`Parallel::Auto`), the global
+/// step typed on Explicit mesh axes with the typed program's `out_sharding=` and `reshard`
+/// choices (`Parallel::Explicit`), or the composition's shard_map body with explicit
+/// collectives (`Parallel::ShardMap`), on one process
 /// or one per host (its flags). It prints `{"step":k,"loss":L,...}` per step and
 /// `{"done":true,"steps":n,"final_loss":L,...}` like `shardlab train --json`, the done line
 /// with the median ms per step after warm-up. Options that `shardlab train` would reject are
@@ -33,9 +39,10 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     check(opts, steps)?;
     // The program `shardlab train` would run: it checks the mesh and specs the same way, and
     // its in_specs are the shardings written into the script.
-    let program = plan::build(opts).map_err(|e| ExportError(e.to_string()))?.step.program;
+    let planned = plan::build(opts).map_err(|e| ExportError(e.to_string()))?;
+    let program = planned.step.program;
     let names: Vec<String> = param_specs(&opts.config).into_iter().map(|p| p.name).collect();
-    let mode = mode_section(opts, &program, &names)?;
+    let mode = mode_section(opts, &program, planned.explicit.as_ref(), &names)?;
     let mesh_axes = program.mesh.as_ref().map_or(vec![], |m| m.axes().to_vec());
     let header = HEADER
         .replace("{{SUMMARY}}", &summary(opts, steps))
@@ -85,16 +92,33 @@ fn check_pipeline_layout(opts: &TrainerOptions) -> Result<(), ExportError> {
     Ok(())
 }
 
+/// The comment a jit section opens with, per mode.
+const AUTO_DOC: &str = "\
+# ---------------------------------------------- automatic partitioning: jit with shardings
+# The global step, unchanged; the strategy is only the in/out shardings below. XLA's SPMD
+# partitioner inserts the collectives (shardlab's --mode auto does the same).";
+const EXPLICIT_DOC: &str = "\
+# -------------------------------------------------- explicit sharding: typed global arrays
+# The global step on Explicit mesh axes (jax.make_mesh's default since JAX 0.9, and
+# jax.set_mesh): every value's type carries its sharding (jax.typeof(x) prints f32[8@dp,64]),
+# and JAX types each op as it traces it. Where the result's type needs a choice, the model
+# code writes the one shardlab's explicit program makes (below): out_sharding= on the op, or
+# jax.sharding.reshard after it. Dropout bits are drawn typed like the values they mask
+# (jax.random.bernoulli(..., out_sharding=jax.typeof(x).sharding)); JAX's autodiff types each
+# cotangent like its primal. The step runs under jit with the in/out shardings below.";
+
 /// The section of the script's mode.
-fn mode_section(opts: &TrainerOptions, program: &Program, names: &[String]) -> Result<String, ExportError> {
+fn mode_section(
+    opts: &TrainerOptions,
+    program: &Program,
+    explicit: Option<&ExplicitView>,
+    names: &[String],
+) -> Result<String, ExportError> {
     Ok(match &opts.parallel {
         Parallel::None => SINGLE.to_string(),
-        Parallel::Explicit { .. } => {
-            return Err(ExportError(
-                "explicit mode is not exported yet: export the same run with --mode auto (the same shardings, \
-                 jit placing what explicit mode writes as out_sharding= and reshard)"
-                    .into(),
-            ))
+        Parallel::Explicit { par, .. } => {
+            let view = explicit.expect("explicit mode plans a typed program");
+            explicit_section(opts, program, names, par, view)?
         }
         Parallel::ShardMap { par, dropout_key } => {
             let body = if par.is_pipeline() {
@@ -129,11 +153,7 @@ fn auto_section(
     par: &Parallelism,
     constraints: &[(String, PartitionSpec)],
 ) -> Result<String, ExportError> {
-    let specs = |layouts: Vec<Layout>| -> Vec<(String, PartitionSpec)> {
-        layouts.into_iter().map(|(n, _, s)| (n, s)).collect()
-    };
-    let param_specs = specs(param_layouts(opts, program, names)?);
-    let state_specs = specs(state_layouts(opts, program, names)?);
+    let (param_specs, state_specs) = jit_specs(opts, program, names)?;
     let mut pins: Vec<(String, PartitionSpec)> = vec![];
     let mut update_pins: Vec<(String, PartitionSpec)> = vec![];
     for ((name, state), (_, param)) in state_specs.iter().zip(&param_specs) {
@@ -147,13 +167,78 @@ fn auto_section(
         pins.retain(|(n, _)| n != name);
         pins.push((name.clone(), spec.clone()));
     }
+    jit_section(AUTO_DOC, program, &param_specs, &state_specs, &pins, &update_pins)
+}
+
+/// The section for `Parallel::Explicit`: the global step under jit with the program's
+/// in/out_shardings, as in automatic mode but with no with_sharding_constraint (a type changes
+/// by reshard), the mesh's axis types, and the typed program's choices by the names of the
+/// values they type ([`explicit_choices`]).
+fn explicit_section(
+    opts: &TrainerOptions,
+    program: &Program,
+    names: &[String],
+    par: &Parallelism,
+    view: &ExplicitView,
+) -> Result<String, ExportError> {
+    let (param_specs, state_specs) = jit_specs(opts, program, names)?;
+    let jit = jit_section(EXPLICIT_DOC, program, &param_specs, &state_specs, &[], &[])?;
+    let types = opts
+        .parallel
+        .axis_types()
+        .expect("explicit mode has a mesh")
+        .map_err(|axis| {
+            ExportError(format!(
+                "--axis-types names '{axis}', which the mesh {} lacks",
+                par.name()
+            ))
+        })?;
+    let axis_types: Vec<String> = types
+        .axes()
+        .iter()
+        .map(|(axis, t)| format!("\"{axis}\": jax.sharding.{}", t.jax_name()))
+        .collect();
+    let bits: Vec<usize> = view.random_bits.iter().map(|b| b.instr).collect();
+    let choices = explicit_choices(opts.config.layers, names, &view.choices, &bits)?;
+    Ok(jit
+        + &EXPLICIT
+            .replace("{{AXIS_TYPES}}", &format!("{{{}}}", axis_types.join(", ")))
+            .replace("{{OUT_SHARDINGS}}", &py_dict("OUT_SHARDINGS", &choices.out_shardings))
+            .replace("{{RESHARDS}}", &py_dict("RESHARDS", &choices.reshards))
+            .replace(
+                "{{UPDATE_RESHARDS}}",
+                &py_dict("UPDATE_RESHARDS", &choices.update_reshards),
+            ))
+}
+
+/// The in_shardings of the parameters and of their optimizer state, by state name.
+type Specs = Vec<(String, PartitionSpec)>;
+fn jit_specs(opts: &TrainerOptions, program: &Program, names: &[String]) -> Result<(Specs, Specs), ExportError> {
+    let specs = |layouts: Vec<Layout>| layouts.into_iter().map(|(n, _, s)| (n, s)).collect();
+    Ok((
+        specs(param_layouts(opts, program, names)?),
+        specs(state_layouts(opts, program, names)?),
+    ))
+}
+
+/// The global step under jit with in/out shardings: the parameters', their state's and the
+/// inputs' specs, with_sharding_constraints on named values, and the gradient pins of the update.
+fn jit_section(
+    doc: &str,
+    program: &Program,
+    param_specs: &[(String, PartitionSpec)],
+    state_specs: &[(String, PartitionSpec)],
+    pins: &[(String, PartitionSpec)],
+    update_pins: &[(String, PartitionSpec)],
+) -> Result<String, ExportError> {
     Ok(AUTO
-        .replace("{{PARAM_SPECS}}", &py_dict("PARAM_SPECS", &param_specs))
-        .replace("{{STATE_SPECS}}", &py_dict("STATE_SPECS", &state_specs))
+        .replace("{{MODE_DOC}}", doc)
+        .replace("{{PARAM_SPECS}}", &py_dict("PARAM_SPECS", param_specs))
+        .replace("{{STATE_SPECS}}", &py_dict("STATE_SPECS", state_specs))
         .replace("{{BATCH_SPEC}}", &py_spec(&input_spec(program, Role::Tokens)))
         .replace("{{TARGETS_SPEC}}", &py_spec(&input_spec(program, Role::Targets)))
-        .replace("{{CONSTRAINTS}}", &py_dict("CONSTRAINTS", &pins))
-        .replace("{{UPDATE_GRAD_SPECS}}", &py_dict("UPDATE_GRAD_SPECS", &update_pins)))
+        .replace("{{CONSTRAINTS}}", &py_dict("CONSTRAINTS", pins))
+        .replace("{{UPDATE_GRAD_SPECS}}", &py_dict("UPDATE_GRAD_SPECS", update_pins)))
 }
 
 /// What every shard_map body composes, per mesh axis: the layouts, which axes split the

@@ -130,9 +130,10 @@ def say(record):
         print(json.dumps(record, separators=(",", ":")), file=RECORDS, flush=True)
 
 
-# Each mesh axis's type, as the mode needs it: Auto for jit with shardings and for shard_map
-# (whose body makes the axes Manual).
-AXIS_TYPE = jax.sharding.AxisType.Auto
+# Each mesh axis's type, by name: Auto for jit with shardings and for shard_map (whose body
+# makes the axes Manual), unless the mode's section gives it another (explicit mode: Explicit,
+# jax.make_mesh's default, but for the axes --axis-types makes Auto).
+AXIS_TYPES = {}
 
 
 def mesh_devices():
@@ -161,10 +162,15 @@ def mesh_devices():
 
 @functools.cache
 def make_mesh():
-    """jax.make_mesh over the mesh's devices, in the order it picks for the hardware's topology."""
+    """jax.make_mesh over the mesh's devices, in the order it picks for the hardware's topology.
+    In explicit mode it is also the mesh every op reads its types against (jax.set_mesh)."""
     names = tuple(name for name, _ in MESH_AXES)
     shape = tuple(size for _, size in MESH_AXES)
-    return jax.make_mesh(shape, names, axis_types=(AXIS_TYPE,) * len(names), devices=mesh_devices())
+    types = tuple(AXIS_TYPES.get(name, jax.sharding.AxisType.Auto) for name in names)
+    mesh = jax.make_mesh(shape, names, axis_types=types, devices=mesh_devices())
+    if MODE == "explicit":
+        jax.set_mesh(mesh)
+    return mesh
 
 
 def sharding(spec):

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use super::ExportError;
 use crate::ir::{Program, Role};
 use crate::model::{param_specs, GptConfig};
+use crate::partition::explicit::{Choice, ChoiceBy, ChoiceKind};
 use crate::plan::TrainerOptions;
 use crate::sharding::PartitionSpec;
 
@@ -71,6 +72,93 @@ pub fn state_layouts(opts: &TrainerOptions, program: &Program, names: &[String])
         })
         .collect();
     stacked(opts, zero)
+}
+
+/// Explicit mode's choices as the script writes them, each by the script's name of the value
+/// it types (as [`constraints`] names a pinned value; a block's parameter where the block reads
+/// it by its name in the block), a block's alike in every layer.
+#[derive(Debug, Default)]
+pub struct ExplicitChoices {
+    /// `out_sharding=` on the op making the value.
+    pub out_shardings: Vec<(String, PartitionSpec)>,
+    /// `jax.sharding.reshard` after it.
+    pub reshards: Vec<(String, PartitionSpec)>,
+    /// The optimizer update's own reshards of its operands (a parameter's stack, dNAME).
+    pub update_reshards: Vec<(String, PartitionSpec)>,
+}
+
+/// The values the script's model code makes with an op given `out_sharding=`.
+const OUT_SHARDING_POINTS: [&str; 8] = ["tok_emb", "heads", "q", "k", "v", "proj", "mlp", "logits"];
+/// A block's named values the script can give a type (`constrain`), explicit mode's beyond
+/// those a `--spec` pins.
+const TYPED_BLOCK_VALUES: [&str; 12] = [
+    "ln1", "qkv", "heads", "q", "k", "v", "att", "proj", "x_att", "ln2", "mlp", "x_mlp",
+];
+
+/// The choices of explicit mode's typed program the script writes: the program's own (by its
+/// author), and the optimizer update's. What JAX writes itself is left out: autodiff's
+/// cotangents, jit's out_shardings, and the dropout bits (`bits`: their instructions), which
+/// the script draws typed like what they mask, the rule the program's choices follow. A choice
+/// on a value the model code has no point for is refused.
+pub fn explicit_choices(
+    layers: usize,
+    params: &[String],
+    choices: &[Choice],
+    bits: &[usize],
+) -> Result<ExplicitChoices, ExportError> {
+    let mut out = ExplicitChoices::default();
+    for c in choices {
+        let list = match (c.by, c.kind) {
+            (ChoiceBy::Autodiff | ChoiceBy::Outputs, _) => continue,
+            (ChoiceBy::Program, _) if bits.contains(&c.instr) => continue,
+            (ChoiceBy::Program, ChoiceKind::OutSharding) => &mut out.out_shardings,
+            (ChoiceBy::Program, ChoiceKind::Reshard) => &mut out.reshards,
+            (ChoiceBy::Update, _) => &mut out.update_reshards,
+        };
+        let spec = PartitionSpec::parse(&c.spec).map_err(|e| ExportError(format!("{}: {e}", c.spec)))?;
+        let (name, spec) = choice_name(c, spec, params).ok_or_else(|| no_point(c))?;
+        if c.kind == ChoiceKind::OutSharding && !OUT_SHARDING_POINTS.contains(&name.as_str()) {
+            return Err(no_point(c));
+        }
+        match list.iter().find(|(n, _)| *n == name) {
+            Some((_, s)) if *s == spec => {}
+            Some(_) => return Err(per_layer_spec(&c.value, layers)),
+            None => list.push((name, spec)),
+        }
+    }
+    Ok(out)
+}
+
+/// The script's name of the value a choice types, and the spec as the script applies it: a
+/// block parameter read in the block by its name there (one layer's), resharded for the update
+/// as its stack (the layer axis in front); a gradient or update by its stack.
+fn choice_name(c: &Choice, spec: PartitionSpec, params: &[String]) -> Option<(String, PartitionSpec)> {
+    let name = c.value.as_str();
+    if params.iter().any(|p| p == name) {
+        return Some(match (layer_of(name), c.by) {
+            (Some((_, leaf)), ChoiceBy::Update) => (leaf.to_string(), with_layer_axis(&spec, false)),
+            (Some((_, leaf)), _) => (leaf.to_string(), spec),
+            (None, _) => (name.to_string(), spec),
+        });
+    }
+    if name == "tok_emb" {
+        return Some((name.to_string(), spec));
+    }
+    script_name(name, &spec, params, &TYPED_BLOCK_VALUES)
+        .ok()
+        .map(|(n, s, _)| (n, s))
+}
+
+fn no_point(c: &Choice) -> ExportError {
+    let how = match c.kind {
+        ChoiceKind::OutSharding => "out_sharding=",
+        ChoiceKind::Reshard => "reshard to ",
+    };
+    ExportError(format!(
+        "explicit mode types `{}` with {how}{} ({}), and the exported JAX model has no point to write it: \
+         export with --mode auto, or drop the --spec that asks for it",
+        c.value, c.spec, c.why
+    ))
 }
 
 /// `hN.name` (N a layer) as `(N, name)`.

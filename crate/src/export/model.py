@@ -184,12 +184,45 @@ CONSTRAINTS = {}
 # with_sharding_constraint on the gradient the update reads, by parameter (ZeRO-1 in automatic
 # mode: replicated, so that it is all-reduced; the update then slices each device's block).
 UPDATE_GRAD_SPECS = {}
+# Explicit mode's choices, by the same names (a block parameter by its name in the block where
+# it is read, its stack elsewhere): out_sharding= on the op that makes a value, a
+# jax.sharding.reshard after it, and the optimizer update's own reshards of its operands; the
+# explicit section fills them, other modes leave them empty.
+OUT_SHARDINGS = {}
+RESHARDS = {}
+UPDATE_RESHARDS = {}
 
 
 def constrain(x, name):
-    """x pinned to CONSTRAINTS[name] (jax.lax.with_sharding_constraint), else x unchanged."""
+    """x pinned to CONSTRAINTS[name] (jax.lax.with_sharding_constraint), or resharded to
+    RESHARDS[name] (jax.sharding.reshard), else x unchanged."""
     spec = CONSTRAINTS.get(name)
-    return x if spec is None else jax.lax.with_sharding_constraint(x, sharding(spec))
+    if spec is not None:
+        return jax.lax.with_sharding_constraint(x, sharding(spec))
+    spec = RESHARDS.get(name)
+    return x if spec is None else jax.sharding.reshard(x, spec)
+
+
+def out_sharding(name):
+    """The out_sharding= the op making value `name` is given (explicit mode), else None."""
+    return OUT_SHARDINGS.get(name)
+
+
+def shaped(x, shape, name):
+    """jnp.reshape to `shape`, making the value `name`."""
+    return constrain(jnp.reshape(x, shape, out_sharding=out_sharding(name)), name)
+
+
+def matmul(x, w, name):
+    """x @ w, making the value `name`."""
+    return constrain(jnp.matmul(x, w, out_sharding=out_sharding(name)), name)
+
+
+def bits_sharding(x):
+    """Explicit mode draws dropout bits typed like the value they mask
+    (out_sharding=jax.typeof(x).sharding), so each device makes only its block where the layout
+    allows; elsewhere the bits take the default."""
+    return jax.typeof(x).sharding if MODE == "explicit" else None
 
 
 # The layer norm and GELU are ops with their own backward, as shardlab's kernels are: each
@@ -316,7 +349,7 @@ def dropout(x, key, site, split=None, heads=False):
     keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
     site_key = jax.random.fold_in(key, site)
     if split is None or not split.blocks:
-        keep = jax.random.bernoulli(site_key, keep_prob, x.shape)
+        keep = jax.random.bernoulli(site_key, keep_prob, x.shape, out_sharding=bits_sharding(x))
     else:
         keep = keep_of_bits(block_bits(site_key, x.shape, split, heads))
     return jnp.where(keep, x * keep_scale(), 0.0)
@@ -353,18 +386,40 @@ def attention(q, k, v, key, layer, split):
     if split is not None and split.cp is not None:
         return tiled_attention(q, k, v, key, layer, split)
     if ATTENTION == "fused" and "att" not in CONSTRAINTS:
-        if DROPOUT != 0.0:
-            return tiled_attention(q, k, v, key, layer, split)
-        # jax.nn's layout is (B, T, H, Dh); the backend picks the implementation.
-        qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
-        y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)
-        return y.transpose(0, 2, 1, 3)
+        if sequence_typed_split(q):
+            # The tiles cut the sequence, which the queries' type splits: in explicit mode the
+            # fused attention runs with the mesh axes left to the compiler (auto_axes), its
+            # result typed like the queries (its traced operands are passed in, not closed over).
+            fused = functools.partial(fused_attention, split=split)
+            y = jax.sharding.auto_axes(fused, out_sharding=jax.typeof(q).sharding)(q, k, v, key, layer)
+        else:
+            y = fused_attention(q, k, v, key, layer, split)
+        return constrain(y, "att")  # fused attention's `att` is its output (explicit mode's reshard)
     t = q.shape[2]
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
     s = jnp.einsum("bhid,bhjd->bhij", q, k) * attention_scale()
     a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), "att")
     a = dropout(a, key, 3 * layer + 0, split, heads=True)
     return jnp.einsum("bhij,bhjd->bhid", a, v)
+
+
+def sequence_typed_split(x):
+    """Whether the type of x, (B, H, T, Dh), splits its sequence over a mesh axis (explicit
+    mode's context parallelism)."""
+    if MODE != "explicit":
+        return False
+    spec = tuple(jax.typeof(x).sharding.spec)
+    return len(spec) > 2 and spec[2] is not None
+
+
+def fused_attention(q, k, v, key, layer, split):
+    """jax.nn.dot_product_attention, or, with dropout, FlashAttention's tiles."""
+    if DROPOUT != 0.0:
+        return tiled_attention(q, k, v, key, layer, split)
+    # jax.nn's layout is (B, T, H, Dh); the backend picks the implementation.
+    qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)
+    return y.transpose(0, 2, 1, 3)
 
 
 def attention_scale():
@@ -376,19 +431,21 @@ def block(x, p, key, layer, split):
     """One block on the residual stream x (B, T, d): attention, then the MLP, each with its
     residual add. `p` holds the block's 12 parameters by name; `layer` (traced under the
     scan) picks its dropout keys."""
+    p = {name: constrain(w, name) for name, w in p.items()}  # where read (FSDP gathers them)
     # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
     h = column_parallel_input(constrain(layer_norm(x, p["ln1_g"], p["ln1_b"]), "ln1"), split)
     bsz, t, _ = h.shape  # the whole sequence in sequence parallelism's matmul regions
     qkv = constrain(h @ p["w_qkv"].reshape(D_MODEL, -1) + p["b_qkv"].reshape(-1), "qkv")  # (B, T, 3 * H * Dh)
     heads = qkv.shape[-1] // (3 * DH)
-    q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
+    qkv = shaped(qkv, (bsz, t, 3, heads, DH), "heads").transpose(2, 0, 3, 1, 4)
+    q, k, v = (shaped(a, (bsz, heads, t, DH), n) for a, n in zip(jnp.split(qkv, 3), "qkv"))  # (B, H, T, Dh)
     y = attention(q, k, v, key, layer, split).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
-    y = row_parallel_output(constrain(y @ p["w_proj"], "proj"), split) + p["b_proj"]
+    y = row_parallel_output(matmul(y, p["w_proj"], "proj"), split) + p["b_proj"]
     x = constrain(x + dropout(y, key, 3 * layer + 1, split), "x_att")
     # MLP
     h = column_parallel_input(constrain(layer_norm(x, p["ln2_g"], p["ln2_b"]), "ln2"), split)
     f = gelu(h @ p["w_fc"] + p["b_fc"])
-    f = row_parallel_output(constrain(f @ p["w_out"], "mlp"), split) + p["b_out"]
+    f = row_parallel_output(matmul(f, p["w_out"], "mlp"), split) + p["b_out"]
     return constrain(x + dropout(f, key, 3 * layer + 2, split), "x_mlp")
 
 
@@ -413,7 +470,8 @@ def embed(wte, wpe, tokens, split):
     is split)."""
     t = tokens.shape[1]
     rows = wpe[:t] if split is None or not split.seq else jnp.take(wpe, seq_positions(split.seq, t, split.order), axis=0)
-    return constrain(wte[tokens] + rows, "x0")  # (B, T, d)
+    tok = constrain(wte.at[tokens].get(out_sharding=out_sharding("tok_emb")), "tok_emb")
+    return constrain(tok + rows, "x0")  # (B, T, d)
 
 
 def forward_loss(params, tokens, targets, key, split=None):
@@ -421,6 +479,7 @@ def forward_loss(params, tokens, targets, key, split=None):
     same code runs on global arrays (jit) and on one device's blocks (shard_map): with
     tensor parallelism w_qkv is (L, d, 3, H/tp, Dh) and b_qkv (L, 3, H/tp, Dh); where the
     sequence is split, each device reads the rows of wpe at its positions."""
+    params = {name: p if name in BLOCK else constrain(p, name) for name, p in params.items()}  # where read
     x = embed(params["wte"], params["wpe"], tokens, split)
     x = run_blocks({name: params[name] for name in BLOCK}, x, key, split)
     w_head = params["wte"].T if TIED else params["w_head"]
@@ -431,7 +490,7 @@ def head_loss(x, lnf_g, lnf_b, w_head, targets):
     """The final layer norm, the head (no bias) and the mean cross-entropy of the residual
     stream x (B, T, d)."""
     x = layer_norm(x, lnf_g, lnf_b)
-    logits = constrain(x @ w_head, "logits")  # (B, T, V)
+    logits = matmul(x, w_head, "logits")  # (B, T, V)
     logits = logits.astype(jnp.float32)  # the loss in float32 whatever the compute dtype
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return constrain(jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked), "loss")
@@ -463,11 +522,12 @@ def apply_updates(params, grads, opt_state, hyper):
     grads = {name: g.astype(jnp.float32) for name, g in grads.items()}
     lr = np.float32(LR)
     if OPTIMIZER == "sgd":
-        return {name: p - lr * grads[name] for name, p in params.items()}, opt_state
+        return {name: update_operand(p, name) - lr * update_operand(grads[name], f"d{name}") for name, p in params.items()}, opt_state
     one_minus_b1, one_minus_b2 = np.float32(1.0 - 0.9), np.float32(1.0 - 0.999)
     new_p, new_m, new_v = {}, {}, {}
     for name, p in params.items():
-        g, m, v = grads[name], opt_state[0][name], opt_state[1][name]
+        p, g = update_operand(p, name), update_operand(grads[name], f"d{name}")
+        m, v = opt_state[0][name], opt_state[1][name]
         m = one_minus_b1 * g + B1 * m
         v = one_minus_b2 * (g * g) + B2 * v
         mhat, vhat = m / hyper[0], v / hyper[1]
@@ -475,6 +535,13 @@ def apply_updates(params, grads, opt_state, hyper):
         new_p[name] = p - lr * (mhat / (jnp.sqrt(vhat) + EPS) + wd * p)
         new_m[name], new_v[name] = m, v
     return new_p, (new_m, new_v)
+
+
+def update_operand(x, name):
+    """The update's operand `name` (a parameter, dNAME its gradient) on each device's block where
+    the update runs on blocks finer than it is laid out (ZeRO in explicit mode: UPDATE_RESHARDS)."""
+    spec = UPDATE_RESHARDS.get(name)
+    return x if spec is None else jax.sharding.reshard(x, spec)
 
 
 # ------------------------------------------------------------------ gradient accumulation

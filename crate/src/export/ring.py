@@ -14,15 +14,23 @@
 # work. With dropout each tile pair draws the bits of its own block of the mask the
 # composition would draw. A custom VJP sends K and V round again in the backward with the
 # dK and dV accumulators beside them, so a device holds only its own blocks between the
-# passes.
+# passes. In bf16 the tiles keep jax.nn.dot_product_attention's precision: the dots take
+# bfloat16 operands and give float32 (scores, partial outputs, gradients), the online
+# softmax's statistics and the accumulators are float32, and only the results are cast back
+# to the operands' dtype (in float32 every cast is a no-op).
 
 RING_TILE = 128
+
+
+def dot(spec, a, b):
+    """A tile's dot: operands in the activations' dtype (b's), the product in float32."""
+    return jnp.einsum(spec, a.astype(b.dtype), b, preferred_element_type=jnp.float32)
 
 
 def tile_block(q, k, v, qpos, kpos, bits):
     """Queries against one chunk of keys, by global positions. Returns (o, lse); a row that
     sees no key of the chunk has o = 0 and lse = -inf."""
-    s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
+    s = dot("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
     seen = kpos[None, :] <= qpos[:, None]
     s = jnp.where(seen, s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
@@ -31,7 +39,7 @@ def tile_block(q, k, v, qpos, kpos, bits):
     l = jnp.sum(p, axis=-1, keepdims=True)
     lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), -jnp.inf)[..., 0]
     w = p if bits is None else jnp.where(keep_of_bits(bits), p * keep_scale(), 0.0)
-    o = jnp.einsum("bhij,bhjd->bhid", w, v) / jnp.where(l > 0, l, 1.0)
+    o = dot("bhij,bhjd->bhid", w, v) / jnp.where(l > 0, l, 1.0)
     return o, lse
 
 
@@ -113,8 +121,8 @@ def tiled_attention(q, k, v, key, layer, split):
 
     def forward(q, k, v, site):
         qt = tiles(q)
-        o = jnp.zeros_like(qt)
-        lse = jnp.zeros_like(qt[..., 0]) - jnp.inf  # varying as q is
+        o = jnp.zeros_like(qt, dtype=jnp.float32)
+        lse = jnp.zeros_like(qt[..., 0], dtype=jnp.float32) - jnp.inf  # varying as q is
         o, lse = attend_hop(qt, k, v, o, lse, site, 0)
 
         def step(carry, shift):
@@ -123,7 +131,7 @@ def tiled_attention(q, k, v, key, layer, split):
             return (kk, vv, *attend_hop(qt, kk, vv, o, lse, site, shift)), None
 
         (_, _, o, lse), _ = jax.lax.scan(step, (k, v, o, lse), jnp.arange(1, n))
-        return untiles(o), untiles(lse)
+        return untiles(o).astype(q.dtype), untiles(lse)
 
     # The site's key is an argument (custom_vjp takes no closed-over traced values); it gets
     # no cotangent.
@@ -138,7 +146,7 @@ def tiled_attention(q, k, v, key, layer, split):
     def attend_bwd(res, do):
         q, k, v, o, lse, site = res
         scale = np.float32(1.0) / np.sqrt(np.float32(DH))
-        query_tiles = (jnp.arange(nt), tiles(q), tiles(do), tiles(lse), tiles(jnp.sum(do * o, axis=-1)), positions(0))
+        query_tiles = (jnp.arange(nt), tiles(q), tiles(do), tiles(lse), tiles(jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)), positions(0))
 
         def grads_hop(kk, vv, dq, dk, dv, shift):
             """dq (tiled), dk, dv plus this hop's contributions: per key tile a scan over the
@@ -153,30 +161,30 @@ def tiled_attention(q, k, v, key, layer, split):
 
                     def add(dq_a, dk_b, dv_b):
                         visible = kp[None, :] <= qp[:, None]
-                        sc = jnp.einsum("bhid,bhjd->bhij", q_a, k_b) * scale
+                        sc = dot("bhid,bhjd->bhij", q_a, k_b) * scale
                         p = jnp.where(visible, jnp.exp(sc - lse_a[..., None]), 0.0)
                         b = bits(site, qp, kp)
                         keep = 1.0 if b is None else jnp.where(keep_of_bits(b), keep_scale(), 0.0)
-                        dp = keep * jnp.einsum("bhid,bhjd->bhij", do_a, v_b)
+                        dp = keep * dot("bhid,bhjd->bhij", do_a, v_b)
                         ds = scale * p * (dp - delta_a[..., None])
                         return (
-                            dq_a + jnp.einsum("bhij,bhjd->bhid", ds, k_b),
-                            dk_b + jnp.einsum("bhij,bhid->bhjd", ds, q_a),
-                            dv_b + jnp.einsum("bhij,bhid->bhjd", p * keep, do_a),
+                            dq_a + dot("bhij,bhjd->bhid", ds, k_b),
+                            dk_b + dot("bhij,bhid->bhjd", ds, q_a),
+                            dv_b + dot("bhij,bhid->bhjd", p * keep, do_a),
                         )
 
                     dq_a, dk_b, dv_b = jax.lax.cond(kp[0] <= qp[-1], add, lambda *g: g, dq[a], dk_b, dv_b)
                     return (dq.at[a].set(dq_a), dk_b, dv_b), None
 
-                zero = jnp.zeros_like(k_b)
+                zero = jnp.zeros_like(k_b, dtype=jnp.float32)
                 (dq, dk_b, dv_b), _ = jax.lax.scan(query_tile, (dq, zero, zero), query_tiles)
                 return dq, (dk_b, dv_b)
 
             dq, (dk_t, dv_t) = jax.lax.scan(key_tile, dq, (tiles(kk), tiles(vv), positions(shift)))
             return dq, dk + untiles(dk_t), dv + untiles(dv_t)
 
-        dq = jnp.zeros_like(tiles(q))
-        dq, dk, dv = grads_hop(k, v, dq, jnp.zeros_like(k), jnp.zeros_like(v), 0)
+        dq = jnp.zeros_like(tiles(q), dtype=jnp.float32)
+        dq, dk, dv = grads_hop(k, v, dq, *(jnp.zeros_like(x, dtype=jnp.float32) for x in (k, v)), 0)
 
         def step(carry, shift):
             kk, vv, dq, dk, dv = carry
@@ -187,7 +195,7 @@ def tiled_attention(q, k, v, key, layer, split):
         # After the last hop each accumulator belongs to the next device: one more hop.
         if n > 1:
             dk, dv = hop(dk), hop(dv)
-        return untiles(dq), dk, dv, None
+        return untiles(dq).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
 
     attend.defvjp(attend_fwd, attend_bwd)
     return attend(q, k, v, jax.random.fold_in(key, 3 * layer + 0))

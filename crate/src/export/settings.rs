@@ -104,7 +104,7 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
         set(
             "MODE",
             quoted(opts.parallel.mode_name()),
-            "single, auto (jit with shardings) or shard_map",
+            "single, auto (jit with shardings), explicit (typed shardings) or shard_map",
         ),
         set("MESH_AXES", mesh, "(name, size) per mesh axis; () for one device"),
     ];

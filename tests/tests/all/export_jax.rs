@@ -80,6 +80,14 @@ fn auto(strategy: Strategy, m: &str) -> Parallel {
     }
 }
 
+fn explicit(strategy: Strategy, m: &str) -> Parallel {
+    Parallel::Explicit {
+        par: strategy.compose(&mesh(m)).unwrap(),
+        axis_types: vec![],
+        specs: vec![],
+    }
+}
+
 /// shardlab's losses on the reference executor: before each update, then the final eval.
 fn shardlab_losses(opts: &TrainerOptions, steps: u64) -> Vec<f64> {
     pollster::block_on(async {
@@ -437,21 +445,27 @@ fn zero_and_microbatch_scripts_write_the_loop_the_state_layout_and_the_gather() 
 /// updates of the golden experiment, in all three modes).
 const BF16_LOSS_TOLERANCE: f64 = 5.0 / 256.0;
 
+/// The f32 losses are shardlab's (which every f32 script matches to 1e-4 above), so each case
+/// costs one JAX run. The last case is fused attention with dropout: FlashAttention's tiles,
+/// whose skipped tile pairs (jax.lax.cond) must give the dtypes of the computed ones.
 #[test]
 fn exported_bf16_scripts_compute_in_bfloat16_and_track_the_f32_losses_within_bf16_precision() {
     jax_or_skip!();
-    for (name, parallel) in [
-        ("single_bf16", Parallel::None),
-        ("shard_map_dp8_bf16", shard_map(Strategy::Dp, "dp=8")),
-        ("auto_fsdp4_bf16", auto(Strategy::Fsdp, "dp=4")),
+    let mut fused_dropout = golden_batch8(explicit(Strategy::Dp, "dp=8"));
+    fused_dropout.config.dropout = 0.1;
+    fused_dropout.config.attention = shardlab::model::Attention::Fused;
+    for (name, f32) in [
+        ("single_bf16", golden_batch8(Parallel::None)),
+        ("shard_map_dp8_bf16", golden_batch8(shard_map(Strategy::Dp, "dp=8"))),
+        ("auto_fsdp4_bf16", golden_batch8(auto(Strategy::Fsdp, "dp=4"))),
+        ("explicit_dp8_bf16_fused_dropout", fused_dropout),
     ] {
-        let f32 = golden_batch8(parallel);
         let mut bf16 = f32.clone();
         bf16.config.precision = Precision::Bf16;
         let script = jax_script(&bf16, STEPS).unwrap();
         assert!(script.contains("COMPUTE_DTYPE = \"bfloat16\""), "{name}");
         let low = run_script(name, &script, STEPS);
-        let full = run_script(&format!("{name}_f32"), &jax_script(&f32, STEPS).unwrap(), STEPS);
+        let full = shardlab_losses(&f32, STEPS);
         for (k, (l, f)) in low.iter().zip(&full).enumerate() {
             assert!(
                 (l - f).abs() <= BF16_LOSS_TOLERANCE * f,
@@ -533,6 +547,7 @@ fn exported_scripts_are_valid_python() {
         };
         cases.push((format!("shard_map_{}", s.name()), golden_options(shard_map(s, m))));
         cases.push((format!("auto_{}", s.name()), golden_options(auto(s, m))));
+        cases.push((format!("explicit_{}", s.name()), golden_options(explicit(s, m))));
     }
     let mut text = golden_options(Parallel::None);
     text.config.vocab = 80;
@@ -578,7 +593,7 @@ fn shard_map_script_writes_the_body_with_explicit_collectives() {
         "MESH_AXES = ((\"fsdp\", 2),)",
         "jax.config.update(\"jax_num_cpu_devices\", simulated_cpu_devices(FLAGS))",
         "jax.distributed.initialize(flags.coordinator, flags.num_processes, flags.process_id)",
-        "jax.make_mesh(shape, names, axis_types=(AXIS_TYPE,) * len(names), devices=mesh_devices())",
+        "jax.make_mesh(shape, names, axis_types=types, devices=mesh_devices())",
         "jax.make_array_from_process_local_data(sharding(spec), local, (BATCH, SEQ))",
     ] {
         assert!(fsdp.contains(needle), "the fsdp script lacks `{needle}`:\n{fsdp}");
@@ -705,10 +720,201 @@ fn export_rejects_what_train_rejects_with_a_fix() {
     refused(
         &shardlab::exec::TrainerOptions {
             stage_layers: vec![3, 1],
-            ..pp
+            ..pp.clone()
         },
         "--stage-layers 3,1",
     );
+    // Explicit mode runs no pipeline (as `train` refuses it): the fix is shard_map's body.
+    let explicit_pp = shardlab::exec::TrainerOptions {
+        parallel: explicit(Strategy::Pp, "pp=2"),
+        ..pp
+    };
+    let err = jax_script(&explicit_pp, 3).unwrap_err().to_string();
+    assert!(
+        err.contains("--mode explicit") && err.contains("Use --mode shard_map"),
+        "{err}"
+    );
+}
+
+/// Explicit mode under JAX, to shardlab's losses: compositions whose choices together are
+/// every non-pipeline strategy's (dp and ZeRO-1's update on blocks, ZeRO-2's gradients, FSDP's
+/// gathers, tp's out_sharding= on a mesh with an Auto axis, cp's keys whole along the sequence
+/// beside dp, sequence parallelism's layer norms), with dropout (the bits typed like what they
+/// mask; fused attention's tiles, under auto_axes where the sequence is split; unfused
+/// attention's probabilities) in both RNG layouts and without (jax.nn.dot_product_attention),
+/// with microbatches and AdamW.
+#[test]
+fn exported_explicit_scripts_match_shardlab_for_every_strategy_with_and_without_dropout() {
+    jax_or_skip!();
+    use shardlab::model::Attention::{Fused, Unfused};
+    use shardlab::sharding::AxisType;
+    let tp_auto = Parallel::Explicit {
+        par: Strategy::DpTp.compose(&mesh("dp=2,tp=2")).unwrap(),
+        axis_types: vec![("tp".into(), AxisType::Auto)],
+        specs: vec![],
+    };
+    let (p, o) = (RngLayout::Partitionable, RngLayout::Original);
+    for (name, parallel, dropout, layout, attention, k) in [
+        (
+            "explicit_zero1_dp4_mb2",
+            explicit(Strategy::Zero1, "dp=4"),
+            0.1,
+            p,
+            Fused,
+            2,
+        ),
+        (
+            "explicit_zero2_dp4",
+            explicit(Strategy::Zero2, "dp=4"),
+            0.0,
+            p,
+            Fused,
+            1,
+        ),
+        (
+            "explicit_fsdp2_unfused",
+            explicit(Strategy::Fsdp, "dp=2"),
+            0.1,
+            o,
+            Unfused,
+            1,
+        ),
+        ("explicit_dp2_tp2_tp_auto", tp_auto, 0.1, p, Fused, 1),
+        (
+            "explicit_dp2_cp2",
+            explicit(Strategy::DpCp, "dp=2,cp=2"),
+            0.1,
+            o,
+            Fused,
+            1,
+        ),
+        ("explicit_tp_sp2", explicit(Strategy::TpSp, "tp=2"), 0.0, p, Fused, 1),
+    ] {
+        let mut opts = golden_batch8(parallel);
+        opts.config.dropout = dropout;
+        opts.config.attention = attention;
+        opts.rng_layout = layout;
+        opts.microbatches = k;
+        opts.optimizer = Optimizer::AdamW { lr: 1e-2 };
+        opts.seed = 3;
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+/// The explicit script sets the mesh's axis types and jax.set_mesh, and writes each choice of
+/// shardlab's typed program (`out_sharding=` on the op making a value, `reshard` after it, the
+/// update's own reshards) by the model code's name of the value; what JAX writes itself
+/// (autodiff's cotangents, jit's out_shardings, the bits typed like what they mask) is not listed.
+#[test]
+fn explicit_script_writes_the_typed_programs_choices_where_the_model_makes_the_values() {
+    use shardlab::partition::explicit::{ChoiceBy, ChoiceKind};
+    let mut tp = golden_options(explicit(Strategy::Tp, "tp=2"));
+    tp.config.dropout = 0.1;
+    let s = jax_script(&tp, STEPS).unwrap();
+    for needle in [
+        "MODE = \"explicit\"",
+        "AXIS_TYPES = {\"tp\": jax.sharding.AxisType.Explicit}",
+        "OUT_SHARDINGS = {\n    \"heads\": P(None, None, None, \"tp\"),\n    \"proj\": P(),\n    \"mlp\": P(),\n}",
+        "RESHARDS = {}",
+        "UPDATE_RESHARDS = {}",
+        "CONSTRAINTS = {}",
+        "jax.set_mesh(mesh)",
+        "y = row_parallel_output(matmul(y, p[\"w_proj\"], \"proj\"), split) + p[\"b_proj\"]",
+        "constrain(jnp.matmul(x, w, out_sharding=out_sharding(name)), name)",
+        "constrain(jnp.reshape(x, shape, out_sharding=out_sharding(name)), name)",
+        "jax.random.bernoulli(site_key, keep_prob, x.shape, out_sharding=bits_sharding(x))",
+        "return jax.typeof(x).sharding if MODE == \"explicit\" else None",
+        "in_shardings=(params, state, sharding(BATCH_SPEC), sharding(TARGETS_SPEC), replicated, replicated)",
+    ] {
+        assert!(s.contains(needle), "the explicit tp script lacks `{needle}`:\n{s}");
+    }
+    let fsdp = jax_script(&golden_options(explicit(Strategy::Fsdp, "dp=2")), STEPS).unwrap();
+    for needle in [
+        "RESHARDS = {\n    \"wte\": P(),",
+        "\"w_fc\": P(),",
+        "p = {name: constrain(w, name) for name, w in p.items()}",
+        "\"w_fc\": P(None, \"fsdp\", None),",
+    ] {
+        assert!(
+            fsdp.contains(needle),
+            "the explicit fsdp script lacks `{needle}`:\n{fsdp}"
+        );
+    }
+    let mut zero1 = golden_batch8(explicit(Strategy::Zero1, "dp=4"));
+    zero1.optimizer = Optimizer::AdamW { lr: 1e-2 };
+    let z = jax_script(&zero1, STEPS).unwrap();
+    for needle in [
+        "UPDATE_RESHARDS = {\n    \"wte\": P(\"dp\"),\n    \"dwte\": P(\"dp\"),",
+        "\"w_fc\": P(None, \"dp\"),",
+        "\"dw_fc\": P(None, \"dp\"),",
+        "p, g = update_operand(p, name), update_operand(grads[name], f\"d{name}\")",
+    ] {
+        assert!(z.contains(needle), "the explicit zero1 script lacks `{needle}`:\n{z}");
+    }
+    let mixed = Parallel::Explicit {
+        par: Strategy::DpTp.compose(&mesh("dp=2,tp=2")).unwrap(),
+        axis_types: vec![("tp".into(), shardlab::sharding::AxisType::Auto)],
+        specs: vec![],
+    };
+    let m = jax_script(&golden_options(mixed), STEPS).unwrap();
+    let want = "AXIS_TYPES = {\"dp\": jax.sharding.AxisType.Explicit, \"tp\": jax.sharding.AxisType.Auto}";
+    assert!(m.contains(want), "{m}");
+    // A --spec on fused attention's output is its reshard there.
+    let spec = Parallel::Explicit {
+        par: Strategy::Dp.compose(&mesh("dp=2")).unwrap(),
+        axis_types: vec![],
+        specs: vec![("h0.att".into(), PartitionSpec::replicated())],
+    };
+    let a = jax_script(&golden_options(spec), STEPS).unwrap();
+    for needle in ["RESHARDS = {\n    \"att\": P(),\n}", "return constrain(y, \"att\")"] {
+        assert!(
+            a.contains(needle),
+            "the explicit script with --spec h0.att lacks `{needle}`:\n{a}"
+        );
+    }
+    // Every choice the program's author makes on a named value is in the script, by its name in
+    // the model code, for every strategy the script runs in explicit mode.
+    for strategy in Strategy::ALL.into_iter().filter(|s| !s.axes().contains(&AxisKind::Pp)) {
+        let mut opts = golden_batch8(explicit(strategy, strategy.example_mesh()));
+        opts.config.dropout = 0.1;
+        let script = jax_script(&opts, STEPS).unwrap();
+        let view = shardlab::plan::build(&opts).unwrap().explicit.unwrap();
+        let bits: Vec<usize> = view.random_bits.iter().map(|b| b.instr).collect();
+        for c in view
+            .choices
+            .iter()
+            .filter(|c| c.by != ChoiceBy::Autodiff && c.by != ChoiceBy::Outputs)
+        {
+            if bits.contains(&c.instr) {
+                continue;
+            }
+            let dict = match (c.by, c.kind) {
+                (ChoiceBy::Update, _) => "UPDATE_RESHARDS",
+                (_, ChoiceKind::OutSharding) => "OUT_SHARDINGS",
+                (_, ChoiceKind::Reshard) => "RESHARDS",
+            };
+            // A block's value by its name in the block, its gradient by the stack's (dh0.w_fc: dw_fc).
+            let leaf = c.value.rsplit('.').next().unwrap();
+            let leaf = match c.value.strip_prefix("dh") {
+                Some(_) => format!("d{leaf}"),
+                None => leaf.to_string(),
+            };
+            // The mode section's dict, after model.py's empty one.
+            let section = script
+                .rsplit(&format!("\n{dict} = {{"))
+                .next()
+                .unwrap()
+                .split("\n}")
+                .next()
+                .unwrap();
+            assert!(
+                section.contains(&format!("\"{leaf}\": ")),
+                "{}: {dict} lacks {leaf} ({:?}):\n{section}",
+                strategy.name(),
+                c
+            );
+        }
+    }
 }
 
 mod cluster;

@@ -6,7 +6,10 @@ use crate::args::{trainer_options, ModelArgs, ParallelArgs, PrecisionArg};
 #[derive(Subcommand)]
 pub enum Command {
     /// A runnable JAX script with the same model, init, data, optimizer, mesh and
-    /// partitioning (jit shardings or the shard_map body) as `train` with these flags.
+    /// partitioning as `train` with these flags: jit with shardings (--mode auto), the
+    /// shard_map body (--mode shard_map), or the global step on typed mesh axes (--mode
+    /// explicit: jax.make_mesh's axis_types, jax.set_mesh, and the typed program's
+    /// out_sharding= and reshard choices).
     Jax(JaxArgs),
 }
 

@@ -38,12 +38,29 @@ pub enum ChoiceKind {
     Reshard,
 }
 
+/// Who writes a choice in JAX code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChoiceBy {
+    /// The program's author: a type wanted of a value (a named activation, a parameter where
+    /// it is read, a gradient, dropout bits).
+    Program,
+    /// JAX's transpose rules: a cotangent typed like its primal (autodiff writes it).
+    Autodiff,
+    /// The optimizer update: an operand resharded to the device's block (ZeRO), for the update
+    /// alone.
+    Update,
+    /// jit's out_shardings: a step output retyped to its layout.
+    Outputs,
+}
+
 /// A choice the typed program makes: the line that writes it (and causes its collective).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Choice {
     /// The instruction of the typed program that writes it.
     pub instr: usize,
     pub kind: ChoiceKind,
+    pub by: ChoiceBy,
     /// The value it types, by name (`%n` where it has none).
     pub value: String,
     pub spec: String,
@@ -128,7 +145,7 @@ pub fn annotate(
                 if let Some(want) = wants.get(v) {
                     let dims = w.want_dims(want)?;
                     if dims != w.types[v.index()] {
-                        w.reshard(*v, dims, &want.why);
+                        w.reshard(*v, dims, &want.why, ChoiceBy::Program);
                     }
                 }
             }
@@ -139,7 +156,7 @@ pub fn annotate(
         }
         // The types each result must take in turn, and why: a cotangent its primal's (JAX's
         // transpose rule), then what the program wants of it.
-        let mut chains: Vec<Vec<(Dims, String)>> = vec![];
+        let mut chains: Vec<Vec<(Dims, String, ChoiceBy)>> = vec![];
         for o in &ins.outputs {
             let mut chain = vec![];
             if let Some(r) = like.get(o) {
@@ -147,10 +164,11 @@ pub fn annotate(
                 chain.push((
                     r.dims.iter().map(|&d| primal[d].clone()).collect(),
                     TRANSPOSE.to_string(),
+                    ChoiceBy::Autodiff,
                 ));
             }
             if let Some(want) = wants.get(o) {
-                chain.push((w.want_dims(want)?, want.why.clone()));
+                chain.push((w.want_dims(want)?, want.why.clone(), ChoiceBy::Program));
             }
             chains.push(chain);
         }
@@ -159,7 +177,7 @@ pub fn annotate(
         if prog.is_recomputed(i) {
             recomputed.push(at);
         }
-        let first: Vec<Option<&(Dims, String)>> = chains.iter().map(|c| c.first()).collect();
+        let first: Vec<Option<&(Dims, String, ChoiceBy)>> = chains.iter().map(|c| c.first()).collect();
         let types = w.type_op(ins, &operands, &first)?;
         for (o, t) in ins.outputs.iter().zip(&types) {
             w.types[o.index()] = t.clone();
@@ -172,9 +190,9 @@ pub fn annotate(
         // Each type still to take: a reshard right after the op.
         for ((o, t), chain) in ins.outputs.iter().zip(&types).zip(&chains) {
             let (mut v, mut cur) = (*o, t.clone());
-            for (dims, why) in chain {
+            for (dims, why, by) in chain {
                 if *dims != cur {
-                    v = w.reshard(v, dims.clone(), why);
+                    v = w.reshard(v, dims.clone(), why, *by);
                     cur = dims.clone();
                 }
             }
@@ -183,7 +201,9 @@ pub fn annotate(
     for (k, v) in prog.outputs.iter().enumerate() {
         let v = w.subst[v.index()].unwrap_or(*v);
         let v = match out_types.map(|t| &t[k]) {
-            Some(want) if &w.types[v.index()] != want => w.reshard(v, want.clone(), "the step's out_shardings"),
+            Some(want) if &w.types[v.index()] != want => {
+                w.reshard(v, want.clone(), "the step's out_shardings", ChoiceBy::Outputs)
+            }
             _ => v,
         };
         w.out.outputs.push(v);
@@ -238,7 +258,7 @@ impl Walk<'_> {
                 // The reshard is the update's own: later readers of the value still read it as it was.
                 let orig = self.origin[v.index()];
                 let before = self.subst[orig.index()];
-                let r = self.reshard(*v, finest.clone(), why);
+                let r = self.reshard(*v, finest.clone(), why, ChoiceBy::Update);
                 self.subst[orig.index()] = before;
                 // A stored input keeps its name (the step's parameters are found by it).
                 let name = self.out.values[r.index()].name.take();
@@ -249,7 +269,7 @@ impl Walk<'_> {
     }
 
     /// Appends `reshard(v, dims)` (the readers after it read it) and records the choice.
-    fn reshard(&mut self, v: ValueId, dims: Dims, why: &str) -> ValueId {
+    fn reshard(&mut self, v: ValueId, dims: Dims, why: &str, by: ChoiceBy) -> ValueId {
         let info = self.out.info(v).clone();
         let r = ValueId(self.out.values.len() as u32);
         self.out.values.push(ValueInfo {
@@ -269,6 +289,7 @@ impl Walk<'_> {
         self.choices.push(Choice {
             instr: self.out.instrs.len(),
             kind: ChoiceKind::Reshard,
+            by,
             value: self.name(r),
             spec: spec.p_text(),
             why: why.to_string(),
@@ -288,7 +309,7 @@ impl Walk<'_> {
         &mut self,
         ins: &Instr,
         operands: &[ValueId],
-        first: &[Option<&(Dims, String)>],
+        first: &[Option<&(Dims, String, ChoiceBy)>],
     ) -> Result<Vec<Dims>, ShardingTypeError> {
         let typed: Vec<Typed> = operands
             .iter()
@@ -305,18 +326,19 @@ impl Walk<'_> {
         }
         let inferred = infer(&ins.op, &typed, &outs, None, self.mesh);
         let chosen = match (first, accepts_out_sharding(&ins.op)) {
-            ([Some((want, why))], true) if inferred.as_ref().map_or(true, |t| &t[0] != want) => {
-                Some((want.clone(), why.clone()))
+            ([Some((want, why, by))], true) if inferred.as_ref().map_or(true, |t| &t[0] != want) => {
+                Some((want.clone(), why.clone(), *by))
             }
             _ => None,
         };
         match (chosen, inferred) {
-            (Some((want, why)), _) => {
+            (Some((want, why, by)), _) => {
                 let at = self.out.instrs.len();
                 self.out_sharding.insert(at, want.clone());
                 self.choices.push(Choice {
                     instr: at,
                     kind: ChoiceKind::OutSharding,
+                    by,
                     value: self.name(ins.outputs[0]),
                     spec: spec_of_dims(&want).p_text(),
                     why,

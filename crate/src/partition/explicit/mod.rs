@@ -11,7 +11,7 @@ pub mod rules;
 mod types;
 mod view;
 
-pub use annotate::{annotate, Annotated, Choice, ChoiceKind, Want, WantDims};
+pub use annotate::{annotate, Annotated, Choice, ChoiceBy, ChoiceKind, Want, WantDims};
 pub use error::{Fix, ShardingTypeError};
 pub use lower::lower;
 pub use rules::{accepts_out_sharding, infer, FixKind, RuleError, Typed};

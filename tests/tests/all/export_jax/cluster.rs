@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shardlab::ir::CpOrder;
-use shardlab::plan::{Parallelism, Schedule, Zero};
+use shardlab::plan::{Mode, Parallelism, Schedule, Zero};
 
 use super::*;
 
@@ -116,7 +116,7 @@ fn losses_of(name: &str, stdout: &str) -> Vec<f64> {
 /// how many processes run it.
 struct Composed {
     mesh: &'static str,
-    auto: bool,
+    mode: Mode,
     processes: usize,
     sequence_parallel: bool,
     order: CpOrder,
@@ -124,10 +124,10 @@ struct Composed {
     layout: RngLayout,
 }
 
-const fn composed(mesh: &'static str, auto: bool, processes: usize) -> Composed {
+const fn composed(mesh: &'static str, mode: Mode, processes: usize) -> Composed {
     Composed {
         mesh,
-        auto,
+        mode,
         processes,
         sequence_parallel: false,
         order: CpOrder::Contiguous,
@@ -137,36 +137,36 @@ const fn composed(mesh: &'static str, auto: bool, processes: usize) -> Composed 
 }
 
 /// Meshes of three kinds of axes (tests/tests/all/compositions.rs holds them to the one-device
-/// run): pipelines in shard_map mode, the others in both. Together they cover dp, fsdp, tp
-/// (with sequence parallelism and without), a pipeline under both schedules and a ring in both
-/// orders, in both modes where the mode expresses them, and both RNG layouts; a pipeline, a
-/// ring and each mode across two processes (each compiles the step: the others run as one
-/// process, which costs half).
-const COMPOSITIONS: [Composed; 6] = [
-    composed("dp=2,tp=2,pp=2", false, 2),
-    composed("fsdp=4,tp=2", false, 1),
+/// run): pipelines in shard_map mode, the others in both, and a ring in explicit mode.
+/// Together they cover dp, fsdp, tp (with sequence parallelism and without), a pipeline under
+/// both schedules and a ring in both orders, in every mode where the mode expresses them, and
+/// both RNG layouts; a pipeline, a ring and each mode across two processes (each compiles the
+/// step: the others run as one process, which costs half).
+const COMPOSITIONS: [Composed; 7] = [
+    composed("dp=2,tp=2,pp=2", Mode::ShardMap, 2),
+    composed("fsdp=4,tp=2", Mode::ShardMap, 1),
     Composed {
         layout: RngLayout::Original,
-        ..composed("fsdp=4,tp=2", true, 2)
+        ..composed("fsdp=4,tp=2", Mode::Auto, 2)
     },
     Composed {
         order: CpOrder::Zigzag,
         layout: RngLayout::Original,
-        ..composed("dp=2,cp=2,tp=2", false, 2)
+        ..composed("dp=2,cp=2,tp=2", Mode::ShardMap, 2)
     },
-    composed("dp=2,cp=2,tp=2", true, 1),
+    composed("dp=2,cp=2,tp=2", Mode::Auto, 1),
+    composed("dp=2,cp=2,tp=2", Mode::Explicit, 2),
     Composed {
         sequence_parallel: true,
         schedule: Schedule::OneFOneB,
-        ..composed("tp=4,pp=2", false, 1)
+        ..composed("tp=4,pp=2", Mode::ShardMap, 1)
     },
 ];
 
 impl Composed {
     fn name(&self) -> String {
-        let mode = if self.auto { "auto" } else { "shard_map" };
         let sp = if self.sequence_parallel { " sp" } else { "" };
-        format!("{mode} {}{sp}, {} process(es)", self.mesh, self.processes)
+        format!("{} {}{sp}, {} process(es)", self.mode.name(), self.mesh, self.processes)
     }
 
     /// The golden model with two blocks and a batch of 8 (every mesh above splits it),
@@ -175,13 +175,17 @@ impl Composed {
     fn options(&self) -> TrainerOptions {
         let par = Parallelism::new(mesh(self.mesh), Zero::Off, self.sequence_parallel).unwrap();
         let pipeline = par.is_pipeline();
-        let parallel = if self.auto {
-            Parallel::Auto { par, specs: vec![] }
-        } else {
-            Parallel::ShardMap {
+        let parallel = match self.mode {
+            Mode::Auto => Parallel::Auto { par, specs: vec![] },
+            Mode::Explicit => Parallel::Explicit {
+                par,
+                axis_types: vec![],
+                specs: vec![],
+            },
+            _ => Parallel::ShardMap {
                 par,
                 dropout_key: DropoutKey::Global,
-            }
+            },
         };
         let mut opts = golden_batch8(parallel);
         opts.config.layers = 2;
