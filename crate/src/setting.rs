@@ -20,6 +20,16 @@ pub enum Setting {
     Attention,
     Remat,
     Precision,
+    /// A mixture-of-experts MLP's experts (0: the dense MLP).
+    Experts,
+    TopK,
+    ExpertWidth,
+    /// The experts' capacity: a factor, or dropless.
+    Capacity,
+    /// Switch's load-balancing loss coefficient.
+    AuxLoss,
+    /// The busiest expert's load over the mean, at which a plan prices dropless routing.
+    ExpertLoad,
     Optimizer,
     Lr,
     Data,
@@ -68,7 +78,7 @@ const END: char = '\u{2}';
 
 impl Setting {
     /// Every setting without a payload, in one list, so a mention can be read back.
-    const PLAIN: [Setting; 34] = [
+    const PLAIN: [Setting; 40] = [
         Setting::Layers,
         Setting::DModel,
         Setting::Heads,
@@ -80,6 +90,12 @@ impl Setting {
         Setting::Attention,
         Setting::Remat,
         Setting::Precision,
+        Setting::Experts,
+        Setting::TopK,
+        Setting::ExpertWidth,
+        Setting::Capacity,
+        Setting::AuxLoss,
+        Setting::ExpertLoad,
         Setting::Optimizer,
         Setting::Lr,
         Setting::Data,
@@ -131,6 +147,12 @@ impl Setting {
             Setting::Attention => "attention",
             Setting::Remat => "remat",
             Setting::Precision => "precision",
+            Setting::Experts => "experts",
+            Setting::TopK => "top_k",
+            Setting::ExpertWidth => "expert_width",
+            Setting::Capacity => "capacity",
+            Setting::AuxLoss => "aux_loss",
+            Setting::ExpertLoad => "expert_load",
             Setting::Optimizer => "optimizer",
             Setting::Lr => "lr",
             Setting::Data => "task",
@@ -173,6 +195,11 @@ impl Setting {
             Setting::MeshAxis(axis) => format!("mesh axis {axis}"),
             Setting::Spec(name) => format!("the spec of {name}"),
             Setting::CombineAllReduces => "all-reduce combiner".into(),
+            Setting::TopK => "top-k".into(),
+            Setting::ExpertWidth => "expert width".into(),
+            Setting::Capacity => "capacity factor".into(),
+            Setting::AuxLoss => "load-balancing loss".into(),
+            Setting::ExpertLoad => "expert load".into(),
             other => other.key(),
         }
     }

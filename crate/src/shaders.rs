@@ -121,6 +121,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("attention", attention!("attention.wgsl")),
     ("attention_sg", attention!("attention_sg.wgsl")),
     ("seq", include_str!("../../shaders/seq.wgsl")),
+    ("moe", include_str!("../../shaders/moe.wgsl")),
 ];
 
 /// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).

@@ -76,11 +76,12 @@ pub(super) fn jit_train_step(
     let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
     let mut constraints = gradient_constraints(prog, par, &pspec, &sspec);
     // The composition's own constraints first, so a user's spec on the same value wins.
-    let implicit = if par.sequence_parallel {
+    let mut implicit = if par.sequence_parallel {
         sequence_parallel_constraints(cfg, par)
     } else {
         vec![]
     };
+    implicit.extend(super::moe_constraints(cfg, par, microbatches));
     // Which override pinned each value, so a constraint jit refuses is said at its spec.
     let mut pinned_by: BTreeMap<ValueId, (String, PartitionSpec)> = BTreeMap::new();
     let given = implicit

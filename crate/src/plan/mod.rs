@@ -11,6 +11,7 @@ mod combine;
 mod compose;
 mod error;
 mod memory;
+mod moe;
 mod options;
 mod page;
 mod parallelism;
@@ -39,6 +40,7 @@ pub use page::{
     PAGE_MAX_ELEMENTS, PAGE_MAX_SPECS,
 };
 pub use parallelism::{mesh_text, Parallelism};
+pub use moe::moe_constraints;
 pub use presets::Preset;
 pub use rules::{axes_for, param_dims, Holder, Logical, RULES};
 pub use shard_map_step::shard_map_train_step;

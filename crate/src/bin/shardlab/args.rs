@@ -278,6 +278,7 @@ impl ModelArgs {
             attention: self.attention,
             remat: self.remat,
             precision: Default::default(),
+            moe: None,
         }
     }
 
