@@ -83,3 +83,15 @@ fn fill(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p.n) { return; }
     out[i] = p.beta;
 }
+
+// out = beta on the devices a pipeline stage's work skipped (`b`, one flag per device: nonzero
+// where device i / nl keeps zeros), leaving the others' blocks; `a` unbound. Any 4-byte data:
+// zero is the same bits in f32 and u32.
+@compute @workgroup_size(256)
+fn fill_blocks(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.n) { return; }
+    if (b[i / p.nl] != 0.0) {
+        out[i] = p.beta;
+    }
+}

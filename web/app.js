@@ -22,7 +22,7 @@ import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
+  MODES, RUN_MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
@@ -400,7 +400,7 @@ async function stepOnce(profiled = false, story = null) {
       return false;
     }
     // The core refuses a non-finite loss; JSON carries NaN as null, so check here too.
-    const diverged = MODES.find((m) => r.modes[m] && !r.modes[m].profiled && !Number.isFinite(r.modes[m].loss));
+    const diverged = RUN_MODES.find((m) => r.modes[m] && !r.modes[m].profiled && !Number.isFinite(r.modes[m].loss));
     if (diverged) {
       showError(`The ${MODE_LABEL[diverged]} loss is not a finite number at step ${r.step + 1}: training stopped.`,
         'Lower the dropout or the model size, then press Reset.');
@@ -472,7 +472,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   renderStory();
   renderTask(JSON.parse(lab.example()));
   const perDevice = Math.max(...Object.values(r.memory.per_device));
-  $('run-facts').textContent = `mesh ${s.mesh} · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
+  $('run-facts').textContent = `mesh ${s.mesh} (${(mesh.meshAxes(s.mesh) || []).map(([a]) => a).join(' × ')}) · ${r.devices} simulated devices · ${fmtInt(r.params)} parameters · ${fmtInt(r.tokens_per_step)} tokens per step · ${fmtBytes(perDevice)} per device · ${learnFacts(s)}`;
   renderPrediction(r.prediction);
   showTimeline();
   return true;
@@ -505,7 +505,7 @@ function renderModeNotice(before, s, r) {
   }
   const steps = r.mode_steps || {};
   const running = r.modes;
-  const kept = MODES.filter((m) => !running.includes(m) && steps[m]);
+  const kept = RUN_MODES.filter((m) => !running.includes(m) && steps[m]);
   const from = (m) => `${MODE_LABEL[m]} from step ${fmtInt(steps[m] || 0)}`;
   const goesOn = running.length > 1 ? `Both modes go on: ${running.map(from).join(', ')}.` : `${sentence(from(running[0]).replace(' from', ' goes on from'))}.`;
   box.textContent = r.resumed
@@ -558,7 +558,7 @@ function resetView({ resumed = false, steps = 0, settings } = {}, key = null) {
   state.steps = resumed ? steps : 0;
   const h = state.history;
   if (!h || h.key !== key || key === null) state.history = { key, series: {} };
-  else if (!resumed && settings) for (const m of MODES) delete h.series[seriesKey(m, settings.rng)];
+  else if (!resumed && settings) for (const m of RUN_MODES) delete h.series[seriesKey(m, settings.rng)];
   $('step').textContent = String(state.steps);
   $('run-line-step').textContent = `step ${fmtInt(state.steps)}`;
   if (!resumed) {
@@ -583,7 +583,7 @@ function seriesOf(mode, rng) {
 function record(r, story = null) {
   state.last = r;
   state.steps = r.step + 1;
-  for (const m of MODES) {
+  for (const m of RUN_MODES) {
     const s = r.modes[m];
     if (!s) continue;
     const line = seriesOf(m, state.settings.rng);
@@ -594,7 +594,7 @@ function record(r, story = null) {
     line.measured[s.step] = s.profiled ? null : s.step_ms;
     line.loss[s.step] = s.profiled ? null : s.loss;
   }
-  const ran = MODES.filter((m) => r.modes[m]);
+  const ran = RUN_MODES.filter((m) => r.modes[m]);
   const profiled = ran.some((m) => r.modes[m].profiled);
   const per = (id, f) => $(id).replaceChildren(...ran.map((m) =>
     el('span', { 'data-mode': m }, ran.length > 1 ? `${MODE_LABEL[m]} ${f(r.modes[m])}` : f(r.modes[m]))));
@@ -621,7 +621,7 @@ function record(r, story = null) {
  * segments add up to the step); then the phases and the most expensive ops.
  */
 function renderBreakdown(r) {
-  const ran = MODES.filter((m) => r.modes[m] && r.modes[m].breakdown);
+  const ran = RUN_MODES.filter((m) => r.modes[m] && r.modes[m].breakdown);
   const b = (m) => r.modes[m].breakdown;
   const scale = Math.max(...ran.map((m) => b(m).step_ms), 1e-9);
   const bars = el('div', { class: 'bars' }, ran.map((m) => {
@@ -713,7 +713,7 @@ function barRow(mode, parts, categories, scale, testid, totalMs, extra = {}) {
 
 /** One stacked bar per mode: its modelled step split by category, the segments summing to it. */
 function predictionBars(modes, scale, testid) {
-  return el('div', { class: 'bars' }, MODES.filter((m) => modes[m]).map((m) =>
+  return el('div', { class: 'bars' }, RUN_MODES.filter((m) => modes[m]).map((m) =>
     barRow(m, modes[m].breakdown_ms, CATEGORIES, scale, testid, modes[m].step_ms)));
 }
 
@@ -738,7 +738,7 @@ function renderPrediction(pr) {
   // web/calibrate.js shows its recalibrate button when the prediction is for this GPU.
   window.dispatchEvent(new CustomEvent('shardlab:prediction', { detail: pr }));
   $('modelled-on').textContent = `${pr.devices} × ${pr.label}`;
-  const planned = MODES.filter((m) => pr.modes[m]);
+  const planned = RUN_MODES.filter((m) => pr.modes[m]);
   const scale = Math.max(...planned.map((m) => pr.modes[m].step_ms));
   const fits = planned.every((m) => pr.modes[m].fits);
   $('chart-modelled').replaceChildren(
@@ -772,8 +772,8 @@ const LEVER_WORDS = {
 function renderMemory(pr) {
   // Each part at its largest: the gradients held for the whole step, as ZeRO counts them.
   const held = (b) => MEMORY_PARTS.reduce((n, [k]) => n + b[k], 0);
-  const scale = Math.max(...MODES.filter((m) => pr.modes[m]).map((m) => held(pr.modes[m].bytes_per_device)));
-  const rows = MODES.filter((m) => pr.modes[m]).map((m) => {
+  const scale = Math.max(...RUN_MODES.filter((m) => pr.modes[m]).map((m) => held(pr.modes[m].bytes_per_device)));
+  const rows = RUN_MODES.filter((m) => pr.modes[m]).map((m) => {
     const b = pr.modes[m].bytes_per_device;
     const segs = MEMORY_PARTS.filter(([k]) => b[k] > 0).map(([k, name, color]) => el('span', {
       class: 'seg', 'data-part': k, 'data-bytes': String(b[k]),
@@ -789,14 +789,14 @@ function renderMemory(pr) {
   const s = state.settings || {};
   const levers = [
     (s.microbatches || 1) > 1 ? 'microbatches' : null,
-    mesh.hasAxis(s.mesh || '', 'dp') && s.zero && s.zero !== '0' ? `ZeRO-${s.zero}` : null,
+    mesh.hasAxis(s.mesh || '', 'dp') && s.zero && s.zero !== '0' ? `zero${s.zero}` : null,
     s.remat && s.remat !== 'none' ? 'remat' : null,
   ].filter(Boolean);
   $('chart-memory').replaceChildren(
     el('div', { class: 'bars' }, rows),
     el('p', { class: 'legend small' }, MEMORY_PARTS.map(([, name, color]) => el('span', {}, el('i', { style: `background:${color}` }), name))),
     el('p', { class: 'muted small', 'data-testid': 'memory-levers' },
-      `From each mode’s memory plan: the parameters, optimizer state and gradients held for the step (as ZeRO counts them) and the peak of everything else, with the modelled step on ${pr.label} beside it. At once, where the gradients live only from the backward pass on, ${MODES.filter((m) => pr.modes[m]).map((m) => `${MODE_LABEL[m]} needs ${fmtBytes(pr.modes[m].bytes_per_device.total)}`).join(' and ')}. `,
+      `From each mode’s memory plan: the parameters, optimizer state and gradients held for the step (as ZeRO counts them) and the peak of everything else, with the modelled step on ${pr.label} beside it. At once, where the gradients live only from the backward pass on, ${RUN_MODES.filter((m) => pr.modes[m]).map((m) => `${MODE_LABEL[m]} needs ${fmtBytes(pr.modes[m].bytes_per_device.total)}`).join(' and ')}. `,
       ...(levers.length ? levers : ['microbatches', 'zero1', 'zero2', 'remat']).map((k) => el('span', { 'data-lever': k },
         `${k === 'remat' && s.remat !== 'none' ? REMAT_TRADE[s.remat] : LEVER_WORDS[k]} `))),
   );
@@ -983,11 +983,13 @@ function renderReport(r) {
 
 /**
  * Downloads the current settings as a runnable JAX script: the automatic mode's jit with the
- * same shardings, or (in shard_map mode) the same per-device body. It prints one JSON line per
+ * same shardings, in explicit mode the same typed program (axis types, out_sharding=, reshard),
+ * or in shard_map mode the same per-device body. It prints one JSON line per
  * step like `shardlab train --json`, and with dropout 0 its losses match shardlab's.
  */
 function exportJax() {
-  const mode = (state.settings && state.settings.mode) === 'shard_map' ? 'shard_map' : 'auto';
+  const chosen = state.settings && state.settings.mode;
+  const mode = chosen === 'shard_map' || chosen === 'explicit' ? chosen : 'auto';
   const r = JSON.parse(lab.export_jax(mode, 20));
   if (!r.ok) return showError(r.error);
   window.shardlab.lastExport = { filename: r.filename, script: r.script };

@@ -6,7 +6,7 @@
 // `state.history`.
 
 import { $, el } from './dom.js';
-import { MODES, MODE_COLOR, MODE_LABEL, fmtMs } from './format.js';
+import { RUN_MODES, MODE_COLOR, MODE_LABEL, fmtMs } from './format.js';
 
 let state = null; // app.js's page state (window.shardlab)
 let uPlot = null; // the chart library, or null when it was not found
@@ -40,7 +40,7 @@ export function makeCharts() {
 
 /** The history's series in a stable order: by RNG layout, then mode. */
 function seriesList() {
-  const order = (x) => ['original', 'partitionable'].indexOf(x.rng) * 2 + MODES.indexOf(x.mode);
+  const order = (x) => ['original', 'partitionable'].indexOf(x.rng) * RUN_MODES.length + RUN_MODES.indexOf(x.mode);
   return Object.values(state.history.series).sort((a, b) => order(a) - order(b));
 }
 

@@ -3,10 +3,13 @@
 // constants, no state and no elements: split out of app.js so that the inspector, the charts and the
 // story (each its own module) write a number the same way the live figures do.
 
-/** The two partitioning modes, in the order the page shows them. */
+/** The two modes the page compares (the JAX report's pair: alternated, the story, the aligned
+ * programs), in the order the page shows them. */
 export const MODES = ['auto', 'shard_map'];
-export const MODE_LABEL = { auto: 'automatic', shard_map: 'shard_map' };
-export const MODE_COLOR = { auto: '#4f46e5', shard_map: '#d97706' };
+/** Every mode a run may train in: what shows a run's figures (step times, losses, memory) shows any. */
+export const RUN_MODES = ['auto', 'explicit', 'shard_map'];
+export const MODE_LABEL = { auto: 'automatic', explicit: 'explicit', shard_map: 'shard_map' };
+export const MODE_COLOR = { auto: '#4f46e5', explicit: '#059669', shard_map: '#d97706' };
 
 export const fmtBytes = (n) => (n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(1)} MiB`
   : n >= 2 ** 10 ? `${(n / 2 ** 10).toFixed(1)} KiB` : `${n} B`);

@@ -243,6 +243,24 @@ function renderRefused(box, mode, why) {
     el('p', { class: 'field-error', 'data-testid': 'program-refused', 'data-mode': mode }, sentence(why)));
 }
 
+/**
+ * Explicit mode's pane, shown when it runs: its facts as the other panes give them, then the
+ * global program typed op by op as `shardlab inspect --mode explicit` prints it (each value's
+ * type, `f32[8@dp,128]`; the lines that write `out_sharding=` or `reshard` marked).
+ */
+function renderExplicit(box, view, axes) {
+  box.hidden = !view;
+  if (!view) return box.replaceChildren();
+  const facts = el('div');
+  renderPane(facts, view, true, axes);
+  const x = view.explicit;
+  const line = (l) => el('div', { class: l.choice === null ? 'typed-line' : 'typed-line choice', 'data-testid': 'typed-line' }, l.text);
+  box.replaceChildren(facts,
+    el('p', { class: 'muted small' }, `The global program as explicit mode types it, every value with its sharding (mesh axes ${x.axis_types}); marked lines write the program’s `,
+      el('code', {}, 'out_sharding='), ' and ', el('code', {}, 'reshard'), ' choices.'),
+    el('pre', { class: 'typed-program', 'data-testid': 'typed-program', tabIndex: 0 }, x.lines.map(line)));
+}
+
 export function renderPrograms(p, { running, mesh }) {
   for (const m of MODES) firstInstrLine[m] = p.modes[m] ? p.modes[m].first_instr_line : undefined;
   const axes = meshAxes(mesh);
@@ -252,6 +270,7 @@ export function renderPrograms(p, { running, mesh }) {
     if (p.modes[m]) renderPane($(id), p.modes[m], running.includes(m), axes);
     else renderRefused($(id), m, p.refused[m]);
   }
+  renderExplicit($('program-explicit'), p.modes.explicit, axes);
   $('program-aligned').replaceChildren(renderAligned(p.modes));
 }
 

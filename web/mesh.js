@@ -26,7 +26,8 @@ export function init(p) {
   const add = document.getElementById('mesh-add');
   add.replaceChildren(
     page.el('option', { value: '' }, 'add an axis…'),
-    ...page.axes.map((a) => page.el('option', { value: a.name }, `${a.name}: ${a.splits}`)),
+    // The name alone fits a narrow select; what the axis splits shows on its row once added.
+    ...page.axes.map((a) => page.el('option', { value: a.name, title: `splits ${a.splits}` }, a.name)),
   );
   add.addEventListener('change', () => {
     const name = add.value;
@@ -36,6 +37,9 @@ export function init(p) {
     if (name && !axes.some(([n]) => n === name)) writeMesh([...axes, [name, 2]]);
   });
   meshInput().addEventListener('change', () => render());
+  for (const name of ['zero', 'sequence_parallel']) {
+    document.querySelector(`#settings [name="${name}"]`).addEventListener('change', () => render());
+  }
 }
 
 const meshInput = () => document.querySelector('#settings [name="mesh"]');
@@ -76,8 +80,11 @@ export function render() {
   }));
   const present = new Set((axes || []).map(([n]) => n));
   for (const o of document.getElementById('mesh-add').options) o.disabled = present.has(o.value);
-  document.getElementById('zero-field').hidden = !present.has('dp');
-  document.getElementById('sp-field').hidden = !present.has('tp');
+  // An option shows where its axis is, and stays shown while it is set without it: that is
+  // where the core's refusal of it lands.
+  const settings = document.getElementById('settings');
+  document.getElementById('zero-field').hidden = !present.has('dp') && settings.elements.zero.value === '0';
+  document.getElementById('sp-field').hidden = !present.has('tp') && !settings.elements.sequence_parallel.checked;
   drawGrid(axes);
 }
 

@@ -21,7 +21,7 @@ function showStrategy(box, r, load) {
   const rows = r.ranked.map((x) => el('tr', { 'data-testid': 'strategy-row', 'data-rank': String(x.rank) },
     el('td', { class: 'num' }, String(x.rank)),
     el('td', {}, MODE_LABEL[x.mode] || x.mode),
-    el('td', {}, x.schedule ? `${x.strategy} (${x.schedule})` : x.strategy),
+    el('td', {}, strategyText(x)),
     el('td', {}, x.mesh),
     el('td', {}, x.remat),
     el('td', { class: 'num' }, String(x.microbatches)),
@@ -33,7 +33,7 @@ function showStrategy(box, r, load) {
       : el('span', { class: 'muted', title: 'No preset of the page runs this strategy: it is priced only' }, 'priced only'))));
   box.replaceChildren(
     el('p', { class: 'small', 'data-testid': 'strategy-summary' }, `${plural(r.considered, 'configuration')} on ${r.devices} × ${r.device}, every combination of ${r.levers.slice(0, -1).join(', ')} and ${r.levers.at(-1)}: `,
-      `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.fits} fit. `,
+      `${r.invalid} do not split this model, ${r.too_large} do not fit, ${r.screened} are behind the fastest by the closed-form estimate; of the ${r.priced} planned and priced, ${r.fits} fit. `,
       el('span', { class: 'tag modelled' }, 'modelled'), ' The fastest:'),
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
       el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
@@ -43,11 +43,23 @@ function showStrategy(box, r, load) {
   );
 }
 
+/** A row's strategy: a preset's name, or a composition's mesh with the options that refine its
+ * axes (ZeRO on dp, sequence parallelism on tp); and a pipeline's schedule. */
+function strategyText(x) {
+  const options = [];
+  if (x.load && x.strategy.includes('=')) {
+    if (x.load.zero !== '0') options.push(`ZeRO-${x.load.zero}`);
+    if (x.load.sequence_parallel) options.push('sequence parallel');
+  }
+  if (x.schedule) options.push(x.schedule);
+  return options.length ? `${x.strategy} (${options.join(', ')})` : x.strategy;
+}
+
 /** Loads choice `x` into the experiment, and says so here, where the button was pressed. */
 function loaded(box, x, load) {
   load(x.load);
   const line = box.querySelector('[data-testid="strategy-loaded"]');
   const go = el('button', { type: 'button', class: 'inline', onclick: () => $('controls').scrollIntoView({ behavior: 'smooth', block: 'start' }) }, 'Go to the experiment');
-  line.replaceChildren(`Loaded #${x.rank}: ${x.strategy} on ${x.mesh}, ${MODE_LABEL[x.mode] || x.mode}, remat ${x.remat}, ${x.microbatches} microbatch${x.microbatches === 1 ? '' : 'es'}. The experiment above trains it from step 0.`, go);
+  line.replaceChildren(`Loaded #${x.rank}: ${strategyText(x)} on ${x.mesh}, ${MODE_LABEL[x.mode] || x.mode}, remat ${x.remat}, ${x.microbatches} microbatch${x.microbatches === 1 ? '' : 'es'}. The experiment above trains it from step 0.`, go);
   line.hidden = false;
 }

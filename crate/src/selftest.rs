@@ -114,8 +114,13 @@ pub enum Case {
     GeluBackward,
     SoftmaxForward,
     SoftmaxBackward,
-    /// Fused causal attention with dropout from bits, forward or backward.
+    /// Fused causal attention with dropout from bits, forward or backward, on the kernels the
+    /// executor picks here.
     Attention {
+        backward: bool,
+    },
+    /// The same on the flash kernels (attention_fa.wgsl, the GPUs' design), wherever they run.
+    FlashAttention {
         backward: bool,
     },
     CrossEntropyForward,
@@ -150,6 +155,9 @@ pub const KERNELS: &[Case] = &[
     Case::Matmul(Variant::Tex16),
     Case::Matmul(Variant::Sg),
     Case::Matmul(Variant::Sg1),
+    Case::Matmul(Variant::Gpu64),
+    Case::Matmul(Variant::Gpu128),
+    Case::Matmul(Variant::Coop8),
     Case::LayerNormForward,
     Case::LayerNormBackward,
     Case::GeluForward,
@@ -158,6 +166,8 @@ pub const KERNELS: &[Case] = &[
     Case::SoftmaxBackward,
     Case::Attention { backward: false },
     Case::Attention { backward: true },
+    Case::FlashAttention { backward: false },
+    Case::FlashAttention { backward: true },
     Case::CrossEntropyForward,
     Case::CrossEntropyBackward,
     Case::EmbeddingForward,
@@ -195,6 +205,9 @@ impl Case {
             Case::Matmul(Variant::Tex16) => "matmul tex16",
             Case::Matmul(Variant::Sg) => "matmul sg",
             Case::Matmul(Variant::Sg1) => "matmul sg1",
+            Case::Matmul(Variant::Gpu64) => "matmul gpu64",
+            Case::Matmul(Variant::Gpu128) => "matmul gpu128",
+            Case::Matmul(Variant::Coop8) => "matmul coop8",
             Case::LayerNormForward => "layernorm forward",
             Case::LayerNormBackward => "layernorm backward",
             Case::GeluForward => "gelu forward",
@@ -203,6 +216,8 @@ impl Case {
             Case::SoftmaxBackward => "causal softmax backward",
             Case::Attention { backward: false } => "fused attention forward",
             Case::Attention { backward: true } => "fused attention backward",
+            Case::FlashAttention { backward: false } => "flash attention forward",
+            Case::FlashAttention { backward: true } => "flash attention backward",
             Case::CrossEntropyForward => "cross-entropy forward",
             Case::CrossEntropyBackward => "cross-entropy backward",
             Case::EmbeddingForward => "embedding forward",
@@ -237,7 +252,7 @@ impl Case {
             Case::LayerNormForward | Case::LayerNormBackward => "rows=5, C=67",
             Case::GeluForward | Case::GeluBackward => "n=1023, |x| <= 8",
             Case::SoftmaxForward | Case::SoftmaxBackward => "rows=2x17, T=17",
-            Case::Attention { .. } => "heads=3, T=17, Dh=24, dropout 0.25",
+            Case::Attention { .. } | Case::FlashAttention { .. } => "heads=3, T=17, Dh=24, dropout 0.25",
             Case::CrossEntropyForward | Case::CrossEntropyBackward => "rows=7, V=65",
             Case::EmbeddingForward | Case::EmbeddingBackward => "N=17, V=13, C=33",
             Case::SumAxis => "(3, 17, 65) over axis 1",
@@ -258,7 +273,8 @@ impl Case {
             | Case::LayerNormForward
             | Case::LayerNormBackward
             | Case::CrossEntropyForward
-            | Case::Attention { .. } => 1e-4,
+            | Case::Attention { .. }
+            | Case::FlashAttention { .. } => 1e-4,
             Case::GeluForward
             | Case::GeluBackward
             | Case::SoftmaxForward
@@ -292,7 +308,19 @@ impl Case {
             Case::GeluBackward => gelu_backward(ctx).await,
             Case::SoftmaxForward => softmax_forward(ctx).await,
             Case::SoftmaxBackward => softmax_backward(ctx).await,
-            Case::Attention { backward } => attention(ctx, backward).await,
+            Case::Attention { backward } => {
+                let kernels = kernels::attention::fused_kernels(ctx, &ATTENTION);
+                attention(ctx, backward, kernels).await
+            }
+            Case::FlashAttention { backward } => {
+                let flash = kernels::attention::Kernels::Flash;
+                if !kernels::attention::designs(ctx, &ATTENTION).contains(&flash) {
+                    return Ok(Outcome::Skipped(
+                        "this adapter does not bind the 10 storage buffers the flash kernels take".into(),
+                    ));
+                }
+                attention(ctx, backward, flash).await
+            }
             Case::CrossEntropyForward => crossentropy_forward(ctx).await,
             Case::CrossEntropyBackward => crossentropy_backward(ctx).await,
             Case::EmbeddingForward => embedding_forward(ctx).await,
@@ -384,6 +412,7 @@ fn adapter_has(ctx: &GpuContext, extension: &str) -> bool {
     match extension {
         "f16" => ctx.summary.shader_f16,
         "subgroups" => ctx.summary.subgroups,
+        "wgpu_cooperative_matrix" => ctx.summary.cooperative_matrix,
         _ => false,
     }
 }
@@ -665,7 +694,11 @@ const ATTENTION: AttentionShape = AttentionShape {
     rate: 0.25,
 };
 
-async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError> {
+async fn attention(
+    ctx: &GpuContext,
+    backward: bool,
+    kernels: kernels::attention::Kernels,
+) -> Result<Outcome, GpuError> {
     let s = ATTENTION;
     let n = s.heads * s.t * s.dh;
     let (q, k, v, d_o) = (rand_vec(n, 40), rand_vec(n, 41), rand_vec(n, 42), rand_vec(n, 43));
@@ -691,7 +724,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
             blocks: &whole,
             layouts: None,
         };
-        let d = kernels::attention::forward(ctx, &b, &s, kernels::attention::fused_kernels(ctx, &s)).await?;
+        let d = kernels::attention::forward(ctx, &b, &s, kernels).await?;
         return close(run_and_read(ctx, &[d], &[&go, &glse]).await?, [o, lse].concat());
     }
     let saved = reference::attention::Saved {
@@ -719,7 +752,7 @@ async fn attention(ctx: &GpuContext, backward: bool) -> Result<Outcome, GpuError
         blocks: &whole,
         layouts: None,
     };
-    let ds = kernels::attention::backward(ctx, &b, &s, kernels::attention::fused_kernels(ctx, &s)).await?;
+    let ds = kernels::attention::backward(ctx, &b, &s, kernels).await?;
     close(run_and_read(ctx, &ds, &[&dq, &dk, &dv]).await?, want)
 }
 

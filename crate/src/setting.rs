@@ -41,11 +41,17 @@ pub enum Setting {
     Mesh,
     /// The size of one mesh axis, by name.
     MeshAxis(String),
+    /// The type of one mesh axis (explicit, auto or manual), by name.
+    AxisType(String),
     /// ZeRO's stage on "dp".
     Zero,
     SequenceParallel,
     CpOrder,
     Schedule,
+    /// Chunks of blocks per pipeline stage (interleaved schedules).
+    VirtualStages,
+    /// Blocks per pipeline stage, one count per stage.
+    StageLayers,
     Microbatches,
     DropoutKey,
     Rng,
@@ -78,7 +84,7 @@ const END: char = '\u{2}';
 
 impl Setting {
     /// Every setting without a payload, in one list, so a mention can be read back.
-    const PLAIN: [Setting; 40] = [
+    const PLAIN: [Setting; 42] = [
         Setting::Layers,
         Setting::DModel,
         Setting::Heads,
@@ -108,6 +114,8 @@ impl Setting {
         Setting::SequenceParallel,
         Setting::CpOrder,
         Setting::Schedule,
+        Setting::VirtualStages,
+        Setting::StageLayers,
         Setting::Microbatches,
         Setting::DropoutKey,
         Setting::Rng,
@@ -125,6 +133,7 @@ impl Setting {
     pub fn flag(&self) -> String {
         match self {
             Setting::MeshAxis(_) => "--mesh".into(),
+            Setting::AxisType(_) => "--axis-types".into(),
             Setting::Spec(_) => "--spec".into(),
             Setting::Optimizer => "--opt".into(),
             Setting::Data => "--data".into(),
@@ -162,10 +171,13 @@ impl Setting {
             Setting::Mode => "mode",
             Setting::Mesh => "mesh",
             Setting::MeshAxis(axis) => return format!("mesh.{axis}"),
+            Setting::AxisType(axis) => return format!("axis_type.{axis}"),
             Setting::Zero => "zero",
             Setting::SequenceParallel => "sequence_parallel",
             Setting::CpOrder => "cp_order",
             Setting::Schedule => "schedule",
+            Setting::VirtualStages => "virtual_stages",
+            Setting::StageLayers => "stage_layers",
             Setting::Microbatches => "microbatches",
             Setting::DropoutKey => "dropout_key",
             Setting::Rng => "rng",
@@ -189,10 +201,13 @@ impl Setting {
             Setting::Rng => "RNG layout".into(),
             Setting::DropoutKey => "shard_map key".into(),
             Setting::CpOrder => "cp order".into(),
+            Setting::VirtualStages => "virtual stages".into(),
+            Setting::StageLayers => "stage layers".into(),
             Setting::SequenceParallel => "sequence parallelism".into(),
             Setting::Zero => "ZeRO stage".into(),
             Setting::Device => "device kind".into(),
             Setting::MeshAxis(axis) => format!("mesh axis {axis}"),
+            Setting::AxisType(axis) => format!("axis type of {axis}"),
             Setting::Spec(name) => format!("the spec of {name}"),
             Setting::CombineAllReduces => "all-reduce combiner".into(),
             Setting::TopK => "top-k".into(),
@@ -217,6 +232,7 @@ impl Setting {
     fn mark(&self, value: Option<String>) -> String {
         let id = match self {
             Setting::MeshAxis(axis) => format!("mesh.{axis}"),
+            Setting::AxisType(axis) => format!("axis_type.{axis}"),
             Setting::Spec(name) => format!("spec.{name}"),
             other => other.key(),
         };
@@ -231,6 +247,9 @@ impl Setting {
         if let Some(axis) = id.strip_prefix("mesh.") {
             return Some(Setting::MeshAxis(axis.into()));
         }
+        if let Some(axis) = id.strip_prefix("axis_type.") {
+            return Some(Setting::AxisType(axis.into()));
+        }
         if let Some(name) = id.strip_prefix("spec.") {
             return Some(Setting::Spec(name.into()));
         }
@@ -240,11 +259,13 @@ impl Setting {
     fn render(&self, value: Option<&str>, to: Audience) -> String {
         match (to, self, value) {
             (Audience::Cli, Setting::MeshAxis(axis), Some(v)) => format!("--mesh {axis}={v}"),
+            (Audience::Cli, Setting::AxisType(axis), Some(v)) => format!("--axis-types {axis}={v}"),
             (Audience::Cli, Setting::Spec(name), Some(v)) => format!("--spec {name}={v}"),
             (Audience::Cli, Setting::Spec(name), None) => format!("--spec {name}"),
             (Audience::Cli, s, Some(v)) => format!("{} {v}", s.flag()),
             (Audience::Cli, s, None) => s.flag(),
             (Audience::Page, Setting::MeshAxis(axis), Some(v)) => format!("{axis}={v}"),
+            (Audience::Page, Setting::AxisType(axis), Some(v)) => format!("{axis} {v}"),
             (Audience::Page, Setting::Spec(name), Some(v)) => format!("{name}={v}"),
             (Audience::Page, s, Some(v)) => format!("{} {v}", s.label()),
             (Audience::Page, s, None) => s.label(),
@@ -361,10 +382,15 @@ mod tests {
     #[test]
     fn every_setting_is_read_back_from_its_mention() {
         let mut all = Setting::PLAIN.to_vec();
-        all.extend([Setting::MeshAxis("tp".into()), Setting::Spec("h0.w_fc".into())]);
+        all.extend([
+            Setting::MeshAxis("tp".into()),
+            Setting::AxisType("tp".into()),
+            Setting::Spec("h0.w_fc".into()),
+        ]);
         for s in all {
             let id = match &s {
                 Setting::MeshAxis(a) => format!("mesh.{a}"),
+                Setting::AxisType(a) => format!("axis_type.{a}"),
                 Setting::Spec(n) => format!("spec.{n}"),
                 other => other.key(),
             };
@@ -376,6 +402,10 @@ mod tests {
             "--mesh pp=4"
         );
         assert_eq!(render(&Setting::DModel.named(), Audience::Cli), "--d-model");
+        assert_eq!(
+            render(&Setting::AxisType("tp".into()).at("auto"), Audience::Cli),
+            "--axis-types tp=auto"
+        );
         assert_eq!(
             render(&Setting::CombineAllReduces.named(), Audience::Cli),
             "--combine-all-reduces"

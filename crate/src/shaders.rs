@@ -65,15 +65,26 @@ pub const COMPOSED: &[(&str, &[&str])] = &[
     ("crossentropy", &["rows"]),
     ("matmul_tex", &["matmul_out"]),
     ("matmul_sg", &["matmul_out"]),
+    ("matmul_gpu", &["matmul_out"]),
+    ("matmul_coop", &["matmul_out"]),
     ("random", &["threefry"]),
     ("attention", &["threefry", "attention_common"]),
     ("attention_sg", &["threefry", "attention_common"]),
+    ("attention_fa", &["threefry", "attention_common"]),
 ];
+
+/// (shader, the extension it enables in front of its preludes): WGSL wants `enable` before every
+/// declaration, so a composed shader's own `enable` line cannot stay in its file.
+pub const LEADING_ENABLES: &[(&str, &str)] = &[("matmul_coop", "wgpu_cooperative_matrix")];
 
 /// (shader, the WGSL extension it uses without an `enable` line). naga (wgpu 30) turns subgroup
 /// operations on with the device's feature and rejects `enable subgroups;`, while browsers require
 /// it: the sources leave it out and [`for_browser`] puts it in.
-pub const EXTENSIONS: &[(&str, &str)] = &[("matmul_sg", "subgroups"), ("attention_sg", "subgroups")];
+pub const EXTENSIONS: &[(&str, &str)] = &[
+    ("matmul_sg", "subgroups"),
+    ("attention_sg", "subgroups"),
+    ("matmul_coop", "subgroups"),
+];
 
 /// (shader, entry point, storage buffers it binds) of the entry points that bind more than
 /// WebGPU's default 8 per stage, in the order of their files: an adapter that allows fewer
@@ -88,6 +99,8 @@ pub const OVER_DEFAULT_STORAGE_BUFFERS: &[(&str, &str, u32)] = &[
     ("attention_sg", "backward_dq_delta_sg16", 10),
     ("attention_sg", "backward_dq_delta_sg8_nodrop", 10),
     ("attention_sg", "backward_dq_delta_sg16_nodrop", 10),
+    ("attention_fa", "backward_dq_delta", 10),
+    ("attention_fa", "backward_dkdv", 9),
 ];
 
 /// Storage buffers entry point `entry` of `shader` binds where that is more than WebGPU's
@@ -108,6 +121,12 @@ pub const ALL: &[(&str, &str)] = &[
     ("matmul", include_str!("../../shaders/matmul.wgsl")),
     ("matmul_tex", matmul_out!("matmul_tex.wgsl")),
     ("matmul_sg", matmul_out!("matmul_sg.wgsl")),
+    ("matmul_gpu", matmul_out!("matmul_gpu.wgsl")),
+    // WGSL wants `enable` before every declaration, so it goes in front of the prelude ([`LEADING_ENABLES`]).
+    (
+        "matmul_coop",
+        concat!("enable wgpu_cooperative_matrix;\n", matmul_out!("matmul_coop.wgsl")),
+    ),
     ("gelu", include_str!("../../shaders/gelu.wgsl")),
     ("softmax", rows!("softmax.wgsl")),
     ("crossentropy", rows!("crossentropy.wgsl")),
@@ -120,6 +139,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("ceiling", include_str!("../../shaders/ceiling.wgsl")),
     ("attention", attention!("attention.wgsl")),
     ("attention_sg", attention!("attention_sg.wgsl")),
+    ("attention_fa", attention!("attention_fa.wgsl")),
     ("seq", include_str!("../../shaders/seq.wgsl")),
     ("moe", include_str!("../../shaders/moe.wgsl")),
 ];
@@ -134,6 +154,9 @@ pub fn get(name: &str) -> Option<(&'static str, &'static str)> {
 pub fn compose(name: &str, file: &str) -> String {
     let preludes = COMPOSED.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, p)| *p);
     let mut src = String::new();
+    for (_, e) in LEADING_ENABLES.iter().filter(|(n, _)| *n == name) {
+        src.push_str(&format!("enable {e};\n"));
+    }
     for p in preludes {
         if let Some((_, text)) = PRELUDES.iter().find(|(n, _)| n == p) {
             src.push_str(text);

@@ -187,15 +187,15 @@ fn device_counts_that_wrap_or_exhaust_memory_are_refused_at_once() {
                 "--mesh",
                 "dp=2,x=9223372036854775809",
             ],
-            &["more than 4096 devices"],
+            &["more than 16384 devices"],
         ),
         case(
             &["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=2,x=100000"],
-            &["4096"],
+            &["16384"],
         ),
         case(
             &["train", "--cpu", "--mode", "auto", "--mesh", "dp=2,x=2147483649"],
-            &["4096"],
+            &["16384"],
         ),
         case(
             &[
@@ -206,11 +206,11 @@ fn device_counts_that_wrap_or_exhaust_memory_are_refused_at_once() {
                 "--mesh",
                 "dp=99999999999999999999999",
             ],
-            &["4096"],
+            &["16384"],
         ),
         case(
-            &["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=64,tp=64,x=2"],
-            &["4096"],
+            &["train", "--cpu", "--mode", "shard_map", "--mesh", "dp=128,tp=128,x=2"],
+            &["16384"],
         ),
         // Within the mesh cap, beyond what one GPU simulates.
         case(
@@ -603,6 +603,59 @@ fn bench_compare_refuses_a_pipeline_naming_how_to_time_it() {
 }
 
 #[test]
+fn explicit_mode_refuses_bad_axis_types_and_out_shardings_at_their_flag() {
+    let explicit = |more: &[&str]| {
+        let mut args = vec!["train", "--cpu", "--mode", "explicit", "--mesh", "dp=2,tp=2"];
+        args.extend(more);
+        with_tiny(&args)
+    };
+    let cases: Vec<(Vec<String>, &[&str])> = vec![
+        (
+            explicit(&["--axis-types", "tp=sideways"]),
+            &["--axis-types tp=sideways", "explicit, auto, manual"],
+        ),
+        (explicit(&["--axis-types", "tp"]), &["--axis-types", "AXIS=TYPE"]),
+        (
+            explicit(&["--axis-types", "cp=auto"]),
+            &["--axis-types cp=auto", "no axis 'cp'"],
+        ),
+        // Manual axes are shard_map's: refused outside it, naming it.
+        (
+            explicit(&["--axis-types", "tp=manual"]),
+            &["--axis-types tp=manual", "jax.shard_map", "--mode shard_map"],
+        ),
+        (
+            tiny_case(
+                &[
+                    "train",
+                    "--cpu",
+                    "--mode",
+                    "auto",
+                    "--mesh",
+                    "dp=2",
+                    "--axis-types",
+                    "dp=auto",
+                ],
+                &[],
+            )
+            .0,
+            &["--axis-types", "--mode explicit"],
+        ),
+        // An out_sharding (a spec of an intermediate) naming an axis the mesh lacks.
+        (
+            explicit(&["--spec", "h0.proj=P('sp')"]),
+            &["--spec", "h0.proj", "unknown mesh axis 'sp'", "('dp', 'tp')"],
+        ),
+        // A type shows Explicit axes only.
+        (
+            explicit(&["--axis-types", "tp=auto", "--spec", "h0.proj=P(None, None, 'tp')"]),
+            &["--spec h0.proj", "Auto axis", "--axis-types tp=explicit"],
+        ),
+    ];
+    refused(&cases);
+}
+
+#[test]
 fn bad_specs_name_their_origin() {
     let auto = |spec: &str| with_tiny(&["train", "--cpu", "--mode", "auto", "--mesh", "dp=2", "--spec", spec]);
     let cases: Vec<(Vec<String>, &[&str])> = vec![
@@ -967,11 +1020,7 @@ fn hostile_search_inputs_are_refused_with_the_fix() {
         ),
         (
             search(&["--device", "a100", "--devices", "7"]),
-            &[
-                "no strategy splits this model over 7 devices",
-                "--batch 16",
-                "--heads 4",
-            ],
+            &["no mesh splits this model over 7 devices", "--batch 16", "--heads 4"],
         ),
         (
             search(&["--device", "tpu_v9", "--devices", "8"]),
@@ -1135,7 +1184,11 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
             ["train", "--cpu", "--preset", "pp", "--mode", "auto"]
                 .map(String::from)
                 .to_vec(),
-            &["--mode auto: on --mesh pp=4", "collective-permute", "--mode shard_map"],
+            &[
+                "--mode auto: cannot run a pipeline (--mesh pp=4) yet",
+                "collective-permute",
+                "--mode shard_map",
+            ],
         ),
         (
             with_tiny(&[

@@ -95,7 +95,7 @@ test('each task can be picked, trains a step without error and reopens from its 
     await setControl(page, 'vocab', '16');
     const err = page.locator('[data-testid="field-error"][data-field="vocab"]');
     await err.waitFor({ timeout: 30_000 });
-    assert.match(await err.innerText(), /too small for the text: the text has 31 distinct characters/);
+    assert.match(await err.innerText(), /too small for this text: it has 31 distinct characters.*use vocab 31/);
     assert.equal(await page.getByTestId('play').isDisabled(), true);
   } finally {
     await first.context.close();
@@ -160,11 +160,12 @@ const JAX_CALLS = {
   Threefry: 'threefry2x32',
   fold_in: 'jax.random.fold_in',
   dp: "P('dp')",
-  fsdp: "P('dp', None)",
+  fsdp: "P('fsdp', None)",
   zero1: 'on the optimizer state only',
   zero2: 'with_sharding_constraint(grad',
   microbatch: 'jax.value_and_grad',
   tp: "P(None, 'tp')",
+  mesh: 'jax.make_mesh',
 };
 
 const popover = (page) => page.evaluate(() => {

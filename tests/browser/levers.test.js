@@ -41,7 +41,7 @@ test('microbatches shrink the activations in the memory bar and nothing else; co
     // Batch 8 over dp=2: 4 rows a device.
     for (const [value, words] of [
       ['3', /microbatches 3 does not divide batch 8.*use one of 1, 2, 4, 8/],
-      ['8', /microbatches 8 does not divide the 4 examples each 'dp' shard holds.*use one of 1, 2, 4/],
+      ['8', /microbatches 8 does not divide the 4 examples each data-parallel shard holds.*use one of 1, 2, 4/],
       ['0', /microbatches “0” is outside 1 to 512/],
     ]) {
       await setControl(page, 'microbatches', value);
@@ -92,13 +92,13 @@ test('zero1 and zero2 shard the optimizer state, then the gradients, in the memo
   }
 });
 
-test('a zero preset on a mesh without a dp axis is refused at the mesh control with one that fits', { timeout: 120_000 }, async () => {
+test('ZeRO on a mesh without a dp axis is refused at the ZeRO control, naming the axis to add', { timeout: 120_000 }, async () => {
   const { context, page } = await openReady(hashOf({ preset: 'zero2' }));
   try {
     await setControl(page, 'mesh', 'tp=2');
-    const err = page.locator('[data-testid="field-error"][data-field="mesh"]');
+    const err = page.locator('[data-testid="field-error"][data-field="zero"]');
     await err.waitFor({ timeout: 30_000 });
-    assert.match(await err.innerText(), /the zero2 preset needs a mesh with axis 'dp' \(e\.g\. dp=4\)/);
+    assert.match(await err.innerText(), /has no 'dp' axis: add one/);
     await setControl(page, 'mesh', 'dp=2');
     await configuredWith(page, 'mesh', 'dp=2');
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);

@@ -1,7 +1,7 @@
 // Links reopen: every preset's own link, the copy-link button, and hostile hashes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { close, formValues, hashOf, launch, openReady, setControl } from './helpers.js';
+import { assertLinkReopens, close, formValues, hashOf, launch, openReady, overflows, setControl, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -39,6 +39,35 @@ test('the copy-link button gives the link of the settings shown', { timeout: 120
     const link = await page.evaluate(() => window.shardlab.lastLink);
     assert.match(link, /batch=16/);
     assert.equal(await page.getByTestId('link-box').isVisible(), true);
+  } finally {
+    await context.close();
+  }
+});
+
+test('explicit mode trains, shows its typed program, and its link reopens it, at 390 px too', { timeout: 480_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ mesh: 'dp=2' }), { viewport: { width: 390, height: 844 } });
+  try {
+    // Switched to mid-run, explicit mode joins the run: automatic's is kept where it stopped.
+    assert.equal(await singleSteps(page, 1), 1);
+    await setControl(page, 'mode', 'explicit');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.mode === 'explicit', null, { timeout: 120_000 });
+    assert.deepEqual(await page.evaluate(() => window.shardlab.configured.modes), ['explicit']);
+    assert.equal(await page.getByTestId('mode-notice').innerText(),
+      'Explicit goes on from step 0. automatic’s run is kept at step 1: switch back to resume it; its steps stay on the charts.');
+    await singleSteps(page, 1);
+    assert.match(await page.getByTestId('loss').innerText(), /\d\.\d/);
+    // The program view: the global program, each value typed with its sharding.
+    const typed = page.getByTestId('program-explicit');
+    await typed.waitFor({ state: 'attached', timeout: 60_000 });
+    assert.equal(await typed.evaluate((e) => e.hidden), false);
+    const lines = await typed.getByTestId('typed-line').allInnerTexts();
+    assert.ok(lines.some((l) => /: \w+\[8@dp,/.test(l)), lines.slice(0, 5).join('\n'));
+    assert.deepEqual(await page.evaluate(overflows), []);
+    assert.match(new URL(page.url()).hash, /mode=explicit(&|$)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['explicit']);
+    }, 'explicit');
+    assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
   }
@@ -117,9 +146,10 @@ test('a link’s refusal names the key, the value and the limit it broke, at its
   const cases = [
     ['#layers=1000000', 'layers', /layers “1000000” is outside 1 to \d+/],
     ['#batch=1000000000', 'batch', /batch “1000000000” is outside 1 to \d+/],
-    ['#mesh=dp%3D4096', 'mesh', /mesh “dp=4096” has 4,096 devices: the page simulates at most 64/],
+    ['#mesh=dp%3D4096', 'mesh', /mesh dp=4096: has 4096 devices, and the page simulates at most 64: use smaller axes/],
     ['#heads=many', 'heads', /heads “many” is not a whole number/],
     ['#rng=sometimes', 'rng', /rng “sometimes” is not one of original, partitionable/],
+    ['#mode=explict', 'mode', /mode “explict” is not one of auto, shard_map, explicit, both/],
     [`#layers=2&x=${'a'.repeat(9000)}`, null, /it is 9,011 characters long, and a link here has at most 8,000/],
   ];
   const { context, page } = await openReady('');

@@ -87,7 +87,7 @@ test('zig-zag balances the ring in shard_map mode, runs beside jit\'s contiguous
     await setControl(page, 'preset', 'dp');
     await setControl(page, 'cp_order', 'zigzag');
     await fieldError(page, 'cp_order').waitFor({ timeout: 30_000 });
-    assert.match(await fieldError(page, 'cp_order').innerText(), /choose the cp preset, or cp order contiguous/);
+    assert.match(await fieldError(page, 'cp_order').innerText(), /mesh dp=4 has no 'cp' axis: add one \(e\.g\. cp=4\)/);
   } finally {
     await context.close();
   }

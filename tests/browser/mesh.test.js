@@ -68,7 +68,7 @@ test('an axis the model cannot split is refused at its size, and hostile meshes 
     ['dp=2,dp=2', /given twice/],
     ['xx=2', /names no parallelism/],
     ['dp=0', /size 0/],
-    ['dp=2147483648', /more than 4096 devices/],
+    ['dp=2147483648', /more than 16384 devices/],
     ['dp=128', /the page simulates at most 64/],
   ]) {
     const { context, page } = await openReady(hashOf({ mesh }));

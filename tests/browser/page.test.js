@@ -294,16 +294,18 @@ test('an impossible combination is explained at its control, and fixing it recov
     // heads is flagged at heads, with the heads that would divide d_model.
     const fieldError = page.locator('[data-testid="field-error"][data-field="heads"]');
     assert.equal(await fieldError.count(), 1);
-    assert.match(await fieldError.innerText(), /heads 3 does not divide d_model 32/);
+    assert.match(await fieldError.innerText(), /d_model 32 is not divisible by heads 3: choose heads that divide d_model/);
     // Settings are not failures: the error banner stays for real failures only.
     assert.equal(await page.getByTestId('error').isVisible(), false);
     assert.equal(await page.getByTestId('play').isDisabled(), true);
 
-    await page.locator('input[name="mesh"]').fill('tp=2');
+    // Any axes compose: an axis the model cannot split is refused at its size.
     await page.locator('input[name="heads"]').fill('2');
     await page.locator('input[name="heads"]').dispatchEvent('change');
-    const meshError = page.locator('[data-testid="field-error"][data-field="mesh"]');
-    assert.match(await meshError.innerText(), /dp preset needs a mesh with axis 'dp'/);
+    await page.locator('input[name="mesh"]').fill('tp=4');
+    await page.locator('input[name="mesh"]').dispatchEvent('change');
+    const meshError = page.locator('[data-testid="field-error"][data-field="mesh.tp"]');
+    assert.match(await meshError.innerText(), /tp=4 does not divide heads 2/);
 
     await page.locator('input[name="mesh"]').fill('dp=2');
     await page.locator('input[name="mesh"]').dispatchEvent('change');

@@ -32,7 +32,7 @@ test('jax-js trains the formula model to shardlab\'s losses on the same WebGPU a
     // A run shardlab refuses is an error naming the control, before anything trains.
     const refused = await page.evaluate((spec) => window.peers.open(spec).then(() => 'opened', (e) => e.message),
       { ...TINY, heads: 5 });
-    assert.match(refused, /shardlab refuses the run: heads: heads 5 does not divide d_model 32/);
+    assert.match(refused, /shardlab refuses the run: heads: d_model 32 is not divisible by heads 5/);
     // jax-js is served from the page's own host (web/vendor), as the page's other packages are.
     assert.ok(requests.some((u) => u.includes('/web/vendor/@jax-js/jax/')), 'jax-js was not loaded from web/vendor');
     assert.deepEqual(foreign(requests), []);

@@ -42,7 +42,7 @@ test('the pp preset trains in shard_map mode on four stages, says why automatic 
     const labels = await rows(page, 'shard_map').evaluateAll((rs) => rs.map((r) => r.dataset.device));
     assert.deepEqual(labels, ['pp=0', 'pp=1', 'pp=2', 'pp=3']);
     assert.equal(await rows(page, 'auto').count(), 0);
-    assert.match(await page.getByTestId('pipeline-auto').textContent(), /^Automatic mode cannot run the pp preset yet: it needs .*collective-permute/);
+    assert.match(await page.getByTestId('pipeline-auto').textContent(), /^Mode auto: cannot run a pipeline \(mesh pp=4\) yet: it needs .*collective-permute/);
     assert.match(await page.locator('[data-testid="program-refused"][data-mode="auto"]').textContent(), /collective-permute/);
     // The story compares both modes: its programs' side says why it cannot here.
     assert.match(await page.getByTestId('story-unplanned').innerText(), /automatic mode cannot plan these settings/);
@@ -104,7 +104,7 @@ test('automatic mode on the pipeline shows the core\'s refusal at the mode contr
       const err = fieldError(page, 'mode');
       await err.waitFor({ timeout: 30_000 });
       const text = await err.innerText();
-      assert.match(text, /automatic mode cannot run the pp preset yet: it needs what MaxText's jit pipeline needs/, mode);
+      assert.match(text, /mode auto: cannot run a pipeline \(mesh pp=4\) yet: it needs what MaxText's jit pipeline needs/, mode);
       assert.match(text, /collective-permute.*Use mode shard_map/, mode);
       assert.equal(await page.evaluate(() => window.shardlab.configured), null, mode);
       assert.equal(await page.getByTestId('play').isDisabled(), true, mode);
@@ -128,8 +128,9 @@ test('pipeline settings that cannot run are refused at their control naming the 
       ['microbatches', '0', 'microbatches', /microbatches “0” is outside 1 to 512/],
       ['microbatches', '3', 'microbatches', /microbatches 3 does not divide batch 8.*use one of 1, 2, 4, 8/],
       // Four stages: six layers do not split into them, and eight stages are more than four layers.
-      ['layers', '6', 'layers', /layers 6: does not split into pp = 4 equal stages: use a layer count that is a multiple of 4, or pp = one of 1, 2, 3, 6/],
-      ['mesh', 'pp=8', 'mesh', /mesh pp=8: is more stages than layers 4: every stage runs at least one block; use pp = one of 1, 2, 4/],
+      // Both land at the pp axis's size, naming the layers.
+      ['layers', '6', 'mesh.pp', /pp=4 does not split layers 6 into equal stages: use a layer count that is a multiple of 4, or pp = one of 1, 2, 3, 6/],
+      ['mesh', 'pp=8', 'mesh.pp', /pp=8 is more stages than layers 4: every stage runs at least one block; use pp = one of 1, 2, 4/],
     ]) {
       await setControl(page, name, value);
       const err = fieldError(page, field);
@@ -148,7 +149,7 @@ test('pipeline settings that cannot run are refused at their control naming the 
   try {
     const err = fieldError(dp.page, 'schedule');
     await err.waitFor({ timeout: 30_000 });
-    assert.match(await err.innerText(), /schedule 1f1b orders a pipeline's microbatches .* choose the pp preset, or schedule gpipe/);
+    assert.match(await err.innerText(), /schedule 1f1b: orders a pipeline's microbatches, and mesh dp=2 has no 'pp' axis: add one \(e\.g\. pp=2\)/);
     assert.equal(await dp.page.getByTestId('fold-pipeline').isVisible(), true);
   } finally {
     await dp.context.close();
@@ -163,9 +164,9 @@ test('pipeline settings that cannot run are refused at their control naming the 
   }
 });
 
-test('1F1B trains the same losses as GPipe, and the link keeps the schedule', { timeout: 300_000 }, async () => {
+test('1F1B and ZB-H1 train the same losses as GPipe, and the link keeps the schedule', { timeout: 300_000 }, async () => {
   const losses = {};
-  for (const schedule of ['gpipe', '1f1b']) {
+  for (const schedule of ['gpipe', '1f1b', 'zb_h1']) {
     const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, schedule }));
     try {
       assert.equal((await formValues(page)).schedule, schedule);
@@ -178,8 +179,10 @@ test('1F1B trains the same losses as GPipe, and the link keeps the schedule', { 
     }
   }
   // The same microbatches, masks and sums in another order: equal to float32 rounding.
-  assert.equal(losses['1f1b'].length, 2);
-  losses['1f1b'].forEach((l, k) => assert.ok(Math.abs(l - losses.gpipe[k]) < 1e-4, JSON.stringify(losses)));
+  for (const schedule of ['1f1b', 'zb_h1']) {
+    assert.equal(losses[schedule].length, 2);
+    losses[schedule].forEach((l, k) => assert.ok(Math.abs(l - losses.gpipe[k]) < 1e-4, JSON.stringify(losses)));
+  }
 });
 
 test('at 390 px wide the pipeline fold, its bubble and a row per stage fit the phone, every fold open', { timeout: 300_000 }, async () => {

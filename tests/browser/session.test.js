@@ -9,11 +9,17 @@ import {
 before(launch);
 after(close);
 
+/** Presses Step and waits until the step runs (or, on a fast adapter under a slow poll, ran). */
+async function stepStarted(page) {
+  const before = await page.evaluate(() => window.shardlab.steps);
+  await page.getByTestId('single-step').click();
+  await page.waitForFunction((n) => window.shardlab.busy || window.shardlab.steps > n, before, { timeout: STEP_TIMEOUT_MS });
+}
+
 test('changes, story buttons and Reset made during a step apply at its end, never as an error', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
   const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'both' }));
   try {
-    await page.getByTestId('single-step').click();
-    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await stepStarted(page);
     // A setting and a story toggle while the step runs.
     await setControl(page, 'batch', '16');
     await page.getByTestId('story-toggle').filter({ hasText: 'Use fold_in' }).click();
@@ -26,8 +32,7 @@ test('changes, story buttons and Reset made during a step apply at its end, neve
     assert.match(location(page), /batch=16/);
 
     // Reset during a step.
-    await page.getByTestId('single-step').click();
-    await page.waitForFunction(() => window.shardlab.busy, null, { timeout: 10_000 });
+    await stepStarted(page);
     await page.getByTestId('reset').click();
     await settled(page);
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
@@ -128,12 +133,13 @@ test('settings that cannot run are refused at their control in the page’s word
   try {
     const at = (field) => page.locator(`[data-testid="field-error"][data-field="${field}"]`);
     await setControl(page, 'vocab', '2');
-    assert.match(await at('vocab').innerText(), /too small for the copy task/);
+    assert.match(await at('vocab').innerText(), /too small for task copy: it needs a separator and at least two symbols.*use vocab 16/);
     assert.doesNotMatch(await at('vocab').innerText(), /--/);
     await setControl(page, 'vocab', '32');
 
+    // Any axes compose: the one the model cannot split is refused at its size.
     await setControl(page, 'mesh', 'tp=3');
-    assert.match(await at('mesh').innerText(), /dp preset needs a mesh with axis 'dp'/);
+    assert.match(await at('mesh.tp').innerText(), /tp=3 does not divide heads 2.*tp = one of 1, 2/);
     await setControl(page, 'mesh', 'dp=4');
 
     // 2^33 attention scores: refused with their size, before any buffer exists.
@@ -148,7 +154,7 @@ test('settings that cannot run are refused at their control in the page’s word
     // The wasm's own parser: a device count that overflows 32 bits is a message, never a trap.
     const r = await page.evaluate(() => JSON.parse(window.shardlab.lab.configure(JSON.stringify({ ...window.shardlab.settings, mesh: 'dp=2,x=2147483649' }), true)));
     assert.equal(r.ok, false);
-    assert.match(r.errors[0].message, /at most 64/);
+    assert.match(r.errors[0].message, /more than 16384 devices.*use smaller axis sizes/);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

@@ -36,11 +36,11 @@ test('the search lists choices fastest first and Load runs the one picked', { ti
     assert.equal(String(form.microbatches), microbatches);
     assert.equal(form.mode, mode === 'automatic' ? 'auto' : mode);
     assert.match(location(page), new RegExp(`mesh=${mesh}`));
-    // Every preset's strategy (crate/src/plan/presets.rs); a pipeline's row names its schedule too.
-    const presetStrategy = {
-      seed: 'dp', dp: 'dp', zero1: 'zero1', zero2: 'zero2', fsdp: 'fsdp', tp: 'tp', dp_tp: 'dp_tp', cp: 'cp', tp_sp: 'tp_sp', pp: 'pp',
-    }[form.preset];
-    assert.equal(presetStrategy, strategy.replace(/ \(.*\)$/, ''), `preset ${form.preset}, row ${strategy}`);
+    // The composition's options arrive with its mesh: ZeRO on dp, sequence parallelism on tp.
+    // A preset names them; a composition's row lists them after its mesh.
+    const name = strategy.replace(/ \(.*\)$/, '');
+    assert.equal(form.zero, /ZeRO-(\d)/.exec(strategy)?.[1] ?? { zero1: '1', zero2: '2' }[name] ?? '0', `row ${strategy}`);
+    assert.equal(form.sequence_parallel, String(name === 'tp_sp' || /sequence parallel/.test(strategy)), `row ${strategy}`);
     assert.equal(await singleSteps(page, 1), 1);
     assert.deepEqual(consoleErrors, []);
   } finally {
@@ -55,7 +55,7 @@ test('settings the page refuses are refused by the search too, naming the fix', 
     await page.getByTestId('strategy-run').click();
     const error = page.getByTestId('strategy-error');
     await error.waitFor({ timeout: 30_000 });
-    assert.match(await error.innerText(), /batch 8.*divisible/);
+    assert.match(await error.innerText(), /dp=3 does not divide batch 8.*use a batch that is a multiple of 3/);
   } finally {
     await context.close();
   }

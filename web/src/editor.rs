@@ -113,7 +113,7 @@ pub fn groups(settings: &Settings) -> Value {
                 "name": group,
                 "shape": p.shape,
                 "preset": preset(p),
-                "options": suggestions(&mesh, &p.shape),
+                "options": suggestions(mesh, &p.shape),
                 "layers": [],
             })
         });
@@ -136,7 +136,7 @@ pub fn groups(settings: &Settings) -> Value {
         "ok": true,
         "axes": mesh.axes(),
         "groups": order.iter().map(|g| groups[g].clone()).collect::<Vec<_>>(),
-        "batch": {"name": TOKENS, "shape": batch, "preset": spec_text(&tokens_preset), "options": suggestions(&mesh, &batch)},
+        "batch": {"name": TOKENS, "shape": batch, "preset": spec_text(&tokens_preset), "options": suggestions(mesh, &batch)},
         "constraints": constraints,
     })
 }

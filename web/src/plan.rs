@@ -54,6 +54,8 @@ impl Plan {
             "summary": summary_json(&summary),
             "inserted": inserted,
             "layouts": layouts(program),
+            // In explicit mode, the typed global program as `shardlab inspect` prints it.
+            "explicit": planned.explicit,
         });
         Ok(Plan {
             mode,
@@ -202,10 +204,30 @@ mod tests {
         let s = Settings::preset(Preset::Pp);
         let e = refused(&s, Mode::Auto);
         assert_eq!(e.field, "mode");
-        for words in ["mode auto: on mesh pp=4", "collective-permute", "Use mode shard_map"] {
+        for words in [
+            "mode auto: cannot run a pipeline (mesh pp=4) yet",
+            "collective-permute",
+            "Use mode shard_map",
+        ] {
             assert!(e.message.contains(words), "{words}: {}", e.message);
         }
         assert!(!e.message.contains("--"), "{}", e.message);
+    }
+
+    #[test]
+    fn explicit_modes_view_carries_the_typed_program_and_the_other_modes_none() {
+        let s = Settings {
+            mesh: "dp=2,tp=2".into(),
+            ..Settings::preset(Preset::DpTp)
+        };
+        let par = s.check().unwrap();
+        let typed = Plan::build(&s, Mode::Explicit, &par).unwrap().view["explicit"]["lines"].clone();
+        let lines = typed.as_array().expect("typed lines");
+        assert!(
+            lines.iter().any(|l| l["text"].as_str().unwrap().contains("@dp")),
+            "{typed}"
+        );
+        assert!(Plan::build(&s, Mode::Auto, &par).unwrap().view["explicit"].is_null());
     }
 
     #[test]

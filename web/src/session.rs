@@ -55,9 +55,10 @@ const QUICK_PROFILE_REPS: usize = 3;
 pub struct Run {
     generation: u64,
     settings: Settings,
-    /// Both modes' modelled steps on the chosen real device (`predict::modes`).
+    /// The planned modes' modelled steps on the chosen real device (`predict::modes`).
     prediction: Value,
-    /// Both modes' programs (the inspector compares them whatever runs), less any in `refused`.
+    /// Automatic and shard_map mode's programs (the inspector compares them whatever runs),
+    /// less any in `refused`, and explicit mode's once it has run.
     plans: Vec<Plan>,
     /// The modes that do not run and that the core cannot plan these settings in (automatic
     /// mode on a pipeline), each with why, in the page's words: shown where its program would be.
@@ -131,8 +132,14 @@ impl Inner {
                 return json!({"ok": false, "errors": [FieldError { field: String::new(), message }]});
             }
         };
-        // Only the mode changed: the same run goes on, each mode's trainer where it stopped.
+        // Only the mode changed: the same run goes on, each mode's trainer where it stopped
+        // (explicit mode, planned only once it runs, is planned into it).
         if let Some(mut run) = previous.take_if(|r| resume && r.switches_to(&settings)) {
+            if let Err(errors) = run.plan_modes(&settings) {
+                self.parked = Some(run);
+                let pipeline = settings.parallelism().ok().and_then(|par| settings.pipeline(&par));
+                return json!({"ok": false, "errors": errors, "pipeline": pipeline});
+            }
             run.generation = self.generation;
             run.settings = settings;
             run.keep_within(GPU_BUDGET_BYTES.saturating_sub(self.parked.as_ref().map_or(0, Run::held_bytes)));
@@ -199,7 +206,12 @@ impl Inner {
         let par = settings.check().map_err(|e| vec![e])?;
         let device = settings.device_profile().map_err(|e| vec![e])?;
         let (mut plans, mut refused, mut errors) = (vec![], serde_json::Map::new(), vec![]);
-        for mode in [Mode::Auto, Mode::ShardMap] {
+        // Automatic and shard_map are always planned, for the inspector to set side by side;
+        // explicit mode when it runs.
+        let planned = Mode::PARTITIONED
+            .into_iter()
+            .filter(|m| *m != Mode::Explicit || settings.modes().contains(m));
+        for mode in planned {
             match Plan::build(&settings, mode, &par) {
                 Ok(plan) => plans.push(plan),
                 Err(e) => {
@@ -249,13 +261,17 @@ impl Inner {
     }
 
     /// The current settings as a runnable JAX script (shardlab export jax) for `mode`
-    /// (`auto` or `shard_map`), `steps` steps long.
+    /// (`auto`, `shard_map`, or `explicit` when it runs), `steps` steps long.
     pub fn export_jax(&self, mode: &str, steps: u64) -> Value {
         let Some(run) = &self.run else {
             return fail("no valid settings yet: configure first");
         };
         let Some(plan) = run.plans.iter().find(|p| p.mode.name() == mode) else {
-            return fail(format!("unknown mode `{mode}`: use auto or shard_map"));
+            let planned: Vec<&str> = run.plans.iter().map(|p| p.mode.name()).collect();
+            return fail(format!(
+                "mode `{mode}` is not planned here: use {}",
+                planned.join(" or ")
+            ));
         };
         match shardlab::export::jax_script(&plan.planned.options, steps) {
             Ok(script) => json!({
@@ -337,16 +353,32 @@ impl Run {
         self.running().iter().map(|&k| self.steps[k]).max().unwrap_or(0)
     }
 
-    /// Whether `settings` are this run's with only the mode changed, every mode they run
-    /// planned here and within the page's GPU budget.
+    /// Whether `settings` are this run's with only the mode changed.
     fn switches_to(&self, settings: &Settings) -> bool {
         settings.mode != self.settings.mode
             && Settings {
                 mode: self.settings.mode,
                 ..settings.clone()
             } == self.settings
-            && settings.modes().iter().all(|m| self.plans.iter().any(|p| p.mode == *m))
-            && check_memory(settings, &self.plans).is_ok()
+    }
+
+    /// Plans the modes `settings` run that this run has not (explicit mode is planned only
+    /// once it runs), then checks the GPU budget: each refusal at its control.
+    fn plan_modes(&mut self, settings: &Settings) -> Result<(), Vec<FieldError>> {
+        let par = settings.check().map_err(|e| vec![e])?;
+        let device = settings.device_profile().map_err(|e| vec![e])?;
+        for &mode in settings.modes() {
+            if self.plans.iter().any(|p| p.mode == mode) {
+                continue;
+            }
+            let plan = Plan::build(settings, mode, &par).map_err(|e| vec![crate::plan::refusal(&e)])?;
+            self.plans.push(plan);
+            self.trainers.push(None);
+            self.collectives_ms.push(None);
+            self.steps.push(0);
+            self.prediction = crate::predict::modes(&self.plans, &device);
+        }
+        check_memory(settings, &self.plans).map_err(|e| vec![e])
     }
 
     /// Bytes the run holds on the GPU: its running modes, and the stopped ones it keeps.

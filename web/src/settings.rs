@@ -21,12 +21,14 @@ use shardlab::sharding::{Mesh, PartitionSpec};
 use crate::field_error::FieldError;
 use crate::task::{Opt, Task, DEFAULT_LR};
 
-/// Which modes run: one, or both in turn (one step of each).
+/// Which modes run: one, or automatic and shard_map in turn (one step of each), the pair the
+/// JAX report compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Modes {
     Auto,
     ShardMap,
+    Explicit,
     Both,
 }
 
@@ -101,6 +103,7 @@ impl Settings {
             mode: match p.modes() {
                 [Mode::ShardMap] => Modes::ShardMap,
                 [Mode::Auto] => Modes::Auto,
+                [Mode::Explicit] => Modes::Explicit,
                 _ => Modes::Both,
             },
             mesh: p.mesh().into(),
@@ -184,12 +187,13 @@ impl Settings {
         let refused = |e: Refusal| FieldError::refused(&e);
         let cfg = self.config();
         check_page_limits(&cfg, self.microbatches, self.lr).map_err(refused)?;
+        // Before the model's own checks, which on wasm32 can only say that a size overflows.
+        check_page_sizes(&cfg).map_err(refused)?;
         self.device_profile()?;
         let par = self.parallelism().map_err(|e| FieldError::plan(&e))?;
         check_page_mesh(&par).map_err(refused)?;
         cfg.validate().map_err(|e| FieldError::model(&e, "d_model"))?;
         Dataset::new(self.task.data(), &cfg, 0).map_err(|e| FieldError::model(&e, "task"))?;
-        check_page_sizes(&cfg).map_err(refused)?;
         check_head_dim(&cfg).map_err(refused)?;
         par.check(&cfg, self.microbatches).map_err(|e| FieldError::plan(&e))?;
         self.check_spec_texts(&par)?;
@@ -251,6 +255,7 @@ impl Settings {
         match self.mode {
             Modes::Auto => &[Mode::Auto],
             Modes::ShardMap => &[Mode::ShardMap],
+            Modes::Explicit => &[Mode::Explicit],
             Modes::Both => &[Mode::Auto, Mode::ShardMap],
         }
     }
@@ -265,6 +270,11 @@ impl Settings {
             },
             Mode::Auto => Parallel::Auto {
                 par: par.clone(),
+                specs: self.spec_overrides(),
+            },
+            Mode::Explicit => Parallel::Explicit {
+                par: par.clone(),
+                axis_types: vec![],
                 specs: self.spec_overrides(),
             },
             Mode::Single => Parallel::None,
@@ -282,12 +292,15 @@ impl Settings {
             // jit splits a dimension into contiguous blocks only (a PartitionSpec cannot
             // interleave them): automatic mode runs contiguous whatever the control says, and
             // the page says so beside it (the CLI refuses --cp-order zigzag with --mode auto).
-            cp_order: if mode == Mode::Auto {
+            cp_order: if mode != Mode::ShardMap {
                 CpOrder::Contiguous
             } else {
                 self.cp_order
             },
             schedule: self.schedule,
+            // The page lays a pipeline out in equal stages of one chunk each.
+            virtual_stages: 1,
+            stage_layers: vec![],
         }
     }
 }

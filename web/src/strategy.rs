@@ -12,7 +12,7 @@ use crate::settings::Settings;
 const TOP: usize = 10;
 
 /// The search for `s`'s model: `{"ok":true,"device","devices","considered","invalid",
-/// "too_large","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,schedule,step_ms,bytes,
+/// "too_large","screened","priced","fits","ranked":[{rank,mode,strategy,mesh,remat,microbatches,schedule,step_ms,bytes,
 /// limiting,limiting_share,command,load}]}` (`schedule` null but for a pipeline), `load` the settings changes that run the choice here
 /// (its mesh, the axes' options, mode, remat, microbatches, schedule, cp order); or `{"ok":false,"error"}`.
 pub fn which_strategy(s: &Settings) -> Value {
@@ -69,6 +69,8 @@ pub fn which_strategy(s: &Settings) -> Value {
         "considered": r.considered,
         "invalid": r.invalid,
         "too_large": r.too_large,
+        "screened": r.screened,
+        "priced": r.priced,
         "fits": r.ranked.len(),
         "levers": r.levers,
         "ranked": ranked,
@@ -87,6 +89,13 @@ mod tests {
         assert_eq!(r["ok"], true, "{r}");
         let ranked = r["ranked"].as_array().unwrap();
         assert!(!ranked.is_empty() && ranked.len() <= TOP);
+        // Every configuration is accounted for: split or not, fits or not, screened or priced.
+        let n = |k: &str| r[k].as_u64().unwrap();
+        assert_eq!(
+            n("considered"),
+            n("invalid") + n("too_large") + n("screened") + n("fits"),
+            "{r}"
+        );
         let steps: Vec<f64> = ranked.iter().map(|x| x["step_ms"].as_f64().unwrap()).collect();
         assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
         for x in ranked {

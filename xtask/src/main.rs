@@ -1,6 +1,7 @@
 //! Project commands: `cargo xtask serve` (build and serve the page) and `cargo xtask test`
 //! (everything CI runs). One module per command; each installs what it needs and can.
 mod counts;
+mod device_bench;
 mod jax;
 mod serve;
 mod server;
@@ -16,6 +17,10 @@ fn usage() -> String {
 
 commands:
   serve [--port N]   build the page (release wasm) and serve it on http://127.0.0.1:N/ (default 8000)
+  device-bench [--dry-run] [--shardlab PATH] [--python PATH] [--wheels DIR] [--memory-budget SIZE]
+               [--deadline SECONDS] [--out FILE]
+                     the prepared benchmark for a machine with a GPU: kernels, train steps, peers,
+                     compare; one Markdown report (default target/device-bench/report.md)
   test [STEP...]     everything CI runs, or only the named steps:
 {}
 
@@ -36,6 +41,7 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("serve") => serve::main(&args[1..]),
         Some("test") => test::main(&args[1..]),
+        Some("device-bench") => device_bench::main(&args[1..]),
         Some("help" | "-h" | "--help") | None => {
             println!("{}", usage());
             Ok(())

@@ -15,7 +15,8 @@ use crate::{jax, setup, site, steps};
 const WEB_PACKAGE: &str = "shardlab-web";
 /// The export tests' module in the test binary: they run in the jax step, not the native one.
 const EXPORT_TESTS: &str = "export_jax::";
-/// The tests of `shardlab bench peers`, which run JAX as the peer (crate/tests/peers.rs).
+/// The tests of `shardlab bench peers` and of the device benchmark's dry run, which run JAX as
+/// the peer (crate/tests/peers.rs, xtask/src/device_bench.rs).
 const PEER_TESTS: &str = "under_jax::";
 
 enum Outcome {
@@ -275,6 +276,8 @@ fn jax_tests(report: &mut Report) {
         "shardlab-tests",
         "-p",
         "shardlab",
+        "-p",
+        "xtask",
         "--tests",
         "--no-fail-fast",
         "--",
@@ -292,7 +295,9 @@ fn jax_tests(report: &mut Report) {
         }
         Err(e) => return report.failed(NAME, e),
     }
-    step("export and peer tests: cargo test -p shardlab-tests -p shardlab --tests -- export_jax:: under_jax::");
+    step(
+        "export and peer tests: cargo test -p shardlab-tests -p shardlab -p xtask --tests -- export_jax:: under_jax::",
+    );
     cargo_tests(report, NAME, "jax", &mut cmd);
 }
 

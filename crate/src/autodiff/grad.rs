@@ -41,6 +41,29 @@ pub fn grad_with(
             format!("loss must be a scalar, got {:?}", b.shape(loss)),
         ));
     }
+    let one = b.emit1(
+        Op::Full {
+            shape: vec![],
+            value: 1.0,
+        },
+        &[],
+    );
+    b.set_name(one, "dloss");
+    vjp_with(b, &[(loss, one)], wrt, start, on_done)
+}
+
+/// `jax.vjp`'s pullback of what was traced from instruction `start` on: the cotangents of
+/// `wrt` given each `(output, cotangent)` of `seeds` (made before the call; they are constants
+/// to the sweep, never differentiated), handed to `on_done` as [`grad_with`] does. A pipeline
+/// stage's backward pass runs this way, long after its forward, from the cotangent the next
+/// stage sent back.
+pub fn vjp_with(
+    b: &mut Builder,
+    seeds: &[(ValueId, ValueId)],
+    wrt: &[ValueId],
+    start: usize,
+    on_done: &mut dyn FnMut(&mut Builder, usize, ValueId) -> ValueId,
+) -> Result<Vec<ValueId>, IrError> {
     let forward_len = b.program().instrs.len();
     let needed = needs_grad(b, wrt, start, forward_len);
     let regions: Vec<Checkpoint> = b
@@ -83,15 +106,13 @@ pub fn grad_with(
     }
 
     let mut cts: HashMap<ValueId, ValueId> = HashMap::new();
-    let one = b.emit1(
-        Op::Full {
-            shape: vec![],
-            value: 1.0,
-        },
-        &[],
-    );
-    b.set_name(one, "dloss");
-    cts.insert(loss, one);
+    for &(v, ct) in seeds {
+        let total = match cts.get(&v) {
+            Some(&prev) => b.add(prev, ct),
+            None => ct,
+        };
+        cts.insert(v, total);
+    }
 
     let mut done: Vec<Option<ValueId>> = vec![None; wrt.len()];
     for i in (start..forward_len).rev() {
@@ -120,9 +141,11 @@ pub fn grad_with(
                         .iter()
                         .map(|v| recomputed.get(v).copied().unwrap_or(*v))
                         .collect();
+                    let made = b.program().values.len();
                     let in_cts = (region.bwd)(b, &residuals, &out_cts);
                     for (v, ct) in region.inputs.iter().zip(in_cts) {
                         let Some(ct) = ct else { continue };
+                        type_like_primal(b, ct, *v, made);
                         if needed[v.index()] {
                             let total = match cts.get(v) {
                                 Some(&prev) => b.add(prev, ct),
@@ -149,12 +172,14 @@ pub fn grad_with(
                     inputs: instr.inputs.iter().map(read).collect(),
                     outputs: instr.outputs.iter().map(read).collect(),
                 };
+                let made = b.program().values.len();
                 let in_cts = vjp(b, &remapped, &out_cts)?;
                 for (v, ct) in instr.inputs.iter().zip(in_cts) {
                     let Some(ct) = ct else { continue };
                     if !needed[v.index()] {
                         continue;
                     }
+                    type_like_primal(b, ct, *v, made);
                     let total = match cts.get(v) {
                         Some(&prev) => b.add(prev, ct),
                         None => ct,
@@ -179,6 +204,7 @@ pub fn grad_with(
             None => {
                 let shape = b.shape(*v);
                 let zeros = b.emit1(Op::Full { shape, value: 0.0 }, &[]);
+                b.type_like(zeros, *v, (0..b.shape(*v).len()).collect());
                 on_done(b, k, zeros)
             }
         };
@@ -189,6 +215,16 @@ pub fn grad_with(
     }
     drop_unread_recomputations(b, backward_start, is_recompute, &grads);
     Ok(grads)
+}
+
+/// Records that `ct`, the cotangent of `primal`, is typed like it, as JAX's transpose rules
+/// type every cotangent (`to_cotangent_aval`): where the rule made `ct` (a value numbered from
+/// `made` on), not where it passed an operand's cotangent through unchanged.
+fn type_like_primal(b: &mut Builder, ct: ValueId, primal: ValueId, made: usize) {
+    if ct.index() >= made && b.shape(ct) == b.shape(primal) {
+        let rank = b.shape(primal).len();
+        b.type_like(ct, primal, (0..rank).collect());
+    }
 }
 
 /// Traces region `c`'s forward again: every instruction with a result its policy does not

@@ -3,4 +3,4 @@
 mod grad;
 mod vjp;
 
-pub use grad::{grad, grad_with, value_and_grad};
+pub use grad::{grad, grad_with, value_and_grad, vjp_with};

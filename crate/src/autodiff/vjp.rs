@@ -44,6 +44,9 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             vec![Some(da), Some(sum_to(b, full, &b.shape(x[1])))]
         }
         Op::Scale { alpha } => vec![Some(b.scale(ct, *alpha))],
+        // The same values: the cotangent passes through, typed like the operand (autodiff
+        // records every cotangent's primal; JAX's transpose reshards back to it).
+        Op::Reshard { .. } => vec![Some(ct)],
         Op::Full { .. } => vec![],
         Op::DotGeneral {
             lhs_contract,
@@ -63,8 +66,8 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
                 contract: rhs_contract,
                 batch: rhs_batch,
             };
-            let dl = dot_transpose(b, ct, x[1], lhs, rhs, *alpha, true);
-            let dr = dot_transpose(b, ct, x[0], rhs, lhs, *alpha, false);
+            let dl = dot_transpose(b, ct, [x[0], x[1]], lhs, rhs, *alpha, true);
+            let dr = dot_transpose(b, ct, [x[1], x[0]], rhs, lhs, *alpha, false);
             vec![Some(dl), Some(dr)]
         }
         Op::ReduceSum { axes } => {
@@ -334,11 +337,12 @@ struct DotOperand<'a> {
 
 /// The cotangent of one operand `X` of `dot_general(X, Y)` (or of `Y` with roles swapped):
 /// contract `ct`'s dims that came from `Y`'s free dims with `Y`, batch with batch, then
-/// permute the result into `X`'s dim order.
+/// permute the result into `X`'s dim order. As JAX's transpose rule, the product is typed like
+/// `X`'s sharding in its own dim order (`out_sharding=`), recorded for explicit sharding.
 fn dot_transpose(
     b: &mut Builder,
     ct: ValueId,
-    y: ValueId,
+    [x, y]: [ValueId; 2],
     xo: DotOperand,
     yo: DotOperand,
     alpha: f32,
@@ -372,6 +376,12 @@ fn dot_transpose(
         let p = y_rest.iter().position(|&yd| yd == y_contract[k]).unwrap();
         perm[d] = nb + x_free.len() + p;
     }
+    // r's dim j is x's dim d where perm[d] = j.
+    let mut r_dims = vec![0; x_rank];
+    for (d, &j) in perm.iter().enumerate() {
+        r_dims[j] = d;
+    }
+    b.type_like(r, x, r_dims);
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
         r
     } else {

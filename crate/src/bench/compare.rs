@@ -1,33 +1,58 @@
-//! `shardlab bench compare`: the automatic and the shard_map train steps of the same model,
-//! strategy and mesh, run interleaved in one process (alternating after warm-up; medians),
-//! so that noise on a shared machine hits both alike.
+//! `shardlab bench compare`: the train steps of the same model, strategy and mesh in JAX's
+//! three modes (automatic, explicit and shard_map), run interleaved in one process
+//! (round-robin after warm-up; medians), so that noise on a shared machine hits all alike.
 use crate::exec::{Backend, ExecError, Trainer};
-use crate::plan::{MemoryLimits, TrainerOptions};
+use crate::plan::{MemoryLimits, Mode, TrainerOptions};
 use crate::profile::summarize;
+
+/// One mode's measured step and what its program does.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModeRun {
+    pub mode: Mode,
+    /// Median wall time of one step on this machine (all simulated devices).
+    pub ms: f64,
+    /// ms / shard_map's ms.
+    pub ratio_to_shard_map: f64,
+    /// Random bits each device generates per step.
+    pub rng_bits_per_device: u64,
+    pub all_reduces: usize,
+}
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Comparison {
     /// Median wall time of one step of each program on this machine (all simulated devices).
     pub auto_ms: f64,
+    pub explicit_ms: f64,
     pub shard_map_ms: f64,
     /// auto_ms / shard_map_ms.
     pub ratio: f64,
+    /// The spread of the ratio: the lower and upper quartile of the interleaved pairs' ratios
+    /// (each auto step over the shard_map step after it). A gap is real where 1.0 lies outside.
+    pub ratio_low: f64,
+    pub ratio_high: f64,
     pub devices: usize,
     /// Random bits each device generates per step, in each program.
     pub auto_rng_bits_per_device: u64,
     pub shard_map_rng_bits_per_device: u64,
     pub auto_all_reduces: usize,
     pub shard_map_all_reduces: usize,
+    /// Every mode, in [`Mode::PARTITIONED`]'s order.
+    pub modes: Vec<ModeRun>,
     pub steps: usize,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
 }
 
-/// Builds both trainers from `opts` (whose `parallel` names the strategy and mesh), each
-/// checked against `limits`, and alternates `steps` steps of each after 2 warm-up steps each.
+/// The `q`-quantile of `v` (non-empty): the element at rank round(q (n - 1)) in order.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[(q * (v.len() - 1) as f64).round() as usize]
+}
+
+/// Builds the three trainers from `opts` (whose `parallel` names the strategy and mesh), each
+/// checked against `limits`, and takes `steps` steps of each in turn after 2 warm-up steps each.
 pub async fn compare(
     backend: Backend,
     opts: &TrainerOptions,
@@ -39,33 +64,72 @@ pub async fn compare(
             "--steps must be at least 1: the comparison reports medians of measured steps".into(),
         ));
     }
-    let Some((auto_opts, sm_opts)) = opts.auto_and_shard_map() else {
+    let Some(every) = opts.in_every_mode() else {
         return Err(ExecError::Input(
             "bench compare needs a strategy and mesh: use --preset seed or --strategy and --mesh".into(),
         ));
     };
-    let mut auto = Trainer::with_limits(backend.clone(), auto_opts, limits).await?;
-    let mut sm = Trainer::with_limits(backend, sm_opts, limits).await?;
+    let mut trainers = vec![];
+    for o in every {
+        trainers.push(Trainer::with_limits(backend.clone(), o, limits).await?);
+    }
     for _ in 0..2 {
-        auto.step().await?;
-        sm.step().await?;
+        for t in &mut trainers {
+            t.step().await?;
+        }
     }
-    let (mut a, mut s) = (vec![], vec![]);
+    let mut times = vec![vec![]; trainers.len()];
     for _ in 0..steps {
-        a.push(auto.step().await?.step_ms);
-        s.push(sm.step().await?.step_ms);
+        for (t, ms) in trainers.iter_mut().zip(&mut times) {
+            ms.push(t.step().await?.step_ms);
+        }
     }
-    let (sa, ss) = (summarize(auto.program()), summarize(sm.program()));
-    let (auto_ms, shard_map_ms) = (median(a), median(s));
+    // Each auto step over the shard_map step of its round: the spread of the ratio.
+    let pairs: Vec<f64> = times[0].iter().zip(&times[2]).map(|(x, y)| x / y).collect();
+    let medians: Vec<f64> = times.into_iter().map(median).collect();
+    let shard_map_ms = medians[2];
+    let modes: Vec<ModeRun> = trainers
+        .iter()
+        .zip(&medians)
+        .map(|(t, &ms)| {
+            let s = summarize(t.program());
+            ModeRun {
+                mode: t.options().parallel.mode(),
+                ms,
+                ratio_to_shard_map: ms / shard_map_ms,
+                rng_bits_per_device: s.rng_bits,
+                all_reduces: s.collective_totals()["all-reduce"].count,
+            }
+        })
+        .collect();
+    let (auto, sm) = (&modes[0], &modes[2]);
     Ok(Comparison {
-        auto_ms,
+        auto_ms: auto.ms,
+        explicit_ms: modes[1].ms,
         shard_map_ms,
-        ratio: auto_ms / shard_map_ms,
-        devices: sa.devices,
-        auto_rng_bits_per_device: sa.rng_bits,
-        shard_map_rng_bits_per_device: ss.rng_bits,
-        auto_all_reduces: sa.collective_totals()["all-reduce"].count,
-        shard_map_all_reduces: ss.collective_totals()["all-reduce"].count,
+        ratio: auto.ms / shard_map_ms,
+        ratio_low: quantile(pairs.clone(), 0.25),
+        ratio_high: quantile(pairs, 0.75),
+        devices: opts.parallel.devices(),
+        auto_rng_bits_per_device: auto.rng_bits_per_device,
+        shard_map_rng_bits_per_device: sm.rng_bits_per_device,
+        auto_all_reduces: auto.all_reduces,
+        shard_map_all_reduces: sm.all_reduces,
+        modes,
         steps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quartiles_of_a_few_pairs_are_elements_of_them() {
+        let v = vec![1.4, 1.0, 1.2, 1.6, 1.1];
+        assert_eq!(quantile(v.clone(), 0.25), 1.1);
+        assert_eq!(quantile(v.clone(), 0.5), 1.2);
+        assert_eq!(quantile(v, 0.75), 1.4);
+        assert_eq!(quantile(vec![2.0], 0.25), 2.0);
+    }
 }

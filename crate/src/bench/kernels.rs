@@ -14,6 +14,61 @@ use crate::reference;
 /// The square matmul sizes of the report.
 pub const MATMUL_SIZES: [usize; 3] = [256, 512, 1024];
 
+/// The sizes measured on GPUs besides [`MATMUL_SIZES`]: the f32 goal is set at n >= 2048,
+/// where a GPU's matmul is bound by its arithmetic, not its launch (CPU adapters take seconds).
+pub const GPU_MATMUL_SIZES: [usize; 1] = [2048];
+
+/// The matmul sizes `bench kernels` measures on `ctx`'s adapter.
+pub fn matmul_sizes(ctx: &GpuContext) -> Vec<usize> {
+    let gpu = if ctx.summary.is_cpu() {
+        &[][..]
+    } else {
+        &GPU_MATMUL_SIZES[..]
+    };
+    MATMUL_SIZES.iter().chain(gpu).copied().collect()
+}
+
+/// One variant's speed at one size (`bench kernels --variants N`); serializes as
+/// `{"kernel":"matmul_variant","n":..,"variant":"...","gflops":..}`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VariantBench {
+    pub kernel: &'static str,
+    pub n: usize,
+    pub variant: &'static str,
+    pub gflops: f64,
+    /// Whether the autotuner picks it for this shape here.
+    pub chosen: bool,
+}
+
+/// Every matmul variant this adapter supports at n x n x n, each checked against the CPU
+/// reference: what the autotuner chooses among, on the benchmark's own shape.
+pub async fn matmul_variants(ctx: &GpuContext, n: usize) -> Result<Vec<VariantBench>, GpuError> {
+    let s = MatmulShape::new(1, n, n, n);
+    let a_data = noise(n * n, 1);
+    let b_data = noise(n * n, 2);
+    let a = ctx.upload("bench A", &a_data)?;
+    let b = ctx.upload("bench B", &b_data)?;
+    let c = ctx.zeros("bench C", n * n)?;
+    let mut want = vec![0f32; n * n];
+    reference::matmul::matmul(&s, &a_data, &b_data, None, &mut want);
+    let chosen = choose_variant(ctx, &s).await?;
+    let mut rows = Vec::new();
+    for v in crate::kernels::matmul::variants(ctx) {
+        let d = matmul(ctx, &s, &a, &b, None, &c, Some(v)).await?;
+        ctx.write(&c, &vec![0f32; n * n]);
+        let ms = gpu_ms(ctx, &d, 500.0).await?;
+        check_matmul(ctx, &c, &want, v, n).await?;
+        rows.push(VariantBench {
+            kernel: "matmul_variant",
+            n,
+            variant: v.name(),
+            gflops: s.flops() / (ms * 1e6),
+            chosen: v == chosen,
+        });
+    }
+    Ok(rows)
+}
+
 /// One matmul row; serializes exactly as
 /// `{"kernel":"matmul","n":1024,"variant":"...","gflops":..,"naive_gflops":..,"cpu_gflops":..}`.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -12,6 +12,7 @@ Anything it cannot do is answered {"error":"..."} and the process ends.
 """
 
 import json
+import os
 import runpy
 import sys
 import time
@@ -22,23 +23,29 @@ def say(obj):
 
 
 def train_peer(path):
-    # The script sets XLA_FLAGS (simulated devices) before it imports jax, so it runs first;
-    # its main() is guarded by __name__ == "__main__" and does not run here.
+    # The script configures JAX before it is used (its simulated devices: XLA_FLAGS', which
+    # `bench peers` sets), so it runs first; its main() is guarded by __name__ == "__main__"
+    # and does not run here. It points fd 1 at stderr (its records keep a copy of stdout): this
+    # process answers on stdout, so fd 1 gets it back.
     g = runpy.run_path(path, run_name="shardlab_peer")
+    os.dup2(g["RECORDS"].fileno(), sys.stdout.fileno())
     import jax  # noqa: E402  (already imported by the script)
     import numpy as np  # noqa: E402
 
+    # The state and the batches as the script's main() makes them: placed in the mode's layout.
     dataset = g["Dataset"]()
-    params = g["init_params"]()
-    train_step, params, opt_state = g["make_train_step"](params, g["init_opt_state"](params))
+    host = g["init_params"]()
+    params = g["place"](host, g["PARAM_LAYOUT"])
+    opt_state = tuple(g["place"](s, g["STATE_LAYOUT"]) for s in g["init_opt_state"](host))
+    train_step = g["make_train_step"]()
     state = {"k": 0, "params": params, "opt_state": opt_state}
 
     def step():
         k = state["k"]
-        inputs, targets = dataset.batch(k)
+        inputs, targets = g["batch_arrays"](dataset, k)
         t0 = time.perf_counter()
         loss, state["params"], state["opt_state"] = train_step(
-            state["params"], state["opt_state"], inputs, targets, g["step_key"](k), g["adamw_hyper"](k + 1)
+            state["params"], state["opt_state"], inputs, targets, np.asarray(g["step_key"](k)), g["adamw_hyper"](k + 1)
         )
         loss = float(loss)  # waits for the step, as the exported script's timing does
         ms = (time.perf_counter() - t0) * 1e3

@@ -1,4 +1,6 @@
-use super::lowering::{attention_blocks, moe_shape, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs};
+use super::lowering::{
+    attention_blocks, moe_shape, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs,
+};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
 use crate::reference as r;
@@ -53,7 +55,12 @@ impl ReferenceExecutor {
         let last_use = prog.last_uses();
         for (i, ins) in prog.instrs.iter().enumerate() {
             let outs = match prog.mesh.as_ref().filter(|_| is_collective(&ins.op)) {
-                Some(mesh) => collective(prog, ins, mesh, &vals)?,
+                // Every device takes part; those outside the instruction's stages keep zeros.
+                Some(mesh) => (0..devices)
+                    .filter(|&d| !prog.runs_on(i, d))
+                    .fold(collective(prog, ins, mesh, &vals)?, |outs, d| {
+                        outs.into_iter().map(|t| t.zero_block(d, devices)).collect()
+                    }),
                 None if devices == 1 => {
                     let ins_vals: Vec<&Tensor> = ins
                         .inputs
@@ -66,6 +73,11 @@ impl ReferenceExecutor {
                     // Every device runs the op on its own block of each operand.
                     let mut per_device: Vec<Vec<Tensor>> = vec![];
                     for d in 0..devices {
+                        // A stage's own work: the other stages skip it and hold zeros.
+                        if !prog.runs_on(i, d) {
+                            per_device.push(ins.outputs.iter().map(|o| Tensor::zeros(prog.info(*o))).collect());
+                            continue;
+                        }
                         let blocks: Vec<Tensor> = ins
                             .inputs
                             .iter()
@@ -311,7 +323,7 @@ fn eval_local(
             .map_err(|e| ExecError::Input(e.to_string()))
     };
     Ok(match &ins.op {
-        Op::Reshape { .. } | Op::Pcast { .. } => vec![get(0).clone()],
+        Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => vec![get(0).clone()],
         Op::Transpose { perm } => vec![Tensor::F32(transpose(f(0), shape(0), perm))],
         Op::BroadcastInDim { shape: to, dims } => {
             let mut out = vec![0.0; numel(to)];

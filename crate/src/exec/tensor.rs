@@ -55,6 +55,24 @@ impl Tensor {
         }
     }
 
+    /// Zeros of one value's (local) shape and dtype.
+    pub fn zeros(info: &crate::ir::ValueInfo) -> Tensor {
+        match info.dtype {
+            crate::ir::DType::F32 => Tensor::F32(vec![0.0; info.numel()]),
+            crate::ir::DType::U32 => Tensor::U32(vec![0; info.numel()]),
+        }
+    }
+
+    /// This array with block `d` of `devices` equal blocks set to zero.
+    pub fn zero_block(mut self, d: usize, devices: usize) -> Tensor {
+        let n = self.len() / devices;
+        match &mut self {
+            Tensor::F32(v) => v[d * n..(d + 1) * n].fill(0.0),
+            Tensor::U32(v) => v[d * n..(d + 1) * n].fill(0),
+        }
+        self
+    }
+
     /// Blocks one after another (all of one dtype).
     pub fn concat<'a>(blocks: impl Iterator<Item = &'a Tensor>) -> Tensor {
         let blocks: Vec<&Tensor> = blocks.collect();

@@ -115,15 +115,17 @@ impl Trainer {
         // a pipeline's stages) and its optimizer state, zeroed.
         let mut state = vec![];
         for (pos, (_, role)) in step.program.inputs.iter().enumerate() {
-            let held = role.params();
+            let held = role.rows();
             if held.is_empty() {
                 break;
             }
+            // A stack's zero rows (a stage's missing blocks) are as long as its other rows.
+            let row_len = held.iter().flatten().map(|&(i, _)| params[i].len()).next().unwrap_or(0);
             let global: Vec<f32> = held
                 .iter()
-                .flat_map(|&(i, slot)| match slot {
-                    None => params[i].clone(),
-                    Some(_) => vec![0.0; params[i].len()],
+                .flat_map(|row| match *row {
+                    Some((i, None)) => params[i].clone(),
+                    Some((_, Some(_))) | None => vec![0.0; row_len],
                 })
                 .collect();
             state.push(shard(&step.program, pos, Tensor::F32(global))?);
@@ -348,10 +350,12 @@ impl Trainer {
             };
             // A stack's rows are its parameters, in order.
             let global = unshard(prog, pos, &local)?;
-            let held = role.params();
+            let held = role.rows();
             let rows = global.chunks(global.len() / held.len().max(1));
-            for (&(i, _), row) in held.iter().zip(rows) {
-                out[i] = row.to_vec();
+            for (row, values) in held.iter().zip(rows) {
+                if let Some((i, _)) = row {
+                    out[*i] = values.to_vec();
+                }
             }
         }
         Ok(out)

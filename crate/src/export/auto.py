@@ -5,7 +5,8 @@
 # partitioner inserts the collectives (shardlab's --mode auto does the same).
 
 # in_shardings of the parameters and of their optimizer state (ZeRO splits the state while
-# the parameter stays whole); outputs keep them.
+# the parameter stays whole), by state name (a block's parameter stacked over the layers:
+# its spec's first entry is the layer axis); outputs keep them.
 {{PARAM_SPECS}}
 {{STATE_SPECS}}
 BATCH_SPEC = {{BATCH_SPEC}}  # tokens
@@ -16,23 +17,18 @@ TARGETS_SPEC = {{TARGETS_SPEC}}
 {{CONSTRAINTS}}
 # ZeRO-1: the gradient the update reads, replicated (all-reduced once after the microbatches).
 {{UPDATE_GRAD_SPECS}}
+PARAM_LAYOUT = {name: (shape, PARAM_SPECS[name]) for name, shape in state_shapes()}
+STATE_LAYOUT = {name: (shape, STATE_SPECS[name]) for name, shape in state_shapes()}
 
 
-def make_train_step(params, opt_state):
-    mesh = make_mesh()
-    param_shardings = [NamedSharding(mesh, PARAM_SPECS[name]) for name, _ in param_shapes()]
-    state = [NamedSharding(mesh, STATE_SPECS[name]) for name, _ in param_shapes()]
-    state_shardings = () if OPTIMIZER == "sgd" else (state, state)
-    batch, targets = NamedSharding(mesh, BATCH_SPEC), NamedSharding(mesh, TARGETS_SPEC)
-    replicated = NamedSharding(mesh, P())
-    step = jax.jit(
+def make_train_step():
+    params = {name: sharding(spec) for name, (_, spec) in PARAM_LAYOUT.items()}
+    state = {name: sharding(spec) for name, (_, spec) in STATE_LAYOUT.items()}
+    state = () if OPTIMIZER == "sgd" else (state, state)
+    replicated = sharding(P())
+    return jax.jit(
         global_train_step,
-        in_shardings=(param_shardings, state_shardings, batch, targets, replicated, replicated),
-        out_shardings=(replicated, param_shardings, state_shardings),
+        in_shardings=(params, state, sharding(BATCH_SPEC), sharding(TARGETS_SPEC), replicated, replicated),
+        out_shardings=(replicated, params, state),
         donate_argnums=(0, 1),
     )
-    return step, jax.device_put(params, param_shardings), jax.device_put(opt_state, state_shardings)
-
-
-def global_params(params):
-    return params

@@ -12,6 +12,10 @@ U64 = (1 << 64) - 1
 
 # ----------------------------------------------------------- parameters, in MODEL.md order
 
+# The 12 parameters of a block, in MODEL.md order. The state holds each as one stack over the
+# layers (leading axis LAYERS), so that the layers run as one jax.lax.scan, compiled once.
+BLOCK = ("ln1_g", "ln1_b", "w_qkv", "b_qkv", "w_proj", "b_proj", "ln2_g", "ln2_b", "w_fc", "b_fc", "w_out", "b_out")
+
 
 def param_shapes():
     """(name, shape) of every parameter; the list position is MODEL.md's param_index."""
@@ -28,6 +32,35 @@ def param_shapes():
     if not TIED:
         shapes.append(("w_head", (d, v)))
     return shapes
+
+
+def state_shapes():
+    """(name, stored shape) of each array of the training state: MODEL.md's parameters with
+    every block parameter `hN.name` stacked into `name` of shape (LAYERS, ...)."""
+    shapes = {}
+    for name, shape in param_shapes():
+        layer, _, leaf = name.rpartition(".")
+        if not layer:
+            shapes[name] = shape
+        elif layer == "h0":
+            shapes[leaf] = (LAYERS, *shape)
+    return list(shapes.items())
+
+
+def stack_params(flat):
+    """MODEL.md's list of parameters as the state: a dict, the blocks' stacked."""
+    named = dict(zip((name for name, _ in param_shapes()), flat))
+    state = {}
+    for name, _ in state_shapes():
+        if name in BLOCK:
+            state[name] = np.stack([named[f"h{layer}.{name}"] for layer in range(LAYERS)])
+        else:
+            state[name] = named[name]
+    return state
+
+
+# AdamW decays 2-D weights only (a stack decays as each of its layers' parameter does).
+DECAYS = {name: len(shape) - (name in BLOCK) == 2 for name, shape in state_shapes()}
 
 
 class SplitMix64:
@@ -58,7 +91,7 @@ class SplitMix64:
 
 
 def init_params():
-    """Initial parameters (numpy float32) in MODEL.md order. 1-D: gains 1, biases 0.
+    """Initial parameters (numpy float32) as the state (`stack_params`). 1-D: gains 1, biases 0.
     formula: W[i, j] = 0.02 sin(1.3 i + 0.7 j + param_index) in float64, rounded.
     random: N(0, 0.02) from SplitMix64(INIT_SEED), residual projections (w_proj, w_out)
     scaled by 1/sqrt(2 layers), drawn in parameter order, 2-D parameters only."""
@@ -77,14 +110,14 @@ def init_params():
                 std = 0.02 / math.sqrt(2.0 * LAYERS) if residual else 0.02
                 w = (rng.normals(math.prod(shape)) * std).astype(np.float32).reshape(shape)
             params.append(w)
-    return params
+    return stack_params(params)
 
 
 def init_opt_state(params):
     """AdamW: (m, v), zeros like every parameter; SGD: no state."""
     if OPTIMIZER == "sgd":
         return ()
-    return ([np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params])
+    return ({n: np.zeros_like(p) for n, p in params.items()}, {n: np.zeros_like(p) for n, p in params.items()})
 
 
 # ----------------------------------------------------------------------------------- data
@@ -94,8 +127,10 @@ MODADD_MAX_P = 97
 
 
 class Dataset:
-    """The batch of each step, as shardlab's Dataset makes it (step k's generator is
-    SplitMix64(SEED ^ k * GAMMA); rows are drawn in order from it)."""
+    """The batch of each step, as shardlab's Dataset makes it: step k's generator is
+    SplitMix64(SEED ^ k * GAMMA), and rows are drawn in order from it, each taking the same
+    number of draws. So any row can be made alone (SplitMix64 jumps ahead by adding to its
+    state), and each process makes only the rows its devices hold."""
 
     def __init__(self):
         self.corpus = None
@@ -104,11 +139,20 @@ class Dataset:
             ids = {c: i for i, c in enumerate(chars)}
             self.corpus = np.array([ids[c] for c in TEXT], dtype=np.int32)
 
+    def tokens(self, step, rows):
+        """int32 (len(rows), T+1): the rows `rows` of step `step`'s tokens."""
+        seed = SEED ^ ((step * GAMMA) & U64)
+        return np.array([self.row(b, SplitMix64(seed + b * self.draws() * GAMMA)) for b in rows], dtype=np.int32)
+
     def batch(self, step):
         """(inputs, targets), int32 (B, T): tokens[:, 0:T] and tokens[:, 1:T+1]."""
-        rng = SplitMix64(SEED ^ ((step * GAMMA) & U64))
-        tokens = np.array([self.row(b, rng) for b in range(BATCH)], dtype=np.int32)  # (B, T+1)
+        tokens = self.tokens(step, range(BATCH))
         return tokens[:, :SEQ], tokens[:, 1:]
+
+    def draws(self):
+        """Draws of the generator per row."""
+        n = SEQ + 1
+        return {"formula": 0, "copy": (n - 1) // 2, "reverse": (n - 1) // 2, "modadd": 2 * -(-n // 5), "text": 1}[DATA]
 
     def row(self, b, rng):
         n, v = SEQ + 1, VOCAB
@@ -134,7 +178,8 @@ class Dataset:
 
 
 # with_sharding_constraint per named value of shardlab's program (`--spec h0.att=P(...)` in
-# automatic mode); the automatic section fills it, other modes leave it empty.
+# automatic mode; a block's values by their name in the block, `att`, as every layer of the
+# scan pins it); the automatic section fills it, other modes leave it empty.
 CONSTRAINTS = {}
 # with_sharding_constraint on the gradient the update reads, by parameter (ZeRO-1 in automatic
 # mode: replicated, so that it is all-reduced; the update then slices each device's block).
@@ -144,67 +189,108 @@ UPDATE_GRAD_SPECS = {}
 def constrain(x, name):
     """x pinned to CONSTRAINTS[name] (jax.lax.with_sharding_constraint), else x unchanged."""
     spec = CONSTRAINTS.get(name)
-    return x if spec is None else jax.lax.with_sharding_constraint(x, NamedSharding(make_mesh(), spec))
+    return x if spec is None else jax.lax.with_sharding_constraint(x, sharding(spec))
 
 
+# The layer norm and GELU are ops with their own backward, as shardlab's kernels are: each
+# saves its input (and the layer norm its row statistics) and recomputes the rest, so that
+# the backward holds what shardlab's program holds, not every intermediate of the formula.
+
+
+@jax.custom_vjp
 def layer_norm(x, g, b):
+    return layer_norm_fwd(x, g, b)[0]
+
+
+def layer_norm_fwd(x, g, b):
     mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)  # biased
-    return (x - mean) / jnp.sqrt(var + LN_EPS) * g + b
+    std = jnp.sqrt(jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True) + LN_EPS)  # biased variance
+    return (x - mean) / std * g + b, (x, mean, std, g)
 
 
+def layer_norm_bwd(res, dy):
+    x, mean, std, g = res
+    xhat = (x - mean) / std
+    dxhat = dy * g
+    rows = tuple(range(x.ndim - 1))
+    dx = (dxhat - jnp.mean(dxhat, axis=-1, keepdims=True) - xhat * jnp.mean(dxhat * xhat, axis=-1, keepdims=True)) / std
+    return dx, jnp.sum(dy * xhat, axis=rows), jnp.sum(dy, axis=rows)
+
+
+layer_norm.defvjp(layer_norm_fwd, layer_norm_bwd)
+
+GELU_C = math.sqrt(2.0 / math.pi)
+
+
+@jax.custom_vjp
 def gelu(x):
-    return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + jnp.tanh(GELU_C * (x + 0.044715 * x**3)))
+
+
+def gelu_fwd(x):
+    return gelu(x), x
+
+
+def gelu_bwd(x, dy):
+    t = jnp.tanh(GELU_C * (x + 0.044715 * x**3))
+    return (dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * x * x)),)
+
+
+gelu.defvjp(gelu_fwd, gelu_bwd)
 
 
 # How a shard_map body splits the step; None on one device and under jit (shapes are global).
-# tp: Megatron's axis; sp: sequence parallelism over it; cp: context parallelism's axis; dp:
-# the batch's axis; order: how cp lays the sequence's blocks on its ring (contiguous, zigzag).
-# blocks: every mask is the device's block of the one-device run's (a pipeline under "dp").
+# batch: the axes that split the batch; tp: Megatron's axis; sp: sequence parallelism over it;
+# seq: the axes that split the residual stream's sequence (cp's, then tp's under sp); cp:
+# context parallelism's axis; order: how cp lays the sequence's blocks on its ring
+# (contiguous, zigzag); blocks: every mask is the device's block of the one-device run's.
 Split = collections.namedtuple(
-    "Split", "tp sp cp dp order blocks", defaults=(None, False, None, None, "contiguous", False)
+    "Split", "batch tp sp seq cp order blocks", defaults=((), None, False, (), None, "contiguous", False)
 )
 
 
-def seq_axis(split):
-    """The mesh axis the residual stream's sequence is split over, if any."""
-    if split is None:
-        return None
-    return split.cp or (split.tp if split.sp else None)
+def axes_size(axes):
+    """The devices a tuple of mesh axes splits into (1 for none)."""
+    return jax.lax.axis_size(axes) if axes else 1
 
 
-def seq_positions(split, length, shift=0):
-    """The global positions of this device's `length` rows of the sequence: its block, or (ring
-    step `shift`) the block of the device `shift` places before it on the ring. Zig-zag holds
-    chunks b and 2n-1-b of 2n."""
-    axis = seq_axis(split)
-    n = jax.lax.axis_size(axis)
-    b = (jax.lax.axis_index(axis) - shift) % n
-    if split.cp is not None and split.order == "zigzag":
+def seq_positions(axes, length, order="contiguous", shift=0):
+    """The global positions of this device's `length` rows of the sequence, split over `axes`:
+    its block, or (ring step `shift`) the block of the device `shift` places before it on the
+    ring. Zig-zag holds chunks b and 2n-1-b of 2n."""
+    n = jax.lax.axis_size(axes)
+    b = (jax.lax.axis_index(axes) - shift) % n
+    if order == "zigzag":
         c = length // 2
         return jnp.concatenate([b * c + jnp.arange(c), (2 * n - 1 - b) * c + jnp.arange(c)])
     return b * length + jnp.arange(length)
 
 
+def offsets(axes, length):
+    """The global indices of this device's `length` rows of a dimension split over `axes`."""
+    if not axes:
+        return jnp.arange(length)
+    return jax.lax.axis_index(axes) * length + jnp.arange(length)
+
+
+def tp_axes(split):
+    return () if split.tp is None else (split.tp,)
+
+
 def block_bits(key, shape, split, heads):
     """This device's block of jax.random.bits(key, global shape) of an array of local `shape`,
-    (B, T, ...) or, `heads`, (B, H, T, T): bit for bit the one-device run's mask. A JAX user
-    cannot ask jax.random for a block, so the body draws the global bits and slices them."""
-    size = lambda axis: 1 if axis is None else jax.lax.axis_size(axis)  # noqa: E731
+    (B, T, ...) or, `heads`, (B, H, T, T): bit for bit the one-device run's mask, and only
+    the block is computed (`bits_at`)."""
     glob = list(shape)
-    glob[0] *= size(split.dp)
+    glob[0] *= axes_size(split.batch)
+    coords = [offsets(split.batch, shape[0])] + [jnp.arange(n) for n in shape[1:]]
     if heads:
-        glob[1] *= size(split.tp)
-    elif seq_axis(split) is not None:
+        glob[1] *= axes_size(tp_axes(split))
+        coords[1] = offsets(tp_axes(split), shape[1])
+    elif split.seq:
         glob[1] = SEQ
-    bits = jax.random.bits(key, tuple(glob), jnp.uint32)
-    if split.dp is not None:
-        bits = jax.lax.dynamic_slice_in_dim(bits, jax.lax.axis_index(split.dp) * shape[0], shape[0], 0)
-    if heads and split.tp is not None:
-        bits = jax.lax.dynamic_slice_in_dim(bits, jax.lax.axis_index(split.tp) * shape[1], shape[1], 1)
-    elif not heads and seq_axis(split) is not None:
-        bits = jnp.take(bits, seq_positions(split, shape[1]), axis=1)
-    return bits
+        coords[1] = seq_positions(split.seq, shape[1], split.order)
+    return bits_at(key, coords, glob)
 
 
 def keep_of_bits(bits):
@@ -214,21 +300,26 @@ def keep_of_bits(bits):
     return u < keep_prob
 
 
+def keep_scale():
+    """What kept values are multiplied by: 1 / (1 - rate) as float32 (a Python float, weakly
+    typed, keeps the activations' dtype)."""
+    return float(np.float32(1.0) / np.float32(1.0 - float(np.float32(DROPOUT))))
+
+
 def dropout(x, key, site, split=None, heads=False):
     """Inverted dropout; site 3*layer + s (s: 0 attention probabilities, 1 attention output,
     2 MLP output) has the key fold_in(step key, site). The mask is drawn for x's shape (the
-    local shape inside shard_map), or, where the body splits the sequence, is the device's
-    block of the global mask."""
+    local shape inside shard_map), or, where the body draws blocks (MASK_BLOCKS), is the
+    device's block of the global mask."""
     if DROPOUT == 0.0:
         return x
     keep_prob = np.float32(1.0 - float(np.float32(DROPOUT)))
     site_key = jax.random.fold_in(key, site)
-    if seq_axis(split) is None and not (split is not None and split.blocks):
+    if split is None or not split.blocks:
         keep = jax.random.bernoulli(site_key, keep_prob, x.shape)
     else:
         keep = keep_of_bits(block_bits(site_key, x.shape, split, heads))
-    # A Python float (weakly typed) keeps x's dtype; its value is the float32 quotient.
-    return jnp.where(keep, x * float(np.float32(1.0) / keep_prob), 0.0)
+    return jnp.where(keep, x * keep_scale(), 0.0)
 
 
 def column_parallel_input(x, split):
@@ -252,167 +343,88 @@ def row_parallel_output(y, split):
     return jax.lax.psum(y, split.tp)
 
 
-def causal_attention(q, k, v, key, layer, split):
-    """softmax(q k^T / sqrt(Dh), causal) with dropout, times v: (B, H, T, Dh)."""
+def attention(q, k, v, key, layer, split):
+    """softmax(q k^T / sqrt(Dh), causal) with dropout, times v: (B, H, T, Dh). Ring attention
+    where the sequence is split over "cp". For --attention fused (unless the sharding editor
+    constrains the probabilities, which fused attention never holds):
+    jax.nn.dot_product_attention, or, with dropout, which it lacks, FlashAttention's tiles
+    drawing each block's mask as shardlab's fused kernel draws it inside. Else the
+    composition."""
+    if split is not None and split.cp is not None:
+        return tiled_attention(q, k, v, key, layer, split)
+    if ATTENTION == "fused" and "att" not in CONSTRAINTS:
+        if DROPOUT != 0.0:
+            return tiled_attention(q, k, v, key, layer, split)
+        # jax.nn's layout is (B, T, H, Dh); the backend picks the implementation.
+        qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+        y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)
+        return y.transpose(0, 2, 1, 3)
     t = q.shape[2]
     causal = jnp.tril(jnp.ones((t, t), dtype=bool))  # keep j <= i
-    # A Python float (weakly typed) keeps q's dtype; its value is the float32 quotient.
-    s = jnp.einsum("bhid,bhjd->bhij", q, k) * float(np.float32(1.0) / np.sqrt(np.float32(DH)))
-    a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), f"h{layer}.att")
+    s = jnp.einsum("bhid,bhjd->bhij", q, k) * attention_scale()
+    a = constrain(jax.nn.softmax(jnp.where(causal, s, MASK_VALUE), axis=-1), "att")
     a = dropout(a, key, 3 * layer + 0, split, heads=True)
     return jnp.einsum("bhij,bhjd->bhid", a, v)
 
 
-def ring_block(q, k, v, qpos, kpos, bits):
-    """One ring step: this device's queries against one block of keys, by global positions.
-    Returns (o, lse); a row that sees no key of the block has o = 0 and lse = -inf."""
-    s = jnp.einsum("bhid,bhjd->bhij", q, k) * (np.float32(1.0) / np.sqrt(np.float32(DH)))
-    seen = kpos[None, :] <= qpos[:, None]
-    s = jnp.where(seen, s, -jnp.inf)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, np.float32(0.0))
-    p = jnp.exp(s - m)  # 0 where unseen
-    l = jnp.sum(p, axis=-1, keepdims=True)
-    lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), -jnp.inf)[..., 0]
-    w = p if bits is None else jnp.where(keep_of_bits(bits), p * (np.float32(1.0) / np.float32(1.0 - float(np.float32(DROPOUT)))), 0.0)
-    o = jnp.einsum("bhij,bhjd->bhid", w, v) / jnp.where(l > 0, l, 1.0)
-    return o, lse
+def attention_scale():
+    """1 / sqrt(Dh) as float32, a Python float (weakly typed: it keeps q's dtype)."""
+    return float(np.float32(1.0) / np.sqrt(np.float32(DH)))
 
 
-def ring_combine(o1, lse1, o2, lse2):
-    """Two partial attentions of the same rows over disjoint keys, merged (online softmax)."""
-    m = jnp.maximum(lse1, lse2)
-    m = jnp.where(jnp.isfinite(m), m, np.float32(0.0))
-    total = jnp.exp(lse1 - m) + jnp.exp(lse2 - m)
-    lse = jnp.where(total > 0, m + jnp.log(jnp.where(total > 0, total, 1.0)), -jnp.inf)
-    w1 = jnp.where(jnp.isfinite(lse), jnp.exp(lse1 - lse), 0.0)[..., None]
-    w2 = jnp.where(jnp.isfinite(lse), jnp.exp(lse2 - lse), 0.0)[..., None]
-    return w1 * o1 + w2 * o2, lse
-
-
-def ring_attention(q, k, v, key, layer, split):
-    """Ring attention (Liu et al., 2023) in the shard_map body: the device keeps its queries
-    (B, H, T/cp, Dh); the key and value blocks travel the ring by ppermute, merged with an
-    online softmax. A custom VJP sends them round again in the backward, with the dK and dV
-    accumulators beside them, so a device holds only its own blocks between the passes.
-    Dropout's bits of each block are the global (B, H, T, T) bits at its rows' positions."""
-    axis = split.cp
-    n = jax.lax.axis_size(axis)
-    perm = [(i, (i + 1) % n) for i in range(n)]
-    t = q.shape[2]
-    site = jax.random.fold_in(key, 3 * layer + 0)
-
-    def step_bits(site, qpos, kpos):
-        if DROPOUT == 0.0:
-            return None
-        bsz, heads = q.shape[0], q.shape[1]
-        glob = (bsz * (1 if split.dp is None else jax.lax.axis_size(split.dp)), heads, SEQ, SEQ)
-        bits = jax.random.bits(site, glob, jnp.uint32)
-        if split.dp is not None:
-            bits = jax.lax.dynamic_slice_in_dim(bits, jax.lax.axis_index(split.dp) * bsz, bsz, 0)
-        return jnp.take(jnp.take(bits, qpos, axis=2), kpos, axis=3)
-
-    def forward(q, k, v, site):
-        qpos = seq_positions(split, t)
-        o, lse = ring_block(q, k, v, qpos, qpos, step_bits(site, qpos, qpos))
-        kk, vv = k, v
-        for s in range(1, n):
-            kk = jax.lax.ppermute(kk, axis, perm)
-            vv = jax.lax.ppermute(vv, axis, perm)
-            kpos = seq_positions(split, t, s)
-            o_s, lse_s = ring_block(q, kk, vv, qpos, kpos, step_bits(site, qpos, kpos))
-            o, lse = ring_combine(o, lse, o_s, lse_s)
-        return o, lse
-
-    # The site's key is an argument (custom_vjp takes no closed-over traced values); it gets
-    # no cotangent.
-    @jax.custom_vjp
-    def attend(q, k, v, site):
-        return forward(q, k, v, site)[0]
-
-    def attend_fwd(q, k, v, site):
-        o, lse = forward(q, k, v, site)
-        return o, (q, k, v, o, lse, site)
-
-    def attend_bwd(res, do):
-        q, k, v, o, lse, site = res
-        scale = np.float32(1.0) / np.sqrt(np.float32(DH))
-        qpos = seq_positions(split, t)
-        delta = jnp.sum(do * o, axis=-1)
-        kk, vv = k, v
-        dq = jnp.zeros_like(q)
-        dk = dv = None
-        for s in range(n):
-            if s > 0:
-                kk, vv, dk, dv = (jax.lax.ppermute(x, axis, perm) for x in (kk, vv, dk, dv))
-            kpos = seq_positions(split, t, s)
-            seen = kpos[None, :] <= qpos[:, None]
-            sc = jnp.einsum("bhid,bhjd->bhij", q, kk) * scale
-            p = jnp.where(seen, jnp.exp(sc - lse[..., None]), 0.0)
-            bits = step_bits(site, qpos, kpos)
-            keep = 1.0 if bits is None else jnp.where(keep_of_bits(bits), np.float32(1.0) / np.float32(1.0 - float(np.float32(DROPOUT))), 0.0)
-            dp = keep * jnp.einsum("bhid,bhjd->bhij", do, vv)
-            ds = scale * p * (dp - delta[..., None])
-            dq = dq + jnp.einsum("bhij,bhjd->bhid", ds, kk)
-            dk_s = jnp.einsum("bhij,bhid->bhjd", ds, q)
-            dv_s = jnp.einsum("bhij,bhid->bhjd", p * keep, do)
-            dk = dk_s if dk is None else dk + dk_s
-            dv = dv_s if dv is None else dv + dv_s
-        # After the last step each accumulator belongs to the next device: one more hop.
-        if n > 1:
-            dk, dv = jax.lax.ppermute(dk, axis, perm), jax.lax.ppermute(dv, axis, perm)
-        return dq, dk, dv, None
-
-    attend.defvjp(attend_fwd, attend_bwd)
-    return attend(q, k, v, site)
-
-
-def block(x, layer_params, key, layer, split):
-    """Block `layer` on the residual stream x (B, T, d): attention, then the MLP, each with its
-    residual add."""
-    (ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_g, ln2_b, w_fc, b_fc, w_out, b_out) = layer_params
+def block(x, p, key, layer, split):
+    """One block on the residual stream x (B, T, d): attention, then the MLP, each with its
+    residual add. `p` holds the block's 12 parameters by name; `layer` (traced under the
+    scan) picks its dropout keys."""
     # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
-    h = column_parallel_input(constrain(layer_norm(x, ln1_g, ln1_b), f"h{layer}.ln1"), split)
+    h = column_parallel_input(constrain(layer_norm(x, p["ln1_g"], p["ln1_b"]), "ln1"), split)
     bsz, t, _ = h.shape  # the whole sequence in sequence parallelism's matmul regions
-    qkv = constrain(h @ w_qkv.reshape(D_MODEL, -1) + b_qkv.reshape(-1), f"h{layer}.qkv")  # (B, T, 3 * H * Dh)
+    qkv = constrain(h @ p["w_qkv"].reshape(D_MODEL, -1) + p["b_qkv"].reshape(-1), "qkv")  # (B, T, 3 * H * Dh)
     heads = qkv.shape[-1] // (3 * DH)
     q, k, v = qkv.reshape(bsz, t, 3, heads, DH).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
-    if split is not None and split.cp is not None:
-        y = ring_attention(q, k, v, key, layer, split)
-    else:
-        y = causal_attention(q, k, v, key, layer, split)
-    y = y.transpose(0, 2, 1, 3).reshape(bsz, t, -1)
-    y = row_parallel_output(constrain(y @ w_proj, f"h{layer}.proj"), split) + b_proj
-    x = constrain(x + dropout(y, key, 3 * layer + 1, split), f"h{layer}.x_att")
+    y = attention(q, k, v, key, layer, split).transpose(0, 2, 1, 3).reshape(bsz, t, -1)
+    y = row_parallel_output(constrain(y @ p["w_proj"], "proj"), split) + p["b_proj"]
+    x = constrain(x + dropout(y, key, 3 * layer + 1, split), "x_att")
     # MLP
-    h = column_parallel_input(constrain(layer_norm(x, ln2_g, ln2_b), f"h{layer}.ln2"), split)
-    f = gelu(h @ w_fc + b_fc)
-    f = row_parallel_output(constrain(f @ w_out, f"h{layer}.mlp"), split) + b_out
-    return constrain(x + dropout(f, key, 3 * layer + 2, split), f"h{layer}.x_mlp")
+    h = column_parallel_input(constrain(layer_norm(x, p["ln2_g"], p["ln2_b"]), "ln2"), split)
+    f = gelu(h @ p["w_fc"] + p["b_fc"])
+    f = row_parallel_output(constrain(f @ p["w_out"], "mlp"), split) + p["b_out"]
+    return constrain(x + dropout(f, key, 3 * layer + 2, split), "x_mlp")
 
 
-def remat_block():
-    """The block as each layer runs it: under jax.checkpoint with REMAT's policy (the backward
-    recomputes what the policy does not save), or plain when REMAT is None."""
-    if REMAT is None:
-        return block
-    return jax.checkpoint(block, policy=getattr(jax.checkpoint_policies, REMAT), static_argnums=(3, 4))
+def run_blocks(blocks, x, key, split, first=0):
+    """The blocks whose parameters `blocks` stacks (leading axis: layers first, first+1, ...)
+    on x, as one jax.lax.scan: the block is traced and compiled once, whatever the depth.
+    Under REMAT each layer runs under jax.checkpoint with that jax.checkpoint_policies policy
+    (the backward recomputes what the policy does not save)."""
+
+    def one(x, p, layer):
+        return block(x, p, key, layer, split)
+
+    if REMAT is not None:
+        one = jax.checkpoint(one, policy=getattr(jax.checkpoint_policies, REMAT))
+    layers = first + jnp.arange(jax.tree.leaves(blocks)[0].shape[0])
+    x, _ = jax.lax.scan(lambda x, lp: (one(x, lp[1], lp[0]), None), x, (layers, blocks))
+    return x
+
+
+def embed(wte, wpe, tokens, split):
+    """wte[tokens] + the rows of wpe at the tokens' positions (the device's, where the sequence
+    is split)."""
+    t = tokens.shape[1]
+    rows = wpe[:t] if split is None or not split.seq else jnp.take(wpe, seq_positions(split.seq, t, split.order), axis=0)
+    return constrain(wte[tokens] + rows, "x0")  # (B, T, d)
 
 
 def forward_loss(params, tokens, targets, key, split=None):
     """MODEL.md's forward pass and mean cross-entropy. Shapes come from the arrays, so the
     same code runs on global arrays (jit) and on one device's blocks (shard_map): with
-    tensor parallelism w_qkv is (d, 3, H/tp, Dh) and b_qkv (3, H/tp, Dh); where the sequence
-    is split, each device reads the rows of wpe at its positions."""
-    bsz, t = tokens.shape
-    wte, wpe = params[0], params[1]
-    rows = wpe[:t] if seq_axis(split) is None else jnp.take(wpe, seq_positions(split, t), axis=0)
-    x = constrain(wte[tokens] + rows, "x0")  # (B, T, d)
-    run = remat_block()
-    for layer in range(LAYERS):
-        x = run(x, params[2 + 12 * layer : 2 + 12 * (layer + 1)], key, layer, split)
-    base = 2 + 12 * LAYERS
-    return head_loss(x, params[base], params[base + 1], wte.T if TIED else params[base + 2], targets)
+    tensor parallelism w_qkv is (L, d, 3, H/tp, Dh) and b_qkv (L, 3, H/tp, Dh); where the
+    sequence is split, each device reads the rows of wpe at its positions."""
+    x = embed(params["wte"], params["wpe"], tokens, split)
+    x = run_blocks({name: params[name] for name in BLOCK}, x, key, split)
+    w_head = params["wte"].T if TIED else params["w_head"]
+    return head_loss(x, params["lnf_g"], params["lnf_b"], w_head, targets)
 
 
 def head_loss(x, lnf_g, lnf_b, w_head, targets):
@@ -441,30 +453,27 @@ def adamw_hyper(t):
 def to_compute(params):
     """The weights the step computes with: the float32 masters cast to COMPUTE (a no-op in
     float32)."""
-    return [p.astype(COMPUTE) for p in params]
+    return {name: p.astype(COMPUTE) for name, p in params.items()}
 
 
-def apply_updates(params, grads, opt_state, hyper, decays=None):
+def apply_updates(params, grads, opt_state, hyper):
     """SGD: p -= lr g. AdamW (optax's order): m = (1-b1) g + b1 m, v = (1-b2) g^2 + b2 v,
-    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only (`decays`, per
-    array; by default MODEL.md's parameters'). On the float32 masters, with the gradients
-    converted to float32."""
-    grads = [g.astype(jnp.float32) for g in grads]
+    p -= lr (mhat / (sqrt(vhat) + eps) + wd p), wd 0.01 for 2-D weights only (DECAYS). On the
+    float32 masters, with the gradients converted to float32; every dict by state name."""
+    grads = {name: g.astype(jnp.float32) for name, g in grads.items()}
     lr = np.float32(LR)
     if OPTIMIZER == "sgd":
-        return [p - lr * g for p, g in zip(params, grads)], opt_state
+        return {name: p - lr * grads[name] for name, p in params.items()}, opt_state
     one_minus_b1, one_minus_b2 = np.float32(1.0 - 0.9), np.float32(1.0 - 0.999)
-    if decays is None:
-        decays = [len(shape) == 2 for _, shape in param_shapes()]
-    new_p, new_m, new_v = [], [], []
-    for decay, p, g, m, v in zip(decays, params, grads, *opt_state):
+    new_p, new_m, new_v = {}, {}, {}
+    for name, p in params.items():
+        g, m, v = grads[name], opt_state[0][name], opt_state[1][name]
         m = one_minus_b1 * g + B1 * m
         v = one_minus_b2 * (g * g) + B2 * v
         mhat, vhat = m / hyper[0], v / hyper[1]
-        wd = WEIGHT_DECAY if decay else np.float32(0.0)
-        new_p.append(p - lr * (mhat / (jnp.sqrt(vhat) + EPS) + wd * p))
-        new_m.append(m)
-        new_v.append(v)
+        wd = WEIGHT_DECAY if DECAYS[name] else np.float32(0.0)
+        new_p[name] = p - lr * (mhat / (jnp.sqrt(vhat) + EPS) + wd * p)
+        new_m[name], new_v[name] = m, v
     return new_p, (new_m, new_v)
 
 
@@ -487,14 +496,13 @@ def accumulate(loss_of, params, tokens, targets, key, on_grad=lambda name, g: g)
     `loss_of(params, x, y, key)` returns (what to differentiate, the loss to report). Each
     gradient goes through `on_grad` into its running sum `dNAME`, pinnable like any named
     value. Returns the reported losses' sum and the sums of the gradients."""
-    names = [name for name, _ in param_shapes()]
     total, sums = None, None
     for j, (x, y) in enumerate(zip(microbatches(tokens), microbatches(targets))):
         k = key if MICROBATCHES == 1 else jax.random.fold_in(key, j)
         (_, loss), grads = jax.value_and_grad(loss_of, has_aux=True)(params, x, y, k)
-        grads = [on_grad(n, g) for n, g in zip(names, grads)]
-        sums = grads if sums is None else [a + g for a, g in zip(sums, grads)]
-        sums = [constrain(g, f"d{n}") for n, g in zip(names, sums)]
+        grads = {n: on_grad(n, g) for n, g in grads.items()}
+        sums = grads if sums is None else {n: sums[n] + g for n, g in grads.items()}
+        sums = {n: constrain(g, f"d{n}") for n, g in sums.items()}
         total = loss if total is None else total + loss
     return total, sums
 
@@ -502,7 +510,6 @@ def accumulate(loss_of, params, tokens, targets, key, on_grad=lambda name, g: g)
 def global_train_step(params, opt_state, tokens, targets, key, hyper):
     """The whole step on global arrays: loss at the current parameters, gradients (summed
     over the microbatches), update."""
-    names = [name for name, _ in param_shapes()]
 
     def loss_of(params, x, y, k):
         loss = forward_loss(params, x, y, k)
@@ -511,16 +518,15 @@ def global_train_step(params, opt_state, tokens, targets, key, hyper):
         return loss, loss
 
     loss, grads = accumulate(loss_of, to_compute(params), tokens, targets, key)
-    grads = [
-        g if n not in UPDATE_GRAD_SPECS
-        else jax.lax.with_sharding_constraint(g, NamedSharding(make_mesh(), UPDATE_GRAD_SPECS[n]))
-        for n, g in zip(names, grads)
-    ]
+    grads = {
+        n: g if n not in UPDATE_GRAD_SPECS else jax.lax.with_sharding_constraint(g, sharding(UPDATE_GRAD_SPECS[n]))
+        for n, g in grads.items()
+    }
     params, opt_state = apply_updates(params, grads, opt_state, hyper)
-    return loss, [constrain(p, f"{n}'") for n, p in zip(names, params)], opt_state
+    return loss, {n: constrain(p, f"{n}'") for n, p in params.items()}, opt_state
 
 
-# ------------------------------------------------------------------------- keys and mesh
+# ------------------------------------------------------------------------------------ keys
 
 
 def step_key(step):
@@ -530,22 +536,42 @@ def step_key(step):
     return jax.random.fold_in(root, step)
 
 
-def make_mesh():
-    """The mesh over the first MESH_DEVICES devices, row-major like shardlab's device ids;
-    the CPU's (simulated) devices when there are too few accelerators."""
-    devices = jax.devices()
-    if len(devices) < MESH_DEVICES:
-        cpus = jax.devices("cpu")
-        if len(cpus) < MESH_DEVICES:
-            sys.exit(
-                f"error: the mesh needs {MESH_DEVICES} devices but there are {len(devices)}: "
-                f"run with XLA_FLAGS=--xla_force_host_platform_device_count={MESH_DEVICES} "
-                "to simulate them on the CPU"
-            )
-        if devices[0].platform != "cpu":
-            print(f"note: {len(devices)} {devices[0].platform} devices are too few for the mesh; "
-                  f"using {MESH_DEVICES} simulated CPU devices", file=sys.stderr)
-        devices = cpus
-    names = tuple(name for name, _ in MESH_AXES)
-    shape = tuple(size for _, size in MESH_AXES)
-    return Mesh(np.array(devices[:MESH_DEVICES]).reshape(shape), names)
+def bits_at(key, coords, shape):
+    """jax.random.bits(key, shape, uint32) at the elements whose indices are the outer product
+    of `coords` (one array of indices per dimension), computed for those elements alone: in
+    the partitionable layout element i's bits are threefry2x32(key, (i >> 32, i & 0xffffffff)),
+    both words xored; in the original one the counts iota(n) are cut in halves (h = ceil(n/2))
+    and element i is a word of the pair (i, i + h) (i < h: the first) or (i - h, i) (the
+    second), the count past the end being 0. Flat indices past 2^32 are carried in two words."""
+    rank = len(shape)
+    grid = [jnp.asarray(c).astype(jnp.uint32).reshape([-1 if d == i else 1 for d in range(rank)]) for i, c in enumerate(coords)]
+    hi, lo = jnp.zeros((), jnp.uint32), grid[0]
+    for d in range(1, rank):
+        hi, lo = u64_mul_add(hi, lo, shape[d], grid[d])
+    out = tuple(len(c) for c in coords)
+    hi, lo = jnp.broadcast_to(hi, out), jnp.broadcast_to(lo, out)
+    if RNG_PARTITIONABLE:
+        b1, b2 = threefry2x32_p.bind(key[0], key[1], hi, lo)
+        return b1 ^ b2
+    n = math.prod(shape)
+    if n >= 2**32 - 1:
+        raise ValueError(f"dropout over {n} elements: the original RNG layout splits the key past 2^32; export with --rng partitionable")
+    half = np.uint32((n + 1) // 2)
+    first = lo < half
+    x0 = jnp.where(first, lo, lo - half)
+    x1 = jnp.where(first, lo + half, lo)
+    x1 = jnp.where(x1 == np.uint32(n), np.uint32(0), x1)
+    b1, b2 = threefry2x32_p.bind(key[0], key[1], x0, x1)
+    return jnp.where(first, b1, b2)
+
+
+def u64_mul_add(hi, lo, m, c):
+    """(hi * 2^32 + lo) * m + c as two uint32 words (m a Python int below 2^32, c uint32)."""
+    m0, m1 = np.uint32(m & 0xFFFF), np.uint32(m >> 16)
+    a0, a1 = lo & np.uint32(0xFFFF), lo >> 16
+    p00, p01, p10, p11 = a0 * m0, a0 * m1, a1 * m0, a1 * m1
+    mid = (p00 >> 16) + (p01 & np.uint32(0xFFFF)) + (p10 & np.uint32(0xFFFF))
+    low = (p00 & np.uint32(0xFFFF)) | (mid << 16)
+    high = hi * np.uint32(m) + p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16)
+    total = low + c
+    return high + (total < low).astype(jnp.uint32), total

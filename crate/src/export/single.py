@@ -1,13 +1,12 @@
 
 
 # ------------------------------------------------------------------- one device: plain jit
+# The global step under jit on the default device; every array whole.
+
+PARAM_LAYOUT = {name: (shape, None) for name, shape in state_shapes()}
+STATE_LAYOUT = PARAM_LAYOUT
+BATCH_SPEC = TARGETS_SPEC = None
 
 
-def make_train_step(params, opt_state):
-    """The global step under jit on the default device."""
-    step = jax.jit(global_train_step, donate_argnums=(0, 1))
-    return step, jax.device_put(params), jax.device_put(opt_state)
-
-
-def global_params(params):
-    return params
+def make_train_step():
+    return jax.jit(global_train_step, donate_argnums=(0, 1))

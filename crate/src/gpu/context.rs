@@ -14,6 +14,9 @@ pub struct AdapterSummary {
     pub timestamp_query: bool,
     pub shader_f16: bool,
     pub subgroups: bool,
+    /// Whether the device runs 8x8 f32 cooperative matrices (wgpu's experimental feature, on an
+    /// adapter that lists an 8x8x8 f32 configuration): the `coop8` matmul.
+    pub cooperative_matrix: bool,
     pub max_buffer_size: u64,
     pub max_storage_buffer_binding_size: u64,
     pub max_compute_workgroup_size_x: u32,
@@ -58,20 +61,52 @@ pub struct GpuContext {
     lost: Arc<Mutex<Option<String>>>,
 }
 
+/// Whether `adapter` runs the `coop8` matmul: wgpu's cooperative matrices with an 8x8x8 f32
+/// configuration at subgroup scope (Apple GPUs' simdgroup matrices; Vulkan drivers that list it).
+/// wgpu turns the feature on for any configuration, and most Vulkan drivers list f16 ones only.
+fn offers_coop8(adapter: &wgpu::Adapter) -> bool {
+    let f32 = wgpu::CooperativeScalarType::F32;
+    adapter
+        .features()
+        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && adapter.features().contains(wgpu::Features::SUBGROUP)
+        && adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .any(|c| (c.m_size, c.n_size, c.k_size) == (8, 8, 8) && c.ab_type == f32 && c.cr_type == f32)
+}
+
+/// The token that lets a device use wgpu's experimental features: only where `features` holds one
+/// (cooperative matrices, [`offers_coop8`]).
+fn experimental(features: wgpu::Features) -> wgpu::ExperimentalFeatures {
+    if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        // SAFETY: wgpu marks experimental features unsafe as still maturing; the one asked for
+        // here is used by one shader (matmul_coop.wgsl), whose results the autotuner checks
+        // against the naive kernel before it ever picks it.
+        unsafe { wgpu::ExperimentalFeatures::enabled() }
+    } else {
+        wgpu::ExperimentalFeatures::disabled()
+    }
+}
+
 impl GpuContext {
     /// Finds the best adapter (honouring `WGPU_BACKEND` and `WGPU_ADAPTER_NAME` natively)
     /// and opens a device with the adapter's own limits and the optional features we use.
     pub async fn new() -> Result<Self, GpuError> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = Self::pick_adapter(&instance).await?;
-        let features = adapter.features()
+        let mut features = adapter.features()
             & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        if offers_coop8(&adapter) {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("shardlab device"),
                 required_features: features,
                 required_limits: limits.clone(),
+                experimental_features: experimental(features),
                 ..Default::default()
             })
             .await
@@ -101,6 +136,7 @@ impl GpuContext {
             timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
+            cooperative_matrix: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
             max_buffer_size: limits.max_buffer_size,
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size as u64,
             max_compute_workgroup_size_x: limits.max_compute_workgroup_size_x,

@@ -72,7 +72,43 @@ impl Builder {
             stages,
             microbatches,
             owners: vec![Owner::Every; self.prog.values.len()],
+            passes: vec![],
         });
+    }
+
+    /// Records a pipeline pass's instructions (a program with stages; others ignore it).
+    pub fn record_pass(&mut self, pass: super::PassSpan) {
+        if let Some(s) = &mut self.prog.stages {
+            s.passes.push(pass);
+        }
+    }
+
+    /// Puts the instructions in `order` (a permutation of their positions; each must come
+    /// after what it reads), as a scheduler moves work: the recomputation marks and recorded
+    /// passes follow their instructions. The regions the gradient sweeps read go: call it
+    /// after the last gradient is traced.
+    pub fn reorder(&mut self, order: &[usize]) {
+        let n = self.prog.instrs.len();
+        debug_assert_eq!(order.len(), n, "a permutation of every instruction");
+        let mut at = vec![0usize; n];
+        for (new, &old) in order.iter().enumerate() {
+            at[old] = new;
+        }
+        let mut old: Vec<Option<Instr>> = std::mem::take(&mut self.prog.instrs).into_iter().map(Some).collect();
+        self.prog.instrs = order.iter().map(|&i| old[i].take().expect("each once")).collect();
+        self.prog.recomputed = {
+            let mut r: Vec<usize> = self.prog.recomputed.iter().map(|&i| at[i]).collect();
+            r.sort_unstable();
+            r
+        };
+        if let Some(s) = &mut self.prog.stages {
+            for p in &mut s.passes {
+                p.instrs = p.instrs.iter().map(|&i| at[i]).collect();
+                p.instrs.sort_unstable();
+            }
+        }
+        self.checkpoints.clear();
+        self.custom_vjps.clear();
     }
 
     /// Values made from now on are `owner`'s work; returns the owner before.
@@ -194,6 +230,14 @@ impl Builder {
         match self.error {
             Some(e) => Err(e),
             None => Ok(self.prog),
+        }
+    }
+
+    /// Records that `v` is typed like `primal` (its dim `d` like `primal`'s dim `dims[d]`): a
+    /// cotangent, as JAX's transpose rules type it. The first record of a value holds.
+    pub fn type_like(&mut self, v: ValueId, primal: ValueId, dims: Vec<usize>) {
+        if self.prog.like_primal.iter().all(|r| r.value != v) {
+            self.prog.like_primal.push(super::LikePrimal { value: v, primal, dims });
         }
     }
 

@@ -69,7 +69,10 @@ pub fn infer(op: &Op, ins: &[&ValueInfo]) -> Result<Vec<ValueInfo>, IrError> {
     let err = |m: String| Err(IrError::new(op.name(), m));
     let arity = |lo: usize, hi: usize| -> Result<(), IrError> {
         if ins.len() < lo || ins.len() > hi {
-            return Err(IrError::new(op.name(), format!("takes {lo} to {hi} operands, got {}", ins.len())));
+            return Err(IrError::new(
+                op.name(),
+                format!("takes {lo} to {hi} operands, got {}", ins.len()),
+            ));
         }
         Ok(())
     };
@@ -82,7 +85,9 @@ pub fn infer(op: &Op, ins: &[&ValueInfo]) -> Result<Vec<ValueInfo>, IrError> {
             }
             let (g, t, e) = (s[0], s[1], s[2]);
             if *k == 0 || *k > e || *capacity == 0 {
-                return err(format!("top_k {k} must be in [1, {e}] and capacity {capacity} at least 1"));
+                return err(format!(
+                    "top_k {k} must be in [1, {e}] and capacity {capacity} at least 1"
+                ));
             }
             Ok(vec![
                 info(vec![g, t, e], DType::F32),
@@ -100,7 +105,9 @@ pub fn infer(op: &Op, ins: &[&ValueInfo]) -> Result<Vec<ValueInfo>, IrError> {
             expect(op, "dprobs", ins[3], probs, DType::F32)?;
             expect(op, "dgates", ins[4], gates, DType::F32)?;
             if probs.len() != 3 || gates.len() != 3 || probs[..2] != gates[..2] {
-                return err(format!("takes probs (G, S, E) and gates (G, S, k), got {probs:?} and {gates:?}"));
+                return err(format!(
+                    "takes probs (G, S, E) and gates (G, S, k), got {probs:?} and {gates:?}"
+                ));
             }
             Ok(vec![info(probs.clone(), DType::F32)])
         }

@@ -25,6 +25,12 @@ pub enum Op {
     Concat {
         axis: usize,
     },
+    /// `jax.sharding.reshard(x, spec)`: the same values, typed (and laid out) as `spec` says on
+    /// an explicit-sharding mesh. A global-program op: jit lowers it to the collectives or slice
+    /// that move the layout, and no per-device program holds it.
+    Reshard {
+        spec: crate::sharding::PartitionSpec,
+    },
 
     // --- elementwise; the second operand's shape may be a suffix of the first's (broadcast) ---
     Add,
@@ -337,6 +343,7 @@ impl Op {
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Split { .. } => "split",
             Op::Concat { .. } => "concatenate",
+            Op::Reshard { .. } => "reshard",
             Op::Add => "add",
             Op::Sub => "sub",
             Op::Mul => "mul",
@@ -397,6 +404,7 @@ impl Op {
             Op::BroadcastInDim { shape, dims } => format!("shape={shape:?} broadcast_dimensions={dims:?}"),
             Op::Split { axis, sizes } => format!("axis={axis} sizes={sizes:?}"),
             Op::Concat { axis } => format!("dimension={axis}"),
+            Op::Reshard { spec } => format!("out_sharding={}", spec.p_text()),
             Op::Scale { alpha } => format!("alpha={alpha}"),
             Op::Full { shape, value } => format!("shape={shape:?} value={value}"),
             Op::DotGeneral {
@@ -778,7 +786,7 @@ impl Op {
                     })
                     .collect())
             }
-            Op::Ppermute { .. } | Op::Pcast { .. } => {
+            Op::Ppermute { .. } | Op::Pcast { .. } | Op::Reshard { .. } => {
                 want(1)?;
                 Ok(vec![ValueInfo {
                     shape: s(0),
@@ -918,11 +926,9 @@ impl Op {
                 }
                 Ok(vec![u32s(shape.clone())])
             }
-            Op::MoeRoute { .. }
-            | Op::MoeRouteGrad { .. }
-            | Op::MoeDispatch
-            | Op::MoeCombine
-            | Op::MoeGateGrad => super::moe::infer(self, ins),
+            Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {
+                super::moe::infer(self, ins)
+            }
             Op::SgdUpdate { .. } => {
                 want(2)?;
                 Ok(vec![f32s(s(0))])

@@ -38,13 +38,10 @@ impl Program {
             let role = match role {
                 Role::Param(i) => format!("param {i}"),
                 Role::OptState { param, slot } => format!("optimizer state {slot} of param {param}"),
-                Role::ParamStack(s) => format!("params {}, {}, ... stacked ({} rows)", s.first, s.param(1), s.count),
-                Role::OptStateStack { stack: s, slot } => format!(
-                    "optimizer state {slot} of params {}, {}, ... stacked ({} rows)",
-                    s.first,
-                    s.param(1),
-                    s.count
-                ),
+                Role::ParamStack(s) => format!("params {} stacked", stack_rows(s)),
+                Role::OptStateStack { stack: s, slot } => {
+                    format!("optimizer state {slot} of params {} stacked", stack_rows(s))
+                }
                 Role::Tokens => "tokens".into(),
                 Role::Targets => "targets".into(),
                 Role::RngKey => "rng key".into(),
@@ -85,6 +82,16 @@ impl Program {
         out += &format!("return ({})\n", outs.join(", "));
         out
     }
+}
+
+/// A stack's rows as `[2, 26, zeros]`.
+fn stack_rows(s: &super::Stack) -> String {
+    let rows: Vec<String> = s
+        .rows
+        .iter()
+        .map(|r| r.map_or_else(|| "zeros".to_string(), |i| i.to_string()))
+        .collect();
+    format!("[{}]", rows.join(", "))
 }
 
 impl fmt::Display for Program {

@@ -48,22 +48,26 @@ pub enum Role {
     Other,
 }
 
-/// Parameters `first`, `first + stride`, ... (`count` of them), stacked in that order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Parameters stacked on a new leading axis, one per row: a pipeline's stages' copies of one
+/// block parameter (row s is stage s's). A stage with fewer blocks than another (uneven stages)
+/// holds a row of zeros in the place of the block it lacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stack {
-    pub first: usize,
-    pub stride: usize,
-    pub count: usize,
+    /// Per row, the parameter it holds (None: zeros).
+    pub rows: Vec<Option<usize>>,
 }
 
 impl Stack {
-    /// The parameter in row `row`.
-    pub fn param(&self, row: usize) -> usize {
-        self.first + row * self.stride
+    /// Parameters `first`, `first + stride`, ... (`count` of them), stacked in that order.
+    pub fn strided(first: usize, stride: usize, count: usize) -> Self {
+        Self {
+            rows: (0..count).map(|r| Some(first + r * stride)).collect(),
+        }
     }
 
+    /// The parameters the stack holds, in row order.
     pub fn params(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.count).map(|r| self.param(r))
+        self.rows.iter().flatten().copied()
     }
 }
 
@@ -71,11 +75,16 @@ impl Role {
     /// The parameters an input holds (one, a stack's, or none), each with the optimizer slot
     /// it holds of them (None: the parameter itself).
     pub fn params(&self) -> Vec<(usize, Option<usize>)> {
+        self.rows().into_iter().flatten().collect()
+    }
+
+    /// What each row of the input holds: [`Role::params`] with a stack's zero rows as None.
+    pub fn rows(&self) -> Vec<Option<(usize, Option<usize>)>> {
         match self {
-            Role::Param(i) => vec![(*i, None)],
-            Role::OptState { param, slot } => vec![(*param, Some(*slot))],
-            Role::ParamStack(s) => s.params().map(|i| (i, None)).collect(),
-            Role::OptStateStack { stack, slot } => stack.params().map(|i| (i, Some(*slot))).collect(),
+            Role::Param(i) => vec![Some((*i, None))],
+            Role::OptState { param, slot } => vec![Some((*param, Some(*slot)))],
+            Role::ParamStack(s) => s.rows.iter().map(|r| r.map(|i| (i, None))).collect(),
+            Role::OptStateStack { stack, slot } => stack.rows.iter().map(|r| r.map(|i| (i, Some(*slot)))).collect(),
             _ => vec![],
         }
     }
@@ -137,6 +146,20 @@ pub struct Program {
     pub precision: super::Precision,
     /// A pipelined program: which stage's work each value is (None for every other program).
     pub stages: Option<super::StageWork>,
+    /// Values JAX's transpose rules type like a primal value: the cotangents autodiff made
+    /// (explicit sharding types them so; nothing else reads this).
+    pub like_primal: Vec<LikePrimal>,
+}
+
+/// A value typed like a primal value of the forward pass, as JAX's transpose rules give a
+/// cotangent the primal's sharding (`out_sharding=x.aval.sharding`, in the value's own dim
+/// order where the rule transposes afterwards, as dot_general's does).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LikePrimal {
+    pub value: ValueId,
+    pub primal: ValueId,
+    /// Dim `d` of `value` is dim `dims[d]` of `primal`.
+    pub dims: Vec<usize>,
 }
 
 impl Program {

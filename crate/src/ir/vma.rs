@@ -10,7 +10,9 @@
 //!   result is the same on every device, but JAX's type does not say so;
 //! - axis_index varies along its axes, and so do the keys folded with it;
 //! - pcast(to="varying") adds its axes, and is refused on a value already varying along one;
-//! - every other op varies along the union of its operands' axes.
+//! - every other op varies along the union of its operands' axes;
+//! - in a pipelined program, a value some stages make (zero on the others, the result of a
+//!   `lax.cond` on the stage's axis index) varies along the stage axis.
 use std::collections::BTreeSet;
 
 use super::{Op, Program};
@@ -62,6 +64,7 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
                     )));
                 }
                 vma[o.index()] = vma[x.index()].iter().filter(|a| !axes.contains(a)).cloned().collect();
+                staged(prog, *o, &mut vma[o.index()]);
             }
             continue;
         }
@@ -76,6 +79,7 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
                 .cloned()
                 .collect();
             vma[ins.outputs[0].index()] = gathered;
+            staged(prog, ins.outputs[0], &mut vma[ins.outputs[0].index()]);
             continue;
         }
         let mut axes: Axes = ins.inputs.iter().flat_map(|v| vma[v.index()].iter().cloned()).collect();
@@ -111,7 +115,17 @@ fn walk(prog: &Program, strict: bool) -> Result<Vec<Axes>, VmaRefusal> {
         }
         for o in &ins.outputs {
             vma[o.index()] = axes.clone();
+            staged(prog, *o, &mut vma[o.index()]);
         }
     }
     Ok(vma)
+}
+
+/// A value only some pipeline stages make varies along the stage axis.
+fn staged(prog: &Program, v: super::ValueId, axes: &mut Axes) {
+    if let Some(st) = &prog.stages {
+        if st.owner(v) != super::Owner::Every {
+            axes.insert(st.axis.clone());
+        }
+    }
 }

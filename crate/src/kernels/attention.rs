@@ -1,5 +1,5 @@
-//! Fused causal attention ([`Kernels`]: shaders/attention.wgsl for GPUs, shaders/attention_sg.wgsl
-//! for CPU adapters), with its CPU twin in
+//! Fused causal attention ([`Kernels`]: shaders/attention_fa.wgsl for GPUs, shaders/attention.wgsl
+//! where those cannot run, shaders/attention_sg.wgsl for CPU adapters), with its CPU twin in
 //! [`crate::reference::attention`]: q, o (heads, T, Dh) and k, v (heads, Tk, Dh) with heads
 //! counting every device's B*H (heads are independent, so one launch covers all devices), lse
 //! (heads, T), and the backward's rows scratch (heads, T, 2). Each device's rows sit in the
@@ -43,8 +43,10 @@ pub fn check_head_dim(cfg: &crate::model::GptConfig) -> Result<(), crate::settin
         ),
     ))
 }
-/// Rows per workgroup (WG) and per staged tile (TILE).
+
+/// Rows per workgroup of the tiled kernels (WG) and of the flash kernels (FA_ROWS).
 const WG: usize = 64;
+const FA_ROWS: usize = 16;
 
 /// How an adapter runs the op: fused kernels, or the composition through the tuned matmuls
 /// with a transient (heads, T, T) scratch. Either computes the op's math and saves only o and
@@ -58,9 +60,13 @@ pub enum Lowering {
 /// Which fused kernels run the op: the same arithmetic, shaped for different adapters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
-    /// shaders/attention.wgsl: WG rows per workgroup, tiles of the other side staged in
-    /// workgroup memory. For GPUs.
+    /// shaders/attention.wgsl: WG rows per workgroup, one per invocation, tiles of the other side
+    /// staged in workgroup memory: within WebGPU's default 8 storage buffers per stage.
     Tiled,
+    /// shaders/attention_fa.wgsl, FlashAttention-2's shape: FA_ROWS rows per workgroup, four
+    /// invocations a row, tiles of the other side in workgroup memory, the backward's dk and dv
+    /// together over key blocks. For GPUs, where the adapter binds 10 storage buffers a stage.
+    Flash,
     /// shaders/attention_sg.wgsl: one subgroup of `lanes` (8 or 16) rows per workgroup, the other
     /// side's rows shared by subgroupBroadcast. For CPU adapters, where a broadcast is one
     /// shuffle and each workgroup-memory read a loop over the lanes.
@@ -102,22 +108,32 @@ pub fn lowering(ctx: &GpuContext, s: &AttentionShape, blocks: &[Blocks]) -> Lowe
     }
 }
 
-/// The fused kernels for `ctx`'s adapter and shape `s`: the subgroup kernels on CPU adapters
-/// that can run them ([`designs`]); else the tiled ones.
+/// The fused kernels for `ctx`'s adapter and shape `s`: on CPU adapters the subgroup kernels where
+/// they can run ([`designs`]), else the tiled ones, as before the flash kernels; on GPUs the flash
+/// kernels where the adapter binds enough storage buffers, else the tiled ones.
 pub fn fused_kernels(ctx: &GpuContext, s: &AttentionShape) -> Kernels {
-    let cpu = ctx.summary.is_cpu();
-    match designs(ctx, s).last() {
-        Some(&subgroup @ Kernels::Subgroup { .. }) if cpu => subgroup,
-        _ => Kernels::Tiled,
+    let all = designs(ctx, s);
+    if ctx.summary.is_cpu() {
+        return match all.last() {
+            Some(&subgroup @ Kernels::Subgroup { .. }) => subgroup,
+            _ => Kernels::Tiled,
+        };
+    }
+    match all.contains(&Kernels::Flash) {
+        true => Kernels::Flash,
+        false => Kernels::Tiled,
     }
 }
 
-/// Every fused design `ctx`'s adapter can run for shape `s`, the one to prefer last: the tiled
-/// kernels; the subgroup kernels where the adapter has fixed subgroups of 8 or 16 lanes and Dh
-/// is a multiple of 4, their backward in four passes and, where the adapter binds enough
-/// storage buffers, in two.
+/// Every fused design `ctx`'s adapter can run for shape `s`, the one CPU adapters prefer last: the
+/// tiled kernels; the flash kernels where the adapter binds enough storage buffers; the subgroup
+/// kernels where the adapter has fixed subgroups of 8 or 16 lanes and Dh is a multiple of 4,
+/// their backward in four passes and, where the adapter binds enough storage buffers, in two.
 pub fn designs(ctx: &GpuContext, s: &AttentionShape) -> Vec<Kernels> {
     let mut all = vec![Kernels::Tiled];
+    if Kernels::Flash.binds_within(ctx) {
+        all.push(Kernels::Flash);
+    }
     if let Some(lanes) = ctx.subgroup_lanes() {
         all.extend(
             [Passes::Four, Passes::Two]
@@ -473,6 +489,7 @@ impl Kernels {
     fn entry(self, entry: &str, dropout: bool) -> (&'static str, String) {
         match self {
             Kernels::Tiled => ("attention", entry.to_string()),
+            Kernels::Flash => ("attention_fa", entry.to_string()),
             Kernels::Subgroup { lanes, .. } => {
                 let nodrop = if dropout { "" } else { "_nodrop" };
                 ("attention_sg", format!("{entry}_sg{lanes}{nodrop}"))
@@ -484,6 +501,7 @@ impl Kernels {
     fn rows_per_group(self) -> usize {
         match self {
             Kernels::Tiled => WG,
+            Kernels::Flash => FA_ROWS,
             Kernels::Subgroup { lanes, .. } => lanes as usize,
         }
     }
@@ -502,19 +520,29 @@ impl Kernels {
     /// points for subgroups of 8 and 16.
     fn fits(self, s: &AttentionShape) -> bool {
         match self {
-            Kernels::Tiled => true,
+            Kernels::Tiled | Kernels::Flash => true,
             Kernels::Subgroup { lanes, .. } => s.dh.is_multiple_of(4) && matches!(lanes, 8 | 16),
         }
+    }
+
+    /// Whether the backward is two passes: dq with each row's (lse, delta), then dk with dv.
+    fn two_passes(self) -> bool {
+        matches!(
+            self,
+            Kernels::Flash
+                | Kernels::Subgroup {
+                    passes: Passes::Two,
+                    ..
+                }
+        )
     }
 
     /// The backward's own kernels, as `entry` names them (the four-pass backward's first,
     /// `row_delta`, is one kernel of attention.wgsl for every design).
     fn backward_entries(self) -> &'static [&'static str] {
-        match self {
-            Kernels::Subgroup {
-                passes: Passes::Two, ..
-            } => &["backward_dq_delta", "backward_dkdv"],
-            _ => &["backward_dq", "backward_dk", "backward_dv"],
+        match self.two_passes() {
+            true => &["backward_dq_delta", "backward_dkdv"],
+            false => &["backward_dq", "backward_dk", "backward_dv"],
         }
     }
 
@@ -534,6 +562,7 @@ impl Kernels {
     pub fn name(self) -> String {
         match self {
             Kernels::Tiled => "tiled".into(),
+            Kernels::Flash => "flash".into(),
             Kernels::Subgroup {
                 lanes,
                 passes: Passes::Four,
@@ -673,10 +702,7 @@ pub async fn backward(
             .grid(kernels.grid(s, rows));
         setup.bind(ctx, kernel)
     };
-    if let Kernels::Subgroup {
-        passes: Passes::Two, ..
-    } = kernels
-    {
+    if kernels.two_passes() {
         // dq_delta writes the rows that dkdv reads (`common` binds them for reading).
         let (shader, entry) = kernels.entry("backward_dq_delta", s.rate > 0.0);
         let dq = Kernel::new(shader, entry, format!("attention backward dq delta {shape}"))
@@ -714,8 +740,8 @@ pub async fn backward(
     // The subgroup kernels' dv shares dk's weights function, which reads v (for dp) in dk alone.
     let dv = common("backward_dv", "dv", tk)?.write(14, "dv", b.dv);
     let dv = match kernels {
-        Kernels::Tiled => dv,
         Kernels::Subgroup { .. } => dv.read(2, "v", b.v),
+        Kernels::Tiled | Kernels::Flash => dv,
     };
     out.push(ctx.launch(dv).await?);
     Ok(out)

@@ -117,6 +117,40 @@ pub async fn scale(
     ctx.launch(kernel).await
 }
 
+/// `out = value` on the blocks of the devices `flags` marks (one f32 per device, nonzero:
+/// fill), each device holding `nl` of the `n` elements: the blocks a pipeline stage's work
+/// skipped, made zero where another stage reads them.
+pub async fn fill_blocks(
+    ctx: &GpuContext,
+    out: &GpuBuffer,
+    flags: &GpuBuffer,
+    (n, nl): (usize, usize),
+    value: f32,
+) -> Result<Dispatch, GpuError> {
+    let k = "elementwise::fill_blocks";
+    if nl == 0 || !n.is_multiple_of(nl) {
+        return Err(GpuError::Invalid(format!(
+            "{k}: {n} elements are no whole number of device blocks of {nl}"
+        )));
+    }
+    need(k, "out", out, n)?;
+    need(k, "flags", flags, n / nl)?;
+    let params = Params {
+        nl: nl as u32,
+        ..single(n, 1, 0.0, value)
+    };
+    let kernel = Kernel::new(
+        "elementwise",
+        "fill_blocks",
+        format!("fill_blocks n={n} devices={}", n / nl),
+    )
+    .read(1, "flags", flags)
+    .write(2, "out", out)
+    .uniform(3, &params)
+    .grid(grid_1d(n, 256));
+    ctx.launch(kernel).await
+}
+
 /// `out = value` over `n` elements.
 pub async fn fill(ctx: &GpuContext, out: &GpuBuffer, n: usize, value: f32) -> Result<Dispatch, GpuError> {
     let kernel = Kernel::new("elementwise", "fill", format!("fill n={n}"))

@@ -34,7 +34,8 @@ fn params(kernel: &str, s: MoeShape, devices: usize, rows: bool) -> Result<Param
     if rows {
         positive(kernel, "width", s.width)?;
     }
-    let u = |x: usize| u32::try_from(x).map_err(|_| GpuError::Invalid(format!("{kernel}: {x} does not fit in 32 bits")));
+    let u =
+        |x: usize| u32::try_from(x).map_err(|_| GpuError::Invalid(format!("{kernel}: {x} does not fit in 32 bits")));
     // The encodings reach E * C + E and S * k.
     u(s.experts * (s.capacity + 1))?;
     u(devices * s.groups * s.seq * s.k.max(s.experts).max(s.width))?;
@@ -99,7 +100,12 @@ pub struct RouteGrad<'a> {
 }
 
 /// dlogits of every device's tokens: a lane per token.
-pub async fn route_grad(ctx: &GpuContext, b: &RouteGrad<'_>, s: MoeShape, devices: usize) -> Result<Dispatch, GpuError> {
+pub async fn route_grad(
+    ctx: &GpuContext,
+    b: &RouteGrad<'_>,
+    s: MoeShape,
+    devices: usize,
+) -> Result<Dispatch, GpuError> {
     let k = "moe::route_grad";
     let p = params(k, s, devices, false)?;
     let tokens = devices * s.groups * s.seq;
@@ -113,15 +119,19 @@ pub async fn route_grad(ctx: &GpuContext, b: &RouteGrad<'_>, s: MoeShape, device
     ] {
         need(k, what, buf, tokens * n)?;
     }
-    let kernel = Kernel::new("moe", "route_grad", format!("moe route backward {tokens}x{}", s.experts))
-        .read(7, "probs", b.probs)
-        .read(8, "gates", b.gates)
-        .read(9, "places", b.places)
-        .read(10, "dprobs", b.dprobs)
-        .read(11, "dgates", b.dgates)
-        .write(12, "dlogits", b.dlogits)
-        .uniform(6, &p)
-        .grid(grid_1d(tokens, 64));
+    let kernel = Kernel::new(
+        "moe",
+        "route_grad",
+        format!("moe route backward {tokens}x{}", s.experts),
+    )
+    .read(7, "probs", b.probs)
+    .read(8, "gates", b.gates)
+    .read(9, "places", b.places)
+    .read(10, "dprobs", b.dprobs)
+    .read(11, "dgates", b.dgates)
+    .write(12, "dlogits", b.dlogits)
+    .uniform(6, &p)
+    .grid(grid_1d(tokens, 64));
     ctx.launch(kernel).await
 }
 
@@ -143,7 +153,10 @@ pub async fn dispatch(
     need(k, "x", x, groups * s.seq * s.width)?;
     need(k, "owners", owners, groups * s.experts * s.capacity)?;
     need(k, "out", out, n)?;
-    let label = format!("moe dispatch {groups}x({}, {}) into {}x{} slots", s.seq, s.width, s.experts, s.capacity);
+    let label = format!(
+        "moe dispatch {groups}x({}, {}) into {}x{} slots",
+        s.seq, s.width, s.experts, s.capacity
+    );
     let entry = if gates.is_some() { "dispatch_gated" } else { "dispatch" };
     let mut kernel = Kernel::new("moe", entry, label)
         .read(13, "x", x)
@@ -176,7 +189,10 @@ pub async fn combine(
     need(k, "y", y, groups * s.experts * s.capacity * s.width)?;
     need(k, "places", places, groups * s.seq * s.k)?;
     need(k, "out", out, n)?;
-    let label = format!("moe combine {}x{} slots into {groups}x({}, {})", s.experts, s.capacity, s.seq, s.width);
+    let label = format!(
+        "moe combine {}x{} slots into {groups}x({}, {})",
+        s.experts, s.capacity, s.seq, s.width
+    );
     let entry = if gates.is_some() { "combine_gated" } else { "combine" };
     let mut kernel = Kernel::new("moe", entry, label)
         .read(13, "y", y)
@@ -210,12 +226,16 @@ pub async fn gate_grad(
     need(k, "b", b, groups * s.experts * s.capacity * s.width)?;
     need(k, "places", places, n)?;
     need(k, "out", out, n)?;
-    let kernel = Kernel::new("moe", "gate_grad", format!("moe gate gradient {groups}x({}, {})", s.seq, s.k))
-        .read(13, "a", a)
-        .read(14, "b", b)
-        .read(9, "places", places)
-        .write(17, "out", out)
-        .uniform(6, &p)
-        .grid(grid_1d(n, 64));
+    let kernel = Kernel::new(
+        "moe",
+        "gate_grad",
+        format!("moe gate gradient {groups}x({}, {})", s.seq, s.k),
+    )
+    .read(13, "a", a)
+    .read(14, "b", b)
+    .read(9, "places", places)
+    .write(17, "out", out)
+    .uniform(6, &p)
+    .grid(grid_1d(n, 64));
     ctx.launch(kernel).await
 }

@@ -39,8 +39,8 @@ pub struct TuningCache {
 impl TuningCache {
     /// Bumped when shape classes or variants change meaning, so old choices are timed again
     /// (3: block8 reads operands already in its layout without a pack pass; 4: the sg variant;
-    /// 5: block16).
-    pub const VERSION: u32 = 5;
+    /// 5: block16; 6: the GPU variants gpu64, gpu128 and coop8, timed on GPUs on a 1024-cube).
+    pub const VERSION: u32 = 6;
 }
 
 impl Tuning {

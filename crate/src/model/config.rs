@@ -251,7 +251,9 @@ impl GptConfig {
         );
         let embed = v.checked_mul(d)?.checked_add(t.checked_mul(d)?)?;
         let block = match &self.moe {
-            None => 12u64.checked_mul(d.checked_mul(d)?)?.checked_add(13u64.checked_mul(d)?)?,
+            None => 12u64
+                .checked_mul(d.checked_mul(d)?)?
+                .checked_add(13u64.checked_mul(d)?)?,
             Some(moe) => 4u64
                 .checked_mul(d.checked_mul(d)?)?
                 .checked_add(8u64.checked_mul(d)?)?
@@ -289,7 +291,11 @@ fn check_sizes_for(cfg: &GptConfig, max_elements: u64, bits: u32) -> Result<(), 
         let tensors: [(&str, &[usize], &[Setting]); 3] = [
             ("the experts' w_fc", &[e, d, f], &[Experts, ExpertWidth, DModel]),
             ("the experts' slots", &[e, b, c, d], &[Experts, Batch, Seq, DModel]),
-            ("the experts' hidden units", &[e, b, c, f], &[Experts, Batch, Seq, ExpertWidth]),
+            (
+                "the experts' hidden units",
+                &[e, b, c, f],
+                &[Experts, Batch, Seq, ExpertWidth],
+            ),
         ];
         for (name, dims, settings) in tensors {
             if elements(dims).and_then(|n| n.checked_mul(4)).is_none() {

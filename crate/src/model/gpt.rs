@@ -42,21 +42,18 @@ pub struct Local {
     /// Dropout masks as this device's block of the one-device run's (bit for bit), where the
     /// body splits the tokens; None draws each mask on the local shape (the seed's body).
     pub masks: Option<MaskBlocks>,
-    /// Pipeline parallelism: this device runs one stage's blocks, block `l` of the program
-    /// being the model's block `stage * layers_per_stage + l` (its dropout keys are that
-    /// block's, folded in from the stage's axis index).
+    /// Pipeline parallelism: the blocks traced are a stage's run of the model's, block `l` of
+    /// the program being the model's block `first + l` (its dropout keys are that block's).
     pub stage: Option<Stage>,
     /// How a mixture-of-experts MLP is split (None: whole, as on one device).
     pub moe: Option<MoeSplit>,
 }
 
-/// A pipeline stage's place in the model.
+/// A pipeline stage's run of blocks: where it starts in the model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stage {
-    /// The mesh axis the stages lie along ("pp").
-    pub axis: String,
-    /// Blocks per stage.
-    pub layers: usize,
+    /// The model's number of the run's first block.
+    pub first: usize,
 }
 
 /// The mesh axes that split the batch, the sequence of the residual stream and the heads: a
@@ -150,13 +147,10 @@ fn mask_spec(m: &MaskBlocks, rank: usize, heads: bool) -> PartitionSpec {
 }
 
 /// Dropout site `site` of block `l` gets its own key: fold_in(step key, 3l + site). On a
-/// pipeline stage, `l` counts from the stage's first block: the model's block is
-/// `stage * layers + l`.
+/// pipeline stage, `l` counts from the stage's first block.
 fn site_key(b: &mut Builder, a: &Activations, l: usize, site: u32) -> ValueId {
-    match &a.local.stage {
-        None => b.fold_in(a.key, 3 * l as u32 + site),
-        Some(s) => b.fold_in_axis_affine(a.key, &[&s.axis], 3 * s.layers as u32, 3 * l as u32 + site),
-    }
+    let first = a.local.stage.as_ref().map_or(0, |s| s.first);
+    b.fold_in(a.key, 3 * (first + l) as u32 + site)
 }
 
 fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usize, site: u32) -> ValueId {
@@ -233,7 +227,8 @@ fn forward(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> (ValueId, Optio
 pub fn embed(b: &mut Builder, a: &Activations) -> ValueId {
     let p = a.params;
     let tok = b.take(p[0], a.tokens); // (B, T, C)
-                                      // Where the sequence is split, the device's rows of wpe (its positions).
+    b.set_name(tok, "tok_emb");
+    // Where the sequence is split, the device's rows of wpe (its positions).
     let wpe = match &a.local.rows {
         Some(rows) => b.emit1(
             Op::SeqTake {
@@ -292,9 +287,13 @@ fn block_parts(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: V
     let qkv = linear(b, hn, w_qkv, b_qkv); // (B, T, 3C)
     b.set_name(qkv, &format!("h{l}.qkv"));
     let qkv = b.reshape(qkv, &[bsz, t, 3, h, dh]);
+    b.set_name(qkv, &format!("h{l}.heads"));
     let qkv = b.transpose(qkv, &[2, 0, 3, 1, 4]); // (3, B, H, T, Dh)
     let parts = b.split(qkv, 0, &[1, 1, 1]);
     let [q, k, v] = [0, 1, 2].map(|i| b.reshape(parts[i], &[bsz, h, t, dh])); // (B, H, T, Dh)
+    for (x, n) in [(q, "q"), (k, "k"), (v, "v")] {
+        b.set_name(x, &format!("h{l}.{n}"));
+    }
     let scale = 1.0 / (dh as f32).sqrt();
     let y = match (cfg.attention, &a.local.ring) {
         (Attention::Fused, Some(ring)) => {

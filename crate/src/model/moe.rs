@@ -167,15 +167,15 @@ pub fn moe_mlp(
     let logits = b.matmul(routed, w_router);
     b.set_name(logits, &name("logits"));
     let capacity = moe.slots(s);
-    let r = b.emit(
-        Op::MoeRoute {
-            k: moe.top_k,
-            capacity,
-        },
-        &[logits],
-    );
+    let r = b.emit(Op::MoeRoute { k: moe.top_k, capacity }, &[logits]);
     let (probs, gates, places, owners, load) = (r[0], r[1], r[2], r[3], r[4]);
-    for (v, what) in [(probs, "probs"), (gates, "gates"), (places, "places"), (owners, "owners"), (load, "load")] {
+    for (v, what) in [
+        (probs, "probs"),
+        (gates, "gates"),
+        (places, "places"),
+        (owners, "owners"),
+        (load, "load"),
+    ] {
         b.set_name(v, &name(what));
     }
     let split = a.local.moe.clone().unwrap_or_default();
@@ -184,7 +184,11 @@ pub fn moe_mlp(
     // slots of its group's sequences.
     let buf = b.emit1(Op::MoeDispatch, &[h, places, owners]);
     b.set_name(buf, &name("dispatched"));
-    let buf = if ep.is_empty() { buf } else { b.all_to_all(buf, &ep, 0, 1) };
+    let buf = if ep.is_empty() {
+        buf
+    } else {
+        b.all_to_all(buf, &ep, 0, 1)
+    };
     let [el, gl, c, _] = <[usize; 4]>::try_from(b.shape(buf)).unwrap_or([0; 4]);
     let rows = b.reshape(buf, &[el, gl * c, d]);
     let up = b.dot_general(rows, w_fc, (&[2], &[1]), (&[0], &[0]), 1.0);
@@ -192,7 +196,11 @@ pub fn moe_mlp(
     let act = b.gelu(up);
     let down = b.dot_general(act, w_out, (&[2], &[1]), (&[0], &[0]), 1.0);
     let down = b.reshape(down, &[el, gl, c, d]);
-    let out = if ep.is_empty() { down } else { b.all_to_all(down, &ep, 1, 0) };
+    let out = if ep.is_empty() {
+        down
+    } else {
+        b.all_to_all(down, &ep, 1, 0)
+    };
     b.set_name(out, &name("expert_out"));
     let y = b.emit1(Op::MoeCombine, &[out, places, owners, gates]);
     let aux = balance_loss(b, moe, &split, (g * s, probs, load));
@@ -204,7 +212,12 @@ pub fn moe_mlp(
 /// choices (all devices') that chose expert e, P_e this device's tokens' mean probability of
 /// it. f is a count (no gradient flows through it), so the loss is linear in P and the mean of
 /// the devices' losses is the whole batch's.
-fn balance_loss(b: &mut Builder, moe: &Moe, split: &MoeSplit, (tokens, probs, load): (usize, ValueId, ValueId)) -> ValueId {
+fn balance_loss(
+    b: &mut Builder,
+    moe: &Moe,
+    split: &MoeSplit,
+    (tokens, probs, load): (usize, ValueId, ValueId),
+) -> ValueId {
     let parts = b.split(load, 1, &[1, 1]);
     let routed = b.sum(parts[0], &[0, 1]); // (E)
     let axes: Vec<&str> = split.token_axes.iter().map(String::as_str).collect();

@@ -103,7 +103,11 @@ pub fn init_params(cfg: &GptConfig, init: Init) -> Vec<Vec<f32>> {
                     let (rows, cols) = (p.shape[p.shape.len() - 2], p.shape[p.shape.len() - 1]);
                     (0..p.numel())
                         .map(|k| {
-                            let (e, i, j) = ((k / (rows * cols)) as f64, ((k / cols) % rows) as f64, (k % cols) as f64);
+                            let (e, i, j) = (
+                                (k / (rows * cols)) as f64,
+                                ((k / cols) % rows) as f64,
+                                (k % cols) as f64,
+                            );
                             (0.02 * (1.3 * i + 0.7 * j + 0.5 * e + p.index as f64).sin()) as f32
                         })
                         .collect()

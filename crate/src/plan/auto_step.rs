@@ -69,12 +69,6 @@ pub(super) fn jit_train_step(
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
     par.check(cfg, microbatches)?;
     let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
-    let specs = param_specs(cfg);
-    let mut pspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_param_spec(cfg, par, ps)).collect();
-    let mut sspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_state_spec(cfg, par, ps)).collect();
-    let prog = &global.program;
-    let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
-    let mut constraints = gradient_constraints(prog, par, &pspec, &sspec);
     // The composition's own constraints first, so a user's spec on the same value wins.
     let mut implicit = if par.sequence_parallel {
         sequence_parallel_constraints(cfg, par)
@@ -82,7 +76,52 @@ pub(super) fn jit_train_step(
         vec![]
     };
     implicit.extend(super::moe_constraints(cfg, par, microbatches));
-    // Which override pinned each value, so a constraint jit refuses is said at its spec.
+    let s = step_shardings(cfg, opt, par, &global.program, &implicit, overrides)?;
+    let out_shardings: Vec<Option<PartitionSpec>> = s.out_shardings.iter().cloned().map(Some).collect();
+    let prog = &global.program;
+    let auto =
+        jit_with_constraints(prog, &par.mesh, &s.in_shardings, &out_shardings, &s.constraints).map_err(
+            |e| match &e {
+                PartitionError::Constraint { value, why, .. } => match s.pinned_by.get(value) {
+                    Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
+                    None => PlanError::from(e),
+                },
+                _ => PlanError::from(e),
+            },
+        )?;
+    Ok((global, auto))
+}
+
+/// The shardings a global step is given: its in_shardings and out_shardings (parameters and
+/// optimizer state as the rules lay them out, the tokens split as (B, T) is, the key and loss
+/// replicated), and where values are pinned: the gradients as [`gradient_pin`] says, then
+/// `implicit` (a composition's own constraints), then the user's `overrides` ([`resolve_spec`]:
+/// a parameter's spec sets its in_sharding, its state's and its update's; an input's its
+/// in_sharding; an intermediate's pins it).
+pub(super) struct StepShardings {
+    pub in_shardings: Vec<PartitionSpec>,
+    pub out_shardings: Vec<PartitionSpec>,
+    pub constraints: BTreeMap<ValueId, PartitionSpec>,
+    /// The gradient pins among `constraints`.
+    pub gradient_pins: BTreeMap<ValueId, PartitionSpec>,
+    /// Which override pinned each value, so a pin that cannot hold is said at its spec.
+    pub pinned_by: BTreeMap<ValueId, (String, PartitionSpec)>,
+}
+
+pub(super) fn step_shardings(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    par: &Parallelism,
+    prog: &Program,
+    implicit: &[(String, PartitionSpec)],
+    overrides: &[(String, PartitionSpec)],
+) -> Result<StepShardings, PlanError> {
+    let specs = param_specs(cfg);
+    let mut pspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_param_spec(cfg, par, ps)).collect();
+    let mut sspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_state_spec(cfg, par, ps)).collect();
+    let mut inputs: BTreeMap<ValueId, PartitionSpec> = BTreeMap::new();
+    let gradient_pins = gradient_constraints(prog, par, &pspec, &sspec);
+    let mut constraints = gradient_pins.clone();
     let mut pinned_by: BTreeMap<ValueId, (String, PartitionSpec)> = BTreeMap::new();
     let given = implicit
         .iter()
@@ -122,22 +161,20 @@ pub(super) fn jit_train_step(
             _ => PartitionSpec::replicated(),
         })
         .collect();
-    let mut out_shardings = vec![Some(PartitionSpec::replicated())];
+    let mut out_shardings = vec![PartitionSpec::replicated()];
     for (spec, state) in pspec.iter().zip(&sspec) {
-        out_shardings.push(Some(spec.clone()));
+        out_shardings.push(spec.clone());
         for _ in 0..opt.slots() {
-            out_shardings.push(Some(state.clone()));
+            out_shardings.push(state.clone());
         }
     }
-    let auto =
-        jit_with_constraints(prog, &par.mesh, &in_shardings, &out_shardings, &constraints).map_err(|e| match &e {
-            PartitionError::Constraint { value, why, .. } => match pinned_by.get(value) {
-                Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
-                None => PlanError::from(e),
-            },
-            _ => PlanError::from(e),
-        })?;
-    Ok((global, auto))
+    Ok(StepShardings {
+        in_shardings,
+        out_shardings,
+        constraints,
+        gradient_pins,
+        pinned_by,
+    })
 }
 
 /// Sequence parallelism's shardings in automatic mode, as `with_sharding_constraint`s on the

@@ -5,7 +5,7 @@
 //! stages both build from it, so any mesh composes without a body per combination.
 use super::axes::AxisKind;
 use super::{DropoutKey, Parallelism};
-use crate::ir::{Builder, CpOrder, SeqBlock, ValueId};
+use crate::ir::{Builder, CpOrder, Op, SeqBlock, ValueId};
 use crate::model::{update, GptConfig, Local, MaskBlocks, MoeSplit, Optimizer, Ring};
 use crate::sharding::PartitionSpec;
 
@@ -32,6 +32,24 @@ impl Compose<'_> {
         } else {
             spec
         }
+    }
+
+    /// Under zig-zag, this device's rows of the whole-sequence `tokens` and `targets` (see
+    /// [`Self::zigzag`]); else the two as they arrive.
+    pub fn take_rows(&self, b: &mut Builder, local: &Local, tokens: ValueId, targets: ValueId) -> (ValueId, ValueId) {
+        let (true, Some(rows)) = (self.zigzag(), &local.rows) else {
+            return (tokens, targets);
+        };
+        let mut take = |x| {
+            b.emit1(
+                Op::SeqTake {
+                    dim: 1,
+                    seq: rows.clone(),
+                },
+                &[x],
+            )
+        };
+        (take(tokens), take(targets))
     }
 
     /// This device's rows of the residual stream's sequence, where it is split.
@@ -131,6 +149,8 @@ pub(super) fn scatter_gathered(b: &mut Builder, g: ValueId, spec: &PartitionSpec
 pub(super) struct ParamPlan {
     pub spec: PartitionSpec,
     pub state: PartitionSpec,
+    /// Whether the optimizer's weight decay applies to it.
+    pub decays: bool,
 }
 
 impl ParamPlan {
@@ -156,7 +176,7 @@ impl ParamPlan {
             .iter()
             .chain(extra)
             .copied()
-            .filter(|a| !self.spec.uses_axis(a) && !(scattered && *a == "dp"))
+            .filter(|a| !(self.spec.uses_axis(a) || scattered && *a == "dp"))
             .collect()
     }
 
@@ -166,14 +186,13 @@ impl ParamPlan {
         &self,
         b: &mut Builder,
         opt: Optimizer,
-        decays: bool,
         param: ValueId,
         grad: ValueId,
         state: &[ValueId],
         zero: super::Zero,
     ) -> Vec<ValueId> {
         let Some(dim) = self.block_dim() else {
-            return update(b, opt, decays, param, grad, state);
+            return update(b, opt, self.decays, param, grad, state);
         };
         let g = if self.scatter_dim(zero).is_some() {
             grad
@@ -181,8 +200,33 @@ impl ParamPlan {
             b.slice_block(grad, &["dp"], dim)
         };
         let block = b.slice_block(param, &["dp"], dim);
-        let mut o = update(b, opt, decays, block, g, state);
+        let mut o = update(b, opt, self.decays, block, g, state);
         o[0] = b.all_gather_invarying(o[0], &["dp"], dim);
         o
     }
+}
+
+/// The optimizer's update of every parameter from its summed gradient, as the step's outputs
+/// after `outs` (the loss): each parameter's new value, named `NAME'`, then its state, each
+/// donating the input it replaces.
+pub(super) fn updates(
+    b: &mut Builder,
+    opt: Optimizer,
+    zero: super::Zero,
+    plans: &[ParamPlan],
+    names: &[&str],
+    (params, grads, state): (&[ValueId], &[ValueId], &[ValueId]),
+    mut outs: Vec<ValueId>,
+) -> Vec<ValueId> {
+    let n = plans.len();
+    let slots = opt.slots();
+    for (i, plan) in plans.iter().enumerate() {
+        let o = plan.update(b, opt, params[i], grads[i], &state[slots * i..slots * (i + 1)], zero);
+        b.set_name(o[0], &format!("{}'", names[i]));
+        for (slot, v) in o.into_iter().enumerate() {
+            b.donate(outs.len(), crate::model::state_input(n, opt, i, slot));
+            outs.push(v);
+        }
+    }
+    outs
 }

@@ -75,6 +75,9 @@ pub struct MemoryPlan {
     /// count them); with microbatches the accumulated gradients are held from the first
     /// microbatch's backward pass on, and the two meet.
     pub total: u64,
+    /// In a pipelined program, each stage's `activations`: what its devices hold of the values
+    /// its own work makes and everyone's (the largest is `activations`); empty otherwise.
+    pub stage_activations: Vec<u64>,
     /// The largest tensor on one device.
     pub largest: TensorBytes,
     /// Every value that owns memory (aliases excluded), in program order.
@@ -426,46 +429,71 @@ impl MemoryPlan {
         let last = prog.last_uses();
         // Bits fused attention draws in its kernels: no buffer holds them.
         let drawn = prog.bits_drawn_in_attention();
+        // A pipeline's stages each hold what their own work makes and what every stage makes:
+        // the device's peak is its stage's, the plan's the largest stage's.
+        let stages: Vec<Option<usize>> = match &prog.stages {
+            Some(st) => (0..st.stages).map(Some).collect(),
+            None => vec![None],
+        };
+        let (live0, rest0) = (live, rest);
         let (mut peak, mut peak_rest) = (live, rest);
-        let mut owns = vec![true; prog.values.len()];
-        for (i, ins) in prog.instrs.iter().enumerate() {
-            let aliases = matches!(
-                ins.op,
-                Op::Reshape { .. } | Op::Pcast { .. } | Op::SgdUpdate { .. } | Op::AdamWUpdate { .. }
-            );
-            for o in &ins.outputs {
-                if aliases || drawn[o.index()].is_some() {
-                    owns[o.index()] = false;
-                    // A gradient's buffer viewed in another shape (w_qkv's) is still its size.
-                    if let Some(p) = buffers[o.index()] {
-                        gradient_bytes[p] = gradient_bytes[p].max(bytes_of(*o)?);
+        for (pass, &stage) in stages.iter().enumerate() {
+            let holds = |v: &ValueId| match (stage, &prog.stages) {
+                (Some(s), Some(st)) => st.owner(*v).active(s),
+                _ => true,
+            };
+            let (mut live, mut rest) = (live0, rest0);
+            let (mut stage_peak, mut stage_rest) = (live, rest);
+            let mut owns = vec![true; prog.values.len()];
+            for (i, ins) in prog.instrs.iter().enumerate() {
+                let aliases = matches!(
+                    ins.op,
+                    Op::Reshape { .. }
+                        | Op::Pcast { .. }
+                        | Op::Reshard { .. }
+                        | Op::SgdUpdate { .. }
+                        | Op::AdamWUpdate { .. }
+                );
+                for o in &ins.outputs {
+                    if aliases || drawn[o.index()].is_some() || !holds(o) {
+                        owns[o.index()] = false;
+                        // A gradient's buffer viewed in another shape (w_qkv's) is still its size.
+                        if let (Some(p), true) = (buffers[o.index()], holds(o)) {
+                            gradient_bytes[p] = gradient_bytes[p].max(bytes_of(*o)?);
+                        }
+                    } else {
+                        let b = bytes_of(*o)?;
+                        live = add(live, b)?;
+                        match buffers[o.index()] {
+                            Some(p) => gradient_bytes[p] = gradient_bytes[p].max(b),
+                            None => rest = add(rest, b)?,
+                        }
                     }
-                } else {
-                    let b = bytes_of(*o)?;
-                    live = add(live, b)?;
-                    match buffers[o.index()] {
-                        Some(p) => gradient_bytes[p] = gradient_bytes[p].max(b),
-                        None => rest = add(rest, b)?,
+                    if pass == 0 && !aliases && drawn[o.index()].is_none() {
+                        plan.push(prog, *o, bytes_of(*o)?, ins.op.name());
                     }
-                    plan.push(prog, *o, b, ins.op.name());
+                }
+                stage_peak = stage_peak.max(live);
+                stage_rest = stage_rest.max(rest);
+                for v in ins.inputs.iter().chain(&ins.outputs) {
+                    let dead = match last[v.index()] {
+                        Some(l) => l == i && ins.inputs.contains(v),
+                        None => ins.outputs.contains(v),
+                    };
+                    if dead && owns[v.index()] && !pinned[v.index()] {
+                        let b = bytes_of(*v)?;
+                        live -= b;
+                        if buffers[v.index()].is_none() {
+                            rest -= b;
+                        }
+                        owns[v.index()] = false;
+                    }
                 }
             }
-            peak = peak.max(live);
-            peak_rest = peak_rest.max(rest);
-            for v in ins.inputs.iter().chain(&ins.outputs) {
-                let dead = match last[v.index()] {
-                    Some(l) => l == i && ins.inputs.contains(v),
-                    None => ins.outputs.contains(v),
-                };
-                if dead && owns[v.index()] && !pinned[v.index()] {
-                    let b = bytes_of(*v)?;
-                    live -= b;
-                    if buffers[v.index()].is_none() {
-                        rest -= b;
-                    }
-                    owns[v.index()] = false;
-                }
+            if stage.is_some() {
+                plan.stage_activations.push(stage_rest);
             }
+            (peak, peak_rest) = (peak.max(stage_peak), peak_rest.max(stage_rest));
         }
         plan.activations = peak_rest;
         plan.gradients = gradient_bytes.into_iter().try_fold(0, add)?;

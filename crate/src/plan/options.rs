@@ -2,7 +2,7 @@
 use super::{DropoutKey, Mode, Parallelism, Schedule, Strategy};
 use crate::ir::{CpOrder, RngLayout};
 use crate::model::{DataSource, GptConfig, Init, Optimizer};
-use crate::sharding::{Mesh, PartitionSpec};
+use crate::sharding::{AxisType, AxisTypes, Mesh, PartitionSpec};
 
 /// How the step is partitioned over simulated devices.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,6 +17,17 @@ pub enum Parallel {
         par: Parallelism,
         /// Specs overriding the rules' (`--spec name=P(...)`), by name: a parameter's, an
         /// input's (`tokens`) or an intermediate's (`h0.att`); see [`super::resolve_spec`].
+        specs: Vec<(String, PartitionSpec)>,
+    },
+    /// Explicit sharding: the global step typed op by op with the rules' shardings on a mesh
+    /// whose axes are Explicit but for those `axis_types` makes Auto, its choices written as a
+    /// JAX user writes them (`out_sharding=`, `reshard`), then run as jit.
+    Explicit {
+        par: Parallelism,
+        /// Axis types other than Explicit, by axis (`--axis-types tp=auto`).
+        axis_types: Vec<(String, AxisType)>,
+        /// Specs overriding the rules' (as `Auto`'s): a parameter's or an input's sharding, an
+        /// intermediate's type (its op's `out_sharding=`, else a `reshard` after it).
         specs: Vec<(String, PartitionSpec)>,
     },
 }
@@ -43,6 +54,10 @@ pub struct TrainerOptions {
     /// The order a pipeline ("pp") runs its microbatches' passes in; meshes without "pp" take
     /// the default.
     pub schedule: Schedule,
+    /// Virtual stages: the chunks of blocks each pipeline stage holds (1: one run of blocks).
+    pub virtual_stages: usize,
+    /// Blocks per pipeline stage, one count per stage (empty: equal stages).
+    pub stage_layers: Vec<usize>,
 }
 
 impl Parallel {
@@ -50,7 +65,9 @@ impl Parallel {
     pub fn devices(&self) -> usize {
         match self {
             Parallel::None => 1,
-            Parallel::ShardMap { par, .. } | Parallel::Auto { par, .. } => par.devices(),
+            Parallel::ShardMap { par, .. } | Parallel::Auto { par, .. } | Parallel::Explicit { par, .. } => {
+                par.devices()
+            }
         }
     }
 
@@ -58,7 +75,7 @@ impl Parallel {
     pub fn parallelism(&self) -> Option<&Parallelism> {
         match self {
             Parallel::None => None,
-            Parallel::ShardMap { par, .. } | Parallel::Auto { par, .. } => Some(par),
+            Parallel::ShardMap { par, .. } | Parallel::Auto { par, .. } | Parallel::Explicit { par, .. } => Some(par),
         }
     }
 
@@ -71,6 +88,7 @@ impl Parallel {
         match self {
             Parallel::None => Mode::Single,
             Parallel::Auto { .. } => Mode::Auto,
+            Parallel::Explicit { .. } => Mode::Explicit,
             Parallel::ShardMap { .. } => Mode::ShardMap,
         }
     }
@@ -95,6 +113,18 @@ impl Parallel {
             (None, None) => "single".into(),
         }
     }
+
+    /// The mesh axes' types: every axis Auto in automatic mode, Manual in shard_map mode (the
+    /// body is per device over all of them), Explicit in explicit mode but for those set Auto.
+    /// None on one device; an axis type naming an axis the mesh lacks is the error.
+    pub fn axis_types(&self) -> Option<Result<AxisTypes, String>> {
+        match self {
+            Parallel::None => None,
+            Parallel::Auto { par, .. } => Some(Ok(AxisTypes::all(&par.mesh, AxisType::Auto))),
+            Parallel::ShardMap { par, .. } => Some(Ok(AxisTypes::all(&par.mesh, AxisType::Manual))),
+            Parallel::Explicit { par, axis_types, .. } => Some(AxisTypes::new(&par.mesh, axis_types)),
+        }
+    }
 }
 
 impl TrainerOptions {
@@ -114,31 +144,49 @@ impl TrainerOptions {
             microbatches: 1,
             cp_order: CpOrder::Contiguous,
             schedule: Schedule::Gpipe,
+            virtual_stages: 1,
+            stage_layers: vec![],
         }
     }
 
-    /// The same run in automatic mode and in shard_map mode, on this composition (what
-    /// `bench compare` races): the auto one keeps these options' spec overrides, the shard_map
-    /// one their dropout key (else the same key on every device). None on one device.
-    pub fn auto_and_shard_map(&self) -> Option<(TrainerOptions, TrainerOptions)> {
-        let (par, specs, dropout_key) = match &self.parallel {
+    /// The pipeline's schedule and layout, as the options say.
+    pub fn pipeline(&self) -> super::PipelinePlan {
+        super::PipelinePlan {
+            schedule: self.schedule,
+            chunks: self.virtual_stages,
+            stage_layers: self.stage_layers.clone(),
+        }
+    }
+
+    /// The same run in each of JAX's three modes on this composition, in
+    /// [`Mode::PARTITIONED`]'s order (what `bench compare` races): automatic and explicit mode
+    /// keep these options' spec overrides (and explicit mode its axis types), shard_map mode
+    /// their dropout key (else the same key on every device). None on one device.
+    pub fn in_every_mode(&self) -> Option<[TrainerOptions; 3]> {
+        let (par, specs, axis_types, dropout_key) = match &self.parallel {
             Parallel::None => return None,
-            Parallel::Auto { par, specs } => (par, specs.clone(), DropoutKey::Same),
-            Parallel::ShardMap { par, dropout_key } => (par, vec![], *dropout_key),
+            Parallel::Auto { par, specs } => (par, specs.clone(), vec![], DropoutKey::Same),
+            Parallel::Explicit { par, axis_types, specs } => (par, specs.clone(), axis_types.clone(), DropoutKey::Same),
+            Parallel::ShardMap { par, dropout_key } => (par, vec![], vec![], *dropout_key),
         };
         let with = |parallel| TrainerOptions {
             parallel,
             ..self.clone()
         };
-        Some((
+        Some([
             with(Parallel::Auto {
                 par: par.clone(),
+                specs: specs.clone(),
+            }),
+            with(Parallel::Explicit {
+                par: par.clone(),
+                axis_types,
                 specs,
             }),
             with(Parallel::ShardMap {
                 par: par.clone(),
                 dropout_key,
             }),
-        ))
+        ])
     }
 }

@@ -94,7 +94,8 @@ pub fn check_page_mesh(par: &Parallelism) -> Result<(), Refusal> {
         par.name(),
         format!(
             "has {devices} devices, and the page simulates at most {PAGE_MAX_DEVICES}: use smaller axes (the CLI plans \
-             meshes of up to 4096)"
+             meshes of up to {})",
+            crate::sharding::Mesh::MAX_DEVICES
         ),
     ))
 }
@@ -116,7 +117,7 @@ pub fn check_page_sizes(cfg: &GptConfig) -> Result<(), Refusal> {
         if n.is_some_and(|n| n <= PAGE_MAX_ELEMENTS) {
             continue;
         }
-        let shown = n.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string());
+        let shown = n.map_or_else(|| "more than 2^64".to_string(), grouped);
         let gib = n.map_or(f64::INFINITY, |n| n as f64 * 4.0 / (1u64 << 30) as f64);
         return Err(Refusal::new(
             setting.clone(),
@@ -131,10 +132,30 @@ pub fn check_page_sizes(cfg: &GptConfig) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// `n` with its digits in groups of three: 8,589,934,592.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::setting::Audience;
+
+    #[test]
+    fn counts_in_refusals_group_their_digits_in_threes() {
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(8_589_934_592), "8,589,934,592");
+    }
 
     #[test]
     fn a_value_outside_the_pages_bounds_is_refused_at_its_setting() {

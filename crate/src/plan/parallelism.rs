@@ -24,7 +24,7 @@ pub struct Parallelism {
 }
 
 /// `n`'s divisors, `1, 2, 4`: the sizes that split it.
-fn divisors(n: usize) -> String {
+pub(super) fn divisors(n: usize) -> String {
     (1..=n)
         .filter(|d| n.is_multiple_of(*d))
         .map(|d| d.to_string())
@@ -219,7 +219,22 @@ impl Parallelism {
     /// Checks that the model splits evenly over every axis, one rule per axis kind, and that
     /// the microbatches split every device's rows.
     pub fn check(&self, cfg: &GptConfig, microbatches: usize) -> Result<(), PlanError> {
+        self.check_with_stages(cfg, microbatches, &[])
+    }
+
+    /// [`Self::check`], with a pipeline's blocks per stage given (`--stage-layers`; empty:
+    /// equal stages, which "pp" must divide). Given counts are the pipeline's own to check
+    /// ([`super::check_pipeline_layout`]).
+    pub fn check_with_stages(
+        &self,
+        cfg: &GptConfig,
+        microbatches: usize,
+        stage_layers: &[usize],
+    ) -> Result<(), PlanError> {
         for kind in self.kinds() {
+            if kind == AxisKind::Pp && !stage_layers.is_empty() {
+                continue;
+            }
             self.check_axis(cfg, kind)?;
         }
         super::moe::check_moe(self, cfg)?;
@@ -325,7 +340,7 @@ impl Parallelism {
         }
         let cp = self.size(AxisKind::Cp);
         if order == CpOrder::Zigzag {
-            if mode == Mode::Auto {
+            if mode != Mode::ShardMap {
                 let why = format!(
                     "is ring attention's order in shard_map mode; jit splits the sequence into contiguous blocks (a \
                      PartitionSpec cannot interleave them): use {}, or {contiguous}",

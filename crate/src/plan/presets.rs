@@ -177,6 +177,11 @@ impl Preset {
                 par: self.parallelism(),
                 specs: vec![],
             },
+            Mode::Explicit => Parallel::Explicit {
+                par: self.parallelism(),
+                axis_types: vec![],
+                specs: vec![],
+            },
             Mode::ShardMap => Parallel::ShardMap {
                 par: self.parallelism(),
                 dropout_key: self.dropout_key(),

@@ -3,12 +3,12 @@
 //! all-reduce, ZeRO's blocks over "dp", FSDP's gathers, Megatron's collectives (with sequence
 //! parallelism or not), ring attention over "cp", each with gradient accumulation over
 //! microbatches.
-use super::compose::{gather, Compose, ParamPlan};
+use super::compose::{gather, updates, Compose, ParamPlan};
 use super::strategy::check_dropout_key;
 use super::{DropoutKey, Mode, Parallelism, PlanError};
-use crate::ir::{Builder, DType, IrError, Op, RngLayout, Role, ValueId};
+use crate::ir::{Builder, DType, IrError, RngLayout, Role, ValueId};
 use crate::model::{accumulate, forward_loss, microbatch_rows, param_specs, Activations, GptConfig};
-use crate::model::{state_input, Optimizer, TrainStep};
+use crate::model::{Optimizer, TrainStep};
 use crate::partition::{shard_map, Arg};
 use crate::sharding::PartitionSpec;
 
@@ -47,7 +47,11 @@ fn arguments(c: &Compose, opt: Optimizer) -> (Vec<Arg>, Vec<ParamPlan>) {
             role: Role::Param(ps.index),
             spec: spec.clone(),
         });
-        plans.push(ParamPlan { spec, state });
+        plans.push(ParamPlan {
+            spec,
+            state,
+            decays: ps.decays(),
+        });
     }
     for (ps, plan) in specs.iter().zip(&plans) {
         for slot in 0..opt.slots() {
@@ -118,19 +122,7 @@ pub(super) fn shard_map_accumulated_step(
         let params = &vals[..n];
         let state = &vals[n..n + n * opt.slots()];
         let (mut tokens, mut targets, key) = (vals[vals.len() - 3], vals[vals.len() - 2], vals[vals.len() - 1]);
-        if let (true, Some(rows)) = (c.zigzag(), &local.rows) {
-            let take = |b: &mut Builder, x| {
-                b.emit1(
-                    Op::SeqTake {
-                        dim: 1,
-                        seq: rows.clone(),
-                    },
-                    &[x],
-                )
-            };
-            tokens = take(b, tokens);
-            targets = take(b, targets);
-        }
+        (tokens, targets) = c.take_rows(b, &local, tokens, targets);
         let tokens = microbatch_rows(b, tokens, k);
         let targets = microbatch_rows(b, targets, k);
         let mut local_losses = vec![];
@@ -194,18 +186,16 @@ pub(super) fn shard_map_accumulated_step(
         b.set_name(loss, "loss");
         marks.1 = b.program().instrs.len();
 
-        let mut outs = vec![loss];
-        for (i, ps) in specs.iter().enumerate() {
-            let slots = opt.slots();
-            let st = &state[slots * i..slots * (i + 1)];
-            let o = plans[i].update(b, opt, ps.decays(), params[i], grads[i], st, par.zero);
-            b.set_name(o[0], &format!("{}'", ps.name));
-            for (slot, v) in o.into_iter().enumerate() {
-                b.donate(outs.len(), state_input(n, opt, i, slot));
-                outs.push(v);
-            }
-        }
-        Ok(outs)
+        let names: Vec<&str> = specs.iter().map(|ps| ps.name.as_str()).collect();
+        Ok(updates(
+            b,
+            opt,
+            par.zero,
+            &plans,
+            &names,
+            (params, &grads, state),
+            vec![loss],
+        ))
     })?;
     Ok(TrainStep {
         program,

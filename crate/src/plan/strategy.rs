@@ -87,16 +87,7 @@ impl Strategy {
 
     /// A mesh the strategy runs on, as `--mesh` takes it (the CLI's default).
     pub fn example_mesh(self) -> &'static str {
-        match self {
-            Strategy::Dp | Strategy::Zero1 | Strategy::Zero2 => "dp=4",
-            Strategy::Fsdp => "fsdp=4",
-            Strategy::Tp | Strategy::TpSp => "tp=2",
-            Strategy::DpTp => "dp=2,tp=2",
-            Strategy::Cp => "cp=4",
-            Strategy::DpCp => "dp=2,cp=2",
-            Strategy::Pp => "pp=2",
-            Strategy::DpPp => "dp=2,pp=2",
-        }
+        self.preset().example_mesh
     }
 
     /// The composition the strategy names on `mesh`, whose axes must be the strategy's
@@ -157,30 +148,57 @@ struct StrategyPreset {
     axes: &'static [AxisKind],
     zero: Zero,
     sequence_parallel: bool,
+    /// A mesh it runs on, as `--mesh` takes it.
+    example_mesh: &'static str,
 }
 
-const fn preset(strategy: Strategy, axes: &'static [AxisKind], zero: Zero, sequence_parallel: bool) -> StrategyPreset {
+const fn preset(
+    strategy: Strategy,
+    axes: &'static [AxisKind],
+    zero: Zero,
+    sequence_parallel: bool,
+    example_mesh: &'static str,
+) -> StrategyPreset {
     StrategyPreset {
         strategy,
         axes,
         zero,
         sequence_parallel,
+        example_mesh,
     }
 }
 
 /// The named strategies, each one composition.
 const PRESETS: [StrategyPreset; 11] = [
-    preset(Strategy::Dp, &[AxisKind::Dp], Zero::Off, false),
-    preset(Strategy::Zero1, &[AxisKind::Dp], Zero::One, false),
-    preset(Strategy::Zero2, &[AxisKind::Dp], Zero::Two, false),
-    preset(Strategy::Fsdp, &[AxisKind::Fsdp], Zero::Off, false),
-    preset(Strategy::Tp, &[AxisKind::Tp], Zero::Off, false),
-    preset(Strategy::DpTp, &[AxisKind::Dp, AxisKind::Tp], Zero::Off, false),
-    preset(Strategy::Cp, &[AxisKind::Cp], Zero::Off, false),
-    preset(Strategy::DpCp, &[AxisKind::Dp, AxisKind::Cp], Zero::Off, false),
-    preset(Strategy::TpSp, &[AxisKind::Tp], Zero::Off, true),
-    preset(Strategy::Pp, &[AxisKind::Pp], Zero::Off, false),
-    preset(Strategy::DpPp, &[AxisKind::Dp, AxisKind::Pp], Zero::Off, false),
+    preset(Strategy::Dp, &[AxisKind::Dp], Zero::Off, false, "dp=4"),
+    preset(Strategy::Zero1, &[AxisKind::Dp], Zero::One, false, "dp=4"),
+    preset(Strategy::Zero2, &[AxisKind::Dp], Zero::Two, false, "dp=4"),
+    preset(Strategy::Fsdp, &[AxisKind::Fsdp], Zero::Off, false, "fsdp=4"),
+    preset(Strategy::Tp, &[AxisKind::Tp], Zero::Off, false, "tp=2"),
+    preset(
+        Strategy::DpTp,
+        &[AxisKind::Dp, AxisKind::Tp],
+        Zero::Off,
+        false,
+        "dp=2,tp=2",
+    ),
+    preset(Strategy::Cp, &[AxisKind::Cp], Zero::Off, false, "cp=4"),
+    preset(
+        Strategy::DpCp,
+        &[AxisKind::Dp, AxisKind::Cp],
+        Zero::Off,
+        false,
+        "dp=2,cp=2",
+    ),
+    preset(Strategy::TpSp, &[AxisKind::Tp], Zero::Off, true, "tp=2"),
+    preset(Strategy::Pp, &[AxisKind::Pp], Zero::Off, false, "pp=2"),
+    preset(
+        Strategy::DpPp,
+        &[AxisKind::Dp, AxisKind::Pp],
+        Zero::Off,
+        false,
+        "dp=2,pp=2",
+    ),
 ];
 
 fn quoted(names: &[&str]) -> String {
@@ -192,30 +210,39 @@ fn quoted(names: &[&str]) -> String {
     }
 }
 
-/// The order a pipeline runs its microbatches' forward and backward passes in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The order a pipeline runs its microbatches' forward and backward passes in, on each stage
+/// (the orders themselves: [`super::pipeline::Table`]). Virtual stages (`--virtual-stages v`)
+/// compose with GPipe (MaxText's circular pipeline) and 1F1B (Megatron's interleaved 1F1B).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Schedule {
     /// GPipe (Huang et al., 2019): every microbatch's forward, then every backward; each
     /// stage holds all M microbatches' activations.
     #[default]
     Gpipe,
-    /// 1F1B (PipeDream-flush, Narayanan et al., 2021): after a warm-up, one forward then one
-    /// backward. Run in lockstep by one program for all devices, each backward recomputes its
-    /// stage's forward from the saved input, so a stage holds the inputs of the microbatches in
-    /// flight (at most 2pp - 1) and one microbatch's activations, however large M is.
+    /// 1F1B (PipeDream-flush, Narayanan et al., 2021), as Megatron-LM runs it: stage s warms up
+    /// with pp - s - 1 forwards, then alternates one forward and one backward, then cools down;
+    /// a stage holds at most pp microbatches' activations. With virtual stages, Megatron's
+    /// interleaved 1F1B (microbatches in groups of pp).
     #[serde(rename = "1f1b")]
     OneFOneB,
+    /// ZB-H1 (Qi et al., 2024): 1F1B with each backward split into its input gradient (B),
+    /// which the stage before waits for, and its weight gradient (W), which nothing waits for:
+    /// stage s defers s weight passes to the end, where 1F1B's stage idles. 1F1B's memory,
+    /// about a third of its bubble when F, B and W take alike.
+    #[serde(rename = "zb_h1")]
+    ZbH1,
 }
 
 impl Schedule {
-    pub const ALL: [Schedule; 2] = [Schedule::Gpipe, Schedule::OneFOneB];
+    pub const ALL: [Schedule; 3] = [Schedule::Gpipe, Schedule::OneFOneB, Schedule::ZbH1];
 
     /// The name the CLI (`--schedule`) and the page use.
     pub fn name(self) -> &'static str {
         match self {
             Schedule::Gpipe => "gpipe",
             Schedule::OneFOneB => "1f1b",
+            Schedule::ZbH1 => "zb_h1",
         }
     }
 
@@ -223,15 +250,12 @@ impl Schedule {
         Schedule::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// The fraction of a step every stage idles: (pp - 1) / (M + pp - 1) for GPipe and 1F1B
-    /// alike (the fill and the drain, pp - 1 ticks each of forwards and backwards).
+    /// The fraction of a step every stage idles with one chunk per stage and forward, input
+    /// gradient and weight gradient passes alike: (pp - 1) / (M + pp - 1) for GPipe and 1F1B
+    /// (the fill and the drain), (pp - 1) / (3M + pp - 1) for ZB-H1 (the drain filled with weight
+    /// passes). [`Schedule::bubble`] gives it for any virtual stages and pass times.
     pub fn bubble_fraction(self, stages: usize, microbatches: usize) -> f64 {
-        let (p, m) = (stages as f64, microbatches as f64);
-        if stages <= 1 {
-            0.0
-        } else {
-            (p - 1.0) / (m + p - 1.0)
-        }
+        self.bubble(stages, microbatches, 1, super::pipeline::PassTimes::EVEN)
     }
 }
 
@@ -268,26 +292,33 @@ impl DropoutKey {
     }
 }
 
-/// How a train step is partitioned: JAX's two ways, or not at all.
+/// How a train step is partitioned: JAX's three ways, or not at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The global program on one device.
     Single,
-    /// The global program partitioned from shardings (jax.jit with shardings).
+    /// The global program partitioned from shardings (jax.jit with shardings, Auto axes).
     Auto,
+    /// The global program typed with its shardings (Explicit axes, JAX's default since 0.9):
+    /// sharding rules op by op, the program's choices written as `out_sharding=` and `reshard`.
+    Explicit,
     /// A hand-written per-device body with explicit collectives (jax.shard_map).
     ShardMap,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Single, Mode::Auto, Mode::ShardMap];
+    pub const ALL: [Mode; 4] = [Mode::Single, Mode::Auto, Mode::Explicit, Mode::ShardMap];
+
+    /// The three ways a step is partitioned over a mesh, as JAX's guide sets them side by side.
+    pub const PARTITIONED: [Mode; 3] = [Mode::Auto, Mode::Explicit, Mode::ShardMap];
 
     /// The name the CLI (`--mode`, `--json` lines), the page and the exported scripts use.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Single => "single",
             Mode::Auto => "auto",
+            Mode::Explicit => "explicit",
             Mode::ShardMap => "shard_map",
         }
     }

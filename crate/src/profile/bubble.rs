@@ -3,13 +3,16 @@
 //! and the head; the gradients' reductions and the update fill no bubble).
 use super::timeline::{Timeline, IDLE};
 use crate::ir::Program;
+use crate::plan::{PassTimes, PipelinePlan};
 
 /// The bubble of a pipelined program.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct PipelineBubble {
     pub stages: usize,
     pub microbatches: usize,
-    /// (pp - 1) / (M + pp - 1), for GPipe and 1F1B alike.
+    /// The schedule's closed form ([`crate::plan::Schedule::bubble`], passes of equal time):
+    /// (pp - 1) / (v M + pp - 1) for GPipe and 1F1B with v virtual stages, (pp - 1) /
+    /// (3M + pp - 1) for ZB-H1.
     pub formula: f64,
     /// Per stage, the share of the modelled step its devices idle (their mean).
     pub modelled: Vec<f64>,
@@ -17,7 +20,7 @@ pub struct PipelineBubble {
 
 /// The bubble of `prog` on `timeline` (its modelled step on real devices, a row per device);
 /// None for a program that is not pipelined.
-pub fn pipeline_bubble(prog: &Program, timeline: &Timeline) -> Option<PipelineBubble> {
+pub fn pipeline_bubble(prog: &Program, timeline: &Timeline, pipeline: &PipelinePlan) -> Option<PipelineBubble> {
     let stages = prog.stages.as_ref()?;
     let mesh = prog.mesh.as_ref()?;
     let (p, m) = (stages.stages, stages.microbatches);
@@ -33,7 +36,7 @@ pub fn pipeline_bubble(prog: &Program, timeline: &Timeline) -> Option<PipelineBu
     Some(PipelineBubble {
         stages: p,
         microbatches: m,
-        formula: crate::plan::Schedule::Gpipe.bubble_fraction(p, m),
+        formula: pipeline.schedule.bubble(p, m, pipeline.chunks, PassTimes::EVEN),
         modelled: idle.iter().map(|(sum, n)| sum / (*n).max(1) as f64).collect(),
     })
 }

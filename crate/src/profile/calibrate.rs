@@ -418,6 +418,8 @@ fn reference_program(config: &GptConfig) -> Result<Program, ExecError> {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     };
     Ok(crate::plan::build(&options)
         .map_err(|e| ExecError::Input(e.to_string()))?
@@ -1014,6 +1016,7 @@ fn derive(ctx: &GpuContext, p: &CalibrationPrograms, timed: &[(f64, f64)]) -> Ca
         // Several of this GPU would talk over PCIe 4.0 x16 (~25 GB/s achieved): estimated.
         link_bandwidth: 25e9,
         link_latency: 5e-6,
+        scale_out: None,
         estimated: ["memory_bytes", "link_bandwidth", "link_latency"]
             .iter()
             .map(|s| s.to_string())

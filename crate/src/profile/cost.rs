@@ -99,18 +99,35 @@ pub fn attention_pairs(prog: &Program, ins: &Instr) -> Vec<u64> {
         Op::Attention { seq, .. } | Op::AttentionGrad { seq, .. } => seq.clone(),
         _ => Default::default(),
     };
-    (0..prog.devices().max(1))
-        .map(|d| {
-            let Ok(b) = crate::exec::attention_blocks(&seq, tq, tk, prog.mesh.as_ref(), d) else {
-                return 0;
-            };
-            let mut pairs = 0;
-            for (a, na) in runs_of(&b.q, tq) {
-                for (kb, nk) in runs_of(&b.kv, tk) {
-                    pairs += pairs_seen(a, na, kb, nk);
-                }
+    let devices = prog.devices().max(1);
+    // A device's blocks depend on its index along each side's axes alone: each distinct pair
+    // of indices is counted once, whatever the mesh's size.
+    let indices = |block: &crate::ir::SeqBlock| -> Option<Vec<usize>> {
+        match prog.mesh.as_ref() {
+            Some(m) if !block.axes().is_empty() => {
+                let axes: Vec<&str> = block.axes().iter().map(String::as_str).collect();
+                m.axes_indices(&axes).ok()
             }
-            heads * pairs
+            _ => Some(vec![0; devices]),
+        }
+    };
+    let (Some(iq), Some(ik)) = (indices(&seq.q), indices(&seq.kv)) else {
+        return vec![0; devices];
+    };
+    let mut counted: std::collections::HashMap<(usize, usize), u64> = std::collections::HashMap::new();
+    iq.iter()
+        .zip(&ik)
+        .map(|(&a, &b)| {
+            *counted.entry((a, b)).or_insert_with(|| {
+                let (q, kv) = (seq.q.runs(a, tq), seq.kv.runs(b, tk));
+                let mut pairs = 0;
+                for (qa, na) in runs_of(&q, tq) {
+                    for (kb, nk) in runs_of(&kv, tk) {
+                        pairs += pairs_seen(qa, na, kb, nk);
+                    }
+                }
+                heads * pairs
+            })
         })
         .collect()
 }

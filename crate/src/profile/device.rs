@@ -84,10 +84,27 @@ pub struct DeviceProfile {
     pub link_bandwidth: f64,
     /// Seconds per hop (alpha).
     pub link_latency: f64,
+    /// Where a mesh outgrows the fast links: the devices of one server share them (NVLink
+    /// through NVSwitch), servers talk over a slower scale-out network (InfiniBand, RoCE).
+    /// None: one fabric joins every device (a TPU slice's ICI torus, a ring of PCIe peers).
+    #[serde(default)]
+    pub scale_out: Option<ScaleOut>,
     /// Which figures are estimates rather than published specifications or measurements.
     pub estimated: Vec<String>,
     /// Where the figures come from.
     pub source: String,
+}
+
+/// The network between servers of devices: each server's devices share the fast links, and
+/// every device has its own link into the scale-out network.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ScaleOut {
+    /// Devices per server (on the fast links).
+    pub node_devices: usize,
+    /// One-way bandwidth of one device's scale-out link, bytes/s.
+    pub bandwidth: f64,
+    /// Seconds per hop across it (alpha).
+    pub latency: f64,
 }
 
 /// A matmul kernel's throughput: the peak and the FLOPs of one matmul at which it reaches half
@@ -136,6 +153,8 @@ pub fn figure_label(field: &str) -> Option<&'static str> {
         "topology" => "how the devices are linked",
         "link_bandwidth" => "bandwidth of a link between devices",
         "link_latency" => "latency of a link between devices",
+        "scale_out" => "the network between servers",
+        "scale_out.latency" => "latency of the network between servers",
         _ => return None,
     })
 }
@@ -173,6 +192,8 @@ pub fn tpu_v4() -> DeviceProfile {
         // rate), ~1 us per hop (estimated).
         link_bandwidth: 45e9,
         link_latency: 1e-6,
+        // ICI joins a whole pod (4096 chips): no slower network inside a mesh.
+        scale_out: None,
         estimated: est(&[
             "matmul_sustained",
             "vector_flops",
@@ -212,6 +233,7 @@ pub fn tpu_v5e() -> DeviceProfile {
         topology: Topology::Torus2d,
         link_bandwidth: 50e9,
         link_latency: 1e-6,
+        scale_out: None,
         estimated: est(&[
             "matmul_sustained",
             "vector_flops",
@@ -256,8 +278,21 @@ pub fn h100() -> DeviceProfile {
         link_bandwidth: 450e9,
         // NVLink + NVSwitch hop and NCCL step latency: estimated.
         link_latency: 2e-6,
-        estimated: est(&["launch_s", "step_s", "matmul_half_flops", "link_latency"]),
-        source: "NVIDIA H100 datasheet; NVIDIA Hopper architecture whitepaper; MAMF: github.com/stas00/ml-engineering, compute/accelerator".into(),
+        // DGX H100: 8 GPUs a server, each with a 400 Gbit/s NDR InfiniBand (ConnectX-7) port
+        // of its own, 50 GB/s one way (NVIDIA DGX H100 user guide); a hop's latency estimated.
+        scale_out: Some(ScaleOut {
+            node_devices: 8,
+            bandwidth: 50e9,
+            latency: 5e-6,
+        }),
+        estimated: est(&[
+            "launch_s",
+            "step_s",
+            "matmul_half_flops",
+            "link_latency",
+            "scale_out.latency",
+        ]),
+        source: "NVIDIA H100 datasheet; NVIDIA DGX H100 user guide; NVIDIA Hopper architecture whitepaper; MAMF: github.com/stas00/ml-engineering, compute/accelerator".into(),
     }
 }
 
@@ -289,8 +324,22 @@ pub fn a100() -> DeviceProfile {
         topology: Topology::Switch,
         link_bandwidth: 300e9,
         link_latency: 2e-6,
-        estimated: est(&["launch_s", "step_s", "matmul_half_flops", "link_latency"]),
-        source: "NVIDIA A100 datasheet; MAMF: github.com/stas00/ml-engineering, compute/accelerator".into(),
+        // DGX A100 (as NVIDIA's Selene): 8 GPUs a server, each with a 200 Gbit/s HDR
+        // InfiniBand (ConnectX-6) port of its own, 25 GB/s one way (NVIDIA DGX A100 user
+        // guide); a hop's latency estimated.
+        scale_out: Some(ScaleOut {
+            node_devices: 8,
+            bandwidth: 25e9,
+            latency: 5e-6,
+        }),
+        estimated: est(&[
+            "launch_s",
+            "step_s",
+            "matmul_half_flops",
+            "link_latency",
+            "scale_out.latency",
+        ]),
+        source: "NVIDIA A100 datasheet; NVIDIA DGX A100 user guide; MAMF: github.com/stas00/ml-engineering, compute/accelerator".into(),
     }
 }
 
@@ -322,6 +371,7 @@ pub fn rtx4090() -> DeviceProfile {
         topology: Topology::Ring,
         link_bandwidth: 25e9,
         link_latency: 5e-6,
+        scale_out: None,
         estimated: est(&[
             "matmul_sustained",
             "int_ops",
@@ -363,6 +413,7 @@ pub fn m2_max() -> DeviceProfile {
         topology: Topology::Ring,
         link_bandwidth: 4e9,
         link_latency: 10e-6,
+        scale_out: None,
         estimated: est(&[
             "matmul_sustained",
             "matmul_flops_bf16",

@@ -11,6 +11,7 @@ mod collective;
 mod compare;
 mod cost;
 mod device;
+mod estimate;
 mod fit;
 mod floor;
 mod measured;
@@ -33,8 +34,9 @@ pub use compare::{compare_ops, OpComparison, OpGroup};
 pub use cost::{attention_pairs, category, instr_flops, Category};
 pub use device::{
     a100, device_preset, figure_label, h100, m2_max, presets, rtx4090, tpu_v4, tpu_v5e, DeviceProfile, MatmulFit,
-    Topology,
+    ScaleOut, Topology,
 };
+pub use estimate::{estimate_step, StepEstimate};
 pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
 pub use measured::{breakdown, measured_timeline, MeasuredBreakdown, OpRow, PHASES, SUBMIT};
 pub use predict::{
@@ -46,6 +48,6 @@ pub use summary::{summarize, CollectiveUse, KindTotals, ProgramSummary};
 pub use timeline::{
     mesh_label, spmd_work, DeviceTimeline, DeviceWork, Exchange, Span, SpanKind, StepWork, Task, Timeline, IDLE,
 };
-pub use topology::{collective_time, CollectiveTime};
+pub use topology::{collective_time, collective_time_on, AxisPlace, CollectiveTime, MeshLayout, PLACEMENT};
 pub use trace::{OpSource, Trace};
 pub use work::{program_work, DotShape, Placement, Work, THREEFRY_INT_OPS};

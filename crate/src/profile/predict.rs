@@ -80,6 +80,9 @@ pub struct Prediction {
     pub largest_tensor: TensorBytes,
     /// Each kind's collectives, their whole transfer time whether hidden or not.
     pub collectives: BTreeMap<&'static str, CollectiveCost>,
+    /// The same collectives by the mesh axes they run over (`tp`, `dp,fsdp`): what each axis
+    /// of the composition costs on the device kind's links.
+    pub collectives_by_axes: BTreeMap<String, CollectiveCost>,
     /// Of each kind's time in flight on the timeline (per device), the fraction during which
     /// the compute stream ran ops: how much of ring attention's permutes the blocks' attention
     /// hides (0 without overlap).
@@ -96,6 +99,16 @@ pub fn predict(prog: &Program, device: &DeviceProfile, placement: Placement) -> 
     priced_step(prog, device, placement, true, false).0
 }
 
+/// One pipeline stage's priced instructions, summed.
+#[derive(Clone, Copy, Debug, Default)]
+struct StageTotals {
+    flops: f64,
+    launches: usize,
+    serial: f64,
+    compute_s: f64,
+    memory_s: f64,
+}
+
 /// The modelled step of `prog` on `device` and its timeline, a row per device, with overlap on
 /// or off.
 pub fn model_step(
@@ -108,8 +121,8 @@ pub fn model_step(
 }
 
 /// The step priced and scheduled on one row per distinct task list ([`StepWork::classes`]);
-/// `rows`: the timeline with a row for every device, else, where one row stands for all, that
-/// row (what a prediction alone needs, at a mesh's size divided).
+/// `rows`: the timeline with a row for every device, else the distinct rows alone (what a
+/// prediction needs, at a mesh's size divided).
 fn priced_step(
     prog: &Program,
     device: &DeviceProfile,
@@ -128,14 +141,33 @@ fn priced_step(
         .iter()
         .map(|k| (k.hlo_name(), CollectiveCost::default()))
         .collect();
-    let (mut flops, mut launches, mut serial) = (0.0, 0usize, device.step_s);
-    let (mut compute_s, mut memory_s) = (0.0, 0.0);
+    let mut collectives_by_axes: BTreeMap<String, CollectiveCost> = BTreeMap::new();
+    let axes_of: std::collections::HashMap<usize, String> = summary
+        .collectives
+        .iter()
+        .map(|c| (c.instr, c.axes.join(",")))
+        .collect();
+    // A device runs its pipeline stage's instructions only: its work is its stage's, and the
+    // step's bounds are the busiest stage's (one stage without a pipeline).
+    let stages = prog.stages.as_ref().map_or(1, |st| st.stages);
+    let runs = |i: usize, stage: usize| prog.stages.is_none() || prog.instr_owner(i).active(stage);
+    let mut work = vec![StageTotals::default(); stages];
     for op in price_ops(prog, device, placement) {
-        flops += op.flops;
-        launches += op.launches;
-        serial += op.launch_s + op.work_s;
-        if op.collective.is_none() {
-            *(if op.memory_bound { &mut memory_s } else { &mut compute_s }) += op.work_s;
+        for (stage, w) in work.iter_mut().enumerate() {
+            // A collective runs on every device of its groups, whatever its owner.
+            if op.collective.is_none() && !runs(op.instr, stage) {
+                continue;
+            }
+            w.flops += op.flops;
+            w.launches += op.launches;
+            w.serial += op.launch_s + op.work_s;
+            if op.collective.is_none() {
+                *(if op.memory_bound {
+                    &mut w.memory_s
+                } else {
+                    &mut w.compute_s
+                }) += op.work_s;
+            }
         }
         if let Some((kind, bytes, hops)) = op.collective {
             let e = collectives.get_mut(kind.hlo_name()).expect("every kind");
@@ -143,8 +175,28 @@ fn priced_step(
             e.bytes += bytes;
             e.hops += hops;
             e.ms += op.work_s * 1e3;
+            let a = collectives_by_axes
+                .entry(axes_of.get(&op.instr).cloned().unwrap_or_default())
+                .or_default();
+            a.count += 1;
+            a.bytes += bytes;
+            a.hops += hops;
+            a.ms += op.work_s * 1e3;
         }
     }
+    let busiest = work
+        .iter()
+        .copied()
+        .max_by(|a, b| (a.compute_s + a.memory_s).total_cmp(&(b.compute_s + b.memory_s)))
+        .unwrap_or_default();
+    let StageTotals {
+        flops,
+        launches,
+        compute_s,
+        memory_s,
+        ..
+    } = busiest;
+    let serial = device.step_s + busiest.serial;
     // Every device of an SPMD program runs the same tasks, whose collectives match by construction.
     let work = spmd_work(prog, device, placement);
     // Devices that run the same tasks run the same timeline, so one row per distinct task list
@@ -152,11 +204,17 @@ fn priced_step(
     // causal cp ring.
     let (classes, of) = work.classes();
     let scheduled = schedule(&classes, overlap).expect("an SPMD program schedules");
-    let mut timeline = if rows || classes.devices.len() > 1 {
+    // A prediction alone keeps the rows and weighs each by the devices it stands for: laying a
+    // row out for each of thousands of devices is most of what pricing a ring or a pipeline
+    // on a large mesh would cost.
+    let (mut timeline, counts) = if rows {
         let labels: Vec<String> = work.devices.iter().map(|d| d.label.clone()).collect();
-        scheduled.by_class(&of, &labels)
+        (scheduled.by_class(&of, &labels), vec![1; of.len()])
     } else {
-        scheduled
+        let counts = (0..scheduled.devices.len())
+            .map(|c| of.iter().filter(|&&o| o == c).count())
+            .collect();
+        (scheduled, counts)
     };
     timeline.comm_stream = placement == Placement::Real;
     timeline.device = match placement {
@@ -172,7 +230,7 @@ fn priced_step(
         total: summary.total_bytes,
     };
     let held = bytes_per_device.total * copies as u64;
-    let breakdown_ms = timeline.breakdown_ms();
+    let breakdown_ms = timeline.breakdown_ms_of(&counts);
     let bounds_ms: BTreeMap<&'static str, f64> = [
         (COMPUTE, compute_s * 1e3),
         (MEMORY, memory_s * 1e3),
@@ -196,7 +254,7 @@ fn priced_step(
             .map(|c| c.instr)
             .collect();
         if !of_kind.is_empty() {
-            let (flight, hidden) = timeline.comm_hidden_ms(|i| of_kind.contains(&i));
+            let (flight, hidden) = timeline.comm_hidden_ms_of(&counts, |i| of_kind.contains(&i));
             let share = if flight > 0.0 { hidden / flight } else { 0.0 };
             collectives_hidden.insert(kind.hlo_name(), share);
         }
@@ -218,6 +276,7 @@ fn priced_step(
         fits: held <= device.memory_bytes,
         largest_tensor: summary.largest_tensor.clone(),
         collectives,
+        collectives_by_axes,
         collectives_hidden,
         flops_per_device: flops,
         launches,

@@ -6,7 +6,7 @@
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, MatmulFit};
 use super::summary::summarize;
-use super::topology::collective_time;
+use super::topology::{collective_time_on, MeshLayout};
 use super::work::{program_work_lowered, DotShape, Placement, Work};
 use super::{category, Category};
 use crate::ir::Program;
@@ -155,6 +155,7 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
     let summary = summarize(prog);
     // How the executor lowers it: its launches, fused pairs and the psums it sums in place.
     let lowered = crate::exec::lowered(prog);
+    let layout = prog.mesh.as_ref().map(|m| MeshLayout::of(m, device));
     let mut uses = summary.collectives.iter().peekable();
     let mut out = Vec::with_capacity(prog.instrs.len());
     for ((i, ins), w) in prog
@@ -169,7 +170,11 @@ pub fn price_ops(prog: &Program, device: &DeviceProfile, placement: Placement) -
                 let c = uses.next().expect("peeked");
                 match placement {
                     Placement::Real => {
-                        let t = collective_time(device, c.kind, c.bytes, c.group);
+                        let axes: Vec<&str> = c.axes.iter().map(String::as_str).collect();
+                        let t = match &layout {
+                            Some(layout) => collective_time_on(device, layout, c.kind, c.bytes, &axes),
+                            None => super::topology::collective_time(device, c.kind, c.bytes, c.group),
+                        };
                         (t.seconds, Some((c.kind, c.bytes, t.hops)))
                     }
                     Placement::Simulated => {

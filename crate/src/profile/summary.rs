@@ -15,6 +15,8 @@ pub struct CollectiveUse {
     pub bytes: u64,
     /// Devices per group.
     pub group: usize,
+    /// The mesh axes it runs over (its group: the devices that differ only along them).
+    pub axes: Vec<String>,
     /// Arrays it moves: more than one for a combined all-reduce (HLO's tuple all-reduce).
     pub operands: usize,
 }
@@ -36,6 +38,10 @@ pub struct ProgramSummary {
     pub devices: usize,
     pub instructions: usize,
     pub flops: u64,
+    /// In a pipelined program, the FLOPs each stage's devices run (its own passes, the
+    /// embedding on the first stage, the head and loss on the last, and the work every stage
+    /// does); `flops` is the busiest's. Empty otherwise.
+    pub stage_flops: Vec<u64>,
     /// Random bits generated per step (elements of every random_bits op x 32).
     pub rng_bits: u64,
     pub params_bytes: u64,
@@ -83,6 +89,14 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
     let bytes = |v: ValueId| numel(prog.shape(v)) as u64 * prog.precision.compute_bytes(prog.info(v).dtype);
     let in_bytes = bytes(ins.inputs[0]);
     let out_bytes = bytes(ins.outputs[0]);
+    let axes: Vec<String> = match &ins.op {
+        Op::Psum { axes, .. }
+        | Op::AllGather { axes, .. }
+        | Op::PsumScatter { axes, .. }
+        | Op::AllToAll { axes, .. } => axes.clone(),
+        Op::Ppermute { axis, .. } => vec![axis.clone()],
+        _ => vec![],
+    };
     let (kind, bytes, group) = match &ins.op {
         Op::Psum { group, .. } => {
             let all: u64 = ins.inputs.iter().map(|v| bytes(*v)).sum();
@@ -102,6 +116,7 @@ fn collective_use(prog: &Program, i: usize) -> Option<CollectiveUse> {
         kind,
         bytes,
         group,
+        axes,
         operands: ins.inputs.len(),
     })
 }
@@ -115,14 +130,25 @@ pub fn summarize(prog: &Program) -> ProgramSummary {
         instructions: prog.instrs.len(),
         ..Default::default()
     };
+    s.stage_flops = vec![0; prog.stages.as_ref().map_or(0, |st| st.stages)];
     for (i, ins) in prog.instrs.iter().enumerate() {
-        s.flops += instr_flops(prog, ins);
+        let flops = instr_flops(prog, ins);
+        let owner = prog.instr_owner(i);
+        for (stage, f) in s.stage_flops.iter_mut().enumerate() {
+            if owner.active(stage) {
+                *f += flops;
+            }
+        }
+        s.flops += flops;
         // Bits each device generates: the whole shape of a random_bits, only its own block
         // of a partitioned one.
         if let Op::RandomBits { shape, .. } | Op::RandomBitsBlock { shape, .. } = &ins.op {
             s.rng_bits += 32 * shape.iter().product::<usize>() as u64;
         }
         s.collectives.extend(collective_use(prog, i));
+    }
+    if let Some(&busiest) = s.stage_flops.iter().max() {
+        s.flops = busiest;
     }
     s.warnings = rng_warnings(prog);
     match MemoryPlan::of(prog) {

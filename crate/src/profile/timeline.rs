@@ -209,11 +209,17 @@ impl Timeline {
     /// The devices' breakdowns, averaged: what one device spends per category. It adds up to
     /// the step; on an SPMD program every device's is the same.
     pub fn breakdown_ms(&self) -> BTreeMap<&'static str, f64> {
+        self.breakdown_ms_of(&vec![1; self.devices.len()])
+    }
+
+    /// [`Timeline::breakdown_ms`] where row r stands for `counts[r]` devices (a timeline of
+    /// [`StepWork::classes`]' rows, before [`Timeline::by_class`] lays them out).
+    pub fn breakdown_ms_of(&self, counts: &[usize]) -> BTreeMap<&'static str, f64> {
         let mut out = empty_breakdown();
-        let n = self.devices.len().max(1) as f64;
-        for d in 0..self.devices.len() {
+        let n = counts.iter().sum::<usize>().max(1) as f64;
+        for (d, &count) in counts.iter().enumerate() {
             for (k, v) in self.device_breakdown_ms(d) {
-                *out.entry(k).or_insert(0.0) += v / n;
+                *out.entry(k).or_insert(0.0) += v * count as f64 / n;
             }
         }
         out
@@ -238,30 +244,68 @@ impl Timeline {
     /// part of them the compute stream spent running ops (hidden behind compute), averaged over
     /// the devices: how much of ring attention's permutes the blocks' attention hides.
     pub fn comm_hidden_ms(&self, which: impl Fn(usize) -> bool) -> (f64, f64) {
+        self.comm_hidden_ms_of(&vec![1; self.devices.len()], which)
+    }
+
+    /// [`Timeline::comm_hidden_ms`] where row r stands for `counts[r]` devices.
+    pub fn comm_hidden_ms_of(&self, counts: &[usize], which: impl Fn(usize) -> bool) -> (f64, f64) {
         let (mut total, mut hidden) = (0.0, 0.0);
-        for d in &self.devices {
+        for (d, &count) in self.devices.iter().zip(counts) {
+            let weight = count as f64;
+            let mut busy = None;
             for c in d.comm.iter().filter(|c| c.instr.is_some_and(&which)) {
-                total += c.dur_ms;
-                // The compute track is in time order: only its spans from the first that ends
-                // after the collective starts, to the last that starts before it ends.
-                let from = d.compute.partition_point(|s| s.end_ms() <= c.start_ms);
-                let during = d.compute[from..].iter().take_while(|s| s.start_ms < c.end_ms());
-                for s in during.filter(|s| s.kind == SpanKind::Op) {
-                    let overlap = c.end_ms().min(s.end_ms()) - c.start_ms.max(s.start_ms);
-                    // Spans that only touch differ by rounding: no overlap.
-                    if overlap > 1e-9 {
-                        hidden += overlap;
-                    }
+                total += weight * c.dur_ms;
+                let busy = busy.get_or_insert_with(|| OpTime::of(&d.compute));
+                let during = busy.until(c.end_ms()) - busy.until(c.start_ms);
+                // Spans that only touch differ by rounding: no overlap.
+                if during > 1e-9 {
+                    hidden += weight * during;
                 }
             }
         }
-        let n = self.devices.len().max(1) as f64;
+        let n = counts.iter().sum::<usize>().max(1) as f64;
         (total / n, hidden / n)
     }
 
     /// Spans on every track.
     pub fn spans(&self) -> usize {
         self.devices.iter().map(|d| d.compute.len() + d.comm.len()).sum()
+    }
+}
+
+/// A compute track's time spent running ops up to any moment, by binary search over its
+/// spans' running sums: what a collective overlaps costs a lookup at each end, where walking
+/// the spans it overlaps cost a pipeline's or an FSDP gather's long spans most of a plan.
+struct OpTime<'a> {
+    /// The track, in time order.
+    spans: &'a [Span],
+    /// `before[i]`: op milliseconds of `spans[..i]`.
+    before: Vec<f64>,
+}
+
+impl<'a> OpTime<'a> {
+    fn of(spans: &'a [Span]) -> Self {
+        let mut before = Vec::with_capacity(spans.len() + 1);
+        let mut sum = 0.0;
+        before.push(sum);
+        for s in spans {
+            if s.kind == SpanKind::Op {
+                sum += s.dur_ms;
+            }
+            before.push(sum);
+        }
+        OpTime { spans, before }
+    }
+
+    /// Op milliseconds before `t`: the spans that end by then, and the part of the one running.
+    fn until(&self, t: f64) -> f64 {
+        let i = self.spans.partition_point(|s| s.end_ms() <= t);
+        let running = self
+            .spans
+            .get(i)
+            .filter(|s| s.kind == SpanKind::Op && s.start_ms < t)
+            .map_or(0.0, |s| t - s.start_ms);
+        self.before[i] + running
     }
 }
 
@@ -374,6 +418,9 @@ fn attention_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
 /// A device's attention tasks and the share of their work it does: (instruction, share).
 type Shares = Vec<(usize, f64)>;
 
+/// What makes a device's task list its own: its attention shares and its pipeline stage.
+type RowKey = (Shares, Option<usize>);
+
 /// The work of an SPMD program on `device`: on real devices, one row per mesh position, all
 /// running the same tasks (shared; under context parallelism each with its own attention work,
 /// its blocks' causal pairs); simulated, one row for the adapter that holds them all.
@@ -383,58 +430,53 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
         Placement::Real => attention_shares(prog),
         Placement::Simulated => None,
     };
-    let per_device: Option<Vec<Arc<[Task]>>> = shares.map(|shares| {
-        // Devices with the same shares (the "dp" replicas of a ring position) share one
-        // list, so the schedule runs one row for them all.
-        let mut made: Vec<(Shares, Arc<[Task]>)> = vec![];
-        shares
-            .into_iter()
-            .map(|own| {
-                if let Some((_, t)) = made.iter().find(|(s, _)| *s == own) {
-                    return t.clone();
-                }
-                let mut t = tasks.clone();
-                for &(i, share) in &own {
-                    // One task per instruction, in order.
-                    t[i].work_s *= share;
-                }
-                let t: Arc<[Task]> = t.into();
-                made.push((own, t.clone()));
-                t
-            })
-            .collect()
-    });
-    // A pipeline's stages each leave out what they compute only because every device runs
-    // the same program: that time is the stage idling (the bubble, another stage's embedding
-    // or head), as it would on a device that ran its own stage's program.
-    let per_device = per_device.or_else(|| match (placement, &prog.stages, &prog.mesh) {
-        (Placement::Real, Some(stages), Some(mesh)) => {
-            let by_stage: Vec<Arc<[Task]>> = (0..stages.stages)
-                .map(|s| {
-                    let mut t = tasks.clone();
-                    for task in t.iter_mut() {
-                        let owner = prog.instrs[task.instr]
-                            .outputs
-                            .first()
-                            .map_or(Owner::Every, |o| stages.owner(*o));
-                        if !owner.active(s, stages.stages, stages.microbatches) {
-                            task.launch_s = 0.0;
-                            task.work_s = 0.0;
-                        }
-                    }
-                    t.into()
-                })
-                .collect();
-            (0..mesh.devices())
-                .map(|d| {
-                    let s = mesh.axes_index(d, &[stages.axis.as_str()]).unwrap_or(0);
-                    by_stage[s].clone()
-                })
-                .collect::<Vec<_>>()
-                .into()
-        }
+    // A pipeline's stages each run their own work (the program says which stage runs what):
+    // another stage's work is the stage idling (the bubble, another stage's embedding or head),
+    // as on a device that ran its own stage's program.
+    let stage_of = |d: usize| match (placement, &prog.stages, &prog.mesh) {
+        (Placement::Real, Some(st), Some(mesh)) => mesh.axes_index(d, &[st.axis.as_str()]).ok(),
         _ => None,
-    });
+    };
+    let own = |mut t: Vec<Task>, shares: &Shares, stage: Option<usize>| -> Arc<[Task]> {
+        for &(i, share) in shares {
+            // One task per instruction, in order.
+            t[i].work_s *= share;
+        }
+        if let (Some(s), Some(st)) = (stage, &prog.stages) {
+            for task in t.iter_mut() {
+                let owner = prog.instrs[task.instr]
+                    .outputs
+                    .first()
+                    .map_or(Owner::Every, |o| st.owner(*o));
+                if !owner.active(s) {
+                    task.launch_s = 0.0;
+                    task.work_s = 0.0;
+                }
+            }
+        }
+        t.into()
+    };
+    let devices_real = match (placement, &prog.mesh) {
+        (Placement::Real, Some(mesh)) => mesh.devices(),
+        _ => 0,
+    };
+    let per_device: Option<Vec<Arc<[Task]>>> =
+        (devices_real > 0 && (shares.is_some() || prog.stages.is_some())).then(|| {
+            // Devices with the same shares and stage (the "dp" replicas of a ring position or a
+            // stage) share one list, so the schedule runs one row for them all.
+            let mut made: Vec<(RowKey, Arc<[Task]>)> = vec![];
+            (0..devices_real)
+                .map(|d| {
+                    let key = (shares.as_ref().map(|s| s[d].clone()).unwrap_or_default(), stage_of(d));
+                    if let Some((_, t)) = made.iter().find(|(k, _)| *k == key) {
+                        return t.clone();
+                    }
+                    let t = own(tasks.clone(), &key.0, key.1);
+                    made.push((key, t.clone()));
+                    t
+                })
+                .collect()
+        });
     let tasks: Arc<[Task]> = tasks.into();
     let of = |d: usize| per_device.as_ref().map_or_else(|| tasks.clone(), |p| p[d].clone());
     let devices = match (placement, &prog.mesh) {

@@ -1,7 +1,116 @@
 //! Collectives priced over a mesh topology: each algorithm step crosses one hop and costs
 //! alpha (the hop's latency) plus the bytes it sends over the link bandwidth (beta).
+//!
+//! Where the devices sit in servers ([`super::device::ScaleOut`]), the mesh's axes are placed
+//! on them innermost first in [`PLACEMENT`]'s order, whatever order the mesh lists them in
+//! (as `jax.make_mesh` lays a mesh onto the physical devices for you): tensor parallelism on
+//! the fastest links, then context parallelism's ring, FSDP's gathers, data parallelism's
+//! gradient reduction, and the pipeline's point-to-point sends outermost. It is Megatron-LM's
+//! order of process groups (tp, cp, dp, pp from the fastest-varying rank; Narayanan et al.
+//! 2021, section 3.3: tensor parallelism inside a server, pipeline parallelism across them),
+//! with FSDP, which gathers every layer's weights, inside plain data parallelism, as MaxText
+//! puts fsdp on ICI and data on DCN. A collective then runs a ring inside each server and a
+//! ring across servers on each device's own scale-out link.
 use super::collective::CollectiveKind;
 use super::device::{DeviceProfile, Topology};
+use crate::plan::AxisKind;
+use crate::sharding::Mesh;
+
+/// The order mesh axes take the devices' links, innermost (fastest links) first: the axes
+/// whose collectives block every layer inside, those that move data once a step or a
+/// microbatch outside.
+pub const PLACEMENT: [AxisKind; 5] = [AxisKind::Tp, AxisKind::Cp, AxisKind::Fsdp, AxisKind::Dp, AxisKind::Pp];
+
+/// One mesh axis placed on the devices.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AxisPlace {
+    pub axis: String,
+    pub size: usize,
+    /// Devices between neighbours along it: the product of the sizes placed inside it.
+    pub stride: usize,
+    /// Of its `size` positions, how many share one server (all of them without servers).
+    pub in_node: usize,
+}
+
+/// A mesh laid onto a device kind's servers, innermost axis first.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct MeshLayout {
+    pub node_devices: Option<usize>,
+    pub axes: Vec<AxisPlace>,
+}
+
+impl MeshLayout {
+    /// `mesh`'s axes placed by [`PLACEMENT`] (axes it does not name after them, the mesh's
+    /// last axis innermost, as its row-major numbering has it).
+    pub fn of(mesh: &Mesh, device: &DeviceProfile) -> Self {
+        let node = device.scale_out.map(|s| s.node_devices.max(1));
+        let mut order: Vec<(usize, &str, usize)> = mesh
+            .axes()
+            .iter()
+            .enumerate()
+            .map(|(i, (name, size))| {
+                let rank = AxisKind::parse(name)
+                    .and_then(|k| PLACEMENT.iter().position(|p| *p == k))
+                    .unwrap_or(PLACEMENT.len() + mesh.axes().len() - i);
+                (rank, name.as_str(), *size)
+            })
+            .collect();
+        order.sort_by_key(|(rank, _, _)| *rank);
+        let mut stride = 1usize;
+        let axes = order
+            .into_iter()
+            .map(|(_, name, size)| {
+                // Positions along the axis whose devices fall in one server: all where the
+                // axis lies inside it, one where even neighbours sit in different servers.
+                let in_node = match node {
+                    None => size,
+                    Some(n) if stride >= n => 1,
+                    Some(n) => size.min((n / stride).max(1)),
+                };
+                let place = AxisPlace {
+                    axis: name.to_string(),
+                    size,
+                    stride,
+                    in_node,
+                };
+                stride = stride.saturating_mul(size);
+                place
+            })
+            .collect();
+        Self {
+            node_devices: node,
+            axes,
+        }
+    }
+
+    /// Of a group over `axes` (the devices that differ only along them), how many share one
+    /// server.
+    pub fn in_node(&self, axes: &[&str]) -> usize {
+        self.axes
+            .iter()
+            .filter(|a| axes.contains(&a.axis.as_str()))
+            .map(|a| a.in_node)
+            .product()
+    }
+
+    /// The axes, innermost first, as `tp=8 (in a server), dp=4 (across)`.
+    pub fn describe(&self) -> String {
+        self.axes
+            .iter()
+            .map(|a| {
+                let at = if a.in_node == a.size {
+                    "in a server"
+                } else if a.in_node == 1 {
+                    "across servers"
+                } else {
+                    "partly across servers"
+                };
+                format!("{}={} ({at})", a.axis, a.size)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
 
 /// Hops and seconds of one collective.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -81,6 +190,46 @@ pub fn collective_time(device: &DeviceProfile, kind: CollectiveKind, bytes: u64,
     }
 }
 
+/// The time of one collective of `kind` over mesh `axes` of `layout`'s mesh, moving `bytes`
+/// (as [`collective_time`]). A group inside one server runs on the device's links as
+/// [`collective_time`] prices it; one that spans servers runs each phase as a ring inside
+/// the server, then a ring across the servers in which each of a server's devices carries its
+/// share on its own scale-out link (hierarchical, as NCCL runs a collective over InfiniBand);
+/// a permute that crosses servers is one scale-out hop.
+pub fn collective_time_on(
+    device: &DeviceProfile,
+    layout: &MeshLayout,
+    kind: CollectiveKind,
+    bytes: u64,
+    axes: &[&str],
+) -> CollectiveTime {
+    let n: usize = layout
+        .axes
+        .iter()
+        .filter(|a| axes.contains(&a.axis.as_str()))
+        .map(|a| a.size)
+        .product();
+    let inside = layout.in_node(axes).max(1);
+    let Some(so) = device.scale_out.filter(|_| n > inside) else {
+        return collective_time(device, kind, bytes, n);
+    };
+    let nodes = n / inside;
+    let b = bytes as f64;
+    if kind == CollectiveKind::CollectivePermute {
+        return CollectiveTime {
+            hops: 1.0,
+            seconds: so.latency + b / so.bandwidth,
+        };
+    }
+    let intra = phase(device.topology, inside, b, device.link_bandwidth, device.link_latency);
+    let inter = ring_phase(nodes, b / inside as f64, 1.0, so.bandwidth, so.latency);
+    let one = add(intra, inter);
+    match kind {
+        CollectiveKind::AllReduce => add(one, one),
+        _ => one,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +265,62 @@ mod tests {
         assert_eq!(t.hops, 12.0);
         assert_eq!(r.hops, 30.0);
         assert!(t.seconds < r.seconds);
+    }
+
+    #[test]
+    fn tensor_parallelism_takes_the_servers_links_and_the_pipeline_spans_servers() {
+        // Megatron's 3-D mesh as its paper runs it on DGX A100s, listed in any order: tp
+        // fills each server, dp and pp cross them.
+        let mesh = Mesh::parse("pp=4,dp=2,tp=8").unwrap();
+        let a100 = crate::profile::device::a100();
+        let layout = MeshLayout::of(&mesh, &a100);
+        let names: Vec<&str> = layout.axes.iter().map(|a| a.axis.as_str()).collect();
+        assert_eq!(names, ["tp", "dp", "pp"]);
+        assert_eq!(
+            (
+                layout.in_node(&["tp"]),
+                layout.in_node(&["dp"]),
+                layout.in_node(&["pp"])
+            ),
+            (8, 1, 1)
+        );
+        // The same bytes all-reduced over tp (NVLink) and over dp (InfiniBand, one hop of 8x
+        // less bandwidth a device).
+        let bytes = 1 << 28;
+        let tp = collective_time_on(&a100, &layout, CollectiveKind::AllReduce, bytes, &["tp"]);
+        assert_eq!(tp, collective_time(&a100, CollectiveKind::AllReduce, bytes, 8));
+        let dp = collective_time_on(&a100, &layout, CollectiveKind::AllReduce, bytes, &["dp"]);
+        let so = a100.scale_out.unwrap();
+        let want = 2.0 * (so.latency + bytes as f64 / 2.0 / so.bandwidth);
+        assert!((dp.seconds - want).abs() < 1e-12 * want, "{dp:?}");
+        let permute = collective_time_on(&a100, &layout, CollectiveKind::CollectivePermute, bytes, &["pp"]);
+        assert!((permute.seconds - (so.latency + bytes as f64 / so.bandwidth)).abs() < 1e-12);
+        // Smaller than a server, dp shares it with tp: both on NVLink.
+        let small = MeshLayout::of(&Mesh::parse("dp=2,tp=4").unwrap(), &a100);
+        assert_eq!((small.in_node(&["tp"]), small.in_node(&["dp"])), (4, 2));
+        let dp_in = collective_time_on(&a100, &small, CollectiveKind::AllReduce, bytes, &["dp"]);
+        assert_eq!(dp_in, collective_time(&a100, CollectiveKind::AllReduce, bytes, 2));
+    }
+
+    #[test]
+    fn an_axis_partly_in_a_server_rings_inside_then_across() {
+        // tp=4 leaves each server room for 2 of dp's 8 positions: a dp group spans 4 servers.
+        let a100 = crate::profile::device::a100();
+        let layout = MeshLayout::of(&Mesh::parse("dp=8,tp=4").unwrap(), &a100);
+        assert_eq!(layout.in_node(&["dp"]), 2);
+        assert_eq!(layout.in_node(&["dp", "tp"]), 8);
+        let bytes = 1u64 << 26;
+        let t = collective_time_on(&a100, &layout, CollectiveKind::ReduceScatter, bytes, &["dp"]);
+        let so = a100.scale_out.unwrap();
+        let intra = a100.link_latency + bytes as f64 / 2.0 / a100.link_bandwidth;
+        let inter = 3.0 * (so.latency + bytes as f64 / 2.0 / 4.0 / so.bandwidth);
+        assert_eq!(t.hops, 4.0);
+        assert!((t.seconds - (intra + inter)).abs() < 1e-9 * t.seconds, "{t:?}");
+        // Without servers (a TPU slice), every axis is priced on the one fabric.
+        let tpu = tpu_v4();
+        let flat = MeshLayout::of(&Mesh::parse("dp=8,tp=4").unwrap(), &tpu);
+        let f = collective_time_on(&tpu, &flat, CollectiveKind::ReduceScatter, bytes, &["dp"]);
+        assert_eq!(f, collective_time(&tpu, CollectiveKind::ReduceScatter, bytes, 8));
     }
 
     #[test]

@@ -231,6 +231,8 @@ mod tests {
             microbatches: 1,
             cp_order: Default::default(),
             schedule: Default::default(),
+            virtual_stages: 1,
+            stage_layers: vec![],
         })
         .unwrap()
     }

@@ -160,7 +160,7 @@ fn instr_work(prog: &Program, widths: &Widths, ins: &Instr, placement: Placement
         w.bytes += (numel(prog.shape(p)) as u64 * prog.precision.compute_bytes(prog.info(p).dtype)) as f64;
     }
     match &ins.op {
-        Op::Reshape { .. } | Op::Pcast { .. } => return Work::default(),
+        Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => return Work::default(),
         Op::DotGeneral { .. } => {
             let p = plan_instr_dot(prog, ins).expect("a dot_general");
             // Operands in neither (free, contract) nor (contract, free) order are copied

@@ -47,6 +47,16 @@ pub fn binary(a: &[f32], b: &[f32], args: &BinaryArgs) -> Vec<f32> {
         .collect()
 }
 
+/// `out` with the blocks of the devices `flags` marks (nonzero) set to `value`, each device
+/// holding `nl` elements: shaders/elementwise.wgsl's fill_blocks.
+pub fn fill_blocks(out: &mut [f32], flags: &[f32], nl: usize, value: f32) {
+    for (block, &flag) in out.chunks_mut(nl).zip(flags) {
+        if flag != 0.0 {
+            block.fill(value);
+        }
+    }
+}
+
 /// out = alpha * a + beta * b[i % b.len()]
 pub fn add(a: &[f32], b: &[f32], alpha: f32, beta: f32) -> Vec<f32> {
     a.iter()

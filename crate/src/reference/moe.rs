@@ -111,7 +111,14 @@ pub fn route(logits: &[f32], s: MoeShape) -> Routed {
 /// (probs, gates, places, dprobs, dgates) -> dlogits: through the softmax,
 /// `p * (dp - sum(p dp))`, and through the gates (a softmax over each token's chosen logits),
 /// `g_j (dg_j - sum_m g_m dg_m)` at each chosen expert.
-pub fn route_grad(probs: &[f32], gates: &[f32], places: &[u32], dprobs: &[f32], dgates: &[f32], s: MoeShape) -> Vec<f32> {
+pub fn route_grad(
+    probs: &[f32],
+    gates: &[f32],
+    places: &[u32],
+    dprobs: &[f32],
+    dgates: &[f32],
+    s: MoeShape,
+) -> Vec<f32> {
     let (e, k) = (s.experts, s.k);
     let mut dl = vec![0.0; s.groups * s.seq * e];
     for tok in 0..s.groups * s.seq {

@@ -72,12 +72,24 @@ pub fn describe(opts: &TrainerOptions) -> String {
     }
     match opts.parallel.parallelism() {
         None => format!("single remat {remat}"),
-        Some(par) => format!(
-            "{} {} {} remat {remat}",
-            opts.parallel.mode_name(),
-            opts.parallel.label(),
-            mesh_text(&par.mesh)
-        ),
+        Some(par) => {
+            // A preset's name says its options; a composition's mesh does not.
+            let mut options = String::new();
+            if opts.parallel.strategy().is_none() {
+                if par.zero != Zero::Off {
+                    options += &format!(" zero {}", par.zero.name());
+                }
+                if par.sequence_parallel {
+                    options += " sequence parallel";
+                }
+            }
+            format!(
+                "{} {} {}{options} remat {remat}",
+                opts.parallel.mode_name(),
+                opts.parallel.label(),
+                mesh_text(&par.mesh)
+            )
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The search space: every way to run one model on N devices that shardlab can plan, as the
 //! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
 use crate::model::Remat;
-use crate::plan::{AxisKind, DropoutKey, Mode, Parallel, Schedule, Strategy, TrainerOptions};
+use crate::plan::{AxisKind, DropoutKey, Parallel, Parallelism, Schedule, TrainerOptions, Zero};
 use crate::sharding::Mesh;
 
 /// One lever of the search: its name (as a plan states what it assumes) and every variant of
@@ -12,13 +12,16 @@ pub struct Lever {
 }
 
 /// Every lever the search varies, in the order it multiplies them out (each variant of one
-/// lever is varied by the next). A new strategy joins through `Strategy::ALL` (its mesh axes
-/// from `Strategy::axes`); a new lever, such as gradient accumulation's microbatches or a
-/// pipeline schedule, by one entry here.
-pub const LEVERS: [Lever; 4] = [
+/// lever is varied by the next). A new axis joins through `AxisKind::ALL`; a new lever by one
+/// entry here.
+pub const LEVERS: [Lever; 5] = [
     Lever {
-        name: "strategy and mesh",
-        vary: strategies_and_meshes,
+        name: "mesh of up to four axes",
+        vary: meshes,
+    },
+    Lever {
+        name: "zero stage and sequence parallelism",
+        vary: axis_options,
     },
     Lever {
         name: "mode",
@@ -34,6 +37,9 @@ pub const LEVERS: [Lever; 4] = [
     },
 ];
 
+/// The most axes a searched mesh composes: Llama 3's tp x cp x pp x dp.
+pub const MAX_AXES: usize = 4;
+
 /// Every candidate for `devices` devices from `base` (the model, data, optimizer and dtype
 /// policy the user chose): `base` varied by each lever of [`LEVERS`] in turn.
 pub fn candidates(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
@@ -42,85 +48,134 @@ pub fn candidates(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> 
     })
 }
 
-/// The ways of dividing `n` into the sizes of `axes` (each above 1, so that no two strategies
+/// The ways of dividing `n` into the sizes of `axes`, each above 1 (so that no two meshes
 /// name the same partitioning), in increasing size of the first axis.
 pub fn mesh_shapes(axes: &[&str], n: usize) -> Vec<Mesh> {
-    let text = |sizes: &[usize]| {
-        axes.iter()
-            .zip(sizes)
-            .map(|(a, s)| format!("{a}={s}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let shapes: Vec<Vec<usize>> = match axes.len() {
+    sizes(axes.len(), n)
+        .into_iter()
+        .filter_map(|sizes| {
+            let named: Vec<(&str, usize)> = axes.iter().copied().zip(sizes).collect();
+            Mesh::new(&named).ok()
+        })
+        .collect()
+}
+
+/// Every way to write `n` as an ordered product of `k` factors above 1.
+fn sizes(k: usize, n: usize) -> Vec<Vec<usize>> {
+    match k {
+        0 => vec![],
         1 if n > 1 => vec![vec![n]],
-        2 => (2..n)
-            .filter(|a| n.is_multiple_of(*a) && n / a > 1)
-            .map(|a| vec![a, n / a])
+        1 => vec![],
+        _ => (2..n)
+            .filter(|a| n.is_multiple_of(*a))
+            .flat_map(|a| {
+                sizes(k - 1, n / a).into_iter().map(move |mut rest| {
+                    rest.insert(0, a);
+                    rest
+                })
+            })
             .collect(),
-        _ => vec![],
-    };
-    shapes.iter().filter_map(|s| Mesh::parse(&text(s)).ok()).collect()
+    }
 }
 
 /// The longest context-parallel ring the search tries: the longest of published runs (Llama 3
-/// 405B's 128K-token stage, cp=16, Dubey et al. 2024). Each device of a causal ring does
-/// different attention work, so pricing one schedules every device's row; rings of 32 and
-/// more would take the search past its 10 s for no run anyone makes.
+/// 405B's 128K-token stage, cp=16, Dubey et al. 2024).
 pub const MAX_RING: usize = 16;
 
-/// On one device the step unpartitioned; on more, each strategy on each mesh of its axes
-/// (in shard_map mode; [`modes`] adds automatic), rings of at most [`MAX_RING`].
-fn strategies_and_meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
+/// On one device the step unpartitioned; on more, every mesh of one to [`MAX_AXES`] distinct
+/// axes (in `AxisKind::ALL`'s order: the order the axes are listed in changes no plan) whose
+/// sizes divide the devices, rings of at most [`MAX_RING`], in shard_map mode ([`modes`]
+/// adds automatic).
+fn meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
     if devices <= 1 {
         return vec![TrainerOptions {
             parallel: Parallel::None,
             ..base.clone()
         }];
     }
-    Strategy::ALL
-        .into_iter()
-        .flat_map(|strategy| {
-            let axes: Vec<&str> = strategy.axes().iter().map(|k| k.name()).collect();
-            mesh_shapes(&axes, devices)
-                .into_iter()
-                .filter(|mesh| mesh.axis_size("cp").unwrap_or(1) <= MAX_RING)
-                .filter_map(move |mesh| strategy.compose(&mesh).ok())
-                .map(|par| TrainerOptions {
-                    parallel: Parallel::ShardMap {
-                        // Each data-parallel shard its own masks, as a real run needs; where
-                        // the body draws every device's block of the one-device masks (the
-                        // sequence split, a pipeline) they differ already and there is no key
-                        // to choose.
-                        dropout_key: if par.draws_mask_blocks() {
-                            DropoutKey::Same
-                        } else {
-                            DropoutKey::FoldIn
-                        },
-                        par,
-                    },
-                    ..base.clone()
-                })
-        })
-        .collect()
+    let mut out = vec![];
+    for subset in 1u32..(1 << AxisKind::ALL.len()) {
+        if subset.count_ones() as usize > MAX_AXES {
+            continue;
+        }
+        let kinds: Vec<&str> = AxisKind::ALL
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| subset & (1 << i) != 0)
+            .map(|(_, k)| k.name())
+            .collect();
+        for mesh in mesh_shapes(&kinds, devices) {
+            if mesh.axis_size("cp").unwrap_or(1) > MAX_RING {
+                continue;
+            }
+            let Ok(par) = Parallelism::new(mesh, Zero::Off, false) else {
+                continue;
+            };
+            out.push(TrainerOptions {
+                parallel: shard_map(par),
+                ..base.clone()
+            });
+        }
+    }
+    out
 }
 
-/// A partitioned candidate in both of JAX's modes: the hand-written shard_map body and jit
-/// with the strategy's shardings.
-fn modes(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
-    let Some((auto, shard_map)) = base.auto_and_shard_map() else {
+/// A shard_map body on `par`, each data-parallel shard with its own masks as a real run
+/// needs; where the body draws every device's block of the one-device masks (the sequence
+/// split, a pipeline) they differ already and there is no key to choose.
+fn shard_map(par: Parallelism) -> Parallel {
+    Parallel::ShardMap {
+        dropout_key: if par.draws_mask_blocks() {
+            DropoutKey::Same
+        } else {
+            DropoutKey::FoldIn
+        },
+        par,
+    }
+}
+
+/// Each ZeRO stage where the mesh has "dp", and sequence parallelism on and off where it has
+/// "tp".
+fn axis_options(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
+    let Some(par) = base.parallel.parallelism() else {
         return vec![base.clone()];
     };
-    [Mode::ShardMap, Mode::Auto]
-        .into_iter()
-        .map(|m| {
-            if m == Mode::Auto {
-                auto.clone()
-            } else {
-                shard_map.clone()
+    let zeros: &[Zero] = if par.has(AxisKind::Dp) {
+        &Zero::ALL
+    } else {
+        &[Zero::Off]
+    };
+    let sps: &[bool] = if par.has(AxisKind::Tp) {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let mut out = vec![];
+    for &zero in zeros {
+        for &sp in sps {
+            if let Ok(p) = Parallelism::new(par.mesh.clone(), zero, sp) {
+                out.push(TrainerOptions {
+                    parallel: shard_map(p),
+                    ..base.clone()
+                });
             }
-        })
-        .collect()
+        }
+    }
+    out
+}
+
+/// A partitioned candidate in both of JAX's modes that place collectives differently: the
+/// hand-written shard_map body and jit with the rules' shardings (but a pipeline, which jit
+/// does not build yet). Explicit mode is left out: it partitions the same global program with
+/// the same shardings as jit, so its plan and estimate are the automatic one's.
+fn modes(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
+    let Some([auto, _, shard_map]) = base.in_every_mode() else {
+        return vec![base.clone()];
+    };
+    if shard_map.parallel.parallelism().is_some_and(Parallelism::is_pipeline) {
+        return vec![shard_map];
+    }
+    vec![shard_map, auto]
 }
 
 /// Each rematerialization policy.
@@ -135,16 +190,16 @@ fn remats(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
         .collect()
 }
 
-/// A pipeline under each schedule, with pp, 2 pp and 4 pp microbatches (those that split each
-/// "dp" shard's rows): more microbatches shrink the bubble, (pp - 1) / (M + pp - 1), and GPipe
-/// holds them all where 1F1B does not. Other candidates pass through.
+/// A pipeline under each schedule, with pp, 2 pp, 4 pp and 8 pp microbatches (those that split
+/// each data shard's rows): more microbatches shrink the bubble, (pp - 1) / (M + pp - 1), and
+/// GPipe holds them all where 1F1B does not. Other candidates pass through.
 fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     let Some(par) = base.parallel.parallelism().filter(|p| p.is_pipeline()) else {
         return vec![base.clone()];
     };
     let pp = par.size(AxisKind::Pp);
-    let rows = base.config.batch / par.batch_split();
-    let counts: Vec<usize> = [pp, 2 * pp, 4 * pp]
+    let rows = base.config.batch / par.batch_split().max(1);
+    let counts: Vec<usize> = [pp, 2 * pp, 4 * pp, 8 * pp]
         .into_iter()
         .filter(|m| *m <= rows && rows.is_multiple_of(*m))
         .collect();
@@ -166,34 +221,53 @@ fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
 mod tests {
     use super::*;
     use crate::model::GptConfig;
+    use crate::plan::Mode;
 
     #[test]
-    fn meshes_divide_the_devices_over_the_strategys_axes() {
-        let texts = |axes: &[&str], n| mesh_shapes(axes, n).iter().map(|m| m.to_string()).collect::<Vec<_>>();
-        assert_eq!(mesh_shapes(&["dp"], 8).len(), 1);
-        assert_eq!(mesh_shapes(&["dp"], 1).len(), 0);
-        let two = texts(&["dp", "tp"], 16);
-        assert_eq!(two.len(), 3, "2x8, 4x4, 8x2: {two:?}");
+    fn meshes_divide_the_devices_over_their_axes() {
+        let texts = |axes: &[&str], n| {
+            mesh_shapes(axes, n)
+                .iter()
+                .map(crate::plan::mesh_text)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(texts(&["dp"], 8), ["dp=8"]);
+        assert!(mesh_shapes(&["dp"], 1).is_empty());
+        assert_eq!(texts(&["dp", "tp"], 16), ["dp=2,tp=8", "dp=4,tp=4", "dp=8,tp=2"]);
         assert!(mesh_shapes(&["dp", "tp"], 7).is_empty(), "a prime has no 2-D split");
+        assert_eq!(texts(&["dp", "tp", "pp"], 8), ["dp=2,tp=2,pp=2"], "every axis above 1");
+        // 2^12 over four axes: the compositions of 12 into 4 positive parts, C(11, 3).
+        assert_eq!(mesh_shapes(&["dp", "fsdp", "tp", "pp"], 4096).len(), 165);
     }
 
     #[test]
-    fn every_strategy_mesh_mode_and_remat_is_a_candidate() {
-        let base = TrainerOptions::new(GptConfig::tiny(), Parallel::None);
+    fn every_mesh_of_up_to_four_axes_with_its_options_modes_and_remats_is_a_candidate() {
+        let base = TrainerOptions::new(
+            GptConfig {
+                batch: 64,
+                ..GptConfig::tiny()
+            },
+            Parallel::None,
+        );
         let all = candidates(&base, 8);
-        // dp, fsdp, tp on one mesh each and dp_tp on 2x4 and 4x2, in both modes, at every remat.
-        let meshes: usize = Strategy::ALL
-            .iter()
-            .filter(|s| !s.axes().contains(&AxisKind::Pp))
-            .map(|s| mesh_shapes(&s.axes().iter().map(|k| k.name()).collect::<Vec<_>>(), 8).len())
-            .sum();
-        // Pipelines: pp=8, dp_pp 2x4 and 4x2, each under both schedules (batch 2: one
-        // microbatch per row, the only count that splits it).
-        let pipelines = 3 * Schedule::ALL.len();
-        assert_eq!(all.len(), (meshes + pipelines) * 2 * Remat::ALL.len());
+        let has = |mesh: &str, zero: Zero, sp: bool, mode: Mode| {
+            all.iter().any(|c| {
+                c.parallel.mode() == mode
+                    && c.parallel.parallelism().is_some_and(|p| {
+                        crate::plan::mesh_text(&p.mesh) == mesh && p.zero == zero && p.sequence_parallel == sp
+                    })
+            })
+        };
+        assert!(has("dp=8", Zero::Two, false, Mode::Auto));
+        assert!(has("dp=2,fsdp=2,tp=2", Zero::One, true, Mode::ShardMap));
+        assert!(has("tp=2,cp=2,pp=2", Zero::Off, true, Mode::ShardMap));
+        // No pipeline in jit, no ZeRO without dp, no sequence parallelism without tp.
+        assert!(!has("dp=4,pp=2", Zero::Off, false, Mode::Auto));
+        assert!(!has("fsdp=8", Zero::One, false, Mode::ShardMap));
+        assert!(!has("cp=8", Zero::Off, true, Mode::ShardMap));
         assert!(all
             .iter()
-            .any(|c| c.parallel.mode() == Mode::Auto && c.config.remat == Remat::Dots));
+            .all(|c| c.parallel.parallelism().is_some_and(|p| p.kinds().len() <= MAX_AXES)));
         // One device: the step unpartitioned, at every remat.
         assert_eq!(candidates(&base, 1).len(), Remat::ALL.len());
     }

@@ -12,10 +12,11 @@ pub struct Mesh {
 }
 
 impl Mesh {
-    /// The most devices a mesh may have. A full TPU v4 pod is 4096 chips, so plans (which only
-    /// price the per-device program) reach the largest real meshes; running on simulated
-    /// devices has its own, lower cap ([`crate::plan::MAX_SIMULATED_DEVICES`]).
-    pub const MAX_DEVICES: usize = 4096;
+    /// The most devices a mesh may have. Llama 3 405B trained on 16,384 H100s (Dubey et al.
+    /// 2024, Table 4), so plans (which only price the per-device program) reach the largest
+    /// published meshes; running on simulated devices has its own, lower cap
+    /// ([`crate::plan::MAX_SIMULATED_DEVICES`]).
+    pub const MAX_DEVICES: usize = 16384;
 
     /// A mesh from `(name, size)` pairs in major-to-minor order: `Mesh::new(&[("dp", 4), ("tp", 2)])`.
     /// No axes at all is a mesh of one device.
@@ -171,6 +172,24 @@ impl Mesh {
             index = index * self.axes[k].1 + coords[k];
         }
         Ok(index)
+    }
+
+    /// [`Mesh::axes_index`] of every device, in device order: the axes checked once and each
+    /// index computed from strides (what pricing every device of a large mesh needs).
+    pub fn axes_indices(&self, axes: &[&str]) -> Result<Vec<usize>, ShardingError> {
+        self.check_axes(axes)?;
+        // Each axis's (stride in device numbers, size): mesh order is row-major.
+        let strides: Vec<(usize, usize)> = axes
+            .iter()
+            .map(|a| {
+                let k = self.axis_position(a)?;
+                let stride: usize = self.axes[k + 1..].iter().map(|(_, n)| n).product();
+                Ok((stride, self.axes[k].1))
+            })
+            .collect::<Result<_, ShardingError>>()?;
+        Ok((0..self.devices())
+            .map(|d| strides.iter().fold(0, |index, &(stride, n)| index * n + d / stride % n))
+            .collect())
     }
 
     /// The device groups a collective over `axes` forms (JAX's replica groups): devices that share

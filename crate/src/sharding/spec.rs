@@ -77,6 +77,16 @@ impl PartitionSpec {
         self.entries.iter().flatten().map(String::as_str).collect()
     }
 
+    /// As a JAX program writes it: `P('dp', None)`, `P()`.
+    pub fn p_text(&self) -> String {
+        let entries: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| if e.is_empty() { "None".to_string() } else { py_axes(e) })
+            .collect();
+        format!("P({})", entries.join(", "))
+    }
+
     /// Whether some dimension is sharded over `axis`.
     pub fn uses_axis(&self, axis: &str) -> bool {
         self.entries.iter().flatten().any(|a| a == axis)

@@ -24,6 +24,7 @@ pub fn config() -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 
@@ -224,9 +225,9 @@ fn a_count_that_does_not_split_the_batch_is_refused_naming_the_flag() {
         (Parallel::None, 0, "--microbatches 0"),
         (Parallel::None, 3, "does not divide --batch 8"),
         (Parallel::None, 16, "more than --batch 8"),
-        (shard_map(Strategy::Dp, "dp=4"), 4, "each 'dp' shard"),
-        (auto(Strategy::Zero1, "dp=4"), 4, "each 'dp' shard"),
-        (shard_map(Strategy::DpCp, "dp=2,cp=2"), 8, "each 'dp' shard"),
+        (shard_map(Strategy::Dp, "dp=4"), 4, "each data-parallel shard"),
+        (auto(Strategy::Zero1, "dp=4"), 4, "each data-parallel shard"),
+        (shard_map(Strategy::DpCp, "dp=2,cp=2"), 8, "each data-parallel shard"),
         (auto(Strategy::Cp, "cp=2"), 3, "does not divide --batch 8"),
     ];
     for (parallel, k, want) in cases {

@@ -23,6 +23,7 @@ fn config() -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 
@@ -272,6 +273,8 @@ fn options(parallel: Parallel, combine: bool) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 

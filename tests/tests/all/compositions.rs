@@ -1,8 +1,8 @@
 //! Meshes of three and four kinds of axes, composed per axis, against the one-device run on 8
 //! simulated devices: the losses of 3 steps and the updated parameters agree to 1e-5 in
-//! shard_map mode (its body checked by check_vma) and in automatic mode (pipelines are
-//! shard_map only), with dropout off and on (each device drawing its block of the one-device
-//! run's masks, in both RNG layouts).
+//! shard_map mode (its body checked by check_vma), in automatic mode and in explicit mode
+//! (pipelines are shard_map only), with dropout off and on (each device drawing its block of
+//! the one-device run's masks, in both RNG layouts).
 use shardlab::exec::{Backend, Parallel, TrainerOptions};
 use shardlab::ir::RngLayout;
 use shardlab::model::{GptConfig, Optimizer};
@@ -24,6 +24,7 @@ fn config(dropout: f32) -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 
@@ -42,7 +43,7 @@ const fn case(mesh: &'static str) -> Case {
     }
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     case("dp=2,tp=2,pp=2"),
     case("fsdp=4,tp=2"),
     case("fsdp=2,tp=2,pp=2"),
@@ -61,6 +62,11 @@ const CASES: [Case; 9] = [
         ..case("dp=4,tp=2")
     },
     case("pp=2,cp=2,fsdp=2"),
+    // The microbatches' gradients leave a pipeline's ticks together: ZeRO-2 reduce-scatters them there.
+    Case {
+        zero: Zero::Two,
+        ..case("dp=4,pp=2")
+    },
 ];
 
 impl Case {
@@ -104,6 +110,14 @@ fn check(backend: &Backend, dropout: f32, layout: RngLayout) {
             },
         )];
         if !par.is_pipeline() {
+            runs.push((
+                "explicit",
+                Parallel::Explicit {
+                    par: par.clone(),
+                    axis_types: vec![],
+                    specs: vec![],
+                },
+            ));
             runs.push(("auto", Parallel::Auto { par, specs: vec![] }));
         }
         for (mode, parallel) in runs {
@@ -121,12 +135,12 @@ fn check(backend: &Backend, dropout: f32, layout: RngLayout) {
 }
 
 #[test]
-fn three_and_four_axis_meshes_match_one_device_in_both_modes() {
+fn three_and_four_axis_meshes_match_one_device_in_every_mode() {
     check(&Backend::Reference, 0.0, RngLayout::Partitionable);
 }
 
 #[test]
-fn three_and_four_axis_meshes_draw_the_one_device_runs_masks_in_both_modes_and_layouts() {
+fn three_and_four_axis_meshes_draw_the_one_device_runs_masks_in_every_mode_and_layout() {
     for layout in RngLayout::ALL {
         check(&Backend::Reference, 0.1, layout);
     }

@@ -28,6 +28,7 @@ fn options(g: &Value) -> TrainerOptions {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     };
     let lr = g["optimizer"]["lr"].as_f64().unwrap() as f32;
     let optimizer = match g["optimizer"]["name"].as_str().unwrap() {
@@ -47,6 +48,8 @@ fn options(g: &Value) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 

@@ -284,6 +284,11 @@ fn autotuned_matmul_is_right_for_every_shape_class() {
             variants(ctx).contains(v),
             "class {key} chose {v}, not a variant of this adapter"
         );
+        // CPU adapters keep the kernels tuned for them: the GPU variants are never timed there.
+        assert!(
+            !(ctx.summary.is_cpu() && v.for_gpus()),
+            "class {key} chose the GPU variant {v} on a CPU adapter"
+        );
     }
     assert!(classes.len() >= 24, "shapes cover only {} classes", classes.len());
     eprintln!("autotuner choices: {tuned:#?}");

@@ -26,21 +26,45 @@ use shardlab::plan::{build, Strategy};
 
 use crate::accumulation::{auto, options, shard_map};
 
-/// Replaces the exported script's `main()` call: compile the step and print, per collective
-/// kind, how many non-scalar arrays its instructions carry.
+/// Replaces the exported script's `main()` call: compile the step (its state and batch placed
+/// as main() places them) and print, per collective kind, how many non-scalar arrays its
+/// instructions carry in one step: an instruction inside a loop (the layers' scan, GPipe's
+/// ticks) counts once per trip, as shardlab's unrolled program has it once per layer or tick.
 const COUNT_COLLECTIVES: &str = r#"
 import re
-params = init_params()
-step, params, opt_state = make_train_step(params, init_opt_state(params))
-inputs, targets = Dataset().batch(0)
-hlo = step.lower(params, opt_state, inputs, targets, step_key(0), adamw_hyper(1)).compile().as_text()
-counts = {}
-for line in hlo.splitlines():
+host = init_params()
+params = place(host, PARAM_LAYOUT)
+opt_state = tuple(place(s, STATE_LAYOUT) for s in init_opt_state(host))
+inputs, targets = batch_arrays(Dataset(), 0)
+compiled = make_train_step().lower(params, opt_state, inputs, targets, np.asarray(step_key(0)), adamw_hyper(1)).compile()
+own, loops, entry, comp = {}, {}, None, None
+for line in compiled.as_text().splitlines():
+    head = re.match(r"(ENTRY )?%?([\w.\-]+) .*\{$", line)
+    if head and not line.startswith(" "):
+        comp = head.group(2)
+        entry = comp if head.group(1) else entry
+        own[comp], loops[comp] = {}, []
+        continue
     m = re.search(r"= (\(.*?\)|\S+) (all-reduce|reduce-scatter|all-gather|all-to-all|collective-permute)(-start)?\(", line)
     if m:
         arrays = [s for s in re.findall(r"[a-z0-9]+\[[0-9,]*\]", m.group(1)) if not s.endswith("[]")]
-        counts[m.group(2)] = counts.get(m.group(2), 0) + len(arrays)
-print(json.dumps({k: n for k, n in counts.items() if n > 0}))
+        own[comp][m.group(2)] = own[comp].get(m.group(2), 0) + len(arrays)
+    w = re.search(r" while\(.*body=%?([\w.\-]+)", line)
+    if w:
+        trips = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+        assert trips, f"a loop without a known trip count: {line}"
+        loops[comp].append((w.group(1), int(trips.group(1))))
+
+
+def total(comp):
+    counts = dict(own[comp])
+    for body, trips in loops[comp]:
+        for kind, n in total(body).items():
+            counts[kind] = counts.get(kind, 0) + trips * n
+    return counts
+
+
+say({k: n for k, n in total(entry).items() if n > 0})
 "#;
 
 /// The arrays each collective kind carries in XLA's compiled step for the exported script.

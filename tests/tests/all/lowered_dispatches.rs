@@ -24,6 +24,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::AdamW { lr: 1e-3 },
         init: Init::Formula,
@@ -35,6 +36,8 @@ fn options(parallel: Parallel) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 

@@ -11,6 +11,8 @@ mod collectives;
 mod combine;
 mod compositions;
 mod context_parallel;
+mod explicit_equivalence;
+mod explicit_jax;
 mod export_jax;
 mod gpu_runtime;
 mod jax_parity;

@@ -24,6 +24,7 @@ fn cfg(tied: bool) -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 
@@ -148,6 +149,8 @@ fn options(parallel: Parallel) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 

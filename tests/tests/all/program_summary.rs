@@ -24,6 +24,7 @@ fn cfg(dropout: f32) -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 
@@ -67,6 +68,8 @@ fn dp_dispatch_count_is_the_same_on_1_and_8_devices() {
             microbatches: 1,
             cp_order: Default::default(),
             schedule: Default::default(),
+            virtual_stages: 1,
+            stage_layers: vec![],
         };
         pollster::block_on(Trainer::new(Backend::Gpu(ctx.clone()), opts))
             .unwrap()
@@ -135,9 +138,13 @@ fn same_key_dropout_is_flagged_and_fold_in_clears_it() {
 
 #[test]
 fn per_device_program_text_shows_shardings() {
+    // The fsdp preset puts its devices on the axis named for what it splits.
     let text = step(Strategy::Fsdp, "dp=4", DropoutKey::Same, 0.0).program.to_text();
-    assert!(text.contains("Mesh('dp': 4)"), "{}", &text[..200]);
-    assert!(text.contains("sharding=PartitionSpec('dp',"), "inputs show their specs");
+    assert!(text.contains("Mesh('fsdp': 4)"), "{}", &text[..200]);
+    assert!(
+        text.contains("sharding=PartitionSpec('fsdp',"),
+        "inputs show their specs"
+    );
     assert!(text.contains("all_gather(") && text.contains("psum_scatter("));
-    assert!(text.contains("{varies along dp}") && text.contains("{replicated}"));
+    assert!(text.contains("{varies along fsdp}") && text.contains("{replicated}"));
 }

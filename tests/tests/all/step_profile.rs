@@ -25,6 +25,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Formula,
@@ -36,6 +37,8 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 
@@ -104,7 +107,16 @@ fn the_floor_of_a_profiled_step_is_charged_to_the_ops_that_ran_it() {
         bytes_per_s: 2e9,
     };
     let cfg = tiny(Parallel::None).config;
-    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, Some(roofline))).unwrap();
+    let limits = shardlab::exec::Backend::Gpu(ctx.clone()).memory_limits();
+    let r = pollster::block_on(shardlab::bench::train::train(
+        ctx,
+        "tiny",
+        cfg,
+        1,
+        Some(roofline),
+        &limits,
+    ))
+    .unwrap();
     let floor = r.floor.expect("a floor for the given ceilings");
     assert_eq!(floor.roofline, roofline);
     // Every op row carries its own floor and those of the instructions it ran (the optimizer's
@@ -135,7 +147,8 @@ fn the_measured_timeline_is_the_profile_on_one_queue_in_submission_order() {
     let _ = gpu_or_skip!();
     let ctx = Arc::new(GpuContext::new_blocking().unwrap());
     let cfg = tiny(Parallel::None).config;
-    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, None)).unwrap();
+    let limits = shardlab::exec::Backend::Gpu(ctx.clone()).memory_limits();
+    let r = pollster::block_on(shardlab::bench::train::train(ctx, "tiny", cfg, 1, None, &limits)).unwrap();
     let t = &r.timeline;
     assert_eq!((t.kind, t.devices.len(), t.comm_stream), ("measured", 1, false));
     let spans = &t.devices[0].compute;

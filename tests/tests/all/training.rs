@@ -24,6 +24,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Random { seed: 1 },
@@ -35,6 +36,8 @@ fn copy_task(dropout: f32) -> TrainerOptions {
         microbatches: 1,
         cp_order: Default::default(),
         schedule: Default::default(),
+        virtual_stages: 1,
+        stage_layers: vec![],
     }
 }
 

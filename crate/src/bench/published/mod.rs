@@ -4,5 +4,5 @@
 mod price;
 mod table;
 
-pub use price::{price_runs, run_options, PublishedCheck, PublishedReport, FITTED};
-pub use table::{parse_table, Published, PublishedRun, TableError, TABLE, TABLE_PATH};
+pub use price::{price_runs, run_options, trace_cost, Pricing, PublishedCheck, PublishedReport, FITTED, TRACE_LIMIT};
+pub use table::{parse_table, FlopCount, Published, PublishedRun, TableError, TABLE, TABLE_PATH};

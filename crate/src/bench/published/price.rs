@@ -2,15 +2,43 @@
 //! placement, collectives overlapping compute), beside its published step. No figure is fitted
 //! to a row: every device figure comes from a datasheet or a published measurement
 //! (profile/device.rs), and the table says which, if any, were fitted.
+//!
+//! A run whose program would take minutes to trace and schedule (more than [`TRACE_LIMIT`]
+//! block passes times the rows its timeline schedules: a pipeline of hundreds of microbatches
+//! over dozens of blocks a stage, a ring of 16) is priced in closed form instead: memory by
+//! [`closed_memory`], the step by [`estimate_step`]; its row says so.
 use super::table::{PublishedRun, TableError};
 use crate::model::Optimizer;
-use crate::plan::{DropoutKey, Mode, Parallel, Strategy, TrainerOptions};
-use crate::profile::{device_preset, predict, Placement};
-use crate::search::plan_command;
+use crate::plan::{closed_memory, DropoutKey, Mode, Parallel, Parallelism, Strategy, TrainerOptions, Zero};
+use crate::profile::{device_preset, estimate_step, predict, DeviceProfile, Placement};
+use crate::search::{block_passes, plan_command};
 
 /// Device figures fitted to rows of the table, and on which rows: none. A figure fitted here
 /// would be named with its rows, and the MAPE over those rows would not count as a check.
 pub const FITTED: [&str; 0] = [];
+
+/// Block passes (blocks a device runs, times the microbatches it runs them on, times the
+/// timeline's rows: one per pipeline stage and ring position) past which a run is priced in
+/// closed form: tracing and scheduling such a program takes minutes.
+pub const TRACE_LIMIT: usize = 512;
+
+/// What tracing and scheduling `opts` costs, in block passes on the timeline's rows.
+pub fn trace_cost(opts: &TrainerOptions) -> usize {
+    let rows = opts.parallel.parallelism().map_or(1, |p| {
+        p.size(crate::plan::AxisKind::Pp) * p.size(crate::plan::AxisKind::Cp)
+    });
+    block_passes(opts).saturating_mul(rows)
+}
+
+/// How a run was priced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pricing {
+    /// Its program traced, its memory planned by liveness and its step scheduled.
+    Traced,
+    /// In closed form: too many block passes to trace ([`TRACE_LIMIT`]).
+    ClosedForm,
+}
 
 /// One run: predicted against published.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -23,9 +51,13 @@ pub struct PublishedCheck {
     pub predicted_ms: f64,
     /// (predicted - published) / published, in percent: negative when the model is faster.
     pub error_pct: f64,
-    /// Whether the planned step fits the device's memory; None where a stand-in would make
-    /// the plan's memory not the run's (no row needs one today).
-    pub fits: Option<bool>,
+    /// Traced, or in closed form.
+    pub pricing: Pricing,
+    /// Bytes per device it needs: the traced plan's total, or the closed form's (its state, its
+    /// gradients and its activations all at once).
+    pub bytes_per_device: u64,
+    /// Whether the planned step fits the device's memory.
+    pub fits: bool,
     /// What the pricing assumes beyond the row's words: a lever or strategy shardlab does not
     /// build, priced by a stand-in it names (none today).
     pub assumed: Vec<String>,
@@ -47,24 +79,43 @@ pub struct PublishedReport {
 /// (nothing today: every strategy and lever of the table is one shardlab builds; a row that
 /// needs a stand-in would say it here).
 pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), String> {
-    let strategy = Strategy::parse(&run.strategy).ok_or_else(|| {
-        format!(
-            "parallelism: strategy `{}` is not one shardlab prices; use one of {}",
-            run.strategy,
-            Strategy::ALL.map(|s| s.name()).join(", ")
-        )
-    })?;
-    let par = strategy.compose(&run.mesh).map_err(|e| e.to_string())?;
+    let par = match &run.strategy {
+        Some(name) => {
+            let strategy = Strategy::parse(name).ok_or_else(|| {
+                format!(
+                    "parallelism: strategy `{name}` is not one shardlab prices; use one of {}, or give the mesh alone \
+                     (e.g. tp=8,pp=2,dp=4)",
+                    Strategy::ALL.map(|s| s.name()).join(", ")
+                )
+            })?;
+            if run.zero != Zero::Off || run.sequence_parallel {
+                return Err(format!(
+                    "parallelism: strategy `{name}` names its own options; give zero= and sp with a mesh alone"
+                ));
+            }
+            strategy.compose(&run.mesh).map_err(|e| e.to_string())?
+        }
+        None => Parallelism::new(run.mesh.clone(), run.zero, run.sequence_parallel).map_err(|e| e.to_string())?,
+    };
     let parallel = match run.mode {
         Mode::Auto => Parallel::Auto { par, specs: vec![] },
+        // Each data shard its own masks; where the body draws every device's block of the
+        // one-device masks (a pipeline, the sequence split) they differ already.
         _ => Parallel::ShardMap {
+            dropout_key: if par.draws_mask_blocks() {
+                DropoutKey::Same
+            } else {
+                DropoutKey::FoldIn
+            },
             par,
-            dropout_key: DropoutKey::FoldIn,
         },
     };
     let mut opts = TrainerOptions::new(run.config.clone(), parallel);
     opts.optimizer = Optimizer::AdamW { lr: 3e-4 };
     opts.microbatches = run.microbatches;
+    opts.schedule = run.schedule;
+    opts.cp_order = run.cp_order;
+    opts.stage_layers = run.stage_layers.clone();
     Ok((opts, vec![]))
 }
 
@@ -86,8 +137,7 @@ pub fn price_runs(runs: &[PublishedRun], file: &str) -> Result<PublishedReport, 
             ))
         })?;
         let (opts, assumed) = run_options(run).map_err(at)?;
-        let planned = crate::plan::build(&opts).map_err(|e| at(e.to_string()))?;
-        let p = predict(&planned.step.program, &device, Placement::Real);
+        let (pricing, predicted_ms, bytes) = price(&opts, &device).map_err(at)?;
         let published_ms = run.published_seconds() * 1e3;
         checks.push(PublishedCheck {
             row: run.row,
@@ -95,9 +145,11 @@ pub fn price_runs(runs: &[PublishedRun], file: &str) -> Result<PublishedReport, 
             device: device.label.clone(),
             devices: run.devices,
             published_ms,
-            predicted_ms: p.step_ms,
-            error_pct: 100.0 * (p.step_ms - published_ms) / published_ms,
-            fits: Some(p.fits),
+            predicted_ms,
+            error_pct: 100.0 * (predicted_ms - published_ms) / published_ms,
+            pricing,
+            bytes_per_device: bytes,
+            fits: bytes <= device.memory_bytes,
             assumed,
             command: plan_command(&opts, &run.device),
             source: run.source.clone(),
@@ -109,6 +161,29 @@ pub fn price_runs(runs: &[PublishedRun], file: &str) -> Result<PublishedReport, 
         mape_pct,
         fitted: FITTED.iter().map(|s| s.to_string()).collect(),
     })
+}
+
+/// (how, milliseconds a step, bytes per device) of `opts` on `device`.
+fn price(opts: &TrainerOptions, device: &DeviceProfile) -> Result<(Pricing, f64, u64), String> {
+    if trace_cost(opts) > TRACE_LIMIT {
+        if let Some(p) = opts.parallel.parallelism() {
+            crate::plan::check_pipeline_layout(
+                &opts.config,
+                p,
+                opts.schedule,
+                opts.virtual_stages,
+                &opts.stage_layers,
+                opts.microbatches,
+            )
+            .and_then(|()| p.check_with_stages(&opts.config, opts.microbatches, &opts.stage_layers))
+            .map_err(|e| e.to_string())?;
+        }
+        let bytes = closed_memory(opts).total;
+        return Ok((Pricing::ClosedForm, estimate_step(opts, device).step_s * 1e3, bytes));
+    }
+    let planned = crate::plan::build(opts).map_err(|e| e.to_string())?;
+    let p = predict(&planned.step.program, device, Placement::Real);
+    Ok((Pricing::Traced, p.step_ms, p.bytes_per_device.total))
 }
 
 #[cfg(test)]
@@ -131,13 +206,39 @@ mod tests {
                     c.command
                 );
             }
-            let par = Strategy::parse(&r.strategy).unwrap().compose(&r.mesh).unwrap();
-            for flag in crate::search::composition_flags(&par) {
+            let (opts, _) = run_options(r).unwrap();
+            for flag in crate::search::composition_flags(opts.parallel.parallelism().unwrap()) {
                 assert!(c.command.contains(&flag), "{flag}: {}", c.command);
             }
-            assert_eq!(c.fits, Some(true), "llm.c's runs fit their GPUs: {c:?}");
+            assert!(c.fits, "every published run fits its GPUs: {c:?}");
         }
         assert!(report.fitted.is_empty());
+    }
+
+    #[test]
+    fn megatron_lms_3d_runs_are_priced_within_20_percent_of_their_published_step() {
+        use super::super::table::{FlopCount, Published};
+        let runs: Vec<PublishedRun> = parse_table(TABLE, TABLE_PATH)
+            .unwrap()
+            .into_iter()
+            .filter(|r| {
+                matches!(
+                    r.published,
+                    Published::FlopsPerDevice {
+                        count: FlopCount::Megatron,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        // Table 1's 39.1B to 1T rows: tp=8 with pp from 2 to 64 and dp on top.
+        assert_eq!(runs.len(), 6);
+        assert!(runs.iter().all(|r| r.mesh.axis_size("tp").ok() == Some(8)));
+        let report = price_runs(&runs, TABLE_PATH).unwrap();
+        for c in &report.checks {
+            assert!(c.error_pct.abs() <= 20.0, "{}: {:+.1}%: {c:?}", c.name, c.error_pct);
+            assert!(c.fits, "{c:?}");
+        }
     }
 
     #[test]
@@ -151,7 +252,7 @@ mod tests {
         );
         let mut runs = parse_table(TABLE, TABLE_PATH).unwrap();
         // Expert parallelism: no strategy of shardlab's (pp became one with issue 28).
-        runs[1].strategy = "ep".into();
+        runs[1].strategy = Some("ep".into());
         let e = price_runs(&runs, "t.md").unwrap_err().0;
         assert!(e.contains("row 2") && e.contains("strategy `ep`"), "{e}");
     }

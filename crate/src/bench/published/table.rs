@@ -1,8 +1,8 @@
 //! The table of published training runs (docs/published_runs.md), read cell by cell: a row
 //! that does not parse is refused with its row number, its name, the cell and the fix.
-use crate::ir::Precision;
+use crate::ir::{CpOrder, Precision};
 use crate::model::{Attention, GptConfig, Remat};
-use crate::plan::Mode;
+use crate::plan::{AxisKind, Mode, Schedule, Zero};
 use crate::sharding::Mesh;
 
 /// The table shipped with shardlab.
@@ -28,12 +28,44 @@ const COLUMNS: [&str; 9] = [
 #[error("{0}")]
 pub struct TableError(pub String);
 
-/// What a run's source publishes: one step's wall time, or a throughput per device.
+/// What a run's source publishes: one step's wall time, a throughput per device, or the
+/// FLOP/s each device achieved by the paper's count of a step's FLOPs.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Published {
     StepSeconds(f64),
     TokensPerSecondPerDevice(f64),
+    FlopsPerDevice { flops: f64, count: FlopCount },
+}
+
+/// How a paper counts one step's FLOPs, to turn its FLOP/s per device into a step time.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlopCount {
+    /// Narayanan et al. 2021 (Megatron-LM), section 5.1: `96 B s l h^2 (1 + s/(6h) + V/(16 l h))`
+    /// a step, with activation recomputation (a second forward pass) counted.
+    Megatron,
+    /// The model FLOPs of MFU (Chowdhery et al. 2022, PaLM, appendix B): `6 N + 12 l h s` a
+    /// token, for a model of `params` parameters (the published model's, where the row prices
+    /// a stand-in of the same FLOPs).
+    SixN { params: f64 },
+}
+
+impl FlopCount {
+    /// The FLOPs of one step of `cfg` (its global batch) by this count.
+    pub fn step_flops(self, cfg: &GptConfig) -> f64 {
+        let (b, s, l, h, v) = (
+            cfg.batch as f64,
+            cfg.seq as f64,
+            cfg.layers as f64,
+            cfg.d_model as f64,
+            cfg.vocab as f64,
+        );
+        match self {
+            FlopCount::Megatron => 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h)),
+            FlopCount::SixN { params } => b * s * (6.0 * params + 12.0 * l * h * s),
+        }
+    }
 }
 
 /// One published run, as its row says it.
@@ -47,12 +79,24 @@ pub struct PublishedRun {
     /// A device preset's name and how many devices.
     pub device: String,
     pub devices: usize,
-    /// The strategy as the row writes it (it may name one shardlab does not build yet).
-    pub strategy: String,
+    /// The named strategy as the row writes it (it may name one shardlab does not build yet);
+    /// None where the row gives a composition by its mesh alone.
+    pub strategy: Option<String>,
     #[serde(serialize_with = "mesh_text")]
     pub mesh: Mesh,
     pub mode: Mode,
-    /// Gradient accumulation: the step in this many slices of the batch.
+    /// ZeRO's stage on "dp" (`zero=1`).
+    pub zero: Zero,
+    /// Sequence parallelism on "tp" (`sp`).
+    pub sequence_parallel: bool,
+    /// A pipeline's schedule (`schedule=1f1b`).
+    pub schedule: Schedule,
+    /// Context parallelism's order (`order=zigzag`).
+    pub cp_order: CpOrder,
+    /// Blocks per pipeline stage where they are not equal (`stages=7,8,8,7`; empty: equal).
+    pub stage_layers: Vec<usize>,
+    /// Gradient accumulation: the step in this many slices of the batch (a pipeline's
+    /// microbatches).
     pub microbatches: usize,
     pub published: Published,
     pub source: String,
@@ -69,6 +113,9 @@ impl PublishedRun {
             Published::StepSeconds(s) => s,
             Published::TokensPerSecondPerDevice(r) => {
                 (self.config.batch * self.config.seq) as f64 / (r * self.devices as f64)
+            }
+            Published::FlopsPerDevice { flops, count } => {
+                count.step_flops(&self.config) / (flops * self.devices as f64)
             }
         }
     }
@@ -152,7 +199,7 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
     }
     let mut config = parse_model(&c[1])?;
     let (devices, device) = parse_hardware(&c[2])?;
-    let (strategy, mesh, mode) = parse_parallelism(&c[3])?;
+    let p = parse_parallelism(&c[3])?;
     config.precision = Precision::parse(&c[4]).ok_or_else(|| format!("precision `{}`: write f32 or bf16", c[4]))?;
     (config.batch, config.seq) = parse_batch(&c[5])?;
     let microbatches = parse_levers(&c[6], &mut config)?;
@@ -161,20 +208,24 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
         return Err("source: empty; say where the configuration and the figure are published".into());
     }
     config.validate().map_err(|e| format!("model: {e}"))?;
-    if mesh.devices() != devices {
+    if p.mesh.devices() != devices {
         return Err(format!(
             "parallelism: the mesh `{}` has {} devices but the hardware `{}` has {devices}: make them agree",
-            c[3].split_whitespace().nth(1).unwrap_or(""),
-            mesh.devices(),
+            crate::plan::mesh_text(&p.mesh),
+            p.mesh.devices(),
             c[2]
         ));
     }
-    if microbatches == 0 || !config.batch.is_multiple_of(microbatches * mesh.devices()) {
+    // The data axes split the batch; each of their shards into the microbatches.
+    let shards: usize = [AxisKind::Dp, AxisKind::Fsdp]
+        .iter()
+        .map(|k| p.mesh.axis_size(k.name()).unwrap_or(1))
+        .product();
+    if microbatches == 0 || !config.batch.is_multiple_of(microbatches * shards) {
         return Err(format!(
-            "levers: microbatches={microbatches} with batch {} on {} devices: each device's rows must split into the \
-             microbatches evenly",
+            "levers: microbatches={microbatches} with batch {} over {shards} data-parallel shards: each shard's rows \
+             must split into the microbatches evenly",
             config.batch,
-            mesh.devices()
         ));
     }
     Ok(PublishedRun {
@@ -183,9 +234,14 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
         config,
         device,
         devices,
-        strategy,
-        mesh,
-        mode,
+        strategy: p.strategy,
+        mesh: p.mesh,
+        mode: p.mode,
+        zero: p.zero,
+        sequence_parallel: p.sequence_parallel,
+        schedule: p.schedule,
+        cp_order: p.cp_order,
+        stage_layers: p.stage_layers,
         microbatches,
         published,
         source: c[8].clone(),
@@ -253,29 +309,67 @@ fn parse_hardware(cell: &str) -> Result<(usize, String), String> {
     }
 }
 
-fn parse_parallelism(cell: &str) -> Result<(String, Mesh, Mode), String> {
+/// A row's parallelism cell, read.
+struct ParallelismCell {
+    strategy: Option<String>,
+    mesh: Mesh,
+    mode: Mode,
+    zero: Zero,
+    sequence_parallel: bool,
+    schedule: Schedule,
+    cp_order: CpOrder,
+    stage_layers: Vec<usize>,
+}
+
+/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S] [order=O] [stages=N,N,...]`: a named strategy and its mesh, or a
+/// composition by its mesh alone, then the options that refine its axes.
+fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
     let words: Vec<&str> = cell.split_whitespace().collect();
     let (strategy, mesh, rest) = match &words[..] {
-        [strategy, mesh, rest @ ..] => (strategy, mesh, rest),
+        [mesh, rest @ ..] if mesh.contains('=') => (None, *mesh, rest),
+        [strategy, mesh, rest @ ..] => (Some(strategy.to_string()), *mesh, rest),
         _ => {
             return Err(format!(
-                "parallelism `{cell}`: write a strategy and its mesh, e.g. dp dp=8"
+                "parallelism `{cell}`: write a strategy and its mesh (e.g. dp dp=8), or a mesh (e.g. tp=8,pp=2,dp=4)"
             ))
         }
     };
     let mesh = Mesh::parse(mesh).map_err(|e| format!("parallelism `{cell}`: mesh `{mesh}`: {e}"))?;
-    let mut mode = Mode::ShardMap;
+    let mut p = ParallelismCell {
+        strategy,
+        mesh,
+        mode: Mode::ShardMap,
+        zero: Zero::Off,
+        sequence_parallel: false,
+        schedule: Schedule::default(),
+        cp_order: CpOrder::default(),
+        stage_layers: vec![],
+    };
     for w in rest {
-        mode = match w.strip_prefix("mode=").and_then(Mode::parse) {
-            Some(Mode::Single) | None => {
-                return Err(format!(
-                    "parallelism `{cell}`: `{w}`: write mode=auto or mode=shard_map after the mesh"
-                ))
-            }
-            Some(m) => m,
+        let bad = || {
+            format!(
+                "parallelism `{cell}`: `{w}`: write mode=auto|shard_map, zero=1|2, sp, schedule=gpipe|1f1b|zb_h1, \
+                 order=contiguous|zigzag or stages=N,N,... (blocks per pipeline stage) after the mesh"
+            )
         };
+        match w.split_once('=') {
+            Some(("mode", m)) => {
+                p.mode = Mode::parse(m).filter(|m| *m != Mode::Single).ok_or_else(bad)?;
+            }
+            Some(("zero", z)) => p.zero = Zero::parse(z).ok_or_else(bad)?,
+            Some(("schedule", s)) => p.schedule = Schedule::parse(s).ok_or_else(bad)?,
+            Some(("order", o)) => p.cp_order = CpOrder::ALL.into_iter().find(|c| c.name() == o).ok_or_else(bad)?,
+            Some(("stages", n)) => {
+                p.stage_layers = n
+                    .split(',')
+                    .map(|k| k.parse().map_err(|_| bad()))
+                    .collect::<Result<_, _>>()?;
+            }
+            None if *w == "sp" => p.sequence_parallel = true,
+            _ => return Err(bad()),
+        }
     }
-    Ok((strategy.to_string(), mesh, mode))
+    Ok(p)
 }
 
 fn parse_batch(cell: &str) -> Result<(usize, usize), String> {
@@ -316,16 +410,38 @@ fn parse_levers(cell: &str, config: &mut GptConfig) -> Result<usize, String> {
 
 fn parse_published(cell: &str) -> Result<Published, String> {
     let words: Vec<&str> = cell.split_whitespace().collect();
-    let bad = || format!("published `{cell}`: write `T ms/step`, `T s/step` or `R tokens/s/device`");
-    let [value, unit] = words[..] else { return Err(bad()) };
+    let bad = || {
+        format!(
+            "published `{cell}`: write `T ms/step`, `T s/step`, `R tokens/s/device`, `R TFLOP/s/device megatron` or `R \
+             TFLOP/s/device 6N N=PARAMS`"
+        )
+    };
+    let (value, unit, count) = match words[..] {
+        [value, unit] => (value, unit, None),
+        [value, unit, ref count @ ..] => (value, unit, Some(count)),
+        _ => return Err(bad()),
+    };
     let v: f64 = value.trim_start_matches('~').parse().map_err(|_| bad())?;
     if !(v.is_finite() && v > 0.0) {
         return Err(bad());
     }
-    match unit {
-        "ms/step" => Ok(Published::StepSeconds(v * 1e-3)),
-        "s/step" => Ok(Published::StepSeconds(v)),
-        "tokens/s/device" => Ok(Published::TokensPerSecondPerDevice(v)),
+    let count = match count {
+        None => None,
+        Some(["megatron"]) => Some(FlopCount::Megatron),
+        Some(["6N", n]) => {
+            let params: f64 = n.strip_prefix("N=").and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+            if !(params.is_finite() && params > 0.0) {
+                return Err(bad());
+            }
+            Some(FlopCount::SixN { params })
+        }
+        Some(_) => return Err(bad()),
+    };
+    match (unit, count) {
+        ("ms/step", None) => Ok(Published::StepSeconds(v * 1e-3)),
+        ("s/step", None) => Ok(Published::StepSeconds(v)),
+        ("tokens/s/device", None) => Ok(Published::TokensPerSecondPerDevice(v)),
+        ("TFLOP/s/device", Some(count)) => Ok(Published::FlopsPerDevice { flops: v * 1e12, count }),
         _ => Err(bad()),
     }
 }
@@ -375,6 +491,7 @@ mod tests {
             (GOOD.replace("dp dp=8", "dp dp=4"), "has 4 devices"),
             (GOOD.replace("bf16", "fp8"), "precision `fp8`"),
             (GOOD.replace("12 ms/step", "fast"), "published `fast`"),
+            (GOOD.replace("dp dp=8", "dp dp=8 stages=1,x"), "stages=N,N,..."),
             (GOOD.replace("microbatches=2", "microbatches=3"), "microbatches=3"),
             (GOOD.replace(" here |", " |"), "source: empty"),
             (GOOD.replace("| here |", "| he | re |"), "10 cells"),

@@ -6,11 +6,12 @@ use clap::ValueEnum;
 use shardlab::exec::Backend;
 use shardlab::ir::{CpOrder, Precision, RngLayout};
 use shardlab::model::{
-    param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
+    param_specs, read_text_file, train_step_program, Attention, Capacity, DataSource, GptConfig, Init, Moe, Optimizer,
+    Remat,
 };
 use shardlab::plan::{
-    binary_bytes, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits, Mode, Parallel, Parallelism, Preset,
-    Schedule, Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
+    binary_bytes, explicit_axis_types, parse_axis_types, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits,
+    Mode, Parallel, Parallelism, Preset, Schedule, Strategy, TrainerOptions, Zero, DEFAULT_BUDGET_BYTES,
 };
 use shardlab::setting::Setting;
 use shardlab::sharding::{Mesh, PartitionSpec};
@@ -52,6 +53,10 @@ pub fn one_of<T: Copy + Send + Sync + 'static>(
             .find(|v| name(*v) == text)
             .expect("one of the possible values")
     })
+}
+
+fn parse_capacity(text: &str) -> Result<Capacity, String> {
+    Capacity::parse(text).ok_or_else(|| format!("'{text}' is neither a factor (e.g. 1.25) nor `dropless`"))
 }
 
 fn attention_help(a: Attention) -> &'static str {
@@ -132,6 +137,10 @@ fn mode_help(m: Mode) -> &'static str {
         Mode::Single => "The global program on one device",
         Mode::ShardMap => "A hand-written per-device body with explicit collectives (jax.shard_map)",
         Mode::Auto => "The global program partitioned automatically from shardings (jax.jit with shardings)",
+        Mode::Explicit => {
+            "The global program typed with its shardings (Explicit mesh axes): JAX's sharding rules op by op, \
+             out_sharding= and reshard where the program chooses"
+        }
     }
 }
 
@@ -155,7 +164,12 @@ fn schedule_help(s: Schedule) -> &'static str {
     match s {
         Schedule::Gpipe => "Every microbatch's forward, then every backward (holds M microbatches' activations)",
         Schedule::OneFOneB => {
-            "One forward, one backward after a warm-up (holds the inputs in flight, recomputes the stage)"
+            "Megatron's: a warm-up of pp-s-1 forwards, then one forward and one backward (holds at most pp \
+             microbatches); interleaved with --virtual-stages"
+        }
+        Schedule::ZbH1 => {
+            "Zero-bubble ZB-H1: 1F1B with each backward split into input (B) and weight (W) gradients, the W passes \
+             filling the drain"
         }
     }
 }
@@ -230,6 +244,23 @@ pub struct ModelArgs {
     #[arg(long, value_parser = one_of(&Attention::ALL, Attention::name, attention_help), default_value = "fused")]
     pub attention: Attention,
 
+    /// Mixture of experts: E experts in every block in place of the dense MLP (0 = dense).
+    #[arg(long, default_value_t = 0, conflicts_with = "preset")]
+    pub experts: usize,
+    /// Experts each token is routed to (default 2, at most --experts).
+    #[arg(long = "top-k", requires = "experts")]
+    pub top_k: Option<usize>,
+    /// Each expert's hidden units (default 4 x d-model, the dense MLP's).
+    #[arg(long = "expert-width", requires = "experts")]
+    pub expert_width: Option<usize>,
+    /// Slots per expert and sequence: a factor of the even share (ceil(factor x T x k / E),
+    /// the choices past them dropped in GShard's order; default 1.25, Switch's), or `dropless`.
+    #[arg(long, value_parser = parse_capacity, requires = "experts")]
+    pub capacity: Option<Capacity>,
+    /// Switch's load-balancing loss coefficient (default 0.01).
+    #[arg(long = "aux-loss", requires = "experts")]
+    pub aux_loss: Option<f32>,
+
     /// Rematerialization: which activations each block's backward pass recomputes.
     #[arg(long, value_parser = one_of(&Remat::ALL, Remat::name, remat_help), default_value = "none")]
     pub remat: Remat,
@@ -278,8 +309,23 @@ impl ModelArgs {
             attention: self.attention,
             remat: self.remat,
             precision: Default::default(),
-            moe: None,
+            moe: self.moe(),
         }
+    }
+
+    /// The mixture of experts the flags ask for (None: dense); the core checks its settings.
+    fn moe(&self) -> Option<Moe> {
+        if self.experts == 0 {
+            return None;
+        }
+        let m = Moe::new(self.experts, self.d_model);
+        Some(Moe {
+            top_k: self.top_k.unwrap_or(m.top_k),
+            width: self.expert_width.unwrap_or(m.width),
+            capacity: self.capacity.unwrap_or(m.capacity),
+            aux: self.aux_loss.unwrap_or(m.aux),
+            ..m
+        })
     }
 
     pub fn init(&self) -> Init {
@@ -349,7 +395,8 @@ pub struct ParallelArgs {
     /// Partitioning mode.
     #[arg(long, value_parser = one_of(&Mode::ALL, Mode::name, mode_help), default_value = "single")]
     pub mode: Mode,
-    /// A named composition (with --mode shard_map or auto): its mesh axes and their options.
+    /// A named composition (with --mode shard_map, auto or explicit): its mesh axes and their
+    /// options.
     /// Without it, --mesh alone composes any axes.
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
@@ -373,15 +420,29 @@ pub struct ParallelArgs {
     /// With a 'pp' axis: the order of the microbatches' passes (default gpipe).
     #[arg(long, value_parser = one_of(&Schedule::ALL, Schedule::name, schedule_help))]
     pub schedule: Option<Schedule>,
+    /// With a 'pp' axis: chunks of blocks per stage, interleaved over the stages (Megatron's
+    /// virtual pipeline stages, MaxText's pipeline repeats; default 1). The bubble shrinks to
+    /// (pp-1)/(v*M) of the ideal step.
+    #[arg(long = "virtual-stages", value_name = "V")]
+    pub virtual_stages: Option<usize>,
+    /// With a 'pp' axis: blocks per stage, one count per stage, e.g. 5,6,6,5 (default equal
+    /// stages): a lighter last stage balances the head.
+    #[arg(long = "stage-layers", value_name = "COUNTS")]
+    pub stage_layers: Option<String>,
     /// Dropout keys in shard_map mode (default same).
     #[arg(long = "dropout-key", value_parser = one_of(&DropoutKey::ALL, DropoutKey::name, dropout_key_help))]
     pub dropout_key: Option<DropoutKey>,
-    /// With --mode auto: a sharding overriding the strategy's, e.g. --spec 'w_fc=P(None,"tp")'
-    /// (repeatable): a parameter's (a block parameter's short name applies to every block), an
-    /// input's (tokens) or an intermediate's as the program text names it (h0.att), which
-    /// becomes a with_sharding_constraint.
+    /// With --mode auto or explicit: a sharding overriding the strategy's, e.g. --spec
+    /// 'w_fc=P(None,"tp")' (repeatable): a parameter's (a block parameter's short name applies to
+    /// every block), an input's (tokens) or an intermediate's as the program text names it
+    /// (h0.att), which becomes a with_sharding_constraint (auto) or its type: its op's
+    /// out_sharding=, else a reshard after it (explicit).
     #[arg(long = "spec", value_name = "NAME=SPEC")]
     pub specs: Vec<String>,
+    /// With --mode explicit: mesh axes of another type than Explicit, e.g. --axis-types tp=auto
+    /// (Auto: left to the compiler's propagation, absent from the types; Manual is shard_map's).
+    #[arg(long = "axis-types", value_name = "AXIS=TYPE,...")]
+    pub axis_types: Option<String>,
     /// Merge independent all-reduces into one (XLA's all-reduce combiner).
     #[arg(long = "combine-all-reduces")]
     pub combine_all_reduces: bool,
@@ -390,7 +451,7 @@ pub struct ParallelArgs {
     /// own, 4 for pp). With a 'pp' axis: the microbatches through the pipeline.
     #[arg(long)]
     pub microbatches: Option<usize>,
-    /// With --mode auto: a file of NAME=SPEC lines (# starts a comment).
+    /// With --mode auto or explicit: a file of NAME=SPEC lines (# starts a comment).
     #[arg(long = "spec-file", value_name = "FILE")]
     pub spec_file: Option<String>,
 }
@@ -403,6 +464,23 @@ pub struct SpecOverride {
 }
 
 impl ParallelArgs {
+    /// `--stage-layers 5,6,6,5` as counts (none: equal stages).
+    pub fn stage_layers(&self) -> Result<Vec<usize>, String> {
+        let Some(text) = &self.stage_layers else {
+            return Ok(vec![]);
+        };
+        text.split(',')
+            .map(|c| {
+                c.trim().parse::<usize>().map_err(|_| {
+                    format!(
+                        "--stage-layers {text}: '{}' is no block count; give one count per stage, e.g. 5,6,6,5",
+                        c.trim()
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// `--spec` and `--spec-file` entries, parsed, each with its origin.
     pub fn spec_overrides(&self) -> Result<Vec<SpecOverride>, String> {
         let mut lines: Vec<(String, String)> = self.specs.iter().map(|s| ("--spec".to_string(), s.clone())).collect();
@@ -433,8 +511,15 @@ impl ParallelArgs {
 
     /// Flags the chosen mode would ignore are errors, not silently dropped.
     fn check_mode_flags(&self) -> Result<(), String> {
-        if self.mode != Mode::Auto && (!self.specs.is_empty() || self.spec_file.is_some()) {
-            return Err("--spec and --spec-file need --mode auto".into());
+        if !matches!(self.mode, Mode::Auto | Mode::Explicit) && (!self.specs.is_empty() || self.spec_file.is_some()) {
+            return Err("--spec and --spec-file need --mode auto or --mode explicit".into());
+        }
+        if self.mode != Mode::Explicit && self.axis_types.is_some() {
+            return Err(
+                "--axis-types needs --mode explicit: automatic mode's mesh axes are all Auto, shard_map's body is \
+                 written per device over all of them (Manual)"
+                    .into(),
+            );
         }
         if self.mode != Mode::ShardMap && self.dropout_key.is_some() {
             return Err(
@@ -459,7 +544,7 @@ impl ParallelArgs {
             ] {
                 if given {
                     return Err(format!(
-                        "{flag} needs --mode shard_map or --mode auto (--mode single runs one device)"
+                        "{flag} needs --mode shard_map, auto or explicit (--mode single runs one device)"
                     ));
                 }
             }
@@ -508,10 +593,22 @@ impl ParallelArgs {
                 ));
             }
         }
+        let specs = || -> Result<Vec<(String, PartitionSpec)>, String> {
+            Ok(self.spec_overrides()?.into_iter().map(|o| (o.name, o.spec)).collect())
+        };
         if self.mode == Mode::Auto {
-            return Ok(Parallel::Auto {
+            return Ok(Parallel::Auto { par, specs: specs()? });
+        }
+        if self.mode == Mode::Explicit {
+            let given = match &self.axis_types {
+                Some(text) => parse_axis_types(text).map_err(|e| e.to_string())?,
+                None => vec![],
+            };
+            explicit_axis_types(&par, &given).map_err(|e| e.to_string())?;
+            return Ok(Parallel::Explicit {
                 par,
-                specs: self.spec_overrides()?.into_iter().map(|o| (o.name, o.spec)).collect(),
+                axis_types: given,
+                specs: specs()?,
             });
         }
         Ok(Parallel::ShardMap {
@@ -554,9 +651,11 @@ pub fn trainer_options(model: &ModelArgs, parallel: &ParallelArgs) -> Result<Tra
         microbatches: parallel.microbatches.unwrap_or(1),
         cp_order: parallel.cp_order.unwrap_or_default(),
         schedule: parallel.schedule.unwrap_or_default(),
+        virtual_stages: parallel.virtual_stages.unwrap_or(1),
+        stage_layers: parallel.stage_layers()?,
     };
     opts.config.validate().map_err(|e| e.to_string())?;
-    if let Parallel::Auto { par, .. } = &opts.parallel {
+    if let Parallel::Auto { par, .. } | Parallel::Explicit { par, .. } = &opts.parallel {
         check_overrides(&opts, &par.mesh, &parallel.spec_overrides()?)?;
     }
     Ok(opts)

@@ -1,6 +1,6 @@
 //! The lines `inspect` and `plan` print for context parallelism: causal attention's work per
 //! device (contiguous blocks leave the last device the most; zig-zag evens it), per ring step.
-use shardlab::plan::Schedule;
+use shardlab::plan::PipelinePlan;
 use shardlab::profile::{AttentionBalance, PipelineBubble};
 
 /// `prefix` starts each line (`# ` for inspect, `  ` for plan).
@@ -22,12 +22,17 @@ pub fn print(b: &AttentionBalance, prefix: &str) {
 
 /// The lines for a pipeline: the bubble the formula says, and each stage's idle share of the
 /// modelled step where the timeline has a row per device (`modelled`).
-pub fn print_bubble(b: &PipelineBubble, schedule: Schedule, modelled: bool, prefix: &str) {
+pub fn print_bubble(b: &PipelineBubble, pipeline: &PipelinePlan, modelled: bool, prefix: &str) {
+    let chunks = match pipeline.chunks {
+        1 => String::new(),
+        v => format!(", {v} virtual stages"),
+    };
     println!(
-        "{prefix}pipeline: {} stages, {} microbatches, {}: bubble (pp-1)/(M+pp-1) = {:.1}% of the step",
+        "{prefix}pipeline: {} stages, {} microbatches, {}{chunks}: bubble {} = {:.1}% of the step",
         b.stages,
         b.microbatches,
-        schedule.name(),
+        pipeline.schedule.name(),
+        pipeline.schedule.bubble_text(pipeline.chunks),
         100.0 * b.formula
     );
     if modelled {

@@ -14,6 +14,9 @@ struct Info<'a> {
     #[serde(flatten)]
     summary: &'a AdapterSummary,
     matmul_variants: Vec<&'static str>,
+    /// The cooperative-matrix configurations the adapter lists (MxNxK, A/B type -> C type), which
+    /// say whether it could run `coop8` (8x8x8 f32 -> f32).
+    cooperative_matrix_configs: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -21,6 +24,17 @@ pub fn run(args: Args) -> Result<(), String> {
     let info = Info {
         summary: &ctx.summary,
         matmul_variants: matmul::variants(&ctx).into_iter().map(|v| v.name()).collect(),
+        cooperative_matrix_configs: ctx
+            .adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}x{}x{} {:?}->{:?}",
+                    c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type
+                )
+            })
+            .collect(),
     };
     if args.json {
         println!("{}", serde_json::to_string(&info).map_err(|e| e.to_string())?);
@@ -64,5 +78,13 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("  {name:<38} {value}");
     }
     println!("matmul       variants: {}", info.matmul_variants.join(", "));
+    let configs = match info.cooperative_matrix_configs.is_empty() {
+        true => "none listed".to_string(),
+        false => info.cooperative_matrix_configs.join(", "),
+    };
+    println!(
+        "cooperative  matrices: {configs} (coop8, 8x8x8 F32->F32: {})",
+        yes(s.cooperative_matrix)
+    );
     Ok(())
 }

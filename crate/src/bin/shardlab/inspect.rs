@@ -1,7 +1,8 @@
 //! `shardlab inspect`: the (per-device) train-step program, one line per op with each
 //! value's sharding, and what it costs: FLOPs, collectives, random bits, memory per device,
 //! dispatches, the measured step time on this machine, and the cost model's step on N real
-//! devices of a chosen kind (`--device`), with its per-category breakdown.
+//! devices of a chosen kind (`--device`), with its per-category breakdown. In explicit mode,
+//! first the global program typed op by op, its choices and where its random bits live.
 
 use shardlab::exec::{Backend, Trainer};
 use shardlab::plan::TrainerOptions;
@@ -69,6 +70,8 @@ async fn inspect(
     // In automatic mode, also what the partitioner inserted and why (at the instructions of
     // the program that runs, after any combining).
     let inserted = t.planned().inserted.clone();
+    // In explicit mode, the typed global program: its types, choices and random bits.
+    let explicit = t.planned().explicit.clone();
     let s = summarize(t.program());
     t.step().await?;
     let mut times = vec![];
@@ -80,7 +83,7 @@ async fn inspect(
     let collectives_ms = t.collectives_ms().await?.unwrap_or(0.0);
     // Modelled from the program alone: one real device of `profile` per mesh position.
     let (modelled, timeline) = model_step(t.program(), profile, Placement::Real, true);
-    let bubble = pipeline_bubble(t.program(), &timeline);
+    let bubble = pipeline_bubble(t.program(), &timeline, &t.options().pipeline());
     let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
 
     if args.json {
@@ -106,11 +109,15 @@ async fn inspect(
             "modelled": modelled,
             "warnings": s.warnings,
             "inserted": inserted,
+            "explicit": explicit,
             "attention_balance": attention_balance(t.program()),
             "pipeline": bubble.as_ref().map(|b| serde_json::json!({
                 "stages": b.stages,
                 "microbatches": b.microbatches,
                 "schedule": t.options().schedule.name(),
+                "virtual_stages": t.options().virtual_stages,
+                "stage_layers": t.options().stage_layers,
+                "stage_flops": s.stage_flops,
                 "formula": b.formula,
                 "modelled": b.modelled,
             })),
@@ -120,6 +127,9 @@ async fn inspect(
         return Ok(());
     }
     let ts = t.train_step();
+    if let Some(x) = &explicit {
+        print_explicit(x);
+    }
     print!("{}", t.program());
     println!();
     println!(
@@ -131,6 +141,10 @@ async fn inspect(
         s.instructions - ts.backward_end
     );
     println!("# FLOPs per device per step: {:.3e}", s.flops as f64);
+    if !s.stage_flops.is_empty() {
+        let per: Vec<String> = s.stage_flops.iter().map(|f| format!("{:.3e}", *f as f64)).collect();
+        println!("# FLOPs per stage per step: {}", per.join(", "));
+    }
     println!("# random bits per device per step: {}", s.rng_bits);
     for (kind, k) in s.collective_totals() {
         if k.count > 0 {
@@ -181,7 +195,7 @@ async fn inspect(
         crate::balance::print(&b, "# ");
     }
     if let Some(b) = &bubble {
-        crate::balance::print_bubble(b, t.options().schedule, true, "# ");
+        crate::balance::print_bubble(b, &t.options().pipeline(), true, "# ");
     }
     println!(
         "# modelled memory per device: {} of {} B ({})",
@@ -189,6 +203,14 @@ async fn inspect(
         modelled.capacity_bytes,
         if modelled.fits { "fits" } else { "does not fit" }
     );
+    if let Some(x) = &explicit {
+        for b in &x.random_bits {
+            println!(
+                "# random bits of {}: {} ({} layout): {}; {} of {} elements per device",
+                b.value, b.ty, b.layout, b.generation, b.generated_per_device, b.global_elements
+            );
+        }
+    }
     if let Some(inserted) = &inserted {
         println!(
             "# inserted by the partitioner ({}): [instruction] op of value for consumer: rule",
@@ -206,4 +228,28 @@ async fn inspect(
         println!("# warning: {w}");
     }
     Ok(())
+}
+
+/// The typed global program of explicit mode, then its choices: each line that writes
+/// `out_sharding=` or `reshard`, the value it types and why.
+fn print_explicit(x: &shardlab::plan::ExplicitView) {
+    println!(
+        "# explicit sharding: the global program typed on mesh axes {} (jax.make_mesh(..., axis_types={}))",
+        x.axis_types, x.jax_axis_types
+    );
+    for line in &x.lines {
+        println!("{}", line.text);
+    }
+    println!(
+        "# the program's choices ({}): [instruction] out_sharding= or reshard of value: why",
+        x.choices.len()
+    );
+    for c in &x.choices {
+        let how = match c.kind {
+            shardlab::partition::explicit::ChoiceKind::OutSharding => "out_sharding=",
+            shardlab::partition::explicit::ChoiceKind::Reshard => "reshard to ",
+        };
+        println!("#   [{}] {how}{} of {}: {}", c.instr, c.spec, c.value, c.why);
+    }
+    println!();
 }

@@ -107,7 +107,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         }
         v["attention_balance"] =
             serde_json::to_value(attention_balance(&planned.step.program)).map_err(|e| e.to_string())?;
-        if let Some(b) = pipeline_bubble(&planned.step.program, &timeline) {
+        if let Some(b) = pipeline_bubble(&planned.step.program, &timeline, &opts.pipeline()) {
             v["pipeline"] = serde_json::to_value(&b).map_err(|e| e.to_string())?;
             v["pipeline"]["schedule"] = opts.schedule.name().into();
         }
@@ -162,8 +162,8 @@ pub fn run(mut args: Args) -> Result<(), String> {
     if let Some(b) = attention_balance(&planned.step.program) {
         crate::balance::print(&b, "  ");
     }
-    if let Some(b) = pipeline_bubble(&planned.step.program, &timeline) {
-        crate::balance::print_bubble(&b, opts.schedule, placement == Placement::Real, "  ");
+    if let Some(b) = pipeline_bubble(&planned.step.program, &timeline, &opts.pipeline()) {
+        crate::balance::print_bubble(&b, &opts.pipeline(), placement == Placement::Real, "  ");
     }
     let b = &p.bytes_per_device;
     let copy = if b.compute_params > 0 {

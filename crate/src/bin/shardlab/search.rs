@@ -1,7 +1,8 @@
 //! `shardlab plan --search --device KIND --devices N <model flags> [--precision P] [--json]`:
-//! which strategy? Every strategy, mesh, mode and remat policy planned and priced on N devices
-//! of KIND; the ten fastest of those that fit, each with its memory, modelled step, what limits
-//! it and the command that plans it.
+//! which strategy? Every mesh of up to four axes, with ZeRO, sequence parallelism, the mode,
+//! remat and a pipeline's schedule and microbatches, screened in closed form on N devices of
+//! KIND, the fastest planned and priced exactly; the ten fastest of those that fit, each with
+//! its memory, modelled step, what limits it and the command that plans it.
 use std::time::Instant;
 
 use shardlab::plan::Mode;
@@ -27,7 +28,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     ] {
         if given {
             return Err(format!(
-                "{flag} does not go with --search, which tries every strategy, mesh and mode: drop {flag}"
+                "{flag} does not go with --search, which tries every mesh, its options and both modes: drop {flag}"
             ));
         }
     }
@@ -70,30 +71,50 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         println!("  {note}");
     }
     println!(
-        "  {} configurations ({}): {} do not split the model, {} do not fit, {} fit; the {} fastest:",
+        "  {} configurations ({}): {} do not split the model, {} do not fit, {} behind the {} fastest by the \
+         closed-form estimate; those {} planned and priced exactly, {} fit:",
         r.considered,
         r.levers.join(" x "),
         r.invalid,
         r.too_large,
+        r.screened,
+        r.priced,
+        r.priced,
         r.ranked.len(),
-        r.ranked.len().min(TOP)
     );
     println!(
-        "  {:>4}  {:<9} {:<11} {:<12} {:<5} {:>3} {:>12} {:>12}  {}",
-        "rank", "mode", "strategy", "mesh", "remat", "mb", "step ms", "GiB/device", "limited by"
+        "  {:>4}  {:<9} {:<22} {:<10} {:<5} {:>4} {:>12} {:>12} {:>12}  {}",
+        "rank", "mode", "mesh", "options", "remat", "mb", "step ms", "estimate ms", "GiB/device", "limited by"
     );
     for x in r.ranked.iter().take(TOP) {
+        let mut options = vec![];
+        if x.zero != "0" {
+            options.push(format!("zero{}", x.zero));
+        }
+        if x.sequence_parallel {
+            options.push("sp".to_string());
+        }
+        // A pipeline's schedule.
+        options.extend(x.schedule.map(str::to_string));
+        let named = if x.strategy != x.mesh {
+            format!("{} ({})", x.mesh, x.strategy)
+        } else {
+            x.mesh.clone()
+        };
         println!(
-            "  {:>4}  {:<9} {:<11} {:<12} {:<5} {:>3} {:>12.2} {:>12.2}  {} ({:.0}%)",
+            "  {:>4}  {:<9} {:<22} {:<10} {:<5} {:>4} {:>12.2} {:>12.2} {:>12.2}  {} ({:.0}%)",
             x.rank,
             x.mode,
-            // A pipeline with its schedule: dp_pp/1f1b.
-            x.schedule
-                .map_or(x.strategy.to_string(), |s| format!("{}/{s}", x.strategy)),
-            x.mesh,
+            named,
+            if options.is_empty() {
+                "-".to_string()
+            } else {
+                options.join(" ")
+            },
             x.remat,
             x.microbatches,
             x.step_ms,
+            x.estimate_ms,
             x.bytes_per_device.total as f64 / (1u64 << 30) as f64,
             x.limiting,
             100.0 * x.limiting_share

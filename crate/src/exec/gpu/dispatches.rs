@@ -128,7 +128,7 @@ fn operand_copies(program: &Program, ins: &Instr) -> usize {
 /// The dispatches of an instruction lowered alone (`Lowering::instr`).
 fn dispatches(program: &Program, ins: &Instr) -> usize {
     match &ins.op {
-        Op::Reshape { .. } | Op::Pcast { .. } => 0,
+        Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => 0,
         // Splits and concats are counted above; a combined psum runs one psum per operand (but
         // for those summed in place, counted above).
         Op::Split { .. } => ins.outputs.len(),

@@ -58,7 +58,13 @@ pub(super) fn plan(program: &Program) -> Vec<Option<Fusion>> {
     }
     let n = program.instrs.len();
     let mut out = vec![None; n];
-    let pair_at = |i: usize| pair(program, &program.instrs[i], &program.instrs[i + 1], &readers);
+    // A fused pair runs on one set of devices: a pipeline stage's work fuses with that
+    // stage's only.
+    let pair_at = |i: usize| {
+        (program.instr_owner(i) == program.instr_owner(i + 1))
+            .then(|| pair(program, &program.instrs[i], &program.instrs[i + 1], &readers))
+            .flatten()
+    };
     let mut i = 0;
     while i + 1 < n {
         let mut f = pair_at(i);

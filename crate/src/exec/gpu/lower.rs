@@ -8,7 +8,9 @@ use super::fuse::{swapped, Fusion};
 use super::parts::{one_copy, part_copies, Parts};
 use super::slots::{Scratch, UpdatePlan};
 use super::views::Views;
-use crate::exec::lowering::{attention_blocks, moe_shape, on_devices, plan_broadcast, plan_shard_slice, plan_transpose, seq_runs};
+use crate::exec::lowering::{
+    attention_blocks, moe_shape, on_devices, plan_broadcast, plan_shard_slice, plan_transpose, seq_runs,
+};
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
 use crate::ir::{AttnSeq, DType, Instr, Op, Program, Runs, ValueId};
@@ -62,6 +64,12 @@ pub(super) struct Lowering<'a> {
     /// The textures the dot_generals' operand copies fill, shared where they read the same value
     /// the same way; the repeated copies leave the list once it is whole.
     pub textures: k::matmul::SharedTextures,
+    /// Per value of a pipelined program: made by some stages only and read on others, so its
+    /// blocks on the devices outside its owner are filled with zeros after it is computed (the
+    /// GPU computes a stage's work on every device's block; [`Program::read_outside_owner`]).
+    pub zeroed: &'a [bool],
+    /// Per owner, its flags of the devices outside it (one f32 per device).
+    pub outside_flags: RefCell<HashMap<crate::ir::Owner, Rc<GpuBuffer>>>,
 }
 
 /// A draw of attention's dropout bits inside its kernels.
@@ -345,8 +353,55 @@ impl Lowering<'_> {
         Ok(k::copy::strided(self.ctx, src, dst, &all).await?)
     }
 
-    /// The dispatches of instruction `i`; `sc` is its plan from slot planning.
+    /// The dispatches of instruction `i` (`sc` is its plan from slot planning), then, in a
+    /// pipelined program, the zeros its results hold on the stages that do not run it, where
+    /// another stage reads them: the GPU runs each stage's work on every device's block (one
+    /// dispatch for all of them, as every other op), and those blocks must read as skipped.
     pub async fn instr(&self, i: usize, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
+        let mut ds = self.work(i, sc).await?;
+        let fused = self.fusion[i].is_some().then_some(i + 1);
+        if (i > 0 && self.fusion[i - 1].is_some()) || self.views.quiet[i] || self.folds[i] == Fold::Skip {
+            return Ok(ds);
+        }
+        for j in std::iter::once(i).chain(fused) {
+            let owner = self.program.instr_owner(j);
+            for &o in &self.program.instrs[j].outputs {
+                if self.zeroed[o.index()] && self.drawn[o.index()].is_none() {
+                    ds.push(self.zero_outside(o, owner).await?);
+                }
+            }
+        }
+        Ok(ds)
+    }
+
+    /// Zeros in `v`'s blocks on the devices outside `owner`.
+    async fn zero_outside(&self, v: ValueId, owner: crate::ir::Owner) -> Result<Dispatch, ExecError> {
+        let flags = self.outside_flags.borrow().get(&owner).cloned();
+        let flags = match flags {
+            Some(f) => f,
+            None => {
+                let prog = self.program;
+                let per_device: Vec<f32> = (0..prog.devices())
+                    .map(|d| {
+                        if prog.stage_of(d).is_some_and(|s| !owner.active(s)) {
+                            1.0
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let f = Rc::new(self.ctx.upload("devices outside a stage's work", &per_device)?);
+                self.outside_flags.borrow_mut().insert(owner, f.clone());
+                f
+            }
+        };
+        let nl = self.program.info(v).numel();
+        let n = self.program.devices() * nl;
+        Ok(k::elementwise::fill_blocks(self.ctx, self.buf(v), &flags, (n, nl), 0.0).await?)
+    }
+
+    /// The dispatches of instruction `i` itself.
+    async fn work(&self, i: usize, sc: &Scratch) -> Result<Vec<Dispatch>, ExecError> {
         if (i > 0 && self.fusion[i - 1].is_some()) || self.views.quiet[i] {
             return Ok(vec![]);
         }
@@ -388,7 +443,7 @@ impl Lowering<'_> {
         let one = |d: Dispatch| vec![d];
         let per_device = KeyMode::PerDevice;
         Ok(match &ins.op {
-            Op::Reshape { .. } | Op::Pcast { .. } => vec![],
+            Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => vec![],
             Op::Transpose { perm } => {
                 if prog.info(ins.inputs[0]).dtype != DType::F32 {
                     return Err(unsupported("only f32 arrays are transposed on the GPU"));
@@ -642,7 +697,9 @@ impl Lowering<'_> {
                 let gates = (ins.inputs.len() == 4).then(|| x(3));
                 one(k::moe::combine(ctx, x(0), x(1), gates, y(0), moe_shape(prog, ins), devices).await?)
             }
-            Op::MoeGateGrad => one(k::moe::gate_grad(ctx, x(0), x(1), x(2), y(0), moe_shape(prog, ins), devices).await?),
+            Op::MoeGateGrad => {
+                one(k::moe::gate_grad(ctx, x(0), x(1), x(2), y(0), moe_shape(prog, ins), devices).await?)
+            }
             // A combined psum: one psum dispatch per operand, but for the operands summed in
             // place with the rest of their run (packing.rs): their run's one dispatch, at its
             // last psum. The program, and so the profile, still counts every all-reduce.

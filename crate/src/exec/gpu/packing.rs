@@ -72,7 +72,7 @@ impl Packing {
 pub(super) fn root(program: &Program, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
     while let Some(i) = producer[v.index()] {
         match program.instrs[i].op {
-            Op::Reshape { .. } | Op::Pcast { .. } => v = program.instrs[i].inputs[0],
+            Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => v = program.instrs[i].inputs[0],
             _ => break,
         }
     }
@@ -271,7 +271,7 @@ fn plan_psums(
     // Reads of each buffer (by root) by instructions other than the aliasing ones; a program
     // output counts as one more.
     let mut reads = vec![0usize; program.values.len()];
-    let aliasing = |op: &Op| matches!(op, Op::Reshape { .. } | Op::Pcast { .. });
+    let aliasing = |op: &Op| matches!(op, Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. });
     let inputs = program
         .instrs
         .iter()

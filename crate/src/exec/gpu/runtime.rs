@@ -46,6 +46,8 @@ pub struct GpuExecutor {
     part_ranges: Vec<GpuBuffer>,
     /// The matmuls running a provisional variant ([`MatmulChoice::Provisional`]).
     provisional: Vec<MatmulShape>,
+    /// Per value: zeroed on the devices outside its pipeline stages ([`Lowering::zeroed`]).
+    zeroed: Vec<bool>,
 }
 
 /// Runs `futures` together and returns their outputs in order.
@@ -85,6 +87,7 @@ impl GpuExecutor {
         let fusion = fuse::plan(&program);
         let views = views::plan(&program, &fusion, &|i| super::lower::takes_layouts(ctx, &program, i));
         let program_drawn = program.bits_drawn_in_attention();
+        let program_zeroed = program.read_outside_owner();
         let folds = consts::plan(&program, &fusion, &views.quiet);
         let limits = ctx.limits();
         let max_arena = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size) / 4;
@@ -142,6 +145,7 @@ impl GpuExecutor {
             parts: plan.parts,
             part_ranges,
             provisional: vec![],
+            zeroed: program_zeroed,
         };
         (exec.dispatches, exec.dispatch_instr, exec.provisional) = exec.lower(ctx, matmuls).await?;
         Ok(exec)
@@ -168,6 +172,8 @@ impl GpuExecutor {
             provisional: RefCell::default(),
             attention_scratch: RefCell::default(),
             textures: Default::default(),
+            zeroed: &self.zeroed,
+            outside_flags: RefCell::default(),
         };
         let lowered = if matches!(matmuls, MatmulChoice::Provisional(_)) {
             // Nothing tunes meanwhile, so the instructions may lower together: on the web their

@@ -257,7 +257,7 @@ pub(super) fn plan(program: &Program, fusion: &[Option<Fusion>], views: &Views, 
                     value_slot[o.index()] = s;
                 }
             }
-            Op::Reshape { .. } | Op::Pcast { .. } => {
+            Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => {
                 let s = value_slot[ins.inputs[0].index()];
                 plan.retain(s);
                 value_slot[ins.outputs[0].index()] = s;

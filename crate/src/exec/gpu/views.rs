@@ -256,7 +256,7 @@ impl Cx<'_> {
         let ok = self.readers[v.index()].iter().all(|&(j, k)| {
             let reader = &program.instrs[j];
             match reader.op {
-                Op::Reshape { .. } | Op::Pcast { .. } => {
+                Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. } => {
                     let out = reader.outputs[0];
                     let Some(strides) = squeezed(shape, &st.strides, program.shape(out)) else {
                         return false;

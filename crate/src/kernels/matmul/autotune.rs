@@ -118,8 +118,8 @@ fn aligned(s: &MatmulShape) -> bool {
 /// which reads B (or a transposed A) without a pack, and tex16, whose packs cost more the smaller
 /// the matmul, are within 10-20% of each other on lavapipe and noise picks either, while from 384
 /// up tex16 is a clear 30-40% faster.
-fn representative(s: &MatmulShape) -> MatmulShape {
-    let stand_in = stand_in(s);
+fn representative(s: &MatmulShape, gpu: bool) -> MatmulShape {
+    let stand_in = stand_in(s, gpu);
     let work = |x: &MatmulShape| x.batch * x.m * x.n * x.k;
     if work(s) <= 2 * work(&stand_in) {
         // Items back to back (a broadcast operand stays one item); bias, alpha and accumulate
@@ -138,13 +138,17 @@ fn representative(s: &MatmulShape) -> MatmulShape {
 }
 
 /// A cube (or a batch of 8 cubes) of the class's size, nudged off multiples of 16 for unaligned
-/// classes.
-fn stand_in(s: &MatmulShape) -> MatmulShape {
+/// classes. On GPUs the large class's cube is 1024: at 384 a GPU's matmul is bound by its launch,
+/// and a 128x128 tile leaves most of its multiprocessors idle, so the cube would rank the variants
+/// as the model's large matmuls never see them; a GPU times the larger cube in milliseconds.
+fn stand_in(s: &MatmulShape, gpu: bool) -> MatmulShape {
     let work = s.batch * s.m * s.n * s.k;
     let d = if work < SMALL_WORK {
         32
     } else if work < MEDIUM_WORK {
         128
+    } else if gpu {
+        1024
     } else {
         384
     };
@@ -167,7 +171,7 @@ pub async fn choose_variant(ctx: &GpuContext, s: &MatmulShape) -> Result<Variant
         Some(v) => v,
         None => {
             let t0 = now_ms();
-            let v = tune(ctx, &representative(s)).await?;
+            let v = tune(ctx, &representative(s, !ctx.summary.is_cpu())).await?;
             ctx.pipelines.add_tuning_ms(now_ms() - t0);
             Tuning::with(ctx, |t| {
                 t.matmul.insert(key, v);
@@ -202,7 +206,7 @@ pub fn supported_variant(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> Varia
 /// the web the compiles do not hold up the queue, so a page can prepare while it trains and tune later
 /// in a few timing runs. A variant that fails to build is left to the tuner, which skips it.
 pub async fn prepare(ctx: &GpuContext, s: &MatmulShape, only: Option<Variant>) -> Result<(), GpuError> {
-    for shape in [representative(s), *s] {
+    for shape in [representative(s, !ctx.summary.is_cpu()), *s] {
         let a = ctx.zeros("prepare A", shape.a_len())?;
         let b = ctx.zeros("prepare B", shape.b_len())?;
         let c = ctx.zeros("prepare C", shape.c_len())?;
@@ -213,13 +217,20 @@ pub async fn prepare(ctx: &GpuContext, s: &MatmulShape, only: Option<Variant>) -
             c: &c,
         };
         for v in Variant::ALL {
-            if only.is_some_and(|o| o != v) || shape_supports(ctx, v, &shape).is_err() {
+            if only.is_some_and(|o| o != v) || !tuned_here(ctx, v) || shape_supports(ctx, v, &shape).is_err() {
                 continue;
             }
             let _ = build(ctx, v, &shape, ops, None).await;
         }
     }
     Ok(())
+}
+
+/// Whether the tuner times `v` on this adapter: the GPU variants not on CPU adapters
+/// ([`Variant::for_gpus`]), where they are never the fastest and each would add to every class's
+/// tuning.
+fn tuned_here(ctx: &GpuContext, v: Variant) -> bool {
+    !(v.for_gpus() && ctx.summary.is_cpu())
 }
 
 /// Times every supported variant on `rep` and returns the fastest verified one (naive if none beats it).
@@ -244,7 +255,7 @@ async fn tune(ctx: &GpuContext, rep: &MatmulShape) -> Result<Variant, GpuError> 
     let ms = time_dispatches(ctx, &naive).await?;
     let mut timed = vec![(Variant::Naive, naive, ms)];
     for v in Variant::ALL.into_iter().filter(|v| *v != Variant::Naive) {
-        if shape_supports(ctx, v, rep).is_err() {
+        if !tuned_here(ctx, v) || shape_supports(ctx, v, rep).is_err() {
             continue;
         }
         // A variant that fails to compile, errs or computes wrong is skipped, never chosen.
@@ -332,7 +343,7 @@ mod tests {
         att.stride_bias = 32;
         att.alpha = 0.5;
         att.accumulate = true;
-        let rep = representative(&att);
+        let rep = representative(&att, false);
         assert_eq!((rep.batch, rep.m, rep.n, rep.k), (32, 64, 32, 64));
         assert_eq!((rep.stride_a, rep.stride_b, rep.stride_c), (64 * 64, 64 * 32, 64 * 32));
         assert_eq!((rep.stride_bias, rep.alpha, rep.accumulate), (0, 1.0, false));
@@ -340,15 +351,20 @@ mod tests {
         let mut bcast = MatmulShape::new(4, 16, 16, 16);
         bcast.stride_b = 0;
         bcast.trans_a = true;
-        let rep = representative(&bcast);
+        let rep = representative(&bcast, false);
         assert_eq!((rep.stride_b, rep.trans_a, rep.trans_b), (0, true, false));
         // n = 1024 does far more work than the large class's 384-cube: the cube is timed.
-        let big = representative(&MatmulShape::new(1, 1024, 1024, 1024));
+        let big = representative(&MatmulShape::new(1, 1024, 1024, 1024), false);
         assert_eq!((big.batch, big.m, big.n, big.k), (1, 384, 384, 384));
+        // A GPU times the large class on a 1024-cube: n = 1024 itself, a 4096-cube's stand-in.
+        let gpu = representative(&MatmulShape::new(1, 1024, 1024, 1024), true);
+        assert_eq!((gpu.m, gpu.n, gpu.k), (1024, 1024, 1024));
+        let huge = representative(&MatmulShape::new(1, 4096, 4096, 4096), true);
+        assert_eq!((huge.m, huge.n, huge.k), (1024, 1024, 1024));
         // Just over twice the medium stand-in's work (8 x 64^3): the stand-in; at twice: itself.
         let at_twice = MatmulShape::new(16, 64, 64, 64);
-        assert_eq!(representative(&at_twice).batch, 16);
+        assert_eq!(representative(&at_twice, false).batch, 16);
         let over = MatmulShape::new(17, 64, 64, 64);
-        assert_eq!(representative(&over).batch, 8);
+        assert_eq!(representative(&over, false).batch, 8);
     }
 }

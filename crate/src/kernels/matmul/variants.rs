@@ -1,7 +1,8 @@
 //! The matmul variants: what each needs from the adapter and the shape, and how each is launched.
 //! Every variant handles every flag (transposes, strides, broadcast, alpha, bias, accumulate) and
-//! unaligned sizes: naive and tiled by bounds checks, block8, block16, tex16, sg and sg1 by packing the
-//! operands into zero-padded layouts first (block8 and block16: one `pack` dispatch per operand; the texture variants: one
+//! unaligned sizes: naive and tiled by bounds checks, the others by packing the operands into
+//! zero-padded layouts first (block8, block16 and the GPU variants gpu64, gpu128 and coop8: one
+//! `pack` dispatch per operand; the texture variants: one
 //! `pack` dispatch for both, plus a copy for an operand whose memory already is its texture's texels,
 //! which for sg1 includes rows that hold K side by side; replayed every step).
 use std::sync::Arc;
@@ -31,10 +32,18 @@ pub enum Variant {
     /// sg with one A and one B texel per invocation per k: a 32x32 (8 lanes) or 64x64 (16 lanes)
     /// block, a quarter (half) of sg's accumulators, more blocks for small shapes.
     Sg1,
+    /// For GPUs: a 64x64 tile per workgroup of 256 staged in workgroup memory, a 4x4 register
+    /// block per invocation, double-buffered along K, from block8's packed buffers.
+    Gpu64,
+    /// For GPUs: gpu64's design with a 128x128 tile and an 8x8 block per invocation.
+    Gpu128,
+    /// 8x8 f32 cooperative matrices (wgpu's experimental feature): a 32x32 block per workgroup,
+    /// 16x16 per subgroup, from block8's packed buffers.
+    Coop8,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 7] = [
+    pub const ALL: [Variant; 10] = [
         Variant::Naive,
         Variant::Tiled,
         Variant::Block8,
@@ -42,6 +51,9 @@ impl Variant {
         Variant::Tex16,
         Variant::Sg,
         Variant::Sg1,
+        Variant::Gpu64,
+        Variant::Gpu128,
+        Variant::Coop8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,6 +65,9 @@ impl Variant {
             Variant::Tex16 => "tex16",
             Variant::Sg => "sg",
             Variant::Sg1 => "sg1",
+            Variant::Gpu64 => "gpu64",
+            Variant::Gpu128 => "gpu128",
+            Variant::Coop8 => "coop8",
         }
     }
 
@@ -66,22 +81,61 @@ impl Variant {
             Variant::Block8 => Some((8, 4)),
             Variant::Block16 => Some((16, 4)),
             Variant::Tex16 | Variant::Sg | Variant::Sg1 => Some((16, 1)),
+            // Whole workgroup tiles and whole K steps: no load is bounds-checked.
+            Variant::Gpu64 => Some((64, 16)),
+            Variant::Gpu128 => Some((128, 8)),
+            Variant::Coop8 => Some((32, 8)),
             Variant::Naive | Variant::Tiled => None,
         }
+    }
+
+    /// Rows (and columns) of C per workgroup of the variants that tile C by workgroup.
+    fn workgroup_tile(self) -> Option<usize> {
+        match self {
+            Variant::Gpu64 => Some(64),
+            Variant::Gpu128 => Some(128),
+            Variant::Coop8 => Some(32),
+            _ => None,
+        }
+    }
+
+    /// Whether the kernel reads block8's packed storage buffers (the pack passes of matmul.wgsl).
+    fn reads_packed_buffers(self) -> bool {
+        matches!(
+            self,
+            Variant::Block8 | Variant::Block16 | Variant::Gpu64 | Variant::Gpu128 | Variant::Coop8
+        )
+    }
+
+    /// Whether the kernel was designed for GPUs: on CPU adapters (a workgroup per thread, every
+    /// access a loop over the lanes) the autotuner leaves it out (measured: `bench kernels`, see
+    /// BENCHMARKS.md), so tuning there costs no more than before. It still runs there, where its
+    /// tests check it.
+    pub fn for_gpus(self) -> bool {
+        matches!(self, Variant::Gpu64 | Variant::Gpu128 | Variant::Coop8)
+    }
+
+    /// Whether the kernel has `_v4` entry points that store C as vec4.
+    fn stores_v4(self) -> bool {
+        self.padding().is_some() && self != Variant::Coop8
     }
 
     fn shader(self) -> &'static str {
         match self {
             Variant::Tex16 => "matmul_tex",
             Variant::Sg | Variant::Sg1 => "matmul_sg",
+            Variant::Gpu64 | Variant::Gpu128 => "matmul_gpu",
+            Variant::Coop8 => "matmul_coop",
             _ => "matmul",
         }
     }
 
-    /// The shader of the pack passes: sg and sg1 read the textures tex16's passes write.
+    /// The shader of the pack passes: sg and sg1 read the textures tex16's passes write, the GPU
+    /// variants the buffers block8's passes write.
     fn pack_shader(self) -> &'static str {
         match self {
             Variant::Sg | Variant::Sg1 => "matmul_tex",
+            v if v.reads_packed_buffers() => "matmul",
             v => v.shader(),
         }
     }
@@ -106,7 +160,8 @@ impl std::fmt::Display for Variant {
 impl std::str::FromStr for Variant {
     type Err = GpuError;
 
-    /// A variant by name (`naive`, `tiled`, `block8`, `block16`, `tex16`, `sg`, `sg1`), as the CLI and tests spell it.
+    /// A variant by name (`naive`, `tiled`, `block8`, `block16`, `tex16`, `sg`, `sg1`, `gpu64`,
+    /// `gpu128`, `coop8`), as the CLI and tests spell it.
     fn from_str(name: &str) -> Result<Self, GpuError> {
         Variant::from_name(name).ok_or_else(|| {
             let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
@@ -207,6 +262,23 @@ pub(crate) fn adapter_supports(ctx: &GpuContext, v: Variant) -> Result<(), Strin
                 Err("tex16 needs read-only and write-only rgba32float storage textures".into())
             }
         }
+        Variant::Gpu64 | Variant::Gpu128 => {
+            if limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_storage_size < 16384 {
+                Err(format!(
+                    "{} needs 256 invocations and 16 KiB of workgroup memory per workgroup",
+                    v.name()
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        Variant::Coop8 => {
+            if ctx.summary.cooperative_matrix {
+                Ok(())
+            } else {
+                Err("coop8 needs cooperative matrices of 8x8 f32 (wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX)".into())
+            }
+        }
         Variant::Sg | Variant::Sg1 => {
             let name = v.name();
             adapter_supports(ctx, Variant::Tex16).map_err(|e| format!("{name} reads tex16's textures: {e}"))?;
@@ -232,7 +304,7 @@ pub(crate) fn shape_supports(ctx: &GpuContext, v: Variant, s: &MatmulShape) -> R
     let groups = match v {
         Variant::Naive => [s.n.div_ceil(16), s.m.div_ceil(16), s.batch],
         Variant::Tiled => [s.n.div_ceil(64), s.m.div_ceil(64), s.batch],
-        Variant::Block8 | Variant::Block16 | Variant::Tex16 | Variant::Sg | Variant::Sg1 => [1, 1, s.batch],
+        _ => [1, 1, s.batch],
     };
     for g in groups {
         if g > max_groups {
@@ -301,7 +373,7 @@ pub(crate) async fn build(
     s.check(ops.a.len, ops.b.len, ops.bias.map(|x| x.len), ops.c.len)
         .map_err(GpuError::Invalid)?;
     shape_supports(ctx, v, s).map_err(GpuError::Invalid)?;
-    let v4 = store_v4(s) && v.padding().is_some();
+    let v4 = store_v4(s) && v.stores_v4();
     let packing = pack_entries(v, s, ops);
     let k_major = packing.contains(&Packing::KCopy);
     let entry = match (v, v4) {
@@ -313,6 +385,11 @@ pub(crate) async fn build(
         (Variant::Block16, true) => "block16_v4",
         (Variant::Tex16, false) => "tex16",
         (Variant::Tex16, true) => "tex16_v4",
+        (Variant::Gpu64, false) => "gpu64",
+        (Variant::Gpu64, true) => "gpu64_v4",
+        (Variant::Gpu128, false) => "gpu128",
+        (Variant::Gpu128, true) => "gpu128_v4",
+        (Variant::Coop8, _) => "coop8",
         (Variant::Sg, v4) => match (ctx.subgroup_lanes(), v4) {
             (Some(16), false) => "sg16",
             (Some(16), true) => "sg16_v4",
@@ -380,7 +457,8 @@ enum Packing {
     /// A pack pass (`entry`) writes the packed layout; each invocation packs `k_rows` k-rows. The
     /// texture variants run `entry` as a mode of their one pass for both operands.
     Pass { entry: &'static str, k_rows: usize },
-    /// block8 and block16 read the operand where it is: it is already in the packed layout.
+    /// block8, block16 and the GPU variants read the operand where it is: it is already in the
+    /// packed layout.
     Direct,
     /// tex16 and sg: the operand's memory already is the texture's texels, copied in whole.
     Copy,
@@ -453,12 +531,7 @@ fn pack_entry(
     if k_copy {
         return Packing::KCopy;
     }
-    let direct = matches!(v, Variant::Block8 | Variant::Block16)
-        && aligned
-        && whole
-        && sr == 1
-        && sk == rows
-        && rows.is_multiple_of(row_pad);
+    let direct = v.reads_packed_buffers() && aligned && whole && sr == 1 && sk == rows && rows.is_multiple_of(row_pad);
     if direct {
         Packing::Direct
     } else if aligned && stride.is_multiple_of(4) && sk == 1 && sr.is_multiple_of(4) {
@@ -659,10 +732,14 @@ fn plan(
             let block = 4 * lanes as usize;
             grid_1d(mp.div_ceil(block) * np.div_ceil(block), 1)
         }
-        _ => {
-            let block = v.padding().map_or(1, |p| p.0);
-            grid_1d((mp / block) * (np / block), 64)
-        }
+        _ => match v.workgroup_tile() {
+            // A workgroup per tile of C.
+            Some(tile) => grid_1d((mp / tile) * (np / tile), 1),
+            None => {
+                let block = v.padding().map_or(1, |p| p.0);
+                grid_1d((mp / block) * (np / block), 64)
+            }
+        },
     };
     groups[2] = s.batch as u32;
     let mut kernel = Kernel::new(v.shader(), entry, label)

@@ -94,6 +94,49 @@ pub fn jit_with_constraints(
     out_shardings: &[Option<PartitionSpec>],
     constraints: &BTreeMap<ValueId, PartitionSpec>,
 ) -> Result<AutoProgram, PartitionError> {
+    let pins = constraints
+        .iter()
+        .map(|(v, spec)| (*v, Pin::constraint(spec.clone())))
+        .collect();
+    jit_pinned(program, mesh, in_shardings, out_shardings, &pins)
+}
+
+/// Where a value is laid out, pinned (a `with_sharding_constraint`, or the type of a value on
+/// an explicit-sharding mesh), and how the inserted ops that lay it out are labelled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pin {
+    pub spec: PartitionSpec,
+    /// Whether partial sums may stay unreduced across the pin, over axes it does not split
+    /// (reduced where a reader needs the sum, as XLA's AllReduceReassociate and reduce-scatter
+    /// creation move an all-reduce past adds, transposes and reshards).
+    pub keep_partial: bool,
+    /// The consumer an inserted op names (`with_sharding_constraint`, `reshard`, `dot_general`).
+    pub source_op: String,
+    /// Why, as the inserted op's rule says it (`for ...`).
+    pub why: String,
+}
+
+impl Pin {
+    /// A `with_sharding_constraint` on the value.
+    pub fn constraint(spec: PartitionSpec) -> Self {
+        Self {
+            spec,
+            keep_partial: false,
+            source_op: "with_sharding_constraint".into(),
+            why: "with_sharding_constraint".into(),
+        }
+    }
+}
+
+/// [`jit_with_constraints`] with pins that say how their inserted ops are labelled and whether
+/// partial sums may cross them.
+pub fn jit_pinned(
+    program: &Program,
+    mesh: &Mesh,
+    in_shardings: &[PartitionSpec],
+    out_shardings: &[Option<PartitionSpec>],
+    pins: &BTreeMap<ValueId, Pin>,
+) -> Result<AutoProgram, PartitionError> {
     if program.mesh.is_some() {
         return Err(invalid(
             "jit".into(),
@@ -139,7 +182,8 @@ pub fn jit_with_constraints(
             fixed.insert(*v, spec.clone());
         }
     }
-    for (v, spec) in constraints {
+    for (v, pin) in pins {
+        let spec = &pin.spec;
         if v.index() >= program.values.len() {
             return Err(invalid(
                 format!("with_sharding_constraint on {v}"),
@@ -192,7 +236,10 @@ pub fn jit_with_constraints(
         // Ops linear in their one operand carry partial sums through (the all-reduce moves
         // to where a consumer needs the sum, so a weight gradient's transpose can still be
         // reduce-scattered into the optimizer's shard).
-        let mut linear = matches!(ins.op, Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. });
+        let mut linear = matches!(
+            ins.op,
+            Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. } | Op::Reshard { .. }
+        );
         // So does an add of partial sums over the same axes, laid out alike: all-reduce(a) +
         // all-reduce(b) is all-reduce(a + b), which XLA's AllReduceReassociate makes of
         // GSPMD's output on GPU and TPU (its CPU pipeline has no such pass). The microbatches'
@@ -252,6 +299,8 @@ pub fn jit_with_constraints(
                 let op = with_query_block(&ins.op, &q[q.len() - 2], mesh)?;
                 l.b.emit(op, &operands)
             }
+            // The same values: the pin on its result lays them out as its spec says.
+            Op::Reshard { .. } => vec![operands[0]],
             op => l.b.emit(local_op(op, &locals), &operands),
         };
         if let Some(e) = l.b.error() {
@@ -261,18 +310,15 @@ pub fn jit_with_constraints(
             if let Some(n) = &program.info(*o).name {
                 l.b.set_name(nv, n);
             }
+            let partial = s.partial.clone();
             l.actual[o.index()] = Some((nv, s));
-            if let Some(spec) = constraints.get(o) {
-                let dims = dims_of_spec(spec, program.shape(*o).len());
-                let pinned = l.reshard(
-                    *o,
-                    &dims,
-                    false,
-                    Some(i),
-                    "with_sharding_constraint",
-                    "with_sharding_constraint",
-                )?;
-                l.actual[o.index()] = Some((pinned, Sharding { dims, partial: vec![] }));
+            if let Some(pin) = pins.get(o) {
+                let dims = dims_of_spec(&pin.spec, program.shape(*o).len());
+                // A value cannot be split over an axis it is still a partial sum over.
+                let keep = pin.keep_partial && !dims.iter().flatten().any(|a| partial.contains(a));
+                let pinned = l.reshard(*o, &dims, keep, Some(i), &pin.source_op, &pin.why)?;
+                let partial = if keep { partial } else { vec![] };
+                l.actual[o.index()] = Some((pinned, Sharding { dims, partial }));
                 // The constrained value is the one the program goes on with: it carries the name.
                 if let Some(n) = &program.info(*o).name {
                     if pinned != nv {

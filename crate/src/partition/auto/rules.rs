@@ -79,6 +79,7 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
         | Op::Sub
         | Op::Mul
         | Op::Scale { .. }
+        | Op::Reshard { .. }
         | Op::Gelu
         | Op::GeluGrad
         | Op::Dropout { .. }
@@ -201,11 +202,9 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
             r.results = vec![vec![vec![rows], dout[n].clone()]];
             r.operands = vec![dout.clone(), dout[..n].to_vec()];
         }
-        Op::MoeRoute { .. }
-        | Op::MoeRouteGrad { .. }
-        | Op::MoeDispatch
-        | Op::MoeCombine
-        | Op::MoeGateGrad => moe(&mut r, op, ins, outs),
+        Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {
+            moe(&mut r, op, ins, outs)
+        }
         Op::FoldIn { .. } => {
             let k = r.dims(ins[0], |_| true);
             r.results = vec![r.dims(outs[0], |_| true)];
@@ -303,10 +302,22 @@ fn moe(r: &mut OpRule, op: &Op, ins: &[&[usize]], outs: &[&[usize]]) {
         Op::MoeRoute { .. } => {
             let two = r.factor(2, need);
             r.operands = vec![probs.clone()];
-            r.results = vec![probs, tokens_k.clone(), tokens_k, owners, vec![vec![g], vec![two], vec![e]]];
+            r.results = vec![
+                probs,
+                tokens_k.clone(),
+                tokens_k,
+                owners,
+                vec![vec![g], vec![two], vec![e]],
+            ];
         }
         Op::MoeRouteGrad { .. } => {
-            r.operands = vec![probs.clone(), tokens_k.clone(), tokens_k.clone(), probs.clone(), tokens_k];
+            r.operands = vec![
+                probs.clone(),
+                tokens_k.clone(),
+                tokens_k.clone(),
+                probs.clone(),
+                tokens_k,
+            ];
             r.results = vec![probs];
         }
         _ => {

@@ -1,5 +1,6 @@
-//! `shardlab bench compare [--preset seed] [--rng original|partitionable] [--json]`: automatic
-//! vs shard_map steps of the same strategy, interleaved in one process; medians.
+//! `shardlab bench compare [--preset seed] [--rng original|partitionable] [--json]`: the
+//! automatic, explicit and shard_map steps of the same strategy, interleaved in one process;
+//! medians.
 use shardlab::bench::compare::compare;
 use shardlab::exec::Backend;
 
@@ -14,7 +15,7 @@ pub struct Args {
     /// Measured steps of each program (after 2 warm-up steps each).
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// One JSON object: {"auto_ms":..,"shard_map_ms":..,"ratio":..,...}.
+    /// One JSON object: {"auto_ms":..,"explicit_ms":..,"shard_map_ms":..,"ratio":..,"modes":[..],...}.
     #[arg(long)]
     pub json: bool,
     /// Run on the CPU reference executor.
@@ -29,17 +30,17 @@ pub struct Args {
 pub fn run(mut args: Args) -> Result<(), String> {
     args.model.apply_preset(&mut args.parallel);
     if args.parallel.mode == shardlab::plan::Mode::Single {
-        // Both modes run anyway; the mode flag only matters for which specs apply.
+        // Every mode runs anyway; the mode flag only matters for which flags apply.
         args.parallel.mode = shardlab::plan::Mode::ShardMap;
     }
     let opts = trainer_options(&args.model, &args.parallel)?;
     if let Some(par) = opts.parallel.parallelism().filter(|p| p.is_pipeline()) {
         let mesh = par.name();
         return Err(format!(
-            "--mesh {mesh}: bench compare races automatic mode against shard_map, and a pipeline runs in shard_map \
-             mode only (jit's partitioner has no pipeline yet; `shardlab plan --mesh {mesh} --mode auto` says what \
-             it lacks): time it with `shardlab train --mesh {mesh} --mode shard_map`, or compare a mesh both modes \
-             run"
+            "--mesh {mesh}: bench compare races automatic and explicit mode against shard_map, and a pipeline runs in \
+             shard_map mode only (jit's partitioner has no pipeline yet; `shardlab plan --mesh {mesh} --mode auto` says \
+             what it lacks): time it with `shardlab train --mesh {mesh} --mode shard_map`, or compare a mesh every \
+             mode runs"
         ));
     }
     if args.steps == 0 {
@@ -59,13 +60,19 @@ pub fn run(mut args: Args) -> Result<(), String> {
     if args.json {
         println!("{}", serde_json::to_string(&c).map_err(|e| e.to_string())?);
     } else {
+        for m in &c.modes {
+            println!(
+                "{:<9} {:>9.2} ms/step  x{:.2} of shard_map  random bits per device {:>10}  all-reduces {}",
+                m.mode.name(),
+                m.ms,
+                m.ratio_to_shard_map,
+                m.rng_bits_per_device,
+                m.all_reduces
+            );
+        }
         println!(
-            "automatic (jit with shardings): {:.2} ms/step   shard_map: {:.2} ms/step   ratio auto/shard_map: {:.2}",
-            c.auto_ms, c.shard_map_ms, c.ratio
-        );
-        println!(
-            "random bits per device: auto {} vs shard_map {}; all-reduces: auto {} vs shard_map {}",
-            c.auto_rng_bits_per_device, c.shard_map_rng_bits_per_device, c.auto_all_reduces, c.shard_map_all_reduces
+            "ratio auto/shard_map: {:.2} (pairs' quartiles {:.2}-{:.2})",
+            c.ratio, c.ratio_low, c.ratio_high
         );
         println!(
             "(measured on this machine, {} simulated devices, medians of {} interleaved steps)",

@@ -2,7 +2,8 @@
 use std::io::Write;
 
 use shardlab::bench::kernels::{
-    attention_designs, causal_softmax, ceilings, elementwise_add, matmul_square, BandwidthBench, MATMUL_SIZES,
+    attention_designs, causal_softmax, ceilings, elementwise_add, matmul_sizes, matmul_square, matmul_variants,
+    BandwidthBench,
 };
 
 #[derive(clap::Args)]
@@ -10,6 +11,13 @@ pub struct Args {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// The square matmul sizes to measure (default 256, 512, 1024, and 2048 on GPUs).
+    #[arg(long, value_name = "N", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Also time every matmul variant this adapter supports at n x n x n (each checked against
+    /// the CPU): what the autotuner chooses among.
+    #[arg(long, value_name = "N")]
+    variants: Option<usize>,
     #[command(flatten)]
     retune: crate::tuning_cache::RetuneArg,
 }
@@ -49,7 +57,14 @@ pub fn run(args: Args) -> Result<(), String> {
             "kernel", "n", "variant", "GFLOP/s", "% FMAs", "naive GFLOP/s", "CPU GFLOP/s", "x naive"
         ));
     }
-    for n in MATMUL_SIZES {
+    if args.sizes.contains(&0) {
+        return Err("--sizes: each size must be at least 1".into());
+    }
+    let sizes = match args.sizes.is_empty() {
+        true => matmul_sizes(ctx),
+        false => args.sizes.clone(),
+    };
+    for n in sizes {
         let r = pollster::block_on(matmul_square(ctx, n)).map_err(|e| e.to_string())?;
         if args.json {
             out(json_line(&r));
@@ -65,6 +80,26 @@ pub fn run(args: Args) -> Result<(), String> {
                 r.cpu_gflops,
                 r.gflops / r.naive_gflops
             ));
+        }
+    }
+    if let Some(n) = args.variants {
+        if n == 0 {
+            return Err("--variants must be at least 1".into());
+        }
+        for r in pollster::block_on(matmul_variants(ctx, n)).map_err(|e| e.to_string())? {
+            if args.json {
+                out(json_line(&r));
+            } else {
+                let chosen = if r.chosen { "  <- the autotuner's choice" } else { "" };
+                out(format!(
+                    "{:<8} {:>5}  {:<8} {:>9.2} {:>8.1}%{chosen}",
+                    "variant",
+                    r.n,
+                    r.variant,
+                    r.gflops,
+                    100.0 * r.gflops / ceil.fma_gflops
+                ));
+            }
         }
     }
     let print_bandwidth = |r: BandwidthBench| {

@@ -14,8 +14,9 @@ pub enum Command {
     /// Matmul GFLOP/s (autotuned variant vs naive vs CPU), elementwise / softmax GB/s, and the ms of each
     /// fused attention design this adapter runs (the executor's marked)
     Kernels(kernels::Args),
-    /// Automatic vs shard_map train steps, interleaved: {"auto_ms","shard_map_ms","ratio"}.
-    Compare(compare::Args),
+    /// Automatic, explicit and shard_map train steps, interleaved:
+    /// {"auto_ms","explicit_ms","shard_map_ms","ratio","modes"}.
+    Compare(Box<compare::Args>),
     /// Train-step speed: steps/s, tokens/s, forward / backward / update split, dispatches.
     Train(train::Args),
     /// The cost model checked: predicted (device `this`) beside measured step times of a
@@ -33,7 +34,7 @@ pub fn run(command: Command) -> Result<(), String> {
     match command {
         Command::Kernels(args) => kernels::run(args),
         Command::Train(args) => train::run(args),
-        Command::Compare(args) => compare::run(args),
+        Command::Compare(args) => compare::run(*args),
         Command::Model(args) => model::run(args),
         Command::Peers(args) => peers::run(args),
         Command::Published(args) => published::run(args),

@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use shardlab::bench::kernels::ceilings;
-use shardlab::bench::peers::{configs, floor_ms, measure_matmul, measure_train, row, PeerRow, Scale, Workload, DRIVER};
+use shardlab::bench::peers::{
+    configs, floor_ms, measure_matmul, measure_train, row, PeerConfig, PeerRow, Scale, Workload, DRIVER,
+};
 use shardlab::exec::Backend;
 use shardlab::gpu::GpuContext;
+use shardlab::plan::MemoryLimits;
 
 use super::peer_process::{check, python, Peer};
 
@@ -27,6 +30,15 @@ pub struct Args {
     /// Tiny configurations of the same kinds (a smoke test in seconds, not the goals' sizes).
     #[arg(long)]
     pub tiny: bool,
+    /// Also GPT-2 124M on one device (seq 1024, batch 8; for GPUs: raise --memory-budget), held
+    /// to 1.5x JAX.
+    #[arg(long)]
+    pub gpt2: bool,
+    /// Run only the configuration of this name (repeat the flag for several), e.g. `--only small`.
+    #[arg(long, value_name = "NAME")]
+    pub only: Vec<String>,
+    #[command(flatten)]
+    pub budget: crate::args::MemoryBudgetArg,
     #[command(flatten)]
     pub retune: crate::tuning_cache::RetuneArg,
 }
@@ -52,7 +64,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let scale = if args.tiny { Scale::Tiny } else { Scale::Full };
     let dir = std::env::temp_dir().join(format!("shardlab-peers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let result = measure_all(ctx, &python, &dir, scale, args.steps);
+    let limits = args.budget.limits(&Backend::Gpu(ctx.clone()));
+    let result = chosen(scale, args.gpt2, &args.only)
+        .and_then(|configs| measure_all(ctx, &python, &dir, configs, args.steps, &limits));
     let _ = std::fs::remove_dir_all(&dir);
     let report = Report {
         adapter: ctx.summary.identity(),
@@ -70,19 +84,37 @@ pub fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// The configurations of `scale` (with GPT-2 where asked), only those `only` names when it names
+/// any; a name that is none of them is refused, naming them.
+fn chosen(scale: Scale, gpt2: bool, only: &[String]) -> Result<Vec<PeerConfig>, String> {
+    let all = configs(scale, gpt2).map_err(|e| e.to_string())?;
+    let names: Vec<String> = all.iter().map(|c| c.name.clone()).collect();
+    if let Some(unknown) = only.iter().find(|n| !names.contains(n)) {
+        return Err(format!(
+            "--only {unknown}: no such configuration here; the configurations are {}",
+            names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(all
+        .into_iter()
+        .filter(|c| only.is_empty() || only.contains(&c.name))
+        .collect())
+}
+
 fn measure_all(
     ctx: &Arc<GpuContext>,
     python: &std::path::Path,
     dir: &std::path::Path,
-    scale: Scale,
+    configs: Vec<PeerConfig>,
     steps: usize,
+    limits: &MemoryLimits,
 ) -> Result<Vec<PeerRow>, String> {
     let driver = dir.join("peers.py");
     std::fs::write(&driver, DRIVER).map_err(|e| format!("cannot write {}: {e}", driver.display()))?;
     eprintln!("measuring this adapter's ceilings ...");
     let roofline = pollster::block_on(ceilings(ctx)).map_err(|e| e.to_string())?.roofline();
     let mut rows = vec![];
-    for (i, config) in configs(scale).map_err(|e| e.to_string())?.into_iter().enumerate() {
+    for (i, config) in configs.into_iter().enumerate() {
         eprintln!("measuring {} against {} ...", config.name, config.peer());
         let stderr_file = dir.join(format!("peer{i}.stderr"));
         let r = match &config.workload {
@@ -100,7 +132,7 @@ fn measure_all(
                 )?;
                 let mut step = || peer.measured_ms("step");
                 let (ours, theirs) =
-                    pollster::block_on(measure_train(Backend::Gpu(ctx.clone()), opts, steps, &mut step))
+                    pollster::block_on(measure_train(Backend::Gpu(ctx.clone()), opts, limits, steps, &mut step))
                         .map_err(|e| format!("{}: {e}", config.name))?;
                 row(&config, &ours, &theirs, None)
             }

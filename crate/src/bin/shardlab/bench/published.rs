@@ -2,7 +2,7 @@
 //! docs/published_runs.md (or FILE), each priced by the cost model beside its published step
 //! time, and the mean absolute percentage error. Nothing runs here: it is the model's check
 //! against runs on real hardware.
-use shardlab::bench::published::{parse_table, price_runs, TABLE, TABLE_PATH};
+use shardlab::bench::published::{parse_table, price_runs, Pricing, TABLE, TABLE_PATH, TRACE_LIMIT};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,22 +33,23 @@ pub fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "{:<26} {:<16} {:>13} {:>13} {:>8}  fits",
-        "run", "hardware", "published ms", "predicted ms", "error"
+        "{:<30} {:<18} {:>13} {:>13} {:>8}  {:<11} fits (GiB/device)",
+        "run", "hardware", "published ms", "predicted ms", "error", "priced"
     );
     for c in &report.checks {
         println!(
-            "{:<26} {:<16} {:>13.1} {:>13.1} {:>+7.1}%  {}",
+            "{:<30} {:<18} {:>13.1} {:>13.1} {:>+7.1}%  {:<11} {} ({:.1})",
             c.name,
             format!("{} x {}", c.devices, c.device),
             c.published_ms,
             c.predicted_ms,
             c.error_pct,
-            match c.fits {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "n/a",
-            }
+            match c.pricing {
+                Pricing::Traced => "traced",
+                Pricing::ClosedForm => "closed form",
+            },
+            if c.fits { "yes" } else { "no" },
+            c.bytes_per_device as f64 / (1u64 << 30) as f64
         );
     }
     println!(
@@ -60,6 +61,10 @@ pub fn run(args: Args) -> Result<(), String> {
         } else {
             report.fitted.join(", ")
         }
+    );
+    println!(
+        "(closed form: a program of more than {TRACE_LIMIT} block passes, too many to trace, priced by the closed-form \
+         estimate and memory)"
     );
     for c in &report.checks {
         println!(

@@ -1,5 +1,6 @@
-//! `shardlab bench train [--steps N] [--ops] [--json]`: steps/s, tokens/s and ms per step split
-//! into forward, backward and update, for the tiny and a small configuration; with `--ops`,
+//! `shardlab bench train [--steps N] [--ops] [--json] [--config NAME...]`: steps/s, tokens/s and ms
+//! per step split into forward, backward and update, for the tiny and a small configuration (or
+//! those named, GPT-2 124M among them); with `--ops`,
 //! the ops that take the most time and the categories against the step, each beside its floor on
 //! this adapter's measured ceilings.
 
@@ -29,8 +30,32 @@ pub struct Args {
     /// One JSON object per configuration.
     #[arg(long)]
     json: bool,
+    /// The configurations to run, in order (repeat the flag): tiny, small, or gpt2 (GPT-2 124M
+    /// at seq 1024, batch 8: for GPUs; raise --memory-budget). Default: tiny and small.
+    #[arg(long = "config", value_name = "NAME")]
+    configs: Vec<String>,
+    #[command(flatten)]
+    budget: crate::args::MemoryBudgetArg,
     #[command(flatten)]
     retune: crate::tuning_cache::RetuneArg,
+}
+
+/// The configurations `names` ask for (tiny and small when none), or the error naming the choices.
+fn chosen(names: &[String]) -> Result<Vec<(String, shardlab::model::GptConfig)>, String> {
+    if names.is_empty() {
+        return Ok(train::configs().into_iter().map(|(n, c)| (n.to_string(), c)).collect());
+    }
+    names
+        .iter()
+        .map(|n| {
+            train::config_named(n).map(|c| (n.clone(), c)).ok_or_else(|| {
+                format!(
+                    "--config {n}: no such configuration; the choices are {}",
+                    train::CONFIG_NAMES.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -42,8 +67,10 @@ pub fn run(args: Args) -> Result<(), String> {
         .as_deref()
         .map(crate::trace_file::TraceFile::create)
         .transpose()?;
+    let configs = chosen(&args.configs)?;
     let tuned = crate::tuning_cache::open(args.retune)?;
     let ctx = &tuned.ctx;
+    let limits = args.budget.limits(&shardlab::exec::Backend::Gpu(ctx.clone()));
     let header = || {
         println!(
             "{:<6} {:>9} {:>9} {:>10} {:>11} {:>10} {:>11} {:>10} {:>10} {:>7}",
@@ -76,11 +103,11 @@ pub fn run(args: Args) -> Result<(), String> {
         header();
     }
     let mut trace = Trace::new();
-    for (k, (name, cfg)) in train::configs().into_iter().enumerate() {
+    for (k, (name, cfg)) in configs.into_iter().enumerate() {
         if args.ops && !args.json && k > 0 {
             header();
         }
-        let r = pollster::block_on(train::train(ctx.clone(), name, cfg, args.steps, roofline))
+        let r = pollster::block_on(train::train(ctx.clone(), &name, cfg, args.steps, roofline, &limits))
             .map_err(|e| e.to_string())?;
         trace.add(&r.config, &r.timeline, &[OpSource::of_step(&r.step)]);
         if args.json {

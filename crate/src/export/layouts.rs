@@ -1,0 +1,258 @@
+//! The shardings written into the script, by state name: MODEL.md's parameters with each
+//! block parameter `hN.name` stacked over the layers into `name` (leading axis: the layer),
+//! so that the script runs its blocks as one `jax.lax.scan`.
+use std::fmt::Write;
+
+use super::ExportError;
+use crate::ir::{Program, Role};
+use crate::model::{param_specs, GptConfig};
+use crate::plan::TrainerOptions;
+use crate::sharding::PartitionSpec;
+
+/// A state array's (or a named value's) name, global (view) shape and spec.
+pub type Layout = (String, Vec<usize>, PartitionSpec);
+
+/// The layouts of the program's inputs whose role `which` picks, by parameter name: a
+/// pipeline's stack of the stages' copies of block parameter `hN.name` (its leading axis the
+/// stage's) as `hN.name` itself.
+fn layouts(program: &Program, names: &[String], which: impl Fn(&Role) -> bool) -> Vec<Layout> {
+    let mut out = vec![];
+    for (pos, (value, role)) in program.inputs.iter().enumerate() {
+        if !which(role) {
+            continue;
+        }
+        let spec = program
+            .in_specs
+            .get(pos)
+            .cloned()
+            .unwrap_or_else(PartitionSpec::replicated);
+        let shape = program.global_shape(program.shape(*value), &spec);
+        match role {
+            Role::Param(i) | Role::OptState { param: i, .. } => out.push((names[*i].clone(), shape, spec)),
+            Role::ParamStack(stack) | Role::OptStateStack { stack, .. } => {
+                let entries = spec.entries().iter().skip(1).cloned().collect();
+                let first = stack.params().next().expect("some stage holds every row's block");
+                out.push((names[first].clone(), shape[1..].to_vec(), PartitionSpec::new(entries)));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn is_param(role: &Role) -> bool {
+    matches!(role, Role::Param(_) | Role::ParamStack(_))
+}
+
+/// The parameters' layouts, stacked.
+pub fn param_layouts(opts: &TrainerOptions, program: &Program, names: &[String]) -> Result<Vec<Layout>, ExportError> {
+    stacked(opts, layouts(program, names, is_param))
+}
+
+/// Each parameter's optimizer state layout, stacked: the program's (AdamW's m), or under SGD,
+/// which has none, the one the composition would give it (ZeRO's blocks: the update still
+/// runs on each device's block).
+pub fn state_layouts(opts: &TrainerOptions, program: &Program, names: &[String]) -> Result<Vec<Layout>, ExportError> {
+    let first_slot = |r: &Role| matches!(r, Role::OptState { slot: 0, .. } | Role::OptStateStack { slot: 0, .. });
+    let state = layouts(program, names, first_slot);
+    if !state.is_empty() {
+        return stacked(opts, state);
+    }
+    let Some(par) = opts.parallel.parallelism().filter(|p| p.zero.shards_state()) else {
+        return param_layouts(opts, program, names);
+    };
+    let cfg = &opts.config;
+    let mode = opts.parallel.mode();
+    let zero = param_specs(cfg)
+        .iter()
+        .map(|ps| {
+            let (shape, spec) = par.state_layout(cfg, ps, mode);
+            (ps.name.clone(), shape, spec)
+        })
+        .collect();
+    stacked(opts, zero)
+}
+
+/// `hN.name` (N a layer) as `(N, name)`.
+fn layer_of(name: &str) -> Option<(usize, &str)> {
+    let (head, leaf) = name.split_once('.')?;
+    Some((head.strip_prefix('h')?.parse().ok()?, leaf))
+}
+
+/// A layer's spec with the stack's leading layer axis in front: split over "pp" in a pipeline
+/// (stage s holds the rows of its layers, as MaxText stacks its stages), else whole.
+pub fn with_layer_axis(spec: &PartitionSpec, pipeline: bool) -> PartitionSpec {
+    if spec.is_empty() && !pipeline {
+        return spec.clone();
+    }
+    let layer = if pipeline { vec!["pp".to_string()] } else { vec![] };
+    PartitionSpec::new(std::iter::once(layer).chain(spec.entries().iter().cloned()).collect())
+}
+
+fn is_pipeline(opts: &TrainerOptions) -> bool {
+    opts.parallel.parallelism().is_some_and(|p| p.is_pipeline())
+}
+
+/// Per-layer layouts as the state's: every `hN.name` of the layers folded into one `name` of
+/// shape (L, ...), which needs every layer's spec to be the same.
+fn stacked(opts: &TrainerOptions, per_layer: Vec<Layout>) -> Result<Vec<Layout>, ExportError> {
+    let layers = opts.config.layers;
+    let pipeline = is_pipeline(opts);
+    let mut out: Vec<Layout> = vec![];
+    for (name, shape, spec) in per_layer {
+        let Some((layer, leaf)) = layer_of(&name) else {
+            out.push((name, shape, spec));
+            continue;
+        };
+        let stack = (
+            leaf.to_string(),
+            [vec![layers], shape].concat(),
+            with_layer_axis(&spec, pipeline),
+        );
+        match out.iter().find(|(n, _, _)| n == leaf) {
+            None if layer == 0 => out.push(stack),
+            Some(first) if *first == stack => {}
+            _ => return Err(per_layer_spec(&name, layers)),
+        }
+    }
+    Ok(out)
+}
+
+/// The refusal of a pin that differs between layers.
+fn per_layer_spec(name: &str, layers: usize) -> ExportError {
+    ExportError(format!(
+        "--spec {name}: the exported script runs the blocks as one jax.lax.scan, so a block's \
+         value or parameter is laid out alike in every layer: give the same --spec for h0 to h{} \
+         (or a parameter's for all layers by its name alone, as w_fc=...)",
+        layers - 1
+    ))
+}
+
+/// The `--spec`s that pin a named intermediate (not a parameter, `tokens` or `targets`, which
+/// are in_shardings), checked against the values the exported model code can pin, and named as
+/// the script names them: a block's activation by its name in the block (`att`), a block
+/// parameter's gradient and update by its stack (`dw_fc`, `w_out'`). A block's pin must be
+/// given alike for every layer, as the scan applies it to each.
+pub fn constraints(
+    cfg: &GptConfig,
+    params: &[String],
+    specs: &[(String, PartitionSpec)],
+) -> Result<Vec<(String, PartitionSpec)>, ExportError> {
+    const BLOCK_VALUES: [&str; 8] = ["ln1", "qkv", "att", "proj", "x_att", "ln2", "mlp", "x_mlp"];
+    let leaf = |p: &String| p.rsplit('.').next().unwrap_or(p).to_string();
+    let mut out: Vec<(String, PartitionSpec, Vec<usize>)> = Vec::new();
+    for (name, spec) in specs {
+        if params.iter().any(|p| p == name || leaf(p) == *name) || name == "tokens" || name == "targets" {
+            continue;
+        }
+        let (script_name, spec, layer) = script_name(name, spec, params, &BLOCK_VALUES)?;
+        match out.iter_mut().find(|(n, _, _)| *n == script_name) {
+            Some((_, s, layers)) if *s == spec => layers.extend(layer),
+            Some(_) => return Err(per_layer_spec(name, cfg.layers)),
+            None => out.push((script_name, spec, layer.into_iter().collect())),
+        }
+    }
+    let mut pins = vec![];
+    for (name, spec, mut layers) in out {
+        layers.sort_unstable();
+        layers.dedup();
+        if !layers.is_empty() && layers.len() != cfg.layers {
+            return Err(per_layer_spec(&format!("h{}.{name}", layers[0]), cfg.layers));
+        }
+        pins.push((name, spec));
+    }
+    Ok(pins)
+}
+
+/// A pinnable shardlab name as the script's, with its spec and its layer (None outside the
+/// blocks); an unknown name is refused.
+fn script_name(
+    name: &str,
+    spec: &PartitionSpec,
+    params: &[String],
+    block_values: &[&str],
+) -> Result<(String, PartitionSpec, Option<usize>), ExportError> {
+    let param = |n: &str| params.iter().any(|p| p == n);
+    if ["x0", "logits", "loss"].contains(&name) {
+        return Ok((name.to_string(), spec.clone(), None));
+    }
+    if let Some((layer, v)) = layer_of(name).filter(|(_, v)| block_values.contains(v)) {
+        return Ok((v.to_string(), spec.clone(), Some(layer)));
+    }
+    // A gradient `dNAME` or an updated parameter `NAME'`: a block parameter's by its stack.
+    let (p, wrap): (&str, fn(&str) -> String) = match (name.strip_prefix('d'), name.strip_suffix('\'')) {
+        (Some(p), _) if param(p) => (p, |n| format!("d{n}")),
+        (_, Some(p)) if param(p) => (p, |n| format!("{n}'")),
+        _ => return Err(unpinnable(name, spec)),
+    };
+    Ok(match layer_of(p) {
+        Some((layer, leaf)) => (wrap(leaf), with_layer_axis(spec, false), Some(layer)),
+        None => (wrap(p), spec.clone(), None),
+    })
+}
+
+fn unpinnable(name: &str, spec: &PartitionSpec) -> ExportError {
+    ExportError(format!(
+        "--spec {name}={spec}: the exported JAX model has no point for a \
+         with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.ln1, hN.qkv, hN.att, \
+         hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a gradient (dh0.w_fc) or an updated \
+         parameter (h0.w_fc'): drop this --spec to export"
+    ))
+}
+
+/// The in_sharding of the `tokens` or `targets` input.
+pub fn input_spec(program: &Program, role: Role) -> PartitionSpec {
+    program
+        .inputs
+        .iter()
+        .position(|(_, r)| *r == role)
+        .and_then(|pos| program.in_specs.get(pos).cloned())
+        .unwrap_or_else(PartitionSpec::replicated)
+}
+
+/// `NAME = {"key": P(...), ...}`, one entry a line.
+pub fn py_dict(var: &str, entries: &[(String, PartitionSpec)]) -> String {
+    let mut s = format!("{var} = {{");
+    for (name, spec) in entries {
+        let _ = write!(s, "\n    \"{name}\": {},", py_spec(spec));
+    }
+    s.push_str(if entries.is_empty() { "}" } else { "\n}" });
+    s
+}
+
+/// `NAME = {"name": ((global shape), P(...)), ...}`.
+pub fn py_layout(var: &str, entries: &[Layout]) -> String {
+    let mut layout = format!("{var} = {{\n");
+    for (name, shape, spec) in entries {
+        let shape = py_tuple(shape.iter().map(|n| n.to_string()).collect());
+        let _ = writeln!(layout, "    \"{name}\": ({shape}, {}),", py_spec(spec));
+    }
+    layout.push('}');
+    layout
+}
+
+/// `P("dp", None)`, `P(("dp", "tp"),)`, `P()`.
+pub fn py_spec(spec: &PartitionSpec) -> String {
+    let entries: Vec<String> = spec
+        .entries()
+        .iter()
+        .map(|axes| match axes.len() {
+            0 => "None".to_string(),
+            1 => format!("\"{}\"", axes[0]),
+            _ => py_tuple(axes.iter().map(|a| format!("\"{a}\"")).collect()),
+        })
+        .collect();
+    if entries.iter().all(|e| e == "None") {
+        return "P()".into();
+    }
+    format!("P({})", entries.join(", "))
+}
+
+/// A Python tuple literal: `()`, `(x,)`, `(x, y)`.
+pub fn py_tuple(items: Vec<String>) -> String {
+    match items.len() {
+        0 => "()".into(),
+        1 => format!("({},)", items[0]),
+        _ => format!("({})", items.join(", ")),
+    }
+}
