@@ -335,6 +335,12 @@ fn is_suffix(small: &[usize], big: &[usize]) -> bool {
 }
 
 impl Op {
+    /// Whether output `k` carries a gradient: not a router's places, owners and load (index
+    /// arrays and counts, piecewise constant: JAX's gradient of them is zero).
+    pub fn carries_gradient(&self, k: usize) -> bool {
+        !matches!(self, Op::MoeRoute { .. }) || k < 2
+    }
+
     /// The printed name, in jaxpr/HLO spelling.
     pub fn name(&self) -> &'static str {
         match self {
