@@ -502,6 +502,7 @@ mod tests {
             attention: Attention::Fused,
             remat: Remat::None,
             precision: Precision::Bf16,
+            moe: None,
         };
         let opts = options(
             &cfg,
