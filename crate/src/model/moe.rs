@@ -195,6 +195,7 @@ pub fn moe_mlp(
     b.set_name(up, &name("up"));
     let act = b.gelu(up);
     let down = b.dot_general(act, w_out, (&[2], &[1]), (&[0], &[0]), 1.0);
+    b.set_name(down, &name("down"));
     let down = b.reshape(down, &[el, gl, c, d]);
     let out = if ep.is_empty() {
         down
@@ -202,6 +203,12 @@ pub fn moe_mlp(
         b.all_to_all(down, &ep, 1, 0)
     };
     b.set_name(out, &name("expert_out"));
+    // The gates weigh the experts' partial sums over "tp": cast to varying there, so that
+    // their gradient (a dot with those partial sums) is summed over "tp" in the backward.
+    let gates = match &a.local.tp {
+        Some(tp) => b.pcast(gates, &[tp]),
+        None => gates,
+    };
     let y = b.emit1(Op::MoeCombine, &[out, places, owners, gates]);
     let aux = balance_loss(b, moe, &split, (g * s, probs, load));
     b.set_name(aux, &name("aux"));

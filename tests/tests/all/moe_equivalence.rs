@@ -1,4 +1,5 @@
-//! A mixture of experts over an "ep" axis against the one-device run on 8 simulated devices:
+//! A mixture of experts over an "ep" axis against the one-device run on simulated devices (ep=4,
+//! dp=2,ep=2, and dp=2,ep=2,tp=2 on 8, the experts' units split over tp too):
 //! experts split over ep, tokens over dp x ep, the tokens' slots moved by all_to_all. The
 //! losses of 3 steps and the updated parameters agree to 1e-5 in shard_map mode (its body
 //! checked by check_vma), automatic mode and explicit mode, with dropout off and on (each
@@ -64,7 +65,7 @@ fn check(dropout: f32, capacity: Capacity) {
     let backend = Backend::Reference;
     let (want_losses, want_params) =
         shardlab_tests::train_steps(&backend, options(Parallel::None, dropout, capacity), 3);
-    for mesh in ["ep=4", "dp=2,ep=2"] {
+    for mesh in ["ep=4", "dp=2,ep=2", "dp=2,ep=2,tp=2"] {
         for (name, parallel) in runs(mesh) {
             let what = format!("{name} dropout {dropout} capacity {}", capacity.text());
             let (losses, params) = shardlab_tests::train_steps(&backend, options(parallel, dropout, capacity), 3);

@@ -401,8 +401,8 @@ pub struct ParallelArgs {
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
     /// Device mesh: any of the axes dp (the batch), fsdp (the batch, and the parameters with
-    /// their optimizer state), tp (heads and MLP columns), cp (the sequence) and pp (the blocks
-    /// into stages), in any order and sizes that divide the model, e.g. dp=2,tp=2,pp=2
+    /// their optimizer state), tp (heads and MLP columns), cp (the sequence), pp (the blocks
+    /// into stages) and ep (a mixture's experts, and the batch), in any order and sizes that divide the model, e.g. dp=2,tp=2,pp=2
     /// (default dp=4, or --strategy's example).
     #[arg(long)]
     pub mesh: Option<String>,
