@@ -28,8 +28,6 @@ pub enum Setting {
     Capacity,
     /// Switch's load-balancing loss coefficient.
     AuxLoss,
-    /// The busiest expert's load over the mean, at which a plan prices dropless routing.
-    ExpertLoad,
     Optimizer,
     Lr,
     Data,
@@ -84,7 +82,7 @@ const END: char = '\u{2}';
 
 impl Setting {
     /// Every setting without a payload, in one list, so a mention can be read back.
-    const PLAIN: [Setting; 42] = [
+    const PLAIN: [Setting; 41] = [
         Setting::Layers,
         Setting::DModel,
         Setting::Heads,
@@ -101,7 +99,6 @@ impl Setting {
         Setting::ExpertWidth,
         Setting::Capacity,
         Setting::AuxLoss,
-        Setting::ExpertLoad,
         Setting::Optimizer,
         Setting::Lr,
         Setting::Data,
@@ -161,7 +158,6 @@ impl Setting {
             Setting::ExpertWidth => "expert_width",
             Setting::Capacity => "capacity",
             Setting::AuxLoss => "aux_loss",
-            Setting::ExpertLoad => "expert_load",
             Setting::Optimizer => "optimizer",
             Setting::Lr => "lr",
             Setting::Data => "task",
@@ -214,7 +210,6 @@ impl Setting {
             Setting::ExpertWidth => "expert width".into(),
             Setting::Capacity => "capacity factor".into(),
             Setting::AuxLoss => "load-balancing loss".into(),
-            Setting::ExpertLoad => "expert load".into(),
             other => other.key(),
         }
     }

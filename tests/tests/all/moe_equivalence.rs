@@ -96,3 +96,24 @@ fn expert_parallel_meshes_match_one_device_in_every_mode_dropless_with_dropout()
 fn expert_parallel_meshes_draw_the_one_device_masks_when_routing_drops() {
     check(0.1, Capacity::Factor(0.5));
 }
+
+/// The GPU executor trains the mixture over ep=4 in shard_map mode to the CPU reference's
+/// one-device losses and parameters.
+#[test]
+fn gpu_trains_an_expert_parallel_mixture_to_the_one_device_reference() {
+    if shardlab_tests::gpu().is_none() {
+        return;
+    }
+    let capacity = Capacity::Factor(0.5);
+    let (want_losses, want_params) =
+        shardlab_tests::train_steps(&Backend::Reference, options(Parallel::None, 0.1, capacity), 3);
+    let (_, shard_map) = runs("ep=4").remove(0);
+    let gpu = Backend::Gpu(std::sync::Arc::new(shardlab::gpu::GpuContext::new_blocking().unwrap()));
+    let (losses, params) = shardlab_tests::train_steps(&gpu, options(shard_map, 0.1, capacity), 3);
+    for (s, (a, b)) in losses.iter().zip(&want_losses).enumerate() {
+        assert!((a - b).abs() <= 1e-4, "GPU loss {s}: {a} vs one device {b}");
+    }
+    for (i, (p, q)) in params.iter().zip(&want_params).enumerate() {
+        shardlab_tests::assert_close(&format!("GPU param {i}"), p, q, 1e-4, 1e-3);
+    }
+}

@@ -105,3 +105,13 @@ fn an_ep_axis_without_experts_is_refused_with_the_fix() {
     assert_eq!(err.setting(), Setting::MeshAxis("ep".into()), "{err}");
     assert!(err.to_string().contains("--experts 8"), "said {err}");
 }
+
+#[test]
+fn exporting_a_mixture_is_refused_rather_than_written_as_the_dense_model() {
+    let opts = shardlab::exec::TrainerOptions::new(config(Moe::new(4, 32)), shardlab::exec::Parallel::None);
+    let err = shardlab::export::jax_script(&opts, 1).expect_err("the script has no MoE block");
+    assert!(
+        err.to_string().contains("--experts 4") && err.to_string().contains("--experts 0"),
+        "said {err}"
+    );
+}
