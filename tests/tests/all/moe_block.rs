@@ -181,8 +181,9 @@ def loss(x, wr, wfc, wout):
     y, aux, _, _ = block(x, wr, wfc, wout)
     return jnp.sum(y * r) + aux, (y, aux)
 
-(value, (y, aux)), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(x, wr, wfc, wout)
-_, _, onehot, kept = block(x, wr, wfc, wout)
+step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))
+(value, (y, aux)), grads = step(x, wr, wfc, wout)
+_, _, onehot, kept = jax.jit(block)(x, wr, wfc, wout)
 load = jnp.stack([onehot.sum((1, 2)), (onehot * kept[..., None]).sum((1, 2))], axis=1)  # (G, 2, E)
 out = {"loss": [float(value)], "y": y, "aux": [float(aux)], "load": load,
        "dx": grads[0], "dw_router": grads[1], "dw_fc": grads[2], "dw_out": grads[3]}
