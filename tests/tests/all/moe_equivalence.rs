@@ -117,3 +117,34 @@ fn gpu_trains_an_expert_parallel_mixture_to_the_one_device_reference() {
         shardlab_tests::assert_close(&format!("GPU param {i}"), p, q, 1e-4, 1e-3);
     }
 }
+
+/// Automatic mode moves the slots by all-to-all four times a block (dispatch and combine, and
+/// their transposes in the backward), each naming the composition's constraint that asked for
+/// it, and gathers no expert weight.
+#[test]
+fn automatic_mode_says_which_rule_inserted_each_all_to_all() {
+    let (_, auto) = runs("dp=2,ep=2").pop().unwrap();
+    let planned = shardlab::plan::build(&options(auto, 0.0, Capacity::Dropless)).unwrap();
+    let inserted = planned.inserted.as_ref().unwrap();
+    let all_to_all: Vec<_> = inserted.iter().filter(|r| r.op == "all_to_all").collect();
+    let values: Vec<&str> = all_to_all.iter().map(|r| r.value.as_str()).collect();
+    assert_eq!(
+        values,
+        [
+            "h0.moe.dispatched",
+            "h0.moe.expert_out",
+            "dh0.moe.expert_out",
+            "dh0.moe.dispatched"
+        ]
+    );
+    for r in &all_to_all {
+        let rule = format!("the composition's with_sharding_constraint on {}", r.value);
+        assert!(r.rule.contains(&rule), "{}: {}", r.value, r.rule);
+    }
+    let gathered: Vec<&str> = inserted
+        .iter()
+        .filter(|r| r.op == "all_gather" && r.value.contains("w_"))
+        .map(|r| r.value.as_str())
+        .collect();
+    assert!(gathered.is_empty(), "jit gathered weights: {gathered:?}");
+}
