@@ -255,10 +255,10 @@ pub struct ModelArgs {
     pub expert_width: Option<usize>,
     /// Slots per expert and sequence: a factor of the even share (ceil(factor x T x k / E),
     /// the choices past them dropped in GShard's order; default 1.25, Switch's), or `dropless`.
-    #[arg(long, value_parser = parse_capacity, requires = "experts")]
+    #[arg(long, value_parser = parse_capacity, requires = "experts", allow_negative_numbers = true)]
     pub capacity: Option<Capacity>,
     /// Switch's load-balancing loss coefficient (default 0.01).
-    #[arg(long = "aux-loss", requires = "experts")]
+    #[arg(long = "aux-loss", requires = "experts", allow_negative_numbers = true)]
     pub aux_loss: Option<f32>,
 
     /// Rematerialization: which activations each block's backward pass recomputes.
