@@ -20,6 +20,14 @@ pub enum Setting {
     Attention,
     Remat,
     Precision,
+    /// A mixture-of-experts MLP's experts (0: the dense MLP).
+    Experts,
+    TopK,
+    ExpertWidth,
+    /// The experts' capacity: a factor, or dropless.
+    Capacity,
+    /// Switch's load-balancing loss coefficient.
+    AuxLoss,
     Optimizer,
     Lr,
     Data,
@@ -74,7 +82,7 @@ const END: char = '\u{2}';
 
 impl Setting {
     /// Every setting without a payload, in one list, so a mention can be read back.
-    const PLAIN: [Setting; 36] = [
+    const PLAIN: [Setting; 41] = [
         Setting::Layers,
         Setting::DModel,
         Setting::Heads,
@@ -86,6 +94,11 @@ impl Setting {
         Setting::Attention,
         Setting::Remat,
         Setting::Precision,
+        Setting::Experts,
+        Setting::TopK,
+        Setting::ExpertWidth,
+        Setting::Capacity,
+        Setting::AuxLoss,
         Setting::Optimizer,
         Setting::Lr,
         Setting::Data,
@@ -140,6 +153,11 @@ impl Setting {
             Setting::Attention => "attention",
             Setting::Remat => "remat",
             Setting::Precision => "precision",
+            Setting::Experts => "experts",
+            Setting::TopK => "top_k",
+            Setting::ExpertWidth => "expert_width",
+            Setting::Capacity => "capacity",
+            Setting::AuxLoss => "aux_loss",
             Setting::Optimizer => "optimizer",
             Setting::Lr => "lr",
             Setting::Data => "task",
@@ -188,6 +206,10 @@ impl Setting {
             Setting::AxisType(axis) => format!("axis type of {axis}"),
             Setting::Spec(name) => format!("the spec of {name}"),
             Setting::CombineAllReduces => "all-reduce combiner".into(),
+            Setting::TopK => "top-k".into(),
+            Setting::ExpertWidth => "expert width".into(),
+            Setting::Capacity => "capacity factor".into(),
+            Setting::AuxLoss => "load-balancing loss".into(),
             other => other.key(),
         }
     }

@@ -141,6 +141,7 @@ pub const ALL: &[(&str, &str)] = &[
     ("attention_sg", attention!("attention_sg.wgsl")),
     ("attention_fa", attention!("attention_fa.wgsl")),
     ("seq", include_str!("../../shaders/seq.wgsl")),
+    ("moe", include_str!("../../shaders/moe.wgsl")),
 ];
 
 /// The (name, source) of `shaders/<name>.wgsl` as compiled (preludes composed).

@@ -115,9 +115,13 @@ impl Shardlab {
             "schedules": shardlab::plan::Schedule::ALL.map(shardlab::plan::Schedule::name),
             "limits": limits,
             "max_devices": shardlab::plan::PAGE_MAX_DEVICES,
-            // The mesh's axis kinds, each with what it splits, and ZeRO's stages on dp.
+            // The mesh's axis kinds, each with what it splits, and ZeRO's stages on dp. ("ep"
+            // splits a mixture of experts, which the page's model does not offer yet.)
             "axes": shardlab::plan::AxisKind::ALL
-                .map(|k| json!({"name": k.name(), "splits": k.splits()})),
+                .into_iter()
+                .filter(|k| *k != shardlab::plan::AxisKind::Ep)
+                .map(|k| json!({"name": k.name(), "splits": k.splits()}))
+                .collect::<Vec<_>>(),
             "zero_stages": shardlab::plan::Zero::ALL.map(shardlab::plan::Zero::name),
             "devices": shardlab::profile::presets(),
         })

@@ -158,6 +158,8 @@ impl Settings {
             attention: self.attention,
             remat: self.remat,
             precision: Default::default(),
+            // The page offers no mixture of experts yet.
+            moe: None,
         }
     }
 

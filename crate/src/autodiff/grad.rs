@@ -304,8 +304,8 @@ fn needs_grad(b: &Builder, wrt: &[ValueId], start: usize, forward_len: usize) ->
     }
     for instr in &prog.instrs[start..forward_len] {
         if instr.inputs.iter().any(|v| needed[v.index()]) {
-            for o in &instr.outputs {
-                needed[o.index()] = true;
+            for (k, o) in instr.outputs.iter().enumerate() {
+                needed[o.index()] = instr.op.carries_gradient(k);
             }
         }
     }

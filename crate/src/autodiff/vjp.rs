@@ -198,7 +198,40 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             },
             &[ct],
         ))],
+        // Only the probabilities and the gates carry gradients: places and owners are indices,
+        // the load counts choices (its gradient is zero almost everywhere, as jnp's of a count).
+        Op::MoeRoute { capacity, .. } => {
+            let o = &ins.outputs;
+            let dprobs = cts[0].unwrap_or_else(|| zeros_like(b, o[0]));
+            let dgates = cts[1].unwrap_or_else(|| zeros_like(b, o[1]));
+            let op = Op::MoeRouteGrad { capacity: *capacity };
+            vec![Some(b.emit1(op, &[o[0], o[1], o[2], dprobs, dgates]))]
+        }
+        // Dispatch and combine are each other's transpose; a gate's cotangent is its token's
+        // row dotted with its slot's. Each cotangent of a buffer is named after it (`dNAME`),
+        // so that jit can be told where to keep it, as a with_sharding_constraint's transpose
+        // pins the cotangent in JAX.
+        Op::MoeDispatch => {
+            name_cotangent(b, ct, ins.outputs[0]);
+            let dx = b.emit1(Op::MoeCombine, &moe_operands(ct, x));
+            let mut grads = vec![Some(dx), None, None];
+            if x.len() == 4 {
+                grads.push(Some(b.emit1(Op::MoeGateGrad, &[x[0], ct, x[1]])));
+            }
+            grads
+        }
+        Op::MoeCombine => {
+            let dy = b.emit1(Op::MoeDispatch, &moe_operands(ct, x));
+            name_cotangent(b, dy, x[0]);
+            let mut grads = vec![Some(dy), None, None];
+            if x.len() == 4 {
+                grads.push(Some(b.emit1(Op::MoeGateGrad, &[ct, x[0], x[1]])));
+            }
+            grads
+        }
         Op::GeluGrad
+        | Op::MoeRouteGrad { .. }
+        | Op::MoeGateGrad
         | Op::LayerNormGrad
         | Op::SoftmaxCausalGrad
         | Op::AttentionGrad { .. }
@@ -246,6 +279,21 @@ pub(super) fn vjp(b: &mut Builder, ins: &Instr, cts: &[Option<ValueId>]) -> Resu
             ));
         }
     })
+}
+
+/// The operands of an index move's transpose: the cotangent in place of the rows, the same
+/// places, owners and (if any) gates.
+fn moe_operands(ct: ValueId, x: &[ValueId]) -> Vec<ValueId> {
+    let mut operands = vec![ct];
+    operands.extend_from_slice(&x[1..]);
+    operands
+}
+
+/// Names cotangent `ct` of `v` `dNAME` where `v` is named and `ct` is not.
+fn name_cotangent(b: &mut Builder, ct: ValueId, v: ValueId) {
+    if let (Some(name), None) = (b.info(v).name.clone(), &b.info(ct).name) {
+        b.set_name(ct, &format!("d{name}"));
+    }
 }
 
 fn zeros_like(b: &mut Builder, v: ValueId) -> ValueId {

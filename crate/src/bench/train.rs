@@ -22,6 +22,7 @@ pub fn small_config() -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! How IR ops map onto the kernels' shapes, shared by the reference and GPU executors so
 //! both run exactly the same decomposition.
-use crate::ir::{numel, strides, AttnSeq, Instr, Op, Program, Runs, SeqBlock};
+use crate::ir::{numel, strides, AttnSeq, Instr, Op, Program, Runs, SeqBlock, ValueId};
 use crate::reference::attention::Blocks;
 use crate::reference::copy::Strided;
 use crate::reference::matmul::MatmulShape;
@@ -304,6 +304,39 @@ pub fn attention_blocks(
         q: seq_runs(&seq.q, tq, mesh, device)?,
         kv: seq_runs(&seq.kv, tk, mesh, device)?,
     })
+}
+
+/// The routing sizes of a mixture-of-experts instruction, read off its operands' and results'
+/// local shapes.
+pub fn moe_shape(prog: &Program, ins: &Instr) -> crate::reference::moe::MoeShape {
+    let shape = |v: ValueId| prog.shape(v);
+    let (groups, seq, experts, k, capacity, width) = match &ins.op {
+        Op::MoeRoute { k, capacity } => {
+            let l = shape(ins.inputs[0]);
+            (l[0], l[1], l[2], *k, *capacity, 0)
+        }
+        Op::MoeRouteGrad { capacity } => {
+            let (p, g) = (shape(ins.inputs[0]), shape(ins.inputs[1]));
+            (p[0], p[1], p[2], g[2], *capacity, 0)
+        }
+        Op::MoeDispatch | Op::MoeCombine => {
+            let (p, o) = (shape(ins.inputs[1]), shape(ins.inputs[2]));
+            let d = *shape(ins.inputs[0]).last().unwrap_or(&0);
+            (p[0], p[1], o[1], p[2], o[2], d)
+        }
+        _ => {
+            let (a, b, p) = (shape(ins.inputs[0]), shape(ins.inputs[1]), shape(ins.inputs[2]));
+            (a[0], a[1], b[0], p[2], b[2], a[2])
+        }
+    };
+    crate::reference::moe::MoeShape {
+        groups,
+        seq,
+        experts,
+        k,
+        capacity,
+        width,
+    }
 }
 
 #[cfg(test)]

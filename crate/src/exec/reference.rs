@@ -1,4 +1,6 @@
-use super::lowering::{attention_blocks, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs};
+use super::lowering::{
+    attention_blocks, moe_shape, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs,
+};
 use super::{ExecError, Tensor};
 use crate::ir::{numel, DType, Instr, Op, Program};
 use crate::reference as r;
@@ -510,6 +512,9 @@ fn eval_local(
             vec![Tensor::U32(random_bits(Key([k[0], k[1]]), *layout, shape))]
         }
         Op::Dropout { rate } => vec![Tensor::F32(r::dropout::apply(f(0), get(1).u32(), *rate))],
+        Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {
+            moe(prog, ins, vals)
+        }
         Op::Psum { .. }
         | Op::AllGather { .. }
         | Op::PsumScatter { .. }
@@ -537,4 +542,28 @@ fn eval_local(
             vec![Tensor::F32(p), Tensor::F32(m), Tensor::F32(v)]
         }
     })
+}
+
+/// A mixture-of-experts op on one device's blocks ([`r::moe`]).
+fn moe(prog: &Program, ins: &Instr, vals: &[&Tensor]) -> Vec<Tensor> {
+    let s = moe_shape(prog, ins);
+    let f = |k: usize| vals[k].f32();
+    let u = |k: usize| vals[k].u32();
+    let gates = vals.get(3).map(|t| t.f32());
+    match &ins.op {
+        Op::MoeRoute { .. } => {
+            let o = r::moe::route(f(0), s);
+            vec![
+                Tensor::F32(o.probs),
+                Tensor::F32(o.gates),
+                Tensor::U32(o.places),
+                Tensor::U32(o.owners),
+                Tensor::F32(o.load),
+            ]
+        }
+        Op::MoeRouteGrad { .. } => vec![Tensor::F32(r::moe::route_grad(f(0), f(1), u(2), f(3), f(4), s))],
+        Op::MoeDispatch => vec![Tensor::F32(r::moe::dispatch(f(0), u(2), gates, s))],
+        Op::MoeCombine => vec![Tensor::F32(r::moe::combine(f(0), u(1), gates, s))],
+        _ => vec![Tensor::F32(r::moe::gate_grad(f(0), f(1), u(2), s))],
+    }
 }

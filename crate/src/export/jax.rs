@@ -11,6 +11,7 @@ use crate::model::{param_specs, Dataset};
 use crate::plan::{
     self, gradient_pin, AxisKind, DropoutKey, ExplicitView, GradientPin, Parallel, Parallelism, TrainerOptions, Zero,
 };
+use crate::setting::{render, Audience, Setting};
 use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
@@ -52,6 +53,11 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     Ok(script)
 }
 
+/// `--experts N` in the command line's words.
+fn experts_flag(experts: usize) -> String {
+    render(&Setting::Experts.at(experts), Audience::Cli)
+}
+
 /// What `shardlab train` checks before it plans: the steps, the learning rate, the model and
 /// the data.
 fn check(opts: &TrainerOptions, steps: u64) -> Result<(), ExportError> {
@@ -63,6 +69,15 @@ fn check(opts: &TrainerOptions, steps: u64) -> Result<(), ExportError> {
         return Err(ExportError(format!("--lr {lr} must be a positive number")));
     }
     opts.config.validate().map_err(|e| ExportError(e.to_string()))?;
+    if let Some(moe) = &opts.config.moe {
+        // The script's model is the dense one: writing it would train another model.
+        return Err(ExportError(format!(
+            "{}: the exported script has no mixture-of-experts block yet; export the dense model ({}), or \
+             train the mixture in shardlab",
+            experts_flag(moe.experts),
+            experts_flag(0)
+        )));
+    }
     Dataset::new(opts.data.clone(), &opts.config, opts.seed).map_err(|e| ExportError(e.to_string()))?;
     check_pipeline_layout(opts)
 }

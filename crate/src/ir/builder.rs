@@ -258,6 +258,7 @@ impl Builder {
                     Op::Split { sizes, .. } => sizes.len(),
                     Op::LayerNorm | Op::LayerNormGrad | Op::AdamWUpdate { .. } | Op::AttentionGrad { .. } => 3,
                     Op::Attention { .. } | Op::AttentionCombine => 2,
+                    Op::MoeRoute { .. } => 5,
                     Op::Psum { .. } => inputs.len().max(1),
                     _ => 1,
                 };

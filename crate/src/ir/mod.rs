@@ -4,6 +4,7 @@ mod builder;
 mod checkpoint;
 mod custom_vjp;
 mod error;
+pub mod moe;
 mod op;
 mod precision;
 mod print;

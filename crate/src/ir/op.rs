@@ -212,6 +212,35 @@ pub enum Op {
         seq: AttnSeq,
     },
 
+    // --- mixture of experts: routing by index (ir/moe.rs); each index op's transpose is another ---
+    /// The router of a mixture-of-experts block on each group's logits (G, S, E) (a group is
+    /// a sequence): the softmax over the experts; each token's top `k` logits (ties to the lower
+    /// expert), whose softmax among themselves are its gates (the top-k probabilities
+    /// renormalised); and a place for each choice among its expert's `capacity` slots, given
+    /// in GShard's order (every token's first choice in sequence order, then every second
+    /// choice, ...), a choice past the capacity dropped.
+    /// -> (probs (G, S, E), gates (G, S, k), places u32 (G, S, k), owners u32 (G, E, C),
+    /// load (G, 2, E)). See [`super::moe`] for the encodings.
+    MoeRoute {
+        k: usize,
+        capacity: usize,
+    },
+    /// (probs, gates, places, dprobs, dgates) -> dlogits: the softmax's and the gates' VJP
+    /// (`capacity` decodes the places).
+    MoeRouteGrad {
+        capacity: usize,
+    },
+    /// (x (G, S, D), places, owners[, gates]) -> (E, G, C, D): slot c of expert e holds the row
+    /// of the token that owns it (times its gate), zeros where no token does. The transpose of
+    /// [`Op::MoeCombine`].
+    MoeDispatch,
+    /// (y (E, G, C, D), places, owners[, gates]) -> (G, S, D): each token's sum over its kept
+    /// choices of its slot's row (times the choice's gate). The transpose of [`Op::MoeDispatch`].
+    MoeCombine,
+    /// (a (G, S, D), b (E, G, C, D), places) -> (G, S, k): a[g, s] . b[e, g, c] for each kept
+    /// choice (e, c), 0 for a dropped one: the gates' gradient of a gated dispatch or combine.
+    MoeGateGrad,
+
     // --- optimizers (update in place: outputs are donated inputs) ---
     /// (p, g) -> p - lr * g
     SgdUpdate {
@@ -306,6 +335,12 @@ fn is_suffix(small: &[usize], big: &[usize]) -> bool {
 }
 
 impl Op {
+    /// Whether output `k` carries a gradient: not a router's places, owners and load (index
+    /// arrays and counts, piecewise constant: JAX's gradient of them is zero).
+    pub fn carries_gradient(&self, k: usize) -> bool {
+        !matches!(self, Op::MoeRoute { .. }) || k < 2
+    }
+
     /// The printed name, in jaxpr/HLO spelling.
     pub fn name(&self) -> &'static str {
         match self {
@@ -348,6 +383,11 @@ impl Op {
             Op::SeqPut { .. } => "dynamic_update_slice",
             Op::RandomBitsBlock { .. } => "random_bits",
             Op::Pcast { .. } => "pcast",
+            Op::MoeRoute { .. } => "moe_route",
+            Op::MoeRouteGrad { .. } => "moe_route_grad",
+            Op::MoeDispatch => "moe_dispatch",
+            Op::MoeCombine => "moe_combine",
+            Op::MoeGateGrad => "moe_gate_grad",
             Op::SgdUpdate { .. } => "sgd_update",
             Op::AdamWUpdate { .. } => "adamw_update",
         }
@@ -464,6 +504,8 @@ impl Op {
                 }
                 s
             }
+            Op::MoeRoute { k, capacity } => format!("top_k={k} capacity={capacity}"),
+            Op::MoeRouteGrad { capacity } => format!("capacity={capacity}"),
             Op::SgdUpdate { lr } => format!("lr={lr}"),
             Op::AdamWUpdate { lr, wd, .. } => format!("lr={lr} wd={wd}"),
             _ => String::new(),
@@ -889,6 +931,9 @@ impl Op {
                     return err(format!("block {shape:?} does not tile the global shape {global:?}"));
                 }
                 Ok(vec![u32s(shape.clone())])
+            }
+            Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {
+                super::moe::infer(self, ins)
             }
             Op::SgdUpdate { .. } => {
                 want(2)?;

@@ -16,6 +16,7 @@ pub mod fused;
 pub mod gelu;
 pub mod layernorm;
 pub mod matmul;
+pub mod moe;
 pub mod optimizer;
 pub mod random;
 pub mod reduce;

@@ -56,6 +56,10 @@ pub struct GptConfig {
     /// settings saved before it existed read as f32.
     #[serde(default)]
     pub precision: Precision,
+    /// A mixture-of-experts MLP in every block in place of the dense one (None: dense);
+    /// settings saved before it existed read as dense.
+    #[serde(default)]
+    pub moe: Option<super::Moe>,
 }
 
 /// How the model traces attention. Both compute the same function and draw the same dropout
@@ -160,6 +164,7 @@ impl GptConfig {
             attention: Attention::Fused,
             remat: Remat::None,
             precision: Default::default(),
+            moe: None,
         }
     }
 
@@ -218,6 +223,7 @@ impl GptConfig {
             )
             .into());
         }
+        super::moe::check(self)?;
         self.check_sizes()
     }
 
@@ -233,8 +239,9 @@ impl GptConfig {
     }
 
     /// Number of parameters in closed form (u64, checked; None if it overflows): `V*d + T*d`,
-    /// per block `12*d^2 + 13*d`, then `2*d`, plus `d*V` untied. Needs no parameter list, so
-    /// it is cheap for any depth.
+    /// per block `12*d^2 + 13*d` (with a mixture of experts, `4*d^2 + 8*d` and the MLP's
+    /// `d*E + 2*E*d*F + d`), then `2*d`, plus `d*V` untied. Needs no parameter list, so it is
+    /// cheap for any depth.
     pub fn param_count(&self) -> Option<u64> {
         let (l, d, t, v) = (
             self.layers as u64,
@@ -243,9 +250,15 @@ impl GptConfig {
             self.vocab as u64,
         );
         let embed = v.checked_mul(d)?.checked_add(t.checked_mul(d)?)?;
-        let block = 12u64
-            .checked_mul(d.checked_mul(d)?)?
-            .checked_add(13u64.checked_mul(d)?)?;
+        let block = match &self.moe {
+            None => 12u64
+                .checked_mul(d.checked_mul(d)?)?
+                .checked_add(13u64.checked_mul(d)?)?,
+            Some(moe) => 4u64
+                .checked_mul(d.checked_mul(d)?)?
+                .checked_add(8u64.checked_mul(d)?)?
+                .checked_add(moe.mlp_params(d)?)?,
+        };
         let head = if self.tied { 0 } else { d.checked_mul(v)? };
         embed
             .checked_add(l.checked_mul(block)?)?
@@ -272,7 +285,31 @@ fn check_sizes_for(cfg: &GptConfig, max_elements: u64, bits: u32) -> Result<(), 
             .try_fold(1u64, |acc, &n| acc.checked_mul(n as u64))
             .filter(|&n| n <= max_elements)
     };
-    use Setting::{Batch, DModel, Heads, Seq, Vocab};
+    use Setting::{Batch, DModel, ExpertWidth, Experts, Heads, Seq, Vocab};
+    if let Some(moe) = &cfg.moe {
+        let (e, f, c) = (moe.experts, moe.width, moe.slots(t));
+        let tensors: [(&str, &[usize], &[Setting]); 3] = [
+            ("the experts' w_fc", &[e, d, f], &[Experts, ExpertWidth, DModel]),
+            ("the experts' slots", &[e, b, c, d], &[Experts, Batch, Seq, DModel]),
+            (
+                "the experts' hidden units",
+                &[e, b, c, f],
+                &[Experts, Batch, Seq, ExpertWidth],
+            ),
+        ];
+        for (name, dims, settings) in tensors {
+            if elements(dims).and_then(|n| n.checked_mul(4)).is_none() {
+                return Err(Refusal::new(
+                    settings[0].clone(),
+                    format!(
+                        "{name} would have more elements than this machine can index ({bits} bits): lower {}",
+                        crate::setting::one_of(settings)
+                    ),
+                )
+                .into());
+            }
+        }
+    }
     let tensors: [(&str, &[usize], &[Setting]); 6] = [
         ("wte", &[v, d], &[Vocab, DModel]),
         ("wpe", &[t, d], &[Seq, DModel]),
@@ -332,6 +369,7 @@ mod tests {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         }
     }
 

@@ -1,3 +1,4 @@
+use super::moe::{moe_mlp, MoeSplit};
 use super::ring::{ring_attention, Ring, RingDropout};
 use super::{Attention, GptConfig};
 use crate::ir::{Builder, Op, RngLayout, SeqBlock, ValueId};
@@ -44,6 +45,8 @@ pub struct Local {
     /// Pipeline parallelism: the blocks traced are a stage's run of the model's, block `l` of
     /// the program being the model's block `first + l` (its dropout keys are that block's).
     pub stage: Option<Stage>,
+    /// How a mixture-of-experts MLP is split (None: whole, as on one device).
+    pub moe: Option<MoeSplit>,
 }
 
 /// A pipeline stage's run of blocks: where it starts in the model.
@@ -80,6 +83,7 @@ impl Local {
             ring: None,
             masks: None,
             stage: None,
+            moe: None,
         }
     }
 }
@@ -186,22 +190,37 @@ fn linear(b: &mut Builder, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
     b.add(y, bias)
 }
 
-/// Traces docs/MODEL.md's forward pass and mean cross-entropy; returns the scalar loss.
+/// Traces docs/MODEL.md's forward pass and mean cross-entropy, plus the mixture of experts'
+/// load-balancing losses; returns the scalar loss.
 pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
-    let logits = forward_logits(b, cfg, a);
+    let (logits, aux) = forward(b, cfg, a);
     let losses = b.cross_entropy(logits, a.targets); // (B, T)
-    let loss = b.mean(losses);
+    let mut loss = b.mean(losses);
+    if let Some(aux) = aux {
+        loss = b.add(loss, aux);
+    }
     b.set_name(loss, "loss");
     loss
 }
 
 /// Traces docs/MODEL.md's forward pass up to the logits, (B, T, V).
 pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
+    forward(b, cfg, a).0
+}
+
+/// The logits and, with a mixture of experts, the sum of its blocks' load-balancing losses.
+fn forward(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> (ValueId, Option<ValueId>) {
     let mut x = embed(b, a);
+    let mut total: Option<ValueId> = None;
     for l in 0..cfg.layers {
-        x = b.checkpoint(cfg.remat.policy(), |b| block(b, cfg, a, l, x));
+        let (y, aux) = b.checkpoint(cfg.remat.policy(), |b| block_parts(b, cfg, a, l, x));
+        x = y;
+        total = match (total, aux) {
+            (Some(t), Some(aux)) => Some(b.add(t, aux)),
+            (t, aux) => t.or(aux),
+        };
     }
-    head(b, cfg, a, x)
+    (head(b, cfg, a, x), total)
 }
 
 /// The residual stream's start: token and position embeddings, (B, T, C).
@@ -241,8 +260,14 @@ pub fn head(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId) -> Va
 }
 
 /// Block `l` of docs/MODEL.md on the residual stream `x`: attention, then the MLP, each with
-/// its residual add; returns the new residual stream.
+/// its residual add; returns the new residual stream. (A mixture of experts' load-balancing
+/// loss is [`forward_loss`]'s to add: a pipeline refuses one.)
 pub fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> ValueId {
+    block_parts(b, cfg, a, l, x).0
+}
+
+/// [`block`], with the load-balancing loss of its mixture of experts (None for a dense MLP).
+fn block_parts(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: ValueId) -> (ValueId, Option<ValueId>) {
     // Attention sees the whole sequence, except under context parallelism (its block, and the
     // ring brings the others) and in sequence parallelism's own regions (gathered before).
     let t = a.local.attention_seq;
@@ -333,18 +358,28 @@ pub fn block(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: Val
     let x = b.add(x, y);
     b.set_name(x, &format!("h{l}.x_att"));
 
-    // MLP
-    let hn = b.layer_norm(x, ln2_g, ln2_b);
-    b.set_name(hn, &format!("h{l}.ln2"));
-    let hn = col_in(b, a, hn);
-    let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
-    let f = b.gelu(f);
-    let f = b.matmul(f, w_out);
+    // MLP (with a mixture of experts, w_fc, b_fc and w_out are the router and the experts'
+    // two weights)
+    let ln2 = b.layer_norm(x, ln2_g, ln2_b);
+    b.set_name(ln2, &format!("h{l}.ln2"));
+    let hn = col_in(b, a, ln2);
+    let (f, aux) = match &cfg.moe {
+        None => {
+            let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
+            let f = b.gelu(f);
+            (b.matmul(f, w_out), None)
+        }
+        Some(moe) => {
+            // w_router, w_fc (E, d, F) and w_out (E, F, d) in the dense MLP's places.
+            let (f, aux) = moe_mlp(b, moe, a, l, ln2, hn, [w[8], w[9], w[10]]);
+            (f, Some(aux))
+        }
+    };
     b.set_name(f, &format!("h{l}.mlp"));
     let f = row_out(b, a, f);
     let f = b.add(f, b_out);
     let f = dropout(b, cfg, a, f, l, 2);
     let x = b.add(x, f);
     b.set_name(x, &format!("h{l}.x_mlp"));
-    x
+    (x, aux)
 }

@@ -13,9 +13,10 @@ impl ParamSpec {
         self.shape.iter().product()
     }
 
-    /// AdamW's weight decay applies to 2-D weights only.
+    /// AdamW's weight decay applies to weight matrices only (2-D, and a mixture of experts'
+    /// stacks of them), not to biases and layer-norm gains.
     pub fn decays(&self) -> bool {
-        self.shape.len() == 2
+        self.shape.len() >= 2
     }
 }
 
@@ -38,6 +39,29 @@ pub fn param_specs(cfg: &GptConfig) -> Vec<ParamSpec> {
             ("w_out", vec![4 * d, d]),
             ("b_out", vec![d]),
         ];
+        // A mixture of experts: the router and the experts' stacked weights in the dense MLP's
+        // places (its experts have no biases, as Switch's and Mixtral's).
+        let block = match &cfg.moe {
+            None => block,
+            Some(m) => {
+                let (e, f) = (m.experts, m.width);
+                let [ln1_g, ln1_b, w_qkv, b_qkv, w_proj, b_proj, ln2_g, ln2_b, _, _, _, b_out] = block;
+                [
+                    ln1_g,
+                    ln1_b,
+                    w_qkv,
+                    b_qkv,
+                    w_proj,
+                    b_proj,
+                    ln2_g,
+                    ln2_b,
+                    ("w_router", vec![d, e]),
+                    ("w_fc", vec![e, d, f]),
+                    ("w_out", vec![e, f, d]),
+                    b_out,
+                ]
+            }
+        };
         specs.extend(block.into_iter().map(|(n, s)| (format!("h{l}.{n}"), s)));
     }
     specs.push(("lnf_g".into(), vec![d]));
@@ -74,11 +98,17 @@ pub fn init_params(cfg: &GptConfig, init: Init) -> Vec<Vec<f32>> {
             match (p.shape.len(), init) {
                 (1, _) => vec![if gain { 1.0 } else { 0.0 }; p.numel()],
                 (_, Init::Formula) => {
-                    let cols = p.shape[1];
+                    // A 3-D parameter (an MoE's experts' weights): slice e as a matrix, offset
+                    // by 0.5 e.
+                    let (rows, cols) = (p.shape[p.shape.len() - 2], p.shape[p.shape.len() - 1]);
                     (0..p.numel())
                         .map(|k| {
-                            let (i, j) = ((k / cols) as f64, (k % cols) as f64);
-                            (0.02 * (1.3 * i + 0.7 * j + p.index as f64).sin()) as f32
+                            let (e, i, j) = (
+                                (k / (rows * cols)) as f64,
+                                ((k / cols) % rows) as f64,
+                                (k % cols) as f64,
+                            );
+                            (0.02 * (1.3 * i + 0.7 * j + 0.5 * e + p.index as f64).sin()) as f32
                         })
                         .collect()
                 }

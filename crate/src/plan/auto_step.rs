@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::ir::{Op, Program, RngLayout, Role, ValueId};
 use crate::model::{accumulated_train_step, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
-use crate::partition::{jit_with_constraints, AutoProgram, PartitionError};
+use crate::partition::auto::{jit_pinned, Pin};
+use crate::partition::{AutoProgram, PartitionError};
 use crate::setting::{Refusal, Setting};
 use crate::sharding::PartitionSpec;
 
@@ -70,24 +71,38 @@ pub(super) fn jit_train_step(
     par.check(cfg, microbatches)?;
     let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
     // The composition's own constraints first, so a user's spec on the same value wins.
-    let implicit = if par.sequence_parallel {
+    let mut implicit = if par.sequence_parallel {
         sequence_parallel_constraints(cfg, par)
     } else {
         vec![]
     };
+    implicit.extend(super::moe_constraints(cfg, par, microbatches));
     let s = step_shardings(cfg, opt, par, &global.program, &implicit, overrides)?;
     let out_shardings: Vec<Option<PartitionSpec>> = s.out_shardings.iter().cloned().map(Some).collect();
     let prog = &global.program;
-    let auto =
-        jit_with_constraints(prog, &par.mesh, &s.in_shardings, &out_shardings, &s.constraints).map_err(
-            |e| match &e {
-                PartitionError::Constraint { value, why, .. } => match s.pinned_by.get(value) {
-                    Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
-                    None => PlanError::from(e),
+    // Each pin says whose it is, so an op it makes jit insert names the rule that asked.
+    let pins: BTreeMap<ValueId, Pin> = s
+        .constraints
+        .iter()
+        .map(|(v, spec)| {
+            let pin = Pin::constraint(spec.clone());
+            let pin = match s.implicit_by.get(v) {
+                Some(name) => Pin {
+                    why: format!("the composition's with_sharding_constraint on {name}, from the logical-axis rules"),
+                    ..pin
                 },
-                _ => PlanError::from(e),
-            },
-        )?;
+                None => pin,
+            };
+            (*v, pin)
+        })
+        .collect();
+    let auto = jit_pinned(prog, &par.mesh, &s.in_shardings, &out_shardings, &pins).map_err(|e| match &e {
+        PartitionError::Constraint { value, why, .. } => match s.pinned_by.get(value) {
+            Some((name, spec)) => Refusal::at(Setting::Spec(name.clone()), spec, why).into(),
+            None => PlanError::from(e),
+        },
+        _ => PlanError::from(e),
+    })?;
     Ok((global, auto))
 }
 
@@ -105,6 +120,8 @@ pub(super) struct StepShardings {
     pub gradient_pins: BTreeMap<ValueId, PartitionSpec>,
     /// Which override pinned each value, so a pin that cannot hold is said at its spec.
     pub pinned_by: BTreeMap<ValueId, (String, PartitionSpec)>,
+    /// The values the composition's own constraints pin, by the name they pin.
+    pub implicit_by: BTreeMap<ValueId, String>,
 }
 
 pub(super) fn step_shardings(
@@ -122,6 +139,7 @@ pub(super) fn step_shardings(
     let gradient_pins = gradient_constraints(prog, par, &pspec, &sspec);
     let mut constraints = gradient_pins.clone();
     let mut pinned_by: BTreeMap<ValueId, (String, PartitionSpec)> = BTreeMap::new();
+    let mut implicit_by: BTreeMap<ValueId, String> = BTreeMap::new();
     let given = implicit
         .iter()
         .map(|o| (o, false))
@@ -143,6 +161,9 @@ pub(super) fn step_shardings(
                     constraints.insert(v, spec.clone());
                     if by_user {
                         pinned_by.insert(v, (name.clone(), spec.clone()));
+                        implicit_by.remove(&v);
+                    } else {
+                        implicit_by.insert(v, name.clone());
                     }
                 }
             }
@@ -173,6 +194,7 @@ pub(super) fn step_shardings(
         constraints,
         gradient_pins,
         pinned_by,
+        implicit_by,
     })
 }
 

@@ -20,11 +20,21 @@ pub enum AxisKind {
     Cp,
     /// Pipeline parallelism: the blocks, in contiguous stages; activations passed stage to stage.
     Pp,
+    /// Expert parallelism: a mixture of experts' experts, and with the data axes the batch;
+    /// two all-to-alls a block move the tokens' slots to their experts and back.
+    Ep,
 }
 
 impl AxisKind {
     /// In the order a mesh's help lists them.
-    pub const ALL: [AxisKind; 5] = [AxisKind::Dp, AxisKind::Fsdp, AxisKind::Tp, AxisKind::Cp, AxisKind::Pp];
+    pub const ALL: [AxisKind; 6] = [
+        AxisKind::Dp,
+        AxisKind::Fsdp,
+        AxisKind::Tp,
+        AxisKind::Cp,
+        AxisKind::Pp,
+        AxisKind::Ep,
+    ];
 
     /// The axis name, in `--mesh`, specs, programs and exported scripts.
     pub fn name(self) -> &'static str {
@@ -34,6 +44,7 @@ impl AxisKind {
             AxisKind::Tp => "tp",
             AxisKind::Cp => "cp",
             AxisKind::Pp => "pp",
+            AxisKind::Ep => "ep",
         }
     }
 
@@ -49,6 +60,7 @@ impl AxisKind {
             AxisKind::Tp => "attention heads and the MLP's hidden units",
             AxisKind::Cp => "the sequence",
             AxisKind::Pp => "the blocks into stages",
+            AxisKind::Ep => "the experts of a mixture of experts, and the batch",
         }
     }
 

@@ -179,20 +179,36 @@ struct Sizes {
     /// Keys each query of a device's block meets locally (the ring brings the rest).
     keys: f64,
     vocab: f64,
+    /// The MLP's hidden units a device computes per block: its rows times its units; with a
+    /// mixture of experts, every expert's slots at the capacity (E x C per sequence, the
+    /// dispatch buffers moved, not grown, by expert parallelism) times an expert's units.
+    hidden: f64,
+    /// A mixture of experts' slots per device and block (E x C per sequence; 0 when dense).
+    slots: f64,
+    /// A mixture of experts' router outputs per device and block (probabilities; 0 when dense).
+    routed: f64,
 }
 
 /// (float, integer) elements one block saves for its backward pass, per microbatch.
 fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool) -> (f64, f64) {
     let res = s.rows * s.d;
     let full = s.att_rows * s.d;
-    let hidden = s.att_rows * s.mlp;
+    let hidden = s.hidden;
+    // A mixture of experts' dispatched slots (its experts' weight gradient reads them), and
+    // the router's probabilities and gates.
+    let experts = s.slots * s.d + 2.0 * s.routed;
     let dropout = cfg.dropout > 0.0;
     match cfg.remat {
         // Its input alone.
         Remat::Full => (res, 0.0),
         // Its input and the outputs of its matmuls the recompute reads: qkv, the projection
         // (partial sums, every row) and fc.
-        Remat::Dots => (res + 3.0 * full / s.tp + full + hidden, 0.0),
+        // (A mixture's experts' matmuls have a batch dimension, the experts: the policy
+        // saves them not, and the backward pass recomputes them with their slots.)
+        Remat::Dots => (
+            res + 3.0 * full / s.tp + full + if s.slots > 0.0 { 0.0 } else { hidden },
+            0.0,
+        ),
         Remat::None => {
             // The layer norms' outputs, which the column-parallel matmuls' weight gradients
             // read (in a shard_map body under tensor parallelism, read through the pcast that
@@ -219,7 +235,7 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
                 (Mode::Auto, false, true) => 3.0 * full / s.tp,
                 _ => 0.0,
             };
-            let floats = norms + 2.0 * res + attention + 2.0 * hidden + stats + jit;
+            let floats = norms + 2.0 * res + attention + 2.0 * hidden + stats + jit + experts;
             // The residual dropouts' bits (and unfused, the probabilities').
             let bits = match (dropout, cfg.attention) {
                 (false, _) => 0.0,
@@ -239,6 +255,14 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     let m = opts.microbatches.max(1);
     let b = (cfg.batch / par.batch_split() / m) as f64;
     let seq_att = cfg.seq as f64 / cp;
+    let (hidden, slots, routed) = match &cfg.moe {
+        None => (b * seq_att * 4.0 * cfg.d_model as f64 / tp, 0.0, 0.0),
+        Some(moe) => {
+            let slots = b * (moe.experts * moe.slots(cfg.seq)) as f64;
+            let routed = b * (cfg.seq * moe.experts) as f64;
+            (slots * moe.width as f64 / tp, slots, routed)
+        }
+    };
     let s = Sizes {
         batch: b,
         rows: b * (cfg.seq / par.seq_split()) as f64,
@@ -250,6 +274,9 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
         // jit gathers a ring's keys whole; a shard_map ring meets them a block at a time.
         keys: if mode == Mode::Auto { cfg.seq as f64 } else { seq_att },
         vocab: cfg.vocab as f64,
+        hidden,
+        slots,
+        routed,
     };
     let blocks = device_blocks(opts, par) as f64;
     let (per_block, per_block_bits) = saved_per_block(cfg, &s, mode, par.sequence_parallel, par.is_cp());
@@ -258,7 +285,15 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     // pipeline's stage gathers its stack once, through a view the plan counts where it is
     // made). jit under sequence and context parallelism gathers the row-parallel weights
     // (the projection's and the MLP's output) whole and holds them.
-    let block_weights = 12.0 * s.d * s.d / tp + 13.0 * s.d;
+    let ep = par.size(AxisKind::Ep) as f64;
+    let block_weights = match &cfg.moe {
+        None => 12.0 * s.d * s.d / tp + 13.0 * s.d,
+        // Attention's, the router's, and this device's experts'.
+        Some(moe) => {
+            let (e, f) = (moe.experts as f64, moe.width as f64);
+            4.0 * s.d * s.d / tp + 8.0 * s.d + s.d * e + 2.0 * e / ep * s.d * f / tp
+        }
+    };
     let gathered = match (par.has(AxisKind::Fsdp) && pp == 1, mode) {
         (true, _) => block_weights,
         (false, Mode::Auto) if par.is_cp() && par.sequence_parallel => 5.0 * s.d * s.d,
@@ -290,7 +325,11 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     };
     let (block_now, _) = saved_per_block(&none, &s, mode, par.sequence_parallel, par.is_cp());
     let recompute = if cfg.remat == Remat::None { 0.0 } else { block_now };
-    let busiest = recompute + res + s.att_rows * s.mlp + s.d * s.mlp;
+    let unit_weights = match &cfg.moe {
+        None => s.d * s.mlp,
+        Some(moe) => moe.experts as f64 / ep * s.d * moe.width as f64 / tp,
+    };
+    let busiest = recompute + res + s.hidden + unit_weights;
     let head = 2.0 * s.rows * s.vocab + res;
     // Each stage's peak, the device's the largest: what it holds, and the backward's busiest
     // moment. A pipeline's running sums of its stage's gradients (values of their own, with a
@@ -352,7 +391,7 @@ fn zero_gathered(cfg: &GptConfig, par: &Parallelism, mode: Mode, blocks: u64) ->
 mod tests {
     use super::*;
     use crate::ir::Precision;
-    use crate::model::{Attention, GptConfig, Remat};
+    use crate::model::{Attention, Capacity, GptConfig, Moe, Remat};
     use crate::plan::{build, DropoutKey, MemoryPlan, Schedule, Zero};
     use crate::sharding::Mesh;
 
@@ -398,7 +437,7 @@ mod tests {
             ..GptConfig::tiny()
         };
         // The presets (one and two axes), and three- and four-axis compositions, in both modes.
-        let compositions: [(&str, Zero, bool, Mode, usize, Schedule); 19] = [
+        let compositions: [(&str, Zero, bool, Mode, usize, Schedule); 24] = [
             ("", Zero::Off, false, Single, 1, Gpipe),
             ("dp=4", Zero::Off, false, ShardMap, 1, Gpipe),
             ("dp=4", Zero::One, false, ShardMap, 1, Gpipe),
@@ -418,6 +457,12 @@ mod tests {
             ("dp=2,tp=2", Zero::One, false, Auto, 1, Gpipe),
             ("fsdp=2,tp=2", Zero::Off, false, Auto, 1, Gpipe),
             ("dp=2,cp=2,tp=2", Zero::Off, true, Auto, 2, Gpipe),
+            // Expert parallelism (a mixture of experts only).
+            ("ep=4", Zero::Off, false, ShardMap, 1, Gpipe),
+            ("dp=2,ep=2", Zero::One, false, ShardMap, 2, Gpipe),
+            ("ep=2,tp=2", Zero::Off, false, ShardMap, 1, Gpipe),
+            ("fsdp=2,ep=2", Zero::Off, false, ShardMap, 1, Gpipe),
+            ("dp=2,ep=2", Zero::Off, false, Auto, 1, Gpipe),
         ];
         let configs = [
             base.clone(),
@@ -440,14 +485,34 @@ mod tests {
                 tied: true,
                 ..base.clone()
             },
+            GptConfig {
+                moe: Some(Moe {
+                    width: 96,
+                    ..Moe::new(4, 64)
+                }),
+                ..base.clone()
+            },
+            GptConfig {
+                moe: Some(Moe {
+                    capacity: Capacity::Dropless,
+                    ..Moe::new(8, 64)
+                }),
+                remat: Remat::Dots,
+                ..base.clone()
+            },
         ];
         let mut worst: f64 = 1.0;
         for cfg in &configs {
             for (mesh, zero, sp, mode, k, schedule) in compositions {
                 let opts = options(cfg, mesh, zero, sp, mode, k, schedule);
-                // Ring attention in a shard_map body needs the fused op.
+                // Ring attention in a shard_map body needs the fused op; "ep" needs a mixture of
+                // experts, which composes with neither "cp", "pp" nor sequence parallelism.
                 let Ok(planned) = build(&opts) else {
-                    assert!(cfg.attention == Attention::Unfused && mesh.contains("cp"), "{mesh}");
+                    let moe = cfg.moe.is_some();
+                    let refused = (cfg.attention == Attention::Unfused && mesh.contains("cp"))
+                        || (moe && (mesh.contains("cp") || mesh.contains("pp") || sp))
+                        || (!moe && mesh.contains("ep"));
+                    assert!(refused, "{mesh}: {:?}", build(&opts).err());
                     continue;
                 };
                 let traced = MemoryPlan::of(&planned.step.program).unwrap();
@@ -502,6 +567,7 @@ mod tests {
             attention: Attention::Fused,
             remat: Remat::None,
             precision: Precision::Bf16,
+            moe: None,
         };
         let opts = options(
             &cfg,

@@ -6,7 +6,7 @@
 use super::axes::AxisKind;
 use super::{DropoutKey, Parallelism};
 use crate::ir::{Builder, CpOrder, Op, SeqBlock, ValueId};
-use crate::model::{update, GptConfig, Local, MaskBlocks, Optimizer, Ring};
+use crate::model::{update, GptConfig, Local, MaskBlocks, MoeSplit, Optimizer, Ring};
 use crate::sharding::PartitionSpec;
 
 /// A composition's body pieces for one model.
@@ -102,6 +102,10 @@ impl Compose<'_> {
             }),
             masks: self.masks(),
             stage: None,
+            moe: self.cfg.moe.map(|_| MoeSplit {
+                token_axes: self.par.token_axes().into_iter().map(String::from).collect(),
+                ep: par.has(AxisKind::Ep).then(|| AxisKind::Ep.name().to_string()),
+            }),
         }
     }
 

@@ -98,7 +98,9 @@ pub(super) fn explicit_train_step(
     let types = explicit_axis_types(par, given_types)?;
     let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
     let prog = &global.program;
-    let s = step_shardings(cfg, opt, par, prog, &[], overrides)?;
+    // A mixture's expert buffers laid out as automatic mode lays them out (experts over "ep").
+    let implicit = super::moe_constraints(cfg, par, microbatches);
+    let s = step_shardings(cfg, opt, par, prog, &implicit, overrides)?;
     let typed = |v: ValueId, spec: &PartitionSpec| explicit_only(&dims_of_spec(spec, prog.shape(v).len()), &types);
     // A type shows Explicit axes only: a spec giving an intermediate a type cannot name an Auto one.
     for (name, spec) in s.pinned_by.values() {
@@ -190,7 +192,7 @@ fn want(dims: Dims, why: impl Into<String>) -> Want {
 /// every key), and, under sequence parallelism, each layer norm's output whole over "tp" before
 /// the column-parallel matmul. Where the rules already give a value its type, nothing is written.
 fn model_wants(par: &Parallelism, prog: &Program, types: &AxisTypes) -> BTreeMap<ValueId, Want> {
-    use Logical::{Batch, Embed, Heads, Length};
+    use Logical::{Batch, Embed, Expert, Heads, Length};
     let gathered = Parallelism {
         sequence_parallel: false,
         ..par.clone()
@@ -221,6 +223,11 @@ fn model_wants(par: &Parallelism, prog: &Program, types: &AxisTypes) -> BTreeMap
                 &gathered,
                 &[Some(Batch), Some(Heads), None, None],
                 "every query reads every key: the keys whole along the sequence",
+            ),
+            (true, "down") => (
+                par,
+                &[Some(Expert), Some(Batch), None],
+                "a mixture's experts' row-parallel matmul: its partial sums reduced, each expert where its weights are",
             ),
             (true, "proj" | "mlp") => (
                 par,

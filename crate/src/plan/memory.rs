@@ -821,6 +821,7 @@ mod tests {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         };
         let sgd = Optimizer::Sgd { lr: 0.1 };
         let err = check_config(&cfg, sgd, 4, &MemoryLimits::host()).unwrap_err().0;

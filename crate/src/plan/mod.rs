@@ -14,6 +14,7 @@ mod compose;
 mod error;
 mod explicit_step;
 mod memory;
+mod moe;
 mod options;
 mod page;
 mod parallelism;
@@ -38,6 +39,7 @@ pub use memory::{
     binary_bytes, check_config, human_bytes, parse_size, plan_and_check, shape_bytes, MemoryError, MemoryLimits,
     MemoryPlan, TensorBytes, DEFAULT_BUDGET_BYTES, MAX_SIMULATED_DEVICES, WASM_HEAP_BYTES,
 };
+pub use moe::moe_constraints;
 pub use options::{Parallel, TrainerOptions};
 pub use page::{
     check_page_limits, check_page_mesh, check_page_sizes, page_limit, Limit, PAGE_LIMITS, PAGE_MAX_DEVICES,

@@ -104,9 +104,9 @@ impl Parallelism {
         kinds.iter().filter(|k| self.has(**k)).map(|k| k.name()).collect()
     }
 
-    /// The axes that split the batch: "dp" and "fsdp".
+    /// The axes that split the batch: "dp", "fsdp" and "ep".
     pub fn batch_axes(&self) -> Vec<&'static str> {
-        self.present(&[AxisKind::Dp, AxisKind::Fsdp])
+        self.present(&[AxisKind::Dp, AxisKind::Fsdp, AxisKind::Ep])
     }
 
     /// The axes that split the residual stream's sequence: "cp", and "tp" under sequence
@@ -137,7 +137,7 @@ impl Parallelism {
 
     /// How many blocks the batch is split into: each device's rows are B / this.
     pub fn batch_split(&self) -> usize {
-        self.size(AxisKind::Dp) * self.size(AxisKind::Fsdp)
+        self.size(AxisKind::Dp) * self.size(AxisKind::Fsdp) * self.size(AxisKind::Ep)
     }
 
     /// How many blocks the residual stream's sequence is split into.
@@ -237,6 +237,7 @@ impl Parallelism {
             }
             self.check_axis(cfg, kind)?;
         }
+        super::moe::check_moe(self, cfg)?;
         crate::model::check_microbatches(cfg.batch, microbatches, self.batch_split())?;
         Ok(())
     }
@@ -249,7 +250,10 @@ impl Parallelism {
         let at_axis = |what: String| Err(Refusal::new(Setting::MeshAxis(axis.into()), what).into());
         let mesh_axis = Setting::MeshAxis(axis.into()).at(n);
         match kind {
-            AxisKind::Dp | AxisKind::Fsdp => {
+            AxisKind::Dp | AxisKind::Fsdp | AxisKind::Ep => {
+                if kind == AxisKind::Ep {
+                    super::moe::check_ep(cfg, n)?;
+                }
                 let split = self.batch_split();
                 if !cfg.batch.is_multiple_of(split) {
                     let by = match self.batch_axes().as_slice() {

@@ -102,6 +102,7 @@ impl Preset {
             attention: Attention::Fused,
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         };
         match self {
             Preset::Seed => GptConfig {

@@ -24,19 +24,22 @@ pub enum Logical {
     Mlp,
     /// A pipeline's stages (the leading axis of stacked block parameters).
     Stage,
+    /// A mixture of experts' experts (MaxText's `exp`).
+    Expert,
 }
 
-use AxisKind::{Cp, Dp, Fsdp, Pp, Tp};
-use Logical::{Batch, Embed, Heads, Length, Mlp, Position, Stage, Vocab};
+use AxisKind::{Cp, Dp, Ep, Fsdp, Pp, Tp};
+use Logical::{Batch, Embed, Expert, Heads, Length, Mlp, Position, Stage, Vocab};
 
 /// Which mesh axes may split each logical dimension, in order. A dimension takes every listed
 /// axis that the mesh has, that no earlier dimension of the same array took, and that keeps it
 /// divisible; the dimensions are taken in order. So FSDP splits each parameter's first
 /// dimension it divides (PyTorch FSDP2's rule, Shard(0)), beside tp's split where tp took that
 /// one; and the residual stream's length takes "fsdp" only where the batch did not (wpe's rows,
-/// read by position).
-pub const RULES: [(Logical, &[AxisKind]); 8] = [
-    (Batch, &[Dp, Fsdp]),
+/// read by position). The batch takes "ep" too (experts split over ep, tokens over dp x ep), but
+/// in an expert buffer, whose expert dimension comes first and takes "ep".
+pub const RULES: [(Logical, &[AxisKind]); 9] = [
+    (Batch, &[Dp, Fsdp, Ep]),
     (Length, &[Cp, Fsdp]),
     (Position, &[Fsdp]),
     (Vocab, &[Fsdp]),
@@ -44,6 +47,7 @@ pub const RULES: [(Logical, &[AxisKind]); 8] = [
     (Heads, &[Tp, Fsdp]),
     (Mlp, &[Tp, Fsdp]),
     (Stage, &[Pp]),
+    (Expert, &[Ep]),
 ];
 
 /// Whose layout a spec is: a parameter's (and, but under ZeRO, its optimizer state's and
@@ -132,6 +136,10 @@ pub fn param_dims(
         "w_qkv" => &[Some(Embed), Some(Heads)],
         "b_qkv" => &[Some(Heads)],
         "w_proj" => &[Some(Heads), Some(Embed)],
+        // A mixture of experts: the router's expert scores stay whole (a token chooses among all).
+        "w_router" => &[Some(Embed), None],
+        "w_fc" if ps.shape.len() == 3 => &[Some(Expert), Some(Embed), Some(Mlp)],
+        "w_out" if ps.shape.len() == 3 => &[Some(Expert), Some(Mlp), Some(Embed)],
         "w_fc" => &[Some(Embed), Some(Mlp)],
         "b_fc" => &[Some(Mlp)],
         "w_out" => &[Some(Mlp), Some(Embed)],
@@ -144,6 +152,13 @@ pub fn param_dims(
 
 /// The tokens' and targets' logical dimensions, (B, T).
 pub const TOKEN_DIMS: [Option<Logical>; 2] = [Some(Batch), Some(Length)];
+
+/// A mixture of experts' slots (E, G, C, D), laid out for the experts' matmuls: the experts
+/// over "ep", the sequences over the data axes left.
+pub const EXPERT_SLOTS: [Option<Logical>; 4] = [Some(Expert), Some(Batch), None, None];
+
+/// The same slots laid out as the tokens are: the sequences over every data axis.
+pub const TOKEN_SLOTS: [Option<Logical>; 4] = [None, Some(Batch), None, None];
 
 /// A stacked block parameter's leading dimension: one row per pipeline stage.
 pub const STAGE: Option<Logical> = Some(Stage);

@@ -396,6 +396,7 @@ fn reference_steps() -> Vec<GptConfig> {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     };
     [(32, 8, 2), (32, 16, 4), (64, 8, 4), (64, 16, 8)]
         .into_iter()

@@ -500,6 +500,7 @@ mod tests {
             attention: crate::model::Attention::Unfused,
             remat: crate::model::Remat::None,
             precision: Default::default(),
+            moe: None,
         };
         let parallel = Parallel::ShardMap {
             par: Strategy::Dp.compose(&Mesh::parse("dp=4").unwrap()).unwrap(),

@@ -18,8 +18,16 @@ use crate::sharding::Mesh;
 
 /// The order mesh axes take the devices' links, innermost (fastest links) first: the axes
 /// whose collectives block every layer inside, those that move data once a step or a
-/// microbatch outside.
-pub const PLACEMENT: [AxisKind; 5] = [AxisKind::Tp, AxisKind::Cp, AxisKind::Fsdp, AxisKind::Dp, AxisKind::Pp];
+/// microbatch outside (ep's two all-to-alls a block inside fsdp's gathers, as DeepSeek-V3
+/// keeps its expert groups' traffic on NVLink first).
+pub const PLACEMENT: [AxisKind; 6] = [
+    AxisKind::Tp,
+    AxisKind::Cp,
+    AxisKind::Ep,
+    AxisKind::Fsdp,
+    AxisKind::Dp,
+    AxisKind::Pp,
+];
 
 /// One mesh axis placed on the devices.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -167,10 +175,42 @@ fn phase(topology: Topology, n: usize, bytes: f64, bw: f64, alpha: f64) -> Colle
     }
 }
 
+/// An all-to-all over a group of `n` on `topology`, each device holding `bytes` and sending
+/// `bytes / n` to every other: n - 1 pairwise exchanges. Through a switch each device sends
+/// its (n-1)/n over its own link (one all-gather phase); on a ring (both directions of each
+/// link in use) a message to the device d away crosses min(d, n - d) links, so a device's
+/// links carry `bytes / n x sum_d min(d, n - d)`, about n/8 of its data a direction, where a
+/// switch carries (n-1)/n; a 2-D torus exchanges along one side, then the other, each side a
+/// ring moving the whole of it.
+fn all_to_all(topology: Topology, n: usize, bytes: f64, bw: f64, alpha: f64) -> CollectiveTime {
+    let ring = |n: usize| {
+        if n <= 1 {
+            return CollectiveTime {
+                hops: 0.0,
+                seconds: 0.0,
+            };
+        }
+        let distance: usize = (1..n).map(|d| d.min(n - d)).sum();
+        let steps = (n - 1) as f64;
+        CollectiveTime {
+            hops: steps,
+            seconds: steps * alpha + bytes / n as f64 * distance as f64 / (2.0 * bw),
+        }
+    };
+    match topology {
+        Topology::Switch => ring_phase(n, bytes, 1.0, bw, alpha),
+        Topology::Ring => ring(n),
+        Topology::Torus2d => {
+            let (a, b) = torus_sides(n);
+            add(ring(a), ring(b))
+        }
+    }
+}
+
 /// The time of one collective of `kind` over a group of `n` devices of `device`, moving
-/// `bytes` (the full size of what is reduced or gathered, per group). All-reduce is a
-/// reduce-scatter then an all-gather; all-to-all is priced as one all-gather phase (each
-/// device sends (n-1)/n of its data); a permute is one hop.
+/// `bytes` (the full size of what is reduced or gathered, per group; an all-to-all's operand
+/// on each device). All-reduce is a reduce-scatter then an all-gather; all-to-all as
+/// [`all_to_all`] prices it on the device's topology; a permute is one hop.
 pub fn collective_time(device: &DeviceProfile, kind: CollectiveKind, bytes: u64, n: usize) -> CollectiveTime {
     if n <= 1 {
         return CollectiveTime {
@@ -182,7 +222,8 @@ pub fn collective_time(device: &DeviceProfile, kind: CollectiveKind, bytes: u64,
     let one = phase(device.topology, n, b, bw, alpha);
     match kind {
         CollectiveKind::AllReduce => add(one, one),
-        CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => one,
+        CollectiveKind::AllGather | CollectiveKind::ReduceScatter => one,
+        CollectiveKind::AllToAll => all_to_all(device.topology, n, b, bw, alpha),
         CollectiveKind::CollectivePermute => CollectiveTime {
             hops: 1.0,
             seconds: alpha + b / bw,
@@ -221,6 +262,26 @@ pub fn collective_time_on(
             seconds: so.latency + b / so.bandwidth,
         };
     }
+    if kind == CollectiveKind::AllToAll {
+        // Every device sends bytes / n to each other: the share for its own server over the
+        // server's links, the rest, (n - inside) / n of it, over its own scale-out link to the
+        // other servers' devices, both at once.
+        let intra = all_to_all(
+            device.topology,
+            inside,
+            b * inside as f64 / n as f64,
+            device.link_bandwidth,
+            device.link_latency,
+        );
+        let inter = CollectiveTime {
+            hops: (nodes - 1) as f64,
+            seconds: (nodes - 1) as f64 * so.latency + b * (n - inside) as f64 / n as f64 / so.bandwidth,
+        };
+        return CollectiveTime {
+            hops: intra.hops + inter.hops,
+            seconds: intra.seconds.max(inter.seconds),
+        };
+    }
     let intra = phase(device.topology, inside, b, device.link_bandwidth, device.link_latency);
     let inter = ring_phase(nodes, b / inside as f64, 1.0, so.bandwidth, so.latency);
     let one = add(intra, inter);
@@ -251,6 +312,49 @@ mod tests {
         let eight = collective_time(&d, CollectiveKind::AllGather, 1024, 8);
         assert_eq!((four.hops, eight.hops), (3.0, 7.0));
         assert!(eight.seconds > four.seconds);
+    }
+
+    #[test]
+    fn an_all_to_all_is_one_phase_through_a_switch_and_bisection_bound_on_a_ring() {
+        let bytes = 1u64 << 24;
+        let switch = h100();
+        let (bw, alpha) = (switch.link_bandwidth, switch.link_latency);
+        let t = collective_time(&switch, CollectiveKind::AllToAll, bytes, 8);
+        let want = 7.0 * alpha + bytes as f64 * 7.0 / 8.0 / bw;
+        assert!((t.seconds - want).abs() <= 1e-12 * want, "{t:?} vs {want}");
+        // A ring of 16: distances 1..8..1 sum to 64, so each direction carries 2x the data,
+        // where a switch's link carries 15/16 of it.
+        let ring = DeviceProfile {
+            topology: Topology::Ring,
+            ..h100()
+        };
+        let r = collective_time(&ring, CollectiveKind::AllToAll, bytes, 16);
+        let want = 15.0 * alpha + bytes as f64 / 16.0 * 64.0 / (2.0 * bw);
+        assert!((r.seconds - want).abs() <= 1e-12 * want, "{r:?} vs {want}");
+        let s = collective_time(&switch, CollectiveKind::AllToAll, bytes, 16);
+        let (r_bw, s_bw) = (r.seconds - 15.0 * alpha, s.seconds - 15.0 * alpha);
+        assert!(r_bw > 2.0 * s_bw, "{r:?} {s:?}");
+    }
+
+    #[test]
+    fn an_all_to_all_across_servers_is_set_by_the_share_that_leaves_each_server() {
+        // ep=16 over two 8-GPU servers: half of each device's data leaves its server, over its
+        // own InfiniBand link, while the other half crosses NVLink.
+        let h = h100();
+        let so = h.scale_out.expect("an H100 server has a scale-out network");
+        let layout = MeshLayout::of(&Mesh::parse("ep=16").unwrap(), &h);
+        let bytes = 1u64 << 26;
+        let t = collective_time_on(&h, &layout, CollectiveKind::AllToAll, bytes, &["ep"]);
+        let want = so.latency + bytes as f64 / 2.0 / so.bandwidth;
+        assert!((t.seconds - want).abs() <= 1e-12 * want, "{t:?} vs {want}");
+        let inside = collective_time_on(
+            &h,
+            &MeshLayout::of(&Mesh::parse("ep=8").unwrap(), &h),
+            CollectiveKind::AllToAll,
+            bytes,
+            &["ep"],
+        );
+        assert!(t.seconds > 4.0 * inside.seconds, "{t:?} {inside:?}");
     }
 
     #[test]

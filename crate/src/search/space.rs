@@ -83,7 +83,7 @@ fn sizes(k: usize, n: usize) -> Vec<Vec<usize>> {
 pub const MAX_RING: usize = 16;
 
 /// On one device the step unpartitioned; on more, every mesh of one to [`MAX_AXES`] distinct
-/// axes (in `AxisKind::ALL`'s order: the order the axes are listed in changes no plan) whose
+/// axes (in `AxisKind::ALL`'s order, "ep" only for a mixture of experts: the order the axes are listed in changes no plan) whose
 /// sizes divide the devices, rings of at most [`MAX_RING`], in shard_map mode ([`modes`]
 /// adds automatic).
 fn meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
@@ -94,8 +94,10 @@ fn meshes(base: &TrainerOptions, devices: usize) -> Vec<TrainerOptions> {
         }];
     }
     let mut out = vec![];
+    // "ep" splits a mixture's experts: a dense model's meshes leave it out.
+    let ep_bit = 1 << AxisKind::ALL.iter().position(|&k| k == AxisKind::Ep).unwrap_or(0);
     for subset in 1u32..(1 << AxisKind::ALL.len()) {
-        if subset.count_ones() as usize > MAX_AXES {
+        if subset.count_ones() as usize > MAX_AXES || (subset & ep_bit != 0 && base.config.moe.is_none()) {
             continue;
         }
         let kinds: Vec<&str> = AxisKind::ALL

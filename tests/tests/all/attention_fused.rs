@@ -586,6 +586,7 @@ fn options(attention: Attention, parallel: Parallel, rng_layout: RngLayout) -> T
         attention,
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     };
     TrainerOptions {
         init: Init::Random { seed: 3 },

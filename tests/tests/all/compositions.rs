@@ -24,6 +24,7 @@ fn config(dropout: f32) -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 

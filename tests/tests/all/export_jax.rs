@@ -37,6 +37,7 @@ fn golden_options(parallel: Parallel) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::Sgd {
             lr: g["optimizer"]["lr"].as_f64().unwrap() as f32,

@@ -28,6 +28,7 @@ fn options(g: &Value) -> TrainerOptions {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     };
     let lr = g["optimizer"]["lr"].as_f64().unwrap() as f32;
     let optimizer = match g["optimizer"]["name"].as_str().unwrap() {

@@ -22,6 +22,7 @@ fn program(order: CpOrder, cp: usize) -> shardlab::ir::Program {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     };
     let opts = TrainerOptions {
         cp_order: order,

@@ -22,6 +22,7 @@ fn config(layers: usize) -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn config() -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 

@@ -24,6 +24,7 @@ fn options(parallel: Parallel) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::AdamW { lr: 1e-3 },
         init: Init::Formula,

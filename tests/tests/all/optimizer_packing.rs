@@ -24,6 +24,7 @@ fn cfg(tied: bool) -> GptConfig {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     }
 }
 

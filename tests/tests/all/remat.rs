@@ -23,6 +23,7 @@ fn config(remat: Remat, dropout: f32) -> GptConfig {
         attention: Default::default(),
         remat,
         precision: Default::default(),
+        moe: None,
     }
 }
 

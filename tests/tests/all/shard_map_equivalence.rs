@@ -22,6 +22,7 @@ fn options(parallel: Parallel, opt: Optimizer) -> TrainerOptions {
         attention: Default::default(),
         remat: Default::default(),
         precision: Default::default(),
+        moe: None,
     };
     shardlab_tests::formula_options(config, opt, parallel)
 }

@@ -25,6 +25,7 @@ fn tiny(parallel: Parallel) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Formula,

@@ -24,6 +24,7 @@ fn copy_task(dropout: f32) -> TrainerOptions {
             attention: Default::default(),
             remat: Default::default(),
             precision: Default::default(),
+            moe: None,
         },
         optimizer: Optimizer::AdamW { lr: 1e-2 },
         init: Init::Random { seed: 1 },

@@ -261,6 +261,7 @@ fn parse_model(cell: &str) -> Result<GptConfig, String> {
         attention: Attention::Fused,
         remat: Remat::None,
         precision: Precision::F32,
+        moe: None,
     };
     for (key, value) in pairs(cell) {
         match (key, value) {

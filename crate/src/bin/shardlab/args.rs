@@ -6,7 +6,8 @@ use clap::ValueEnum;
 use shardlab::exec::Backend;
 use shardlab::ir::{CpOrder, Precision, RngLayout};
 use shardlab::model::{
-    param_specs, read_text_file, train_step_program, Attention, DataSource, GptConfig, Init, Optimizer, Remat,
+    param_specs, read_text_file, train_step_program, Attention, Capacity, DataSource, GptConfig, Init, Moe, Optimizer,
+    Remat,
 };
 use shardlab::plan::{
     binary_bytes, explicit_axis_types, parse_axis_types, parse_size, resolve_spec, AxisKind, DropoutKey, MemoryLimits,
@@ -52,6 +53,10 @@ pub fn one_of<T: Copy + Send + Sync + 'static>(
             .find(|v| name(*v) == text)
             .expect("one of the possible values")
     })
+}
+
+fn parse_capacity(text: &str) -> Result<Capacity, String> {
+    Capacity::parse(text).ok_or_else(|| format!("'{text}' is neither a factor (e.g. 1.25) nor `dropless`"))
 }
 
 fn attention_help(a: Attention) -> &'static str {
@@ -239,6 +244,23 @@ pub struct ModelArgs {
     #[arg(long, value_parser = one_of(&Attention::ALL, Attention::name, attention_help), default_value = "fused")]
     pub attention: Attention,
 
+    /// Mixture of experts: E experts in every block in place of the dense MLP (0 = dense).
+    #[arg(long, default_value_t = 0, conflicts_with = "preset")]
+    pub experts: usize,
+    /// Experts each token is routed to (default 2, at most --experts).
+    #[arg(long = "top-k", requires = "experts")]
+    pub top_k: Option<usize>,
+    /// Each expert's hidden units (default 4 x d-model, the dense MLP's).
+    #[arg(long = "expert-width", requires = "experts")]
+    pub expert_width: Option<usize>,
+    /// Slots per expert and sequence: a factor of the even share (ceil(factor x T x k / E),
+    /// the choices past them dropped in GShard's order; default 1.25, Switch's), or `dropless`.
+    #[arg(long, value_parser = parse_capacity, requires = "experts", allow_negative_numbers = true)]
+    pub capacity: Option<Capacity>,
+    /// Switch's load-balancing loss coefficient (default 0.01).
+    #[arg(long = "aux-loss", requires = "experts", allow_negative_numbers = true)]
+    pub aux_loss: Option<f32>,
+
     /// Rematerialization: which activations each block's backward pass recomputes.
     #[arg(long, value_parser = one_of(&Remat::ALL, Remat::name, remat_help), default_value = "none")]
     pub remat: Remat,
@@ -287,7 +309,23 @@ impl ModelArgs {
             attention: self.attention,
             remat: self.remat,
             precision: Default::default(),
+            moe: self.moe(),
         }
+    }
+
+    /// The mixture of experts the flags ask for (None: dense); the core checks its settings.
+    fn moe(&self) -> Option<Moe> {
+        if self.experts == 0 {
+            return None;
+        }
+        let m = Moe::new(self.experts, self.d_model);
+        Some(Moe {
+            top_k: self.top_k.unwrap_or(m.top_k),
+            width: self.expert_width.unwrap_or(m.width),
+            capacity: self.capacity.unwrap_or(m.capacity),
+            aux: self.aux_loss.unwrap_or(m.aux),
+            ..m
+        })
     }
 
     pub fn init(&self) -> Init {
@@ -363,8 +401,8 @@ pub struct ParallelArgs {
     #[arg(long, value_parser = one_of(&Strategy::ALL, Strategy::name, strategy_help))]
     pub strategy: Option<Strategy>,
     /// Device mesh: any of the axes dp (the batch), fsdp (the batch, and the parameters with
-    /// their optimizer state), tp (heads and MLP columns), cp (the sequence) and pp (the blocks
-    /// into stages), in any order and sizes that divide the model, e.g. dp=2,tp=2,pp=2
+    /// their optimizer state), tp (heads and MLP columns), cp (the sequence), pp (the blocks
+    /// into stages) and ep (a mixture's experts, and the batch), in any order and sizes that divide the model, e.g. dp=2,tp=2,pp=2
     /// (default dp=4, or --strategy's example).
     #[arg(long)]
     pub mesh: Option<String>,

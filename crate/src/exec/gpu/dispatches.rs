@@ -176,6 +176,11 @@ fn dispatches(program: &Program, ins: &Instr) -> usize {
         | Op::Ppermute { .. }
         | Op::AllToAll { .. }
         | Op::FoldInAxisIndex { .. }
+        | Op::MoeRoute { .. }
+        | Op::MoeRouteGrad { .. }
+        | Op::MoeDispatch
+        | Op::MoeCombine
+        | Op::MoeGateGrad
         | Op::SgdUpdate { .. }
         | Op::AdamWUpdate { .. } => 1,
     }

@@ -8,7 +8,9 @@ use super::fuse::{swapped, Fusion};
 use super::parts::{one_copy, part_copies, Parts};
 use super::slots::{Scratch, UpdatePlan};
 use super::views::Views;
-use crate::exec::lowering::{attention_blocks, on_devices, plan_broadcast, plan_shard_slice, plan_transpose, seq_runs};
+use crate::exec::lowering::{
+    attention_blocks, moe_shape, on_devices, plan_broadcast, plan_shard_slice, plan_transpose, seq_runs,
+};
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
 use crate::ir::{AttnSeq, DType, Instr, Op, Program, Runs, ValueId};
@@ -665,6 +667,39 @@ impl Lowering<'_> {
                 one(k::copy::strided(ctx, x(0), y(0), &c).await?)
             }
             Op::Dropout { rate } => one(k::dropout::apply(ctx, x(0), x(1), y(0), n_in(0), *rate).await?),
+            Op::MoeRoute { .. } => {
+                let b = k::moe::Route {
+                    logits: x(0),
+                    probs: y(0),
+                    gates: y(1),
+                    places: y(2),
+                    owners: y(3),
+                    load: y(4),
+                };
+                one(k::moe::route(ctx, &b, moe_shape(prog, ins), devices).await?)
+            }
+            Op::MoeRouteGrad { .. } => {
+                let b = k::moe::RouteGrad {
+                    probs: x(0),
+                    gates: x(1),
+                    places: x(2),
+                    dprobs: x(3),
+                    dgates: x(4),
+                    dlogits: y(0),
+                };
+                one(k::moe::route_grad(ctx, &b, moe_shape(prog, ins), devices).await?)
+            }
+            Op::MoeDispatch => {
+                let gates = (ins.inputs.len() == 4).then(|| x(3));
+                one(k::moe::dispatch(ctx, x(0), x(2), gates, y(0), moe_shape(prog, ins), devices).await?)
+            }
+            Op::MoeCombine => {
+                let gates = (ins.inputs.len() == 4).then(|| x(3));
+                one(k::moe::combine(ctx, x(0), x(1), gates, y(0), moe_shape(prog, ins), devices).await?)
+            }
+            Op::MoeGateGrad => {
+                one(k::moe::gate_grad(ctx, x(0), x(1), x(2), y(0), moe_shape(prog, ins), devices).await?)
+            }
             // A combined psum: one psum dispatch per operand, but for the operands summed in
             // place with the rest of their run (packing.rs): their run's one dispatch, at its
             // last psum. The program, and so the profile, still counts every all-reduce.

@@ -202,6 +202,9 @@ pub fn op_rule(op: &Op, ins: &[&[usize]], outs: &[&[usize]]) -> Result<OpRule, P
             r.results = vec![vec![vec![rows], dout[n].clone()]];
             r.operands = vec![dout.clone(), dout[..n].to_vec()];
         }
+        Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {
+            moe(&mut r, op, ins, outs)
+        }
         Op::FoldIn { .. } => {
             let k = r.dims(ins[0], |_| true);
             r.results = vec![r.dims(outs[0], |_| true)];
@@ -267,6 +270,75 @@ fn attention(r: &mut OpRule, op: &Op, ins: &[&[usize]]) {
     }
     if ins.len() > r.operands.len() {
         r.operands.push(bits);
+    }
+}
+
+/// The mixture-of-experts ops: groups (sequences) shard freely, each routed on its own; a
+/// row's width shards too (it is only moved, and summed by the gates' gradient). The router's
+/// tokens need their whole group (an expert's slots go in sequence order) and so do the
+/// dispatch's (a slot's owner is any token of it); combining and the gradients are per
+/// token. Experts, slots and choices stay whole: an index names any of them. Where the
+/// experts are split over devices, the buffers move by all-to-all between these ops and the
+/// experts' matmuls.
+fn moe(r: &mut OpRule, op: &Op, ins: &[&[usize]], outs: &[&[usize]]) {
+    let need = FactorKind::NeedReplication;
+    let whole_tokens = matches!(op, Op::MoeRoute { .. } | Op::MoeDispatch);
+    // (G, S, k) and (G, E, C) from the routing arrays; the rows' width D.
+    let (routing, slots) = match op {
+        Op::MoeRoute { .. } => (outs[1], outs[3]),
+        Op::MoeRouteGrad { .. } => (ins[1], &[ins[0][0], ins[0][2], 1][..]),
+        Op::MoeGateGrad => (ins[2], &[ins[1][1], ins[1][0], ins[1][2]][..]),
+        _ => (ins[1], ins[2]),
+    };
+    let g = r.factor(routing[0], FactorKind::Pass);
+    let s = r.factor(routing[1], if whole_tokens { need } else { FactorKind::Pass });
+    let k = r.factor(routing[2], need);
+    let e = r.factor(slots[1], need);
+    let c = r.factor(slots[2], need);
+    let d = |r: &mut OpRule, dims: &[usize]| dims.last().map(|&n| r.factor(n, FactorKind::Pass));
+    let (tokens_k, probs) = (vec![vec![g], vec![s], vec![k]], vec![vec![g], vec![s], vec![e]]);
+    let owners = vec![vec![g], vec![e], vec![c]];
+    match op {
+        Op::MoeRoute { .. } => {
+            let two = r.factor(2, need);
+            r.operands = vec![probs.clone()];
+            r.results = vec![
+                probs,
+                tokens_k.clone(),
+                tokens_k,
+                owners,
+                vec![vec![g], vec![two], vec![e]],
+            ];
+        }
+        Op::MoeRouteGrad { .. } => {
+            r.operands = vec![
+                probs.clone(),
+                tokens_k.clone(),
+                tokens_k.clone(),
+                probs.clone(),
+                tokens_k,
+            ];
+            r.results = vec![probs];
+        }
+        _ => {
+            let width = d(r, ins[0]).map_or(vec![], |f| vec![f]);
+            let rows = vec![vec![g], vec![s], width.clone()];
+            let buffer = vec![vec![e], vec![g], vec![c], width];
+            let mut operands = match op {
+                Op::MoeDispatch => vec![rows.clone(), tokens_k.clone(), owners],
+                Op::MoeCombine => vec![buffer.clone(), tokens_k.clone(), owners],
+                _ => vec![rows.clone(), buffer.clone(), tokens_k.clone()],
+            };
+            if ins.len() == 4 {
+                operands.push(tokens_k.clone());
+            }
+            r.operands = operands;
+            r.results = vec![match op {
+                Op::MoeDispatch => buffer,
+                Op::MoeCombine => rows,
+                _ => tokens_k,
+            }];
+        }
     }
 }
 

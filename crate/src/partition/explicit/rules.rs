@@ -125,6 +125,9 @@ pub fn infer(op: &Op, ins: &[Typed], outs: &[&[usize]], out_sharding: Option<&Di
         }
         Op::CrossEntropy | Op::CrossEntropyGrad => cross_entropy(op, ins),
         Op::Gather => one(gather(&ins[0], &ins[1])?),
+        Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {
+            moe(op, ins, outs)
+        }
         Op::ScatterAdd { .. } => one(scatter_add(&ins[0], &ins[1], outs[0])?),
         Op::AttentionCombine
         | Op::Psum { .. }
@@ -147,6 +150,42 @@ pub fn infer(op: &Op, ins: &[Typed], outs: &[&[usize]], out_sharding: Option<&Di
             suggestion: None,
         }),
     }
+}
+
+/// A mixture-of-experts op routes each group (sequence) on its own: its groups keep their
+/// sharding, and every other dimension must be whole (an index names any token, expert or
+/// slot), as a `jax.shard_map` over the group axis would see them. An expert buffer
+/// (E, G, C, D) has its groups second; every other array first.
+fn moe(op: &Op, ins: &[Typed], outs: &[&[usize]]) -> Rule {
+    let group = |rank: usize| usize::from(rank == 4);
+    let axes = ins[0].dims[group(ins[0].shape.len())].clone();
+    for (k, x) in ins.iter().enumerate() {
+        let g = group(x.shape.len());
+        let other = x.dims.iter().enumerate().any(|(d, a)| d != g && !a.is_empty());
+        if other || x.dims[g] != axes {
+            let mut want = vec![vec![]; x.shape.len()];
+            want[g] = axes.clone();
+            return Err(RuleError {
+                message: format!(
+                    "{} routes each sequence on its own: its operand {} must be split over its sequences alone, \
+                     as the first operand is",
+                    op.name(),
+                    x.text()
+                ),
+                fix: FixKind::Reshard,
+                operand: Some(k),
+                suggestion: Some(want),
+            });
+        }
+    }
+    Ok(outs
+        .iter()
+        .map(|s| {
+            let mut d = vec![vec![]; s.len()];
+            d[group(s.len())] = axes.clone();
+            d
+        })
+        .collect())
 }
 
 fn without(dims: &[Vec<String>], axes: &[usize]) -> Dims {
