@@ -43,6 +43,7 @@ pub fn which_strategy(s: &Settings) -> Value {
                 let schedule = x.schedule.unwrap_or(Schedule::default().name());
                 json!({"mesh": x.mesh, "zero": par.zero.name(), "sequence_parallel": par.sequence_parallel,
                        "mode": x.mode, "remat": x.remat, "microbatches": x.microbatches, "schedule": schedule,
+                       "virtual_stages": x.virtual_stages,
                        "cp_order": x.options.cp_order.name()})
             });
             json!({
@@ -53,6 +54,7 @@ pub fn which_strategy(s: &Settings) -> Value {
                 "remat": x.remat,
                 "microbatches": x.microbatches,
                 "schedule": x.schedule,
+                "virtual_stages": x.virtual_stages,
                 "step_ms": x.step_ms,
                 "bytes": x.bytes_per_device.total,
                 "limiting": x.limiting,
@@ -107,6 +109,7 @@ mod tests {
                 sequence_parallel: load["sequence_parallel"].as_bool().unwrap(),
                 remat: shardlab::model::Remat::parse(load["remat"].as_str().unwrap()).unwrap(),
                 schedule: Schedule::parse(load["schedule"].as_str().unwrap()).unwrap(),
+                virtual_stages: load["virtual_stages"].as_u64().unwrap() as usize,
                 ..s.clone()
             };
             let par = next.check().unwrap_or_else(|e| panic!("{x}: {}", e.message));

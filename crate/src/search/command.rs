@@ -1,6 +1,6 @@
 //! The command line of a planned run: what `shardlab plan` takes to plan it again, as the
 //! search and `bench published` print for each configuration.
-use crate::plan::{mesh_text, Parallel, Parallelism, TrainerOptions, Zero};
+use crate::plan::{mesh_text, stage_layers_text, Parallel, Parallelism, TrainerOptions, Zero};
 
 /// `shardlab plan --device DEVICE ...` for `opts`: every flag that changes the plan (the
 /// model, the dtype policy, attention, remat, the partitioning), so it reproduces the plan
@@ -42,6 +42,12 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     }
     if opts.parallel.parallelism().is_some_and(Parallelism::is_pipeline) {
         parts.push(format!("--schedule {}", opts.schedule.name()));
+        if opts.virtual_stages > 1 {
+            parts.push(format!("--virtual-stages {}", opts.virtual_stages));
+        }
+        if !opts.stage_layers.is_empty() {
+            parts.push(format!("--stage-layers {}", stage_layers_text(&opts.stage_layers)));
+        }
     }
     if opts.parallel.parallelism().is_some_and(Parallelism::is_cp) {
         parts.push(format!("--cp-order {}", opts.cp_order.name()));

@@ -57,6 +57,8 @@ pub struct Ranked {
     pub microbatches: usize,
     /// A pipeline's schedule (`gpipe`, `1f1b`); None for other strategies.
     pub schedule: Option<&'static str>,
+    /// A pipeline's chunks of blocks per stage (1: not interleaved).
+    pub virtual_stages: usize,
     pub step_ms: f64,
     /// The closed-form estimate the screen ranked it by.
     pub estimate_ms: f64,
@@ -307,6 +309,7 @@ fn price(s: &Screened, device: &DeviceProfile, device_name: &str, base: &Trainer
         remat: opts.config.remat.name(),
         microbatches: opts.microbatches,
         schedule: par.filter(|p| p.is_pipeline()).map(|_| opts.schedule.name()),
+        virtual_stages: opts.virtual_stages,
         step_ms: p.step_ms,
         estimate_ms: s.estimate_s * 1e3,
         bytes_per_device: p.bytes_per_device,

@@ -32,7 +32,7 @@ pub const LEVERS: [Lever; 5] = [
         vary: remats,
     },
     Lever {
-        name: "pipeline schedule and microbatches",
+        name: "pipeline schedule, virtual stages and microbatches",
         vary: pipelines,
     },
 ];
@@ -194,7 +194,9 @@ fn remats(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
 
 /// A pipeline under each schedule, with pp, 2 pp, 4 pp and 8 pp microbatches (those that split
 /// each data shard's rows): more microbatches shrink the bubble, (pp - 1) / (M + pp - 1), and
-/// GPipe holds them all where 1F1B does not. Other candidates pass through.
+/// GPipe holds them all where 1F1B does not. 1F1B also runs interleaved, two chunks a stage
+/// where they split its blocks (Megatron-LM's virtual stages: the bubble halves for more sends
+/// between stages). Other candidates pass through.
 fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     let Some(par) = base.parallel.parallelism().filter(|p| p.is_pipeline()) else {
         return vec![base.clone()];
@@ -207,14 +209,22 @@ fn pipelines(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
         .collect();
     // A batch too small for pp microbatches still runs (mostly bubble): one per row.
     let counts = if counts.is_empty() { vec![rows.max(1)] } else { counts };
+    let interleaves = (base.config.layers / pp).is_multiple_of(2);
     Schedule::ALL
         .into_iter()
-        .flat_map(|schedule| {
-            counts.iter().map(move |&m| TrainerOptions {
-                schedule,
-                microbatches: m,
-                ..base.clone()
-            })
+        .flat_map(|schedule| counts.iter().map(move |&m| (schedule, m)))
+        .flat_map(|(schedule, m)| {
+            let v2 = schedule == Schedule::OneFOneB && interleaves && m.is_multiple_of(pp);
+            [1, 2]
+                .into_iter()
+                .filter(move |&v| v == 1 || v2)
+                .map(move |v| (schedule, m, v))
+        })
+        .map(|(schedule, microbatches, virtual_stages)| TrainerOptions {
+            schedule,
+            microbatches,
+            virtual_stages,
+            ..base.clone()
         })
         .collect()
 }
@@ -272,5 +282,37 @@ mod tests {
             .all(|c| c.parallel.parallelism().is_some_and(|p| p.kinds().len() <= MAX_AXES)));
         // One device: the step unpartitioned, at every remat.
         assert_eq!(candidates(&base, 1).len(), Remat::ALL.len());
+    }
+
+    #[test]
+    fn one_f_one_b_is_also_tried_interleaved_where_two_chunks_split_a_stage_and_its_command_says_so() {
+        let base = |layers| {
+            TrainerOptions::new(
+                GptConfig {
+                    layers,
+                    batch: 64,
+                    ..GptConfig::tiny()
+                },
+                Parallel::None,
+            )
+        };
+        let pp2 = |c: &&TrainerOptions| {
+            c.parallel
+                .parallelism()
+                .is_some_and(|p| crate::plan::mesh_text(&p.mesh) == "dp=4,pp=2")
+        };
+        let all = candidates(&base(4), 8);
+        let interleaved: Vec<_> = all.iter().filter(pp2).filter(|c| c.virtual_stages == 2).collect();
+        assert!(!interleaved.is_empty());
+        for c in &interleaved {
+            assert_eq!(c.schedule, Schedule::OneFOneB);
+            assert!(c.microbatches.is_multiple_of(2), "{}", c.microbatches);
+            assert!(crate::search::plan_command(c, "h100").contains("--schedule 1f1b --virtual-stages 2"));
+        }
+        // One block a stage: nothing to interleave.
+        assert!(candidates(&base(2), 8)
+            .iter()
+            .filter(pp2)
+            .all(|c| c.virtual_stages == 1));
     }
 }

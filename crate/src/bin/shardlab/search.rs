@@ -94,8 +94,11 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         if x.sequence_parallel {
             options.push("sp".to_string());
         }
-        // A pipeline's schedule.
+        // A pipeline's schedule, and its virtual stages where it interleaves.
         options.extend(x.schedule.map(str::to_string));
+        if x.virtual_stages > 1 {
+            options.push(format!("v{}", x.virtual_stages));
+        }
         let named = if x.strategy != x.mesh {
             format!("{} ({})", x.mesh, x.strategy)
         } else {
