@@ -210,7 +210,7 @@ fn all_to_all(topology: Topology, n: usize, bytes: f64, bw: f64, alpha: f64) -> 
 /// The time of one collective of `kind` over a group of `n` devices of `device`, moving
 /// `bytes` (the full size of what is reduced or gathered, per group; an all-to-all's operand
 /// on each device). All-reduce is a reduce-scatter then an all-gather; all-to-all as
-/// [`all_to_all`] prices it on the device's topology; a permute is one hop.
+/// `all_to_all` (above) prices it on the device's topology; a permute is one hop.
 pub fn collective_time(device: &DeviceProfile, kind: CollectiveKind, bytes: u64, n: usize) -> CollectiveTime {
     if n <= 1 {
         return CollectiveTime {
