@@ -73,6 +73,36 @@ test('explicit mode trains, shows its typed program, and its link reopens it, at
   }
 });
 
+test('mode all alternates automatic, explicit and shard_map step by step, charts the three step times, and its link reopens it', { timeout: 480_000 }, async () => {
+  // Dropout 0: no mask is drawn, so the three programs compute the same losses.
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'all', dropout: '0' }));
+  const lines = ['auto:original', 'explicit:original', 'shard_map:original'];
+  try {
+    assert.equal(await singleSteps(page, 2), 2);
+    assert.deepEqual(await page.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit', 'shard_map']);
+    const series = await page.evaluate(() => Object.fromEntries(Object.entries(window.shardlab.history.series)
+      .map(([k, x]) => [k, { times: x.measured.filter((v) => v != null), loss: x.loss }])));
+    assert.deepEqual(Object.keys(series).sort(), lines);
+    for (const k of lines) {
+      assert.equal(series[k].times.length, 2, k);
+      assert.ok(series[k].times.every((ms) => ms > 0), k);
+      for (const step of [0, 1]) {
+        const [want, got] = [series['auto:original'].loss[step], series[k].loss[step]];
+        assert.ok(Number.isFinite(got) && Math.abs(got - want) <= 1e-4, `${k} step ${step}: ${got} against automatic's ${want}`);
+      }
+    }
+    // One step-time line per mode on the chart.
+    assert.deepEqual(await page.evaluate(() => window.shardlab.charts.measured.lines), lines);
+    assert.match(new URL(page.url()).hash, /mode=all(&|$)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit', 'shard_map']);
+    }, 'all');
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
 test('a value the link grammar refuses is refused at its control too', { timeout: 120_000 }, async () => {
   const { context, page } = await openReady(hashOf());
   try {
@@ -149,7 +179,7 @@ test('a link’s refusal names the key, the value and the limit it broke, at its
     ['#mesh=dp%3D4096', 'mesh', /mesh dp=4096: has 4096 devices, and the page simulates at most 64: use smaller axes/],
     ['#heads=many', 'heads', /heads “many” is not a whole number/],
     ['#rng=sometimes', 'rng', /rng “sometimes” is not one of original, partitionable/],
-    ['#mode=explict', 'mode', /mode “explict” is not one of auto, shard_map, explicit, both/],
+    ['#mode=explict', 'mode', /mode “explict” is not one of auto, shard_map, explicit, both, all/],
     [`#layers=2&x=${'a'.repeat(9000)}`, null, /it is 9,011 characters long, and a link here has at most 8,000/],
   ];
   const { context, page } = await openReady('');
