@@ -517,7 +517,7 @@ function renderModeNotice(before, s, r) {
   const running = r.modes;
   const kept = RUN_MODES.filter((m) => !running.includes(m) && steps[m]);
   const from = (m) => `${MODE_LABEL[m]} from step ${fmtInt(steps[m] || 0)}`;
-  const goesOn = running.length > 1 ? `Both modes go on: ${running.map(from).join(', ')}.` : `${sentence(from(running[0]).replace(' from', ' goes on from'))}.`;
+  const goesOn = running.length > 1 ? `${running.length === 2 ? 'Both' : `All ${running.length}`} modes go on: ${running.map(from).join(', ')}.` : `${sentence(from(running[0]).replace(' from', ' goes on from'))}.`;
   box.textContent = r.resumed
     ? `${goesOn}${kept.map((m) => ` ${MODE_LABEL[m]}’s run is kept at step ${fmtInt(steps[m])}: switch back to resume it; its steps stay on the charts.`).join('')}`
     : `${sentence(running.map((m) => MODE_LABEL[m]).join(' and '))} ${running.length > 1 ? 'start' : 'starts'} a new run: the previous one could not be kept beside it on this GPU.`;
@@ -1081,7 +1081,7 @@ function wireControls(thisGpu, adapterInfo) {
       // unless the preset runs one mode only (a pipeline runs in shard_map mode), which it sets.
       // The task and its optimizer stay too.
       const next = presets.presets[settings.preset];
-      const keep = [...(next.mode === 'both' ? ['mode'] : []), 'device', 'task', 'optimizer', 'lr']
+      const keep = [...(RUN_MODES.includes(next.mode) ? [] : ['mode']), 'device', 'task', 'optimizer', 'lr']
         .filter((k) => !errors.some((x) => x.field === k));
       const s = { ...next, ...Object.fromEntries(keep.map((k) => [k, settings[k]])) };
       writeControls(s);

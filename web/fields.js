@@ -22,7 +22,7 @@ export function init(page) {
 // filled in by applyCoreLimits before any setting is read.
 export const FIELDS = {
   preset: { kind: 'enum', values: [] },
-  mode: { kind: 'enum', values: ['auto', 'shard_map', 'explicit', 'both'] },
+  mode: { kind: 'enum', values: ['auto', 'shard_map', 'explicit', 'both', 'auto+explicit', 'explicit+shard_map', 'all'] },
   mesh: { kind: 'mesh' },
   zero: { kind: 'enum', values: [] }, // the core's ZeRO stages (applyCoreLimits)
   sequence_parallel: { kind: 'bool' },

@@ -1,7 +1,7 @@
 // Links reopen: every preset's own link, the copy-link button, and hostile hashes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertLinkReopens, close, formValues, hashOf, launch, openReady, overflows, setControl, singleSteps } from './helpers.js';
+import { assertLinkReopens, close, formValues, hashOf, launch, location, openReady, overflows, setControl, singleSteps } from './helpers.js';
 
 before(launch);
 after(close);
@@ -67,6 +67,45 @@ test('explicit mode trains, shows its typed program, and its link reopens it, at
     await assertLinkReopens(page, async (second) => {
       assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['explicit']);
     }, 'explicit');
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('mode all alternates automatic, explicit and shard_map step by step, charts the three step times, and its link reopens it; any two alternate too', { timeout: 480_000 }, async () => {
+  // Dropout 0: no mask is drawn, so the three programs compute the same losses.
+  const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'all', dropout: '0' }));
+  const lines = ['auto:original', 'explicit:original', 'shard_map:original'];
+  try {
+    assert.equal(await singleSteps(page, 2), 2);
+    assert.deepEqual(await page.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit', 'shard_map']);
+    const series = await page.evaluate(() => Object.fromEntries(Object.entries(window.shardlab.history.series)
+      .map(([k, x]) => [k, { times: x.measured.filter((v) => v != null), loss: x.loss }])));
+    assert.deepEqual(Object.keys(series).sort(), lines);
+    for (const k of lines) {
+      assert.equal(series[k].times.length, 2, k);
+      assert.ok(series[k].times.every((ms) => ms > 0), k);
+      for (const step of [0, 1]) {
+        const [want, got] = [series['auto:original'].loss[step], series[k].loss[step]];
+        assert.ok(Number.isFinite(got) && Math.abs(got - want) <= 1e-4, `${k} step ${step}: ${got} against automatic's ${want}`);
+      }
+    }
+    // One step-time line per mode on the chart.
+    assert.deepEqual(await page.evaluate(() => window.shardlab.charts.measured.lines), lines);
+    assert.match(new URL(page.url()).hash, /mode=all(&|$)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit', 'shard_map']);
+    }, 'all');
+    // Any two alternate too: explicit joins automatic, shard_map's run is kept.
+    await setControl(page, 'mode', 'auto+explicit');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.mode === 'auto+explicit', null, { timeout: 120_000 });
+    assert.deepEqual(await page.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit']);
+    assert.equal(await singleSteps(page, 1), 3);
+    assert.match(location(page), /mode=auto\+explicit(&|$)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit']);
+    }, 'auto+explicit');
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
@@ -149,7 +188,7 @@ test('a link’s refusal names the key, the value and the limit it broke, at its
     ['#mesh=dp%3D4096', 'mesh', /mesh dp=4096: has 4096 devices, and the page simulates at most 64: use smaller axes/],
     ['#heads=many', 'heads', /heads “many” is not a whole number/],
     ['#rng=sometimes', 'rng', /rng “sometimes” is not one of original, partitionable/],
-    ['#mode=explict', 'mode', /mode “explict” is not one of auto, shard_map, explicit, both/],
+    ['#mode=explict', 'mode', /mode “explict” is not one of auto, shard_map, explicit, both, auto\+explicit, explicit\+shard_map, all/],
     [`#layers=2&x=${'a'.repeat(9000)}`, null, /it is 9,011 characters long, and a link here has at most 8,000/],
   ];
   const { context, page } = await openReady('');

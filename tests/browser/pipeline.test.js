@@ -111,6 +111,14 @@ test('automatic mode on the pipeline shows the core\'s refusal at the mode contr
       assert.equal(await page.locator('[data-testid="timeline-row"]').count(), 0, mode);
       assert.equal(await page.getByTestId('error').isVisible(), false, mode);
     }
+    // All three modes: automatic's and explicit's refusals, each at the mode control.
+    await setControl(page, 'mode', 'all');
+    await page.waitForFunction(() => document.querySelectorAll('[data-testid="field-error"][data-field="mode"]').length === 2, null, { timeout: 30_000 });
+    const refusals = (await fieldError(page, 'mode').allInnerTexts()).sort();
+    assert.match(refusals[0], /mode auto: cannot run a pipeline \(mesh pp=4\) yet.*Use mode shard_map/s);
+    assert.match(refusals[1], /mode explicit: cannot run a pipeline \(mesh pp=4\) yet.*Use mode shard_map/s);
+    assert.equal(await page.evaluate(() => window.shardlab.configured), null);
+    assert.equal(await page.getByTestId('play').isDisabled(), true);
     await setControl(page, 'mode', 'shard_map');
     await configuredWith(page, 'mode', 'shard_map');
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);

@@ -5,6 +5,7 @@
 mod editor;
 mod field_error;
 mod masks;
+mod modes;
 mod picture;
 mod plan;
 mod predict;

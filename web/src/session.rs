@@ -367,7 +367,7 @@ impl Run {
     fn plan_modes(&mut self, settings: &Settings) -> Result<(), Vec<FieldError>> {
         let par = settings.check().map_err(|e| vec![e])?;
         let device = settings.device_profile().map_err(|e| vec![e])?;
-        for &mode in settings.modes() {
+        for mode in settings.modes() {
             if self.plans.iter().any(|p| p.mode == mode) {
                 continue;
             }
@@ -441,7 +441,10 @@ fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
             "this run needs {} per device, {} for its {devices} simulated devices{}, and the page allows {} on this GPU: lower batch, seq, d_model or layers",
             human_bytes(per_device),
             human_bytes(total),
-            if settings.modes().len() > 1 { " in both modes" } else { "" },
+            match settings.modes().len() {
+                1 => String::new(),
+                n => format!(" in its {n} modes"),
+            },
             human_bytes(GPU_BUDGET_BYTES)
         ),
     })
@@ -562,10 +565,8 @@ async fn run_modes(
     }
     let retuned_ms = retune(t).await?;
     let mut order: Vec<usize> = (0..t.modes.len()).collect();
-    // In `both` mode the order alternates, so neither mode always runs on a warmer GPU.
-    if !t.step.is_multiple_of(2) {
-        order.reverse();
-    }
+    // Where several modes run, each goes first in turn, so none always runs on a warmer GPU.
+    order.rotate_left(t.step as usize % t.modes.len().max(1));
     let mut out = serde_json::Map::new();
     for k in order {
         let planned = &plans[k];

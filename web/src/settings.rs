@@ -20,18 +20,8 @@ use shardlab::setting::Refusal;
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 use crate::field_error::FieldError;
+pub use crate::modes::Modes;
 use crate::task::{Opt, Task, DEFAULT_LR};
-
-/// Which modes run: one, or automatic and shard_map in turn (one step of each), the pair the
-/// JAX report compared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Modes {
-    Auto,
-    ShardMap,
-    Explicit,
-    Both,
-}
 
 /// The page's state: every control, and nothing else (it round-trips through the URL hash).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -105,12 +95,7 @@ impl Settings {
         let c = p.config();
         Settings {
             preset: p,
-            mode: match p.modes() {
-                [Mode::ShardMap] => Modes::ShardMap,
-                [Mode::Auto] => Modes::Auto,
-                [Mode::Explicit] => Modes::Explicit,
-                _ => Modes::Both,
-            },
+            mode: Modes::of(p.modes()),
             mesh: p.mesh().into(),
             zero: p.parallelism().zero,
             sequence_parallel: p.parallelism().sequence_parallel,
@@ -279,13 +264,8 @@ impl Settings {
     }
 
     /// The modes this setting runs, in order.
-    pub fn modes(&self) -> &'static [Mode] {
-        match self.mode {
-            Modes::Auto => &[Mode::Auto],
-            Modes::ShardMap => &[Mode::ShardMap],
-            Modes::Explicit => &[Mode::Explicit],
-            Modes::Both => &[Mode::Auto, Mode::ShardMap],
-        }
+    pub fn modes(&self) -> Vec<Mode> {
+        self.mode.list()
     }
 
     /// The trainer options of one mode (`Auto` or `ShardMap`) on the composition `par` (of
@@ -384,7 +364,7 @@ mod tests {
             assert_eq!((s.rng_layout(), s.dropout_key), (p.rng_layout(), p.dropout_key()));
             assert_eq!(
                 (s.microbatches, s.schedule, s.modes()),
-                (p.microbatches(), p.schedule(), p.modes())
+                (p.microbatches(), p.schedule(), p.modes().to_vec())
             );
             s.check().unwrap_or_else(|e| panic!("{p:?}: {}", e.message));
         }

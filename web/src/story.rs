@@ -132,7 +132,7 @@ impl Adapter {
 /// The seed preset's run, both modes, at `size` (priced on `device`, the modelled chart's).
 pub fn settings(size: &Size, device: &str) -> Settings {
     Settings {
-        mode: Modes::Both,
+        mode: Modes::BOTH,
         mesh: format!("dp={}", size.dp),
         layers: size.layers,
         d_model: size.d_model,
