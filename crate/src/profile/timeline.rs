@@ -437,7 +437,7 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
         (Placement::Real, Some(st), Some(mesh)) => mesh.axes_index(d, &[st.axis.as_str()]).ok(),
         _ => None,
     };
-    let own = |mut t: Vec<Task>, shares: &Shares, stage: Option<usize>| -> Arc<[Task]> {
+    let own = |mut t: Vec<Task>, shares: &[(usize, f64)], stage: Option<usize>| -> Arc<[Task]> {
         for &(i, share) in shares {
             // One task per instruction, in order.
             t[i].work_s *= share;
@@ -467,12 +467,12 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
             let mut made: Vec<(RowKey, Arc<[Task]>)> = vec![];
             (0..devices_real)
                 .map(|d| {
-                    let key = (shares.as_ref().map(|s| s[d].clone()).unwrap_or_default(), stage_of(d));
-                    if let Some((_, t)) = made.iter().find(|(k, _)| *k == key) {
+                    let (own_shares, stage) = (shares.as_ref().map_or(&[][..], |s| &s[d][..]), stage_of(d));
+                    if let Some((_, t)) = made.iter().find(|(k, _)| k.1 == stage && k.0 == own_shares) {
                         return t.clone();
                     }
-                    let t = own(tasks.clone(), &key.0, key.1);
-                    made.push((key, t.clone()));
+                    let t = own(tasks.clone(), own_shares, stage);
+                    made.push(((own_shares.to_vec(), stage), t.clone()));
                     t
                 })
                 .collect()

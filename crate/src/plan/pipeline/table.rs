@@ -118,8 +118,9 @@ impl Table {
         chunk * self.stages + stage
     }
 
-    /// The passes `a` on `stage` waits for, each with its stage.
-    fn waits_for(&self, stage: usize, a: Action) -> Vec<(usize, Action)> {
+    /// The passes `a` on `stage` waits for, each with its stage: at most two, held inline
+    /// because a search times this for every pass of thousands of tables.
+    fn waits_for(&self, stage: usize, a: Action) -> impl Iterator<Item = (usize, Action)> {
         let k = self.virtual_stage(stage, a.chunk);
         let at = |k: usize, pass| {
             let s = self.stage_of(k);
@@ -132,13 +133,14 @@ impl Table {
                 },
             )
         };
-        match a.pass {
-            Pass::Forward if k == 0 => vec![],
-            Pass::Forward => vec![at(k - 1, Pass::Forward)],
-            Pass::Backward if k + 1 == self.virtual_stages() => vec![at(k, Pass::Forward)],
-            Pass::Backward => vec![at(k + 1, Pass::Backward), at(k, Pass::Forward)],
-            Pass::Weight => vec![at(k, Pass::Backward)],
-        }
+        let waits = match a.pass {
+            Pass::Forward if k == 0 => [None, None],
+            Pass::Forward => [Some(at(k - 1, Pass::Forward)), None],
+            Pass::Backward if k + 1 == self.virtual_stages() => [Some(at(k, Pass::Forward)), None],
+            Pass::Backward => [Some(at(k + 1, Pass::Backward)), Some(at(k, Pass::Forward))],
+            Pass::Weight => [Some(at(k, Pass::Backward)), None],
+        };
+        waits.into_iter().flatten()
     }
 
     /// The passes placed in time with `time(stage, action)` each and `latency` between stages.
@@ -157,7 +159,7 @@ impl Table {
             ((s * 3 + pass) * self.microbatches + a.microbatch) * self.chunks + a.chunk
         };
         let mut done: Vec<Option<f64>> = vec![None; pp * 3 * self.microbatches * self.chunks];
-        let mut slots: Vec<Vec<Slot>> = vec![vec![]; pp];
+        let mut slots: Vec<Vec<Slot>> = self.order.iter().map(|o| Vec::with_capacity(o.len())).collect();
         // A pass starts when its stage is free and the passes it waits on are done, whatever
         // order the stages are visited in: each stage runs as far as its inputs allow, round
         // after round, until every pass is placed.
