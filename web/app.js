@@ -22,7 +22,7 @@ import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, RUN_MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
+  MODES, RUN_MODES, MODE_LABEL, dropoutNote, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
@@ -245,9 +245,6 @@ function writeFoldFacts(s) {
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
-  $('dropout-note').textContent = s.dropout > 0
-    ? `With dropout ${s.dropout} the two modes’ losses differ from the first step, and that is not a bug: each draws its own masks. Automatic mode slices every device’s block out of one global mask; shard_map’s body draws each device’s mask from its key (${s.dropout_key === 'same' ? 'the same key on every device' : 'fold_in(key, axis_index(\'dp\'))'}). At dropout 0 no mask is drawn, and the losses agree.`
-    : 'At dropout 0 no mask is drawn, so both modes compute the same losses; with dropout each draws its own masks, and their losses differ.';
   $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag');
   placePipelineControls(s);
 }
@@ -468,6 +465,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   state.configured = r;
   resetView(r, historyKey(s));
   renderModeNotice(before, s, r);
+  $('dropout-note').textContent = dropoutNote(s.dropout, s.dropout_key, r.modes);
   state.programs = JSON.parse(lab.programs());
   renderPipeline(r);
   // The story compares the two modes: kept only where both are planned.

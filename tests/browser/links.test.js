@@ -106,6 +106,13 @@ test('mode all alternates automatic, explicit and shard_map step by step, charts
     await assertLinkReopens(page, async (second) => {
       assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit']);
     }, 'auto+explicit');
+    // With dropout the note says which of the running modes agree: jit's two slice one mask.
+    await setControl(page, 'dropout', '0.1');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.dropout === 0.1, null, { timeout: 120_000 });
+    assert.match(await page.getByTestId('dropout-note').textContent(), /automatic and explicit mode compute the same losses/);
+    await setControl(page, 'mode', 'explicit+shard_map');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.mode === 'explicit+shard_map', null, { timeout: 120_000 });
+    assert.match(await page.getByTestId('dropout-note').textContent(), /shard_map’s losses differ from explicit mode’s .* not a bug/);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();
