@@ -287,8 +287,11 @@ function renderPipeline(r) {
   bubble.dataset.bubble = p ? String(p.bubble) : '';
   if (p) {
     const v = p.virtual_stages > 1 ? `, ${p.virtual_stages} virtual stages` : '';
+    const pr = r.prediction && r.prediction.modes.shard_map;
+    const step = pr ? ` Modelled on ${r.prediction.devices} × ${r.prediction.label}, a step takes ${fmtMs(pr.step_ms)}.` : '';
     bubble.textContent = `${p.stages} stages, ${p.microbatches} microbatches${v}, ${p.schedule}: each stage idles `
-      + `${bubbleFormula(p)} = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.`;
+      + `${bubbleFormula(p)} = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.${step}`
+      + ' At each row’s end: the microbatches the stage holds at once, and its activations at their peak.';
     renderPipelineDiagram($('pipeline-diagram'), p);
   } else {
     $('pipeline-diagram').hidden = true;

@@ -206,6 +206,13 @@ test('the diagram draws each stage\'s passes and its bubble; virtual stages inte
     assert.deepEqual(slots.map((r) => r.length), [8, 8, 8, 8]);
     assert.deepEqual([...new Set(slots[0])].sort(), ['1', '2', '3', '4']);
     assert.ok(Math.abs(await bubble(page) - 3 / 7) < 1e-12, String(await bubble(page)));
+    // Beside each row, the stage's memory: 1F1B's stage s holds pp - s microbatches at once,
+    // and the first stage's activations are the most; the step they make, modelled.
+    const memory = await diagram.locator('[data-testid="pipeline-stage-memory"]').allInnerTexts();
+    assert.deepEqual(memory.map((t) => t.split('×')[0]), ['4', '3', '2', '1'], JSON.stringify(memory));
+    const stageBytes = await page.evaluate(() => window.shardlab.configured.pipeline.stage_activations);
+    assert.ok(stageBytes[0] > stageBytes[1] && stageBytes[1] > stageBytes[2], JSON.stringify(stageBytes));
+    assert.match(await page.getByTestId('pipeline-bubble').innerText(), /Modelled on 4 × .*, a step takes [\d.]+ (µs|ms)\./);
 
     // Two chunks per stage: each pass runs once per chunk, labelled by it, and the bubble shrinks.
     await setControl(page, 'virtual_stages', '2');

@@ -10,8 +10,9 @@ use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::check_head_dim;
 use shardlab::model::{Attention, Dataset, GptConfig, Init, Remat};
 use shardlab::plan::{
-    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, Action, AxisKind, DropoutKey,
-    Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule, Table, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
+    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, stage_activations, Action, AxisKind,
+    DropoutKey, Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule, Table, TrainerOptions, Zero,
+    PAGE_MAX_SPECS, TOKENS,
 };
 
 pub use shardlab::plan::{Mode, Preset};
@@ -226,6 +227,10 @@ impl Settings {
             "bubble": self.schedule.bubble(stages, m, v, times),
             "formula": self.schedule.bubble_text(v),
             "diagram": timing,
+            // Beside each stage's row: the microbatch chunks it holds at once, and its
+            // activations at their peak in closed form (shard_map's program).
+            "in_flight": table.in_flight(),
+            "stage_activations": stage_activations(&self.options(Mode::ShardMap, par)),
         }))
     }
 
