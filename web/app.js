@@ -239,7 +239,7 @@ function writeFoldFacts(s) {
     memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
       : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${shardedState(s) ? `, ${shardedState(s)}` : ''}`,
     sequence: `${[mesh.hasAxis(s.mesh, 'cp') ? 'context parallel' : null, mesh.hasAxis(s.mesh, 'tp') && s.sequence_parallel ? 'sequence parallel' : null].filter(Boolean).join(' and ') || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
-    pipeline: `${s.schedule}, ${s.microbatches} microbatches${s.virtual_stages > 1 ? `, ${s.virtual_stages} virtual stages` : ''}`,
+    pipeline: `${s.schedule}, ${s.microbatches} microbatches${s.virtual_stages > 1 ? `, ${s.virtual_stages} virtual stages` : ''}${s.stage_layers.length ? `, blocks ${s.stage_layers.join(', ')}` : ''}`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
@@ -265,7 +265,8 @@ function placePipelineControls(s) {
   const pipeline = isPipeline(s);
   // Every preset without stages has the default schedule and one chunk per stage.
   const base = presets.presets[presets.default];
-  $('fold-pipeline').hidden = !pipeline && s.schedule === base.schedule && s.virtual_stages === base.virtual_stages;
+  $('fold-pipeline').hidden = !pipeline && s.schedule === base.schedule && s.virtual_stages === base.virtual_stages
+    && !s.stage_layers.length;
   const home = pipeline ? $('pipeline-fields') : $('memory-fields');
   const control = $('microbatches-field');
   if (control.parentElement !== home) home.append(control);
