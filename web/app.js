@@ -221,9 +221,22 @@ function markFieldErrors(errors) {
     // A spec field's own reason says the same: the message shows once.
     const reason = input && input.closest('.spec-field')?.querySelector('.spec-reason');
     if (reason) reason.hidden = true;
-    label.after(el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, pageWords(e.message)));
+    const message = el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, pageWords(e.message));
+    if (e.fix) message.append(' ', fixButton(e.fix));
+    label.after(message);
   }
   $('settings-blocked').hidden = errors.length === 0;
+}
+
+/** One press applies a refusal's fix: the spec override the core names (explicit mode's
+ * `out_sharding=` or `reshard` of a named value), written into the editor and the link. */
+function fixButton(fix) {
+  const button = el('button', { type: 'button', class: 'fix-button', 'data-testid': 'apply-fix' },
+    `Apply the fix: ${fix.name} = ${fix.spec} (${fix.code})`);
+  button.addEventListener('click', () => {
+    request({ kind: 'configure', settings: { ...state.settings, specs: { ...(state.settings.specs || {}), [fix.name]: fix.spec } } });
+  });
+  return button;
 }
 
 /** A link that sets shardings opens the editor on them. */
