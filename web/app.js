@@ -32,6 +32,7 @@ import { init as initStory, renderStory } from './story.js';
 import * as storyRun from './story_run.js';
 import { renderStrategy } from './strategy.js';
 import * as mesh from './mesh.js';
+import * as axisTypes from './axis_types.js';
 
 const state = {
   adapter: null, report: null, error: null, settings: null, configured: null, programs: null,
@@ -167,6 +168,7 @@ function writeControls(s) {
   }
   editor.write(s);
   mesh.render();
+  axisTypes.render(s);
   writeFoldFacts(s);
   for (const o of f.querySelectorAll('option[data-from-link]')) if (!o.selected) o.remove();
   window.dispatchEvent(new Event('shardlab:controls'));
@@ -208,7 +210,9 @@ function markFieldErrors(errors) {
   }
   for (const e of errors) {
     // A mesh axis's refusal sits at that axis's size, or the mesh where it has none.
-    const input = e.field && (controlNamed(e.field) || (e.field.startsWith('mesh.') && controlNamed('mesh')));
+    // An axis type's lands at its axis's select, or the types where the mesh has no such axis.
+    const input = e.field && (controlNamed(e.field) || (e.field.startsWith('mesh.') && controlNamed('mesh'))
+      || (e.field.startsWith('axis_type.') && controlNamed('axis_types')));
     const label = input ? input.closest('label') : form().querySelector('label');
     const id = `error-${e.field || 'settings'}`;
     if (input) {
@@ -1086,6 +1090,7 @@ function applyCoreLimits() {
 
 function wireControls(thisGpu, adapterInfo) {
   mesh.init({ el, axes: presets.axes, coordText, deviceColor });
+  axisTypes.init();
   $('device').replaceChildren(...presets.devices.map((d) => el('option', { value: d.name }, d.label)));
   FIELDS.device.values = presets.devices.map((d) => d.name);
   const onChange = (e) => {

@@ -24,6 +24,7 @@ export const FIELDS = {
   preset: { kind: 'enum', values: [] },
   mode: { kind: 'enum', values: ['auto', 'shard_map', 'explicit', 'both', 'auto+explicit', 'explicit+shard_map', 'all'] },
   mesh: { kind: 'mesh' },
+  axis_types: { kind: 'axis_types' },
   zero: { kind: 'enum', values: [] }, // the core's ZeRO stages (applyCoreLimits)
   sequence_parallel: { kind: 'bool' },
   layers: { kind: 'int' },
@@ -75,6 +76,12 @@ export function parseField(name, text) {
       if (String(x).includes('e')) throw bad(`is too small to write as a decimal: use 0 or at least 0.000001`);
       return x;
     }
+    case 'axis_types':
+      // `--axis-types`' grammar: AXIS=TYPE pairs; which axes and types, the core says.
+      if (text !== '' && !/^[a-z_]{1,16}=[a-z]{1,16}(,[a-z_]{1,16}=[a-z]{1,16}){0,7}$/.test(text)) {
+        throw bad('is not axis types like tp=auto (AXIS=TYPE, separated by commas; empty: every axis explicit)');
+      }
+      return text;
     case 'stages':
       // Blocks per pipeline stage, first stage first; empty for equal stages. Whether they fit
       // the mesh and the model, the core says at the control.

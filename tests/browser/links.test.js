@@ -99,6 +99,50 @@ test('a program explicit mode refuses shows JAX’s error with its fix, and one 
   }
 });
 
+test('explicit mode’s axis types: a select per mesh axis makes one Auto, it trains, the link reopens it; types it cannot have are refused at the axis', { timeout: 300_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ preset: 'dp_tp', mesh: 'dp=2,tp=2', mode: 'explicit' }));
+  try {
+    const box = page.getByTestId('axis-types');
+    assert.equal(await box.isVisible(), true);
+    assert.deepEqual(await box.locator('select').evaluateAll((xs) => xs.map((x) => [x.name, x.value])),
+      [['axis_type.dp', 'explicit'], ['axis_type.tp', 'explicit']]);
+    await setControl(page, 'axis_type.tp', 'auto');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.axis_types === 'tp=auto', null, { timeout: 120_000 });
+    assert.equal(await singleSteps(page, 1), 1);
+    assert.match(location(page), /axis_types=tp=auto(&|$)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.equal(await second.locator('[name="axis_type.tp"]').inputValue(), 'auto');
+    });
+    // Removing the axis takes its type with it.
+    await page.getByTestId('mesh-remove-tp').click();
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.mesh === 'dp=2', null, { timeout: 120_000 });
+    assert.equal(await page.evaluate(() => window.shardlab.settings.axis_types), '');
+    // Automatic mode has no axis types to set: the box goes, and nothing is refused.
+    await setControl(page, 'mode', 'auto');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.mode === 'auto', null, { timeout: 120_000 });
+    assert.equal(await box.isVisible(), false);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+  // Hostile types in a link: shard_map's Manual, an axis the mesh lacks, types without explicit mode.
+  for (const [over, field, words] of [
+    [{ mode: 'explicit', axis_types: 'tp=manual' }, 'axis_type.tp', /tp manual: is the type jax\.shard_map gives.*use mode shard_map, or tp explicit or tp auto/],
+    [{ mode: 'explicit', axis_types: 'cp=auto' }, 'axis_type.cp', /mesh dp=2,tp=2 has no axis 'cp'/],
+    [{ mode: 'both', axis_types: 'tp=auto' }, 'axis_type.tp', /mode both does not run it: add explicit to the mode/],
+  ]) {
+    const bad = await openReady(hashOf({ preset: 'dp_tp', mesh: 'dp=2,tp=2', ...over }));
+    try {
+      const err = bad.page.locator(`[data-testid="field-error"][data-field="${field}"]`);
+      await err.waitFor({ timeout: 60_000 });
+      assert.match(await err.innerText(), words);
+      assert.equal(await bad.page.getByTestId('play').isDisabled(), true);
+    } finally {
+      await bad.context.close();
+    }
+  }
+});
+
 test('mode all alternates automatic, explicit and shard_map step by step, charts the three step times, and its link reopens it; any two alternate too', { timeout: 480_000 }, async () => {
   // Dropout 0: no mask is drawn, so the three programs compute the same losses.
   const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'all', dropout: '0' }));

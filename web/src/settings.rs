@@ -10,14 +10,14 @@ use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::check_head_dim;
 use shardlab::model::{Attention, Dataset, GptConfig, Init, Remat};
 use shardlab::plan::{
-    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, stage_activations, Action, AxisKind,
-    DropoutKey, Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule, Table, TrainerOptions, Zero,
-    PAGE_MAX_SPECS, TOKENS,
+    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, explicit_axis_types, parse_axis_types,
+    stage_activations, Action, AxisKind, DropoutKey, Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule,
+    Table, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
 };
 
 pub use shardlab::plan::{Mode, Preset};
 use shardlab::profile::{device_preset, presets, DeviceProfile};
-use shardlab::setting::Refusal;
+use shardlab::setting::{Refusal, Setting};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 use crate::field_error::FieldError;
@@ -78,6 +78,10 @@ pub struct Settings {
     /// which links written before the control existed read as).
     #[serde(default)]
     pub stage_layers: Vec<usize>,
+    /// Explicit mode's mesh axes of another type than Explicit, as `--axis-types` writes them
+    /// (`tp=auto`; empty: every axis Explicit, as links before the control read).
+    #[serde(default)]
+    pub axis_types: String,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
@@ -122,6 +126,7 @@ impl Settings {
             schedule: p.schedule(),
             virtual_stages: 1,
             stage_layers: vec![],
+            axis_types: String::new(),
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
@@ -206,6 +211,7 @@ impl Settings {
         .map_err(|e| FieldError::plan(&e))?;
         par.check_with_stages(&cfg, self.microbatches, &self.stage_layers)
             .map_err(|e| FieldError::plan(&e))?;
+        self.check_axis_types(&par)?;
         self.check_spec_texts(&par)?;
         Ok(par)
     }
@@ -256,6 +262,26 @@ impl Settings {
             "in_flight": table.in_flight(),
             "stage_activations": stage_activations(&self.options(Mode::ShardMap, par)),
         }))
+    }
+
+    /// Explicit mode's axis types: each names an axis of the mesh and a type a program typed
+    /// with its shardings may have; given only where explicit mode runs.
+    fn check_axis_types(&self, par: &Parallelism) -> Result<(), FieldError> {
+        let given = parse_axis_types(&self.axis_types).map_err(|e| FieldError::plan(&e))?;
+        if let (Some((axis, t)), false) = (given.first(), self.modes().contains(&Mode::Explicit)) {
+            let why = format!(
+                "types an axis of explicit mode's program, and {} does not run it: add explicit to the mode, or make \
+                 every axis explicit",
+                Setting::Mode.at(self.mode.name())
+            );
+            return Err(FieldError::refused(&Refusal::at(
+                Setting::AxisType(axis.clone()),
+                t.name(),
+                why,
+            )));
+        }
+        explicit_axis_types(par, &given).map_err(|e| FieldError::plan(&e))?;
+        Ok(())
     }
 
     /// The specs are few enough and each parses. What each names, and whether it fits, the
@@ -311,7 +337,8 @@ impl Settings {
             },
             Mode::Explicit => Parallel::Explicit {
                 par: par.clone(),
-                axis_types: vec![],
+                // Checked in `check`.
+                axis_types: parse_axis_types(&self.axis_types).unwrap_or_default(),
                 specs: self.spec_overrides(),
             },
             Mode::Single => Parallel::None,
@@ -549,6 +576,43 @@ mod tests {
         let mut dp = Settings::preset(Preset::Dp);
         dp.stage_layers = vec![1, 1];
         assert_eq!(dp.check().unwrap_err().field, "stage_layers");
+    }
+
+    #[test]
+    fn explicit_modes_axis_types_type_the_program_and_hostile_ones_are_refused_at_the_axis() {
+        use crate::modes::Modes;
+        use shardlab::sharding::AxisType;
+        let mut s = Settings::preset(Preset::DpTp);
+        s.mode = Modes::of(&[Mode::Auto, Mode::Explicit]);
+        s.axis_types = "tp=auto".into();
+        let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        let Parallel::Explicit { axis_types, .. } = s.options(Mode::Explicit, &par).parallel else {
+            panic!("not explicit")
+        };
+        assert_eq!(axis_types, [("tp".to_string(), AxisType::Auto)]);
+        assert!(crate::plan::Plan::build(&s, Mode::Explicit, &par).is_ok());
+        for (text, modes, field, why) in [
+            (
+                "tp=manual",
+                &[Mode::Explicit][..],
+                "axis_type.tp",
+                "jax.shard_map gives",
+            ),
+            ("cp=auto", &[Mode::Explicit], "axis_type.cp", "has no axis 'cp'"),
+            ("tp=sideways", &[Mode::Explicit], "axis_type.tp", "is not an axis type"),
+            ("tp", &[Mode::Explicit], "axis_type.tp", "is not AXIS=TYPE"),
+            (
+                "tp=auto",
+                &[Mode::Auto, Mode::ShardMap],
+                "axis_type.tp",
+                "does not run it",
+            ),
+        ] {
+            (s.axis_types, s.mode) = (text.into(), Modes::of(modes));
+            let e = s.check().unwrap_err();
+            assert_eq!(e.field, field, "{text}: {}", e.message);
+            assert!(e.message.contains(why), "{text}: {}", e.message);
+        }
     }
 
     #[test]
