@@ -300,6 +300,7 @@ const bubbleFormula = (p) => p.formula.replaceAll('pp', String(p.stages)).replac
  */
 function renderPipeline(r) {
   const p = r && r.pipeline;
+  renderMeasuredBubble(null);
   const bubble = $('pipeline-bubble');
   bubble.hidden = !p;
   bubble.dataset.bubble = p ? String(p.bubble) : '';
@@ -317,6 +318,18 @@ function renderPipeline(r) {
   const refused = r && r.refused && r.refused.auto;
   $('pipeline-auto').hidden = !refused;
   $('pipeline-auto').textContent = refused ? sentence(pageWords(refused)) : '';
+}
+
+/** A profiled pipeline step's bubble (the core's measured_bubble): each stage's idle share with
+ * its passes at their measured times on this GPU, beside the formula above. Hidden until a
+ * profiled step, and again when the settings change. */
+function renderMeasuredBubble(m) {
+  const box = $('pipeline-measured');
+  box.hidden = !m;
+  if (!m) return;
+  const stages = m.idle.map((idle, s) => `stage ${s} ${fmtPct(idle)} (fill ${fmtMs(m.fill_ms[s])}, drain ${fmtMs(m.drain_ms[s])})`);
+  box.textContent = `Measured on this GPU (the profiled step), each pass at its measured time as devices of their own would run them: ${stages.join(', ')} idle of ${fmtMs(m.step_ms)}.`;
+  box.dataset.idle = JSON.stringify(m.idle);
 }
 
 /** A line for a panel that shows only the modes the core could plan: which one it could not. */
@@ -651,6 +664,7 @@ function record(r, story = null) {
  */
 function renderBreakdown(r) {
   const ran = RUN_MODES.filter((m) => r.modes[m] && r.modes[m].breakdown);
+  renderMeasuredBubble(ran.map((m) => r.modes[m].breakdown.pipeline).find(Boolean));
   const b = (m) => r.modes[m].breakdown;
   const scale = Math.max(...ran.map((m) => b(m).step_ms), 1e-9);
   const bars = el('div', { class: 'bars' }, ran.map((m) => {

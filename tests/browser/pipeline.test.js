@@ -73,12 +73,25 @@ test('more microbatches shrink the bubble: the core\'s fraction and each stage\'
   const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, microbatches: '1' }));
   try {
     await settled(page);
+    // A profiled step measures each pass: the bubble on this GPU stands beside the formula
+    // (one microbatch: the fewest passes to time).
+    const measured = page.getByTestId('pipeline-measured');
+    assert.equal(await measured.isHidden(), true);
+    await page.getByTestId('profile').click();
+    await page.waitForFunction(() => !document.getElementById('pipeline-measured').hidden, null, { timeout: 240_000 });
+    await reveal(measured);
+    const shares = JSON.parse(await measured.getAttribute('data-idle'));
+    assert.equal(shares.length, 4);
+    assert.ok(shares.every((x) => x > 0 && x < 1), JSON.stringify(shares));
+    assert.match(await measured.innerText(), /Measured on this GPU .*stage 0 [\d.]+% \(fill .*, drain .*\), .*stage 3/);
     const fractions = [await bubble(page)];
     const idle = [await idleShare(page)];
     for (const m of ['2', '8']) {
       await setControl(page, 'microbatches', m);
       await configuredWith(page, 'microbatches', m);
       await settled(page);
+      // Other settings: the measurement was of another step, and goes.
+      assert.equal(await measured.evaluate((e) => e.hidden), true);
       fractions.push(await bubble(page));
       idle.push(await idleShare(page));
     }

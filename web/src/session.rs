@@ -780,7 +780,10 @@ fn breakdown(trainer: &Trainer, p: &StepProfile, roofline: Option<&Ceiled>) -> V
         .take(TOP_OPS)
         .map(|o| json!({"op": o.op, "shape": o.shape, "category": o.category.name(), "phase": o.phase, "ms": o.ms}))
         .collect();
+    // A pipeline's bubble with each pass at its measured time, beside the formula's.
+    let pipeline = profile::measured_bubble(trainer.program(), p, &trainer.options().pipeline());
     json!({
+        "pipeline": pipeline,
         "step_ms": b.step_ms,
         "submit_ms": b.submit_overhead_ms,
         "phases_ms": phases,

@@ -25,7 +25,7 @@ mod trace;
 mod work;
 
 pub use balance::{attention_balance, AttentionBalance};
-pub use bubble::{pipeline_bubble, PipelineBubble};
+pub use bubble::{measured_bubble, pipeline_bubble, MeasuredBubble, PipelineBubble};
 pub use calibrate::{
     calibrate, calibrate_quick, calibrate_with, Budget, Calibration, CalibrationPrograms, Measurement, NOISY_SPREAD,
 };

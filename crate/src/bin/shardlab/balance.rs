@@ -1,7 +1,7 @@
 //! The lines `inspect` and `plan` print for context parallelism: causal attention's work per
 //! device (contiguous blocks leave the last device the most; zig-zag evens it), per ring step.
 use shardlab::plan::PipelinePlan;
-use shardlab::profile::{AttentionBalance, PipelineBubble};
+use shardlab::profile::{AttentionBalance, MeasuredBubble, PipelineBubble};
 
 /// `prefix` starts each line (`# ` for inspect, `  ` for plan).
 pub fn print(b: &AttentionBalance, prefix: &str) {
@@ -44,4 +44,24 @@ pub fn print_bubble(b: &PipelineBubble, pipeline: &PipelinePlan, modelled: bool,
             .collect();
         println!("{prefix}  idle on the modelled timeline: {}", per.join(", "));
     }
+}
+
+/// The measured bubble's lines: each stage's idle share, fill and drain, its passes at the
+/// times a profiled step on `adapter` measured.
+pub fn print_measured_bubble(m: &MeasuredBubble, adapter: &str, prefix: &str) {
+    let per: Vec<String> = (0..m.idle.len())
+        .map(|s| {
+            format!(
+                "stage {s} {:.1}% (fill {:.2} ms, drain {:.2} ms)",
+                100.0 * m.idle[s],
+                m.fill_ms[s],
+                m.drain_ms[s]
+            )
+        })
+        .collect();
+    println!(
+        "{prefix}  idle measured, each pass at its profiled time on {adapter} ({:.2} ms a step so placed): {}",
+        m.step_ms,
+        per.join(", ")
+    );
 }

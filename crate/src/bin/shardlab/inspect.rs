@@ -6,7 +6,9 @@
 
 use shardlab::exec::{Backend, Trainer};
 use shardlab::plan::TrainerOptions;
-use shardlab::profile::{attention_balance, model_step, pipeline_bubble, summarize, DeviceProfile, Placement};
+use shardlab::profile::{
+    attention_balance, measured_bubble, model_step, pipeline_bubble, summarize, DeviceProfile, Placement,
+};
 
 use crate::args::{trainer_options, MemoryBudgetArg, ModelArgs, ParallelArgs};
 
@@ -84,6 +86,15 @@ async fn inspect(
     // Modelled from the program alone: one real device of `profile` per mesh position.
     let (modelled, timeline) = model_step(t.program(), profile, Placement::Real, true);
     let bubble = pipeline_bubble(t.program(), &timeline, &t.options().pipeline());
+    // A pipeline's bubble measured too: each pass at its instructions' profiled time.
+    let measured = match &bubble {
+        Some(_) => t
+            .profile_step()
+            .await?
+            .1
+            .and_then(|p| measured_bubble(t.program(), &p, &t.options().pipeline())),
+        None => None,
+    };
     let dispatches = (t.dispatches_per_step() > 0).then(|| t.dispatches_per_step());
 
     if args.json {
@@ -120,6 +131,7 @@ async fn inspect(
                 "stage_flops": s.stage_flops,
                 "formula": b.formula,
                 "modelled": b.modelled,
+                "measured": measured,
             })),
             "program": t.program().to_text(),
         });
@@ -196,6 +208,9 @@ async fn inspect(
     }
     if let Some(b) = &bubble {
         crate::balance::print_bubble(b, &t.options().pipeline(), true, "# ");
+        if let Some(m) = &measured {
+            crate::balance::print_measured_bubble(m, &device, "# ");
+        }
     }
     println!(
         "# modelled memory per device: {} of {} B ({})",
