@@ -25,9 +25,9 @@
 
 
 def route(logits):
-    """logits (G, S, E) -> the router's probabilities (G, S, E), the gates (G, S, K), the
-    dispatch mask (G, S, E, C: 1 where a token's kept choice takes a slot) and the choices'
-    one-hot experts (G, S, K, E), kept or dropped."""
+    """logits (G, S, E) -> the router's probabilities (G, S, E), the dispatch mask (G, S, E, C:
+    1 where a token's kept choice takes a slot), the combine weights (the mask times the
+    choice's gate) and the choices' one-hot experts (G, S, K, E), kept or dropped."""
     g, s, e = logits.shape
     probs = jax.nn.softmax(logits, axis=-1)
     top, chosen = jax.lax.top_k(logits, TOP_K)  # (G, S, K), largest first
