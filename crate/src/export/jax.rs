@@ -147,12 +147,32 @@ fn mode_section(
             } else {
                 vec![]
             };
-            all.extend(plan::moe_constraints(&opts.config, par, opts.microbatches));
+            all.extend(moe_pins(opts, par));
             all.extend(specs.iter().cloned());
             let pins = constraints(&opts.config, names, &all)?;
             auto_section(opts, program, names, par, &pins)?
         }
     })
+}
+
+/// Automatic mode's pins of a mixture's expert buffers ([`plan::moe_constraints`]), and the
+/// dispatch's own result laid out as the tokens are (`hN.moe.slots`, in expert_out's layout):
+/// each sequence's slots made where its tokens are, as shardlab's dispatch makes them, so that
+/// the pin on `moe.dispatched` moves them by all-to-all (left to itself, XLA gathers the routing
+/// over "ep" instead).
+fn moe_pins(opts: &TrainerOptions, par: &Parallelism) -> Vec<(String, PartitionSpec)> {
+    let pins = plan::moe_constraints(&opts.config, par, opts.microbatches);
+    let slots: Vec<(String, PartitionSpec)> = pins
+        .iter()
+        .filter(|(name, _)| name.starts_with('h'))
+        .filter_map(|(name, spec)| {
+            Some((
+                format!("{}.moe.slots", name.strip_suffix(".moe.expert_out")?),
+                spec.clone(),
+            ))
+        })
+        .collect();
+    pins.into_iter().chain(slots).collect()
 }
 
 /// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings,

@@ -247,7 +247,7 @@ pub fn constraints(
     params: &[String],
     specs: &[(String, PartitionSpec)],
 ) -> Result<Vec<(String, PartitionSpec)>, ExportError> {
-    const BLOCK_VALUES: [&str; 11] = [
+    const BLOCK_VALUES: [&str; 12] = [
         "ln1",
         "qkv",
         "att",
@@ -256,6 +256,7 @@ pub fn constraints(
         "ln2",
         "mlp",
         "x_mlp",
+        "moe.slots",
         "moe.dispatched",
         "moe.down",
         "moe.expert_out",
@@ -321,7 +322,7 @@ fn unpinnable(name: &str, spec: &PartitionSpec) -> ExportError {
     ExportError(format!(
         "--spec {name}={spec}: the exported JAX model has no point for a \
          with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.ln1, hN.qkv, hN.att, \
-         hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a mixture's hN.moe.dispatched, hN.moe.down and \
+         hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a mixture's hN.moe.slots, hN.moe.dispatched, hN.moe.down and \
          hN.moe.expert_out (and their cotangents, dhN.moe.dispatched), a gradient (dh0.w_fc) or an updated \
          parameter (h0.w_fc'): drop this --spec to export"
     ))

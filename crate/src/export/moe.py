@@ -16,7 +16,8 @@
 # buffer's shardings (experts over "ep" for the matmuls, sequences over the data axes for the
 # tokens) make the partitioner move them (automatic mode: with_sharding_constraint; explicit
 # mode: reshard), and so do its cotangents' (`dmoe.dispatched`, `dmoe.expert_out`: the other
-# layout than the value's), so that the backward moves them by all-to-all too.
+# layout than the value's), so that the backward moves them by all-to-all too. Automatic mode
+# pins the dispatch's result where the tokens are (`moe.slots`) before it moves.
 #
 # Dropless routing gives every expert a slot per token (CAPACITY = SEQ), the buffer moving by
 # the same all_to_all. jax.lax.ragged_all_to_all would send only the kept rows, but XLA:CPU
@@ -51,7 +52,8 @@ def moe_mlp(routed, h, p, split):
     logits = routed @ p["w_router"]
     probs, mask, combine, onehot = route(logits)
     ep = None if split is None else split.ep
-    slots = constrain(cotangent_pinned(jnp.einsum("gsec,gsd->egcd", mask, h), "dmoe.dispatched"), "moe.dispatched")
+    slots = constrain(jnp.einsum("gsec,gsd->egcd", mask, h), "moe.slots")  # where the tokens are
+    slots = constrain(cotangent_pinned(slots, "dmoe.dispatched"), "moe.dispatched")
     if ep is not None:  # this device's experts' slots of its "ep" group's sequences
         slots = jax.lax.all_to_all(slots, ep, 0, 1, tiled=True)
     e, g, c, d = slots.shape

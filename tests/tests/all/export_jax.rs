@@ -1002,6 +1002,8 @@ fn mixture_scripts_write_the_all_to_alls_and_the_expert_buffers_shardings() {
     for want in [
         "\"moe.dispatched\": P(\"ep\", \"dp\", None, None),",
         "\"moe.expert_out\": P(None, (\"dp\", \"ep\"), None, None),",
+        "\"moe.slots\": P(None, (\"dp\", \"ep\"), None, None),",
+        "\"dmoe.expert_out\": P(\"ep\", \"dp\", None, None),",
         "CAPACITY = 8",
     ] {
         assert!(s.contains(want), "no `{want}` in the automatic script");
