@@ -4,7 +4,8 @@
 # The mesh {{MESH}}, composed per axis: {{COMPOSITION_DOC}}
 # Every collective is written out; autodiff adds the transposes of those in the forward pass.
 # Each axis adds its own piece, whatever the other axes are: "dp" and "fsdp" split the batch
-# (the gradients summed over them), "fsdp" gathers each parameter it splits before use and
+# (the gradients summed over them), "ep" splits the batch and a mixture's experts (two
+# all_to_alls a block), "fsdp" gathers each parameter it splits before use and
 # reduce-scatters its gradient, ZeRO updates each "dp" device's block of the state, "tp" runs
 # Megatron's collectives inside the blocks, "cp" runs ring attention, "pp" the stages.
 
@@ -16,7 +17,7 @@
 # Each parameter's optimizer state layout: its parameter's, but under ZeRO, which splits the
 # state over "dp" too where the parameter is whole over it.
 {{STATE_LAYOUT}}
-BATCH_AXES = {{BATCH_AXES}}  # the axes that split the batch: data parallelism and FSDP
+BATCH_AXES = {{BATCH_AXES}}  # the axes that split the batch: data parallelism, FSDP and ep
 SEQ_AXES = {{SEQ_AXES}}  # the axes that split the residual stream's sequence
 TP_AXIS = {{TP_AXIS}}  # Megatron tensor parallelism (None: none)
 SP = {{SP}}  # sequence parallelism over TP_AXIS: the layer-norm and dropout regions split on the sequence
@@ -29,7 +30,10 @@ MASK_BLOCKS = {{MASK_BLOCKS}}
 # The tokens' in_spec: the batch over BATCH_AXES, the sequence over SEQ_AXES (zig-zag's two
 # chunks are no block of a spec: every device takes its rows of the whole).
 BATCH_SPEC = TARGETS_SPEC = {{BATCH_SPEC}}
-SPLIT = Split(batch=BATCH_AXES, tp=TP_AXIS, sp=SP, seq=SEQ_AXES, cp=CP_AXIS, order=CP_ORDER, blocks=MASK_BLOCKS)
+EP_AXIS = {{EP_AXIS}}  # expert parallelism: a mixture of experts' experts split (None: none)
+SPLIT = Split(
+    batch=BATCH_AXES, tp=TP_AXIS, sp=SP, seq=SEQ_AXES, cp=CP_AXIS, order=CP_ORDER, blocks=MASK_BLOCKS, ep=EP_AXIS
+)
 # The axes that split the tokens: the loss is their mean, a gradient their sum where its
 # parameter is not split over them.
 TOKEN_AXES = BATCH_AXES + SEQ_AXES

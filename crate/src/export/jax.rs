@@ -11,12 +11,12 @@ use crate::model::{param_specs, Dataset};
 use crate::plan::{
     self, gradient_pin, AxisKind, DropoutKey, ExplicitView, GradientPin, Parallel, Parallelism, TrainerOptions, Zero,
 };
-use crate::setting::{render, Audience, Setting};
 use crate::sharding::PartitionSpec;
 
 const HEADER: &str = include_str!("header.py");
 const LAUNCH: &str = include_str!("launch.py");
 const MODEL: &str = include_str!("model.py");
+const MOE: &str = include_str!("moe.py");
 const RING: &str = include_str!("ring.py");
 const SINGLE: &str = include_str!("single.py");
 const AUTO: &str = include_str!("auto.py");
@@ -48,14 +48,19 @@ pub fn jax_script(opts: &TrainerOptions, steps: u64) -> Result<String, ExportErr
     let header = HEADER
         .replace("{{SUMMARY}}", &summary(opts, steps))
         .replace("{{SETTINGS}}", &settings(opts, &mesh_axes, steps));
-    let script = [header.as_str(), LAUNCH, MODEL, RING, mode.as_str(), CHECKPOINT, MAIN].concat();
+    let script = [
+        header.as_str(),
+        LAUNCH,
+        MODEL,
+        MOE,
+        RING,
+        mode.as_str(),
+        CHECKPOINT,
+        MAIN,
+    ]
+    .concat();
     debug_assert!(!script.contains("{{"), "a template placeholder was left unfilled");
     Ok(script)
-}
-
-/// `--experts N` in the command line's words.
-fn experts_flag(experts: usize) -> String {
-    render(&Setting::Experts.at(experts), Audience::Cli)
 }
 
 /// What `shardlab train` checks before it plans: the steps, the learning rate, the model and
@@ -69,15 +74,6 @@ fn check(opts: &TrainerOptions, steps: u64) -> Result<(), ExportError> {
         return Err(ExportError(format!("--lr {lr} must be a positive number")));
     }
     opts.config.validate().map_err(|e| ExportError(e.to_string()))?;
-    if let Some(moe) = &opts.config.moe {
-        // The script's model is the dense one: writing it would train another model.
-        return Err(ExportError(format!(
-            "{}: the exported script has no mixture-of-experts block yet; export the dense model ({}), or \
-             train the mixture in shardlab",
-            experts_flag(moe.experts),
-            experts_flag(0)
-        )));
-    }
     Dataset::new(opts.data.clone(), &opts.config, opts.seed).map_err(|e| ExportError(e.to_string()))?;
     check_pipeline_layout(opts)
 }
@@ -144,17 +140,39 @@ fn mode_section(
             composition_section(opts, program, names, par, *dropout_key)? + &body
         }
         Parallel::Auto { par, specs } => {
-            // The composition's own constraints (sequence parallelism's), then the user's.
+            // The composition's own constraints (sequence parallelism's, a mixture's expert
+            // buffers'), then the user's.
             let mut all = if par.sequence_parallel {
                 plan::sequence_parallel_constraints(&opts.config, par)
             } else {
                 vec![]
             };
+            all.extend(moe_pins(opts, par));
             all.extend(specs.iter().cloned());
             let pins = constraints(&opts.config, names, &all)?;
             auto_section(opts, program, names, par, &pins)?
         }
     })
+}
+
+/// Automatic mode's pins of a mixture's expert buffers ([`plan::moe_constraints`]), and the
+/// dispatch's own result laid out as the tokens are (`hN.moe.slots`, in expert_out's layout):
+/// each sequence's slots made where its tokens are, as shardlab's dispatch makes them, so that
+/// the pin on `moe.dispatched` moves them by all-to-all (left to itself, XLA gathers the routing
+/// over "ep" instead).
+fn moe_pins(opts: &TrainerOptions, par: &Parallelism) -> Vec<(String, PartitionSpec)> {
+    let pins = plan::moe_constraints(&opts.config, par, opts.microbatches);
+    let slots: Vec<(String, PartitionSpec)> = pins
+        .iter()
+        .filter(|(name, _)| name.starts_with('h'))
+        .filter_map(|(name, spec)| {
+            Some((
+                format!("{}.moe.slots", name.strip_suffix(".moe.expert_out")?),
+                spec.clone(),
+            ))
+        })
+        .collect();
+    pins.into_iter().chain(slots).collect()
 }
 
 /// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings,
@@ -278,6 +296,7 @@ fn composition_section(
         .replace("{{TP_AXIS}}", &py_axis(par, AxisKind::Tp))
         .replace("{{SP}}", py_bool(par.sequence_parallel))
         .replace("{{CP_AXIS}}", &py_axis(par, AxisKind::Cp))
+        .replace("{{EP_AXIS}}", &py_axis(par, AxisKind::Ep))
         .replace("{{CP_ORDER}}", &format!("\"{}\"", opts.cp_order.name()))
         .replace("{{ZERO}}", par.zero.name())
         .replace(

@@ -88,11 +88,30 @@ pub struct ExplicitChoices {
 }
 
 /// The values the script's model code makes with an op given `out_sharding=`.
-const OUT_SHARDING_POINTS: [&str; 8] = ["tok_emb", "heads", "q", "k", "v", "proj", "mlp", "logits"];
+const OUT_SHARDING_POINTS: [&str; 9] = ["tok_emb", "heads", "q", "k", "v", "proj", "mlp", "moe.down", "logits"];
+/// A mixture's expert buffers, which the script makes by an einsum or a reshape and then
+/// moves between the experts' layout and the tokens': a choice of `out_sharding=` on the op
+/// making one (shardlab's all-to-all) is written as a reshard after the script's op. Their
+/// cotangents can be pinned too (`dmoe.dispatched`).
+const MOVED_BY_RESHARD: [&str; 2] = ["moe.dispatched", "moe.expert_out"];
 /// A block's named values the script can give a type (`constrain`), explicit mode's beyond
 /// those a `--spec` pins.
-const TYPED_BLOCK_VALUES: [&str; 12] = [
-    "ln1", "qkv", "heads", "q", "k", "v", "att", "proj", "x_att", "ln2", "mlp", "x_mlp",
+const TYPED_BLOCK_VALUES: [&str; 15] = [
+    "ln1",
+    "qkv",
+    "heads",
+    "q",
+    "k",
+    "v",
+    "att",
+    "proj",
+    "x_att",
+    "ln2",
+    "mlp",
+    "x_mlp",
+    "moe.dispatched",
+    "moe.down",
+    "moe.expert_out",
 ];
 
 /// The choices of explicit mode's typed program the script writes: the program's own (by its
@@ -117,9 +136,11 @@ pub fn explicit_choices(
         };
         let spec = PartitionSpec::parse(&c.spec).map_err(|e| ExportError(format!("{}: {e}", c.spec)))?;
         let (name, spec) = choice_name(c, spec, params).ok_or_else(|| no_point(c))?;
-        if c.kind == ChoiceKind::OutSharding && !OUT_SHARDING_POINTS.contains(&name.as_str()) {
-            return Err(no_point(c));
-        }
+        let list = match c.kind {
+            ChoiceKind::OutSharding if MOVED_BY_RESHARD.contains(&name.as_str()) => &mut out.reshards,
+            ChoiceKind::OutSharding if !OUT_SHARDING_POINTS.contains(&name.as_str()) => return Err(no_point(c)),
+            _ => list,
+        };
         match list.iter().find(|(n, _)| *n == name) {
             Some((_, s)) if *s == spec => {}
             Some(_) => return Err(per_layer_spec(&c.value, layers)),
@@ -226,7 +247,20 @@ pub fn constraints(
     params: &[String],
     specs: &[(String, PartitionSpec)],
 ) -> Result<Vec<(String, PartitionSpec)>, ExportError> {
-    const BLOCK_VALUES: [&str; 8] = ["ln1", "qkv", "att", "proj", "x_att", "ln2", "mlp", "x_mlp"];
+    const BLOCK_VALUES: [&str; 12] = [
+        "ln1",
+        "qkv",
+        "att",
+        "proj",
+        "x_att",
+        "ln2",
+        "mlp",
+        "x_mlp",
+        "moe.slots",
+        "moe.dispatched",
+        "moe.down",
+        "moe.expert_out",
+    ];
     let leaf = |p: &String| p.rsplit('.').next().unwrap_or(p).to_string();
     let mut out: Vec<(String, PartitionSpec, Vec<usize>)> = Vec::new();
     for (name, spec) in specs {
@@ -267,6 +301,11 @@ fn script_name(
     if let Some((layer, v)) = layer_of(name).filter(|(_, v)| block_values.contains(v)) {
         return Ok((v.to_string(), spec.clone(), Some(layer)));
     }
+    // A cotangent the script pins: a mixture's expert buffer's (`dh0.moe.dispatched`).
+    let buffer = name.strip_prefix('d').and_then(layer_of);
+    if let Some((layer, v)) = buffer.filter(|(_, v)| MOVED_BY_RESHARD.contains(v)) {
+        return Ok((format!("d{v}"), spec.clone(), Some(layer)));
+    }
     // A gradient `dNAME` or an updated parameter `NAME'`: a block parameter's by its stack.
     let (p, wrap): (&str, fn(&str) -> String) = match (name.strip_prefix('d'), name.strip_suffix('\'')) {
         (Some(p), _) if param(p) => (p, |n| format!("d{n}")),
@@ -283,7 +322,8 @@ fn unpinnable(name: &str, spec: &PartitionSpec) -> ExportError {
     ExportError(format!(
         "--spec {name}={spec}: the exported JAX model has no point for a \
          with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.ln1, hN.qkv, hN.att, \
-         hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a gradient (dh0.w_fc) or an updated \
+         hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a mixture's hN.moe.slots, hN.moe.dispatched, hN.moe.down and \
+         hN.moe.expert_out (and their cotangents, dhN.moe.dispatched), a gradient (dh0.w_fc) or an updated \
          parameter (h0.w_fc'): drop this --spec to export"
     ))
 }

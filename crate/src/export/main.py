@@ -41,8 +41,10 @@ def batch_arrays(dataset, step):
 
 def model_flops_per_step():
     """The step's model FLOPs as MFU counts them (PaLM, appendix B): per token, 6 per weight of
-    the matmuls (forward and backward) and 12 L T d for attention; recomputation not counted."""
-    weights = LAYERS * 12 * D_MODEL * D_MODEL + D_MODEL * VOCAB
+    the matmuls (forward and backward) a token passes through (a mixture's router and its
+    TOP_K experts) and 12 L T d for attention; recomputation not counted."""
+    mlp = D_MODEL * EXPERTS + TOP_K * 2 * D_MODEL * EXPERT_WIDTH if EXPERTS else 8 * D_MODEL * D_MODEL
+    weights = LAYERS * (4 * D_MODEL * D_MODEL + mlp) + D_MODEL * VOCAB
     return BATCH * SEQ * (6 * weights + 12 * LAYERS * SEQ * D_MODEL)
 
 

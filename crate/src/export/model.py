@@ -14,7 +14,26 @@ U64 = (1 << 64) - 1
 
 # The 12 parameters of a block, in MODEL.md order. The state holds each as one stack over the
 # layers (leading axis LAYERS), so that the layers run as one jax.lax.scan, compiled once.
-BLOCK = ("ln1_g", "ln1_b", "w_qkv", "b_qkv", "w_proj", "b_proj", "ln2_g", "ln2_b", "w_fc", "b_fc", "w_out", "b_out")
+# With a mixture of experts the router and the experts' stacked weights take the dense MLP's
+# places (the experts have no bias, as Switch's and Mixtral's).
+
+
+def block_shapes():
+    """(name, shape) of a block's parameters, in MODEL.md order."""
+    d = D_MODEL
+    attention = [
+        ("ln1_g", (d,)), ("ln1_b", (d,)), ("w_qkv", (d, 3 * d)), ("b_qkv", (3 * d,)),
+        ("w_proj", (d, d)), ("b_proj", (d,)), ("ln2_g", (d,)), ("ln2_b", (d,)),
+    ]
+    if EXPERTS:
+        e, f = EXPERTS, EXPERT_WIDTH
+        mlp = [("w_router", (d, e)), ("w_fc", (e, d, f)), ("w_out", (e, f, d))]
+    else:
+        mlp = [("w_fc", (d, 4 * d)), ("b_fc", (4 * d,)), ("w_out", (4 * d, d))]
+    return attention + mlp + [("b_out", (d,))]
+
+
+BLOCK = tuple(name for name, _ in block_shapes())
 
 
 def param_shapes():
@@ -22,12 +41,7 @@ def param_shapes():
     d, v, t = D_MODEL, VOCAB, SEQ
     shapes = [("wte", (v, d)), ("wpe", (t, d))]
     for layer in range(LAYERS):
-        block = [
-            ("ln1_g", (d,)), ("ln1_b", (d,)), ("w_qkv", (d, 3 * d)), ("b_qkv", (3 * d,)),
-            ("w_proj", (d, d)), ("b_proj", (d,)), ("ln2_g", (d,)), ("ln2_b", (d,)),
-            ("w_fc", (d, 4 * d)), ("b_fc", (4 * d,)), ("w_out", (4 * d, d)), ("b_out", (d,)),
-        ]
-        shapes += [(f"h{layer}.{name}", shape) for name, shape in block]
+        shapes += [(f"h{layer}.{name}", shape) for name, shape in block_shapes()]
     shapes += [("lnf_g", (d,)), ("lnf_b", (d,))]
     if not TIED:
         shapes.append(("w_head", (d, v)))
@@ -59,8 +73,9 @@ def stack_params(flat):
     return state
 
 
-# AdamW decays 2-D weights only (a stack decays as each of its layers' parameter does).
-DECAYS = {name: len(shape) - (name in BLOCK) == 2 for name, shape in state_shapes()}
+# AdamW decays weight matrices only (2-D, and the experts' stacks of them; a stack over the
+# layers decays as each of its layers' parameter does).
+DECAYS = {name: len(shape) - (name in BLOCK) >= 2 for name, shape in state_shapes()}
 
 
 class SplitMix64:
@@ -92,9 +107,10 @@ class SplitMix64:
 
 def init_params():
     """Initial parameters (numpy float32) as the state (`stack_params`). 1-D: gains 1, biases 0.
-    formula: W[i, j] = 0.02 sin(1.3 i + 0.7 j + param_index) in float64, rounded.
+    formula: W[i, j] = 0.02 sin(1.3 i + 0.7 j + param_index) in float64, rounded; an
+    expert's slice W[e] of a 3-D stack of experts' weights offset by 0.5 e.
     random: N(0, 0.02) from SplitMix64(INIT_SEED), residual projections (w_proj, w_out)
-    scaled by 1/sqrt(2 layers), drawn in parameter order, 2-D parameters only."""
+    scaled by 1/sqrt(2 layers), drawn in parameter order, 1-D parameters excepted."""
     rng = SplitMix64(INIT_SEED)
     params = []
     with np.errstate(over="ignore"):
@@ -102,9 +118,10 @@ def init_params():
             if len(shape) == 1:
                 w = np.full(shape, 1.0 if name.endswith("_g") else 0.0, dtype=np.float32)
             elif INIT == "formula":
-                i = np.arange(shape[0], dtype=np.float64)[:, None]
-                j = np.arange(shape[1], dtype=np.float64)[None, :]
-                w = (0.02 * np.sin(1.3 * i + 0.7 * j + float(index))).astype(np.float32)
+                e = np.arange(math.prod(shape[:-2]), dtype=np.float64).reshape(*shape[:-2], 1, 1)
+                i = np.arange(shape[-2], dtype=np.float64)[:, None]
+                j = np.arange(shape[-1], dtype=np.float64)[None, :]
+                w = (0.02 * np.sin(1.3 * i + 0.7 * j + 0.5 * e + float(index))).astype(np.float32)
             else:
                 residual = name.endswith("w_proj") or name.endswith("w_out")
                 std = 0.02 / math.sqrt(2.0 * LAYERS) if residual else 0.02
@@ -276,9 +293,10 @@ gelu.defvjp(gelu_fwd, gelu_bwd)
 # batch: the axes that split the batch; tp: Megatron's axis; sp: sequence parallelism over it;
 # seq: the axes that split the residual stream's sequence (cp's, then tp's under sp); cp:
 # context parallelism's axis; order: how cp lays the sequence's blocks on its ring
-# (contiguous, zigzag); blocks: every mask is the device's block of the one-device run's.
+# (contiguous, zigzag); blocks: every mask is the device's block of the one-device run's; ep:
+# expert parallelism's axis (a mixture of experts' experts split over it).
 Split = collections.namedtuple(
-    "Split", "batch tp sp seq cp order blocks", defaults=((), None, False, (), None, "contiguous", False)
+    "Split", "batch tp sp seq cp order blocks ep", defaults=((), None, False, (), None, "contiguous", False, None)
 )
 
 
@@ -428,9 +446,10 @@ def attention_scale():
 
 
 def block(x, p, key, layer, split):
-    """One block on the residual stream x (B, T, d): attention, then the MLP, each with its
-    residual add. `p` holds the block's 12 parameters by name; `layer` (traced under the
-    scan) picks its dropout keys."""
+    """One block on the residual stream x (B, T, d): attention, then the MLP (or the mixture of
+    experts), each with its residual add; returns x and the block's load-balancing loss (0 for
+    a dense MLP). `p` holds the block's 12 parameters by name; `layer` (traced under the scan)
+    picks its dropout keys."""
     p = {name: constrain(w, name) for name, w in p.items()}  # where read (FSDP gathers them)
     # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
     h = column_parallel_input(constrain(layer_norm(x, p["ln1_g"], p["ln1_b"]), "ln1"), split)
@@ -443,26 +462,38 @@ def block(x, p, key, layer, split):
     y = row_parallel_output(matmul(y, p["w_proj"], "proj"), split) + p["b_proj"]
     x = constrain(x + dropout(y, key, 3 * layer + 1, split), "x_att")
     # MLP
-    h = column_parallel_input(constrain(layer_norm(x, p["ln2_g"], p["ln2_b"]), "ln2"), split)
-    f = gelu(h @ p["w_fc"] + p["b_fc"])
-    f = row_parallel_output(matmul(f, p["w_out"], "mlp"), split) + p["b_out"]
-    return constrain(x + dropout(f, key, 3 * layer + 2, split), "x_mlp")
+    ln2 = constrain(layer_norm(x, p["ln2_g"], p["ln2_b"]), "ln2")
+    h = column_parallel_input(ln2, split)
+    if EXPERTS:
+        # The router reads the rows before tensor parallelism's cast, the same on every "tp" device.
+        f, aux = moe_mlp(ln2, h, p, split)
+    else:
+        f, aux = matmul(gelu(h @ p["w_fc"] + p["b_fc"]), p["w_out"], "mlp"), jnp.zeros((), jnp.float32)
+    f = row_parallel_output(f, split) + p["b_out"]
+    return constrain(x + dropout(f, key, 3 * layer + 2, split), "x_mlp"), aux
 
 
 def run_blocks(blocks, x, key, split, first=0):
     """The blocks whose parameters `blocks` stacks (leading axis: layers first, first+1, ...)
     on x, as one jax.lax.scan: the block is traced and compiled once, whatever the depth.
     Under REMAT each layer runs under jax.checkpoint with that jax.checkpoint_policies policy
-    (the backward recomputes what the policy does not save)."""
+    (the backward recomputes what the policy does not save). Returns x and the sum of the
+    blocks' load-balancing losses, carried through the scan."""
 
     def one(x, p, layer):
         return block(x, p, key, layer, split)
 
     if REMAT is not None:
         one = jax.checkpoint(one, policy=getattr(jax.checkpoint_policies, REMAT))
+
+    def step(carry, lp):
+        x, aux = one(carry[0], lp[1], lp[0])
+        return (x, carry[1] + aux), None
+
     layers = first + jnp.arange(jax.tree.leaves(blocks)[0].shape[0])
-    x, _ = jax.lax.scan(lambda x, lp: (one(x, lp[1], lp[0]), None), x, (layers, blocks))
-    return x
+    # The losses' sum starts as a zero varying as x does (over the axes that split the tokens).
+    (x, aux), _ = jax.lax.scan(step, (x, jnp.zeros_like(x, jnp.float32, shape=())), (layers, blocks))
+    return x, aux
 
 
 def embed(wte, wpe, tokens, split):
@@ -475,15 +506,17 @@ def embed(wte, wpe, tokens, split):
 
 
 def forward_loss(params, tokens, targets, key, split=None):
-    """MODEL.md's forward pass and mean cross-entropy. Shapes come from the arrays, so the
+    """MODEL.md's forward pass and mean cross-entropy, plus a mixture of experts' load-balancing
+    losses. Shapes come from the arrays, so the
     same code runs on global arrays (jit) and on one device's blocks (shard_map): with
     tensor parallelism w_qkv is (L, d, 3, H/tp, Dh) and b_qkv (L, 3, H/tp, Dh); where the
     sequence is split, each device reads the rows of wpe at its positions."""
     params = {name: p if name in BLOCK else constrain(p, name) for name, p in params.items()}  # where read
     x = embed(params["wte"], params["wpe"], tokens, split)
-    x = run_blocks({name: params[name] for name in BLOCK}, x, key, split)
+    x, aux = run_blocks({name: params[name] for name in BLOCK}, x, key, split)
     w_head = params["wte"].T if TIED else params["w_head"]
-    return head_loss(x, params["lnf_g"], params["lnf_b"], w_head, targets)
+    loss = head_loss(x, params["lnf_g"], params["lnf_b"], w_head, targets)
+    return constrain(loss + aux, "loss") if EXPERTS else loss
 
 
 def head_loss(x, lnf_g, lnf_b, w_head, targets):

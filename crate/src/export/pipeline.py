@@ -23,8 +23,9 @@ def stage_extra(name):
 
 
 def run_stage(blocks, x, key, stage):
-    """This stage's layers on x, each with its own layer's dropout keys."""
-    return run_blocks(blocks, x, key, SPLIT, first=stage * STAGE_LAYERS)
+    """This stage's layers on x, each with its own layer's dropout keys. (Their load-balancing
+    losses are 0: shardlab runs no mixture of experts in a pipeline.)"""
+    return run_blocks(blocks, x, key, SPLIT, first=stage * STAGE_LAYERS)[0]
 
 
 def stage_head_loss(y, tail, wte, targets):

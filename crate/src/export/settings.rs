@@ -62,6 +62,11 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
         set("TIED", py_bool(cfg.tied), "the LM head shares wte"),
         set("DROPOUT", format!("{:?}", cfg.dropout), "rate, a float32"),
         set(
+            "EXPERTS",
+            cfg.moe.map_or(0, |m| m.experts).to_string(),
+            "a mixture of experts in every block's MLP (0: the dense MLP)",
+        ),
+        set(
             "COMPUTE_DTYPE",
             quoted(compute),
             &format!("--precision {}: {}", cfg.precision.name(), cfg.precision.describe()),
@@ -108,6 +113,25 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
         ),
         set("MESH_AXES", mesh, "(name, size) per mesh axis; () for one device"),
     ];
+    if let Some(moe) = &cfg.moe {
+        list.extend([
+            set("TOP_K", moe.top_k.to_string(), "experts each token chooses"),
+            set("EXPERT_WIDTH", moe.width.to_string(), "each expert's hidden units"),
+            set(
+                "CAPACITY",
+                moe.slots(cfg.seq).to_string(),
+                &format!(
+                    "slots per expert and sequence (--capacity {}: min(T, ceil(factor T k / E)), T when dropless)",
+                    moe.capacity.text()
+                ),
+            ),
+            set(
+                "AUX_LOSS",
+                format!("{:?}", moe.aux),
+                "Switch's load-balancing loss coefficient",
+            ),
+        ]);
+    }
     if let Parallel::ShardMap { dropout_key, .. } = &opts.parallel {
         list.push(set(
             "DROPOUT_KEY",
@@ -158,8 +182,18 @@ pub fn summary(opts: &TrainerOptions, steps: u64) -> String {
         1 => String::new(),
         k => format!(" Gradient accumulation over {k} microbatches, one update per step."),
     };
+    let experts = cfg.moe.map_or(String::new(), |m| {
+        format!(
+            ", a mixture of {} experts (top-{}, width {}, capacity {}, aux loss {})",
+            m.experts,
+            m.top_k,
+            m.width,
+            m.capacity.text(),
+            m.aux
+        )
+    });
     let mut s = format!(
-        "{}\nModel: layers {}, d_model {}, heads {}, seq {}, batch {}, vocab {}{}, dropout {}, \
+        "{}\nModel: layers {}, d_model {}, heads {}, seq {}, batch {}, vocab {}{}{experts}, dropout {}, \
          attention {}.\nInit {init}; data {}; {opt}; seed {}; RNG layout {}; {steps} steps.{accumulation}",
         mode_summary(opts),
         cfg.layers,

@@ -7,8 +7,8 @@ use serde_json::Value;
 use shardlab::exec::{Backend, Parallel, Trainer, TrainerOptions};
 use shardlab::export::jax_script;
 use shardlab::ir::{Precision, RngLayout};
-use shardlab::model::{DataSource, GptConfig, Init, Optimizer, Remat};
-use shardlab::plan::{AxisKind, DropoutKey, Strategy};
+use shardlab::model::{Capacity, DataSource, GptConfig, Init, Moe, Optimizer, Remat};
+use shardlab::plan::{AxisKind, DropoutKey, Parallelism, Strategy, Zero};
 use shardlab::sharding::{Mesh, PartitionSpec};
 
 const STEPS: u64 = 5;
@@ -915,6 +915,98 @@ fn explicit_script_writes_the_typed_programs_choices_where_the_model_makes_the_v
                 c
             );
         }
+    }
+}
+
+/// A mixture of experts' options over `mesh`: two blocks of 4 experts (top-2, 24 hidden units)
+/// on sequences of 8, so that a capacity factor of 0.5 gives each expert 2 slots of a
+/// sequence's 16 choices and routing drops at least half of them.
+fn mixture(
+    parallel: impl FnOnce(shardlab::plan::Parallelism) -> Parallel,
+    mesh_text: &str,
+    capacity: Capacity,
+) -> TrainerOptions {
+    let par = Parallelism::new(mesh(mesh_text), Zero::Off, false).unwrap();
+    let mut opts = golden_batch8(parallel(par));
+    let c = &mut opts.config;
+    (c.layers, c.d_model, c.heads, c.seq, c.vocab) = (2, 16, 2, 8, 32);
+    c.moe = Some(Moe {
+        top_k: 2,
+        width: 24,
+        capacity,
+        aux: 0.01,
+        ..Moe::new(4, 16)
+    });
+    opts
+}
+
+/// The exported mixture of experts matches shardlab's losses under JAX: in shard_map mode
+/// over ep=4 (two jax.lax.all_to_all a block, check_vma on) with routing that drops choices,
+/// dropout and AdamW; in automatic mode over dp=2,ep=2, dropless, with microbatches (the
+/// expert buffers' with_sharding_constraints); in explicit mode over dp=2,ep=2 with dropping
+/// routing and dropout (their reshards).
+#[test]
+fn exported_mixture_of_experts_matches_shardlab_in_every_mode() {
+    jax_or_skip!();
+    let shard_map_ep = |par| Parallel::ShardMap {
+        par,
+        dropout_key: DropoutKey::Same,
+    };
+    let auto_ep = |par| Parallel::Auto { par, specs: vec![] };
+    let explicit_ep = |par| Parallel::Explicit {
+        par,
+        axis_types: vec![],
+        specs: vec![],
+    };
+    let half = Capacity::Factor(0.5);
+    let mut ep4 = mixture(shard_map_ep, "ep=4", half);
+    ep4.config.dropout = 0.1;
+    ep4.optimizer = Optimizer::AdamW { lr: 1e-2 };
+    ep4.seed = 3;
+    let mut auto_dropless = mixture(auto_ep, "dp=2,ep=2", Capacity::Dropless);
+    auto_dropless.microbatches = 2;
+    let mut explicit_dropping = mixture(explicit_ep, "dp=2,ep=2", half);
+    explicit_dropping.config.dropout = 0.1;
+    explicit_dropping.seed = 3;
+    for (name, opts) in [
+        ("shard_map_ep4_dropping_dropout", ep4),
+        ("auto_dp2_ep2_dropless_mb2", auto_dropless),
+        ("explicit_dp2_ep2_dropping_dropout", explicit_dropping),
+    ] {
+        script_matches_shardlab(name, &opts);
+    }
+}
+
+/// The mixture's script writes the all_to_alls under shard_map, the expert buffers' shardings
+/// under jit, and the routing's settings.
+#[test]
+fn mixture_scripts_write_the_all_to_alls_and_the_expert_buffers_shardings() {
+    let shard_map_ep = |par| Parallel::ShardMap {
+        par,
+        dropout_key: DropoutKey::Same,
+    };
+    let s = jax_script(&mixture(shard_map_ep, "ep=4", Capacity::Factor(0.5)), STEPS).unwrap();
+    for want in [
+        "EP_AXIS = \"ep\"",
+        "jax.lax.all_to_all(slots, ep, 0, 1, tiled=True)",
+        "jax.lax.all_to_all(out, ep, 1, 0, tiled=True)",
+        "EXPERTS = 4",
+        "TOP_K = 2",
+        "CAPACITY = 2",
+        "\"w_fc\": ((2, 4, 16, 24), P(None, \"ep\", None, None)),",
+    ] {
+        assert!(s.contains(want), "no `{want}` in the shard_map script");
+    }
+    let auto_ep = |par| Parallel::Auto { par, specs: vec![] };
+    let s = jax_script(&mixture(auto_ep, "dp=2,ep=2", Capacity::Dropless), STEPS).unwrap();
+    for want in [
+        "\"moe.dispatched\": P(\"ep\", \"dp\", None, None),",
+        "\"moe.expert_out\": P(None, (\"dp\", \"ep\"), None, None),",
+        "\"moe.slots\": P(None, (\"dp\", \"ep\"), None, None),",
+        "\"dmoe.expert_out\": P(\"ep\", \"dp\", None, None),",
+        "CAPACITY = 8",
+    ] {
+        assert!(s.contains(want), "no `{want}` in the automatic script");
     }
 }
 

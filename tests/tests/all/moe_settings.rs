@@ -106,12 +106,22 @@ fn an_ep_axis_without_experts_is_refused_with_the_fix() {
     assert!(err.to_string().contains("--experts 8"), "said {err}");
 }
 
+/// The export writes the mixture (`export_jax::exported_mixture_*`); what shardlab refuses to
+/// train it refuses to write, with the same fix.
 #[test]
-fn exporting_a_mixture_is_refused_rather_than_written_as_the_dense_model() {
-    let opts = shardlab::exec::TrainerOptions::new(config(Moe::new(4, 32)), shardlab::exec::Parallel::None);
-    let err = shardlab::export::jax_script(&opts, 1).expect_err("the script has no MoE block");
+fn exporting_a_mixture_in_a_pipeline_is_refused_with_the_fix() {
+    let par = Parallelism::new(Mesh::parse("pp=2").unwrap(), Zero::Off, false).unwrap();
+    let mut cfg = config(Moe::new(4, 32));
+    cfg.layers = 2;
+    let parallel = shardlab::exec::Parallel::ShardMap {
+        par,
+        dropout_key: shardlab::plan::DropoutKey::Same,
+    };
+    let mut opts = shardlab::exec::TrainerOptions::new(cfg, parallel);
+    opts.microbatches = 2;
+    let err = shardlab::export::jax_script(&opts, 1).expect_err("no mixture in a pipeline");
     assert!(
-        err.to_string().contains("--experts 4") && err.to_string().contains("--experts 0"),
+        err.to_string().contains("pp=2") && err.to_string().contains("drop the pp axis"),
         "said {err}"
     );
 }
