@@ -316,7 +316,12 @@ impl GpuExecutor {
 
     /// Reads output `pos` (awaits the GPU).
     pub async fn read_output(&self, ctx: &GpuContext, pos: usize) -> Result<Tensor, ExecError> {
-        let v = self.program.outputs[pos];
+        self.read_value(ctx, self.program.outputs[pos]).await
+    }
+
+    /// Reads value `v` of every device after a step: an output, or a value that lives to the
+    /// step's end (`Program::last_uses`); any other's buffer holds whatever was put there last.
+    pub async fn read_value(&self, ctx: &GpuContext, v: crate::ir::ValueId) -> Result<Tensor, ExecError> {
         let info = self.program.info(v);
         let buf = self.buf(v);
         let n = self.program.devices() * info.numel();
