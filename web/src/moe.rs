@@ -24,7 +24,11 @@ pub fn routing(r: &Routing, par: &Parallelism, moe: &Moe) -> Value {
     let sum = |counts: &[Vec<Vec<u32>>], d: usize, e: usize| -> u64 {
         counts.iter().map(|router| u64::from(router[d][e])).sum()
     };
-    let ep = if par.has(AxisKind::Ep) { par.size(AxisKind::Ep) } else { 1 };
+    let ep = if par.has(AxisKind::Ep) {
+        par.size(AxisKind::Ep)
+    } else {
+        1
+    };
     let local = moe.experts / ep.max(1);
     let coords = |d: usize| par.mesh.device_coords(d).unwrap_or_default();
     let ep_dim = par.mesh.axis_names().iter().position(|a| *a == AxisKind::Ep.name());
@@ -71,7 +75,9 @@ pub fn routing(r: &Routing, par: &Parallelism, moe: &Moe) -> Value {
     };
     let (choices, kept) = (total(&r.routed), total(&r.kept));
     let loads: Vec<u64> = rows.iter().map(|x| x["tokens"].as_u64().unwrap_or(0)).collect();
-    let busiest = (0..loads.len()).max_by_key(|&d| (loads[d], std::cmp::Reverse(d))).unwrap_or(0);
+    let busiest = (0..loads.len())
+        .max_by_key(|&d| (loads[d], std::cmp::Reverse(d)))
+        .unwrap_or(0);
     let mean = loads.iter().sum::<u64>() as f64 / loads.len().max(1) as f64;
     json!({
         "routers": r.routed.len(),
@@ -92,7 +98,11 @@ pub fn routing(r: &Routing, par: &Parallelism, moe: &Moe) -> Value {
 /// the bytes they move (the program summary's), and their time in the modelled step on
 /// `device` (the timeline's, on its first device), beside the whole step's.
 pub fn summary(moe: &Moe, seq: usize, par: &Parallelism, plans: &[Plan], device: &DeviceProfile) -> Value {
-    let ep = if par.has(AxisKind::Ep) { par.size(AxisKind::Ep) } else { 1 };
+    let ep = if par.has(AxisKind::Ep) {
+        par.size(AxisKind::Ep)
+    } else {
+        1
+    };
     let mut modes = serde_json::Map::new();
     for plan in plans {
         let prog = &plan.planned.step.program;
@@ -108,7 +118,10 @@ pub fn summary(moe: &Moe, seq: usize, par: &Parallelism, plans: &[Plan], device:
                 .iter()
                 .chain(&row.compute)
                 .filter(|s| s.kind == SpanKind::Op)
-                .filter(|s| s.instr.is_some_and(|i| matches!(prog.instrs[i].op, Op::AllToAll { .. })))
+                .filter(|s| {
+                    s.instr
+                        .is_some_and(|i| matches!(prog.instrs[i].op, Op::AllToAll { .. }))
+                })
                 .map(|s| s.dur_ms)
                 .sum()
         });
@@ -141,8 +154,18 @@ mod tests {
     #[test]
     fn each_device_takes_its_experts_tokens_from_its_ep_group_and_drops_count_once() {
         // dp=2,ep=2, 4 experts (2 a device), one router: device d routed[d][e] / kept[d][e].
-        let routed = vec![vec![vec![4, 0, 2, 2], vec![3, 1, 2, 2], vec![1, 1, 3, 3], vec![2, 2, 2, 2]]];
-        let kept = vec![vec![vec![3, 0, 2, 2], vec![3, 1, 2, 2], vec![1, 1, 3, 3], vec![2, 2, 2, 2]]];
+        let routed = vec![vec![
+            vec![4, 0, 2, 2],
+            vec![3, 1, 2, 2],
+            vec![1, 1, 3, 3],
+            vec![2, 2, 2, 2],
+        ]];
+        let kept = vec![vec![
+            vec![3, 0, 2, 2],
+            vec![3, 1, 2, 2],
+            vec![1, 1, 3, 3],
+            vec![2, 2, 2, 2],
+        ]];
         let r = Routing {
             experts: 4,
             routed,

@@ -467,7 +467,10 @@ mod tests {
         };
         let (field, message) = refused(&|s| s.top_k = 5);
         assert_eq!(field, "top_k");
-        assert_eq!(message, "top-k 5 must be between 1 and experts 4: each token chooses among the experts");
+        assert_eq!(
+            message,
+            "top-k 5 must be between 1 and experts 4: each token chooses among the experts"
+        );
         let (field, message) = refused(&|s| s.experts = 3);
         assert_eq!(field, "mesh.ep");
         assert!(message.starts_with("ep=2 does not divide experts 3"), "{message}");
@@ -480,12 +483,27 @@ mod tests {
         }
         let (field, message) = refused(&|s| s.capacity = "lots".into());
         assert_eq!(field, "capacity");
-        assert!(message.starts_with("capacity factor “lots”: is neither a factor nor dropless"), "{message}");
+        assert!(
+            message.starts_with("capacity factor “lots”: is neither a factor nor dropless"),
+            "{message}"
+        );
         let (field, message) = refused(&|s| s.expert_width = 0);
         assert_eq!(field, "expert_width");
-        assert!(message.contains("use 1 or more"), "{message}");
+        assert_eq!(
+            message,
+            "expert width 0: each expert needs at least 1 hidden unit (the dense MLP has 4 x d_model)"
+        );
+        let (field, message) = refused(&|s| s.top_k = 0);
+        assert_eq!(field, "top_k");
+        assert!(
+            message.starts_with("top-k 0 must be between 1 and experts 4"),
+            "{message}"
+        );
         let (field, message) = refused(&|s| s.experts = 65);
-        assert_eq!((field.as_str(), message.as_str()), ("experts", "experts 65: is more than this page handles: use 0 to 64"));
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("experts", "experts 65: is more than this page handles: use 0 to 64")
+        );
         // ep needs experts; pipelines do not carry a mixture's loss yet.
         let (field, message) = refused(&|s| s.experts = 0);
         assert_eq!(field, "mesh.ep");

@@ -37,9 +37,10 @@ const fn limit(setting: Setting, min: f64, max: f64) -> Limit {
 /// above 0.95 leaves nothing to train; below 1e-6 nothing visibly learns in the steps a page
 /// runs, and above 1 AdamW and SGD both diverge on every preset. Gradient accumulation: at
 /// most one microbatch per example of the largest batch; virtual stages, at most one chunk per
-/// block of the deepest model. A mixture of experts: 0 experts is the dense MLP; the model says
-/// which top-k the experts allow; its load-balancing coefficient is Switch's 0.01 order, and at
-/// 1 it already outweighs the loss.
+/// block of the deepest model. A mixture of experts: 0 experts is the dense MLP; the lower
+/// bounds of top-k and the expert width are the model's rules (`Moe::validate`), refused in the
+/// flag's words; the load-balancing coefficient is of Switch's 0.01's order, and at 1 it already
+/// outweighs the loss.
 pub static PAGE_LIMITS: [Limit; 14] = [
     limit(Setting::Layers, 1.0, 12.0),
     limit(Setting::DModel, 1.0, 1024.0),
@@ -52,8 +53,8 @@ pub static PAGE_LIMITS: [Limit; 14] = [
     limit(Setting::Dropout, 0.0, 0.95),
     limit(Setting::Lr, 1e-6, 1.0),
     limit(Setting::Experts, 0.0, 64.0),
-    limit(Setting::TopK, 1.0, 64.0),
-    limit(Setting::ExpertWidth, 1.0, 4096.0),
+    limit(Setting::TopK, 0.0, 64.0),
+    limit(Setting::ExpertWidth, 0.0, 4096.0),
     limit(Setting::AuxLoss, 0.0, 1.0),
 ];
 
@@ -133,7 +134,12 @@ pub fn check_page_sizes(cfg: &GptConfig) -> Result<(), Refusal> {
     // Every expert's slots of every sequence, at the capacity (a sequence's length, dropless).
     let experts = cfg.moe.map(|m| {
         let dims = [m.experts, cfg.batch, m.slots(cfg.seq), m.width].map(|x| x as u64);
-        ("expert activations", "experts × batch × capacity slots × expert width", ExpertWidth, dims)
+        (
+            "expert activations",
+            "experts × batch × capacity slots × expert width",
+            ExpertWidth,
+            dims,
+        )
     });
     for (name, formula, setting, dims) in arrays.into_iter().chain(experts) {
         let n = dims.iter().try_fold(1u64, |acc, x| acc.checked_mul(*x));
