@@ -343,10 +343,8 @@ impl Trainer {
             return Ok(None);
         };
         let prog = &self.planned.step.program;
-        let mut loads = vec![];
-        for (_, v) in prog.routing_counts() {
-            loads.push(exec.read_value(ctx, v).await?);
-        }
+        let counts: Vec<_> = prog.routing_counts().into_iter().map(|(_, v)| v).collect();
+        let loads = exec.read_values(ctx, &counts).await?;
         Ok(Some(super::Routing::of_loads(&loads, prog.devices(), moe.experts)))
     }
 

@@ -339,6 +339,21 @@ impl GpuExecutor {
         })
     }
 
+    /// Reads f32 values `vs` of every device after a step, as [`GpuExecutor::read_value`] does,
+    /// in one round trip.
+    pub async fn read_values(&self, ctx: &GpuContext, vs: &[crate::ir::ValueId]) -> Result<Vec<Tensor>, ExecError> {
+        let bufs: Vec<&GpuBuffer> = vs.iter().map(|&v| self.buf(v)).collect();
+        let all = ctx.read_all::<f32>(&bufs).await?;
+        Ok(all
+            .into_iter()
+            .zip(vs)
+            .map(|(mut d, &v)| {
+                d.truncate(self.program.devices() * self.program.info(v).numel());
+                Tensor::F32(d)
+            })
+            .collect())
+    }
+
     /// Reads input `pos` (e.g. a parameter, updated in place by the step).
     pub async fn read_input(&self, ctx: &GpuContext, pos: usize) -> Result<Vec<f32>, ExecError> {
         let (v, _) = self.program.inputs[pos];
