@@ -22,7 +22,7 @@ import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, RUN_MODES, MODE_LABEL, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
+  MODES, RUN_MODES, MODE_LABEL, dropoutNote, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
@@ -222,9 +222,22 @@ function markFieldErrors(errors) {
     // A spec field's own reason says the same: the message shows once.
     const reason = input && input.closest('.spec-field')?.querySelector('.spec-reason');
     if (reason) reason.hidden = true;
-    label.after(el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, pageWords(e.message)));
+    const message = el('p', { class: 'field-error', id, 'data-testid': 'field-error', 'data-field': e.field || '' }, pageWords(e.message));
+    if (e.fix) message.append(' ', fixButton(e.fix));
+    label.after(message);
   }
   $('settings-blocked').hidden = errors.length === 0;
+}
+
+/** One press applies a refusal's fix: the spec override the core names (explicit mode's
+ * `out_sharding=` or `reshard` of a named value), written into the editor and the link. */
+function fixButton(fix) {
+  const button = el('button', { type: 'button', class: 'fix-button', 'data-testid': 'apply-fix' },
+    `Apply the fix: ${fix.name} = ${fix.spec} (${fix.code})`);
+  button.addEventListener('click', () => {
+    request({ kind: 'configure', settings: { ...state.settings, specs: { ...(state.settings.specs || {}), [fix.name]: fix.spec } } });
+  });
+  return button;
 }
 
 /** A link that sets shardings opens the editor on them. */
@@ -241,15 +254,12 @@ function writeFoldFacts(s) {
     memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
       : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${shardedState(s) ? `, ${shardedState(s)}` : ''}`,
     sequence: `${[mesh.hasAxis(s.mesh, 'cp') ? 'context parallel' : null, mesh.hasAxis(s.mesh, 'tp') && s.sequence_parallel ? 'sequence parallel' : null].filter(Boolean).join(' and ') || 'not split'}, ${s.cp_order === 'zigzag' ? 'zig-zag' : 'contiguous'} blocks`,
-    pipeline: `${s.schedule}, ${s.microbatches} microbatches${s.virtual_stages > 1 ? `, ${s.virtual_stages} virtual stages` : ''}`,
+    pipeline: `${s.schedule}, ${s.microbatches} microbatches${s.virtual_stages > 1 ? `, ${s.virtual_stages} virtual stages` : ''}${s.stage_layers.length ? `, blocks ${s.stage_layers.join(', ')}` : ''}`,
     rng: `${s.rng}, ${s.dropout_key === 'same' ? 'same key' : 'fold_in'}${s.combine ? ', all-reduces combined' : ''}`,
     shardings: Object.keys(s.specs || {}).length ? `${Object.keys(s.specs).length} changed from the preset` : 'the preset’s',
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
-  $('dropout-note').textContent = s.dropout > 0
-    ? `With dropout ${s.dropout} the two modes’ losses differ from the first step, and that is not a bug: each draws its own masks. Automatic mode slices every device’s block out of one global mask; shard_map’s body draws each device’s mask from its key (${s.dropout_key === 'same' ? 'the same key on every device' : 'fold_in(key, axis_index(\'dp\'))'}). At dropout 0 no mask is drawn, and the losses agree.`
-    : 'At dropout 0 no mask is drawn, so both modes compute the same losses; with dropout each draws its own masks, and their losses differ.';
   $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag');
   placePipelineControls(s);
 }
@@ -270,7 +280,8 @@ function placePipelineControls(s) {
   const pipeline = isPipeline(s);
   // Every preset without stages has the default schedule and one chunk per stage.
   const base = presets.presets[presets.default];
-  $('fold-pipeline').hidden = !pipeline && s.schedule === base.schedule && s.virtual_stages === base.virtual_stages;
+  $('fold-pipeline').hidden = !pipeline && s.schedule === base.schedule && s.virtual_stages === base.virtual_stages
+    && !s.stage_layers.length;
   const home = pipeline ? $('pipeline-fields') : $('memory-fields');
   const control = $('microbatches-field');
   if (control.parentElement !== home) home.append(control);
@@ -292,8 +303,11 @@ function renderPipeline(r) {
   bubble.dataset.bubble = p ? String(p.bubble) : '';
   if (p) {
     const v = p.virtual_stages > 1 ? `, ${p.virtual_stages} virtual stages` : '';
+    const pr = r.prediction && r.prediction.modes.shard_map;
+    const step = pr ? ` Modelled on ${r.prediction.devices} × ${r.prediction.label}, a step takes ${fmtMs(pr.step_ms)}.` : '';
     bubble.textContent = `${p.stages} stages, ${p.microbatches} microbatches${v}, ${p.schedule}: each stage idles `
-      + `${bubbleFormula(p)} = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.`;
+      + `${bubbleFormula(p)} = ${fmtPct(p.bubble)} of the step while the pipeline fills and drains.${step}`
+      + ' At each row’s end: the microbatches the stage holds at once, and its activations at their peak.';
     renderPipelineDiagram($('pipeline-diagram'), p);
   } else {
     $('pipeline-diagram').hidden = true;
@@ -470,6 +484,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   state.configured = r;
   resetView(r, historyKey(s));
   renderModeNotice(before, s, r);
+  $('dropout-note').textContent = dropoutNote(s.dropout, s.dropout_key, r.modes);
   state.programs = JSON.parse(lab.programs());
   renderPipeline(r);
   renderMoe(r);

@@ -44,6 +44,7 @@ export const FIELDS = {
   cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
   schedule: { kind: 'enum', values: [] }, // the core's pipeline schedules (applyCoreLimits)
   virtual_stages: { kind: 'int' },
+  stage_layers: { kind: 'stages' },
   rng: { kind: 'enum', values: ['original', 'partitionable'] },
   dropout_key: { kind: 'enum', values: ['same', 'fold_in', 'global'] },
   combine: { kind: 'bool' },
@@ -79,6 +80,12 @@ export function parseField(name, text) {
       if (String(x).includes('e')) throw bad(`is too small to write as a decimal: use 0 or at least 0.000001`);
       return x;
     }
+    case 'stages':
+      // Blocks per pipeline stage, first stage first; empty for equal stages. Whether they fit
+      // the mesh and the model, the core says at the control.
+      if (text === '') return [];
+      if (!/^\d{1,4}(,\d{1,4}){0,63}$/.test(text)) throw bad('is not blocks per stage like 3,5 (empty: equal stages)');
+      return text.split(',').map(Number);
     case 'lr':
       return parseLr(text);
     case 'capacity':

@@ -53,3 +53,26 @@ export function quantile(xs, q) {
 /** Resolves once the browser has painted a frame: the session waits on it between steps. */
 export const frame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
+
+/** Why the running modes' losses agree or differ under dropout. jit's modes (automatic,
+ * explicit) slice every device's block out of one global mask, as one device draws it;
+ * shard_map's body draws each device's own from its key. `modes`: the run's, in order. */
+export function dropoutNote(dropout, dropoutKey, modes) {
+  const jit = modes.filter((m) => m !== 'shard_map').map((m) => MODE_LABEL[m]);
+  const jitWords = jit.length ? `${sentence(jit.join(' and '))} mode${jit.length > 1 ? 's' : ''}` : null;
+  const key = dropoutKey === 'same' ? 'the same key on every device' : 'fold_in(key, axis_index(\'dp\'))';
+  if (!(dropout > 0)) {
+    return modes.length > 1
+      ? 'At dropout 0 no mask is drawn, so every mode computes the same losses; with dropout jit’s modes slice one global mask and shard_map draws each device’s own, so shard_map’s losses differ.'
+      : 'At dropout 0 no mask is drawn.';
+  }
+  const jitRule = `${jitWords} slice${jit.length > 1 ? '' : 's'} every device’s block out of one global mask, the mask one device draws`;
+  const smRule = `shard_map’s body draws each device’s mask from its key (${key})`;
+  if (!modes.includes('shard_map')) {
+    return jit.length > 1
+      ? `With dropout ${dropout} automatic and explicit mode compute the same losses, one device’s: both are jit programs that slice every device’s block out of one global mask; they differ only in where the shardings are written.`
+      : `With dropout ${dropout}, ${jitRule.charAt(0).toLowerCase()}${jitRule.slice(1)}: its losses are one device’s.`;
+  }
+  if (!jit.length) return `With dropout ${dropout}, ${smRule}: its losses are not one device’s, and that is not a bug.`;
+  return `With dropout ${dropout} shard_map’s losses differ from ${jit.join(' and ')} mode’s from the first step, and that is not a bug: they draw different masks. ${jitRule}; ${smRule}. At dropout 0 no mask is drawn, and the losses agree.`;
+}

@@ -3,6 +3,7 @@
 // weight-gradient W passes of one unit each, an unsplit backward two), with the time a stage
 // runs nothing shaded as the bubble. Positions are shares of the step, so it fits any width.
 import { el } from './dom.js';
+import { fmtBytes } from './format.js';
 
 /** Each pass by the letter the core writes (ir::Pass), as the legend and hovering name it. */
 const PASS = {
@@ -15,7 +16,9 @@ const UNSPLIT_B = { ...PASS.B, short: 'backward', words: 'backward: the input’
 
 const pct = (x) => `${(100 * x).toFixed(3)}%`;
 
-/** Draws `p` (Settings::pipeline's JSON: `diagram` is the core's Timing) into `box`. */
+/** Draws `p` (Settings::pipeline's JSON: `diagram` is the core's Timing; `in_flight` and
+ * `stage_activations` each stage's held microbatch chunks and activations at their peak) into
+ * `box`, each stage's memory at the end of its row. */
 export function renderPipelineDiagram(box, p) {
   const { slots, makespan } = p.diagram;
   const chunks = p.virtual_stages;
@@ -36,7 +39,8 @@ export function renderPipelineDiagram(box, p) {
         'data-pass': a.pass,
         style: `left:${pct(start / makespan)};width:${pct((end - start) / makespan)}`,
       }, label(a));
-    }))));
+    })),
+    stageMemory(p, s)));
   const key = (cls, text) => el('span', { class: 'pd-key' }, el('span', { class: `pd-swatch ${cls}` }), ` ${text}`);
   const legend = el('p', { class: 'pd-legend small' },
     ...['F', 'B', 'W'].filter((l) => l !== 'W' || split).map((l) => key(pass(l).cls, `${l} ${pass(l).short}`)),
@@ -44,4 +48,13 @@ export function renderPipelineDiagram(box, p) {
     chunks > 1 ? el('span', { class: 'pd-key' }, '3b: microbatch 3 on the stage’s chunk b') : null);
   box.replaceChildren(...rows, legend);
   box.hidden = false;
+}
+
+/** Stage `s`'s activations at their peak, and the microbatch chunks that make them. */
+function stageMemory(p, s) {
+  const held = p.in_flight[s];
+  const what = `stage ${s} holds ${held} microbatch${p.virtual_stages > 1 ? ' chunk' : ''}${held === 1 ? '' : 'es'}`
+    + ` at once: ${fmtBytes(p.stage_activations[s])} of activations at its peak`;
+  return el('span', { class: 'pd-mem', title: what, 'aria-label': what, 'data-testid': 'pipeline-stage-memory' },
+    `${held}× · ${fmtBytes(p.stage_activations[s])}`);
 }

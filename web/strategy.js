@@ -38,7 +38,7 @@ function showStrategy(box, r, load) {
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
       el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows))),
-    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches and a pipeline’s schedule and virtual stages change.'),
+    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches and a pipeline’s schedule and virtual stages change (its stages equal).'),
     el('p', { class: 'small', 'data-testid': 'strategy-loaded', role: 'status', hidden: true }),
   );
 }

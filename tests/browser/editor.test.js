@@ -213,8 +213,8 @@ test('a spec edit shows, at its field, the collectives it added or removed and t
     const text = await effect.innerText();
     assert.match(text, /\+\d+ all-gathers?/, text);
     assert.match(text, /modelled step on 2 × TPU v4 [\d.]+ (µs|ms) → [\d.]+ (µs|ms)/, text);
-    // Beside dropout, why the modes' losses differ.
-    assert.match(await page.getByTestId('dropout-note').textContent(), /not a bug/);
+    // Beside dropout, how the running mode draws its masks (a spec edit runs automatic mode).
+    assert.match(await page.getByTestId('dropout-note').textContent(), /automatic mode slices every device’s block out of one global mask/);
   } finally {
     await context.close();
   }

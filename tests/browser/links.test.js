@@ -73,6 +73,32 @@ test('explicit mode trains, shows its typed program, and its link reopens it, at
   }
 });
 
+test('a program explicit mode refuses shows JAX’s error with its fix, and one press applies it: it trains, the link keeps the fix', { timeout: 300_000 }, async () => {
+  // The last stream split over tp and the head's weight on its rows: the logits' contraction is
+  // sharded on both sides, which JAX calls ambiguous.
+  const { context, page, consoleErrors } = await openReady(hashOf({
+    preset: 'tp', mesh: 'tp=2', mode: 'explicit', layers: '2', 'spec.h1.x_mlp': "P(None, None, 'tp')", 'spec.w_head': "P('tp')",
+  }));
+  try {
+    const err = page.locator('[data-testid="field-error"][data-field="spec.logits"]');
+    await err.waitFor({ timeout: 60_000 });
+    assert.match(await err.innerText(), /ShardingTypeError at .*dot_general.*Contracting dimensions are sharded/);
+    assert.equal(await page.getByTestId('play').isDisabled(), true);
+    await err.getByTestId('apply-fix').click();
+    await page.waitForFunction(() => window.shardlab.configured && (window.shardlab.settings.specs || {}).logits === 'P()', null, { timeout: 120_000 });
+    assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    assert.equal(await singleSteps(page, 1), 1);
+    assert.match(location(page), /spec\.logits=P\(\)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.equal(await second.evaluate(() => window.shardlab.settings.specs.logits), 'P()');
+      assert.equal(await second.evaluate(() => !!window.shardlab.configured), true);
+    });
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
 test('mode all alternates automatic, explicit and shard_map step by step, charts the three step times, and its link reopens it; any two alternate too', { timeout: 480_000 }, async () => {
   // Dropout 0: no mask is drawn, so the three programs compute the same losses.
   const { context, page, consoleErrors } = await openReady(hashOf({ mode: 'all', dropout: '0' }));
@@ -106,6 +132,13 @@ test('mode all alternates automatic, explicit and shard_map step by step, charts
     await assertLinkReopens(page, async (second) => {
       assert.deepEqual(await second.evaluate(() => window.shardlab.configured.modes), ['auto', 'explicit']);
     }, 'auto+explicit');
+    // With dropout the note says which of the running modes agree: jit's two slice one mask.
+    await setControl(page, 'dropout', '0.1');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.dropout === 0.1, null, { timeout: 120_000 });
+    assert.match(await page.getByTestId('dropout-note').textContent(), /automatic and explicit mode compute the same losses/);
+    await setControl(page, 'mode', 'explicit+shard_map');
+    await page.waitForFunction(() => window.shardlab.configured && window.shardlab.settings.mode === 'explicit+shard_map', null, { timeout: 120_000 });
+    assert.match(await page.getByTestId('dropout-note').textContent(), /shard_map’s losses differ from explicit mode’s .* not a bug/);
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

@@ -139,14 +139,19 @@ test('pipeline settings that cannot run are refused at their control naming the 
       // Both land at the pp axis's size, naming the layers.
       ['layers', '6', 'mesh.pp', /pp=4 does not split layers 6 into equal stages: use a layer count that is a multiple of 4, or pp = one of 1, 2, 3, 6/],
       ['mesh', 'pp=8', 'mesh.pp', /pp=8 is more stages than layers 4: every stage runs at least one block; use pp = one of 1, 2, 4/],
+      // Blocks per stage: one count per stage, adding up to the layers.
+      ['stage_layers', '1,1,2', 'stage_layers', /stage layers 1,1,2: lists 3 stages, and mesh pp=4 has pp=4: give one block count per stage/],
+      ['stage_layers', '2,1,1,1', 'stage_layers', /stage layers 2,1,1,1: adds up to 5 blocks, and the model has layers 4: the counts must add up to the layers/],
+      ['stage_layers', '1;3', 'stage_layers', /stage_layers “1;3” is not blocks per stage like 3,5 \(empty: equal stages\)/],
     ]) {
       await setControl(page, name, value);
       const err = fieldError(page, field);
       await err.waitFor({ timeout: 30_000 });
       assert.match(await err.innerText(), words, `${name} ${value}`);
       assert.equal(await page.getByTestId('play').isDisabled(), true, `${name} ${value}`);
-      await setControl(page, name, TINY_PP[name]);
-      await configuredWith(page, name, TINY_PP[name]);
+      const back = TINY_PP[name] ?? '';
+      await setControl(page, name, back);
+      await configuredWith(page, name, back);
     }
   } finally {
     await context.close();
@@ -206,6 +211,13 @@ test('the diagram draws each stage\'s passes and its bubble; virtual stages inte
     assert.deepEqual(slots.map((r) => r.length), [8, 8, 8, 8]);
     assert.deepEqual([...new Set(slots[0])].sort(), ['1', '2', '3', '4']);
     assert.ok(Math.abs(await bubble(page) - 3 / 7) < 1e-12, String(await bubble(page)));
+    // Beside each row, the stage's memory: 1F1B's stage s holds pp - s microbatches at once,
+    // and the first stage's activations are the most; the step they make, modelled.
+    const memory = await diagram.locator('[data-testid="pipeline-stage-memory"]').allInnerTexts();
+    assert.deepEqual(memory.map((t) => t.split('×')[0]), ['4', '3', '2', '1'], JSON.stringify(memory));
+    const stageBytes = await page.evaluate(() => window.shardlab.configured.pipeline.stage_activations);
+    assert.ok(stageBytes[0] > stageBytes[1] && stageBytes[1] > stageBytes[2], JSON.stringify(stageBytes));
+    assert.match(await page.getByTestId('pipeline-bubble').innerText(), /Modelled on 4 × .*, a step takes [\d.]+ (µs|ms)\./);
 
     // Two chunks per stage: each pass runs once per chunk, labelled by it, and the bubble shrinks.
     await setControl(page, 'virtual_stages', '2');
@@ -230,6 +242,30 @@ test('the diagram draws each stage\'s passes and its bubble; virtual stages inte
     await setControl(page, 'schedule', 'zb_h1');
     await err.waitFor({ timeout: 30_000 });
     assert.match(await err.innerText(), /virtual stages 2: runs one chunk per stage/);
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('stages of their own sizes: a link sets blocks per stage, the diagram draws a bigger stage’s passes longer, it trains, and the link reopens it', { timeout: 300_000 }, async () => {
+  const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, layers: '8', schedule: '1f1b', stage_layers: '1,3,3,1' }));
+  try {
+    await configuredWith(page, 'stage_layers', '1,3,3,1');
+    const diagram = page.getByTestId('pipeline-diagram');
+    await reveal(diagram);
+    // A stage's pass takes as long as its blocks: stage 1's three times stage 0's.
+    const widths = await diagram.locator('[data-testid="pipeline-stage"]').evaluateAll((rs) =>
+      rs.map((r) => r.querySelector('[data-testid="pipeline-slot"]').getBoundingClientRect().width));
+    assert.ok(Math.abs(widths[1] / widths[0] - 3) < 0.2 && Math.abs(widths[3] / widths[0] - 1) < 0.1, JSON.stringify(widths));
+    assert.equal(await page.getByTestId('stage_layers').inputValue(), '1,3,3,1');
+    assert.equal(await singleSteps(page, 1), 1);
+    const losses = await page.evaluate(() => window.shardlab.history.series['shard_map:original'].loss);
+    assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
+    assert.match(location(page), /stage_layers=1,3,3,1(&|$)/);
+    await assertLinkReopens(page, async (second) => {
+      assert.deepEqual(await second.evaluate(() => window.shardlab.configured.settings.stage_layers), [1, 3, 3, 1]);
+    });
     assert.deepEqual(consoleErrors, []);
   } finally {
     await context.close();

@@ -1,5 +1,6 @@
 //! The page's handle over the core library: it opens the GPU, describes the adapter, runs the
-//! kernel self-test, and trains the model in automatic and shard_map mode. No model logic lives
+//! kernel self-test, and trains the model in JAX's three modes (automatic, explicit, shard_map),
+//! any set of them in turn (`modes::Modes`). No model logic lives
 //! here; every method forwards to `shardlab` and returns JSON, so the page's JavaScript only
 //! renders. Errors come back as values (`{"ok":false,...}`), never as panics or rejections.
 mod editor;

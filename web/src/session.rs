@@ -129,7 +129,7 @@ impl Inner {
             Err(e) => {
                 self.parked = previous.or(self.parked.take());
                 let message = format!("the settings are not valid: {e}");
-                return json!({"ok": false, "errors": [FieldError { field: String::new(), message }]});
+                return json!({"ok": false, "errors": [FieldError::new("", message)]});
             }
         };
         // Only the mode changed: the same run goes on, each mode's trainer where it stopped
@@ -445,9 +445,9 @@ fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
     if total <= GPU_BUDGET_BYTES {
         return Ok(());
     }
-    Err(FieldError {
-        field: "batch".into(),
-        message: format!(
+    Err(FieldError::new(
+        "batch",
+        format!(
             "this run needs {} per device, {} for its {devices} simulated devices{}, and the page allows {} on this GPU: lower batch, seq, d_model or layers",
             human_bytes(per_device),
             human_bytes(total),
@@ -457,7 +457,7 @@ fn check_memory(settings: &Settings, plans: &[Plan]) -> Result<(), FieldError> {
             },
             human_bytes(GPU_BUDGET_BYTES)
         ),
-    })
+    ))
 }
 
 /// What a step needs while it awaits, taken out of the run.

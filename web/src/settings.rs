@@ -10,8 +10,9 @@ use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::check_head_dim;
 use shardlab::model::{Attention, Capacity, Dataset, GptConfig, Init, Moe, Remat};
 use shardlab::plan::{
-    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, Action, AxisKind, DropoutKey,
-    Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule, Table, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
+    check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, stage_activations, Action, AxisKind,
+    DropoutKey, Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule, Table, TrainerOptions, Zero,
+    PAGE_MAX_SPECS, TOKENS,
 };
 
 pub use shardlab::plan::{Mode, Preset};
@@ -91,6 +92,10 @@ pub struct Settings {
     /// written before the control existed read as 1.
     #[serde(default = "one")]
     pub virtual_stages: usize,
+    /// Blocks per pipeline stage, first stage first (`--stage-layers`; empty: equal stages,
+    /// which links written before the control existed read as).
+    #[serde(default)]
+    pub stage_layers: Vec<usize>,
     /// The kind of real device the cost model prices the step on: a device preset's name
     /// (`tpu_v4`, `h100`, ...).
     pub device: String,
@@ -139,6 +144,7 @@ impl Settings {
             cp_order: CpOrder::Contiguous,
             schedule: p.schedule(),
             virtual_stages: 1,
+            stage_layers: vec![],
             device: "tpu_v4".into(),
             task: Task::Copy,
             optimizer: Opt::Adamw,
@@ -239,8 +245,17 @@ impl Settings {
         cfg.validate().map_err(|e| FieldError::model(&e, "d_model"))?;
         Dataset::new(self.task.data(), &cfg, 0).map_err(|e| FieldError::model(&e, "task"))?;
         check_head_dim(&cfg).map_err(refused)?;
-        par.check(&cfg, self.microbatches).map_err(|e| FieldError::plan(&e))?;
-        check_pipeline_layout(&cfg, &par, self.schedule, self.virtual_stages, &[], self.microbatches)
+        // The layout first: where stage layers are given, they say what "pp" splits.
+        check_pipeline_layout(
+            &cfg,
+            &par,
+            self.schedule,
+            self.virtual_stages,
+            &self.stage_layers,
+            self.microbatches,
+        )
+        .map_err(|e| FieldError::plan(&e))?;
+        par.check_with_stages(&cfg, self.microbatches, &self.stage_layers)
             .map_err(|e| FieldError::plan(&e))?;
         self.check_spec_texts(&par)?;
         Ok(par)
@@ -254,18 +269,27 @@ impl Settings {
     /// lay its passes out so (its refusal is at its control).
     pub fn pipeline(&self, par: &Parallelism) -> Option<serde_json::Value> {
         let (v, m) = (self.virtual_stages, self.microbatches);
-        if !par.is_pipeline() || check_pipeline_layout(&self.config(), par, self.schedule, v, &[], m).is_err() {
+        let cfg = self.config();
+        if !par.is_pipeline() || check_pipeline_layout(&cfg, par, self.schedule, v, &self.stage_layers, m).is_err() {
             return None;
         }
         let stages = par.size(AxisKind::Pp);
         let table = Table::new(self.schedule, stages, m, v);
         let times = PassTimes::EVEN;
+        // A stage's passes take as long as its blocks: a unit for an equal stage's share.
+        let blocks = |s: usize| match self.stage_layers.get(s) {
+            Some(&n) => n as f64 * stages as f64 / cfg.layers as f64,
+            None => 1.0,
+        };
         let timing = table.timing(
-            &|_, a: &Action| match a.pass {
-                Pass::Forward => times.forward,
-                Pass::Backward if table.split => times.backward,
-                Pass::Backward => times.backward + times.weight,
-                Pass::Weight => times.weight,
+            &|s, a: &Action| {
+                blocks(s)
+                    * match a.pass {
+                        Pass::Forward => times.forward,
+                        Pass::Backward if table.split => times.backward,
+                        Pass::Backward => times.backward + times.weight,
+                        Pass::Weight => times.weight,
+                    }
             },
             0.0,
         );
@@ -273,10 +297,15 @@ impl Settings {
             "stages": stages,
             "microbatches": m,
             "virtual_stages": v,
+            "stage_layers": self.stage_layers,
             "schedule": self.schedule.name(),
             "bubble": self.schedule.bubble(stages, m, v, times),
             "formula": self.schedule.bubble_text(v),
             "diagram": timing,
+            // Beside each stage's row: the microbatch chunks it holds at once, and its
+            // activations at their peak in closed form (shard_map's program).
+            "in_flight": table.in_flight(),
+            "stage_activations": stage_activations(&self.options(Mode::ShardMap, par)),
         }))
     }
 
@@ -358,8 +387,7 @@ impl Settings {
             },
             schedule: self.schedule,
             virtual_stages: self.virtual_stages,
-            // The page lays a pipeline out in equal stages.
-            stage_layers: vec![],
+            stage_layers: self.stage_layers.clone(),
         }
     }
 }
@@ -640,6 +668,48 @@ mod tests {
             assert_eq!(e.field, "virtual_stages", "{}", e.message);
             assert!(s.pipeline(&s.parallelism().unwrap()).is_none(), "{schedule:?} v={v}");
         }
+    }
+
+    #[test]
+    fn a_stage_draws_passes_as_long_as_its_blocks_and_a_list_that_does_not_fit_is_refused_at_its_control() {
+        let mut s = Settings::preset(Preset::Pp);
+        (s.layers, s.stage_layers) = (8, vec![1, 3, 3, 1]);
+        let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(s.options(Mode::ShardMap, &par).stage_layers, [1, 3, 3, 1]);
+        let p = s.pipeline(&par).unwrap();
+        let busy: Vec<f64> = p["diagram"]["slots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|stage| {
+                let slots = stage.as_array().unwrap();
+                slots
+                    .iter()
+                    .map(|x| x["end"].as_f64().unwrap() - x["start"].as_f64().unwrap())
+                    .sum()
+            })
+            .collect();
+        // Passes as long as the stage's blocks: the middle stages three times the outer ones.
+        assert!(
+            (busy[1] - 3.0 * busy[0]).abs() < 1e-9 && busy[1] == busy[2] && busy[0] == busy[3],
+            "{busy:?}"
+        );
+        // Lists that do not fit the mesh or the model, each refused at the list's control.
+        for (layers, why) in [
+            (vec![1, 3, 3], "lists 3 stages"),
+            (vec![2, 3, 3, 1], "adds up to 9 blocks"),
+            (vec![0, 4, 3, 1], "gives a stage no blocks"),
+        ] {
+            s.stage_layers = layers;
+            let e = s.check().unwrap_err();
+            assert_eq!(e.field, "stage_layers", "{}", e.message);
+            assert!(e.message.contains(why), "{}", e.message);
+            assert!(s.pipeline(&par).is_none());
+        }
+        // Without a pipeline there are no stages to size.
+        let mut dp = Settings::preset(Preset::Dp);
+        dp.stage_layers = vec![1, 1];
+        assert_eq!(dp.check().unwrap_err().field, "stage_layers");
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub fn which_strategy(s: &Settings) -> Value {
                 let schedule = x.schedule.unwrap_or(Schedule::default().name());
                 json!({"mesh": x.mesh, "zero": par.zero.name(), "sequence_parallel": par.sequence_parallel,
                        "mode": x.mode, "remat": x.remat, "microbatches": x.microbatches, "schedule": schedule,
-                       "virtual_stages": x.virtual_stages,
+                       "virtual_stages": x.virtual_stages, "stage_layers": [],
                        "cp_order": x.options.cp_order.name()})
             });
             json!({

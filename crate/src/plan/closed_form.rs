@@ -115,24 +115,31 @@ fn is_block(ps: &ParamSpec) -> bool {
     ps.name.starts_with('h') && ps.name.contains('.')
 }
 
+/// The parallelism `opts` runs under and the mode its memory is counted in: one device is a
+/// mesh of no axes; explicit mode is the global program jit partitions, as in automatic mode
+/// (its reshards move what it holds, not how much).
+fn layout_of(opts: &TrainerOptions) -> (std::borrow::Cow<'_, Parallelism>, Mode) {
+    match &opts.parallel {
+        Parallel::None => {
+            let none = Parallelism::new(
+                crate::sharding::Mesh::new(&[]).expect("an empty mesh"),
+                Default::default(),
+                false,
+            )
+            .expect("no axes");
+            (std::borrow::Cow::Owned(none), Mode::Single)
+        }
+        Parallel::ShardMap { par, .. } => (std::borrow::Cow::Borrowed(par), Mode::ShardMap),
+        Parallel::Auto { par, .. } | Parallel::Explicit { par, .. } => (std::borrow::Cow::Borrowed(par), Mode::Auto),
+    }
+}
+
 /// Memory per device of `opts` in closed form (one device, [`Parallel::None`], as a mesh of no
 /// axes).
 pub fn closed_memory(opts: &TrainerOptions) -> ClosedMemory {
     let cfg = &opts.config;
-    let none = Parallelism::new(
-        crate::sharding::Mesh::new(&[]).expect("an empty mesh"),
-        Default::default(),
-        false,
-    )
-    .expect("no axes");
-    let (par, mode) = match &opts.parallel {
-        Parallel::None => (&none, Mode::Single),
-        Parallel::ShardMap { par, .. } => (par, Mode::ShardMap),
-        Parallel::Auto { par, .. } => (par, Mode::Auto),
-        // The global program jit partitions, as in automatic mode: its reshards move what it
-        // holds, not how much.
-        Parallel::Explicit { par, .. } => (par, Mode::Auto),
-    };
+    let (par, mode) = layout_of(opts);
+    let par = par.as_ref();
     let blocks = device_blocks(opts, par) as u64;
     let h = held(
         cfg,
@@ -160,6 +167,14 @@ pub fn closed_memory(opts: &TrainerOptions) -> ClosedMemory {
         activations,
         total: params + optimizer_state + gradients + compute_params + activations,
     }
+}
+
+/// Each pipeline stage's activations at their peak in closed form, first stage first (one
+/// entry without a pipeline): what its schedule keeps in flight, and the backward's busiest
+/// moment ([`ClosedMemory::activations`] is the largest, or ZeRO's update where that is more).
+pub fn stage_activations(opts: &TrainerOptions) -> Vec<u64> {
+    let (par, mode) = layout_of(opts);
+    backward_peaks(opts, par.as_ref(), mode)
 }
 
 /// One device's sizes of a microbatch, in elements.
@@ -249,6 +264,23 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
 
 fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     let cfg = &opts.config;
+    let backward = backward_peaks(opts, par, mode).into_iter().max().unwrap_or(0);
+    // ZeRO's update: every parameter's updated blocks gathered whole again, outputs of the
+    // step held to its end.
+    let width = cfg.precision.compute_bytes(DType::F32) as f64;
+    let update =
+        zero_gathered(cfg, par, mode, device_blocks(opts, par) as u64) as f64 * width + tokens(opts, par) * 4.0;
+    backward.max(update as u64)
+}
+
+/// Tokens and targets of one device, held for the step.
+fn tokens(opts: &TrainerOptions, par: &Parallelism) -> f64 {
+    2.0 * (opts.config.batch / par.batch_split()) as f64 * (opts.config.seq / par.seq_split()) as f64
+}
+
+/// Bytes each stage holds at the backward pass's peak (one entry without a pipeline).
+fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u64> {
+    let cfg = &opts.config;
     let tp = par.size(AxisKind::Tp) as f64;
     let cp = par.size(AxisKind::Cp) as f64;
     let pp = par.size(AxisKind::Pp);
@@ -336,7 +368,9 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     // transposed copy of each contribution) grow through the backward pass: GPipe's while its
     // held activations shrink, so its peak is one or the other.
     let last = in_flight.len() - 1;
-    let (floats, bits) = in_flight
+    let width = cfg.precision.compute_bytes(DType::F32) as f64;
+    let ints = tokens(opts, par);
+    in_flight
         .iter()
         .enumerate()
         .map(|(stage, &(before, after))| {
@@ -348,17 +382,10 @@ fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
                 _ if pp > 1 => (held(before) + transient).max(held(after) + transient + sums),
                 _ => held(before) + transient,
             };
-            (floats, sets * blocks * per_block_bits)
+            let bits = sets * blocks * per_block_bits;
+            (floats * width + (bits + ints) * 4.0) as u64
         })
-        .fold((0.0f64, 0.0f64), |(f, b), (f2, b2)| (f.max(f2), b.max(b2)));
-    let width = cfg.precision.compute_bytes(DType::F32) as f64;
-    // Tokens and targets, held for the step.
-    let ints = 2.0 * (cfg.batch / par.batch_split()) as f64 * (cfg.seq / par.seq_split()) as f64;
-    let backward = floats * width + (bits + ints) * 4.0;
-    // ZeRO's update: every parameter's updated blocks gathered whole again, outputs of the
-    // step held to its end.
-    let update = zero_gathered(cfg, par, mode, device_blocks(opts, par) as u64) as f64 * width + ints * 4.0;
-    backward.max(update) as u64
+        .collect()
 }
 
 /// Elements of the parameters ZeRO updates by blocks over "dp" and gathers whole again.
@@ -548,6 +575,38 @@ mod tests {
             worst > 1.0 / ACTIVATION_BOUND.sqrt(),
             "the bound is loose: worst {worst}"
         );
+    }
+
+    #[test]
+    fn each_stage_holds_the_microbatches_its_schedule_keeps_and_the_device_the_busiest_stages() {
+        let cfg = GptConfig {
+            layers: 8,
+            d_model: 64,
+            heads: 4,
+            seq: 16,
+            batch: 16,
+            vocab: 96,
+            ..GptConfig::tiny()
+        };
+        let at = |schedule| {
+            let opts = options(&cfg, "pp=4", Zero::Off, false, Mode::ShardMap, 8, schedule);
+            (stage_activations(&opts), closed_memory(&opts).activations)
+        };
+        let (gpipe, gpipe_peak) = at(Schedule::Gpipe);
+        let (one_f_one_b, peak) = at(Schedule::OneFOneB);
+        assert_eq!((gpipe.len(), one_f_one_b.len()), (4, 4));
+        // 1F1B's stage s holds pp - s microbatches: fewer down the pipeline (the last stage
+        // adds the head's logits, so only the first three are compared).
+        assert!(one_f_one_b[..3].windows(2).all(|w| w[0] > w[1]), "{one_f_one_b:?}");
+        // GPipe holds all eight on every stage; 1F1B's first stage four.
+        assert!(gpipe[0] > one_f_one_b[0], "{gpipe:?} {one_f_one_b:?}");
+        assert_eq!(gpipe[..3].iter().min(), gpipe[..3].iter().max(), "{gpipe:?}");
+        // Without ZeRO's update the device's activations are its busiest stage's.
+        assert_eq!(Some(&peak), one_f_one_b.iter().max());
+        assert_eq!(Some(&gpipe_peak), gpipe.iter().max());
+        // One entry without a pipeline: the device's.
+        let single = options(&cfg, "dp=2", Zero::Off, false, Mode::ShardMap, 1, Schedule::Gpipe);
+        assert_eq!(stage_activations(&single), [closed_memory(&single).activations]);
     }
 
     #[test]

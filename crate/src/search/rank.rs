@@ -16,8 +16,9 @@
 use super::space::{candidates, LEVERS};
 use super::{parallel, plan_command};
 use crate::ir::Precision;
-use crate::plan::{closed_memory, mesh_text, MemoryPlan, Parallel, Parallelism, TrainerOptions};
+use crate::plan::{closed_memory, mesh_text, MemoryPlan, Parallel, Parallelism, PlanError, TrainerOptions};
 use crate::profile::{estimate_step, predict, DeviceBytes, DeviceProfile, Placement};
+use crate::setting::{Audience, Setting};
 use crate::sharding::Mesh;
 
 /// The lever the search applies last, and only where it must (see [`search`]).
@@ -84,8 +85,8 @@ pub struct SearchResult {
     /// What every candidate shares: the dtype policy, attention, dropout.
     pub precision: Precision,
     pub considered: usize,
-    /// Candidates the model does not split over the mesh (divisibility), with one reason each
-    /// per set of axes.
+    /// Candidates the model does not split over the mesh (divisibility), with one reason for
+    /// each setting refused: the first, on the fewest axes, says why the larger meshes fail too.
     pub invalid: usize,
     pub invalid_reasons: Vec<String>,
     /// Candidates whose memory per device exceeds the device's: in closed form, or planned.
@@ -129,14 +130,15 @@ pub fn search(
     let all = candidates(base, devices);
     let considered = all.len();
     let mut invalid_reasons: Vec<String> = vec![];
+    let mut refused: Vec<Setting> = vec![];
     let (mut invalid, mut too_large) = (0, 0);
     let mut passed: Vec<Screened> = vec![];
     for outcome in parallel::map(&all, |opts| screen(opts, device)) {
         match outcome {
-            Screen::Invalid(reason) => {
+            Screen::Invalid { setting, reason } => {
                 invalid += 1;
-                let axes = reason.split(':').next().unwrap_or_default();
-                if !invalid_reasons.iter().any(|r| r.starts_with(&format!("{axes}:"))) {
+                if !refused.contains(&setting) {
+                    refused.push(setting);
                     invalid_reasons.push(reason);
                 }
             }
@@ -209,7 +211,7 @@ pub fn search(
 /// One candidate's screen: why it does not split (its axes first, as the reasons list them),
 /// that it cannot fit, or its estimate.
 enum Screen {
-    Invalid(String),
+    Invalid { setting: Setting, reason: String },
     TooLarge,
     Passed(Box<Screened>),
 }
@@ -220,7 +222,10 @@ enum Screen {
 /// pipeline's microbatches are its own lever) and the step estimate.
 fn screen(opts: &TrainerOptions, device: &DeviceProfile) -> Screen {
     if let Err(e) = check(opts) {
-        return Screen::Invalid(format!("{}: {e}", axes_name(&opts.parallel)));
+        return Screen::Invalid {
+            setting: e.setting(),
+            reason: format!("{}: {}", axes_name(&opts.parallel), e.text(Audience::Cli)),
+        };
     }
     let fits = |o: &TrainerOptions| closed_memory(o).at_least() <= device.memory_bytes;
     let mut opts = opts.clone();
@@ -243,13 +248,16 @@ fn screen(opts: &TrainerOptions, device: &DeviceProfile) -> Screen {
 
 /// Whether the model splits over the candidate's mesh as its options ask, without tracing:
 /// the checks [`crate::plan::build`] runs first.
-fn check(opts: &TrainerOptions) -> Result<(), String> {
+fn check(opts: &TrainerOptions) -> Result<(), PlanError> {
     let Some(par) = opts.parallel.parallelism() else {
-        return crate::model::check_microbatches(opts.config.batch, opts.microbatches, 1).map_err(|e| e.to_string());
+        return Ok(crate::model::check_microbatches(
+            opts.config.batch,
+            opts.microbatches,
+            1,
+        )?);
     };
-    par.check(&opts.config, opts.microbatches).map_err(|e| e.to_string())?;
+    par.check(&opts.config, opts.microbatches)?;
     par.check_cp(&opts.config, opts.cp_order, opts.parallel.mode())
-        .map_err(|e| e.to_string())
 }
 
 fn is_pipeline(opts: &TrainerOptions) -> bool {
@@ -445,6 +453,19 @@ mod tests {
         // Four-axis meshes are among the candidates on 16 devices.
         let wide = search(&base(64), &a100(), "a100", 16).unwrap();
         assert!(wide.considered > 1000, "{}", wide.considered);
+        // One reason per refused axis, on its own smallest mesh: 4 heads and 2 layers refuse
+        // tp and pp of 16 and every mesh that holds them, as one line each.
+        assert_eq!(
+            wide.invalid_reasons,
+            [
+                "tp: --mesh tp=16 does not divide --heads 4: tensor parallelism splits heads; use tp = one of 1, 2, 4, \
+                 or a head count that is a multiple of 16",
+                "pp: --mesh pp=16 is more stages than --layers 2: every stage runs at least one block; use pp = one \
+                 of 1, 2",
+            ],
+            "{:#?}",
+            wide.invalid_reasons
+        );
     }
 
     #[test]

@@ -128,7 +128,10 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         println!("  {:>4}  {}", x.rank, x.command);
     }
     if !r.invalid_reasons.is_empty() {
-        println!("  not split: {}", r.invalid_reasons.join("; "));
+        println!("  not split, the first mesh each setting refuses:");
+        for reason in &r.invalid_reasons {
+            println!("        {reason}");
+        }
     }
     println!("  searched in {seconds:.2} s");
 }
