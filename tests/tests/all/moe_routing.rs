@@ -1,6 +1,6 @@
 //! The routing a trainer reads back after a step (`Trainer::routing`, the page's chart): the
-//! routers' own counts, kept alive to the step's end. Split over dp=2,ep=2 in shard_map and
-//! automatic mode, every expert's choices and kept choices add up to the one-device run's; the
+//! routers' own counts, kept alive to the step's end. Split over dp=2,ep=2 in shard_map,
+//! explicit and automatic mode, every expert's choices and kept choices add up to the one-device run's; the
 //! choices are every token's k; a capacity factor of 0.5 keeps at most the slots there are; a
 //! rematerialised backward's second routing is not counted again.
 use shardlab::exec::{Backend, Parallel, Routing, Trainer};
@@ -67,7 +67,12 @@ fn the_routing_read_back_after_a_step_adds_up_to_the_one_device_runs_in_every_mo
         par: par.clone(),
         dropout_key: DropoutKey::Same,
     };
-    for parallel in [shard_map, Parallel::Auto { par, specs: vec![] }] {
+    let explicit = Parallel::Explicit {
+        par: par.clone(),
+        axis_types: vec![],
+        specs: vec![],
+    };
+    for parallel in [shard_map, explicit, Parallel::Auto { par, specs: vec![] }] {
         let r = routing_after_a_step(&gpu, parallel.clone(), Remat::None);
         assert_eq!(r.routed[0].len(), 4, "a row per device");
         assert_eq!(totals(&r), want, "{}", parallel.label());
