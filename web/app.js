@@ -28,6 +28,7 @@ import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
 import { renderTimeline } from './timeline.js';
 import { renderPipelineDiagram } from './pipeline.js';
+import { renderMoe, renderRouting } from './moe.js';
 import { init as initStory, renderStory } from './story.js';
 import * as storyRun from './story_run.js';
 import { renderStrategy } from './strategy.js';
@@ -252,6 +253,7 @@ function openSpecsOf(s) {
 function writeFoldFacts(s) {
   const facts = {
     model: `${s.layers} layers, d_model ${s.d_model}, ${s.heads} heads, seq ${s.seq}, batch ${s.batch}, vocab ${s.vocab}, dropout ${s.dropout}, attention ${s.attention}${s.remat === 'none' ? '' : `, remat ${s.remat}`}`,
+    experts: s.experts > 0 ? `${s.experts} experts, top-${s.top_k}, width ${s.expert_width}, capacity ${s.capacity}, load-balancing ${s.aux_loss}` : 'none: the dense MLP',
     learning: learnFacts(s),
     memory: isPipeline(s) ? 'the microbatches are the pipeline’s'
       : `${s.microbatches === 1 ? 'no gradient accumulation' : `${s.microbatches} microbatches`}${shardedState(s) ? `, ${shardedState(s)}` : ''}`,
@@ -502,6 +504,7 @@ function applySettings(s, { updateHash = true, fresh = false } = {}) {
   $('dropout-note').textContent = dropoutNote(s.dropout, s.dropout_key, r.modes);
   state.programs = JSON.parse(lab.programs());
   renderPipeline(r);
+  renderMoe(r);
   // The story compares the two modes: kept only where both are planned.
   if (state.programs.ok && MODES.every((m) => state.programs.modes[m])) {
     const key = storyKey(s);
@@ -527,6 +530,7 @@ function renderUnconfigured() {
   state.timeline = null;
   $('timeline-body').replaceChildren(el('p', { class: 'muted small', 'data-testid': 'timeline-empty' }, 'Fix the marked settings to see a step in time.'));
   renderPipeline(null);
+  renderMoe(null);
   // The charts keep the experiment's history: fixing the settings back resumes its run.
   if (!state.history) resetView();
   renderStory();
@@ -649,6 +653,8 @@ function record(r, story = null) {
     per('tokens-per-s', (s) => fmtRate(s.tokens_per_s));
   }
   updateCharts();
+  const routed = ran.find((m) => r.modes[m].routing);
+  if (routed) renderRouting(r.modes[routed].step + 1, routed, r.modes[routed].routing, mesh.meshAxes(state.settings.mesh));
   for (const m of ran) if (r.modes[m].example_prediction) renderExamplePrediction(state.steps, r.modes[m].example_prediction);
   for (const m of ran) if (r.modes[m].sample) renderSample(state.steps, r.modes[m].sample, r.modes[m].loss);
   renderSampleStep(state.steps);

@@ -36,6 +36,11 @@ export const FIELDS = {
   dropout: { kind: 'float' },
   attention: { kind: 'enum', values: ['fused', 'unfused'] },
   remat: { kind: 'enum', values: ['none', 'full', 'dots'] },
+  experts: { kind: 'int' },
+  top_k: { kind: 'int' },
+  expert_width: { kind: 'int' },
+  capacity: { kind: 'capacity' },
+  aux_loss: { kind: 'float' },
   microbatches: { kind: 'int' },
   cp_order: { kind: 'enum', values: ['contiguous', 'zigzag'] },
   schedule: { kind: 'enum', values: [] }, // the core's pipeline schedules (applyCoreLimits)
@@ -90,6 +95,13 @@ export function parseField(name, text) {
       return text.split(',').map(Number);
     case 'lr':
       return parseLr(text);
+    case 'capacity':
+      // A factor as the flag takes it, or dropless; which factors the model takes (not 0, not
+      // NaN) the core says at the control, in the flag's words.
+      if (!/^(dropless|-?\d{0,6}(\.\d{0,17})?|NaN|-?inf)$/.test(text) || text === '' || text === '-') {
+        throw bad('is neither a factor like 1.25 nor dropless');
+      }
+      return text;
     case 'bool':
       if (!['0', '1', 'true', 'false'].includes(text)) throw bad('is not 0 or 1');
       return text === '1' || text === 'true';

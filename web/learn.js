@@ -233,8 +233,12 @@ export const GLOSSARY = [
     text: 'Gradient accumulation: the batch in slices, each slice\'s forward and backward in turn, the gradients summed, one update. Less memory for activations, the same result.' },
   { term: 'tp', match: /(?<![\w'=.-])tp(?![\w'=-])/, jax: "NamedSharding(mesh, P(None, 'tp')) on the weights",
     text: 'Tensor parallelism (Megatron): each weight matrix is split across the devices, by columns then by rows; the partial sums are all-reduced.' },
+  { term: 'mixture of experts', match: /mixtures? of experts\b/, jax: 'jax.lax.top_k on the router\'s softmax',
+    text: 'Each block\'s MLP becomes several expert MLPs and a router that sends each token to its top k of them (Switch, GShard, Mixtral). An expert takes at most its capacity of a sequence\'s choices; the rest are dropped and pass the block by the residual alone, unless routing is dropless.' },
+  { term: 'ep', match: /(?<![\w'=.-])ep(?![\w'=-])/, jax: "jax.lax.all_to_all(x, 'ep', 0, 1) in shard_map",
+    text: 'Expert parallelism: a mixture of experts\' experts split across the devices, the tokens over dp × ep. Two all-to-alls per block move each token to its experts\' devices and back, and the busiest device sets the pace.' },
   { term: 'mesh', match: /(?<![\w'=.-])mesh(?![\w'=-])/, jax: "jax.make_mesh((2, 2, 2), ('dp', 'tp', 'pp'))",
-    text: 'The devices laid out on named axes, each axis named for what it splits: dp the batch, fsdp the batch and the parameters, tp heads and MLP columns, cp the sequence, pp the blocks into stages. Any of them compose; one table of logical-axis rules says which axes split each array.' },
+    text: 'The devices laid out on named axes, each axis named for what it splits: dp the batch, fsdp the batch and the parameters, tp heads and MLP columns, cp the sequence, pp the blocks into stages, ep a mixture\'s experts. Any of them compose; one table of logical-axis rules says which axes split each array.' },
 ];
 
 const byTerm = new Map(GLOSSARY.map((g) => [g.term, g]));

@@ -2,8 +2,9 @@
 // (the core's axis kinds: what each splits), with the devices drawn as a grid labelled by their
 // coordinates. It writes the one `mesh` control (`dp=2,tp=2,pp=2`, the link's key) and reads it
 // back, so typing a mesh and building one agree. ZeRO's stage shows where the mesh has dp, and
-// sequence parallelism where it has tp. Whether the model splits over the axes is the core's to
-// say: its refusals land on the axis's size control (`mesh.tp`).
+// sequence parallelism where it has tp. ep (expert parallelism) is offered once the model has
+// experts. Whether the model splits over the axes is the core's to say: its refusals land on the
+// axis's size control (`mesh.tp`, `mesh.ep`).
 
 let page = null; // {el, axes: [{name, splits}], coordText, deviceColor}
 
@@ -37,7 +38,7 @@ export function init(p) {
     if (name && !axes.some(([n]) => n === name)) writeMesh([...axes, [name, 2]]);
   });
   meshInput().addEventListener('change', () => render());
-  for (const name of ['zero', 'sequence_parallel']) {
+  for (const name of ['zero', 'sequence_parallel', 'experts']) {
     document.querySelector(`#settings [name="${name}"]`).addEventListener('change', () => render());
   }
 }
@@ -79,10 +80,15 @@ export function render() {
       el('span', { class: 'muted small mesh-axis-splits' }, `splits ${known.get(name) || 'nothing: not an axis kind shardlab knows'}`));
   }));
   const present = new Set((axes || []).map(([n]) => n));
-  for (const o of document.getElementById('mesh-add').options) o.disabled = present.has(o.value);
+  const settings = document.getElementById('settings');
+  // ep splits a mixture's experts: offered where the model has some.
+  const experts = Number(settings.elements.experts.value) > 0;
+  for (const o of document.getElementById('mesh-add').options) {
+    o.disabled = present.has(o.value);
+    o.hidden = o.value === 'ep' && !experts;
+  }
   // An option shows where its axis is, and stays shown while it is set without it: that is
   // where the core's refusal of it lands.
-  const settings = document.getElementById('settings');
   document.getElementById('zero-field').hidden = !present.has('dp') && settings.elements.zero.value === '0';
   document.getElementById('sp-field').hidden = !present.has('tp') && !settings.elements.sequence_parallel.checked;
   drawGrid(axes);

@@ -405,6 +405,7 @@ fn every_page_preset_plans_from_the_command_line_on_its_mesh() {
         ("tp", 2, "auto"),
         ("dp_tp", 4, "auto"),
         ("pp", 4, "shard_map"),
+        ("moe", 4, "auto"),
     ] {
         let (code, out, err) = shardlab(&["plan", "--json", "--preset", preset, "--mode", mode, "--device", "h100"]);
         assert_eq!(code, 0, "--preset {preset}: {err}");

@@ -165,6 +165,8 @@ const JAX_CALLS = {
   zero2: 'with_sharding_constraint(grad',
   microbatch: 'jax.value_and_grad',
   tp: "P(None, 'tp')",
+  'mixture of experts': 'jax.lax.top_k',
+  ep: "jax.lax.all_to_all(x, 'ep'",
   mesh: 'jax.make_mesh',
 };
 

@@ -41,6 +41,9 @@ test('page shows the adapter and passes the kernel self-test on SwiftShader WebG
 
     // Every shader module and pipeline was created with no validation error.
     assert.ok(report.pipelines.length > 0, 'no pipelines in the report');
+    // The mixture of experts' router, dispatch and combine among them.
+    assert.ok(['route', 'dispatch', 'combine'].every((e) => report.pipelines.some((p) => p.shader === 'moe' && p.entry.startsWith(e))),
+      JSON.stringify(report.pipelines.filter((p) => p.shader === 'moe').map((p) => p.entry)));
     const badPipelines = report.pipelines.filter((p) => p.status === 'fail');
     assert.deepEqual(badPipelines.map((p) => `${p.shader}::${p.entry}: ${p.message}`), []);
     // Only an extension the adapter lacks may skip a pipeline.

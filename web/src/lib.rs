@@ -7,6 +7,7 @@ mod editor;
 mod field_error;
 mod masks;
 mod modes;
+mod moe;
 mod picture;
 mod plan;
 mod predict;
@@ -117,11 +118,9 @@ impl Shardlab {
             "schedules": shardlab::plan::Schedule::ALL.map(shardlab::plan::Schedule::name),
             "limits": limits,
             "max_devices": shardlab::plan::PAGE_MAX_DEVICES,
-            // The mesh's axis kinds, each with what it splits, and ZeRO's stages on dp. ("ep"
-            // splits a mixture of experts, which the page's model does not offer yet.)
+            // The mesh's axis kinds, each with what it splits, and ZeRO's stages on dp.
             "axes": shardlab::plan::AxisKind::ALL
                 .into_iter()
-                .filter(|k| *k != shardlab::plan::AxisKind::Ep)
                 .map(|k| json!({"name": k.name(), "splits": k.splits()}))
                 .collect::<Vec<_>>(),
             "zero_stages": shardlab::plan::Zero::ALL.map(shardlab::plan::Zero::name),

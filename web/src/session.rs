@@ -174,6 +174,15 @@ impl Inner {
         }
     }
 
+    /// A mixture's experts and its all-to-alls' cost (`moe::summary`); null for a dense model.
+    fn moe(run: &Run) -> Value {
+        let cfg = run.settings.config();
+        match (cfg.moe, run.settings.parallelism(), run.settings.device_profile()) {
+            (Some(moe), Ok(par), Ok(device)) => crate::moe::summary(&moe, cfg.seq, &par, &run.plans, &device),
+            _ => Value::Null,
+        }
+    }
+
     /// What `configure` answers: the run's sizes, prediction and memory, and whether it resumed
     /// a parked run (then `steps` is how far it had trained).
     fn summary(run: &Run, resumed: bool) -> Value {
@@ -188,6 +197,7 @@ impl Inner {
             "refused": run.refused,
             "pipeline": run.settings.parallelism().ok().and_then(|par| run.settings.pipeline(&par)),
             "memory": Self::memory(run),
+            "moe": Self::moe(run),
             "resumed": resumed,
             "steps": run.step(),
             // Every mode that has trained, running or kept: how far it got.
@@ -605,6 +615,15 @@ async fn run_modes(
             ));
         }
         let breakdown = prof.map(|p| breakdown(trainer, &p, t.roofline.as_ref().filter(|_| full)));
+        // The step's routing, read back as the loss is (a profiled step ran it again).
+        let routing = match (profile, settings.config().moe, settings.parallelism()) {
+            (false, Some(moe), Ok(par)) => trainer
+                .routing()
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|r| crate::moe::routing(&r, &par, &moe)),
+            _ => None,
+        };
         t.ctx.check().map_err(|e: GpuError| e.to_string())?;
         if t.step == 1 || (t.step > 1 && t.step.is_multiple_of(COLLECTIVES_EVERY)) || t.collectives_ms[k].is_none() {
             t.collectives_ms[k] = trainer.collectives_ms().await.map_err(|e| e.to_string())?;
@@ -641,6 +660,7 @@ async fn run_modes(
                 "breakdown": breakdown,
                 "example_prediction": sample.as_ref().map(|s| s["prediction"].clone()),
                 "sample": sample,
+                "routing": routing,
             }),
         );
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use shardlab::ir::{CpOrder, RngLayout};
 use shardlab::kernels::attention::check_head_dim;
-use shardlab::model::{Attention, Dataset, GptConfig, Init, Remat};
+use shardlab::model::{Attention, Capacity, Dataset, GptConfig, Init, Moe, Remat};
 use shardlab::plan::{
     check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, explicit_axis_types, parse_axis_types,
     stage_activations, Action, AxisKind, DropoutKey, Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule,
@@ -55,6 +55,24 @@ pub struct Settings {
     /// the choice existed read as none.
     #[serde(default)]
     pub remat: Remat,
+    /// A mixture of experts in every block in place of the dense MLP (0: the dense MLP); links
+    /// written before the controls existed read as dense.
+    #[serde(default)]
+    pub experts: usize,
+    /// The mixture's other settings, as `--top-k`, `--expert-width`, `--capacity` and
+    /// `--aux-loss` take them, kept while `experts` is 0 so that giving the model experts again
+    /// finds them; links written before read as the model's defaults (`dormant`).
+    #[serde(default = "dormant::top_k")]
+    pub top_k: usize,
+    #[serde(default = "dormant::expert_width")]
+    pub expert_width: usize,
+    /// A factor (`1.25`) or `dropless`, as the flag's text: a factor the model refuses (0, NaN)
+    /// is kept as typed, for its refusal to land at the control.
+    #[serde(default = "dormant::capacity")]
+    pub capacity: String,
+    /// f64 for the same reason as dropout; the core gets it as f32.
+    #[serde(default = "dormant::aux_loss")]
+    pub aux_loss: f64,
     pub rng: RngLayout,
     pub dropout_key: DropoutKey,
     pub combine: bool,
@@ -102,6 +120,7 @@ impl Settings {
     /// core's ([`Preset`]); priced on a TPU v4, learning the copy task with AdamW.
     pub fn preset(p: Preset) -> Settings {
         let c = p.config();
+        let moe = c.moe.unwrap_or_else(|| dormant::moe(c.d_model));
         Settings {
             preset: p,
             mode: Modes::of(p.modes()),
@@ -114,10 +133,14 @@ impl Settings {
             seq: c.seq,
             batch: c.batch,
             vocab: c.vocab,
-            // The f32's shortest decimal, so the link says 0.1 and not 0.10000000149011612.
-            dropout: c.dropout.to_string().parse().unwrap_or(0.0),
+            dropout: shortest(c.dropout),
             attention: c.attention,
             remat: c.remat,
+            experts: c.moe.map_or(0, |m| m.experts),
+            top_k: moe.top_k,
+            expert_width: moe.width,
+            capacity: moe.capacity.text(),
+            aux_loss: shortest(moe.aux),
             rng: p.rng_layout(),
             dropout_key: p.dropout_key(),
             combine: false,
@@ -154,9 +177,36 @@ impl Settings {
             attention: self.attention,
             remat: self.remat,
             precision: Default::default(),
-            // The page offers no mixture of experts yet.
-            moe: None,
+            moe: (self.experts > 0).then(|| self.moe()),
         }
+    }
+
+    /// The mixture of experts the controls say (whatever `experts` is); a capacity that does
+    /// not parse reads as NaN, which `check_capacity` refuses first.
+    fn moe(&self) -> Moe {
+        Moe {
+            experts: self.experts,
+            top_k: self.top_k,
+            width: self.expert_width,
+            capacity: Capacity::parse(self.capacity.trim()).unwrap_or(Capacity::Factor(f32::NAN)),
+            aux: self.aux_loss as f32,
+        }
+    }
+
+    /// The capacity's text is a factor or `dropless`; which factors the model takes, it says.
+    fn check_capacity(&self) -> Result<(), Refusal> {
+        if Capacity::parse(self.capacity.trim()).is_some() {
+            return Ok(());
+        }
+        let text: String = self.capacity.chars().take(24).collect();
+        Err(Refusal::at(
+            Setting::Capacity,
+            format!("“{text}”"),
+            format!(
+                "is neither a factor nor dropless: use a factor above 0 such as 1.25 (Switch's), or {}",
+                Setting::Capacity.at("dropless")
+            ),
+        ))
     }
 
     pub fn rng_layout(&self) -> RngLayout {
@@ -189,6 +239,7 @@ impl Settings {
     /// axes' options, the schedule, the cp order) as it builds each mode.
     pub fn check(&self) -> Result<Parallelism, FieldError> {
         let refused = |e: Refusal| FieldError::refused(&e);
+        self.check_capacity().map_err(refused)?;
         let cfg = self.config();
         check_page_limits(&cfg, self.microbatches, self.virtual_stages, self.lr).map_err(refused)?;
         // Before the model's own checks, which on wasm32 can only say that a size overflows.
@@ -372,6 +423,41 @@ fn one() -> usize {
     1
 }
 
+/// An f32's shortest decimal as f64, so the link says 0.1 and not 0.10000000149011612.
+fn shortest(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(0.0)
+}
+
+/// What a dense model's mixture controls hold, and links written before them read: the
+/// model's defaults ([`Moe::new`]) for 4 experts of the presets' width.
+mod dormant {
+    use shardlab::model::Moe;
+
+    pub fn moe(d_model: usize) -> Moe {
+        Moe::new(4, d_model)
+    }
+
+    fn of_width_64() -> Moe {
+        moe(64)
+    }
+
+    pub fn top_k() -> usize {
+        of_width_64().top_k
+    }
+
+    pub fn expert_width() -> usize {
+        of_width_64().width
+    }
+
+    pub fn capacity() -> String {
+        of_width_64().capacity.text()
+    }
+
+    pub fn aux_loss() -> f64 {
+        super::shortest(of_width_64().aux)
+    }
+}
+
 /// A spec as the page writes it, or why it does not parse in the page's words.
 pub fn parse_spec(text: &str) -> Result<PartitionSpec, String> {
     parse_spec_on(text, &["dp"])
@@ -423,6 +509,81 @@ mod tests {
             );
             s.check().unwrap_or_else(|e| panic!("{p:?}: {}", e.message));
         }
+    }
+
+    #[test]
+    fn hostile_mixture_settings_are_refused_at_their_control_naming_the_fix() {
+        let moe = Settings::preset(Preset::Moe);
+        let refused = |change: &dyn Fn(&mut Settings)| {
+            let mut s = moe.clone();
+            change(&mut s);
+            let e = s.check().expect_err("refused");
+            (e.field, e.message)
+        };
+        let (field, message) = refused(&|s| s.top_k = 5);
+        assert_eq!(field, "top_k");
+        assert_eq!(
+            message,
+            "top-k 5 must be between 1 and experts 4: each token chooses among the experts"
+        );
+        let (field, message) = refused(&|s| s.experts = 3);
+        assert_eq!(field, "mesh.ep");
+        assert!(message.starts_with("ep=2 does not divide experts 3"), "{message}");
+        assert!(message.contains("use ep = one of 1, 3"), "{message}");
+        for text in ["0", "NaN", "-1"] {
+            let (field, message) = refused(&|s| s.capacity = text.into());
+            assert_eq!(field, "capacity", "{text}");
+            assert!(message.contains("must be a number above 0"), "{message}");
+            assert!(message.contains("capacity factor dropless"), "{message}");
+        }
+        let (field, message) = refused(&|s| s.capacity = "lots".into());
+        assert_eq!(field, "capacity");
+        assert!(
+            message.starts_with("capacity factor “lots”: is neither a factor nor dropless"),
+            "{message}"
+        );
+        let (field, message) = refused(&|s| s.expert_width = 0);
+        assert_eq!(field, "expert_width");
+        assert_eq!(
+            message,
+            "expert width 0: each expert needs at least 1 hidden unit (the dense MLP has 4 x d_model)"
+        );
+        let (field, message) = refused(&|s| s.top_k = 0);
+        assert_eq!(field, "top_k");
+        assert!(
+            message.starts_with("top-k 0 must be between 1 and experts 4"),
+            "{message}"
+        );
+        let (field, message) = refused(&|s| s.experts = 65);
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("experts", "experts 65: is more than this page handles: use 0 to 64")
+        );
+        // ep needs experts; pipelines do not carry a mixture's loss yet.
+        let (field, message) = refused(&|s| s.experts = 0);
+        assert_eq!(field, "mesh.ep");
+        assert!(message.contains("give it experts (e.g. experts 8)"), "{message}");
+        let (field, message) = refused(&|s| s.mesh = "ep=2,pp=2".into());
+        assert_eq!(field, "mesh.pp");
+        assert!(message.contains("drop the pp axis"), "{message}");
+        // A dense model ignores its dormant mixture controls; dropless is a capacity.
+        let mut dense = Settings::preset(Preset::Dp);
+        dense.top_k = 64;
+        assert!(dense.check().is_ok() && dense.config().moe.is_none());
+        let mut dropless = moe.clone();
+        dropless.capacity = "dropless".into();
+        assert_eq!(dropless.config().moe.unwrap().capacity, Capacity::Dropless);
+        dropless.check().unwrap();
+    }
+
+    #[test]
+    fn a_link_written_before_the_mixture_controls_reads_as_a_dense_model() {
+        let mut old = serde_json::to_value(Settings::preset(Preset::Dp)).unwrap();
+        for k in ["experts", "top_k", "expert_width", "capacity", "aux_loss"] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let s: Settings = serde_json::from_value(old).unwrap();
+        assert_eq!(s, Settings::preset(Preset::Dp));
     }
 
     #[test]

@@ -86,8 +86,13 @@ mod tests {
 
     #[test]
     fn the_search_lists_what_fits_fastest_first_and_each_loads_as_page_settings() {
-        let s = Settings::preset(Preset::Dp);
-        let r = which_strategy(&s);
+        for p in [Preset::Dp, Preset::Moe] {
+            the_search_loads_as_page_settings(&Settings::preset(p));
+        }
+    }
+
+    fn the_search_loads_as_page_settings(s: &Settings) {
+        let r = which_strategy(s);
         assert_eq!(r["ok"], true, "{r}");
         let ranked = r["ranked"].as_array().unwrap();
         assert!(!ranked.is_empty() && ranked.len() <= TOP);

@@ -336,6 +336,18 @@ impl Trainer {
         Ok(Some(now_ms() - t0))
     }
 
+    /// The last step's routing, read back from its routers' counts (GPU only: the reference
+    /// executor keeps no values past a step); None without a mixture of experts.
+    pub async fn routing(&self) -> Result<Option<super::Routing>, ExecError> {
+        let (State::Gpu { ctx, exec }, Some(moe)) = (&self.state, &self.planned.options.config.moe) else {
+            return Ok(None);
+        };
+        let prog = &self.planned.step.program;
+        let counts: Vec<_> = prog.routing_counts().into_iter().map(|(_, v)| v).collect();
+        let loads = exec.read_values(ctx, &counts).await?;
+        Ok(Some(super::Routing::of_loads(&loads, prog.devices(), moe.experts)))
+    }
+
     /// Current parameters, global, in docs/MODEL.md order.
     pub async fn params(&self) -> Result<Vec<Vec<f32>>, ExecError> {
         let prog = &self.planned.step.program;

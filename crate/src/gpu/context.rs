@@ -359,6 +359,18 @@ impl GpuContext {
         Ok(v)
     }
 
+    /// Copies several buffers back to the host in one submission and one map, so that reading
+    /// many small buffers (a step's routing counts) costs one round trip.
+    pub async fn read_all<T: bytemuck::Pod>(&self, bufs: &[&GpuBuffer]) -> Result<Vec<Vec<T>>, GpuError> {
+        let spans: Vec<(&wgpu::Buffer, u64, u64)> = bufs.iter().map(|b| (&b.buffer, b.offset, b.bytes())).collect();
+        let name = bufs.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", ");
+        let mut all = self.read_spans::<T>(&name, &spans).await?;
+        for (v, b) in all.iter_mut().zip(bufs) {
+            v.truncate(b.len * 4 / std::mem::size_of::<T>());
+        }
+        Ok(all)
+    }
+
     /// Native convenience for tests and the CLI.
     #[cfg(feature = "native")]
     pub fn read_blocking<T: bytemuck::Pod>(&self, buf: &GpuBuffer) -> Result<Vec<T>, GpuError> {
@@ -372,16 +384,36 @@ impl GpuContext {
         src: (&wgpu::Buffer, u64),
         bytes: u64,
     ) -> Result<Vec<T>, GpuError> {
+        let mut one = self.read_spans::<T>(name, &[(src.0, src.1, bytes)]).await?;
+        Ok(one.remove(0))
+    }
+
+    /// Each span's `bytes` of its buffer from its byte offset, through one staging buffer.
+    async fn read_spans<T: bytemuck::Pod>(
+        &self,
+        name: &str,
+        spans: &[(&wgpu::Buffer, u64, u64)],
+    ) -> Result<Vec<Vec<T>>, GpuError> {
+        // Every span starts at a multiple of the copy alignment in the staging buffer.
+        let align = wgpu::COPY_BUFFER_ALIGNMENT;
+        let mut at = Vec::with_capacity(spans.len());
+        let mut total = 0;
+        for &(_, _, bytes) in spans {
+            at.push(total);
+            total += bytes.div_ceil(align) * align;
+        }
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("shardlab readback"),
-            size: bytes,
+            size: total.max(align),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("shardlab readback copy"),
         });
-        encoder.copy_buffer_to_buffer(src.0, src.1, &staging, 0, bytes);
+        for (&(buffer, offset, bytes), &to) in spans.iter().zip(&at) {
+            encoder.copy_buffer_to_buffer(buffer, offset, &staging, to, bytes);
+        }
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
@@ -402,7 +434,13 @@ impl GpuContext {
                 name: name.into(),
                 message: e.to_string(),
             })?;
-            bytemuck::cast_slice::<u8, T>(&view).to_vec()
+            spans
+                .iter()
+                .zip(&at)
+                .map(|(&(_, _, bytes), &to)| {
+                    bytemuck::cast_slice::<u8, T>(&view[to as usize..(to + bytes) as usize]).to_vec()
+                })
+                .collect()
         };
         staging.unmap();
         Ok(data)

@@ -275,9 +275,22 @@ impl Program {
                 last[v.index()] = Some(i);
             }
         }
-        for v in &self.outputs {
+        for v in self.outputs.iter().chain(self.routing_counts().iter().map(|(_, v)| v)) {
             last[v.index()] = Some(usize::MAX);
         }
         last
+    }
+
+    /// Every router's counts (`moe_route`'s `load`, a few numbers per sequence) with the
+    /// instruction that makes them, in program order, less a rematerialised backward's repeats:
+    /// they live to the end of the step, as outputs do, so that a trainer reads the step's
+    /// routing back after it (`Trainer::routing`).
+    pub fn routing_counts(&self) -> Vec<(usize, ValueId)> {
+        self.instrs
+            .iter()
+            .enumerate()
+            .filter(|(i, ins)| matches!(ins.op, Op::MoeRoute { .. }) && !self.is_recomputed(*i))
+            .filter_map(|(i, ins)| ins.outputs.get(4).map(|v| (i, *v)))
+            .collect()
     }
 }

@@ -37,8 +37,11 @@ const fn limit(setting: Setting, min: f64, max: f64) -> Limit {
 /// above 0.95 leaves nothing to train; below 1e-6 nothing visibly learns in the steps a page
 /// runs, and above 1 AdamW and SGD both diverge on every preset. Gradient accumulation: at
 /// most one microbatch per example of the largest batch; virtual stages, at most one chunk per
-/// block of the deepest model.
-pub static PAGE_LIMITS: [Limit; 10] = [
+/// block of the deepest model. A mixture of experts: 0 experts is the dense MLP; the lower
+/// bounds of top-k and the expert width are the model's rules (`Moe::validate`), refused in the
+/// flag's words; the load-balancing coefficient is of Switch's 0.01's order, and at 1 it already
+/// outweighs the loss.
+pub static PAGE_LIMITS: [Limit; 14] = [
     limit(Setting::Layers, 1.0, 12.0),
     limit(Setting::DModel, 1.0, 1024.0),
     limit(Setting::Heads, 1.0, 64.0),
@@ -49,6 +52,10 @@ pub static PAGE_LIMITS: [Limit; 10] = [
     limit(Setting::VirtualStages, 1.0, 12.0),
     limit(Setting::Dropout, 0.0, 0.95),
     limit(Setting::Lr, 1e-6, 1.0),
+    limit(Setting::Experts, 0.0, 64.0),
+    limit(Setting::TopK, 0.0, 64.0),
+    limit(Setting::ExpertWidth, 0.0, 4096.0),
+    limit(Setting::AuxLoss, 0.0, 1.0),
 ];
 
 /// The page's bound of `setting` (one of [`PAGE_LIMITS`]'s).
@@ -64,9 +71,17 @@ pub const PAGE_MAX_ELEMENTS: u64 = 1 << 29;
 /// More spec overrides than this in one link are not a hand-made edit.
 pub const PAGE_MAX_SPECS: usize = 256;
 
-/// The model's sizes, microbatches, virtual stages, dropout and learning rate within the page's
-/// bounds.
+/// The model's sizes (its experts' too), microbatches, virtual stages, dropout and learning rate
+/// within the page's bounds.
 pub fn check_page_limits(cfg: &GptConfig, microbatches: usize, virtual_stages: usize, lr: f64) -> Result<(), Refusal> {
+    let moe = cfg.moe.iter().flat_map(|m| {
+        [
+            (Setting::Experts, m.experts as f64),
+            (Setting::TopK, m.top_k as f64),
+            (Setting::ExpertWidth, m.width as f64),
+            (Setting::AuxLoss, f64::from(m.aux)),
+        ]
+    });
     let values = [
         (Setting::Layers, cfg.layers as f64),
         (Setting::DModel, cfg.d_model as f64),
@@ -79,7 +94,7 @@ pub fn check_page_limits(cfg: &GptConfig, microbatches: usize, virtual_stages: u
         (Setting::Dropout, f64::from(cfg.dropout)),
         (Setting::Lr, lr),
     ];
-    for (setting, value) in values {
+    for (setting, value) in values.into_iter().chain(moe) {
         if let Some(l) = page_limit(&setting) {
             l.check(value)?;
         }
@@ -108,7 +123,7 @@ pub fn check_page_mesh(par: &Parallelism) -> Result<(), Refusal> {
 /// [`PAGE_MAX_ELEMENTS`] (so no element or byte count wraps on wasm32). Refused at the setting
 /// that grows the array most.
 pub fn check_page_sizes(cfg: &GptConfig) -> Result<(), Refusal> {
-    use Setting::{Batch, DModel, Seq, Vocab};
+    use Setting::{Batch, DModel, ExpertWidth, Seq, Vocab};
     let [b, t, d, h, v] = [cfg.batch, cfg.seq, cfg.d_model, cfg.heads, cfg.vocab].map(|x| x as u64);
     let arrays: [(&str, &str, Setting, [u64; 4]); 4] = [
         ("attention scores", "batch × heads × seq × seq", Seq, [b, h, t, t]),
@@ -116,7 +131,17 @@ pub fn check_page_sizes(cfg: &GptConfig) -> Result<(), Refusal> {
         ("MLP activations", "batch × seq × 4 × d_model", DModel, [b, t, 4, d]),
         ("embedding", "vocab × d_model", Vocab, [v, d, 1, 1]),
     ];
-    for (name, formula, setting, dims) in arrays {
+    // Every expert's slots of every sequence, at the capacity (a sequence's length, dropless).
+    let experts = cfg.moe.map(|m| {
+        let dims = [m.experts, cfg.batch, m.slots(cfg.seq), m.width].map(|x| x as u64);
+        (
+            "expert activations",
+            "experts × batch × capacity slots × expert width",
+            ExpertWidth,
+            dims,
+        )
+    });
+    for (name, formula, setting, dims) in arrays.into_iter().chain(experts) {
         let n = dims.iter().try_fold(1u64, |acc, x| acc.checked_mul(*x));
         if n.is_some_and(|n| n <= PAGE_MAX_ELEMENTS) {
             continue;

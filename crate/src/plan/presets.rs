@@ -2,7 +2,7 @@
 //! app.js) and the benchmarks read each preset's model, mesh, strategy and RNG layout here.
 use super::{DropoutKey, Mode, Parallel, Parallelism, Schedule, Strategy, TrainerOptions};
 use crate::ir::RngLayout;
-use crate::model::{Attention, GptConfig};
+use crate::model::{Attention, Capacity, GptConfig, Moe};
 use crate::sharding::Mesh;
 
 /// A named setup: a model, a mesh and a strategy.
@@ -27,10 +27,14 @@ pub enum Preset {
     /// Pipeline parallelism: 4 blocks in 4 stages on pp=4, 4 microbatches through them (GPipe),
     /// in shard_map mode.
     Pp,
+    /// A mixture of experts: 4 experts in every block, each token routed to its top 2, at
+    /// Switch's capacity factor 1.25 and load-balancing coefficient 0.01; the experts split
+    /// over ep=2 and the batch over dp=2 x ep=2.
+    Moe,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 10] = [
+    pub const ALL: [Preset; 11] = [
         Preset::Seed,
         Preset::Dp,
         Preset::Zero1,
@@ -41,6 +45,7 @@ impl Preset {
         Preset::Cp,
         Preset::TpSp,
         Preset::Pp,
+        Preset::Moe,
     ];
 
     /// The name the CLI, the page and its links use.
@@ -56,6 +61,7 @@ impl Preset {
             Preset::Cp => "cp",
             Preset::TpSp => "tp_sp",
             Preset::Pp => "pp",
+            Preset::Moe => "moe",
         }
     }
 
@@ -63,8 +69,10 @@ impl Preset {
         Preset::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    pub fn strategy(self) -> Strategy {
-        match self {
+    /// The named strategy the preset is (None for a composition no strategy names: the
+    /// mixture's dp x ep).
+    pub fn strategy(self) -> Option<Strategy> {
+        Some(match self {
             Preset::Seed | Preset::Dp => Strategy::Dp,
             Preset::Zero1 => Strategy::Zero1,
             Preset::Zero2 => Strategy::Zero2,
@@ -74,16 +82,19 @@ impl Preset {
             Preset::Cp => Strategy::Cp,
             Preset::TpSp => Strategy::TpSp,
             Preset::Pp => Strategy::Pp,
-        }
+            Preset::Moe => return None,
+        })
     }
 
     /// The mesh, as `--mesh` takes it: the seed's 8 devices, a stage per block of the pipeline,
-    /// else the strategy's example mesh.
+    /// the mixture's experts over ep and its batch over dp x ep, else the strategy's example
+    /// mesh.
     pub fn mesh(self) -> &'static str {
         match self {
             Preset::Seed => "dp=8",
             Preset::Pp => "pp=4",
-            p => p.strategy().example_mesh(),
+            Preset::Moe => "dp=2,ep=2",
+            p => p.strategy().map_or("dp=4", Strategy::example_mesh),
         }
     }
 
@@ -121,6 +132,15 @@ impl Preset {
             },
             // A block per stage of pp=4.
             Preset::Pp => GptConfig { layers: 4, ..small },
+            // Experts of half the dense MLP's width, so that the 4 cost what 2 dense MLPs do.
+            Preset::Moe => GptConfig {
+                moe: Some(Moe {
+                    width: 2 * small.d_model,
+                    capacity: Capacity::Factor(1.25),
+                    ..Moe::new(4, small.d_model)
+                }),
+                ..small
+            },
             _ => small,
         }
     }
@@ -161,12 +181,14 @@ impl Preset {
         DropoutKey::Same
     }
 
-    /// The preset's composition.
+    /// The preset's composition: its strategy's, else its mesh's axes as they are.
     pub fn parallelism(self) -> Parallelism {
         let mesh = Mesh::parse(self.mesh()).expect("every preset's mesh parses (tested)");
-        self.strategy()
-            .compose(&mesh)
-            .expect("every preset's mesh is its strategy's (tested)")
+        match self.strategy() {
+            Some(s) => s.compose(&mesh),
+            None => Parallelism::new(mesh, Default::default(), false),
+        }
+        .expect("every preset's mesh composes (tested)")
     }
 
     /// The preset's partitioning in `mode` (`Single`: its model on one device).
@@ -249,7 +271,7 @@ mod tests {
             let cfg = p.config();
             cfg.validate().unwrap();
             let mesh = Mesh::parse(p.mesh()).unwrap();
-            assert_eq!(Strategy::of(&p.parallelism()), Some(p.strategy()), "{p:?}");
+            assert_eq!(Strategy::of(&p.parallelism()), p.strategy(), "{p:?}");
             assert!(mesh.devices() <= crate::plan::PAGE_MAX_DEVICES);
             let lr = f64::from(TrainerOptions::new(cfg.clone(), Parallel::None).optimizer.lr());
             check_page_limits(&cfg, p.microbatches(), 1, lr).unwrap_or_else(|e| panic!("{p:?}: {e}"));

@@ -33,6 +33,7 @@ mod long_sequence_memory;
 mod lowered_dispatches;
 mod moe_block;
 mod moe_equivalence;
+mod moe_routing;
 mod moe_settings;
 mod optimizer_packing;
 mod pipeline;

@@ -211,6 +211,9 @@ fn preset_help(p: Preset) -> &'static str {
         Preset::Pp => {
             "Pipeline: 4 layers in 4 stages on pp=4, 4 microbatches (GPipe), width 64, dropout 0.1; shard_map mode"
         }
+        Preset::Moe => {
+            "Mixture of experts: 4 experts of width 128, top-2, capacity 1.25, on dp=2,ep=2, width 64, dropout 0.1"
+        }
     }
 }
 
@@ -379,7 +382,11 @@ impl ModelArgs {
             self.init = InitArg::Random;
             self.data = DataArg::Copy;
             self.text = None;
-            parallel.strategy = Some(preset.strategy());
+            if let Some(moe) = c.moe {
+                (self.experts, self.top_k, self.expert_width) = (moe.experts, Some(moe.top_k), Some(moe.width));
+                (self.capacity, self.aux_loss) = (Some(moe.capacity), Some(moe.aux));
+            }
+            parallel.strategy = preset.strategy();
             parallel.mesh.get_or_insert_with(|| preset.mesh().into());
             parallel.microbatches.get_or_insert(preset.microbatches());
             if parallel.mode == Mode::Single {

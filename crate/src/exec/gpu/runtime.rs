@@ -316,7 +316,12 @@ impl GpuExecutor {
 
     /// Reads output `pos` (awaits the GPU).
     pub async fn read_output(&self, ctx: &GpuContext, pos: usize) -> Result<Tensor, ExecError> {
-        let v = self.program.outputs[pos];
+        self.read_value(ctx, self.program.outputs[pos]).await
+    }
+
+    /// Reads value `v` of every device after a step: an output, or a value that lives to the
+    /// step's end (`Program::last_uses`); any other's buffer holds whatever was put there last.
+    pub async fn read_value(&self, ctx: &GpuContext, v: crate::ir::ValueId) -> Result<Tensor, ExecError> {
         let info = self.program.info(v);
         let buf = self.buf(v);
         let n = self.program.devices() * info.numel();
@@ -332,6 +337,21 @@ impl GpuExecutor {
                 Tensor::U32(d)
             }
         })
+    }
+
+    /// Reads f32 values `vs` of every device after a step, as [`GpuExecutor::read_value`] does,
+    /// in one round trip.
+    pub async fn read_values(&self, ctx: &GpuContext, vs: &[crate::ir::ValueId]) -> Result<Vec<Tensor>, ExecError> {
+        let bufs: Vec<&GpuBuffer> = vs.iter().map(|&v| self.buf(v)).collect();
+        let all = ctx.read_all::<f32>(&bufs).await?;
+        Ok(all
+            .into_iter()
+            .zip(vs)
+            .map(|(mut d, &v)| {
+                d.truncate(self.program.devices() * self.program.info(v).numel());
+                Tensor::F32(d)
+            })
+            .collect())
     }
 
     /// Reads input `pos` (e.g. a parameter, updated in place by the step).
