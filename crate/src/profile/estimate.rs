@@ -17,6 +17,7 @@
 //! candidates it passes on is within 2% of the exact winner (tested in [`crate::search`]).
 use super::collective::CollectiveKind;
 use super::device::DeviceProfile;
+use super::expert_load::Routing;
 use super::price::work_seconds;
 use super::topology::{collective_time_on, MeshLayout};
 use super::work::{DotShape, Work, THREEFRY_INT_OPS};
@@ -171,6 +172,34 @@ struct Shapes {
     dh: f64,
     pairs: f64,
     vocab: f64,
+    /// A mixture of experts in place of the dense MLP.
+    moe: Option<MoeShapes>,
+}
+
+/// One device's shapes of a mixture's MLP on a microbatch.
+struct MoeShapes {
+    experts: f64,
+    /// Each expert's hidden units on a device (split over "tp").
+    width: f64,
+    /// Rows the busiest device's experts compute ([`Routing::rows`]): the step waits for them.
+    routed: f64,
+}
+
+impl Shapes {
+    /// The block's matmuls as (m, k, n): attention's projections, then the MLP's (a mixture's:
+    /// its router on the tokens, its experts on the rows routed).
+    fn dots(&self) -> Vec<(f64, f64, f64)> {
+        let mut dots = vec![(self.rows, self.d, 3.0 * self.heads_d), (self.rows, self.heads_d, self.d)];
+        match &self.moe {
+            None => dots.extend([(self.rows, self.d, self.mlp), (self.rows, self.mlp, self.d)]),
+            Some(m) => dots.extend([
+                (self.rows, self.d, m.experts),
+                (m.routed, self.d, m.width),
+                (m.routed, m.width, self.d),
+            ]),
+        }
+        dots
+    }
 }
 
 /// Causal (query, key) pairs a device of a ring of `cp` computes per head, the busiest's:
@@ -199,11 +228,21 @@ fn block_forward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Parall
         if sp {
             blocking += p.collective(CollectiveKind::AllGather, full, &["tp"]);
         }
-        compute += p.dot(s.rows, s.d, cols);
         if hidden {
-            compute += p.elementwise(s.rows * s.mlp, 2.0, 9.0);
-            compute += p.dot(s.rows, s.mlp, s.d);
+            match &s.moe {
+                None => {
+                    compute += p.dot(s.rows, s.d, cols);
+                    compute += p.elementwise(s.rows * s.mlp, 2.0, 9.0);
+                    compute += p.dot(s.rows, s.mlp, s.d);
+                }
+                Some(m) => {
+                    let (c, b) = moe_forward(p, s, m);
+                    compute += c;
+                    blocking += b;
+                }
+            }
         } else {
+            compute += p.dot(s.rows, s.d, cols);
             compute += p.elementwise(s.rows * cols, 2.0, 1.0);
             let attention = attention_pass(p, s, cfg.attention, 1.0);
             compute += attention;
@@ -237,6 +276,22 @@ fn block_forward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Parall
     pass.compute += compute;
     pass.blocking += blocking;
     pass
+}
+
+/// A mixture's MLP forward on one microbatch: (compute, the all-to-alls it waits for). The
+/// router's matmul and its top-k on every token; the rows routed gathered, sent to their experts
+/// over "ep", through the experts' two matmuls and GELU, sent back and summed per token, every
+/// part of the busiest device's (the others wait for it at the combine).
+fn moe_forward(p: &mut Pricer, s: &Shapes, m: &MoeShapes) -> (f64, f64) {
+    let compute = p.dot(s.rows, s.d, m.experts)
+        + p.elementwise(s.rows * m.experts, 1.0, 10.0)
+        + p.elementwise(m.routed * s.d, 1.0, 1.0)
+        + p.dot(m.routed, s.d, m.width)
+        + p.elementwise(m.routed * m.width, 2.0, 9.0)
+        + p.dot(m.routed, m.width, s.d)
+        + p.elementwise(m.routed * s.d, 2.0, 2.0);
+    let blocking = 2.0 * p.collective(CollectiveKind::AllToAll, m.routed * s.d, &["ep"]);
+    (compute, blocking)
 }
 
 /// Attention's work on one microbatch of one block, `scale` times the forward's FLOPs
@@ -277,14 +332,12 @@ fn block_backward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Paral
     let cfg = &opts.config;
     let attention = attention_pass(p, s, cfg.attention, 4.0);
     let mut compute = attention;
-    for (k, n) in [(s.d, 3.0 * s.heads_d), (s.heads_d, s.d), (s.d, s.mlp), (s.mlp, s.d)] {
-        compute += p.dot(s.rows, n, k) + p.dot(k, s.rows, n);
+    let dots = s.dots();
+    for &(m, k, n) in &dots {
+        compute += p.dot(m, n, k) + p.dot(k, m, n);
     }
     // The rest: about twice the forward's elementwise work.
-    let fwd_dots: f64 = [(s.d, 3.0 * s.heads_d), (s.heads_d, s.d), (s.d, s.mlp), (s.mlp, s.d)]
-        .iter()
-        .map(|(k, n)| p.dot(s.rows, *k, *n))
-        .sum();
+    let fwd_dots: f64 = dots.iter().map(|&(m, k, n)| p.dot(m, k, n)).sum();
     let fwd_attention = attention_pass(p, s, cfg.attention, 1.0);
     compute += 2.0 * (fwd.compute - fwd_dots - fwd_attention).max(0.0);
     let ring = if par.is_cp() { 2.0 * fwd.ring } else { 0.0 };
@@ -330,6 +383,14 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
         dh: d / cfg.heads as f64,
         pairs: causal_pairs(seq, cp, opts.cp_order),
         vocab: cfg.vocab as f64,
+        moe: cfg.moe.map(|moe| {
+            let routing = Routing::of(&moe, cfg.seq, par.size(AxisKind::Ep));
+            MoeShapes {
+                experts: moe.experts as f64,
+                width: moe.width as f64 / tp,
+                routed: routing.rows(b * seq / cp),
+            }
+        }),
     };
     // A pipeline's stages (one stage without): the busiest holds the most blocks.
     let v = opts.virtual_stages.max(1);
