@@ -166,12 +166,6 @@ impl Moe {
     }
 }
 
-/// Whether a value named `name` is an expert matmul's output or its cotangent (`h0.moe.up`,
-/// `dh0.moe.down`): what the expert work reads or writes, as [`moe_mlp`] names it.
-pub fn is_expert_value(name: &str) -> bool {
-    name.ends_with(".moe.up") || name.ends_with(".moe.down")
-}
-
 /// How a shard_map body splits a mixture-of-experts block: the axes its tokens are split over
 /// (the load-balancing loss counts every device's choices) and the expert-parallel axis.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -21,7 +21,10 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
         parts.push("--tied".into());
     }
     if let Some(m) = &c.moe {
-        parts.push(format!("--experts {} --top-k {} --expert-width {}", m.experts, m.top_k, m.width));
+        parts.push(format!(
+            "--experts {} --top-k {} --expert-width {}",
+            m.experts, m.top_k, m.width
+        ));
         parts.push(format!("--capacity {} --aux-loss {}", m.capacity.text(), m.aux));
         parts.push(format!("--expert-imbalance {}", m.imbalance));
     }

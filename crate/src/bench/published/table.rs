@@ -264,7 +264,9 @@ impl MoeCell {
         if self.experts == 0 {
             return match (self.top_k, self.width, self.capacity, self.imbalance) {
                 (None, None, None, None) => Ok(None),
-                _ => Err("model: top_k=, expert_width=, capacity= and imbalance= refine a mixture: add experts=".into()),
+                _ => {
+                    Err("model: top_k=, expert_width=, capacity= and imbalance= refine a mixture: add experts=".into())
+                }
             };
         }
         let m = Moe::new(self.experts, d_model);
@@ -533,6 +535,12 @@ mod tests {
             (GOOD.replace("dp dp=8", "dp dp=4"), "has 4 devices"),
             (GOOD.replace("bf16", "fp8"), "precision `fp8`"),
             (GOOD.replace("12 ms/step", "fast"), "published `fast`"),
+            (GOOD.replace(" tied", " tied capacity=2"), "add experts="),
+            (
+                GOOD.replace(" tied", " tied experts=4 capacity=lots"),
+                "capacity=dropless",
+            ),
+            (GOOD.replace(" tied", " tied experts=4 imbalance=0.5"), "at least 1"),
             (GOOD.replace("dp dp=8", "dp dp=8 stages=1,x"), "stages=N,N,..."),
             (GOOD.replace("microbatches=2", "microbatches=3"), "microbatches=3"),
             (GOOD.replace(" here |", " |"), "source: empty"),
