@@ -143,8 +143,9 @@ pub fn expert_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
             Op::MoeCombine | Op::MoeGateGrad => instrs.push(i),
             _ if reads_routed => {
                 instrs.push(i);
+                let contracts_rows = matches!(ins.op, Op::DotGeneral { .. });
                 for o in &ins.outputs {
-                    routed[o.index()] = !weights.contains(&prog.shape(*o));
+                    routed[o.index()] = !(contracts_rows && weights.contains(&prog.shape(*o)));
                 }
             }
             _ => {}
