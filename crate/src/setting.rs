@@ -28,6 +28,8 @@ pub enum Setting {
     Capacity,
     /// Switch's load-balancing loss coefficient.
     AuxLoss,
+    /// The busiest expert-parallel device's routed tokens over the mean, as pricing assumes.
+    ExpertImbalance,
     Optimizer,
     Lr,
     Data,
@@ -82,7 +84,7 @@ const END: char = '\u{2}';
 
 impl Setting {
     /// Every setting without a payload, in one list, so a mention can be read back.
-    const PLAIN: [Setting; 41] = [
+    const PLAIN: [Setting; 42] = [
         Setting::Layers,
         Setting::DModel,
         Setting::Heads,
@@ -99,6 +101,7 @@ impl Setting {
         Setting::ExpertWidth,
         Setting::Capacity,
         Setting::AuxLoss,
+        Setting::ExpertImbalance,
         Setting::Optimizer,
         Setting::Lr,
         Setting::Data,
@@ -158,6 +161,7 @@ impl Setting {
             Setting::ExpertWidth => "expert_width",
             Setting::Capacity => "capacity",
             Setting::AuxLoss => "aux_loss",
+            Setting::ExpertImbalance => "expert_imbalance",
             Setting::Optimizer => "optimizer",
             Setting::Lr => "lr",
             Setting::Data => "task",
@@ -210,6 +214,7 @@ impl Setting {
             Setting::ExpertWidth => "expert width".into(),
             Setting::Capacity => "capacity factor".into(),
             Setting::AuxLoss => "load-balancing loss".into(),
+            Setting::ExpertImbalance => "expert imbalance".into(),
             other => other.key(),
         }
     }

@@ -146,6 +146,10 @@ pub struct Program {
     pub precision: super::Precision,
     /// A pipelined program: which stage's work each value is (None for every other program).
     pub stages: Option<super::StageWork>,
+    /// A mixture of experts' routing as pricing assumes it: the busiest expert-parallel
+    /// device's routed tokens over the mean (`Moe::imbalance`; None: the assumed default).
+    /// Like `precision`, it changes what the program costs on a real device, not what it computes.
+    pub expert_imbalance: Option<f32>,
     /// Values JAX's transpose rules type like a primal value: the cotangents autodiff made
     /// (explicit sharding types them so; nothing else reads this).
     pub like_primal: Vec<LikePrimal>,

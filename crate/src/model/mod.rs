@@ -14,7 +14,7 @@ pub use config::{Attention, GptConfig, ModelError, Optimizer, Remat, MAX_LAYERS}
 pub use data::{Batch, DataSource, Dataset};
 pub use gpt::{block, embed, forward_logits, forward_loss, head, Activations, Local, MaskBlocks, Stage};
 pub use microbatch::{accumulate, check_microbatches, microbatch_rows, Accumulated};
-pub use moe::{moe_mlp, Capacity, Moe, MoeSplit};
+pub use moe::{moe_mlp, Capacity, Moe, MoeSplit, ASSUMED_IMBALANCE};
 pub use params::{init_params, param_specs, Init, ParamSpec};
 pub use ring::{ring_attention, Ring, RingDropout};
 pub use text_file::{read_text_file, MAX_TEXT_BYTES};

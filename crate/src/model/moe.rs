@@ -49,6 +49,16 @@ impl Capacity {
     }
 }
 
+/// The busiest expert-parallel device's routed tokens over the mean that pricing assumes where
+/// no routing was measured: Switch's capacity factor of 1.25 (Fedus et al. 2022, JMLR 23,
+/// section 2.2 and Table 1: factors 1.0 to 1.25, the room its busiest experts need over an
+/// even share with few tokens dropped). [`crate::profile::Routing`] applies it.
+pub const ASSUMED_IMBALANCE: f32 = 1.25;
+
+fn assumed_imbalance() -> f32 {
+    ASSUMED_IMBALANCE
+}
+
 /// A mixture-of-experts MLP in every block, in place of the dense one.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Moe {
@@ -59,11 +69,16 @@ pub struct Moe {
     pub capacity: Capacity,
     /// Switch's load-balancing loss coefficient: the loss adds `aux * E * sum_e f_e P_e`.
     pub aux: f32,
+    /// The busiest expert-parallel device's routed tokens over the mean, as pricing assumes
+    /// it (a measured run's own where it was measured; 1 for routing forced even). Routing
+    /// itself never reads it.
+    #[serde(default = "assumed_imbalance")]
+    pub imbalance: f32,
 }
 
 impl Moe {
     /// `experts` experts of the dense MLP's width, top-2, capacity factor 1.25 and Switch's
-    /// coefficient 0.01 (Fedus et al.'s defaults).
+    /// coefficient 0.01 (Fedus et al.'s defaults), priced at [`ASSUMED_IMBALANCE`].
     pub fn new(experts: usize, d_model: usize) -> Self {
         Moe {
             experts,
@@ -71,6 +86,7 @@ impl Moe {
             width: 4 * d_model,
             capacity: Capacity::Factor(1.25),
             aux: 0.01,
+            imbalance: ASSUMED_IMBALANCE,
         }
     }
 
@@ -118,6 +134,16 @@ impl Moe {
                     ),
                 );
             }
+        }
+        if !(self.imbalance.is_finite() && self.imbalance >= 1.0) {
+            return refuse(
+                Setting::ExpertImbalance,
+                format!(
+                    "{} must be a number of at least 1: the busiest device's routed tokens over the mean \
+                     ({ASSUMED_IMBALANCE} assumed, 1 for even routing)",
+                    Setting::ExpertImbalance.at(self.imbalance)
+                ),
+            );
         }
         if !(self.aux.is_finite() && self.aux >= 0.0) {
             return refuse(

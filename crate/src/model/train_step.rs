@@ -162,6 +162,7 @@ pub fn accumulated_train_step(
         .finish()
         .map_err(|e| ModelError::Build(format!("cannot build the train step: {e}")))?;
     program.precision = cfg.precision;
+    program.expert_imbalance = cfg.moe.map(|m| m.imbalance);
     Ok(TrainStep {
         program,
         forward_end,

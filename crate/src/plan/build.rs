@@ -141,6 +141,7 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
     // The partitioners trace new programs; the dtype policy is the configuration's.
     let mut step = step;
     step.program.precision = cfg.precision;
+    step.program.expert_imbalance = cfg.moe.map(|m| m.imbalance);
     Ok(Planned {
         options: opts.clone(),
         step,

@@ -17,6 +17,7 @@
 //! candidates it passes on is within 2% of the exact winner (tested in [`crate::search`]).
 use super::collective::CollectiveKind;
 use super::device::DeviceProfile;
+use super::expert_load::Routing;
 use super::price::work_seconds;
 use super::topology::{collective_time_on, MeshLayout};
 use super::work::{DotShape, Work, THREEFRY_INT_OPS};
@@ -171,6 +172,37 @@ struct Shapes {
     dh: f64,
     pairs: f64,
     vocab: f64,
+    /// A mixture of experts in place of the dense MLP.
+    moe: Option<MoeShapes>,
+}
+
+/// One device's shapes of a mixture's MLP on a microbatch.
+struct MoeShapes {
+    experts: f64,
+    /// Each expert's hidden units on a device (split over "tp").
+    width: f64,
+    /// Rows the busiest device's experts compute ([`Routing::rows`]): the step waits for them.
+    routed: f64,
+}
+
+impl Shapes {
+    /// The block's matmuls as (m, k, n): attention's projections, then the MLP's (a mixture's:
+    /// its router on the tokens, its experts on the rows routed).
+    fn dots(&self) -> Vec<(f64, f64, f64)> {
+        let mut dots = vec![
+            (self.rows, self.d, 3.0 * self.heads_d),
+            (self.rows, self.heads_d, self.d),
+        ];
+        match &self.moe {
+            None => dots.extend([(self.rows, self.d, self.mlp), (self.rows, self.mlp, self.d)]),
+            Some(m) => dots.extend([
+                (self.rows, self.d, m.experts),
+                (m.routed, self.d, m.width),
+                (m.routed, m.width, self.d),
+            ]),
+        }
+        dots
+    }
 }
 
 /// Causal (query, key) pairs a device of a ring of `cp` computes per head, the busiest's:
@@ -199,11 +231,21 @@ fn block_forward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Parall
         if sp {
             blocking += p.collective(CollectiveKind::AllGather, full, &["tp"]);
         }
-        compute += p.dot(s.rows, s.d, cols);
         if hidden {
-            compute += p.elementwise(s.rows * s.mlp, 2.0, 9.0);
-            compute += p.dot(s.rows, s.mlp, s.d);
+            match &s.moe {
+                None => {
+                    compute += p.dot(s.rows, s.d, cols);
+                    compute += p.elementwise(s.rows * s.mlp, 2.0, 9.0);
+                    compute += p.dot(s.rows, s.mlp, s.d);
+                }
+                Some(m) => {
+                    let (c, b) = moe_forward(p, s, m);
+                    compute += c;
+                    blocking += b;
+                }
+            }
         } else {
+            compute += p.dot(s.rows, s.d, cols);
             compute += p.elementwise(s.rows * cols, 2.0, 1.0);
             let attention = attention_pass(p, s, cfg.attention, 1.0);
             compute += attention;
@@ -237,6 +279,22 @@ fn block_forward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Parall
     pass.compute += compute;
     pass.blocking += blocking;
     pass
+}
+
+/// A mixture's MLP forward on one microbatch: (compute, the all-to-alls it waits for). The
+/// router's matmul and its top-k on every token; the rows routed gathered, sent to their experts
+/// over "ep", through the experts' two matmuls and GELU, sent back and summed per token, every
+/// part of the busiest device's (the others wait for it at the combine).
+fn moe_forward(p: &mut Pricer, s: &Shapes, m: &MoeShapes) -> (f64, f64) {
+    let compute = p.dot(s.rows, s.d, m.experts)
+        + p.elementwise(s.rows * m.experts, 1.0, 10.0)
+        + p.elementwise(m.routed * s.d, 1.0, 1.0)
+        + p.dot(m.routed, s.d, m.width)
+        + p.elementwise(m.routed * m.width, 2.0, 9.0)
+        + p.dot(m.routed, m.width, s.d)
+        + p.elementwise(m.routed * s.d, 2.0, 2.0);
+    let blocking = p.collectives(2.0, CollectiveKind::AllToAll, m.routed * s.d, &["ep"]);
+    (compute, blocking)
 }
 
 /// Attention's work on one microbatch of one block, `scale` times the forward's FLOPs
@@ -277,14 +335,12 @@ fn block_backward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Paral
     let cfg = &opts.config;
     let attention = attention_pass(p, s, cfg.attention, 4.0);
     let mut compute = attention;
-    for (k, n) in [(s.d, 3.0 * s.heads_d), (s.heads_d, s.d), (s.d, s.mlp), (s.mlp, s.d)] {
-        compute += p.dot(s.rows, n, k) + p.dot(k, s.rows, n);
+    let dots = s.dots();
+    for &(m, k, n) in &dots {
+        compute += p.dot(m, n, k) + p.dot(k, m, n);
     }
     // The rest: about twice the forward's elementwise work.
-    let fwd_dots: f64 = [(s.d, 3.0 * s.heads_d), (s.heads_d, s.d), (s.d, s.mlp), (s.mlp, s.d)]
-        .iter()
-        .map(|(k, n)| p.dot(s.rows, *k, *n))
-        .sum();
+    let fwd_dots: f64 = dots.iter().map(|&(m, k, n)| p.dot(m, k, n)).sum();
     let fwd_attention = attention_pass(p, s, cfg.attention, 1.0);
     compute += 2.0 * (fwd.compute - fwd_dots - fwd_attention).max(0.0);
     let ring = if par.is_cp() { 2.0 * fwd.ring } else { 0.0 };
@@ -330,6 +386,14 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
         dh: d / cfg.heads as f64,
         pairs: causal_pairs(seq, cp, opts.cp_order),
         vocab: cfg.vocab as f64,
+        moe: cfg.moe.map(|moe| {
+            let routing = Routing::of(&moe, cfg.seq, par.size(AxisKind::Ep));
+            MoeShapes {
+                experts: moe.experts as f64,
+                width: moe.width as f64 / tp,
+                routed: routing.rows(b * seq / cp),
+            }
+        }),
     };
     // A pipeline's stages (one stage without): the busiest holds the most blocks.
     let v = opts.virtual_stages.max(1);
@@ -595,6 +659,87 @@ mod tests {
                     dropout_key: DropoutKey::Same,
                 },
             )
+        }
+    }
+
+    /// A mixture of 8 experts (top-2) over ep=4 on H100s, routed with `imbalance`.
+    fn moe_options(capacity: crate::model::Capacity, imbalance: f32) -> TrainerOptions {
+        let mut opts = TrainerOptions {
+            schedule: Schedule::default(),
+            ..options("ep=4", 1)
+        };
+        opts.config = GptConfig {
+            layers: 2,
+            d_model: 512,
+            heads: 8,
+            seq: 512,
+            batch: 16,
+            vocab: 1024,
+            moe: Some(crate::model::Moe {
+                capacity,
+                imbalance,
+                ..crate::model::Moe::new(8, 512)
+            }),
+            ..opts.config
+        };
+        opts
+    }
+
+    #[test]
+    fn an_unbalanced_load_slows_the_step_by_the_busiest_devices_share_and_the_capacity_caps_it() {
+        use crate::model::Capacity;
+        let device = crate::profile::h100();
+        let estimate = |c: Capacity, i: f32| estimate_step(&moe_options(c, i), &device).step_s;
+        // The timeline without overlap: the estimate waits for every all-to-all, and the
+        // load's rule, not XLA's overlap of them, is what the two are held to here.
+        let exact = |c: Capacity, i: f32| {
+            let planned = crate::plan::build(&moe_options(c, i))
+                .map_err(|e| e.to_string())
+                .unwrap();
+            let place = crate::profile::Placement::Real;
+            crate::profile::model_step(&planned.step.program, &device, place, false)
+                .0
+                .step_ms
+                / 1e3
+        };
+        // Dropless, the busiest device twice the mean: its expert matmuls and the all-to-alls
+        // that wait on them take longer, and the estimate and the timeline agree by how much.
+        let (e1, e2) = (estimate(Capacity::Dropless, 1.0), estimate(Capacity::Dropless, 2.0));
+        let (x1, x2) = (exact(Capacity::Dropless, 1.0), exact(Capacity::Dropless, 2.0));
+        assert!(
+            e2 > 1.05 * e1 && x2 > 1.05 * x1,
+            "estimate {e1} -> {e2}, exact {x1} -> {x2}"
+        );
+        // Within a third: the estimate prices each op alone and a backward's elementwise work
+        // as twice the forward's (the GELU's gradient is 1.5x its forward on the timeline).
+        let (de, dx) = (e2 - e1, x2 - x1);
+        assert!(
+            (de / dx - 1.0).abs() < 0.4,
+            "the busiest device's extra: estimate {de}, exact {dx}"
+        );
+        // On the timeline the first device of the ep group does twice its even share of the
+        // expert work, the other three what it leaves: (4 - 2) / 3 of theirs.
+        let expert_work = |i: f32| {
+            let planned = crate::plan::build(&moe_options(Capacity::Dropless, i)).unwrap();
+            let prog = &planned.step.program;
+            let experts = crate::profile::expert_shares(prog).expect("a mixture");
+            let work = crate::profile::spmd_work(prog, &device, crate::profile::Placement::Real);
+            [0, 1].map(|d| {
+                let tasks = &work.devices[d].tasks;
+                experts[d].iter().map(|(i, _)| tasks[*i].work_s).sum::<f64>()
+            })
+        };
+        let (even, skewed) = (expert_work(1.0), expert_work(2.0));
+        assert!((skewed[0] / even[0] - 2.0).abs() < 1e-9, "{even:?} -> {skewed:?}");
+        assert!((skewed[1] / even[1] - 2.0 / 3.0).abs() < 1e-9, "{even:?} -> {skewed:?}");
+        // A capacity of 1.25 caps the busiest device at 1.25 the mean, whatever the imbalance.
+        for (price, what) in [
+            (&estimate as &dyn Fn(Capacity, f32) -> f64, "estimate"),
+            (&exact, "exact"),
+        ] {
+            let capped = price(Capacity::Factor(1.25), 2.0);
+            assert_eq!(capped, price(Capacity::Factor(1.25), 1.25), "{what}");
+            assert!(capped < price(Capacity::Dropless, 2.0), "{what}");
         }
     }
 

@@ -12,6 +12,7 @@ mod compare;
 mod cost;
 mod device;
 mod estimate;
+mod expert_load;
 mod fit;
 mod floor;
 mod measured;
@@ -37,6 +38,7 @@ pub use device::{
     ScaleOut, Topology,
 };
 pub use estimate::{estimate_step, StepEstimate};
+pub use expert_load::{expert_shares, measured_imbalance, Routing};
 pub use floor::{profiled_floor, step_floor, Roofline, StepFloor};
 pub use measured::{breakdown, measured_timeline, MeasuredBreakdown, OpRow, PHASES, SUBMIT};
 pub use predict::{

@@ -152,7 +152,23 @@ fn priced_step(
     let stages = prog.stages.as_ref().map_or(1, |st| st.stages);
     let runs = |i: usize, stage: usize| prog.stages.is_none() || prog.instr_owner(i).active(stage);
     let mut work = vec![StageTotals::default(); stages];
-    for op in price_ops(prog, device, placement) {
+    // A mixture's expert work at the busiest device's routed rows, as the timeline prices it.
+    let busiest: std::collections::HashMap<usize, f64> = match placement {
+        Placement::Real => super::expert_shares(prog)
+            .and_then(|s| s.into_iter().next())
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        Placement::Simulated => Default::default(),
+    };
+    for mut op in price_ops(prog, device, placement) {
+        if let Some(share) = busiest.get(&op.instr) {
+            op.work_s *= share;
+            op.flops *= share;
+            if let Some((_, bytes, _)) = op.collective.as_mut() {
+                *bytes = (*bytes as f64 * share) as u64;
+            }
+        }
         for (stage, w) in work.iter_mut().enumerate() {
             // A collective runs on every device of its groups, whatever its owner.
             if op.collective.is_none() && !runs(op.instr, stage) {

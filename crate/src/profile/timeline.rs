@@ -415,7 +415,24 @@ fn attention_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
     differ.then_some(shares)
 }
 
-/// A device's attention tasks and the share of their work it does: (instruction, share).
+/// Each device's shares of its tasks' work where devices differ: a causal ring's attention
+/// ([`attention_shares`]) and a mixture's expert work at the rows routed
+/// ([`super::expert_shares`]).
+fn work_shares(prog: &Program) -> Option<Vec<Vec<(usize, f64)>>> {
+    match (attention_shares(prog), super::expert_shares(prog)) {
+        (None, None) => None,
+        (Some(a), None) | (None, Some(a)) => Some(a),
+        (Some(mut a), Some(e)) => {
+            for (mine, experts) in a.iter_mut().zip(e) {
+                mine.extend(experts);
+                mine.sort_by_key(|(i, _)| *i);
+            }
+            Some(a)
+        }
+    }
+}
+
+/// A device's tasks whose work it does a share of: (instruction, share).
 type Shares = Vec<(usize, f64)>;
 
 /// What makes a device's task list its own: its attention shares and its pipeline stage.
@@ -427,7 +444,7 @@ type RowKey = (Shares, Option<usize>);
 pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -> StepWork {
     let (tasks, groupings) = tasks(prog, device, placement);
     let shares = match placement {
-        Placement::Real => attention_shares(prog),
+        Placement::Real => work_shares(prog),
         Placement::Simulated => None,
     };
     // A pipeline's stages each run their own work (the program says which stage runs what):
@@ -477,7 +494,11 @@ pub fn spmd_work(prog: &Program, device: &DeviceProfile, placement: Placement) -
                 })
                 .collect()
         });
-    let tasks: Arc<[Task]> = tasks.into();
+    // One device (no mesh): its own shares, if any, on the one list.
+    let tasks: Arc<[Task]> = match (&shares, devices_real) {
+        (Some(s), 0) => own(tasks, &s[0], None),
+        _ => tasks.into(),
+    };
     let of = |d: usize| per_device.as_ref().map_or_else(|| tasks.clone(), |p| p[d].clone());
     let devices = match (placement, &prog.mesh) {
         (Placement::Real, Some(mesh)) => (0..mesh.devices())

@@ -265,7 +265,8 @@ pub fn collective_time_on(
     if kind == CollectiveKind::AllToAll {
         // Every device sends bytes / n to each other: the share for its own server over the
         // server's links, the rest, (n - inside) / n of it, over its own scale-out link to the
-        // other servers' devices, both at once.
+        // other servers' devices, both at once. Each of those n - inside peers is a message of
+        // its own (as each peer of the server's is), its latency paid once.
         let intra = all_to_all(
             device.topology,
             inside,
@@ -273,9 +274,10 @@ pub fn collective_time_on(
             device.link_bandwidth,
             device.link_latency,
         );
+        let outside = (n - inside) as f64;
         let inter = CollectiveTime {
-            hops: (nodes - 1) as f64,
-            seconds: (nodes - 1) as f64 * so.latency + b * (n - inside) as f64 / n as f64 / so.bandwidth,
+            hops: outside,
+            seconds: outside * so.latency + b * outside / n as f64 / so.bandwidth,
         };
         return CollectiveTime {
             hops: intra.hops + inter.hops,
@@ -345,8 +347,15 @@ mod tests {
         let layout = MeshLayout::of(&Mesh::parse("ep=16").unwrap(), &h);
         let bytes = 1u64 << 26;
         let t = collective_time_on(&h, &layout, CollectiveKind::AllToAll, bytes, &["ep"]);
-        let want = so.latency + bytes as f64 / 2.0 / so.bandwidth;
+        // A message to each of the other server's 8 devices: every peer once, 15 in all.
+        let want = 8.0 * so.latency + bytes as f64 / 2.0 / so.bandwidth;
         assert!((t.seconds - want).abs() <= 1e-12 * want, "{t:?} vs {want}");
+        assert_eq!(t.hops, 15.0);
+        // ep=64 over 8 servers: 7/8 of the data leaves, to 56 peers.
+        let wide = MeshLayout::of(&Mesh::parse("ep=64").unwrap(), &h);
+        let w = collective_time_on(&h, &wide, CollectiveKind::AllToAll, bytes, &["ep"]);
+        let want = 56.0 * so.latency + bytes as f64 * 56.0 / 64.0 / so.bandwidth;
+        assert!((w.seconds - want).abs() <= 1e-12 * want, "{w:?} vs {want}");
         let inside = collective_time_on(
             &h,
             &MeshLayout::of(&Mesh::parse("ep=8").unwrap(), &h),

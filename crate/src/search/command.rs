@@ -20,6 +20,14 @@ pub fn plan_command(opts: &TrainerOptions, device: &str) -> String {
     if c.tied {
         parts.push("--tied".into());
     }
+    if let Some(m) = &c.moe {
+        parts.push(format!(
+            "--experts {} --top-k {} --expert-width {}",
+            m.experts, m.top_k, m.width
+        ));
+        parts.push(format!("--capacity {} --aux-loss {}", m.capacity.text(), m.aux));
+        parts.push(format!("--expert-imbalance {}", m.imbalance));
+    }
     parts.push(format!("--dropout {}", c.dropout));
     parts.push(format!("--attention {}", c.attention.name()));
     parts.push(format!("--remat {}", c.remat.name()));

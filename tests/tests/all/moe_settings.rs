@@ -68,6 +68,21 @@ fn hostile_expert_settings_are_refused_at_their_flag_with_the_fix() {
             "--aux-loss NaN",
             "at least 0",
         ),
+        (
+            Moe { imbalance: 0.5, ..four },
+            Setting::ExpertImbalance,
+            "--expert-imbalance 0.5",
+            "at least 1",
+        ),
+        (
+            Moe {
+                imbalance: f32::NAN,
+                ..four
+            },
+            Setting::ExpertImbalance,
+            "--expert-imbalance NaN",
+            "at least 1",
+        ),
     ];
     for (moe, setting, starts, fix) in cases {
         let err = config(moe).validate().expect_err(starts);

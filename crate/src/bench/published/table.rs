@@ -1,7 +1,7 @@
 //! The table of published training runs (docs/published_runs.md), read cell by cell: a row
 //! that does not parse is refused with its row number, its name, the cell and the fix.
 use crate::ir::{CpOrder, Precision};
-use crate::model::{Attention, GptConfig, Remat};
+use crate::model::{Attention, Capacity, GptConfig, Moe, Remat};
 use crate::plan::{AxisKind, Mode, Schedule, Zero};
 use crate::sharding::Mesh;
 
@@ -248,7 +248,40 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
     })
 }
 
+/// A mixture's keys of a model cell, as written: experts= makes the MLP a mixture, the
+/// others refine Switch's defaults ([`Moe::new`]).
+#[derive(Default)]
+struct MoeCell {
+    experts: usize,
+    top_k: Option<usize>,
+    width: Option<usize>,
+    capacity: Option<Capacity>,
+    imbalance: Option<f32>,
+}
+
+impl MoeCell {
+    fn build(&self, d_model: usize) -> Result<Option<Moe>, String> {
+        if self.experts == 0 {
+            return match (self.top_k, self.width, self.capacity, self.imbalance) {
+                (None, None, None, None) => Ok(None),
+                _ => {
+                    Err("model: top_k=, expert_width=, capacity= and imbalance= refine a mixture: add experts=".into())
+                }
+            };
+        }
+        let m = Moe::new(self.experts, d_model);
+        Ok(Some(Moe {
+            top_k: self.top_k.unwrap_or(m.top_k),
+            width: self.width.unwrap_or(m.width),
+            capacity: self.capacity.unwrap_or(m.capacity),
+            imbalance: self.imbalance.unwrap_or(m.imbalance),
+            ..m
+        }))
+    }
+}
+
 fn parse_model(cell: &str) -> Result<GptConfig, String> {
+    let mut moe = MoeCell::default();
     let mut config = GptConfig {
         layers: 0,
         d_model: 0,
@@ -271,13 +304,24 @@ fn parse_model(cell: &str) -> Result<GptConfig, String> {
             ("heads", Some(v)) => config.heads = number("model", key, v)?,
             ("vocab", Some(v)) => config.vocab = number("model", key, v)?,
             ("dropout", Some(v)) => config.dropout = number("model", key, v)?,
+            ("experts", Some(v)) => moe.experts = number("model", key, v)?,
+            ("top_k", Some(v)) => moe.top_k = Some(number("model", key, v)?),
+            ("expert_width", Some(v)) => moe.width = Some(number("model", key, v)?),
+            ("capacity", Some(v)) => {
+                moe.capacity = Some(Capacity::parse(v).ok_or_else(|| {
+                    format!("model `capacity={v}`: write a factor (capacity=1.25) or capacity=dropless")
+                })?)
+            }
+            ("imbalance", Some(v)) => moe.imbalance = Some(number("model", key, v)?),
             _ => {
                 return Err(format!(
-                    "model `{key}`: not a model setting; write layers=, d_model=, heads=, vocab=, dropout= or tied"
+                    "model `{key}`: not a model setting; write layers=, d_model=, heads=, vocab=, dropout=, tied, or a \
+                     mixture's experts=, top_k=, expert_width=, capacity=, imbalance="
                 ))
             }
         }
     }
+    config.moe = moe.build(config.d_model)?;
     for (key, value) in [
         ("layers", config.layers),
         ("d_model", config.d_model),
@@ -491,6 +535,12 @@ mod tests {
             (GOOD.replace("dp dp=8", "dp dp=4"), "has 4 devices"),
             (GOOD.replace("bf16", "fp8"), "precision `fp8`"),
             (GOOD.replace("12 ms/step", "fast"), "published `fast`"),
+            (GOOD.replace(" tied", " tied capacity=2"), "add experts="),
+            (
+                GOOD.replace(" tied", " tied experts=4 capacity=lots"),
+                "capacity=dropless",
+            ),
+            (GOOD.replace(" tied", " tied experts=4 imbalance=0.5"), "at least 1"),
             (GOOD.replace("dp dp=8", "dp dp=8 stages=1,x"), "stages=N,N,..."),
             (GOOD.replace("microbatches=2", "microbatches=3"), "microbatches=3"),
             (GOOD.replace(" here |", " |"), "source: empty"),

@@ -263,6 +263,10 @@ pub struct ModelArgs {
     /// Switch's load-balancing loss coefficient (default 0.01).
     #[arg(long = "aux-loss", requires = "experts", allow_negative_numbers = true)]
     pub aux_loss: Option<f32>,
+    /// What the cost model assumes of routing: the busiest expert-parallel device's routed
+    /// tokens over the mean (default 1.25; 1 for routing forced even). The capacity caps it.
+    #[arg(long = "expert-imbalance", requires = "experts", allow_negative_numbers = true)]
+    pub expert_imbalance: Option<f32>,
 
     /// Rematerialization: which activations each block's backward pass recomputes.
     #[arg(long, value_parser = one_of(&Remat::ALL, Remat::name, remat_help), default_value = "none")]
@@ -327,6 +331,7 @@ impl ModelArgs {
             width: self.expert_width.unwrap_or(m.width),
             capacity: self.capacity.unwrap_or(m.capacity),
             aux: self.aux_loss.unwrap_or(m.aux),
+            imbalance: self.expert_imbalance.unwrap_or(m.imbalance),
             ..m
         })
     }
