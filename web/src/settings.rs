@@ -190,6 +190,8 @@ impl Settings {
             width: self.expert_width,
             capacity: Capacity::parse(self.capacity.trim()).unwrap_or(Capacity::Factor(f32::NAN)),
             aux: self.aux_loss as f32,
+            // The page prices the assumed load; its routing chart shows the measured one.
+            imbalance: shardlab::model::ASSUMED_IMBALANCE,
         }
     }
 
