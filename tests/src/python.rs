@@ -10,8 +10,18 @@ use crate::skip::{unavailable, Need};
 /// Names the Python interpreter the export tests run.
 pub const PYTHON_VAR: &str = "SHARDLAB_PYTHON";
 
+/// Set by `cargo xtask test` in its native step, which runs before the jax step has made the
+/// venv on a bare machine: a test there that reaches for Python would pass on a warm machine and
+/// fail in CI, so it fails everywhere.
+pub const NO_PYTHON_VAR: &str = "SHARDLAB_NO_PYTHON";
+
 /// The interpreter to run, whether or not it exists.
 pub fn python_program() -> &'static Path {
+    assert!(
+        std::env::var_os(NO_PYTHON_VAR).is_none(),
+        "this test runs Python in the native step, before the jax step makes the venv: put it in a \
+         `mod under_jax` (or `export_jax::`) so that the jax step runs it"
+    );
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
     PROGRAM.get_or_init(|| {
         if let Some(p) = std::env::var_os(PYTHON_VAR).filter(|p| !p.is_empty()) {

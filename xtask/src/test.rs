@@ -244,7 +244,8 @@ fn native(report: &mut Report) {
             EXPORT_TESTS,
             "--skip",
             PEER_TESTS,
-        ]),
+        ])
+        .env("SHARDLAB_NO_PYTHON", "1"),
     );
     // The page's crate is wasm-only in the build, but its settings, editor and task logic are
     // plain Rust with unit tests: run them natively.
