@@ -4,7 +4,7 @@
 // renders what this module keeps in `state.story.result`; app.js owns the session and hands
 // over, once (`init`), what this module calls.
 
-import { MODES, median, quantile } from './format.js';
+import { RUN_MODES, median, quantile } from './format.js';
 
 let page = null;
 
@@ -15,22 +15,29 @@ export function init(p) {
 }
 
 /** How every ratio of the story is computed, said where it is shown. */
-export const PAIRED_RATIO = 'Each ratio here is the median of the rounds’ paired ratios: a round runs one step of each mode back to back, and its ratio is automatic’s step over shard_map’s; the middle half of those ratios is its spread, and the times are the median round’s.';
+export const PAIRED_RATIO = 'Each ratio here is the median of the rounds’ paired ratios: a round runs one step of each mode back to back, and its ratio is automatic’s (or explicit’s) step over shard_map’s; the middle half of those ratios is its spread, and the times are the median round’s.';
 
-/** The modes whose steps form a round's pair, in MODES order (the ratio is automatic over
- * shard_map; a mode added to MODES adds a time to each pair). */
-export const pairedModes = () => MODES;
+/** The modes whose steps form a round, in RUN_MODES order: every mode, each priced against
+ * shard_map's step of the same round (a mode added to RUN_MODES adds a time to each round). */
+export const pairedModes = () => RUN_MODES;
+
+/** The modes the link's rounds held before explicit joined the story: its older links reopen. */
+const BEFORE_EXPLICIT = ['auto', 'shard_map'];
 
 /** Pairs a layout needs before its ratio is shown. */
 const MIN_PAIRS = 3;
 
-const ratioOf = (pair) => pair[MODES.indexOf('auto')] / pair[MODES.indexOf('shard_map')];
+/** A round's step of `mode` over its step of shard_map (NaN where the round has no such step). */
+export const ratioOf = (pair, mode = 'auto') => (pair[RUN_MODES.indexOf(mode)] ?? NaN) / pair[RUN_MODES.indexOf('shard_map')];
 
-/** A layout's statistics from its rounds' pairs: the median ratio (one round's own, so its times
- * are that round's), the interquartile range, the rounds, and the median round's pair. */
-export function pairStats(pairs) {
-  if (!pairs || pairs.length < MIN_PAIRS) return null;
-  const ratios = pairs.map(ratioOf);
+/** A layout's statistics for `mode` (over shard_map) from its rounds: the median ratio (one
+ * round's own, so its times are that round's), the interquartile range, the rounds, and the
+ * median round's times. Rounds without a step of `mode` (older links') are left out. */
+export function pairStats(pairs, mode = 'auto') {
+  const rounds = (pairs || []).filter((p) => Number.isFinite(ratioOf(p, mode)));
+  if (rounds.length < MIN_PAIRS) return null;
+  pairs = rounds;
+  const ratios = pairs.map((p) => ratioOf(p, mode));
   const ratio = median(ratios);
   return {
     ratio, q1: quantile(ratios, 0.25), q3: quantile(ratios, 0.75), steps: pairs.length,
@@ -158,13 +165,16 @@ const LAYOUTS = ['original', 'partitionable'];
 const MAX_PAIRS = 64;
 const num = (x) => String(Number(x.toPrecision(4)));
 
-/** The story's results as the link writes them, or null when there are none to write:
- * `original:812.3/405.1,799/410;partitionable:…;share:auto=0.6231,shard_map=0.19`. */
+/** The story's results as the link writes them, or null when there are none to write: each
+ * round's times in RUN_MODES order, then each mode's share of random bits,
+ * `original:812.3/790.2/405.1,799/801/410;partitionable:…;share:auto=0.6231,explicit=0.61,shard_map=0.19`. */
 export function hashValue() {
   const r = page.state.story.result;
   if (!r || r.running || !LAYOUTS.some((l) => r.pairs[l].length)) return null;
-  const parts = LAYOUTS.filter((l) => r.pairs[l].length).map((l) => `${l}:${r.pairs[l].map((p) => p.map(num).join('/')).join(',')}`);
-  if (r.shares) parts.push(`share:${pairedModes().map((m) => `${m}=${num(r.shares[m])}`).join(',')}`);
+  // A round an older link brought keeps that link's form: its two times.
+  const round = (p) => (p.every((x) => x > 0) ? p : BEFORE_EXPLICIT.map((m) => p[pairedModes().indexOf(m)])).map(num).join('/');
+  const parts = LAYOUTS.filter((l) => r.pairs[l].length).map((l) => `${l}:${r.pairs[l].map(round).join(',')}`);
+  if (r.shares) parts.push(`share:${pairedModes().filter((m) => m in r.shares).map((m) => `${m}=${num(r.shares[m])}`).join(',')}`);
   return parts.join(';');
 }
 
@@ -186,8 +196,12 @@ export function readHashValue(text, settings) {
       if (rows.length > MAX_PAIRS) throw new Error(`${name} has more than ${MAX_PAIRS} rounds`);
       pairs[name] = rows.map((row) => {
         const xs = row.split('/');
-        if (xs.length !== pairedModes().length) throw new Error(`a round of ${name} has ${xs.length} times, not ${pairedModes().length}`);
-        return xs.map(positive);
+        if (xs.length !== pairedModes().length && xs.length !== BEFORE_EXPLICIT.length) {
+          throw new Error(`a round of ${name} has ${xs.length} times, not ${pairedModes().length}`);
+        }
+        const times = xs.map(positive);
+        // A round of an older link: its modes' times in their places, explicit's left out.
+        return xs.length === pairedModes().length ? times : pairedModes().map((m) => times[BEFORE_EXPLICIT.indexOf(m)] ?? null);
       });
     } else if (name === 'share') {
       shares = {};
@@ -198,7 +212,10 @@ export function readHashValue(text, settings) {
         if (!/^[01](\.\d{1,6})?$/.test(v || '') || !(x >= 0 && x <= 1)) throw new Error(`the share “${String(v).slice(0, 20)}” is not between 0 and 1`);
         shares[m] = x;
       }
-      if (Object.keys(shares).length !== pairedModes().length) throw new Error('a share is missing for a mode');
+      const modes = Object.keys(shares).length;
+      if (modes !== pairedModes().length && !(modes === BEFORE_EXPLICIT.length && BEFORE_EXPLICIT.every((m) => m in shares))) {
+        throw new Error('a share is missing for a mode');
+      }
     } else {
       throw new Error(`“${String(name).slice(0, 20)}” is not a part of the story’s results`);
     }

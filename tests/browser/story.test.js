@@ -10,8 +10,10 @@ before(launch);
 after(close);
 
 const running = (page) => page.evaluate(() => !!(window.shardlab.story.result && window.shardlab.story.result.running));
-const ratios = (page) => page.locator('[data-testid="story-flag"] [data-testid="story-ratio"]')
+const ratios = (page, mode = 'auto') => page.locator(`[data-testid="story-flag"] [data-testid="story-ratio"][data-mode="${mode}"]`)
   .evaluateAll((xs) => xs.map((x) => ({ rng: x.dataset.rng, text: x.textContent, q1: Number(x.dataset.q1), q3: Number(x.dataset.q3) })));
+/** The shares table's column `testid` (share-tpu, share-here) by mode. */
+const shares = (page, testid) => page.locator('[data-testid="story-share"]').evaluateAll((rows, id) => Object.fromEntries(rows.map((r) => [r.dataset.mode, Number(r.querySelector(`[data-testid="${id}"]`).dataset.share)])), testid);
 
 test('the story leads with the report priced, then measures this adapter live, cancels, and keeps its results in the link', { timeout: 4 * STEP_TIMEOUT_MS }, async () => {
   const { context, page, consoleErrors } = await openReady(hashOf());
@@ -27,9 +29,13 @@ test('the story leads with the report priced, then measures this adapter live, c
     assert.ok(Number.parseFloat(await page.getByTestId('report-modelled').innerText()) > 1.5);
     assert.equal(await page.getByTestId('report-link').first().getAttribute('href'), 'https://github.com/jax-ml/jax/issues/19657');
     assert.match(await page.getByTestId('story-today').innerText(), /partitionable layout is the default[\s\S]*explicit sharding/);
-    // The random bits' share on the TPU, per mode: the replicated ones are automatic's larger share.
-    const tpu = await page.locator('[data-testid="story-share"]').evaluateAll((rows) => Object.fromEntries(rows.map((r) => [r.dataset.mode, Number(r.querySelector('[data-testid="share-tpu"]').dataset.share)])));
+    // The random bits' share on the TPU, per mode: the replicated ones are the jit modes' larger
+    // share, explicit's as automatic's (its type names each block, but every device makes all).
+    const tpu = await shares(page, 'share-tpu');
+    assert.deepEqual(Object.keys(tpu), ['auto', 'explicit', 'shard_map']);
     assert.ok(tpu.auto > tpu.shard_map && tpu.shard_map > 0, JSON.stringify(tpu));
+    assert.ok(Math.abs(tpu.explicit - tpu.auto) < 0.02, JSON.stringify(tpu));
+    assert.match(await page.getByTestId('story-report').innerText(), /automatic, .* explicit and .* shard_map: automatic over shard_map/);
     // The adapter's configuration, chosen for it and said why, before anything is measured.
     const gap = page.getByTestId('story-gap');
     assert.match(await gap.innerText(), /Not measured yet/);
@@ -56,26 +62,36 @@ test('the story leads with the report priced, then measures this adapter live, c
     await page.waitForFunction(() => !(window.shardlab.story.result.running) || window.shardlab.error, null, { timeout: 2 * STEP_TIMEOUT_MS });
     await settled(page);
     assert.equal(await page.evaluate(() => window.shardlab.error), null);
-    assert.equal(await page.locator('[data-testid="story-pair"]').count(), 14);
+    // A mark per round, layout and jit mode: automatic's and explicit's steps over shard_map's.
+    const marks = await page.locator('[data-testid="story-pair"]').evaluateAll((xs) => xs.map((x) => x.dataset.mode));
+    assert.equal(marks.length, 28);
+    assert.equal(marks.filter((m) => m === 'explicit').length, 14);
 
     // Every ratio one way, said so; the median round's times give the ratio shown.
     const shown = await ratios(page);
     assert.deepEqual(shown.map((r) => r.rng), ['original', 'partitionable']);
+    assert.deepEqual((await ratios(page, 'explicit')).map((r) => r.rng), ['original', 'partitionable']);
     for (const t of await page.locator('[data-testid="story-spread"]').allInnerTexts()) assert.match(t, /middle half \d+\.\d\d–\d+\.\d\d×, 7 rounds/);
     assert.match(await page.getByTestId('story-method').innerText(), /median of the rounds’ paired ratios/);
     const text = await gap.innerText();
-    const [, a, aUnit, s, sUnit] = /automatic took ([\d.]+) (ms|s) and shard_map ([\d.]+) (ms|s)/.exec(text);
+    const [, a, aUnit, e, eUnit, s, sUnit] = /automatic ([\d.]+) (ms|s), explicit ([\d.]+) (ms|s) and shard_map ([\d.]+) (ms|s)/.exec(text);
     const ms = (x, unit) => Number(x) * (unit === 's' ? 1000 : 1);
     const original = Number.parseFloat(shown[0].text);
     assert.ok(Math.abs(ms(a, aUnit) / ms(s, sUnit) - original) < 0.02 * original, `${text}`);
+    assert.ok(ms(e, eUnit) > 0, text);
+    // Explicit's row in words: its measured ratio beside automatic's, and what its type says.
+    assert.match(await page.getByTestId('story-explicit').innerText(), /Explicit mode, JAX’s default since 0\.9, writes every value’s sharding in its type/);
+    const bits = page.getByTestId('story-explicit-bits');
+    assert.equal(await bits.getAttribute('data-layout'), 'original');
+    assert.match(await bits.innerText(), /have the type u32\[32@dp,.*every device generates all the bits/);
     // The verdict follows the spreads, and says a gap closed only where one opened.
     const verdict = page.getByTestId('story-verdict');
     const opened = shown[0].q1 > 1;
     assert.equal(await verdict.getAttribute('data-opened'), String(opened));
     if (!opened) assert.doesNotMatch(await verdict.innerText(), /closed|shrank|gone/);
     // The share here, measured in the story's profiled step.
-    const here = await page.locator('[data-testid="share-here"]').evaluateAll((xs) => xs.map((x) => Number(x.dataset.share)));
-    assert.ok(here.length === 2 && here.every((x) => x > 0 && x < 1), JSON.stringify(here));
+    const here = Object.values(await shares(page, 'share-here'));
+    assert.ok(here.length === 3 && here.every((x) => x > 0 && x < 1), JSON.stringify(here));
     assert.match(await page.getByTestId('share-words').innerText(), /TPU/);
     // The profile it ran says nothing it contradicts.
     assert.doesNotMatch(await page.getByTestId('breakdown').innerText(), /No kernel gets below/);
@@ -91,7 +107,8 @@ test('the story leads with the report priced, then measures this adapter live, c
     assert.equal(await running(again.page), false);
     const reopened = await ratios(again.page);
     assert.equal(reopened.length, 2);
-    assert.equal(await again.page.locator('[data-testid="story-pair"]').count(), 14);
+    assert.equal((await ratios(again.page, 'explicit')).length, 2);
+    assert.equal(await again.page.locator('[data-testid="story-pair"]').count(), 28);
     assert.equal(await again.page.getByTestId('story-run').innerText(), 'Run the story again');
     assert.equal(await again.page.evaluate(() => window.shardlab.steps), 0);
   } finally {
@@ -99,8 +116,9 @@ test('the story leads with the report priced, then measures this adapter live, c
   }
 });
 
-test('a story link whose gap never opened says so, and an unreadable one is marked at the story', { timeout: 120_000 }, async () => {
-  // Three rounds each: the original layout's ratios hold 1.0x.
+test('a story link whose gap never opened says so, one written before explicit joined still reads, and an unreadable one is marked at the story', { timeout: 120_000 }, async () => {
+  // Three rounds each, as links wrote them before explicit joined (automatic/shard_map): the
+  // original layout's ratios hold 1.0x.
   const results = 'original:10/10,11/10,10/11;partitionable:10/10,10/10,10/10';
   const { context, page } = await openReady(`${hashOf()}&story=${encodeURIComponent(results)}`);
   try {
@@ -108,9 +126,21 @@ test('a story link whose gap never opened says so, and an unreadable one is mark
     assert.equal(await verdict.getAttribute('data-opened'), 'false');
     assert.match(await verdict.innerText(), /no gap opened/);
     assert.doesNotMatch(await verdict.innerText(), /closed|shrank|gone/);
-    assert.match(await page.getByTestId('story-gap').innerText(), /automatic took 10\.0 ms and shard_map 10\.0 ms/);
+    assert.match(await page.getByTestId('story-gap').innerText(), /automatic 10\.0 ms and shard_map 10\.0 ms/);
+    assert.equal(await page.locator('[data-testid="story-ratio"][data-mode="explicit"]').count(), 0);
   } finally {
     await context.close();
+  }
+  // Today's links: automatic/explicit/shard_map a round; explicit's ratios read beside automatic's.
+  const three = 'original:20/19/10,21/20/10,20/20/10;partitionable:10/10/10,10/10/10,10/10/10';
+  const now = await openReady(`${hashOf()}&story=${encodeURIComponent(three)}`);
+  try {
+    assert.match(await now.page.getByTestId('story-gap').innerText(), /automatic 20\.0 ms, explicit 19\.0 ms and shard_map 10\.0 ms/);
+    const explicit = await ratios(now.page, 'explicit');
+    assert.deepEqual(explicit.map((r) => r.text), ['2.00×', '1.00×']);
+    assert.equal(await now.page.getByTestId('story-explicit').getAttribute('data-near'), 'auto');
+  } finally {
+    await now.context.close();
   }
   const bad = await openReady(`${hashOf({ batch: '16' })}&story=original:fast`);
   try {

@@ -1,7 +1,7 @@
 // Measures what BENCHMARKS.md records for the page's story: "Run the story" as a learner presses
 // it, in headless Chromium on SwiftShader WebGPU, RUNS times, each in a fresh page. For each run:
 // the seconds from the press to the results, the run the story picked for the adapter, each RNG
-// layout's ratio automatic / shard_map (the median of its rounds' paired ratios) with its
+// layout's ratios automatic / shard_map and explicit / shard_map (the median of its rounds' paired ratios) with its
 // interquartile range, whether the original layout's gap stands outside its spread (its lower
 // quartile above 1.0), and the host's load average. Then one summary line.
 // Usage: node story_run.mjs http://127.0.0.1:PORT/ [RUNS] [#hash]   (serve <target>/site first)
@@ -25,8 +25,10 @@ try {
     const seconds = (Date.now() - t0) / 1000;
     const error = await page.evaluate(() => window.shardlab.error);
     if (error) throw new Error(error);
+    // Automatic's ratios keyed by layout, explicit's by `explicit_` and the layout.
     const ratios = await page.locator('[data-testid="story-flag"] [data-testid="story-ratio"]').evaluateAll((xs) => Object.fromEntries(
-      xs.map((x) => [x.dataset.rng, { ratio: Number.parseFloat(x.textContent), q1: Number(x.dataset.q1), q3: Number(x.dataset.q3) }])));
+      xs.map((x) => [x.dataset.mode === 'auto' ? x.dataset.rng : `${x.dataset.mode}_${x.dataset.rng}`,
+        { ratio: Number.parseFloat(x.textContent), q1: Number(x.dataset.q1), q3: Number(x.dataset.q3) }])));
     const r = await page.evaluate(() => ({ size: window.shardlab.story.choice.size, shares: window.shardlab.story.result.shares }));
     const row = { run: i + 1, seconds, load_before: load, load_after: os.loadavg()[0], ...r, ...ratios, opened: ratios.original.q1 > 1 };
     results.push(row);

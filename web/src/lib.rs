@@ -214,7 +214,7 @@ impl Shardlab {
     }
 
     /// The JAX report's experiment at full size (about 400M parameters, dp over a TPU v4-8)
-    /// as the cost model predicts it, for both modes and both RNG layouts (`predict::scale_up`).
+    /// as the cost model predicts it, for every mode and both RNG layouts (`predict::scale_up`).
     pub fn scale_up() -> String {
         predict::scale_up().to_string()
     }

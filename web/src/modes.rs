@@ -18,6 +18,7 @@ const SETS: [(&str, &[Mode]); 2] = [("both", &[Mode::Auto, Mode::ShardMap]), ("a
 
 impl Modes {
     pub const BOTH: Modes = Modes::of(SETS[0].1);
+    pub const ALL: Modes = Modes::of(SETS[1].1);
 
     /// The set of `modes` (each a partitioned mode; others are left out).
     pub const fn of(modes: &[Mode]) -> Modes {

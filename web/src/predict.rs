@@ -72,8 +72,9 @@ pub fn report_settings(rng: RngLayout, batch: usize) -> Settings {
     }
 }
 
-/// The report's experiment on a TPU v4-8, for both modes and both RNG layouts: four modelled
-/// steps, the auto / shard_map ratio per layout, and whether it fits. Only programs are built
+/// The report's experiment on a TPU v4-8, for every mode (explicit beside the report's two) and
+/// both RNG layouts: six modelled steps, the auto / shard_map ratio per layout, and whether it
+/// fits. Only programs are built
 /// (no parameter or buffer), so it takes a fraction of a second.
 pub fn scale_up() -> Value {
     let Some(device) = device_preset("tpu_v4") else {
@@ -99,7 +100,7 @@ pub fn scale_up() -> Value {
             Err(e) => return json!({"ok": false, "error": e.to_string()}),
         };
         let mut modes = serde_json::Map::new();
-        for mode in [Mode::Auto, Mode::ShardMap] {
+        for mode in Mode::PARTITIONED {
             let planned = match shardlab::plan::build(&s.options(mode, &par)) {
                 Ok(p) => p,
                 Err(e) => return json!({"ok": false, "error": e.to_string()}),
@@ -119,7 +120,7 @@ pub fn scale_up() -> Value {
         attention: Attention::Unfused,
         ..report_settings(RngLayout::Original, batch)
     };
-    for mode in [Mode::Auto, Mode::ShardMap] {
+    for mode in Mode::PARTITIONED {
         let planned = match s
             .parallelism()
             .and_then(|par| shardlab::plan::build(&s.options(mode, &par)))

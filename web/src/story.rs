@@ -129,10 +129,10 @@ impl Adapter {
     }
 }
 
-/// The seed preset's run, both modes, at `size` (priced on `device`, the modelled chart's).
+/// The seed preset's run, all three modes, at `size` (priced on `device`, the modelled chart's).
 pub fn settings(size: &Size, device: &str) -> Settings {
     Settings {
-        mode: Modes::BOTH,
+        mode: Modes::ALL,
         mesh: format!("dp={}", size.dp),
         layers: size.layers,
         d_model: size.d_model,
@@ -166,7 +166,7 @@ impl Priced {
         self.modes
             .iter()
             .find(|m| m.mode == name)
-            .expect("both modes are priced")
+            .expect("every mode is priced")
     }
 
     /// Automatic over shard_map: the gap the story would measure, as modelled.
@@ -180,13 +180,13 @@ impl Priced {
         a.launch_ms / a.step_ms.max(1e-12)
     }
 
-    /// Seconds the story's rounds take: both modes under both layouts each round.
+    /// Seconds the story's rounds take: every mode under both layouts each round.
     fn story_s(&self) -> f64 {
         2.0 * ROUNDS as f64 * self.modes.iter().map(|m| m.step_ms).sum::<f64>() / 1e3
     }
 }
 
-/// Both modes of `size` on `this` (every device simulated on the one adapter), or None where
+/// Every mode of `size` on `this` (every device simulated on the one adapter), or None where
 /// the run does not plan or the story's runs of both layouts would not fit the page's GPU
 /// budget together (it flips between them every round, keeping both).
 fn price(size: &Size, this: &DeviceProfile) -> Option<Priced> {
@@ -198,7 +198,7 @@ fn price(size: &Size, this: &DeviceProfile) -> Option<Priced> {
             ..settings(size, "tpu_v4")
         };
         let par = s.check().ok()?;
-        let plans: Vec<Plan> = [Mode::Auto, Mode::ShardMap]
+        let plans: Vec<Plan> = Mode::PARTITIONED
             .into_iter()
             .map(|m| Plan::build(&s, m, &par).ok())
             .collect::<Option<_>>()?;
