@@ -233,19 +233,20 @@ fn native(report: &mut Report) {
         report,
         NAME,
         "native",
-        cargo().args([
-            "test",
-            "--workspace",
-            "--exclude",
-            WEB_PACKAGE,
-            "--no-fail-fast",
-            "--",
-            "--skip",
-            EXPORT_TESTS,
-            "--skip",
-            PEER_TESTS,
-        ])
-        .env("SHARDLAB_NO_PYTHON", "1"),
+        cargo()
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                WEB_PACKAGE,
+                "--no-fail-fast",
+                "--",
+                "--skip",
+                EXPORT_TESTS,
+                "--skip",
+                PEER_TESTS,
+            ])
+            .env("SHARDLAB_NO_PYTHON", "1"),
     );
     // The page's crate is wasm-only in the build, but its settings, editor and task logic are
     // plain Rust with unit tests: run them natively.
