@@ -128,7 +128,7 @@ pub fn search(
     }
     base.config.validate().map_err(|e| SearchError(e.to_string()))?;
     let all = candidates(base, devices);
-    let considered = all.len();
+    let mut considered = all.len();
     let mut invalid_reasons: Vec<String> = vec![];
     let mut refused: Vec<Setting> = vec![];
     let (mut invalid, mut too_large) = (0, 0);
@@ -146,6 +146,9 @@ pub fn search(
             Screen::Passed(s) => passed.push(*s),
         }
     }
+    let twins = explicit_twins(&passed);
+    considered += twins.len();
+    passed.extend(twins);
     passed.sort_by(|a, b| a.estimate_s.total_cmp(&b.estimate_s));
     // The first is priced whatever its size; the rest while the trace budget lasts.
     let mut budget = TRACE_BUDGET;
@@ -260,6 +263,30 @@ fn check(opts: &TrainerOptions) -> Result<(), PlanError> {
     par.check_cp(&opts.config, opts.cp_order, opts.parallel.mode())
 }
 
+/// Explicit mode beside each automatic candidate that passed the screen. Explicit partitions the
+/// same global program as automatic, so the screen (the closed-form estimate and memory, the
+/// checks) says the same of both and runs once; the programs differ where explicit's choices
+/// (`out_sharding=`, `reshard`) place collectives otherwise, which the exact tier prices.
+fn explicit_twins(passed: &[Screened]) -> Vec<Screened> {
+    passed
+        .iter()
+        .filter_map(|s| match &s.opts.parallel {
+            Parallel::Auto { par, specs } => Some(Screened {
+                opts: TrainerOptions {
+                    parallel: Parallel::Explicit {
+                        par: par.clone(),
+                        axis_types: vec![],
+                        specs: specs.clone(),
+                    },
+                    ..s.opts.clone()
+                },
+                estimate_s: s.estimate_s,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 fn is_pipeline(opts: &TrainerOptions) -> bool {
     opts.parallel.parallelism().is_some_and(Parallelism::is_pipeline)
 }
@@ -356,6 +383,7 @@ fn axes_name(p: &Parallel) -> String {
 mod tests {
     use super::*;
     use crate::model::GptConfig;
+    use crate::plan::Mode;
     use crate::profile::{a100, h100, tpu_v4};
 
     fn base(batch: usize) -> TrainerOptions {
@@ -376,16 +404,19 @@ mod tests {
     /// Every candidate that splits, planned (with the fewest microbatches that fit) and priced
     /// exactly: what the search would rank with no screen.
     fn priced_exactly(opts: &TrainerOptions, device: &DeviceProfile, devices: usize) -> Vec<Ranked> {
-        candidates(opts, devices)
+        let screened: Vec<Screened> = candidates(opts, devices)
             .into_iter()
             .filter(|c| check(c).is_ok())
-            .filter_map(|c| {
-                let s = Screened {
-                    estimate_s: estimate_step(&c, device).step_s,
-                    opts: c,
-                };
-                price(&s, device, "x", opts)
+            .map(|c| Screened {
+                estimate_s: estimate_step(&c, device).step_s,
+                opts: c,
             })
+            .collect();
+        let twins = explicit_twins(&screened);
+        screened
+            .iter()
+            .chain(&twins)
+            .filter_map(|s| price(s, device, "x", opts))
             .collect()
     }
 
@@ -466,6 +497,21 @@ mod tests {
             "{:#?}",
             wide.invalid_reasons
         );
+    }
+
+    #[test]
+    fn explicit_mode_is_ranked_beside_automatic_on_its_own_programs_price() {
+        let r = search(&base(16), &a100(), "a100", 4).unwrap();
+        let mode_of = |m: Mode| r.ranked.iter().filter(move |x| x.mode == m.name());
+        assert!(mode_of(Mode::Explicit).count() > 0, "{:#?}", r.ranked);
+        for x in mode_of(Mode::Explicit) {
+            assert!(x.command.contains("--mode explicit"), "{}", x.command);
+            // Its automatic twin, where priced too, is the same configuration in the other mode.
+            let twin = x.command.replace("--mode explicit", "--mode auto");
+            if let Some(auto) = mode_of(Mode::Auto).find(|a| a.command == twin) {
+                assert_eq!(auto.estimate_ms, x.estimate_ms, "{twin}");
+            }
+        }
     }
 
     #[test]

@@ -166,10 +166,9 @@ fn axis_options(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     out
 }
 
-/// A partitioned candidate in both of JAX's modes that place collectives differently: the
-/// hand-written shard_map body and jit with the rules' shardings (but a pipeline, which jit
-/// does not build yet). Explicit mode is left out: it partitions the same global program with
-/// the same shardings as jit, so its plan and estimate are the automatic one's.
+/// A partitioned candidate as a hand-written shard_map body and as jit with the rules'
+/// shardings (but a pipeline, which jit does not build yet). Explicit mode joins after the
+/// screen (`rank::explicit_twins`): it screens as automatic does, so it is screened once.
 fn modes(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     let Some([auto, _, shard_map]) = base.in_every_mode() else {
         return vec![base.clone()];

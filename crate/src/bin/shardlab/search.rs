@@ -1,5 +1,5 @@
 //! `shardlab plan --search --device KIND --devices N <model flags> [--precision P] [--json]`:
-//! which strategy? Every mesh of up to four axes, with ZeRO, sequence parallelism, the mode,
+//! which strategy? Every mesh of up to four axes, with ZeRO, sequence parallelism, the mode (auto, explicit, shard_map),
 //! remat and a pipeline's schedule and microbatches, screened in closed form on N devices of
 //! KIND, the fastest planned and priced exactly; the ten fastest of those that fit, each with
 //! its memory, modelled step, what limits it and the command that plans it.
@@ -28,7 +28,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     ] {
         if given {
             return Err(format!(
-                "{flag} does not go with --search, which tries every mesh, its options and both modes: drop {flag}"
+                "{flag} does not go with --search, which tries every mesh, its options and every mode: drop {flag}"
             ));
         }
     }
