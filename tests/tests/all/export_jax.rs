@@ -208,8 +208,9 @@ fn exported_pipeline_script_with_dropout_matches_shardlab_under_1f1b_over_four_s
 /// The pipelines `shardlab train` runs beyond one equal run of blocks per stage, each exported
 /// with shardlab's own pass table: interleaved 1F1B over two chunks a stage (layers 0 and 2 on
 /// stage 0), GPipe's circular form, and ZB-H1 over uneven stages (1 block and 3, the lighter
-/// stage's rows padded); with dropout (each block's masks its own layer's) and without. Under SGD, whose update is the gradient itself (AdamW's first updates are nearly
-/// its sign, which a misscaled gradient keeps).
+/// stage's rows padded); with dropout (each block's masks its own layer's) and without. Under
+/// SGD, whose update is the gradient itself (AdamW's first updates are nearly its sign, which a
+/// misscaled gradient keeps).
 #[test]
 fn exported_pipeline_scripts_match_shardlab_with_virtual_and_uneven_stages_and_zb_h1() {
     jax_or_skip!();
