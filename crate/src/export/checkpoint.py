@@ -68,7 +68,7 @@ def to_host(arrays):
     out = {}
     for name, x in arrays.items():
         whole = x if x.is_fully_addressable else multihost_utils.process_allgather(x, tiled=True)
-        out[name] = np.asarray(whole).reshape(shapes[name])
+        out[name] = in_model_order(name, np.asarray(whole)).reshape(shapes[name])
     return out
 
 

@@ -75,31 +75,6 @@ fn check(opts: &TrainerOptions, steps: u64) -> Result<(), ExportError> {
     }
     opts.config.validate().map_err(|e| ExportError(e.to_string()))?;
     Dataset::new(opts.data.clone(), &opts.config, opts.seed).map_err(|e| ExportError(e.to_string()))?;
-    check_pipeline_layout(opts)
-}
-
-/// The script's pipeline runs GPipe or 1F1B over equal stages of one run of blocks each: a
-/// layout or schedule beyond those (which shardlab runs) is refused rather than written as
-/// another one.
-fn check_pipeline_layout(opts: &TrainerOptions) -> Result<(), ExportError> {
-    let refuse = |what: String| {
-        Err(ExportError(format!(
-            "{what}: the exported script runs a pipeline as GPipe or 1F1B over equal stages of one chunk each; \
-             export with --schedule gpipe or 1f1b, --virtual-stages 1 and no --stage-layers (shardlab train runs it)"
-        )))
-    };
-    if opts.virtual_stages != 1 {
-        return refuse(format!("--virtual-stages {}", opts.virtual_stages));
-    }
-    if !opts.stage_layers.is_empty() {
-        return refuse(format!(
-            "--stage-layers {}",
-            plan::stage_layers_text(&opts.stage_layers)
-        ));
-    }
-    if opts.schedule == plan::Schedule::ZbH1 {
-        return refuse(format!("--schedule {}", opts.schedule.name()));
-    }
     Ok(())
 }
 
@@ -133,7 +108,9 @@ fn mode_section(
         }
         Parallel::ShardMap { par, dropout_key } => {
             let body = if par.is_pipeline() {
-                PIPELINE.replace("{{SCHEDULE}}", &format!("\"{}\"", opts.schedule.name()))
+                PIPELINE
+                    .replace("{{SCHEDULE}}", &format!("\"{}\"", opts.schedule.name()))
+                    .replace("{{PASSES}}", &py_passes(opts, par))
             } else {
                 SHARD_MAP.to_string()
             };
@@ -153,6 +130,30 @@ fn mode_section(
             auto_section(opts, program, names, par, &pins)?
         }
     })
+}
+
+/// `shardlab train`'s schedule as the script's PASSES: per lockstep step, per stage, its pass
+/// `("F" | "B" | "W", microbatch, chunk)` or None, one step a line.
+fn py_passes(opts: &TrainerOptions, par: &Parallelism) -> String {
+    let pp = par.size(AxisKind::Pp);
+    let table = plan::Table::new(opts.schedule, pp, opts.microbatches, opts.virtual_stages);
+    let steps: Vec<String> = table
+        .steps()
+        .into_iter()
+        .map(|step| {
+            let mut at = vec!["None".to_string(); pp];
+            for (s, a) in step {
+                let pass = match a.pass {
+                    plan::Pass::Forward => "F",
+                    plan::Pass::Backward => "B",
+                    plan::Pass::Weight => "W",
+                };
+                at[s] = format!("(\"{pass}\", {}, {})", a.microbatch, a.chunk);
+            }
+            format!("    {},", py_tuple(at))
+        })
+        .collect();
+    format!("(\n{}\n)", steps.join("\n"))
 }
 
 /// Automatic mode's pins of a mixture's expert buffers ([`plan::moe_constraints`]), and the

@@ -7,7 +7,7 @@ use super::ExportError;
 use crate::ir::{Program, Role};
 use crate::model::{param_specs, GptConfig};
 use crate::partition::explicit::{Choice, ChoiceBy, ChoiceKind};
-use crate::plan::TrainerOptions;
+use crate::plan::{AxisKind, StageLayout, TrainerOptions};
 use crate::sharding::PartitionSpec;
 
 /// A state array's (or a named value's) name, global (view) shape and spec.
@@ -157,7 +157,7 @@ fn choice_name(c: &Choice, spec: PartitionSpec, params: &[String]) -> Option<(St
     let name = c.value.as_str();
     if params.iter().any(|p| p == name) {
         return Some(match (layer_of(name), c.by) {
-            (Some((_, leaf)), ChoiceBy::Update) => (leaf.to_string(), with_layer_axis(&spec, false)),
+            (Some((_, leaf)), ChoiceBy::Update) => (leaf.to_string(), with_layer_axis(&spec)),
             (Some((_, leaf)), _) => (leaf.to_string(), spec),
             (None, _) => (name.to_string(), spec),
         });
@@ -188,36 +188,62 @@ fn layer_of(name: &str) -> Option<(usize, &str)> {
     Some((head.strip_prefix('h')?.parse().ok()?, leaf))
 }
 
-/// A layer's spec with the stack's leading layer axis in front: split over "pp" in a pipeline
-/// (stage s holds the rows of its layers, as MaxText stacks its stages), else whole.
-pub fn with_layer_axis(spec: &PartitionSpec, pipeline: bool) -> PartitionSpec {
-    if spec.is_empty() && !pipeline {
+/// A layer's spec with the stack's leading layer axis in front, whole.
+pub fn with_layer_axis(spec: &PartitionSpec) -> PartitionSpec {
+    if spec.is_empty() {
         return spec.clone();
     }
-    let layer = if pipeline { vec!["pp".to_string()] } else { vec![] };
-    PartitionSpec::new(std::iter::once(layer).chain(spec.entries().iter().cloned()).collect())
+    PartitionSpec::new(std::iter::once(vec![]).chain(spec.entries().iter().cloned()).collect())
 }
 
-fn is_pipeline(opts: &TrainerOptions) -> bool {
-    opts.parallel.parallelism().is_some_and(|p| p.is_pipeline())
+/// How a pipeline's blocks lie on its stages (None without a pipeline): the layout
+/// `shardlab train` runs, which the script's block stacks take.
+pub fn pipeline_layout(opts: &TrainerOptions) -> Option<StageLayout> {
+    let par = opts.parallel.parallelism().filter(|p| p.is_pipeline())?;
+    Some(StageLayout::new(
+        opts.config.layers,
+        par.size(AxisKind::Pp),
+        opts.virtual_stages,
+        &opts.stage_layers,
+    ))
 }
 
-/// Per-layer layouts as the state's: every `hN.name` of the layers folded into one `name` of
-/// shape (L, ...), which needs every layer's spec to be the same.
+/// A block's stack over the layers: (L, ...) with the layer axis whole; in a pipeline
+/// (chunks, pp, rows, ...) with "pp" splitting the stage axis, so that each stage holds its
+/// chunks' rows (MaxText's stacking of a circular pipeline's stages and repeats).
+fn layer_axes(
+    layers: usize,
+    pipeline: Option<&StageLayout>,
+    shape: Vec<usize>,
+    spec: &PartitionSpec,
+) -> (Vec<usize>, PartitionSpec) {
+    match pipeline {
+        None => ([vec![layers], shape].concat(), with_layer_axis(spec)),
+        Some(l) => (
+            [vec![l.chunks, l.stages, l.rows()], shape].concat(),
+            PartitionSpec::new(
+                [vec![], vec!["pp".to_string()], vec![]]
+                    .into_iter()
+                    .chain(spec.entries().iter().cloned())
+                    .collect(),
+            ),
+        ),
+    }
+}
+
+/// Per-layer layouts as the state's: every `hN.name` of the layers folded into one `name`
+/// ([`layer_axes`]), which needs every layer's spec to be the same.
 fn stacked(opts: &TrainerOptions, per_layer: Vec<Layout>) -> Result<Vec<Layout>, ExportError> {
     let layers = opts.config.layers;
-    let pipeline = is_pipeline(opts);
+    let pipeline = pipeline_layout(opts);
     let mut out: Vec<Layout> = vec![];
     for (name, shape, spec) in per_layer {
         let Some((layer, leaf)) = layer_of(&name) else {
             out.push((name, shape, spec));
             continue;
         };
-        let stack = (
-            leaf.to_string(),
-            [vec![layers], shape].concat(),
-            with_layer_axis(&spec, pipeline),
-        );
+        let (shape, spec) = layer_axes(layers, pipeline.as_ref(), shape, &spec);
+        let stack = (leaf.to_string(), shape, spec);
         match out.iter().find(|(n, _, _)| n == leaf) {
             None if layer == 0 => out.push(stack),
             Some(first) if *first == stack => {}
@@ -313,7 +339,7 @@ fn script_name(
         _ => return Err(unpinnable(name, spec)),
     };
     Ok(match layer_of(p) {
-        Some((layer, leaf)) => (wrap(leaf), with_layer_axis(spec, false), Some(layer)),
+        Some((layer, leaf)) => (wrap(leaf), with_layer_axis(spec), Some(layer)),
         None => (wrap(p), spec.clone(), None),
     })
 }

@@ -11,7 +11,7 @@ def place(host, layout):
     each process puts only its own devices' blocks."""
     placed = {}
     for name, (shape, spec) in layout.items():
-        x = np.asarray(host[name]).reshape(shape)
+        x = laid_out(name, np.asarray(host[name])).reshape(shape)
         if spec is None:
             placed[name] = jax.device_put(x)
         else:
@@ -118,12 +118,17 @@ def checkpoint_due(done, steps):
     return done == steps or (every > 0 and done % every == 0)
 
 
+def laid_out_loss(params, tokens, targets, key):
+    """forward_loss of the parameters as laid out (a pipeline's block stacks in model order)."""
+    return forward_loss({name: in_model_order(name, p) for name, p in params.items()}, tokens, targets, key)
+
+
 def done_record(dataset, params, steps, step_ms, compile_s, memory):
     """The last line: the final loss (the global forward on the next batch, as shardlab's final
     eval), the median step after the warm-up, its rates, the compile time and the memory."""
     inputs, targets = batch_arrays(dataset, steps)
     replicated = {} if BATCH_SPEC is None else {"out_shardings": sharding(P())}
-    eval_loss = jax.jit(forward_loss, **replicated)
+    eval_loss = jax.jit(laid_out_loss, **replicated)
     final = float(eval_loss(to_compute(params), inputs, targets, np.asarray(step_key(steps))))
     timed = sorted(step_ms[WARMUP:])
     median_ms = round(timed[len(timed) // 2], 3) if timed else None

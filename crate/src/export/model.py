@@ -73,6 +73,31 @@ def stack_params(flat):
     return state
 
 
+def pipeline_rows():
+    """A pipeline's block stack as laid out, (CHUNKS, PP, ROWS, ...) flattened to its rows: the
+    layer each row holds, -1 for a row of zeros (a chunk with fewer blocks than ROWS)."""
+    rows = max(len(layers) for stages in PIPELINE_LAYERS for layers in stages)
+    return [layers[i] if i < len(layers) else -1 for stages in PIPELINE_LAYERS for layers in stages for i in range(rows)]
+
+
+def laid_out(name, x):
+    """A stored array (numpy, the state's shape) with its rows as its layout holds them: a
+    pipeline's block stack in the stages' order, padded with rows of zeros (the caller reshapes
+    it to the layout's shape); anything else as it is."""
+    if PIPELINE_LAYERS is None or name not in BLOCK:
+        return x
+    return np.concatenate([x, np.zeros_like(x[:1])])[pipeline_rows()]
+
+
+def in_model_order(name, x):
+    """`laid_out`'s inverse on an array in its layout's shape: a pipeline's block stack as
+    (LAYERS, ...) in model order (the padding dropped); anything else as it is."""
+    if PIPELINE_LAYERS is None or name not in BLOCK:
+        return x
+    rows = pipeline_rows()
+    return x.reshape(-1, *x.shape[3:])[np.array([rows.index(layer) for layer in range(LAYERS)])]
+
+
 # AdamW decays weight matrices only (2-D, and the experts' stacks of them; a stack over the
 # layers decays as each of its layers' parameter does).
 DECAYS = {name: len(shape) - (name in BLOCK) >= 2 for name, shape in state_shapes()}
@@ -473,12 +498,13 @@ def block(x, p, key, layer, split):
     return constrain(x + dropout(f, key, 3 * layer + 2, split), "x_mlp"), aux
 
 
-def run_blocks(blocks, x, key, split, first=0):
+def run_blocks(blocks, x, key, split, first=0, count=None):
     """The blocks whose parameters `blocks` stacks (leading axis: layers first, first+1, ...)
     on x, as one jax.lax.scan: the block is traced and compiled once, whatever the depth.
     Under REMAT each layer runs under jax.checkpoint with that jax.checkpoint_policies policy
     (the backward recomputes what the policy does not save). Returns x and the sum of the
-    blocks' load-balancing losses, carried through the scan."""
+    blocks' load-balancing losses, carried through the scan. With `count` (traced), only the
+    first `count` rows are blocks: x passes the rows after them (a pipeline's padding) as it is."""
 
     def one(x, p, layer):
         return block(x, p, key, layer, split)
@@ -488,6 +514,10 @@ def run_blocks(blocks, x, key, split, first=0):
 
     def step(carry, lp):
         x, aux = one(carry[0], lp[1], lp[0])
+        if count is not None:
+            # Every device runs the same scan: a row past its chunk's blocks runs on zeros and
+            # its result is dropped.
+            x, aux = jnp.where(lp[0] - first < count, x, carry[0]), jnp.where(lp[0] - first < count, aux, 0.0)
         return (x, carry[1] + aux), None
 
     layers = first + jnp.arange(jax.tree.leaves(blocks)[0].shape[0])

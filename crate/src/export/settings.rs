@@ -4,14 +4,14 @@ use crate::model::{DataSource, Init, Optimizer};
 use crate::plan::{DropoutKey, Parallel, Parallelism, TrainerOptions};
 use crate::profile::{device_preset, DeviceProfile};
 
-use super::layouts::py_tuple;
+use super::layouts::{pipeline_layout, py_tuple};
 
 /// One setting: its Python name, value (a literal) and comment.
 struct Setting(&'static str, String, String);
 
 /// The top-of-file constants, plain Python literals (numpy is not imported yet), then
 /// `SETTINGS`, their names (a checkpoint records them all but STEPS, and a resumed run must
-/// have the same), and the peaks MFU is read against.
+/// have the same), a pipeline's layout of the blocks, and the peaks MFU is read against.
 pub fn settings(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64) -> String {
     let list = setting_list(opts, mesh_axes, steps);
     let mut s = String::new();
@@ -24,6 +24,7 @@ pub fn settings(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
     }
     let names: Vec<String> = list.iter().map(|Setting(n, _, _)| format!("\"{n}\"")).collect();
     s.push_str(&format!("SETTINGS = {}\n", py_tuple(names)));
+    s.push_str(&pipeline_layers(opts));
     s.push_str(&peak_flops());
     s
 }
@@ -141,6 +142,32 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
         ));
     }
     list
+}
+
+/// `PIPELINE_LAYERS`: per chunk, per stage, the layers whose blocks it holds, as `shardlab
+/// train` lays them out (`--virtual-stages`, `--stage-layers`); None without a pipeline.
+fn pipeline_layers(opts: &TrainerOptions) -> String {
+    let value = pipeline_layout(opts).map_or("None".to_string(), |l| {
+        py_tuple(
+            (0..l.chunks)
+                .map(|c| {
+                    py_tuple(
+                        (0..l.stages)
+                            .map(|s| {
+                                let (first, blocks) = l.run(s, c);
+                                py_tuple((first..first + blocks).map(|b| b.to_string()).collect())
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        )
+    });
+    format!(
+        "# A pipeline's blocks: per chunk (virtual stages), per stage, the layers it holds; its block stacks are\n\
+         # laid out by it (a checkpoint holds them in model order whatever it is). None: no pipeline.\n\
+         PIPELINE_LAYERS = {value}\n"
+    )
 }
 
 /// The device kinds (as JAX's `device_kind` names them) whose bf16 matmul peak MFU is read

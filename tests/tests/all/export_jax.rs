@@ -186,9 +186,9 @@ fn exported_single_device_script_reproduces_the_golden_losses_under_jax() {
     assert_losses_close("single vs golden_tiny.json", &jax, &want, 1e-4);
 }
 
-/// Pipeline parallelism's shard_map body (stacked stage weights, a tick loop of ppermutes)
-/// over 4 stages under 1F1B, a pullback per slot, with dropout (the masks of the one-device
-/// run with the same microbatches) and AdamW. (GPipe's, autodiff through the loop, and
+/// Pipeline parallelism's shard_map body (stacked stage weights, shardlab's pass table in
+/// lockstep steps of ppermutes) over 4 stages under 1F1B, a pullback per backward slot, with
+/// dropout (the masks of the one-device run with the same microbatches) and AdamW. (GPipe and
 /// pipelines composed with other axes run in `cluster::`.)
 #[test]
 fn exported_pipeline_script_with_dropout_matches_shardlab_under_1f1b_over_four_stages() {
@@ -203,6 +203,37 @@ fn exported_pipeline_script_with_dropout_matches_shardlab_under_1f1b_over_four_s
     opts.rng_layout = RngLayout::Original;
     opts.seed = 3;
     script_matches_shardlab("shard_map_pp4_1f1b", &opts);
+}
+
+/// The pipelines `shardlab train` runs beyond one equal run of blocks per stage, each exported
+/// with shardlab's own pass table: interleaved 1F1B over two chunks a stage (layers 0 and 2 on
+/// stage 0), GPipe's circular form, and ZB-H1 over uneven stages (1 block and 3, the lighter
+/// stage's rows padded); with dropout (each block's masks its own layer's) and without. Under
+/// SGD, whose update is the gradient itself (AdamW's first updates are nearly its sign, which a
+/// misscaled gradient keeps).
+#[test]
+fn exported_pipeline_scripts_match_shardlab_with_virtual_and_uneven_stages_and_zb_h1() {
+    jax_or_skip!();
+    use shardlab::plan::Schedule;
+    // (name, schedule, virtual stages, blocks per stage, microbatches, dropout)
+    type Case<'a> = (&'a str, Schedule, usize, &'a [usize], usize, f32);
+    let cases: [Case; 3] = [
+        ("pp2_1f1b_v2", Schedule::OneFOneB, 2, &[], 2, 0.1),
+        ("pp2_gpipe_v2", Schedule::Gpipe, 2, &[], 2, 0.0),
+        ("pp2_zb_h1_1_3", Schedule::ZbH1, 1, &[1, 3], 4, 0.1),
+    ];
+    for (name, schedule, v, stage_layers, m, dropout) in cases {
+        let mut opts = golden_batch8(shard_map(Strategy::Pp, "pp=2"));
+        opts.config.layers = 4;
+        opts.config.dropout = dropout;
+        opts.microbatches = m;
+        opts.schedule = schedule;
+        opts.virtual_stages = v;
+        opts.stage_layers = stage_layers.to_vec();
+        opts.init = Init::Random { seed: 5 };
+        opts.seed = 3;
+        script_matches_shardlab(name, &opts);
+    }
 }
 
 /// The long-sequence strategies: ring attention under a custom VJP in shard_map mode
@@ -617,6 +648,37 @@ fn shard_map_script_writes_the_body_with_explicit_collectives() {
     assert!(!tp.contains("in_shardings="), "shard_map mode writes no jit shardings");
 }
 
+/// A pipeline's block stacks laid out (chunks, pp, rows, ...) with "pp" on the stage axis, as
+/// `shardlab train` lays the blocks out: with virtual stages, stage 0 holds layers 0 and 2;
+/// with uneven stages the lighter stage's rows are padded (its chunk lists fewer layers).
+#[test]
+fn pipeline_script_lays_out_each_stage_s_chunks_on_its_own_devices() {
+    let mut opts = golden_batch8(shard_map(Strategy::Pp, "pp=2"));
+    opts.config.layers = 4;
+    opts.microbatches = 2;
+    opts.virtual_stages = 2;
+    let interleaved = jax_script(&opts, STEPS).unwrap();
+    for needle in [
+        "\"w_qkv\": ((2, 2, 1, 32, 96), P(None, \"pp\", None, None, None)),",
+        "PIPELINE_LAYERS = (((0,), (1,)), ((2,), (3,)))",
+        "((\"F\", 0, 0), None),",
+    ] {
+        assert!(
+            interleaved.contains(needle),
+            "the script lacks `{needle}`:\n{interleaved}"
+        );
+    }
+    opts.virtual_stages = 1;
+    opts.stage_layers = vec![3, 1];
+    let uneven = jax_script(&opts, STEPS).unwrap();
+    for needle in [
+        "\"w_fc\": ((1, 2, 3, 32, 128), P(None, \"pp\", None, None, None)),",
+        "PIPELINE_LAYERS = (((0, 1, 2), (3,)),)",
+    ] {
+        assert!(uneven.contains(needle), "the script lacks `{needle}`:\n{uneven}");
+    }
+}
+
 #[test]
 fn auto_script_writes_the_jit_shardings_of_the_strategy_and_overrides() {
     let mut opts = golden_options(Parallel::Auto {
@@ -696,35 +758,9 @@ fn export_rejects_what_train_rejects_with_a_fix() {
     });
     let err = jax_script(&dloss, 3).unwrap_err().to_string();
     assert!(err.contains("`dloss`") && err.contains("drop this --spec"), "{err}");
-    // pipelines the script does not write (shardlab runs them): refused, not written as GPipe
     let mut pp = golden_batch8(shard_map(Strategy::Pp, "pp=2"));
     pp.config.layers = 4;
     pp.microbatches = 2;
-    let refused = |o: &shardlab::exec::TrainerOptions, flag: &str| {
-        let err = jax_script(o, 3).unwrap_err().to_string();
-        assert!(err.contains(flag) && err.contains("--schedule gpipe or 1f1b"), "{err}");
-    };
-    refused(
-        &shardlab::exec::TrainerOptions {
-            schedule: shardlab::plan::Schedule::ZbH1,
-            ..pp.clone()
-        },
-        "--schedule zb_h1",
-    );
-    refused(
-        &shardlab::exec::TrainerOptions {
-            virtual_stages: 2,
-            ..pp.clone()
-        },
-        "--virtual-stages 2",
-    );
-    refused(
-        &shardlab::exec::TrainerOptions {
-            stage_layers: vec![3, 1],
-            ..pp.clone()
-        },
-        "--stage-layers 3,1",
-    );
     // Explicit mode runs no pipeline (as `train` refuses it): the fix is shard_map's body.
     let explicit_pp = shardlab::exec::TrainerOptions {
         parallel: explicit(Strategy::Pp, "pp=2"),
