@@ -225,14 +225,7 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
             0.0,
         ),
         Remat::None => {
-            // The layer norms' outputs, which the column-parallel matmuls' weight gradients
-            // read (in a shard_map body under tensor parallelism, read through the pcast that
-            // aliases them: the plan counts them where they are made, not held).
-            let norms = if mode == Mode::ShardMap && s.tp > 1.0 && !sp {
-                0.0
-            } else {
-                2.0 * full
-            };
+            let norms = held_norms(s, mode, sp);
             let stats = 4.0 * s.rows;
             let attention = match cfg.attention {
                 // The output and its log-sum-exp.
@@ -262,6 +255,50 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
     }
 }
 
+/// Elements of the two layer norms' outputs a block holds for its backward pass without remat:
+/// the column-parallel matmuls' weight gradients read them. In a shard_map body under tensor
+/// parallelism they are read through the pcast that aliases them (the plan counts them where
+/// they are made, not held); under sequence parallelism they are the all-gather's output, the
+/// whole sequence on every device of the "tp" group.
+fn held_norms(s: &Sizes, mode: Mode, sp: bool) -> f64 {
+    if mode == Mode::ShardMap && s.tp > 1.0 && !sp {
+        0.0
+    } else {
+        2.0 * s.att_rows * s.d
+    }
+}
+
+/// Bytes of the busiest stage's activations (at its most microbatches in flight) that are
+/// layer norms' outputs held gathered over "tp" under sequence parallelism without remat, less
+/// their rows of one device: what the plan holds beyond Megatron's sequence parallelism, which
+/// keeps each device's rows of them and gathers them again in the backward pass (Korthikanti et
+/// al. 2022, section 4.2.2). Zero where nothing is held so.
+pub fn gathered_norms(opts: &TrainerOptions) -> u64 {
+    let (par, mode) = layout_of(opts);
+    let par = par.as_ref();
+    let tp = par.size(AxisKind::Tp) as f64;
+    if !par.sequence_parallel || tp <= 1.0 || opts.config.remat != Remat::None {
+        return 0;
+    }
+    let pp = par.size(AxisKind::Pp);
+    let v = if pp > 1 { opts.virtual_stages.max(1) } else { 1 };
+    let chunks = if pp > 1 {
+        let table = Table::new(opts.schedule, pp, opts.microbatches.max(1), v);
+        let most = table
+            .in_flight_around_first_backward()
+            .into_iter()
+            .map(|(b, a)| b.max(a))
+            .max();
+        most.unwrap_or(1) as f64 / v as f64
+    } else {
+        1.0
+    };
+    let s = sizes(opts, par, mode);
+    let beyond = held_norms(&s, mode, true) * (1.0 - 1.0 / tp);
+    let width = opts.config.precision.compute_bytes(DType::F32) as f64;
+    (chunks * device_blocks(opts, par) as f64 * beyond * width) as u64
+}
+
 fn activations(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> u64 {
     let cfg = &opts.config;
     let backward = backward_peaks(opts, par, mode).into_iter().max().unwrap_or(0);
@@ -278,12 +315,11 @@ fn tokens(opts: &TrainerOptions, par: &Parallelism) -> f64 {
     2.0 * (opts.config.batch / par.batch_split()) as f64 * (opts.config.seq / par.seq_split()) as f64
 }
 
-/// Bytes each stage holds at the backward pass's peak (one entry without a pipeline).
-fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u64> {
+/// One device's sizes of a microbatch of `opts` under `par` in `mode`.
+fn sizes(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Sizes {
     let cfg = &opts.config;
     let tp = par.size(AxisKind::Tp) as f64;
     let cp = par.size(AxisKind::Cp) as f64;
-    let pp = par.size(AxisKind::Pp);
     let m = opts.microbatches.max(1);
     let b = (cfg.batch / par.batch_split() / m) as f64;
     let seq_att = cfg.seq as f64 / cp;
@@ -295,7 +331,7 @@ fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u
             (slots * moe.width as f64 / tp, slots, routed)
         }
     };
-    let s = Sizes {
+    Sizes {
         batch: b,
         rows: b * (cfg.seq / par.seq_split()) as f64,
         att_rows: b * seq_att,
@@ -309,7 +345,16 @@ fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u
         hidden,
         slots,
         routed,
-    };
+    }
+}
+
+/// Bytes each stage holds at the backward pass's peak (one entry without a pipeline).
+fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u64> {
+    let cfg = &opts.config;
+    let pp = par.size(AxisKind::Pp);
+    let m = opts.microbatches.max(1);
+    let s = sizes(opts, par, mode);
+    let tp = s.tp;
     let blocks = device_blocks(opts, par) as f64;
     let (per_block, per_block_bits) = saved_per_block(cfg, &s, mode, par.sequence_parallel, par.is_cp());
     let res = s.rows * s.d;
@@ -607,6 +652,80 @@ mod tests {
         // One entry without a pipeline: the device's.
         let single = options(&cfg, "dp=2", Zero::Off, false, Mode::ShardMap, 1, Schedule::Gpipe);
         assert_eq!(stage_activations(&single), [closed_memory(&single).activations]);
+    }
+
+    #[test]
+    fn under_sequence_parallelism_a_block_holds_korthikantis_activations_but_its_norms_gathered() {
+        // Korthikanti et al. 2022 (arXiv:2205.05198), section 4.2.2: with tensor and sequence
+        // parallelism a layer holds s b h (34/t + 5 a s / (h t)) bytes in 16 bits. Without dropout
+        // (its two masks, 2 s b h / t bytes) and with fused attention (no scores: the a s^2 term
+        // gone) that is 32 s b h / t bytes, 16 s b h / t elements: the two norms' inputs and
+        // outputs (4), q, k and v (3), attention's output (1), and the MLP's hidden units before
+        // and after GELU (8). Llama 3 405B's stand-in on tp=8: s 8192, b 1, h 16384.
+        let cfg = GptConfig {
+            layers: 2,
+            d_model: 16384,
+            heads: 128,
+            seq: 8192,
+            batch: 1,
+            vocab: 256,
+            precision: Precision::Bf16,
+            ..GptConfig::tiny()
+        };
+        let opts = options(&cfg, "tp=8", Zero::Off, true, Mode::ShardMap, 1, Schedule::Gpipe);
+        let Parallel::ShardMap { par, .. } = &opts.parallel else {
+            unreachable!()
+        };
+        let s = sizes(&opts, par, Mode::ShardMap);
+        let (floats, bits) = saved_per_block(&cfg, &s, Mode::ShardMap, true, false);
+        let (sbh, t) = (8192.0 * 16384.0, 8.0);
+        let korthikanti = 16.0 * sbh / t;
+        // The closed form holds the norms' outputs as the all-gather made them, the whole
+        // sequence (Megatron keeps each device's rows and gathers them again in the backward),
+        // counts no q, k and v apart from attention's output, and adds the norms' statistics
+        // and attention's log-sum-exp.
+        let stats = 4.0 * 1024.0 + 8192.0 * 16.0;
+        assert_eq!(
+            floats,
+            korthikanti + 2.0 * sbh * (1.0 - 1.0 / t) - 3.0 * sbh / t + stats
+        );
+        assert_eq!(bits, 0.0);
+        // What is held beyond Megatron's: the gathered rows of the norms, on one microbatch of
+        // two blocks, in bf16.
+        assert_eq!(gathered_norms(&opts), (2.0 * 2.0 * sbh * (1.0 - 1.0 / t) * 2.0) as u64);
+    }
+
+    #[test]
+    fn gathered_norms_are_held_by_every_microbatch_in_flight_and_only_without_remat() {
+        let cfg = GptConfig {
+            layers: 8,
+            d_model: 64,
+            heads: 4,
+            seq: 16,
+            batch: 16,
+            vocab: 96,
+            ..GptConfig::tiny()
+        };
+        let of = |cfg: &GptConfig, sp| {
+            gathered_norms(&options(
+                cfg,
+                "tp=2,pp=4",
+                Zero::Off,
+                sp,
+                Mode::ShardMap,
+                8,
+                Schedule::OneFOneB,
+            ))
+        };
+        // 1F1B's first stage holds pp = 4 microbatches of its 2 blocks, each block's two norms
+        // of 2 x 16 rows by 64 gathered over tp = 2 (half of them its own), in f32.
+        assert_eq!(of(&cfg, true), 4 * 2 * (2 * (2 * 16) * 64 / 2) * 4);
+        assert_eq!(of(&cfg, false), 0);
+        let full = GptConfig {
+            remat: Remat::Full,
+            ..cfg
+        };
+        assert_eq!(of(&full, true), 0);
     }
 
     #[test]
