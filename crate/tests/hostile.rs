@@ -19,6 +19,10 @@ const QUICK: Duration = Duration::from_secs(15);
 /// busy 2-core host). A hang still ends the test.
 const GPU_RUN: Duration = Duration::from_secs(180);
 
+/// Longest an accepted command that plans real programs may take (both modes of the seed preset
+/// for `inspect`): seconds alone, past 15 s seen beside other builds on a 2-core host.
+const PLANNING: Duration = Duration::from_secs(120);
+
 struct Run {
     code: i32,
     out: String,
@@ -561,15 +565,18 @@ fn model_flags_a_preset_replaces_are_refused_beside_it_rather_than_ignored() {
         ),
     ]);
     // What the preset leaves to the user still applies beside it.
-    let r = shardlab(&[
-        "inspect",
-        "--cpu",
-        "--preset",
-        "seed",
-        "--rng",
-        "partitionable",
-        "--json",
-    ]);
+    let r = shardlab_within(
+        &[
+            "inspect",
+            "--cpu",
+            "--preset",
+            "seed",
+            "--rng",
+            "partitionable",
+            "--json",
+        ],
+        PLANNING,
+    );
     assert_eq!(r.code, 0, "{}", r.err);
 }
 
