@@ -49,7 +49,7 @@ test('an unknown device in a link is refused at its control', { timeout: 60_000 
   }
 });
 
-test('scale up predicts the report’s model on a v4-8 for both modes and layouts', { timeout: 120_000 }, async () => {
+test('scale up predicts the report’s model on a v4-8 for every mode and layout', { timeout: 120_000 }, async () => {
   const { context, page } = await openReady(hashOf());
   try {
     const t0 = Date.now();
@@ -59,12 +59,13 @@ test('scale up predicts the report’s model on a v4-8 for both modes and layout
     const rows = await page.getByTestId('scale-up-row').evaluateAll((rs) => rs.map((r) => ({
       rng: r.dataset.rng,
       ms: [...r.querySelectorAll('[data-testid="scale-up-ms"]')].map((x) => x.textContent),
+      modes: [...r.querySelectorAll('[data-testid="scale-up-ms"]')].map((x) => x.dataset.mode),
       ratio: Number(r.querySelector('[data-testid="scale-up-ratio"]').textContent.replace('×', '')),
       fits: r.querySelector('[data-testid="scale-up-fits"]').textContent,
     })));
     assert.deepEqual(rows.map((r) => r.rng), ['original', 'partitionable']);
     for (const r of rows) {
-      assert.equal(r.ms.length, 2);
+      assert.deepEqual(r.modes, ['auto', 'explicit', 'shard_map']);
       for (const t of r.ms) assert.match(t, /\d.*(ms|s)$/);
       // With attention fused (no seq × seq array held), batch 32 fits a v4's 32 GiB, as the
       // report's run did.

@@ -225,9 +225,11 @@ test('the inspector shows all-reduces in dp and replicated random bits in the se
     assert.equal(autoBits, 8 * smBits, 'original layout: every device makes the global bits');
     assert.ok(await page.locator('td[data-mode="auto"] .line.rng_replicated').count() > 0, 'no replicated random bits highlighted');
     assert.equal(await page.locator('td[data-mode="shard_map"] .line.rng_replicated').count(), 0);
-    // The story's table says the same, per mode.
-    const storyBits = await page.locator('[data-testid="story-share"]').evaluateAll((rows) => rows.map((r) => Number(r.children[1].textContent.replace(/,/g, ''))));
-    assert.deepEqual(storyBits, [autoBits, smBits]);
+    // The story's table says the same, per mode; explicit's row waits for its program (the
+    // preset runs automatic and shard_map).
+    const storyBits = await page.locator('[data-testid="story-share"]').evaluateAll((rows) => Object.fromEntries(rows.map((r) => [r.dataset.mode, r.children[1].textContent])));
+    assert.deepEqual([storyBits.auto, storyBits.shard_map].map((t) => Number(t.replace(/,/g, ''))), [autoBits, smBits]);
+    assert.equal(storyBits.explicit, '–');
     // The same-key caveat is flagged in shard_map mode.
     assert.match(await page.getByTestId('program-shard-map').innerText(), /masks repeat across 'dp'/);
 
