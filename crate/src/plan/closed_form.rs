@@ -467,6 +467,19 @@ mod tests {
     use crate::plan::{build, DropoutKey, MemoryPlan, Schedule, Zero};
     use crate::sharding::Mesh;
 
+    /// Eight small blocks: four pipeline stages of two.
+    fn eight_blocks() -> GptConfig {
+        GptConfig {
+            layers: 8,
+            d_model: 64,
+            heads: 4,
+            seq: 16,
+            batch: 16,
+            vocab: 96,
+            ..GptConfig::tiny()
+        }
+    }
+
     fn options(
         cfg: &GptConfig,
         mesh: &str,
@@ -624,15 +637,7 @@ mod tests {
 
     #[test]
     fn each_stage_holds_the_microbatches_its_schedule_keeps_and_the_device_the_busiest_stages() {
-        let cfg = GptConfig {
-            layers: 8,
-            d_model: 64,
-            heads: 4,
-            seq: 16,
-            batch: 16,
-            vocab: 96,
-            ..GptConfig::tiny()
-        };
+        let cfg = eight_blocks();
         let at = |schedule| {
             let opts = options(&cfg, "pp=4", Zero::Off, false, Mode::ShardMap, 8, schedule);
             (stage_activations(&opts), closed_memory(&opts).activations)
@@ -697,15 +702,7 @@ mod tests {
 
     #[test]
     fn gathered_norms_are_held_by_every_microbatch_in_flight_and_only_without_remat() {
-        let cfg = GptConfig {
-            layers: 8,
-            d_model: 64,
-            heads: 4,
-            seq: 16,
-            batch: 16,
-            vocab: 96,
-            ..GptConfig::tiny()
-        };
+        let cfg = eight_blocks();
         let of = |cfg: &GptConfig, sp| {
             gathered_norms(&options(
                 cfg,
