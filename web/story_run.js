@@ -36,12 +36,11 @@ export const ratioOf = (pair, mode = 'auto') => (pair[RUN_MODES.indexOf(mode)] ?
 export function pairStats(pairs, mode = 'auto') {
   const rounds = (pairs || []).filter((p) => Number.isFinite(ratioOf(p, mode)));
   if (rounds.length < MIN_PAIRS) return null;
-  pairs = rounds;
-  const ratios = pairs.map((p) => ratioOf(p, mode));
+  const ratios = rounds.map((p) => ratioOf(p, mode));
   const ratio = median(ratios);
   return {
-    ratio, q1: quantile(ratios, 0.25), q3: quantile(ratios, 0.75), steps: pairs.length,
-    pair: pairs[ratios.indexOf(ratio)],
+    ratio, q1: quantile(ratios, 0.25), q3: quantile(ratios, 0.75), steps: rounds.length,
+    pair: rounds[ratios.indexOf(ratio)],
   };
 }
 

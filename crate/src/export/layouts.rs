@@ -94,25 +94,41 @@ const OUT_SHARDING_POINTS: [&str; 9] = ["tok_emb", "heads", "q", "k", "v", "proj
 /// making one (shardlab's all-to-all) is written as a reshard after the script's op. Their
 /// cotangents can be pinned too (`dmoe.dispatched`).
 const MOVED_BY_RESHARD: [&str; 2] = ["moe.dispatched", "moe.expert_out"];
-/// A block's named values the script can give a type (`constrain`), explicit mode's beyond
-/// those a `--spec` pins.
-const TYPED_BLOCK_VALUES: [&str; 15] = [
-    "ln1",
-    "qkv",
-    "heads",
-    "q",
-    "k",
-    "v",
-    "att",
-    "proj",
-    "x_att",
-    "ln2",
-    "mlp",
-    "x_mlp",
-    "moe.dispatched",
-    "moe.down",
-    "moe.expert_out",
+/// How the exported model code can pin one of a block's named values: by a `--spec`
+/// (`constraints`), by explicit mode's type (`explicit_choices`), or both.
+#[derive(Clone, Copy, PartialEq)]
+enum Pin {
+    Spec,
+    Type,
+    Both,
+}
+
+/// A block's named values the exported model code has a point for, and how each is pinned.
+const BLOCK_VALUES: [(&str, Pin); 16] = [
+    ("ln1", Pin::Both),
+    ("qkv", Pin::Both),
+    ("heads", Pin::Type),
+    ("q", Pin::Type),
+    ("k", Pin::Type),
+    ("v", Pin::Type),
+    ("att", Pin::Both),
+    ("proj", Pin::Both),
+    ("x_att", Pin::Both),
+    ("ln2", Pin::Both),
+    ("mlp", Pin::Both),
+    ("x_mlp", Pin::Both),
+    ("moe.slots", Pin::Spec),
+    ("moe.dispatched", Pin::Both),
+    ("moe.down", Pin::Both),
+    ("moe.expert_out", Pin::Both),
 ];
+
+/// Whether the block value `v` is pinned `by` a spec or a type.
+fn pinned_by(v: &str, by: Pin) -> bool {
+    BLOCK_VALUES
+        .iter()
+        .any(|(name, p)| *name == v && (*p == by || *p == Pin::Both))
+}
 
 /// The choices of explicit mode's typed program the script writes: the program's own (by its
 /// author), and the optimizer update's. What JAX writes itself is left out: autodiff's
@@ -165,9 +181,7 @@ fn choice_name(c: &Choice, spec: PartitionSpec, params: &[String]) -> Option<(St
     if name == "tok_emb" {
         return Some((name.to_string(), spec));
     }
-    script_name(name, &spec, params, &TYPED_BLOCK_VALUES)
-        .ok()
-        .map(|(n, s, _)| (n, s))
+    script_name(name, &spec, params, Pin::Type).ok().map(|(n, s, _)| (n, s))
 }
 
 fn no_point(c: &Choice) -> ExportError {
@@ -273,27 +287,13 @@ pub fn constraints(
     params: &[String],
     specs: &[(String, PartitionSpec)],
 ) -> Result<Vec<(String, PartitionSpec)>, ExportError> {
-    const BLOCK_VALUES: [&str; 12] = [
-        "ln1",
-        "qkv",
-        "att",
-        "proj",
-        "x_att",
-        "ln2",
-        "mlp",
-        "x_mlp",
-        "moe.slots",
-        "moe.dispatched",
-        "moe.down",
-        "moe.expert_out",
-    ];
     let leaf = |p: &String| p.rsplit('.').next().unwrap_or(p).to_string();
     let mut out: Vec<(String, PartitionSpec, Vec<usize>)> = Vec::new();
     for (name, spec) in specs {
         if params.iter().any(|p| p == name || leaf(p) == *name) || name == "tokens" || name == "targets" {
             continue;
         }
-        let (script_name, spec, layer) = script_name(name, spec, params, &BLOCK_VALUES)?;
+        let (script_name, spec, layer) = script_name(name, spec, params, Pin::Spec)?;
         match out.iter_mut().find(|(n, _, _)| *n == script_name) {
             Some((_, s, layers)) if *s == spec => layers.extend(layer),
             Some(_) => return Err(per_layer_spec(name, cfg.layers)),
@@ -318,13 +318,13 @@ fn script_name(
     name: &str,
     spec: &PartitionSpec,
     params: &[String],
-    block_values: &[&str],
+    by: Pin,
 ) -> Result<(String, PartitionSpec, Option<usize>), ExportError> {
     let param = |n: &str| params.iter().any(|p| p == n);
     if ["x0", "logits", "loss"].contains(&name) {
         return Ok((name.to_string(), spec.clone(), None));
     }
-    if let Some((layer, v)) = layer_of(name).filter(|(_, v)| block_values.contains(v)) {
+    if let Some((layer, v)) = layer_of(name).filter(|(_, v)| pinned_by(v, by)) {
         return Ok((v.to_string(), spec.clone(), Some(layer)));
     }
     // A cotangent the script pins: a mixture's expert buffer's (`dh0.moe.dispatched`).

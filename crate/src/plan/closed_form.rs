@@ -467,10 +467,10 @@ mod tests {
     use crate::plan::{build, DropoutKey, MemoryPlan, Schedule, Zero};
     use crate::sharding::Mesh;
 
-    /// Eight small blocks: four pipeline stages of two.
-    fn eight_blocks() -> GptConfig {
+    /// `layers` small blocks (eight: four pipeline stages of two).
+    fn small_blocks(layers: usize) -> GptConfig {
         GptConfig {
-            layers: 8,
+            layers,
             d_model: 64,
             heads: 4,
             seq: 16,
@@ -512,15 +512,7 @@ mod tests {
     fn the_closed_form_is_the_traced_plan_exactly_for_state_and_within_its_bound_for_activations() {
         use Mode::{Auto, ShardMap, Single};
         use Schedule::{Gpipe, OneFOneB};
-        let base = GptConfig {
-            layers: 4,
-            d_model: 64,
-            heads: 4,
-            seq: 16,
-            batch: 16,
-            vocab: 96,
-            ..GptConfig::tiny()
-        };
+        let base = small_blocks(4);
         // The presets (one and two axes), and three- and four-axis compositions, in both modes.
         let compositions: [(&str, Zero, bool, Mode, usize, Schedule); 24] = [
             ("", Zero::Off, false, Single, 1, Gpipe),
@@ -637,7 +629,7 @@ mod tests {
 
     #[test]
     fn each_stage_holds_the_microbatches_its_schedule_keeps_and_the_device_the_busiest_stages() {
-        let cfg = eight_blocks();
+        let cfg = small_blocks(8);
         let at = |schedule| {
             let opts = options(&cfg, "pp=4", Zero::Off, false, Mode::ShardMap, 8, schedule);
             (stage_activations(&opts), closed_memory(&opts).activations)
@@ -702,7 +694,7 @@ mod tests {
 
     #[test]
     fn gathered_norms_are_held_by_every_microbatch_in_flight_and_only_without_remat() {
-        let cfg = eight_blocks();
+        let cfg = small_blocks(8);
         let of = |cfg: &GptConfig, sp| {
             gathered_norms(&options(
                 cfg,
