@@ -264,9 +264,12 @@ function writeFoldFacts(s) {
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
-  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag');
+  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag' && runsExplicit(s));
   placePipelineControls(s);
 }
+
+/** Whether the settings' modes include explicit mode (`all`, or `explicit` among `+`'s). */
+const runsExplicit = (s) => s.mode === 'all' || String(s.mode).split('+').includes('explicit');
 
 /** Whether the settings' mesh runs a pipeline (a pp axis). */
 const isPipeline = (s) => mesh.hasAxis(s.mesh, 'pp');

@@ -1,6 +1,6 @@
 // Long sequences on the page: the cp ("long context") and tp_sp presets train in both modes and
 // their links reopen; zig-zag balances the ring in shard_map mode, as the modelled timeline
-// shows; gradient accumulation runs over the ring with dropout; settings that cannot run are
+// shows, and runs under jit on the reordered tokens; gradient accumulation runs over the ring with dropout; settings that cannot run are
 // refused at their control, naming the fix.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -48,7 +48,7 @@ test('the long-context preset splits a sequence of 256 over cp=4, trains in both
   }
 });
 
-test('zig-zag balances the ring in shard_map mode, runs beside jit\'s contiguous blocks, and is refused at its control where it cannot run', { timeout: 600_000 }, async () => {
+test('zig-zag balances the ring in shard_map mode, runs under jit on the reordered tokens, is noted where explicit mode runs contiguous blocks, and is refused at its control where it cannot run', { timeout: 600_000 }, async () => {
   // The long-context shape at a smaller size, so the test steps quickly on SwiftShader.
   const cp = { preset: 'cp', mesh: 'cp=4', seq: '64', batch: '2', mode: 'shard_map', cp_order: 'contiguous' };
   const { context, page } = await openReady(hashOf(cp));
@@ -64,15 +64,19 @@ test('zig-zag balances the ring in shard_map mode, runs beside jit\'s contiguous
     assert.match(location(page), /cp_order=zigzag/);
     assert.equal(await singleSteps(page, 1), 1);
 
-    // jit cannot interleave the blocks: in both modes automatic runs contiguous blocks beside
-    // shard_map's zig-zag, and the page says so.
+    // Under jit the program reorders the tokens itself: automatic mode runs zig-zag beside
+    // shard_map's ring, with nothing to note; explicit mode runs contiguous blocks, and the page
+    // says so where it runs.
     await setControl(page, 'mode', 'both');
     await configuredWith(page, 'mode', 'both');
     await settled(page);
-    assert.equal(await page.getByTestId('cp-order-note').isVisible(), true);
-    assert.match(await page.getByTestId('cp-order-note').innerText(), /automatic mode still runs contiguous blocks/);
+    assert.equal(await page.getByTestId('cp-order-note').isVisible(), false);
     assert.ok(await stepMs(page, 'auto') > 0);
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    await setControl(page, 'mode', 'auto+explicit');
+    await configuredWith(page, 'mode', 'auto+explicit');
+    assert.equal(await page.getByTestId('cp-order-note').isVisible(), true);
+    assert.match(await page.getByTestId('cp-order-note').innerText(), /Explicit mode still runs contiguous blocks/);
     await setControl(page, 'mode', 'shard_map');
     await configuredWith(page, 'mode', 'shard_map');
 

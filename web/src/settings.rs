@@ -406,10 +406,10 @@ impl Settings {
             parallel,
             combine_all_reduces: self.combine,
             microbatches: self.microbatches,
-            // jit splits a dimension into contiguous blocks only (a PartitionSpec cannot
-            // interleave them): automatic mode runs contiguous whatever the control says, and
-            // the page says so beside it (the CLI refuses --cp-order zigzag with --mode auto).
-            cp_order: if mode != Mode::ShardMap {
+            // Explicit mode's step does not reorder the sequence: it runs contiguous whatever
+            // the control says, and the page says so beside it (the CLI refuses --cp-order
+            // zigzag with --mode explicit).
+            cp_order: if mode == Mode::Explicit {
                 CpOrder::Contiguous
             } else {
                 self.cp_order
@@ -589,7 +589,7 @@ mod tests {
     }
 
     #[test]
-    fn zigzag_is_refused_without_a_cp_axis_and_runs_in_shard_map_beside_jits_contiguous_blocks() {
+    fn zigzag_is_refused_without_a_cp_axis_and_runs_in_shard_map_and_jit_beside_explicits_contiguous_blocks() {
         let mut s = Settings::preset(Preset::Dp);
         s.cp_order = CpOrder::Zigzag;
         let par = s.check().unwrap();
@@ -601,14 +601,15 @@ mod tests {
             "{}",
             e.message
         );
-        // Both modes run: shard_map on the zig-zag ring, jit on contiguous blocks (all it can
-        // express).
+        // Every mode runs: shard_map on the zig-zag ring, jit on its reordered sequence,
+        // explicit on contiguous blocks (its step does not reorder).
         let mut s = Settings::preset(Preset::Cp);
         s.cp_order = CpOrder::Zigzag;
         let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
         assert_eq!(s.options(Mode::ShardMap, &par).cp_order, CpOrder::Zigzag);
-        assert_eq!(s.options(Mode::Auto, &par).cp_order, CpOrder::Contiguous);
-        for mode in [Mode::Auto, Mode::ShardMap] {
+        assert_eq!(s.options(Mode::Auto, &par).cp_order, CpOrder::Zigzag);
+        assert_eq!(s.options(Mode::Explicit, &par).cp_order, CpOrder::Contiguous);
+        for mode in Mode::PARTITIONED {
             shardlab::plan::build(&s.options(mode, &par)).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         }
         // 2 x cp = 8 chunks: a sequence of 252 does not split into them, which the planner

@@ -287,7 +287,7 @@ pub fn seq_runs(
         }
         _ => 0,
     };
-    Ok(block.runs(index, len))
+    block.runs(index, len)
 }
 
 /// Where device `device`'s rows of an attention over q of `tq` rows and keys of `tk` rows sit

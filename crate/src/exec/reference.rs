@@ -353,16 +353,26 @@ fn eval_local(
                 })
                 .collect()
         }
+        // Any dtype: zig-zag's reorder concatenates the tokens' chunks.
         Op::Concat { axis } => {
             let whole = out_shape(0);
-            let mut out = vec![0.0; numel(whole)];
-            let mut start = 0;
-            for k in 0..ins.inputs.len() {
+            let places = (0..ins.inputs.len()).scan(0, |start, k| {
                 let len = shape(k)[*axis];
-                copy(f(k), &plan_slice(whole, *axis, start, len, true), &mut out);
-                start += len;
+                *start += len;
+                Some((k, plan_slice(whole, *axis, *start - len, len, true)))
+            });
+            match get(0) {
+                Tensor::F32(_) => {
+                    let mut out = vec![0.0; numel(whole)];
+                    places.for_each(|(k, plan)| copy(f(k), &plan, &mut out));
+                    vec![Tensor::F32(out)]
+                }
+                Tensor::U32(_) => {
+                    let mut out = vec![0u32; numel(whole)];
+                    places.for_each(|(k, plan)| copy(get(k).u32(), &plan, &mut out));
+                    vec![Tensor::U32(out)]
+                }
             }
-            vec![Tensor::F32(out)]
         }
         Op::Add | Op::Sub => {
             let beta = if ins.op == Op::Add { 1.0 } else { -1.0 };

@@ -118,13 +118,9 @@ fn mode_section(
         }
         Parallel::Auto { par, specs } => {
             // The composition's own constraints (sequence parallelism's, a mixture's expert
-            // buffers'), then the user's.
-            let mut all = if par.sequence_parallel {
-                plan::sequence_parallel_constraints(&opts.config, par)
-            } else {
-                vec![]
-            };
-            all.extend(moe_pins(opts, par));
+            // buffers', zig-zag's tokens), then the user's.
+            let mut all = plan::composition_constraints(&opts.config, par, opts.microbatches, opts.cp_order);
+            all.extend(moe_slots(&all));
             all.extend(specs.iter().cloned());
             let pins = constraints(&opts.config, names, &all)?;
             auto_section(opts, program, names, par, &pins)?
@@ -156,15 +152,13 @@ fn py_passes(opts: &TrainerOptions, par: &Parallelism) -> String {
     format!("(\n{}\n)", steps.join("\n"))
 }
 
-/// Automatic mode's pins of a mixture's expert buffers ([`plan::moe_constraints`]), and the
-/// dispatch's own result laid out as the tokens are (`hN.moe.slots`, in expert_out's layout):
+/// To automatic mode's pins of a mixture's expert buffers ([`plan::moe_constraints`], among
+/// `pins`), the dispatch's own result laid out as the tokens are (`hN.moe.slots`, in expert_out's layout):
 /// each sequence's slots made where its tokens are, as shardlab's dispatch makes them, so that
 /// the pin on `moe.dispatched` moves them by all-to-all (left to itself, XLA gathers the routing
 /// over "ep" instead).
-fn moe_pins(opts: &TrainerOptions, par: &Parallelism) -> Vec<(String, PartitionSpec)> {
-    let pins = plan::moe_constraints(&opts.config, par, opts.microbatches);
-    let slots: Vec<(String, PartitionSpec)> = pins
-        .iter()
+fn moe_slots(pins: &[(String, PartitionSpec)]) -> Vec<(String, PartitionSpec)> {
+    pins.iter()
         .filter(|(name, _)| name.starts_with('h'))
         .filter_map(|(name, spec)| {
             Some((
@@ -172,8 +166,7 @@ fn moe_pins(opts: &TrainerOptions, par: &Parallelism) -> Vec<(String, PartitionS
                 spec.clone(),
             ))
         })
-        .collect();
-    pins.into_iter().chain(slots).collect()
+        .collect()
 }
 
 /// The section for `Parallel::Auto`: the global step under jit with the program's in_shardings,

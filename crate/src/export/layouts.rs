@@ -321,7 +321,7 @@ fn script_name(
     by: Pin,
 ) -> Result<(String, PartitionSpec, Option<usize>), ExportError> {
     let param = |n: &str| params.iter().any(|p| p == n);
-    if ["x0", "logits", "loss"].contains(&name) {
+    if ["x0", "logits", "loss"].contains(&name) || crate::model::ZIGZAG_INPUTS.contains(&name) {
         return Ok((name.to_string(), spec.clone(), None));
     }
     if let Some((layer, v)) = layer_of(name).filter(|(_, v)| pinned_by(v, by)) {
@@ -347,7 +347,8 @@ fn script_name(
 fn unpinnable(name: &str, spec: &PartitionSpec) -> ExportError {
     ExportError(format!(
         "--spec {name}={spec}: the exported JAX model has no point for a \
-         with_sharding_constraint on `{name}`; it can pin x0, logits, loss, hN.ln1, hN.qkv, hN.att, \
+         with_sharding_constraint on `{name}`; it can pin x0, logits, loss, zig-zag's tokens.zigzag and \
+         targets.zigzag, hN.ln1, hN.qkv, hN.att, \
          hN.proj, hN.x_att, hN.ln2, hN.mlp, hN.x_mlp, a mixture's hN.moe.slots, hN.moe.dispatched, hN.moe.down and \
          hN.moe.expert_out (and their cotangents, dhN.moe.dispatched), a gradient (dh0.w_fc) or an updated \
          parameter (h0.w_fc'): drop this --spec to export"

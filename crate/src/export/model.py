@@ -342,6 +342,36 @@ def seq_positions(axes, length, order="contiguous", shift=0):
     return b * length + jnp.arange(length)
 
 
+def zigzag_global(split):
+    """Whether this program holds the sequence in zig-zag order of ZIGZAG blocks (jit's view
+    under --cp-order zigzag; a shard_map body takes its chunks' rows instead)."""
+    return ZIGZAG is not None and split is None
+
+
+def zigzag_chunks():
+    """Zig-zag's 2n chunks in the order the "cp" devices hold them: r and 2n-1-r side by side."""
+    return [c for r in range(ZIGZAG) for c in (r, 2 * ZIGZAG - 1 - r)]
+
+
+def reorder(x, axis, back=False):
+    """x's sequence `axis` put in zig-zag order of ZIGZAG blocks (`back`: returned to its
+    order), as MaxText's reorder_sequence does under jit, so that jit's contiguous block r of
+    the sequence over "cp" is zig-zag's chunks r and 2n-1-r."""
+    order = zigzag_chunks()
+    if back:
+        order = [order.index(c) for c in range(len(order))]
+    chunks = jnp.split(x, len(order), axis=axis)
+    return jnp.concatenate([chunks[c] for c in order], axis=axis)
+
+
+def query_positions(t, split):
+    """The global positions of the rows of a whole sequence of t as the program holds them."""
+    if not zigzag_global(split):
+        return np.arange(t)
+    chunks = np.split(np.arange(t), 2 * ZIGZAG)
+    return np.concatenate([chunks[c] for c in zigzag_chunks()])
+
+
 def offsets(axes, length):
     """The global indices of this device's `length` rows of a dimension split over `axes`."""
     if not axes:
@@ -393,6 +423,8 @@ def dropout(x, key, site, split=None, heads=False):
     site_key = jax.random.fold_in(key, site)
     if split is None or not split.blocks:
         keep = jax.random.bernoulli(site_key, keep_prob, x.shape, out_sharding=bits_sharding(x))
+        if zigzag_global(split):
+            keep = reorder(keep, 1)  # the one-device run's rows, in the program's order
     else:
         keep = keep_of_bits(block_bits(site_key, x.shape, split, heads))
     return jnp.where(keep, x * keep_scale(), 0.0)
@@ -428,6 +460,8 @@ def attention(q, k, v, key, layer, split):
     composition."""
     if split is not None and split.cp is not None:
         return tiled_attention(q, k, v, key, layer, split)
+    if zigzag_global(split):
+        k, v = reorder(k, 2, back=True), reorder(v, 2, back=True)  # XLA gathers them whole
     if ATTENTION == "fused" and "att" not in CONSTRAINTS:
         if sequence_typed_split(q):
             # The tiles cut the sequence, which the queries' type splits: in explicit mode the
@@ -461,7 +495,13 @@ def fused_attention(q, k, v, key, layer, split):
         return tiled_attention(q, k, v, key, layer, split)
     # jax.nn's layout is (B, T, H, Dh); the backend picks the implementation.
     qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
-    y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)
+    if zigzag_global(split):
+        # Queries in zig-zag order: the causal mask by their positions.
+        t = q.shape[2]
+        seen = np.arange(t)[None, :] <= query_positions(t, split)[:, None]
+        y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), mask=seen[None, None])
+    else:
+        y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)
     return y.transpose(0, 2, 1, 3)
 
 
@@ -531,6 +571,8 @@ def embed(wte, wpe, tokens, split):
     is split)."""
     t = tokens.shape[1]
     rows = wpe[:t] if split is None or not split.seq else jnp.take(wpe, seq_positions(split.seq, t, split.order), axis=0)
+    if zigzag_global(split):
+        rows = reorder(rows, 0)
     tok = constrain(wte.at[tokens].get(out_sharding=out_sharding("tok_emb")), "tok_emb")
     return constrain(tok + rows, "x0")  # (B, T, d)
 
@@ -542,6 +584,9 @@ def forward_loss(params, tokens, targets, key, split=None):
     tensor parallelism w_qkv is (L, d, 3, H/tp, Dh) and b_qkv (L, 3, H/tp, Dh); where the
     sequence is split, each device reads the rows of wpe at its positions."""
     params = {name: p if name in BLOCK else constrain(p, name) for name, p in params.items()}  # where read
+    if zigzag_global(split):
+        # The tokens in zig-zag order, split over "cp" as the rules split the sequence.
+        tokens, targets = (constrain(reorder(x, 1), f"{n}.zigzag") for x, n in ((tokens, "tokens"), (targets, "targets")))
     x = embed(params["wte"], params["wpe"], tokens, split)
     x, aux = run_blocks({name: params[name] for name in BLOCK}, x, key, split)
     w_head = params["wte"].T if TIED else params["w_head"]

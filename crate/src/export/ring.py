@@ -72,7 +72,8 @@ def tiled_attention(q, k, v, key, layer, split):
     hop = (lambda x: x) if axis is None else (lambda x: jax.lax.ppermute(x, axis, perm))  # noqa: E731
     t = q.shape[2]
     # Tiles of at most RING_TILE rows, each inside one chunk (contiguous positions).
-    tile = math.gcd(t // (2 if order == "zigzag" else 1), RING_TILE)
+    chunks = 2 if order == "zigzag" else 2 * ZIGZAG if zigzag_global(split) else 1
+    tile = math.gcd(t // chunks, RING_TILE)
     nt = t // tile
 
     def tiles(x):
@@ -91,6 +92,13 @@ def tiled_attention(q, k, v, key, layer, split):
             return jnp.arange(t).reshape(nt, tile)
         return seq_positions((axis,), t, order, shift).reshape(nt, tile)
 
+    def query_tiles_positions():
+        """The queries' positions, tiled: the device's rows at step 0, or, under jit's zig-zag
+        order, the whole sequence in that order (keys are put back in order)."""
+        if axis is None:
+            return jnp.asarray(query_positions(t, split)).reshape(nt, tile)
+        return positions(0)
+
     def bits(site, qp, kp):
         if DROPOUT == 0.0:
             return None
@@ -104,7 +112,7 @@ def tiled_attention(q, k, v, key, layer, split):
         # evaluation of that scan would hoist whatever depends on positions alone (which come
         # from axis_index, or are constants without "cp"): every tile pair's masks and the
         # bits' counters, held for the whole step.
-        qpos, kpos, site = jax.lax.optimization_barrier((positions(0), positions(shift), site))
+        qpos, kpos, site = jax.lax.optimization_barrier((query_tiles_positions(), positions(shift), site))
         key_tiles = (tiles(kk), tiles(vv), kpos)
 
         def query_tile(args):
@@ -146,7 +154,7 @@ def tiled_attention(q, k, v, key, layer, split):
     def attend_bwd(res, do):
         q, k, v, o, lse, site = res
         scale = np.float32(1.0) / np.sqrt(np.float32(DH))
-        query_tiles = (jnp.arange(nt), tiles(q), tiles(do), tiles(lse), tiles(jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)), positions(0))
+        query_tiles = (jnp.arange(nt), tiles(q), tiles(do), tiles(lse), tiles(jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)), query_tiles_positions())
 
         def grads_hop(kk, vv, dq, dk, dv, shift):
             """dq (tiled), dk, dv plus this hop's contributions: per key tile a scan over the

@@ -113,6 +113,15 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
             "single, auto (jit with shardings), explicit (typed shardings) or shard_map",
         ),
         set("MESH_AXES", mesh, "(name, size) per mesh axis; () for one device"),
+        set(
+            "ZIGZAG",
+            match &opts.parallel {
+                Parallel::Auto { par, .. } => par.zigzag_parts(opts.cp_order),
+                _ => None,
+            }
+            .map_or("None".into(), |n| n.to_string()),
+            "--cp-order zigzag under jit: the program holds the sequence in zig-zag order of this many blocks",
+        ),
     ];
     if let Some(moe) = &cfg.moe {
         list.extend([

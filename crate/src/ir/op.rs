@@ -887,7 +887,7 @@ impl Op {
                 want(1)?;
                 let mut shape = s(0);
                 let parts = match seq {
-                    SeqBlock::Whole => 1,
+                    SeqBlock::Whole | SeqBlock::Zigzag { .. } => 1,
                     SeqBlock::Part { parts, .. } => *parts,
                 };
                 let chunks = match seq {

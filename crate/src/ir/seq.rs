@@ -7,6 +7,8 @@
 //! (shifted back by `shift` ring steps: at step s a device holds the block of the device s
 //! places before it on the ring).
 
+use crate::sharding::ShardingError;
+
 /// How context parallelism lays the sequence's blocks over the devices of its axis.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -42,6 +44,15 @@ impl CpOrder {
             CpOrder::Zigzag => 2,
         }
     }
+
+    /// The sequence's chunks (of `chunks_per_device() * parts`) in the order the devices hold
+    /// them: device r's chunks sit at places `2r` and `2r + 1` of the list under zig-zag.
+    pub fn chunk_order(self, parts: usize) -> Vec<usize> {
+        match self {
+            CpOrder::Contiguous => (0..parts).collect(),
+            CpOrder::Zigzag => (0..parts).flat_map(|r| [r, 2 * parts - 1 - r]).collect(),
+        }
+    }
 }
 
 /// The rows of one side of a device's attention, as global sequence positions.
@@ -58,6 +69,10 @@ pub enum SeqBlock {
         shift: usize,
         order: CpOrder,
     },
+    /// The whole sequence in zig-zag order of `parts` blocks ([`CpOrder::chunk_order`]): a
+    /// global program's, reordered so that jit's contiguous block r of it over `parts` devices
+    /// is zig-zag's `Part` r (as MaxText reorders the tokens under jit). It runs only split so.
+    Zigzag { parts: usize },
 }
 
 /// A block's rows as at most two runs of consecutive positions: row i < `chunk` sits at
@@ -83,7 +98,7 @@ impl SeqBlock {
     /// The mesh axes the block depends on (none for the whole sequence).
     pub fn axes(&self) -> &[String] {
         match self {
-            SeqBlock::Whole => &[],
+            SeqBlock::Whole | SeqBlock::Zigzag { .. } => &[],
             SeqBlock::Part { axes, .. } => axes,
         }
     }
@@ -91,18 +106,20 @@ impl SeqBlock {
     /// The global sequence length of a block of `local` rows.
     pub fn global_len(&self, local: usize) -> usize {
         match self {
-            SeqBlock::Whole => local,
+            SeqBlock::Whole | SeqBlock::Zigzag { .. } => local,
             SeqBlock::Part { parts, .. } => local * parts,
         }
     }
 
-    /// The rows of the device at `index` along the block's axes, for a block of `local` rows.
-    pub fn runs(&self, index: usize, local: usize) -> Runs {
-        match self {
+    /// The rows of the device at `index` along the block's axes, for a block of `local` rows;
+    /// an error for a whole sequence in zig-zag order, whose 2 x parts runs no kernel reads.
+    pub fn runs(&self, index: usize, local: usize) -> Result<Runs, ShardingError> {
+        Ok(match self {
             SeqBlock::Whole => Runs {
                 starts: [0, 0],
                 chunk: local,
             },
+            SeqBlock::Zigzag { parts } => return Err(ShardingError::WholeZigzag { parts: *parts }),
             SeqBlock::Part {
                 parts, shift, order, ..
             } => {
@@ -114,20 +131,22 @@ impl SeqBlock {
                     },
                     CpOrder::Zigzag => {
                         let c = local / 2;
+                        let order = order.chunk_order(*parts);
                         Runs {
-                            starts: [b * c, (2 * parts - 1 - b) * c],
+                            starts: [order[2 * b] * c, order[2 * b + 1] * c],
                             chunk: c,
                         }
                     }
                 }
             }
-        }
+        })
     }
 
     /// How the printed program shows it: `whole`, `cp[(i-1)%4]`, `cp[(i)%4] zigzag`.
     pub fn text(&self) -> String {
         match self {
             SeqBlock::Whole => "whole".into(),
+            SeqBlock::Zigzag { parts } => format!("whole, zig-zag order of {parts}"),
             SeqBlock::Part {
                 axes,
                 parts,
@@ -188,7 +207,7 @@ mod tests {
     }
 
     fn positions(b: &SeqBlock, index: usize, local: usize) -> Vec<usize> {
-        let r = b.runs(index, local);
+        let r = b.runs(index, local).unwrap();
         (0..local).map(|i| r.pos(i)).collect()
     }
 
@@ -211,6 +230,27 @@ mod tests {
         // T = 16 on 4 devices: chunks of 2; device 1 holds chunks 1 and 6.
         assert_eq!(positions(&part(4, 0, CpOrder::Zigzag), 1, 4), vec![2, 3, 12, 13]);
         assert_eq!(positions(&part(4, 0, CpOrder::Contiguous), 1, 4), vec![4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_whole_sequence_in_zigzag_order_splits_into_each_devices_zigzag_chunks() {
+        // What jit's contiguous blocks of the reordered sequence hold: device r's two chunks.
+        let (parts, c) = (4, 2);
+        let reordered: Vec<usize> = CpOrder::Zigzag
+            .chunk_order(parts)
+            .into_iter()
+            .flat_map(|k| k * c..(k + 1) * c)
+            .collect();
+        for r in 0..parts {
+            let block = &reordered[r * 2 * c..(r + 1) * 2 * c];
+            assert_eq!(
+                block,
+                positions(&part(parts, 0, CpOrder::Zigzag), r, 2 * c),
+                "device {r}"
+            );
+        }
+        // Whole, it has 2 x parts runs, which no kernel reads: it runs only split.
+        assert!(SeqBlock::Zigzag { parts }.runs(0, 2 * parts * c).is_err());
     }
 
     #[test]

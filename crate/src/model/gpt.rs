@@ -1,7 +1,7 @@
 use super::moe::{moe_mlp, MoeSplit};
 use super::ring::{ring_attention, Ring, RingDropout};
 use super::{Attention, GptConfig};
-use crate::ir::{Builder, Op, RngLayout, SeqBlock, ValueId};
+use crate::ir::{AttnSeq, Builder, CpOrder, Op, RngLayout, SeqBlock, ValueId};
 use crate::sharding::PartitionSpec;
 
 /// The values a forward pass reads: parameters in `param_specs` order, tokens, targets,
@@ -47,6 +47,12 @@ pub struct Local {
     pub stage: Option<Stage>,
     /// How a mixture-of-experts MLP is split (None: whole, as on one device).
     pub moe: Option<MoeSplit>,
+    /// A global program's zig-zag order (automatic mode's context parallelism): the sequence
+    /// runs in zig-zag order of this many blocks ([`reorder`]), so jit's contiguous block r of
+    /// it is zig-zag's chunks r and 2 x parts - 1 - r. Tokens, targets, wpe's rows and the
+    /// dropout bits are reordered, keys and values put back, and attention told where its
+    /// queries sit; the loss is the one-device run's.
+    pub zigzag: Option<usize>,
 }
 
 /// A pipeline stage's run of blocks: where it starts in the model.
@@ -84,8 +90,47 @@ impl Local {
             masks: None,
             stage: None,
             moe: None,
+            zigzag: None,
         }
     }
+}
+
+/// Dimension `dim` of `x` (the whole sequence) put in zig-zag order of `parts` blocks, or
+/// (`back`) returned from it: its 2 x parts chunks split and concatenated in
+/// [`CpOrder::chunk_order`], as MaxText's `reorder_sequence` does to the tokens under jit.
+pub fn reorder(b: &mut Builder, x: ValueId, dim: usize, parts: usize, back: bool) -> ValueId {
+    let order = CpOrder::Zigzag.chunk_order(parts);
+    let n = b.shape(x).get(dim).copied().unwrap_or(0);
+    let chunks = b.split(x, dim, &vec![n / order.len(); order.len()]);
+    let picked: Vec<ValueId> = if back {
+        (0..order.len())
+            .map(|c| chunks[order.iter().position(|&o| o == c).unwrap_or(c)])
+            .collect()
+    } else {
+        order.iter().map(|&c| chunks[c]).collect()
+    };
+    b.concat(&picked, dim)
+}
+
+/// The names of the tokens and targets in a global zig-zag order: what jit splits over "cp"
+/// (the order is the program's, so its inputs arrive whole on the sequence).
+pub const ZIGZAG_INPUTS: [&str; 2] = ["tokens.zigzag", "targets.zigzag"];
+
+/// `x` in the program's order: reordered along `dim` under a global zig-zag, else as it is.
+fn in_order(b: &mut Builder, a: &Activations, x: ValueId, dim: usize) -> ValueId {
+    match a.local.zigzag {
+        Some(parts) => reorder(b, x, dim, parts, false),
+        None => x,
+    }
+}
+
+/// The tokens or targets (`which` of [`ZIGZAG_INPUTS`]) in the program's order, named.
+fn data_in_order(b: &mut Builder, a: &Activations, x: ValueId, which: usize) -> ValueId {
+    let y = in_order(b, a, x, 1);
+    if y != x {
+        b.set_name(y, ZIGZAG_INPUTS[which]);
+    }
+    y
 }
 
 /// Column-parallel input: under tensor parallelism the replicated activation becomes varying;
@@ -159,6 +204,14 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
     }
     let key = site_key(b, a, l, site);
     match &a.local.masks {
+        // The residual stream's bits of the one-device run's rows, in the program's order
+        // (unfused attention, whose probabilities are site 0, is refused with zig-zag).
+        None if a.local.zigzag.is_some() => {
+            let shape = b.shape(x);
+            let bits = b.random_bits(key, &shape, a.rng_layout);
+            let bits = in_order(b, a, bits, 1);
+            b.emit1(Op::Dropout { rate: cfg.dropout }, &[x, bits])
+        }
         None => b.dropout(x, key, cfg.dropout, a.rng_layout),
         Some(m) => {
             let shape = b.shape(x);
@@ -184,6 +237,40 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
     }
 }
 
+/// Fused attention of queries in a global zig-zag order: keys and values put back in order
+/// (jit gathers them whole, as it does for contiguous blocks), the op told where the queries
+/// sit, and the dropout bits' rows in the queries' order.
+fn zigzag_attention(
+    b: &mut Builder,
+    cfg: &GptConfig,
+    a: &Activations,
+    l: usize,
+    qkv: [ValueId; 3],
+    scale: f32,
+) -> ValueId {
+    let parts = a.local.zigzag.unwrap_or(1);
+    let [q, k, v] = qkv;
+    let [k, v] = [k, v].map(|x| reorder(b, x, 2, parts, true));
+    let mut inputs = vec![q, k, v];
+    if cfg.dropout > 0.0 {
+        let key = site_key(b, a, l, 0);
+        let mut shape = b.shape(q);
+        let n = shape.len();
+        shape[n - 1] = shape[n - 2];
+        let bits = b.random_bits(key, &shape, a.rng_layout);
+        inputs.push(reorder(b, bits, 2, parts, false));
+    }
+    let op = Op::Attention {
+        scale,
+        rate: cfg.dropout,
+        seq: AttnSeq {
+            q: SeqBlock::Zigzag { parts },
+            kv: SeqBlock::Whole,
+        },
+    };
+    b.emit(op, &inputs)[0]
+}
+
 /// `x @ w + bias`
 fn linear(b: &mut Builder, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
     let y = b.matmul(x, w);
@@ -194,7 +281,8 @@ fn linear(b: &mut Builder, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
 /// load-balancing losses; returns the scalar loss.
 pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
     let (logits, aux) = forward(b, cfg, a);
-    let losses = b.cross_entropy(logits, a.targets); // (B, T)
+    let targets = data_in_order(b, a, a.targets, 1);
+    let losses = b.cross_entropy(logits, targets); // (B, T)
     let mut loss = b.mean(losses);
     if let Some(aux) = aux {
         loss = b.add(loss, aux);
@@ -203,9 +291,13 @@ pub fn forward_loss(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueI
     loss
 }
 
-/// Traces docs/MODEL.md's forward pass up to the logits, (B, T, V).
+/// Traces docs/MODEL.md's forward pass up to the logits, (B, T, V), in the tokens' order.
 pub fn forward_logits(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> ValueId {
-    forward(b, cfg, a).0
+    let logits = forward(b, cfg, a).0;
+    match a.local.zigzag {
+        Some(parts) => reorder(b, logits, 1, parts, true),
+        None => logits,
+    }
 }
 
 /// The logits and, with a mixture of experts, the sum of its blocks' load-balancing losses.
@@ -226,9 +318,11 @@ fn forward(b: &mut Builder, cfg: &GptConfig, a: &Activations) -> (ValueId, Optio
 /// The residual stream's start: token and position embeddings, (B, T, C).
 pub fn embed(b: &mut Builder, a: &Activations) -> ValueId {
     let p = a.params;
-    let tok = b.take(p[0], a.tokens); // (B, T, C)
+    let tokens = data_in_order(b, a, a.tokens, 0);
+    let tok = b.take(p[0], tokens); // (B, T, C)
     b.set_name(tok, "tok_emb");
-    // Where the sequence is split, the device's rows of wpe (its positions).
+    // Where the sequence is split, the device's rows of wpe (its positions); in zig-zag
+    // order, the positions of the reordered tokens.
     let wpe = match &a.local.rows {
         Some(rows) => b.emit1(
             Op::SeqTake {
@@ -237,7 +331,7 @@ pub fn embed(b: &mut Builder, a: &Activations) -> ValueId {
             },
             &[p[1]],
         ),
-        None => p[1],
+        None => in_order(b, a, p[1], 0),
     };
     let x = b.add(tok, wpe); // + wpe (T, C)
     b.set_name(x, "x0");
@@ -313,6 +407,11 @@ fn block_parts(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: V
                 (site_key(b, a, l, 0), d)
             });
             let y = ring_attention(b, ring, [q, k, v], scale, dropout);
+            b.set_name(y, &format!("h{l}.att"));
+            y
+        }
+        (Attention::Fused, None) if a.local.zigzag.is_some() => {
+            let y = zigzag_attention(b, cfg, a, l, [q, k, v], scale);
             b.set_name(y, &format!("h{l}.att"));
             y
         }

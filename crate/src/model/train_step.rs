@@ -94,6 +94,19 @@ pub fn accumulated_train_step(
     rng_layout: RngLayout,
     microbatches: usize,
 ) -> Result<TrainStep, ModelError> {
+    accumulated_train_step_in_order(cfg, opt, rng_layout, microbatches, None)
+}
+
+/// [`accumulated_train_step`] with the sequence in zig-zag order of `zigzag` blocks inside
+/// the program (automatic mode's context parallelism, [`super::Local::zigzag`]): the same
+/// losses and updates, the tokens and targets taken in their order.
+pub fn accumulated_train_step_in_order(
+    cfg: &GptConfig,
+    opt: Optimizer,
+    rng_layout: RngLayout,
+    microbatches: usize,
+    zigzag: Option<usize>,
+) -> Result<TrainStep, ModelError> {
     cfg.validate()?;
     check_microbatches(cfg.batch, microbatches, 1)?;
     let specs = param_specs(cfg);
@@ -126,6 +139,7 @@ pub fn accumulated_train_step(
             rng_layout,
             local: Local {
                 batch: cfg.batch / k,
+                zigzag,
                 ..Local::of(cfg)
             },
         };

@@ -6,8 +6,8 @@ use super::spec_names::{resolve_spec, SpecTarget};
 use super::{Mode, Parallelism, PlanError};
 use std::collections::BTreeMap;
 
-use crate::ir::{Op, Program, RngLayout, Role, ValueId};
-use crate::model::{accumulated_train_step, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
+use crate::ir::{CpOrder, Op, Program, RngLayout, Role, ValueId};
+use crate::model::{accumulated_train_step_in_order, param_specs, GptConfig, Optimizer, ParamSpec, TrainStep};
 use crate::partition::auto::{jit_pinned, Pin};
 use crate::partition::{AutoProgram, PartitionError};
 use crate::setting::{Refusal, Setting};
@@ -53,13 +53,15 @@ pub fn auto_train_step_with_specs(
     par: &Parallelism,
     overrides: &[(String, PartitionSpec)],
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
-    let (global, auto) = jit_train_step(cfg, opt, rng_layout, par, overrides, 1)?;
+    let (global, auto) = jit_train_step(cfg, opt, rng_layout, par, overrides, 1, CpOrder::Contiguous)?;
     Ok((partitioned_step(&global, &auto), auto))
 }
 
-/// The global train step (with gradient accumulation over `microbatches`) and jit's result
-/// for it under the composition's shardings with `overrides` ([`auto_train_step_with_specs`]
-/// without assembling the partitioned step).
+/// The global train step (with gradient accumulation over `microbatches`, the sequence in
+/// `order`) and jit's result for it under the composition's shardings with `overrides`
+/// ([`auto_train_step_with_specs`] without assembling the partitioned step). Zig-zag order
+/// is the global program's own: the tokens reordered inside it, so that jit's contiguous
+/// blocks of the sequence are zig-zag's chunks.
 pub(super) fn jit_train_step(
     cfg: &GptConfig,
     opt: Optimizer,
@@ -67,17 +69,14 @@ pub(super) fn jit_train_step(
     par: &Parallelism,
     overrides: &[(String, PartitionSpec)],
     microbatches: usize,
+    order: CpOrder,
 ) -> Result<(TrainStep, AutoProgram), PlanError> {
     par.check(cfg, microbatches)?;
-    let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
+    let zigzag = par.zigzag_parts(order);
+    let global = accumulated_train_step_in_order(cfg, opt, rng_layout, microbatches, zigzag)?;
     // The composition's own constraints first, so a user's spec on the same value wins.
-    let mut implicit = if par.sequence_parallel {
-        sequence_parallel_constraints(cfg, par)
-    } else {
-        vec![]
-    };
-    implicit.extend(super::moe_constraints(cfg, par, microbatches));
-    let s = step_shardings(cfg, opt, par, &global.program, &implicit, overrides)?;
+    let implicit = composition_constraints(cfg, par, microbatches, order);
+    let s = step_shardings(cfg, opt, par, &global.program, &implicit, overrides, order)?;
     let out_shardings: Vec<Option<PartitionSpec>> = s.out_shardings.iter().cloned().map(Some).collect();
     let prog = &global.program;
     // Each pin says whose it is, so an op it makes jit insert names the rule that asked.
@@ -131,6 +130,7 @@ pub(super) fn step_shardings(
     prog: &Program,
     implicit: &[(String, PartitionSpec)],
     overrides: &[(String, PartitionSpec)],
+    order: CpOrder,
 ) -> Result<StepShardings, PlanError> {
     let specs = param_specs(cfg);
     let mut pspec: Vec<PartitionSpec> = specs.iter().map(|ps| auto_param_spec(cfg, par, ps)).collect();
@@ -169,7 +169,7 @@ pub(super) fn step_shardings(
             }
         }
     }
-    let batch = par.tokens_spec(cfg);
+    let batch = par.tokens_spec_in(cfg, order);
     let in_shardings: Vec<PartitionSpec> = prog
         .inputs
         .iter()
@@ -196,6 +196,36 @@ pub(super) fn step_shardings(
         pinned_by,
         implicit_by,
     })
+}
+
+/// The composition's own `with_sharding_constraint`s in automatic mode, by the values' names:
+/// sequence parallelism's, a mixture's expert buffers', zig-zag's reordered tokens.
+pub fn composition_constraints(
+    cfg: &GptConfig,
+    par: &Parallelism,
+    microbatches: usize,
+    order: CpOrder,
+) -> Vec<(String, PartitionSpec)> {
+    let mut pins = if par.sequence_parallel {
+        sequence_parallel_constraints(cfg, par)
+    } else {
+        vec![]
+    };
+    pins.extend(super::moe_constraints(cfg, par, microbatches));
+    if par.zigzag_parts(order).is_some() {
+        pins.extend(zigzag_constraints(cfg, par));
+    }
+    pins
+}
+
+/// Zig-zag's constraints: the tokens and targets, reordered inside the program, split as the
+/// rules split (B, T), so jit's contiguous block of the sequence on a "cp" device is its two
+/// zig-zag chunks (without them the reorder's concatenation leaves the sequence whole).
+fn zigzag_constraints(cfg: &GptConfig, par: &Parallelism) -> Vec<(String, PartitionSpec)> {
+    crate::model::ZIGZAG_INPUTS
+        .iter()
+        .map(|name| (name.to_string(), par.tokens_spec(cfg)))
+        .collect()
 }
 
 /// Sequence parallelism's shardings in automatic mode, as `with_sharding_constraint`s on the
@@ -346,6 +376,7 @@ mod tests {
             &par,
             &overrides,
             1,
+            CpOrder::Contiguous,
         )
     }
 

@@ -115,7 +115,15 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
         }
         Parallel::Auto { par, specs } => {
             par.check_cp(cfg, opts.cp_order, Mode::Auto)?;
-            let (global, auto) = jit_train_step(cfg, opts.optimizer, opts.rng_layout, par, specs, opts.microbatches)?;
+            let (global, auto) = jit_train_step(
+                cfg,
+                opts.optimizer,
+                opts.rng_layout,
+                par,
+                specs,
+                opts.microbatches,
+                opts.cp_order,
+            )?;
             // Combined on jit's result, so the inserted-op records follow the psums they name.
             let auto = if combine { combine_auto_program(&auto) } else { auto };
             let values = value_shardings(&global, &auto);

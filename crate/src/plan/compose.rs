@@ -21,17 +21,12 @@ impl Compose<'_> {
     /// Zig-zag's two chunks are no block of a spec: every "cp" device gets the whole sequence
     /// of tokens (a few bytes a row) and takes its rows.
     pub fn zigzag(&self) -> bool {
-        self.par.is_cp() && self.cp_order == CpOrder::Zigzag
+        self.par.zigzag_parts(self.cp_order).is_some()
     }
 
     /// The tokens' and targets' in_spec.
     pub fn tokens_spec(&self) -> PartitionSpec {
-        let spec = self.par.tokens_spec(self.cfg);
-        if self.zigzag() {
-            PartitionSpec::new(vec![spec.dim_axes(0).iter().map(|a| a.to_string()).collect()])
-        } else {
-            spec
-        }
+        self.par.tokens_spec_in(self.cfg, self.cp_order)
     }
 
     /// Under zig-zag, this device's rows of the whole-sequence `tokens` and `targets` (see
@@ -106,6 +101,8 @@ impl Compose<'_> {
                 token_axes: self.par.token_axes().into_iter().map(String::from).collect(),
                 ep: par.has(AxisKind::Ep).then(|| AxisKind::Ep.name().to_string()),
             }),
+            // The device takes its zig-zag rows itself (`rows`): no global order.
+            zigzag: None,
         }
     }
 

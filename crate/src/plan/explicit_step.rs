@@ -100,7 +100,15 @@ pub(super) fn explicit_train_step(
     let prog = &global.program;
     // A mixture's expert buffers laid out as automatic mode lays them out (experts over "ep").
     let implicit = super::moe_constraints(cfg, par, microbatches);
-    let s = step_shardings(cfg, opt, par, prog, &implicit, overrides)?;
+    let s = step_shardings(
+        cfg,
+        opt,
+        par,
+        prog,
+        &implicit,
+        overrides,
+        crate::ir::CpOrder::Contiguous,
+    )?;
     let typed = |v: ValueId, spec: &PartitionSpec| explicit_only(&dims_of_spec(spec, prog.shape(v).len()), &types);
     // A type shows Explicit axes only: a spec giving an intermediate a type cannot name an Auto one.
     for (name, spec) in s.pinned_by.values() {

@@ -26,8 +26,8 @@ mod spec_names;
 mod strategy;
 
 pub use auto_step::{
-    auto_param_spec, auto_state_spec, auto_train_step, auto_train_step_with_specs, gradient_pin,
-    sequence_parallel_constraints, GradientPin,
+    auto_param_spec, auto_state_spec, auto_train_step, auto_train_step_with_specs, composition_constraints,
+    gradient_pin, sequence_parallel_constraints, GradientPin,
 };
 pub use axes::{AxisKind, Zero};
 pub use build::{build, Planned, ValueSharding};

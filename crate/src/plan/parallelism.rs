@@ -181,6 +181,23 @@ impl Parallelism {
         self.spec(&[cfg.batch, cfg.seq], &TOKEN_DIMS, Holder::Param)
     }
 
+    /// [`Self::tokens_spec`] with context parallelism's blocks in `order`: zig-zag's two chunks
+    /// are no block of a spec, so every "cp" device gets the whole sequence of tokens (a few
+    /// bytes a row) and takes its rows.
+    pub fn tokens_spec_in(&self, cfg: &GptConfig, order: CpOrder) -> PartitionSpec {
+        let spec = self.tokens_spec(cfg);
+        match self.zigzag_parts(order) {
+            Some(_) => PartitionSpec::new(vec![spec.dim_axes(0).iter().map(|a| a.to_string()).collect()]),
+            None => spec,
+        }
+    }
+
+    /// The zig-zag blocks of the sequence (the 'cp' axis's size), where `order` is zig-zag
+    /// and the mesh has a 'cp' axis.
+    pub fn zigzag_parts(&self, order: CpOrder) -> Option<usize> {
+        (self.is_cp() && order == CpOrder::Zigzag).then(|| self.size(AxisKind::Cp))
+    }
+
     /// (view shape, spec) of a parameter in `mode`: its logical dimensions through the rules.
     /// Under tensor parallelism w_qkv and b_qkv are viewed per head.
     pub fn param_layout(&self, cfg: &GptConfig, ps: &ParamSpec, mode: Mode) -> (Vec<usize>, PartitionSpec) {
@@ -340,13 +357,22 @@ impl Parallelism {
         }
         let cp = self.size(AxisKind::Cp);
         if order == CpOrder::Zigzag {
-            if mode != Mode::ShardMap {
+            if mode == Mode::Explicit {
                 let why = format!(
-                    "is ring attention's order in shard_map mode; jit splits the sequence into contiguous blocks (a \
-                     PartitionSpec cannot interleave them): use {}, or {contiguous}",
-                    Setting::Mode.at(Mode::ShardMap.name())
+                    "reorders the sequence inside the program in automatic mode, and explicit mode's step does not \
+                     reorder it yet: use {} or {}, or {contiguous}",
+                    Setting::Mode.at(Mode::ShardMap.name()),
+                    Setting::Mode.at(Mode::Auto.name())
                 );
                 return Err(Refusal::at(Setting::CpOrder, order.name(), why).into());
+            }
+            if mode == Mode::Auto && cfg.attention == crate::model::Attention::Unfused {
+                let why = format!(
+                    "reorders the queries, and unfused attention's causal mask compares row and column indices, not \
+                     positions: use {}, or {contiguous}",
+                    Setting::Attention.at("fused")
+                );
+                return Err(Refusal::at(Setting::Attention, "unfused", why).into());
             }
             if self.sequence_parallel {
                 let why = format!(

@@ -44,7 +44,7 @@ pub fn attention_balance(prog: &Program) -> Option<AttentionBalance> {
         blocks |= !seq.is_whole();
         let step = match &seq.kv {
             SeqBlock::Part { shift, .. } => *shift,
-            SeqBlock::Whole => 0,
+            SeqBlock::Whole | SeqBlock::Zigzag { .. } => 0,
         };
         if per_step.len() <= step {
             per_step.resize(step + 1, vec![0; devices]);

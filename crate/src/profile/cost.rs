@@ -122,7 +122,13 @@ pub fn attention_pairs(prog: &Program, ins: &Instr) -> Vec<u64> {
         .zip(&ik)
         .map(|(&a, &b)| {
             *counted[a * width + b].get_or_insert_with(|| {
-                let (q, kv) = (seq.q.runs(a, tq), seq.kv.runs(b, tk));
+                // A whole sequence in any order holds the same causal pairs as in order.
+                let whole = |n| Runs {
+                    starts: [0, 0],
+                    chunk: n,
+                };
+                let q = seq.q.runs(a, tq).unwrap_or_else(|_| whole(tq));
+                let kv = seq.kv.runs(b, tk).unwrap_or_else(|_| whole(tk));
                 let mut pairs = 0;
                 for (qa, na) in runs_of(&q, tq) {
                     for (kb, nk) in runs_of(&kv, tk) {

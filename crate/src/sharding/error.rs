@@ -59,6 +59,11 @@ pub enum ShardingError {
     },
     #[error("{op}: {reason}")]
     Collective { op: String, reason: String },
+    #[error(
+        "a sequence in zig-zag order of {parts} blocks has no device rows until it is split over a 'cp' axis of \
+         {parts} devices: shard its queries over 'cp'"
+    )]
+    WholeZigzag { parts: usize },
 }
 
 impl ShardingError {

@@ -49,8 +49,8 @@ fn positions(r: &Runs, len: usize) -> Vec<usize> {
 fn blocks(cp: usize, order: CpOrder, r: usize, s: usize, local: usize) -> Blocks {
     Blocks {
         tk: local,
-        q: part(cp, 0, order).runs(r, local),
-        kv: part(cp, s, order).runs(r, local),
+        q: part(cp, 0, order).runs(r, local).unwrap(),
+        kv: part(cp, s, order).runs(r, local).unwrap(),
     }
 }
 
@@ -371,7 +371,7 @@ fn gpu_seq_rows_match_the_twin() {
     let (cp, outer, n, inner) = (4, 3, 16, 5);
     for order in CpOrder::ALL {
         let len = n / cp;
-        let runs: Vec<Runs> = (0..cp).map(|r| part(cp, 0, order).runs(r, len)).collect();
+        let runs: Vec<Runs> = (0..cp).map(|r| part(cp, 0, order).runs(r, len).unwrap()).collect();
         let s = SeqShape { outer, n, len, inner };
         let whole = rand_vec(cp * outer * n * inner, 9);
         let want: Vec<f32> = (0..cp)

@@ -1,5 +1,5 @@
 //! Long sequences: context parallelism (ring attention in shard_map mode, K and V gathered by
-//! the partitioner in automatic mode) and Megatron sequence parallelism, against the one-device
+//! the partitioner in automatic mode; contiguous blocks or zig-zag's in both) and Megatron sequence parallelism, against the one-device
 //! run: the losses of 3 steps and the parameters after them agree to 1e-5, without dropout and
 //! with it (every mask the device's block of the one-device run's, bit for bit), in both RNG
 //! layouts, on the CPU reference and on the GPU; and with gradient accumulation, where each
@@ -69,8 +69,8 @@ pub fn matrix() -> Vec<(Mode, Strategy, &'static str, CpOrder)> {
             (Strategy::TpSp, "tp=4"),
         ] {
             cases.push((mode, strategy, mesh, CpOrder::Contiguous));
-            // Zig-zag is the ring's order: shard_map only (jit splits contiguously).
-            if mode == Mode::ShardMap && strategy.axes().contains(&AxisKind::Cp) {
+            // Zig-zag: the ring's order in shard_map, the tokens reordered inside jit's program.
+            if strategy.axes().contains(&AxisKind::Cp) {
                 cases.push((mode, strategy, mesh, CpOrder::Zigzag));
             }
         }
@@ -161,6 +161,7 @@ fn every_long_sequence_strategy_matches_one_device_with_dropout_on_the_gpu() {
         (Mode::ShardMap, Strategy::Cp, "cp=4", CpOrder::Contiguous),
         (Mode::ShardMap, Strategy::DpCp, "dp=2,cp=2", CpOrder::Zigzag),
         (Mode::Auto, Strategy::DpCp, "dp=2,cp=2", CpOrder::Contiguous),
+        (Mode::Auto, Strategy::Cp, "cp=4", CpOrder::Zigzag),
     ];
     check(&gpu, &rings, &[(0.1, RngLayout::Original)], 2);
 }

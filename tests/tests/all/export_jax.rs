@@ -285,6 +285,29 @@ fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes_and_
     }
 }
 
+/// Zig-zag under jit, as MaxText runs it: the script reorders the tokens, targets and wpe's
+/// rows inside the step (jit's contiguous blocks over "cp" are then zig-zag's chunks), puts
+/// K and V back in order, and masks jax.nn.dot_product_attention by the queries' positions;
+/// its losses are shardlab's (and so the one-device run's).
+#[test]
+fn exported_auto_zigzag_script_reorders_the_sequence_inside_jit_and_matches_shardlab() {
+    jax_or_skip!();
+    let mut opts = golden_options(auto(Strategy::DpCp, "dp=2,cp=2"));
+    opts.cp_order = shardlab::ir::CpOrder::Zigzag;
+    let script = jax_script(&opts, STEPS).unwrap();
+    for needle in [
+        "ZIGZAG = 2",
+        "tokens, targets = (constrain(reorder(x, 1), f\"{n}.zigzag\")",
+        "k, v = reorder(k, 2, back=True), reorder(v, 2, back=True)",
+        "mask=seen[None, None]",
+        "\"tokens.zigzag\": P(\"dp\", \"cp\")",
+    ] {
+        assert!(script.contains(needle), "the script lacks {needle}");
+    }
+    let jax = run_script("auto_dp_cp_zigzag", &script, STEPS);
+    assert_losses_close("auto_dp_cp_zigzag", &jax, &shardlab_losses(&opts, STEPS), 1e-5);
+}
+
 /// With dropout, which jax.nn.dot_product_attention lacks, the script's fused attention is
 /// FlashAttention's tiles, each tile pair drawing its block of the mask: over several tiles
 /// of queries and keys it matches shardlab in both modes, and the compiled step holds no
@@ -333,7 +356,7 @@ fn long_sequence_scripts_write_ring_attention_and_sequence_parallelism() {
         "@jax.custom_vjp",
         "jax.lax.ppermute(x, axis, perm)",
         "jax.lax.cond(kp[0] <= qp[-1], merge, lambda o, lse: (o, lse), *carry)",
-        "jax.lax.optimization_barrier((positions(0), positions(shift), site))",
+        "jax.lax.optimization_barrier((query_tiles_positions(), positions(shift), site))",
         "jax.lax.scan(step, (k, v, o, lse), jnp.arange(1, n))",
         "bits_at(site, (rows, heads, qp, kp), shape)",
         "TOKEN_AXES = BATCH_AXES + SEQ_AXES",

@@ -238,13 +238,15 @@ pub fn jit_pinned(
         // reduce-scattered into the optimizer's shard).
         let mut linear = matches!(
             ins.op,
-            Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. } | Op::Reshard { .. }
+            Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. } | Op::Reshard { .. } | Op::Split { .. }
         );
         // So does an add of partial sums over the same axes, laid out alike: all-reduce(a) +
         // all-reduce(b) is all-reduce(a + b), which XLA's AllReduceReassociate makes of
         // GSPMD's output on GPU and TPU (its CPU pipeline has no such pass). The microbatches'
-        // gradients add up as partial sums, and one all-reduce follows the last.
-        if matches!(ins.op, Op::Add) {
+        // gradients add up as partial sums, and one all-reduce follows the last. A
+        // concatenation of such sums is the sum of the concatenations (zig-zag's reordered
+        // dK and dV are reduce-scattered once, where their consumer splits them).
+        if matches!(ins.op, Op::Add | Op::Concat { .. }) {
             let laid: Vec<Option<&Sharding>> = ins
                 .inputs
                 .iter()
@@ -254,10 +256,11 @@ pub fn jit_pinned(
                     (s.dims == a.project(rule, &rule.operands[k]) && !s.partial.is_empty()).then_some(s)
                 })
                 .collect();
-            let same_shape = ins
-                .inputs
-                .iter()
-                .all(|v| program.shape(*v) == program.shape(ins.inputs[0]));
+            let same_shape = matches!(ins.op, Op::Concat { .. })
+                || ins
+                    .inputs
+                    .iter()
+                    .all(|v| program.shape(*v) == program.shape(ins.inputs[0]));
             linear |= same_shape
                 && laid
                     .iter()
@@ -369,29 +372,56 @@ pub fn jit_pinned(
 
 /// Attention on a device's block of the queries: the mesh axes that shard them tell the op
 /// which block it holds, so its causal mask compares global positions (keys are gathered whole).
+/// Queries in a global zig-zag order become the device's zig-zag chunks, where the axes split
+/// them into that order's blocks.
 fn with_query_block(op: &Op, axes: &[String], mesh: &Mesh) -> Result<Op, PartitionError> {
-    if axes.is_empty() {
+    let (Op::Attention { scale, rate, seq } | Op::AttentionGrad { scale, rate, seq }) = op else {
+        return Ok(op.clone());
+    };
+    let zigzag = match seq.q {
+        SeqBlock::Zigzag { parts } => Some(parts),
+        _ => None,
+    };
+    if axes.is_empty() && zigzag.is_none() {
         return Ok(op.clone());
     }
     let parts = mesh.axes_size(&strs(axes))?;
+    let order = match zigzag {
+        None => CpOrder::Contiguous,
+        Some(z) if z == parts => CpOrder::Zigzag,
+        Some(z) => {
+            return Err(PartitionError::Invalid {
+                what: format!("jit: `{}`", op.name()),
+                why: format!(
+                    "its queries run in zig-zag order of {z} blocks (the 'cp' axis's), and their sharding {} cuts \
+                     them into {parts}: leave the sequence split over 'cp' alone",
+                    if axes.is_empty() {
+                        "whole".to_string()
+                    } else {
+                        format!("over {}", axes.join(", "))
+                    }
+                ),
+            })
+        }
+    };
     let q = SeqBlock::Part {
         axes: axes.to_vec(),
         parts,
         shift: 0,
-        order: CpOrder::Contiguous,
+        order,
     };
+    let seq = AttnSeq { q, ..seq.clone() };
     Ok(match op {
-        Op::Attention { scale, rate, seq } => Op::Attention {
+        Op::Attention { .. } => Op::Attention {
             scale: *scale,
             rate: *rate,
-            seq: AttnSeq { q, ..seq.clone() },
+            seq,
         },
-        Op::AttentionGrad { scale, rate, seq } => Op::AttentionGrad {
+        _ => Op::AttentionGrad {
             scale: *scale,
             rate: *rate,
-            seq: AttnSeq { q, ..seq.clone() },
+            seq,
         },
-        other => other.clone(),
     })
 }
 

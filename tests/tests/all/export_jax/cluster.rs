@@ -139,7 +139,8 @@ const fn composed(mesh: &'static str, mode: Mode, processes: usize) -> Composed 
 /// Meshes of three kinds of axes (tests/tests/all/compositions.rs holds them to the one-device
 /// run): pipelines in shard_map mode, the others in both, and a ring in explicit mode.
 /// Together they cover dp, fsdp, tp (with sequence parallelism and without), a pipeline under
-/// both schedules and a ring in both orders, in every mode where the mode expresses them, and
+/// both schedules and a ring in both orders (zig-zag in shard_map's ring and in jit's reordered
+/// sequence), in every mode where the mode expresses them, and
 /// both RNG layouts; a pipeline, a ring and each mode across two processes (each compiles the
 /// step: the others run as one process, which costs half).
 const COMPOSITIONS: [Composed; 7] = [
@@ -154,7 +155,10 @@ const COMPOSITIONS: [Composed; 7] = [
         layout: RngLayout::Original,
         ..composed("dp=2,cp=2,tp=2", Mode::ShardMap, 2)
     },
-    composed("dp=2,cp=2,tp=2", Mode::Auto, 1),
+    Composed {
+        order: CpOrder::Zigzag,
+        ..composed("dp=2,cp=2,tp=2", Mode::Auto, 1)
+    },
     composed("dp=2,cp=2,tp=2", Mode::Explicit, 2),
     Composed {
         sequence_parallel: true,
