@@ -2,7 +2,7 @@ use super::lowering::{
     attention_blocks, moe_shape, plan_broadcast, plan_dot, plan_reduce, plan_slice, plan_transpose, seq_runs,
 };
 use super::{ExecError, Tensor};
-use crate::ir::{numel, DType, Instr, Op, Program};
+use crate::ir::{numel, DType, Instr, Op, Program, SeqBlock};
 use crate::reference as r;
 use crate::reference::collectives::CollectiveArgs;
 use crate::reference::copy::Strided;
@@ -13,6 +13,22 @@ use crate::sharding::{Mesh, NamedSharding};
 /// Runs any program on the CPU with the reference kernels: the oracle of every GPU test,
 /// and the executor where no GPU adapter exists.
 pub struct ReferenceExecutor;
+
+/// The rows (dimension `shape.len() - 2`) of `bits` in zig-zag order of `parts` blocks.
+fn zigzag_rows(bits: &[u32], shape: &[usize], parts: usize) -> Vec<u32> {
+    let n = shape.len();
+    let (rows, inner) = (shape[n - 2], shape[n - 1]);
+    let chunk = rows / (2 * parts);
+    let order = crate::ir::CpOrder::Zigzag.chunk_order(parts);
+    bits.chunks(rows * inner)
+        .flat_map(|m| {
+            order
+                .iter()
+                .flat_map(move |&c| &m[c * chunk * inner..(c + 1) * chunk * inner])
+        })
+        .copied()
+        .collect()
+}
 
 fn copy<T: Copy + std::ops::AddAssign>(src: &[T], plan: &Strided, dst: &mut [T]) {
     r::copy::strided(src, dst, plan);
@@ -517,9 +533,13 @@ fn eval_local(
             let k = get(0).u32();
             vec![Tensor::U32(Key([k[0], k[1]]).fold_in(*data).0.to_vec())]
         }
-        Op::RandomBits { shape, layout } => {
+        Op::RandomBits { shape, layout, rows } => {
             let k = get(0).u32();
-            vec![Tensor::U32(random_bits(Key([k[0], k[1]]), *layout, shape))]
+            let bits = random_bits(Key([k[0], k[1]]), *layout, shape);
+            vec![Tensor::U32(match rows {
+                SeqBlock::Zigzag { parts } => zigzag_rows(&bits, shape, *parts),
+                _ => bits,
+            })]
         }
         Op::Dropout { rate } => vec![Tensor::F32(r::dropout::apply(f(0), get(1).u32(), *rate))],
         Op::MoeRoute { .. } | Op::MoeRouteGrad { .. } | Op::MoeDispatch | Op::MoeCombine | Op::MoeGateGrad => {

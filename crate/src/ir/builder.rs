@@ -424,6 +424,7 @@ impl Builder {
             Op::RandomBits {
                 shape: shape.to_vec(),
                 layout,
+                rows: Default::default(),
             },
             &[key],
         )

@@ -113,10 +113,14 @@ pub enum Op {
     FoldIn {
         data: u32,
     },
-    /// key -> u32 bits of `shape`, as `jax.random.bits` in `layout`.
+    /// key -> u32 bits of `shape`, as `jax.random.bits` in `layout`, their rows (dimension
+    /// `shape.len() - 2`) those of `rows`' positions: `Whole` as drawn, or, for attention over
+    /// queries in a global zig-zag order, the one-device run's rows of those queries (jit
+    /// draws each device's block of them).
     RandomBits {
         shape: Vec<usize>,
         layout: RngLayout,
+        rows: SeqBlock,
     },
     /// (x, bits) -> x * keep / (1 - rate), keep = uniform(bits) < 1 - rate.
     /// Its own transpose: the backward applies the same mask to dy.
@@ -432,7 +436,13 @@ impl Op {
             Op::ReduceSum { axes } => format!("axes={axes:?}"),
             Op::ScatterAdd { rows } => format!("rows={rows}"),
             Op::FoldIn { data } => format!("data={data}"),
-            Op::RandomBits { shape, layout } => format!("shape={shape:?} layout={layout:?}").to_lowercase(),
+            Op::RandomBits { shape, layout, rows } => {
+                let s = format!("shape={shape:?} layout={layout:?}").to_lowercase();
+                match rows {
+                    SeqBlock::Whole => s,
+                    rows => format!("{s} rows={}", rows.text()),
+                }
+            }
             Op::Dropout { rate } => format!("rate={rate}"),
             Op::Attention { scale, rate, seq } | Op::AttentionGrad { scale, rate, seq } => {
                 let mut s = format!("is_causal=true scale={scale}");

@@ -239,7 +239,7 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
 
 /// Fused attention of queries in a global zig-zag order: keys and values put back in order
 /// (jit gathers them whole, as it does for contiguous blocks), the op told where the queries
-/// sit, and the dropout bits' rows in the queries' order.
+/// sit, and the dropout bits drawn at the queries' rows (each device its block of them).
 fn zigzag_attention(
     b: &mut Builder,
     cfg: &GptConfig,
@@ -257,8 +257,12 @@ fn zigzag_attention(
         let mut shape = b.shape(q);
         let n = shape.len();
         shape[n - 1] = shape[n - 2];
-        let bits = b.random_bits(key, &shape, a.rng_layout);
-        inputs.push(reorder(b, bits, 2, parts, false));
+        let bits = Op::RandomBits {
+            shape,
+            layout: a.rng_layout,
+            rows: SeqBlock::Zigzag { parts },
+        };
+        inputs.push(b.emit1(bits, &[key]));
     }
     let op = Op::Attention {
         scale,

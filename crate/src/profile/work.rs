@@ -184,7 +184,7 @@ fn instr_work(prog: &Program, widths: &Widths, ins: &Instr, placement: Placement
             }
             w.vector_flops = instr_flops(prog, ins) as f64;
         }
-        Op::RandomBits { shape, layout } | Op::RandomBitsBlock { shape, layout, .. } => {
+        Op::RandomBits { shape, layout, .. } | Op::RandomBitsBlock { shape, layout, .. } => {
             let words: f64 = shape.iter().product::<usize>() as f64;
             // JAX's original layout hashes a pair of counters into two words, and so does
             // shardlab's kernel for a whole array (`random_bits_pairs`); a block of it and the

@@ -13,7 +13,7 @@ use crate::exec::lowering::{
 };
 use crate::exec::ExecError;
 use crate::gpu::{Dispatch, GpuBuffer, GpuContext};
-use crate::ir::{AttnSeq, DType, Instr, Op, Program, Runs, ValueId};
+use crate::ir::{AttnSeq, DType, Instr, Op, Program, Runs, SeqBlock, ValueId};
 use crate::kernels as k;
 use crate::kernels::attention::Blocks;
 use crate::kernels::collectives::CollectiveArgs;
@@ -149,7 +149,13 @@ impl Lowering<'_> {
         match &ins.op {
             // Each device draws the local-shape array from its own key (shard_map's semantics;
             // with equal keys the draws repeat across devices).
-            Op::RandomBits { shape, layout } => Ok((vec![Block::full(shape); devices], *layout)),
+            Op::RandomBits { rows, .. } if *rows != SeqBlock::Whole => Err(ExecError::Unsupported {
+                op: ins.op.name().into(),
+                executor: "GPU",
+                why: "bits in a global zig-zag order are drawn by jit's partitioned program, each device its block"
+                    .into(),
+            }),
+            Op::RandomBits { shape, layout, .. } => Ok((vec![Block::full(shape); devices], *layout)),
             Op::RandomBitsBlock { seq, .. } if !seq.is_whole() => Err(ExecError::Unsupported {
                 op: ins.op.name().into(),
                 executor: "GPU",
@@ -211,7 +217,7 @@ impl Lowering<'_> {
                 .into(),
         };
         let (global, layout) = match &draw.op {
-            Op::RandomBits { shape, layout } => (shape.clone(), *layout),
+            Op::RandomBits { shape, layout, .. } => (shape.clone(), *layout),
             Op::RandomBitsBlock { global, layout, .. } => (global.clone(), *layout),
             op => unreachable!("{} draws no random bits", op.name()),
         };

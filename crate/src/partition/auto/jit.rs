@@ -294,7 +294,12 @@ pub fn jit_pinned(
             .map(|(o, s)| local_shape(mesh, program.shape(*o), &s.dims))
             .collect();
         let outs = match &ins.op {
-            Op::RandomBits { shape, layout } => {
+            Op::RandomBits {
+                shape,
+                layout,
+                rows: SeqBlock::Zigzag { parts },
+            } => vec![l.zigzag_bits(i, ins.outputs[0], operands[0], shape, *layout, *parts, &results[0])?],
+            Op::RandomBits { shape, layout, .. } => {
                 vec![l.random_bits(i, ins.outputs[0], operands[0], shape, *layout, &results[0])?]
             }
             Op::Attention { .. } | Op::AttentionGrad { .. } => {
@@ -604,6 +609,7 @@ impl Lowering {
             Op::RandomBits {
                 shape: global.to_vec(),
                 layout,
+                rows: SeqBlock::Whole,
             },
             &[key],
         );
@@ -623,5 +629,85 @@ impl Lowering {
         self.actual[v.index()] = Some((full, Sharding::replicated(global.len())));
         let why = "random_bits in the original layout";
         self.reshard(v, &s.dims, false, Some(i), "random_bits", why)
+    }
+
+    /// Bits whose rows (dimension n - 2) are those of queries in a global zig-zag order of
+    /// `parts` blocks: with the rows split over the axes of the order's blocks, each device
+    /// draws its zig-zag chunks' rows (its block, in the partitionable layout; in the original
+    /// layout the global bits, then its chunks' rows); with the rows whole, the global bits
+    /// reordered.
+    #[allow(clippy::too_many_arguments)]
+    fn zigzag_bits(
+        &mut self,
+        i: usize,
+        v: ValueId,
+        key: ValueId,
+        global: &[usize],
+        layout: RngLayout,
+        parts: usize,
+        s: &Sharding,
+    ) -> Result<ValueId, PartitionError> {
+        let d = global.len() - 2;
+        let axes = s.dims[d].clone();
+        let whole = |l: &mut Self| {
+            l.b.emit1(
+                Op::RandomBits {
+                    shape: global.to_vec(),
+                    layout,
+                    rows: SeqBlock::Whole,
+                },
+                &[key],
+            )
+        };
+        let (bits, laid) = if axes.is_empty() {
+            let full = whole(self);
+            (
+                crate::model::reorder(&mut self.b, full, d, parts, false),
+                Sharding::replicated(global.len()),
+            )
+        } else {
+            if self.mesh.axes_size(&strs(&axes))? != parts {
+                return Err(PartitionError::Invalid {
+                    what: "jit: `random_bits`".into(),
+                    why: format!(
+                        "its rows are queries in zig-zag order of {parts} blocks, and their sharding over {} cuts \
+                         them otherwise: leave the sequence split over 'cp' alone",
+                        axes.join(", ")
+                    ),
+                });
+            }
+            let q = SeqBlock::Part {
+                axes: axes.clone(),
+                parts,
+                shift: 0,
+                order: CpOrder::Zigzag,
+            };
+            let mut dims = vec![vec![]; global.len()];
+            dims[d] = axes;
+            if layout == RngLayout::Partitionable {
+                let mut rest = s.dims.clone();
+                rest[d] = vec![];
+                let block = Op::RandomBitsBlock {
+                    global: global.to_vec(),
+                    spec: spec_of_dims(&rest),
+                    shape: local_shape(&self.mesh, global, &s.dims),
+                    layout,
+                    seq: AttnSeq { q, kv: SeqBlock::Whole },
+                };
+                return Ok(self.b.emit1(block, &[key]));
+            }
+            let full = whole(self);
+            let rows = self.b.emit1(Op::SeqTake { dim: d, seq: q }, &[full]);
+            (rows, Sharding { dims, partial: vec![] })
+        };
+        self.actual[v.index()] = Some((bits, laid));
+        self.reshard(
+            v,
+            &s.dims,
+            false,
+            Some(i),
+            "random_bits",
+            "random_bits in zig-zag order",
+        )
     }
 }

@@ -97,7 +97,7 @@ pub fn bits_sites(a: &Annotated, mesh: &Mesh) -> Vec<BitsSite> {
     let p = &a.program;
     let mut out = vec![];
     for (i, ins) in p.instrs.iter().enumerate() {
-        let Op::RandomBits { shape, layout } = &ins.op else {
+        let Op::RandomBits { shape, layout, .. } = &ins.op else {
             continue;
         };
         let v = ins.outputs[0];
