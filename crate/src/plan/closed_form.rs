@@ -269,6 +269,15 @@ fn held_norms(s: &Sizes, mode: Mode, sp: bool) -> f64 {
     }
 }
 
+/// Whether the backward pass of `opts` gathers each block's layer norms' outputs over "tp"
+/// again (two all-gathers a block): sequence parallelism in a shard_map body without remat,
+/// which holds a device's rows of them ([`held_norms`]; with remat the recompute gathers them,
+/// and jit holds them gathered).
+pub fn regathers_norms(opts: &TrainerOptions) -> bool {
+    let (par, mode) = layout_of(opts);
+    mode == Mode::ShardMap && par.sequence_parallel && par.size(AxisKind::Tp) > 1 && opts.config.remat == Remat::None
+}
+
 /// Bytes of the busiest stage's activations (at its most microbatches in flight) that are
 /// layer norms' outputs held gathered over "tp" under sequence parallelism without remat, less
 /// their rows of one device: what the plan holds beyond Megatron's sequence parallelism, which

@@ -23,7 +23,9 @@ use super::topology::{collective_time_on, MeshLayout};
 use super::work::{DotShape, Work, THREEFRY_INT_OPS};
 use crate::ir::{CpOrder, DType};
 use crate::model::{Attention, Remat};
-use crate::plan::{Action, AxisKind, Mode, Parallelism, Pass as PipePass, StageLayout, Table, TrainerOptions, Zero};
+use crate::plan::{
+    regathers_norms, Action, AxisKind, Mode, Parallelism, Pass as PipePass, StageLayout, Table, TrainerOptions, Zero,
+};
 use crate::sharding::Mesh;
 
 /// A step in closed form, per device.
@@ -352,12 +354,12 @@ fn block_backward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Paral
     }
 }
 
-/// Sequence parallelism's backward on one block: each column-parallel matmul's input gathered
-/// again over "tp" for its weight's gradient (a device holds its rows of it between the passes,
-/// as Megatron does), where remat does not recompute the forward's gathers already. Its time
-/// is added to the by-axes totals for `passes` block backwards.
-fn regathers(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Parallelism, passes: f64) -> Pass {
-    if !par.sequence_parallel || opts.config.remat != Remat::None {
+/// Sequence parallelism's backward on one block in a shard_map body: each column-parallel
+/// matmul's input gathered again over "tp" for its weight's gradient (a device holds its rows
+/// of it between the passes, as Megatron does; [`regathers_norms`] says where). Its time is
+/// added to the by-axes totals for `passes` block backwards.
+fn regathers(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, passes: f64) -> Pass {
+    if !regathers_norms(opts) {
         return Pass::default();
     }
     let all = p.collectives(2.0 * passes, CollectiveKind::AllGather, s.rows * s.d, &["tp"]);
@@ -368,7 +370,7 @@ fn regathers(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Parallelis
 }
 
 /// The closed-form step of `opts` on `device` (its mode's program: jit and shard_map price
-/// alike here).
+/// alike here, but for a shard_map body's gathers again under sequence parallelism).
 pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstimate {
     let cfg = &opts.config;
     let device = device.at_precision(cfg.precision);
@@ -443,7 +445,7 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
         let backward = if *axes == ring_key { 2.0 } else { 1.0 };
         *t *= blocks * m * (1.0 + backward + recomputes);
     }
-    let bwd = bwd.add(regathers(&mut p, &s, opts, par, blocks * m));
+    let bwd = bwd.add(regathers(&mut p, &s, opts, blocks * m));
     let block_step = fwd.add(bwd).add(recompute);
     let per_microbatch = blocks * block_step.seconds() + head;
     // FSDP gathers each split parameter before its block's forward and reduce-scatters its
