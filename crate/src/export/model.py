@@ -441,6 +441,20 @@ def column_parallel_input(x, split):
     return jax.lax.pcast(x, split.tp, to="varying")
 
 
+def column_parallel(x, w, bias, split):
+    """Megatron's column-parallel x @ w + bias on a layer norm's output. Under sequence
+    parallelism the gather and the matmul run under jax.checkpoint, as Megatron-LM's sequence
+    parallelism does: the backward holds the device's rows of x and gathers them again for w's
+    gradient. Under REMAT the block's recompute gathers them again already."""
+
+    def linear(x, w, bias):
+        return column_parallel_input(x, split) @ w + bias
+
+    if split is not None and split.sp and REMAT is None:
+        linear = jax.checkpoint(linear, policy=jax.checkpoint_policies.nothing_saveable)
+    return linear(x, w, bias)
+
+
 def row_parallel_output(y, split):
     """Megatron: partial products of row-parallel weights are summed over the group; with
     sequence parallelism summed and scattered, each device keeping its rows."""
@@ -517,9 +531,10 @@ def block(x, p, key, layer, split):
     picks its dropout keys."""
     p = {name: constrain(w, name) for name, w in p.items()}  # where read (FSDP gathers them)
     # attention; head n uses columns n*Dh:(n+1)*Dh of q, k and v
-    h = column_parallel_input(constrain(layer_norm(x, p["ln1_g"], p["ln1_b"]), "ln1"), split)
-    bsz, t, _ = h.shape  # the whole sequence in sequence parallelism's matmul regions
-    qkv = constrain(h @ p["w_qkv"].reshape(D_MODEL, -1) + p["b_qkv"].reshape(-1), "qkv")  # (B, T, 3 * H * Dh)
+    ln1 = constrain(layer_norm(x, p["ln1_g"], p["ln1_b"]), "ln1")
+    qkv = column_parallel(ln1, p["w_qkv"].reshape(D_MODEL, -1), p["b_qkv"].reshape(-1), split)
+    qkv = constrain(qkv, "qkv")  # (B, T, 3 * H * Dh)
+    bsz, t, _ = qkv.shape  # the whole sequence in sequence parallelism's matmul regions
     heads = qkv.shape[-1] // (3 * DH)
     qkv = shaped(qkv, (bsz, t, 3, heads, DH), "heads").transpose(2, 0, 3, 1, 4)
     q, k, v = (shaped(a, (bsz, heads, t, DH), n) for a, n in zip(jnp.split(qkv, 3), "qkv"))  # (B, H, T, Dh)
@@ -528,12 +543,12 @@ def block(x, p, key, layer, split):
     x = constrain(x + dropout(y, key, 3 * layer + 1, split), "x_att")
     # MLP
     ln2 = constrain(layer_norm(x, p["ln2_g"], p["ln2_b"]), "ln2")
-    h = column_parallel_input(ln2, split)
     if EXPERTS:
         # The router reads the rows before tensor parallelism's cast, the same on every "tp" device.
-        f, aux = moe_mlp(ln2, h, p, split)
+        f, aux = moe_mlp(ln2, column_parallel_input(ln2, split), p, split)
     else:
-        f, aux = matmul(gelu(h @ p["w_fc"] + p["b_fc"]), p["w_out"], "mlp"), jnp.zeros((), jnp.float32)
+        f = gelu(column_parallel(ln2, p["w_fc"], p["b_fc"], split))
+        f, aux = matmul(f, p["w_out"], "mlp"), jnp.zeros((), jnp.float32)
     f = row_parallel_output(f, split) + p["b_out"]
     return constrain(x + dropout(f, key, 3 * layer + 2, split), "x_mlp"), aux
 

@@ -1,7 +1,7 @@
 use super::moe::{moe_mlp, MoeSplit};
 use super::ring::{ring_attention, Ring, RingDropout};
 use super::{Attention, GptConfig};
-use crate::ir::{AttnSeq, Builder, CpOrder, Op, RngLayout, SeqBlock, ValueId};
+use crate::ir::{AttnSeq, Builder, CheckpointPolicy, CpOrder, Op, RngLayout, SeqBlock, ValueId};
 use crate::sharding::PartitionSpec;
 
 /// The values a forward pass reads: parameters in `param_specs` order, tokens, targets,
@@ -140,6 +140,24 @@ fn col_in(b: &mut Builder, a: &Activations, x: ValueId) -> ValueId {
         Some(tp) if a.local.sp => b.all_gather(x, &[tp], 1, true),
         Some(tp) => b.pcast(x, &[tp]),
         None => x,
+    }
+}
+
+/// The column-parallel `x @ w + bias`. Under sequence parallelism the device's rows of `x` are
+/// gathered into the whole sequence, and, as Megatron-LM's sequence parallelism does
+/// (Korthikanti et al. 2022, section 4.2.2), the gather and the matmul are traced under
+/// `jax.checkpoint` (nothing saveable): the backward pass holds the device's rows alone and
+/// gathers them again for the weight's gradient. Where the block is checkpointed already
+/// (remat) its recompute gathers them anyway, and no region of its own is needed.
+fn col_linear(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, w: ValueId, bias: ValueId) -> ValueId {
+    if a.local.sp && cfg.remat.policy().is_none() {
+        b.checkpoint(Some(CheckpointPolicy::NothingSaveable), |b| {
+            let h = col_in(b, a, x);
+            linear(b, h, w, bias)
+        })
+    } else {
+        let h = col_in(b, a, x);
+        linear(b, h, w, bias)
     }
 }
 
@@ -379,10 +397,9 @@ fn block_parts(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: V
     // attention
     let hn = b.layer_norm(x, ln1_g, ln1_b);
     b.set_name(hn, &format!("h{l}.ln1"));
-    let hn = col_in(b, a, hn);
     let w_qkv = b.reshape(w_qkv, &[d, 3 * h * dh]); // columns: (3, H, Dh)
     let b_qkv = b.reshape(b_qkv, &[3 * h * dh]);
-    let qkv = linear(b, hn, w_qkv, b_qkv); // (B, T, 3C)
+    let qkv = col_linear(b, cfg, a, hn, w_qkv, b_qkv); // (B, T, 3C)
     b.set_name(qkv, &format!("h{l}.qkv"));
     let qkv = b.reshape(qkv, &[bsz, t, 3, h, dh]);
     b.set_name(qkv, &format!("h{l}.heads"));
@@ -465,15 +482,15 @@ fn block_parts(b: &mut Builder, cfg: &GptConfig, a: &Activations, l: usize, x: V
     // two weights)
     let ln2 = b.layer_norm(x, ln2_g, ln2_b);
     b.set_name(ln2, &format!("h{l}.ln2"));
-    let hn = col_in(b, a, ln2);
     let (f, aux) = match &cfg.moe {
         None => {
-            let f = linear(b, hn, w_fc, b_fc); // (B, T, 4C)
+            let f = col_linear(b, cfg, a, ln2, w_fc, b_fc); // (B, T, 4C)
             let f = b.gelu(f);
             (b.matmul(f, w_out), None)
         }
         Some(moe) => {
             // w_router, w_fc (E, d, F) and w_out (E, F, d) in the dense MLP's places.
+            let hn = col_in(b, a, ln2);
             let (f, aux) = moe_mlp(b, moe, a, l, ln2, hn, [w[8], w[9], w[10]]);
             (f, Some(aux))
         }

@@ -258,21 +258,32 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
 /// Elements of the two layer norms' outputs a block holds for its backward pass without remat:
 /// the column-parallel matmuls' weight gradients read them. In a shard_map body under tensor
 /// parallelism they are read through the pcast that aliases them (the plan counts them where
-/// they are made, not held); under sequence parallelism they are the all-gather's output, the
-/// whole sequence on every device of the "tp" group.
+/// they are made, not held); under sequence parallelism a device holds its rows of them and
+/// gathers them again in the backward pass, as Megatron does (Korthikanti et al. 2022, section
+/// 4.2.2). jit holds them as the partitioner gathered them, the whole sequence.
 fn held_norms(s: &Sizes, mode: Mode, sp: bool) -> f64 {
-    if mode == Mode::ShardMap && s.tp > 1.0 && !sp {
-        0.0
-    } else {
-        2.0 * s.att_rows * s.d
+    match (mode, s.tp > 1.0, sp) {
+        (Mode::ShardMap, true, false) => 0.0,
+        (Mode::ShardMap, true, true) => 2.0 * s.rows * s.d,
+        _ => 2.0 * s.att_rows * s.d,
     }
+}
+
+/// Whether the backward pass of `opts` gathers each block's layer norms' outputs over "tp"
+/// again (two all-gathers a block): sequence parallelism in a shard_map body without remat,
+/// which holds a device's rows of them ([`held_norms`]; with remat the recompute gathers them,
+/// and jit holds them gathered).
+pub fn regathers_norms(opts: &TrainerOptions) -> bool {
+    let (par, mode) = layout_of(opts);
+    mode == Mode::ShardMap && par.sequence_parallel && par.size(AxisKind::Tp) > 1 && opts.config.remat == Remat::None
 }
 
 /// Bytes of the busiest stage's activations (at its most microbatches in flight) that are
 /// layer norms' outputs held gathered over "tp" under sequence parallelism without remat, less
 /// their rows of one device: what the plan holds beyond Megatron's sequence parallelism, which
 /// keeps each device's rows of them and gathers them again in the backward pass (Korthikanti et
-/// al. 2022, section 4.2.2). Zero where nothing is held so.
+/// al. 2022, section 4.2.2). A shard_map body holds them as Megatron does ([`held_norms`]); jit
+/// holds them gathered. Zero where nothing is held so.
 pub fn gathered_norms(opts: &TrainerOptions) -> u64 {
     let (par, mode) = layout_of(opts);
     let par = par.as_ref();
@@ -294,7 +305,7 @@ pub fn gathered_norms(opts: &TrainerOptions) -> u64 {
         1.0
     };
     let s = sizes(opts, par, mode);
-    let beyond = held_norms(&s, mode, true) * (1.0 - 1.0 / tp);
+    let beyond = held_norms(&s, mode, true) - 2.0 * s.rows * s.d;
     let width = opts.config.precision.compute_bytes(DType::F32) as f64;
     (chunks * device_blocks(opts, par) as f64 * beyond * width) as u64
 }
@@ -652,7 +663,7 @@ mod tests {
     }
 
     #[test]
-    fn under_sequence_parallelism_a_block_holds_korthikantis_activations_but_its_norms_gathered() {
+    fn under_sequence_parallelism_a_block_holds_korthikantis_activations() {
         // Korthikanti et al. 2022 (arXiv:2205.05198), section 4.2.2: with tensor and sequence
         // parallelism a layer holds s b h (34/t + 5 a s / (h t)) bytes in 16 bits. Without dropout
         // (its two masks, 2 s b h / t bytes) and with fused attention (no scores: the a s^2 term
@@ -677,44 +688,30 @@ mod tests {
         let (floats, bits) = saved_per_block(&cfg, &s, Mode::ShardMap, true, false);
         let (sbh, t) = (8192.0 * 16384.0, 8.0);
         let korthikanti = 16.0 * sbh / t;
-        // The closed form holds the norms' outputs as the all-gather made them, the whole
-        // sequence (Megatron keeps each device's rows and gathers them again in the backward),
-        // counts no q, k and v apart from attention's output, and adds the norms' statistics
-        // and attention's log-sum-exp.
+        // The norms' outputs are a device's rows, gathered again in the backward as Megatron
+        // gathers them; the closed form counts no q, k and v apart from attention's output, and
+        // adds the norms' statistics and attention's log-sum-exp.
         let stats = 4.0 * 1024.0 + 8192.0 * 16.0;
-        assert_eq!(
-            floats,
-            korthikanti + 2.0 * sbh * (1.0 - 1.0 / t) - 3.0 * sbh / t + stats
-        );
+        assert_eq!(floats, korthikanti - 3.0 * sbh / t + stats);
         assert_eq!(bits, 0.0);
-        // What is held beyond Megatron's: the gathered rows of the norms, on one microbatch of
-        // two blocks, in bf16.
-        assert_eq!(gathered_norms(&opts), (2.0 * 2.0 * sbh * (1.0 - 1.0 / t) * 2.0) as u64);
+        assert_eq!(gathered_norms(&opts), 0);
     }
 
     #[test]
-    fn gathered_norms_are_held_by_every_microbatch_in_flight_and_only_without_remat() {
+    fn gathered_norms_are_what_jit_holds_beyond_a_devices_rows_and_only_without_remat() {
         let cfg = small_blocks(8);
-        let of = |cfg: &GptConfig, sp| {
-            gathered_norms(&options(
-                cfg,
-                "tp=2,pp=4",
-                Zero::Off,
-                sp,
-                Mode::ShardMap,
-                8,
-                Schedule::OneFOneB,
-            ))
-        };
-        // 1F1B's first stage holds pp = 4 microbatches of its 2 blocks, each block's two norms
-        // of 2 x 16 rows by 64 gathered over tp = 2 (half of them its own), in f32.
-        assert_eq!(of(&cfg, true), 4 * 2 * (2 * (2 * 16) * 64 / 2) * 4);
-        assert_eq!(of(&cfg, false), 0);
+        let of =
+            |cfg: &GptConfig, sp, mode| gathered_norms(&options(cfg, "tp=2", Zero::Off, sp, mode, 1, Schedule::Gpipe));
+        // jit holds each of the 8 blocks' two norms of 16 x 16 rows by 64 gathered over tp = 2
+        // (half of them the device's own), in f32; a shard_map body its rows alone.
+        assert_eq!(of(&cfg, true, Mode::Auto), 8 * (2 * (16 * 16) * 64 / 2) * 4);
+        assert_eq!(of(&cfg, true, Mode::ShardMap), 0);
+        assert_eq!(of(&cfg, false, Mode::Auto), 0);
         let full = GptConfig {
             remat: Remat::Full,
             ..cfg
         };
-        assert_eq!(of(&full, true), 0);
+        assert_eq!(of(&full, true, Mode::Auto), 0);
     }
 
     #[test]

@@ -31,7 +31,9 @@ pub use auto_step::{
 };
 pub use axes::{AxisKind, Zero};
 pub use build::{build, Planned, ValueSharding};
-pub use closed_form::{closed_memory, gathered_norms, stage_activations, ClosedMemory, ACTIVATION_BOUND};
+pub use closed_form::{
+    closed_memory, gathered_norms, regathers_norms, stage_activations, ClosedMemory, ACTIVATION_BOUND,
+};
 pub use combine::combine_train_step;
 pub use error::PlanError;
 pub use explicit_step::{explicit_axis_types, parse_axis_types, ExplicitView};

@@ -23,7 +23,9 @@ use super::topology::{collective_time_on, MeshLayout};
 use super::work::{DotShape, Work, THREEFRY_INT_OPS};
 use crate::ir::{CpOrder, DType};
 use crate::model::{Attention, Remat};
-use crate::plan::{Action, AxisKind, Mode, Parallelism, Pass as PipePass, StageLayout, Table, TrainerOptions, Zero};
+use crate::plan::{
+    regathers_norms, Action, AxisKind, Mode, Parallelism, Pass as PipePass, StageLayout, Table, TrainerOptions, Zero,
+};
 use crate::sharding::Mesh;
 
 /// A step in closed form, per device.
@@ -352,8 +354,23 @@ fn block_backward(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, par: &Paral
     }
 }
 
+/// Sequence parallelism's backward on one block in a shard_map body: each column-parallel
+/// matmul's input gathered again over "tp" for its weight's gradient (a device holds its rows
+/// of it between the passes, as Megatron does; [`regathers_norms`] says where). Its time is
+/// added to the by-axes totals for `passes` block backwards.
+fn regathers(p: &mut Pricer, s: &Shapes, opts: &TrainerOptions, passes: f64) -> Pass {
+    if !regathers_norms(opts) {
+        return Pass::default();
+    }
+    let all = p.collectives(2.0 * passes, CollectiveKind::AllGather, s.rows * s.d, &["tp"]);
+    Pass {
+        blocking: all / passes,
+        ..Pass::default()
+    }
+}
+
 /// The closed-form step of `opts` on `device` (its mode's program: jit and shard_map price
-/// alike here).
+/// alike here, but for a shard_map body's gathers again under sequence parallelism).
 pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstimate {
     let cfg = &opts.config;
     let device = device.at_precision(cfg.precision);
@@ -415,7 +432,6 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
         },
     };
     let head = head_seconds(&p, &s, cfg.tied);
-    let block_step = fwd.add(bwd).add(recompute);
     // The by-axes totals so far hold one forward of one block: every pass of every block on
     // every microbatch issues them, the backward tensor parallelism's once more and the
     // ring's twice, and remat's recompute the forward's again.
@@ -429,6 +445,8 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
         let backward = if *axes == ring_key { 2.0 } else { 1.0 };
         *t *= blocks * m * (1.0 + backward + recomputes);
     }
+    let bwd = bwd.add(regathers(&mut p, &s, opts, blocks * m));
+    let block_step = fwd.add(bwd).add(recompute);
     let per_microbatch = blocks * block_step.seconds() + head;
     // FSDP gathers each split parameter before its block's forward and reduce-scatters its
     // gradient after the backward (a pipeline's stage once a step), behind the compute that
@@ -850,5 +868,36 @@ mod tests {
                 exact.collectives_by_axes
             );
         }
+    }
+
+    #[test]
+    fn sequence_parallelisms_gathers_again_in_the_backward_are_priced_on_tp_as_the_program_issues_them() {
+        // Each column-parallel matmul's input gathered in the forward and again in the backward
+        // (a device holds its rows between the passes, as Megatron-LM does), a reduce-scatter
+        // after each row-parallel one and their transposes: the estimate's time on "tp" is the
+        // traced program's.
+        let device = crate::profile::h100();
+        let mut opts = TrainerOptions {
+            schedule: Schedule::default(),
+            ..options("dp=4,tp=4", 1)
+        };
+        let Parallel::ShardMap { par, .. } = &mut opts.parallel else {
+            unreachable!()
+        };
+        par.sequence_parallel = true;
+        let e = estimate_step(&opts, &device);
+        let exact = crate::profile::predict(
+            &crate::plan::build(&opts).unwrap().step.program,
+            &device,
+            crate::profile::Placement::Real,
+        );
+        let cost = &exact.collectives_by_axes["tp"];
+        let estimated = e.by_axes.iter().find(|(a, _)| a == "tp").map_or(0.0, |(_, s)| s * 1e3);
+        assert!(
+            (estimated / cost.ms - 1.0).abs() < 0.1,
+            "estimated {estimated:.2} ms over tp, the program's {:.2} ms ({} collectives)",
+            cost.ms,
+            cost.count
+        );
     }
 }

@@ -254,6 +254,13 @@ fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes_and_
             1,
         ),
         (
+            "shard_map_tp_sp",
+            shard_map(Strategy::TpSp, "tp=2"),
+            CpOrder::Contiguous,
+            RngLayout::Original,
+            1,
+        ),
+        (
             "shard_map_dp_cp_zigzag_mb2",
             shard_map(Strategy::DpCp, "dp=2,cp=2"),
             CpOrder::Zigzag,
@@ -371,6 +378,7 @@ fn long_sequence_scripts_write_ring_attention_and_sequence_parallelism() {
         "BATCH_SPEC = TARGETS_SPEC = P(None, \"tp\")",
         "jax.lax.all_gather(x, split.tp, axis=1, tiled=True)",
         "jax.lax.psum_scatter(y, split.tp, scatter_dimension=1, tiled=True)",
+        "linear = jax.checkpoint(linear, policy=jax.checkpoint_policies.nothing_saveable)",
     ] {
         assert!(sp.contains(needle), "the tp_sp script lacks `{needle}`:\n{sp}");
     }

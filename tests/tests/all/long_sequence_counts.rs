@@ -2,7 +2,8 @@
 //! `shardlab inspect` reports): ring attention's collective-permutes per attention, the K and V
 //! all-gathers jit inserts for a sequence-sharded attention (as many as XLA emits, checked
 //! against JAX itself), and sequence parallelism's reduce-scatter and all-gather where Megatron
-//! tp has an all-reduce, with the same bytes over the wire.
+//! tp has an all-reduce, with the same bytes over the wire (and beside them the backward's
+//! gathers of the layer norms' outputs again, Megatron-LM's).
 use shardlab::ir::{CpOrder, Op, Program};
 use shardlab::model::GptConfig;
 use shardlab::plan::{build, DropoutKey, Parallel, Planned, Strategy, TrainerOptions};
@@ -118,11 +119,12 @@ fn automatic_cp_gathers_k_and_v_once_per_attention_and_reduces_their_gradients()
     }
 }
 
-/// Activation collectives (rank >= 3) of a program, by kind: (count, bytes over the wire).
-fn activation_collectives(prog: &Program) -> std::collections::BTreeMap<&'static str, (usize, f64)> {
+/// Activation collectives (rank >= 3) of a program, by kind: (count, bytes over the wire);
+/// `recomputed` picks those the backward recomputes (jax.checkpoint's), or the others.
+fn activation_collectives(prog: &Program, recomputed: bool) -> std::collections::BTreeMap<&'static str, (usize, f64)> {
     let mut out = std::collections::BTreeMap::new();
     for c in summarize(prog).collectives {
-        if prog.shape(prog.instrs[c.instr].inputs[0]).len() < 3 {
+        if prog.shape(prog.instrs[c.instr].inputs[0]).len() < 3 || prog.is_recomputed(c.instr) != recomputed {
             continue;
         }
         let e = out.entry(c.kind.hlo_name()).or_insert((0, 0.0));
@@ -136,16 +138,14 @@ fn activation_collectives(prog: &Program) -> std::collections::BTreeMap<&'static
 fn sequence_parallelism_turns_each_all_reduce_into_a_reduce_scatter_and_an_all_gather_with_the_same_bytes() {
     for mesh in ["tp=2", "tp=4"] {
         let layers = 2;
-        let tp = activation_collectives(
-            &plan(false, Strategy::Tp, mesh, layers, CpOrder::Contiguous)
-                .step
-                .program,
-        );
-        let sp = activation_collectives(
-            &plan(false, Strategy::TpSp, mesh, layers, CpOrder::Contiguous)
-                .step
-                .program,
-        );
+        let tp_prog = plan(false, Strategy::Tp, mesh, layers, CpOrder::Contiguous)
+            .step
+            .program;
+        let sp_prog = plan(false, Strategy::TpSp, mesh, layers, CpOrder::Contiguous)
+            .step
+            .program;
+        let tp = activation_collectives(&tp_prog, false);
+        let sp = activation_collectives(&sp_prog, false);
         // Megatron: an all-reduce after each row-parallel matmul forward, and one before each
         // column-parallel matmul backward: 4 per layer.
         let (ar, ar_bytes) = tp["all-reduce"];
@@ -157,6 +157,18 @@ fn sequence_parallelism_turns_each_all_reduce_into_a_reduce_scatter_and_an_all_g
         assert!(!sp.contains_key("all-reduce"), "{mesh}: {sp:?}");
         let same = (ag_bytes + rs_bytes - ar_bytes).abs() <= 1e-9 * ar_bytes;
         assert!(same, "{mesh}: {ag_bytes} + {rs_bytes} bytes vs {ar_bytes}");
+        // Beside them, Megatron-LM's: each column-parallel matmul's input gathered again in the
+        // backward for its weight's gradient (a device holds its rows between the passes), two
+        // a layer, each the forward's gather again; Megatron tp recomputes nothing.
+        let again = activation_collectives(&sp_prog, true);
+        assert_eq!(again.keys().collect::<Vec<_>>(), [&"all-gather"], "{mesh}: {again:?}");
+        let (n, bytes) = again["all-gather"];
+        assert_eq!(n, 2 * layers, "{mesh}: {again:?}");
+        assert!(
+            (2.0 * bytes - ag_bytes).abs() <= 1e-9 * ag_bytes,
+            "{mesh}: {bytes} vs {ag_bytes}"
+        );
+        assert!(activation_collectives(&tp_prog, true).is_empty(), "{mesh}");
     }
 }
 

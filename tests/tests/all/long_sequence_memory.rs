@@ -2,9 +2,9 @@
 //! strategies, in closed form: every residual is linear in the sequence, so ring attention
 //! divides them all by cp (only its own K and V blocks are held, the ring's custom VJP sends
 //! them round again); jit's gathered K and V are held whole; sequence parallelism divides the
-//! residual stream and layer norms by tp, where Megatron tp holds them whole, except the
-//! gathered layer-norm outputs the weight gradients read (Megatron's implementation gathers
-//! them again in the backward instead).
+//! residual stream and layer norms by tp, where Megatron tp holds them whole, the layer-norm
+//! outputs the weight gradients read included (a device holds its rows of them and gathers
+//! them again in the backward, as Megatron-LM does).
 use shardlab::ir::{CpOrder, Program};
 use shardlab::model::GptConfig;
 use shardlab::plan::{build, DropoutKey, MemoryPlan, Parallel, Planned, Strategy, TrainerOptions};
@@ -126,11 +126,11 @@ fn sequence_parallelism_divides_the_residual_stream_and_layer_norms_by_tp() {
         // Split over tp in both: the per-head view of w_qkv, q, k, v, o, lse, merged heads, the
         // MLP hidden (13 BTd). Megatron tp holds the residual stream and the layer norms'
         // inputs to the matmuls whole (4 BTd, 4 BT row statistics); sequence parallelism holds
-        // a tp-th of them, and the two gathered layer-norm outputs whole.
+        // a tp-th of them, the two layer-norm outputs the backward gathers again included.
         let split = 13 * btd / tp + b * h * t / tp + 3 * d * d / tp;
         let tail = btd + 2 * b * t + b * t * v;
         let tp_held = btd + l * (4 * btd + 4 * b * t + split) + tail;
-        let sp_held = btd / tp + l * (2 * btd + 2 * btd / tp + 4 * b * t / tp + split) + tail / tp + 1;
+        let sp_held = btd / tp + l * (4 * btd / tp + 4 * b * t / tp + split) + tail / tp + 1;
         assert_eq!(
             held(&plan(shard_map(Strategy::Tp, &mesh), CpOrder::Contiguous)),
             tp_held,
