@@ -38,18 +38,19 @@ function showStrategy(box, r, load) {
     el('div', { class: 'table-scroll' }, el('table', { class: 'compact', 'data-testid': 'strategy-table' },
       el('thead', {}, el('tr', {}, ...['#', 'mode', 'strategy', 'mesh', 'remat', 'microbatches', 'step', 'per device', 'limited by', ''].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows))),
-    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches and a pipeline’s schedule and virtual stages change (its stages equal).'),
+    el('p', { class: 'muted small' }, 'Load runs a choice here, on simulated devices in this tab: the model stays as it is, the strategy, mesh, mode, remat, microbatches, a ring’s order and a pipeline’s schedule and virtual stages change (its stages equal).'),
     el('p', { class: 'small', 'data-testid': 'strategy-loaded', role: 'status', hidden: true }),
   );
 }
 
 /** A row's strategy: a preset's name, or a composition's mesh with the options that refine its
- * axes (ZeRO on dp, sequence parallelism on tp); and a pipeline's schedule. */
+ * axes (ZeRO on dp, sequence parallelism on tp, the ring's order on cp); and a pipeline's schedule. */
 function strategyText(x) {
   const options = [];
   if (x.load && x.strategy.includes('=')) {
     if (x.load.zero !== '0') options.push(`ZeRO-${x.load.zero}`);
     if (x.load.sequence_parallel) options.push('sequence parallel');
+    if (x.load.cp_order === 'zigzag') options.push('zig-zag ring');
   }
   if (x.schedule) options.push(x.virtual_stages > 1 ? `${x.schedule} v${x.virtual_stages}` : x.schedule);
   return options.length ? `${x.strategy} (${options.join(', ')})` : x.strategy;

@@ -1,7 +1,8 @@
 //! The search space: every way to run one model on N devices that shardlab can plan, as the
 //! levers below multiply it out. A candidate is the options `shardlab plan` would plan.
+use crate::ir::CpOrder;
 use crate::model::Remat;
-use crate::plan::{AxisKind, DropoutKey, Parallel, Parallelism, Schedule, TrainerOptions, Zero};
+use crate::plan::{AxisKind, DropoutKey, Mode, Parallel, Parallelism, Schedule, TrainerOptions, Zero};
 use crate::sharding::Mesh;
 
 /// One lever of the search: its name (as a plan states what it assumes) and every variant of
@@ -137,7 +138,8 @@ fn shard_map(par: Parallelism) -> Parallel {
 }
 
 /// Each ZeRO stage where the mesh has "dp", and sequence parallelism on and off where it has
-/// "tp".
+/// "tp"; a "cp" ring in zig-zag order where the model allows it (causal attention's work is
+/// then the same on every device, which contiguous blocks never beat).
 fn axis_options(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     let Some(par) = base.parallel.parallelism() else {
         return vec![base.clone()];
@@ -156,8 +158,10 @@ fn axis_options(base: &TrainerOptions, _: usize) -> Vec<TrainerOptions> {
     for &zero in zeros {
         for &sp in sps {
             if let Ok(p) = Parallelism::new(par.mesh.clone(), zero, sp) {
+                let zigzag = p.is_cp() && p.check_cp(&base.config, CpOrder::Zigzag, Mode::ShardMap).is_ok();
                 out.push(TrainerOptions {
                     parallel: shard_map(p),
+                    cp_order: if zigzag { CpOrder::Zigzag } else { base.cp_order },
                     ..base.clone()
                 });
             }
@@ -281,6 +285,32 @@ mod tests {
             .all(|c| c.parallel.parallelism().is_some_and(|p| p.kinds().len() <= MAX_AXES)));
         // One device: the step unpartitioned, at every remat.
         assert_eq!(candidates(&base, 1).len(), Remat::ALL.len());
+    }
+
+    #[test]
+    fn a_ring_is_searched_in_zigzag_order_where_the_model_allows_it_and_its_command_says_so() {
+        // A sequence of 32 splits into 2 x cp chunks for every ring of 8 devices or fewer.
+        let base = TrainerOptions::new(
+            GptConfig {
+                batch: 64,
+                seq: 32,
+                ..GptConfig::tiny()
+            },
+            Parallel::None,
+        );
+        let rings = |c: &&TrainerOptions| c.parallel.parallelism().is_some_and(Parallelism::is_cp);
+        let all = candidates(&base, 8);
+        assert!(all.iter().filter(rings).count() > 0);
+        for c in all.iter().filter(rings) {
+            let sp = c.parallel.parallelism().is_some_and(|p| p.sequence_parallel);
+            // Sequence parallelism would split zig-zag's two chunks again: contiguous there.
+            let want = if sp { CpOrder::Contiguous } else { CpOrder::Zigzag };
+            assert_eq!(c.cp_order, want, "{}", crate::search::plan_command(c, "h100"));
+            assert_eq!(
+                crate::search::plan_command(c, "h100").contains("--cp-order zigzag"),
+                !sp
+            );
+        }
     }
 
     #[test]

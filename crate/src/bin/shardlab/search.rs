@@ -5,6 +5,7 @@
 //! its memory, modelled step, what limits it and the command that plans it.
 use std::time::Instant;
 
+use shardlab::ir::CpOrder;
 use shardlab::plan::Mode;
 use shardlab::search::{search, SearchResult};
 
@@ -93,6 +94,9 @@ fn print_text(r: &SearchResult, base: &shardlab::exec::TrainerOptions, seconds: 
         }
         if x.sequence_parallel {
             options.push("sp".to_string());
+        }
+        if x.options.cp_order == CpOrder::Zigzag {
+            options.push(CpOrder::Zigzag.name().to_string());
         }
         // A pipeline's schedule, and its virtual stages where it interleaves.
         options.extend(x.schedule.map(str::to_string));
