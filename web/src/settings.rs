@@ -406,14 +406,9 @@ impl Settings {
             parallel,
             combine_all_reduces: self.combine,
             microbatches: self.microbatches,
-            // Explicit mode's step does not reorder the sequence: it runs contiguous whatever
-            // the control says, and the page says so beside it (the CLI refuses --cp-order
-            // zigzag with --mode explicit).
-            cp_order: if mode == Mode::Explicit {
-                CpOrder::Contiguous
-            } else {
-                self.cp_order
-            },
+            // Explicit mode runs contiguous whatever the control says, and the page says so
+            // beside it (the CLI refuses --cp-order zigzag with --mode explicit alone).
+            cp_order: mode.runs_cp_order(self.cp_order),
             schedule: self.schedule,
             virtual_stages: self.virtual_stages,
             stage_layers: self.stage_layers.clone(),
