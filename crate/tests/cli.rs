@@ -470,6 +470,16 @@ fn microbatches_with_dropout_over_a_split_sequence_train_the_one_device_losses()
         ][..],
         &["--mode", "shard_map", "--strategy", "cp", "--mesh", "cp=2"],
         &["--mode", "auto", "--strategy", "cp", "--mesh", "cp=2"],
+        &[
+            "--mode",
+            "auto",
+            "--strategy",
+            "cp",
+            "--mesh",
+            "cp=2",
+            "--cp-order",
+            "zigzag",
+        ],
         &["--mode", "shard_map", "--strategy", "tp_sp", "--mesh", "tp=2"],
     ] {
         let got = losses(parallel);
@@ -492,4 +502,34 @@ fn a_spec_may_name_an_intermediate_as_the_planner_matches_names() {
     let (code, _, err) = shardlab(&args);
     assert_eq!(code, 2);
     assert!(err.contains("give `h0.w_fc` the spec"), "{err}");
+}
+
+/// `bench compare` races every mode on a zig-zag ring: automatic and shard_map mode in that
+/// order, explicit mode (whose step does not reorder the sequence) on contiguous blocks, and
+/// it says so.
+#[test]
+fn bench_compare_races_every_mode_on_a_zigzag_ring_and_says_which_ran_contiguous() {
+    let mut args = vec![
+        "bench",
+        "compare",
+        "--cpu",
+        "--steps",
+        "1",
+        "--strategy",
+        "cp",
+        "--mesh",
+        "cp=2",
+    ];
+    args.extend_from_slice(&["--cp-order", "zigzag"]);
+    args.extend_from_slice(TINY);
+    let (code, out, err) = shardlab(&args);
+    assert_eq!(code, 0, "{err}");
+    for mode in ["auto", "explicit", "shard_map"] {
+        assert!(out.lines().any(|l| l.starts_with(mode)), "{mode}: {out}");
+    }
+    assert!(
+        out.contains("(explicit ran --cp-order contiguous: its step does not reorder the sequence)"),
+        "{out}"
+    );
+    assert!(!out.contains("(auto ran"), "{out}");
 }
