@@ -22,7 +22,7 @@ import * as editor from './editor.js';
 import { setupThisGpu } from './calibrate.js';
 import { $, el } from './dom.js';
 import {
-  MODES, RUN_MODES, MODE_LABEL, dropoutNote, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
+  MODES, RUN_MODES, MODE_LABEL, runsExplicit, dropoutNote, fmtBytes, fmtErr, fmtInt, fmtMs, fmtPct, fmtRate, fmtTimes, frame, pageWords, sentence,
 } from './format.js';
 import { init as initCharts, makeCharts, updateCharts } from './charts.js';
 import { coordText, deviceColor, renderPrograms, selectInstr, wireInspector } from './inspector.js';
@@ -264,12 +264,9 @@ function writeFoldFacts(s) {
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
-  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag' && runsExplicit(s));
+  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag' && runsExplicit(s.mode));
   placePipelineControls(s);
 }
-
-/** Whether the settings' modes include explicit mode (`all`, or `explicit` among `+`'s). */
-const runsExplicit = (s) => s.mode === 'all' || String(s.mode).split('+').includes('explicit');
 
 /** Whether the settings' mesh runs a pipeline (a pp axis). */
 const isPipeline = (s) => mesh.hasAxis(s.mesh, 'pp');

@@ -3,6 +3,7 @@
 // `axis_types` in `--axis-types`' grammar (`tp=auto`: the axes that are not Explicit), which the
 // link carries and the core checks; a refusal of one axis lands at its select.
 import { el } from './dom.js';
+import { runsExplicit } from './format.js';
 import { meshAxes } from './mesh.js';
 
 const TYPES = [
@@ -31,7 +32,7 @@ function typesOf(value) {
  * without it (for their refusal to be seen), each at the type `s.axis_types` gives it. */
 export function render(s) {
   const box = document.getElementById('axis-types');
-  const runs = s.mode === 'all' || s.mode.split('+').includes('explicit');
+  const runs = runsExplicit(s.mode);
   const axes = meshAxes(s.mesh) || [];
   box.hidden = !(runs || s.axis_types) || axes.length === 0;
   const given = typesOf(s.axis_types || '');

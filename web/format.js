@@ -8,6 +8,9 @@
 export const MODES = ['auto', 'shard_map'];
 /** Every mode a run may train in: what shows a run's figures (step times, losses, memory) shows any. */
 export const RUN_MODES = ['auto', 'explicit', 'shard_map'];
+/** Whether the mode control's `value` (a mode, `both`, `all`, or modes joined by `+`) runs
+ * explicit mode. */
+export const runsExplicit = (value) => value === 'all' || String(value).split('+').includes('explicit');
 export const MODE_LABEL = { auto: 'automatic', explicit: 'explicit', shard_map: 'shard_map' };
 export const MODE_COLOR = { auto: '#4f46e5', explicit: '#059669', shard_map: '#d97706' };
 
