@@ -365,11 +365,10 @@ def reorder(x, axis, back=False):
 
 
 def query_positions(t, split):
-    """The global positions of the rows of a whole sequence of t as the program holds them."""
-    if not zigzag_global(split):
-        return np.arange(t)
-    chunks = np.split(np.arange(t), 2 * ZIGZAG)
-    return np.concatenate([chunks[c] for c in zigzag_chunks()])
+    """The global positions of the rows of a whole sequence of t as the program holds them
+    (traced, as jnp.arange is: a constant array would be a residual the backward holds)."""
+    positions = jnp.arange(t)
+    return reorder(positions, 0) if zigzag_global(split) else positions
 
 
 def offsets(axes, length):
@@ -512,7 +511,7 @@ def fused_attention(q, k, v, key, layer, split):
     if zigzag_global(split):
         # Queries in zig-zag order: the causal mask by their positions.
         t = q.shape[2]
-        seen = np.arange(t)[None, :] <= query_positions(t, split)[:, None]
+        seen = jnp.arange(t)[None, :] <= query_positions(t, split)[:, None]
         y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), mask=seen[None, None])
     else:
         y = jax.nn.dot_product_attention(qt, kt, vt, scale=attention_scale(), is_causal=True)

@@ -96,7 +96,7 @@ def tiled_attention(q, k, v, key, layer, split):
         """The queries' positions, tiled: the device's rows at step 0, or, under jit's zig-zag
         order, the whole sequence in that order (keys are put back in order)."""
         if axis is None:
-            return jnp.asarray(query_positions(t, split)).reshape(nt, tile)
+            return query_positions(t, split).reshape(nt, tile)
         return positions(0)
 
     def bits(site, qp, kp):

@@ -271,7 +271,7 @@ fn held_norms(s: &Sizes, mode: Mode, sp: bool) -> f64 {
 
 /// Whether the backward pass of `opts` gathers each block's layer norms' outputs over "tp"
 /// again (two all-gathers a block): sequence parallelism in a shard_map body without remat,
-/// which holds a device's rows of them ([`held_norms`]; with remat the recompute gathers them,
+/// which holds a device's rows of them (`held_norms`; with remat the recompute gathers them,
 /// and jit holds them gathered).
 pub fn regathers_norms(opts: &TrainerOptions) -> bool {
     let (par, mode) = layout_of(opts);
@@ -282,7 +282,7 @@ pub fn regathers_norms(opts: &TrainerOptions) -> bool {
 /// layer norms' outputs held gathered over "tp" under sequence parallelism without remat, less
 /// their rows of one device: what the plan holds beyond Megatron's sequence parallelism, which
 /// keeps each device's rows of them and gathers them again in the backward pass (Korthikanti et
-/// al. 2022, section 4.2.2). A shard_map body holds them as Megatron does ([`held_norms`]); jit
+/// al. 2022, section 4.2.2). A shard_map body holds them as Megatron does (`held_norms`); jit
 /// holds them gathered. Zero where nothing is held so.
 pub fn gathered_norms(opts: &TrainerOptions) -> u64 {
     let (par, mode) = layout_of(opts);

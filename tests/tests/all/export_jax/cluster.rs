@@ -36,35 +36,46 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Waits for `child` until [`LIMIT`] after `start`, killing it past that.
-fn finish(mut child: Child, start: Instant, what: &str) -> (bool, String, String) {
+/// Waits for `child` until [`LIMIT`] after `start`: its status and streams, or, past that, Err
+/// with what it wrote to stderr (it is killed).
+fn finish(mut child: Child, start: Instant) -> Result<(bool, String, String), String> {
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             let out = child.wait_with_output().unwrap();
-            return (
+            return Ok((
                 status.success(),
                 String::from_utf8_lossy(&out.stdout).into_owned(),
                 String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
+            ));
         }
         if start.elapsed() > LIMIT {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what}: still running after {LIMIT:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 /// Runs `script` as `processes` processes of `devices` CPU devices each; returns process 0's
-/// stdout after checking that every process succeeded and that only process 0 printed.
+/// stdout after checking that every process succeeded and that only process 0 printed. JAX's
+/// gloo collectives on the CPU now and then stall two processes while they set up a group's
+/// communicator (seen beside other tests, never alone): a launch that stalls is killed and run
+/// once more on a fresh port, which the test's stderr says.
 fn launch(name: &str, script: &Path, processes: usize, devices: usize, extra: &[&str]) -> String {
+    try_launch(name, script, processes, devices, extra).unwrap_or_else(|stderr| {
+        eprintln!("{name}: stalled for {LIMIT:?} (stderr below); launching it again\n{stderr}");
+        try_launch(name, script, processes, devices, extra)
+            .unwrap_or_else(|stderr| panic!("{name}: still running after {LIMIT:?}, twice; stderr:\n{stderr}"))
+    })
+}
+
+/// One launch of [`launch`]: Err with the stderr of the process that was still running after
+/// [`LIMIT`] (every process is then killed).
+fn try_launch(name: &str, script: &Path, processes: usize, devices: usize, extra: &[&str]) -> Result<String, String> {
     let port = free_port();
     let start = Instant::now();
-    let children: Vec<Child> = (0..processes)
+    let mut children: Vec<Child> = (0..processes)
         .map(|i| {
             let mut args: Vec<String> = vec!["--local-devices".into(), devices.to_string()];
             if processes > 1 {
@@ -86,16 +97,28 @@ fn launch(name: &str, script: &Path, processes: usize, devices: usize, extra: &[
         })
         .collect();
     let mut first = String::new();
-    for (i, child) in children.into_iter().enumerate() {
-        let (ok, stdout, stderr) = finish(child, start, name);
+    let mut i = 0;
+    while !children.is_empty() {
+        let child = children.remove(0);
+        let (ok, stdout, stderr) = match finish(child, start) {
+            Ok(done) => done,
+            Err(stderr) => {
+                for mut rest in children {
+                    let _ = rest.kill();
+                    let _ = rest.wait();
+                }
+                return Err(stderr);
+            }
+        };
         assert!(ok, "{name}: process {i} of {processes} failed:\n{stdout}\n{stderr}");
         if i == 0 {
             first = stdout;
         } else {
             assert!(stdout.is_empty(), "{name}: process {i} printed:\n{stdout}");
         }
+        i += 1;
     }
-    first
+    Ok(first)
 }
 
 /// The losses of the step lines and the done line's final loss.
