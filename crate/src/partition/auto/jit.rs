@@ -294,13 +294,18 @@ pub fn jit_pinned(
             .map(|(o, s)| local_shape(mesh, program.shape(*o), &s.dims))
             .collect();
         let outs = match &ins.op {
-            Op::RandomBits {
-                shape,
-                layout,
-                rows: SeqBlock::Zigzag { parts },
-            } => vec![l.zigzag_bits(i, ins.outputs[0], operands[0], shape, *layout, *parts, &results[0])?],
-            Op::RandomBits { shape, layout, .. } => {
-                vec![l.random_bits(i, ins.outputs[0], operands[0], shape, *layout, &results[0])?]
+            Op::RandomBits { shape, layout, rows } => {
+                let draw = Draw {
+                    instr: i,
+                    value: ins.outputs[0],
+                    key: operands[0],
+                    global: shape,
+                    layout: *layout,
+                };
+                vec![match rows {
+                    SeqBlock::Zigzag { parts } => l.zigzag_bits(&draw, *parts, &results[0])?,
+                    _ => l.random_bits(&draw, &results[0])?,
+                }]
             }
             Op::Attention { .. } | Op::AttentionGrad { .. } => {
                 let q = a.project(rule, &rule.operands[0]);
@@ -448,6 +453,16 @@ fn local_op(op: &Op, locals: &[Vec<usize>]) -> Op {
     }
 }
 
+/// A random_bits instruction of the global program being lowered: its number, its value, the
+/// key's SPMD value, the global shape and the layout.
+struct Draw<'a> {
+    instr: usize,
+    value: ValueId,
+    key: ValueId,
+    global: &'a [usize],
+    layout: RngLayout,
+}
+
 struct Lowering {
     b: Builder,
     mesh: Mesh,
@@ -578,18 +593,27 @@ impl Lowering {
         Ok(x)
     }
 
+    /// The global bits of `draw`, in order, on every device.
+    fn whole_bits(&mut self, draw: &Draw) -> ValueId {
+        let bits = Op::RandomBits {
+            shape: draw.global.to_vec(),
+            layout: draw.layout,
+            rows: SeqBlock::Whole,
+        };
+        self.b.emit1(bits, &[draw.key])
+    }
+
     /// random_bits laid out as `s`. Partitionable: each device makes only its block.
     /// Original: an element's bits depend on the global size through counters spread over
     /// the whole array, so (as XLA does) every device makes the global bits and slices.
-    fn random_bits(
-        &mut self,
-        i: usize,
-        v: ValueId,
-        key: ValueId,
-        global: &[usize],
-        layout: RngLayout,
-        s: &Sharding,
-    ) -> Result<ValueId, PartitionError> {
+    fn random_bits(&mut self, draw: &Draw, s: &Sharding) -> Result<ValueId, PartitionError> {
+        let &Draw {
+            instr: i,
+            value: v,
+            key,
+            global,
+            layout,
+        } = draw;
         let sharded = s.dims.iter().any(|d| !d.is_empty());
         if sharded && layout == RngLayout::Partitionable {
             let spec = spec_of_dims(&s.dims);
@@ -605,14 +629,7 @@ impl Lowering {
                 &[key],
             ));
         }
-        let full = self.b.emit1(
-            Op::RandomBits {
-                shape: global.to_vec(),
-                layout,
-                rows: SeqBlock::Whole,
-            },
-            &[key],
-        );
+        let full = self.whole_bits(draw);
         if !sharded {
             return Ok(full);
         }
@@ -636,31 +653,12 @@ impl Lowering {
     /// draws its zig-zag chunks' rows (its block, in the partitionable layout; in the original
     /// layout the global bits, then its chunks' rows); with the rows whole, the global bits
     /// reordered.
-    #[allow(clippy::too_many_arguments)]
-    fn zigzag_bits(
-        &mut self,
-        i: usize,
-        v: ValueId,
-        key: ValueId,
-        global: &[usize],
-        layout: RngLayout,
-        parts: usize,
-        s: &Sharding,
-    ) -> Result<ValueId, PartitionError> {
+    fn zigzag_bits(&mut self, draw: &Draw, parts: usize, s: &Sharding) -> Result<ValueId, PartitionError> {
+        let (global, v) = (draw.global, draw.value);
         let d = global.len() - 2;
         let axes = s.dims[d].clone();
-        let whole = |l: &mut Self| {
-            l.b.emit1(
-                Op::RandomBits {
-                    shape: global.to_vec(),
-                    layout,
-                    rows: SeqBlock::Whole,
-                },
-                &[key],
-            )
-        };
         let (bits, laid) = if axes.is_empty() {
-            let full = whole(self);
+            let full = self.whole_bits(draw);
             (
                 crate::model::reorder(&mut self.b, full, d, parts, false),
                 Sharding::replicated(global.len()),
@@ -684,19 +682,19 @@ impl Lowering {
             };
             let mut dims = vec![vec![]; global.len()];
             dims[d] = axes;
-            if layout == RngLayout::Partitionable {
+            if draw.layout == RngLayout::Partitionable {
                 let mut rest = s.dims.clone();
                 rest[d] = vec![];
                 let block = Op::RandomBitsBlock {
                     global: global.to_vec(),
                     spec: spec_of_dims(&rest),
                     shape: local_shape(&self.mesh, global, &s.dims),
-                    layout,
+                    layout: draw.layout,
                     seq: AttnSeq { q, kv: SeqBlock::Whole },
                 };
-                return Ok(self.b.emit1(block, &[key]));
+                return Ok(self.b.emit1(block, &[draw.key]));
             }
-            let full = whole(self);
+            let full = self.whole_bits(draw);
             let rows = self.b.emit1(Op::SeqTake { dim: d, seq: q }, &[full]);
             (rows, Sharding { dims, partial: vec![] })
         };
@@ -705,7 +703,7 @@ impl Lowering {
             v,
             &s.dims,
             false,
-            Some(i),
+            Some(draw.instr),
             "random_bits",
             "random_bits in zig-zag order",
         )
