@@ -32,15 +32,23 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
         return Ok(());
     }
+    // Columns as wide as their longest entry, so that every row lines up.
+    let hardware: Vec<String> = report
+        .checks
+        .iter()
+        .map(|c| format!("{} x {}", c.devices, c.device))
+        .collect();
+    let run_w = report.checks.iter().map(|c| c.name.len()).chain([3]).max().unwrap_or(3);
+    let hw_w = hardware.iter().map(String::len).chain([8]).max().unwrap_or(8);
     println!(
-        "{:<30} {:<18} {:>13} {:>13} {:>8}  {:<11} fits (GiB/device)",
+        "{:<run_w$} {:<hw_w$} {:>13} {:>13} {:>8}  {:<11} fits (GiB/device)",
         "run", "hardware", "published ms", "predicted ms", "error", "priced"
     );
-    for c in &report.checks {
+    for (c, hardware) in report.checks.iter().zip(&hardware) {
         println!(
-            "{:<30} {:<18} {:>13.1} {:>13.1} {:>+7.1}%  {:<11} {} ({:.1})",
+            "{:<run_w$} {:<hw_w$} {:>13.1} {:>13.1} {:>+7.1}%  {:<11} {} ({:.1})",
             c.name,
-            format!("{} x {}", c.devices, c.device),
+            hardware,
             c.published_ms,
             c.predicted_ms,
             c.error_pct,
