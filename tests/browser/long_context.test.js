@@ -73,6 +73,11 @@ test('zig-zag balances the ring in shard_map mode, runs under jit on the reorder
     assert.equal(await page.getByTestId('cp-order-note').isVisible(), false);
     assert.ok(await stepMs(page, 'auto') > 0);
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    // The link it wrote reopens zig-zag in both modes.
+    await assertLinkReopens(page, async (second) => {
+      const form = await formValues(second);
+      assert.deepEqual([form.cp_order, form.mode], ['zigzag', 'both']);
+    });
     await setControl(page, 'mode', 'auto+explicit');
     await configuredWith(page, 'mode', 'auto+explicit');
     assert.equal(await page.getByTestId('cp-order-note').isVisible(), true);

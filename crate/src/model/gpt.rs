@@ -222,8 +222,10 @@ fn dropout(b: &mut Builder, cfg: &GptConfig, a: &Activations, x: ValueId, l: usi
     }
     let key = site_key(b, a, l, site);
     match &a.local.masks {
-        // The residual stream's bits of the one-device run's rows, in the program's order
-        // (unfused attention, whose probabilities are site 0, is refused with zig-zag).
+        // The residual stream's bits of the one-device run's rows, in the program's order:
+        // drawn whole and reordered, as shard_map's zig-zag body takes its rows of them (a
+        // block at zig-zag rows is drawn only inside attention's kernels, for its own bits).
+        // Unfused attention, whose probabilities are site 0, is refused with zig-zag.
         None if a.local.zigzag.is_some() => {
             let shape = b.shape(x);
             let bits = b.random_bits(key, &shape, a.rng_layout);
