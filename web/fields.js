@@ -87,12 +87,19 @@ export function parseField(name, text) {
         throw bad('is not axis types like tp=auto (AXIS=TYPE, separated by commas; empty: every axis explicit)');
       }
       return text;
-    case 'stages':
+    case 'stages': {
       // Blocks per pipeline stage, first stage first; empty for equal stages. Whether they fit
       // the mesh and the model, the core says at the control.
       if (text === '') return [];
-      if (!/^\d{1,4}(,\d{1,4}){0,63}$/.test(text)) throw bad('is not blocks per stage like 3,5 (empty: equal stages)');
-      return text.split(',').map(Number);
+      // COUNT*TIMES writes a run of one count, as the core writes long runs (0,1*126,0).
+      const entry = '\\d{1,4}(\\*\\d{1,3})?';
+      const counts = new RegExp(`^${entry}(,${entry}){0,63}$`).test(text)
+        && text.split(',').flatMap((e) => { const [c, n = '1'] = e.split('*'); return Array(Number(n)).fill(Number(c)); });
+      if (!counts || counts.length === 0 || counts.length > 256) {
+        throw bad('is not blocks per stage like 3,5 or per virtual stage like 0,1*6,0 (empty: equal stages)');
+      }
+      return counts;
+    }
     case 'lr':
       return parseLr(text);
     case 'capacity':

@@ -153,9 +153,11 @@ test('pipeline settings that cannot run are refused at their control naming the 
       ['layers', '6', 'mesh.pp', /pp=4 does not split layers 6 into equal stages: use a layer count that is a multiple of 4, or pp = one of 1, 2, 3, 6/],
       ['mesh', 'pp=8', 'mesh.pp', /pp=8 is more stages than layers 4: every stage runs at least one block; use pp = one of 1, 2, 4/],
       // Blocks per stage: one count per stage, adding up to the layers.
-      ['stage_layers', '1,1,2', 'stage_layers', /stage layers 1,1,2: lists 3 stages, and mesh pp=4 has pp=4: give one block count per stage/],
+      ['stage_layers', '1,1,2', 'stage_layers', /stage layers 1,1,2: lists 3 stages, and mesh pp=4 has 4: give one block count per stage/],
       ['stage_layers', '2,1,1,1', 'stage_layers', /stage layers 2,1,1,1: adds up to 5 blocks, and the model has layers 4: the counts must add up to the layers/],
-      ['stage_layers', '1;3', 'stage_layers', /stage_layers “1;3” is not blocks per stage like 3,5 \(empty: equal stages\)/],
+      // COUNT*TIMES is a run of one count, as the core writes long lists.
+      ['stage_layers', '1*3', 'stage_layers', /stage layers 1,1,1: lists 3 stages, and mesh pp=4 has 4: give one block count per stage/],
+      ['stage_layers', '1;3', 'stage_layers', /stage_layers “1;3” is not blocks per stage like 3,5 or per virtual stage like 0,1\*6,0 \(empty: equal stages\)/],
     ]) {
       await setControl(page, name, value);
       const err = fieldError(page, field);
@@ -278,6 +280,24 @@ test('stages of their own sizes: a link sets blocks per stage, the diagram draws
     assert.match(location(page), /stage_layers=1,3,3,1(&|$)/);
     await assertLinkReopens(page, async (second) => {
       assert.deepEqual(await second.evaluate(() => window.shardlab.configured.settings.stage_layers), [1, 3, 3, 1]);
+    });
+    assert.deepEqual(consoleErrors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test('blocks per virtual stage: a link gives each chunk its count, an empty first chunk only embedding, it trains, and the link reopens it', { timeout: 300_000 }, async () => {
+  const counts = '0,1*4,0*3';
+  const { context, page, consoleErrors } = await openReady(hashOf({ ...TINY_PP, schedule: '1f1b', virtual_stages: '2', stage_layers: counts }));
+  try {
+    // Eight virtual stages on four: stage 0 holds chunks 0 (empty) and 4 (one block).
+    await configuredWith(page, 'stage_layers', '0,1,1,1,1,0,0,0');
+    assert.equal(await singleSteps(page, 1), 1);
+    const losses = await page.evaluate(() => window.shardlab.history.series['shard_map:original'].loss);
+    assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
+    await assertLinkReopens(page, async (second) => {
+      assert.deepEqual(await second.evaluate(() => window.shardlab.configured.settings.stage_layers), [0, 1, 1, 1, 1, 0, 0, 0]);
     });
     assert.deepEqual(consoleErrors, []);
   } finally {

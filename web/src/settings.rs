@@ -12,7 +12,7 @@ use shardlab::model::{Attention, Capacity, Dataset, GptConfig, Init, Moe, Remat}
 use shardlab::plan::{
     check_page_limits, check_page_mesh, check_page_sizes, check_pipeline_layout, explicit_axis_types, parse_axis_types,
     stage_activations, Action, AxisKind, DropoutKey, Parallel, Parallelism, Pass, PassTimes, PlanError, Schedule,
-    Table, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
+    StageLayout, Table, TrainerOptions, Zero, PAGE_MAX_SPECS, TOKENS,
 };
 
 pub use shardlab::plan::{Mode, Preset};
@@ -284,14 +284,13 @@ impl Settings {
         let stages = par.size(AxisKind::Pp);
         let table = Table::new(self.schedule, stages, m, v);
         let times = PassTimes::EVEN;
-        // A stage's passes take as long as its blocks: a unit for an equal stage's share.
-        let blocks = |s: usize| match self.stage_layers.get(s) {
-            Some(&n) => n as f64 * stages as f64 / cfg.layers as f64,
-            None => 1.0,
-        };
+        // A chunk's passes take as long as its blocks: a unit for an equal chunk's share.
+        let layout = StageLayout::new(cfg.layers, stages, v, &self.stage_layers);
+        let share = (stages * v) as f64 / cfg.layers as f64;
         let timing = table.timing(
             &|s, a: &Action| {
-                blocks(s)
+                layout.run(s, a.chunk).1 as f64
+                    * share
                     * match a.pass {
                         Pass::Forward => times.forward,
                         Pass::Backward if table.split => times.backward,

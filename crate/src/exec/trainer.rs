@@ -119,8 +119,9 @@ impl Trainer {
             if held.is_empty() {
                 break;
             }
-            // A stack's zero rows (a stage's missing blocks) are as long as its other rows.
-            let row_len = held.iter().flatten().map(|&(i, _)| params[i].len()).next().unwrap_or(0);
+            // A stack's zero rows (a stage's missing blocks) are as long as its other rows: a
+            // row's share of the global array (a stack may hold zeros only).
+            let row_len = global_len(&step.program, pos)? / held.len();
             let global: Vec<f32> = held
                 .iter()
                 .flat_map(|row| match *row {
@@ -441,6 +442,16 @@ fn shard(prog: &Program, pos: usize, global: Tensor) -> Result<Tensor, ExecError
         Tensor::F32(v) => Tensor::F32(sharding.shard(&v, &shape).map_err(err)?),
         Tensor::U32(v) => Tensor::U32(sharding.shard(&v, &shape).map_err(err)?),
     })
+}
+
+/// Elements of input `pos`'s global array.
+fn global_len(prog: &Program, pos: usize) -> Result<usize, ExecError> {
+    let local = prog.shape(prog.inputs[pos].0);
+    if prog.mesh.is_none() {
+        return Ok(local.iter().product());
+    }
+    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
+    Ok(prog.global_shape(local, &sharding.spec).iter().product())
 }
 
 /// The global array of input `pos` from its devices' blocks.

@@ -102,7 +102,8 @@ def chunk_runs():
     blocks = np.zeros_like(first)
     for c, stages in enumerate(PIPELINE_LAYERS):
         for s, layers in enumerate(stages):
-            first[s, c], blocks[s, c] = layers[0], len(layers)
+            # A chunk may hold no block (only the embedding, or only the head): first unread.
+            first[s, c], blocks[s, c] = (layers[0] if layers else 0), len(layers)
     return first, blocks
 
 

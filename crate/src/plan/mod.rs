@@ -49,8 +49,8 @@ pub use page::{
 };
 pub use parallelism::{mesh_text, Parallelism};
 pub use pipeline::{
-    check as check_pipeline_layout, stage_layers_text, Action, Pass, PassTimes, PipelinePlan, Slot, StageLayout, Table,
-    Timing,
+    check as check_pipeline_layout, parse_stage_layers, stage_layers_text, Action, Pass, PassTimes, PipelinePlan, Slot,
+    StageLayout, Table, Timing,
 };
 pub use presets::Preset;
 pub use rules::{axes_for, param_dims, Holder, Logical, RULES};

@@ -218,7 +218,8 @@ fn exported_pipeline_scripts_match_shardlab_with_virtual_and_uneven_stages_and_z
     // (name, schedule, virtual stages, blocks per stage, microbatches, dropout)
     type Case<'a> = (&'a str, Schedule, usize, &'a [usize], usize, f32);
     let cases: [Case; 3] = [
-        ("pp2_1f1b_v2", Schedule::OneFOneB, 2, &[], 2, 0.1),
+        // One count per virtual stage, the first chunk empty.
+        ("pp2_1f1b_v2_chunks", Schedule::OneFOneB, 2, &[0, 2, 1, 1], 2, 0.1),
         ("pp2_gpipe_v2", Schedule::Gpipe, 2, &[], 2, 0.0),
         ("pp2_zb_h1_1_3", Schedule::ZbH1, 1, &[1, 3], 4, 0.1),
     ];

@@ -85,13 +85,15 @@ fn check_one(backend: &Backend, opts: TrainerOptions, what: &str) {
 fn check_layouts(backend: &Backend) {
     // (strategy, mesh, microbatches, schedule, virtual stages, blocks per stage)
     type Case<'a> = (Strategy, &'a str, usize, Schedule, usize, &'a [usize]);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         (Strategy::Pp, "pp=2", 4, Schedule::OneFOneB, 2, &[]),
         (Strategy::Pp, "pp=2", 2, Schedule::Gpipe, 2, &[]),
         (Strategy::Pp, "pp=4", 4, Schedule::OneFOneB, 2, &[]),
         (Strategy::DpPp, "dp=2,pp=2", 2, Schedule::OneFOneB, 2, &[]),
         (Strategy::Pp, "pp=2", 2, Schedule::OneFOneB, 1, &[3, 1]),
         (Strategy::Pp, "pp=4", 2, Schedule::ZbH1, 1, &[1, 3, 2, 2]),
+        // One count per virtual stage, an empty first chunk (Llama 3's layout in small).
+        (Strategy::Pp, "pp=2", 2, Schedule::OneFOneB, 2, &[0, 2, 1, 1]),
     ];
     for (strategy, mesh, m, schedule, v, stage_layers) in cases {
         let layers = if mesh.contains("pp=4") { 8 } else { 4 };

@@ -127,6 +127,7 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
     opts.microbatches = run.microbatches;
     opts.schedule = run.schedule;
     opts.cp_order = run.cp_order;
+    opts.virtual_stages = run.virtual_stages;
     opts.stage_layers = run.stage_layers.clone();
     // jit's sequence parallelism holds each block's layer norms' outputs as the all-gather made
     // them; Megatron's (and a shard_map body's) holds a device's rows and gathers them again in
@@ -215,6 +216,7 @@ mod tests {
     use super::super::table::{parse_table, TABLE, TABLE_PATH};
     use super::*;
     use crate::model::Remat;
+    use crate::plan::StageLayout;
 
     #[test]
     fn every_published_run_is_priced_with_what_it_assumes_said() {
@@ -327,7 +329,26 @@ mod tests {
             assert!(c.assumed.is_empty(), "{c:?}");
             let h100 = device_preset("h100").unwrap().memory_bytes;
             assert!(c.fits && c.bytes_per_device <= h100, "{c:?}");
+            // Interleaved 1F1B in chunks of one block, the first chunk only the embedding and
+            // the last only the head (section 3.3.2): V = 8 on 16 stages of 7, 8, ..., 8, 7.
+            let layout = StageLayout::new(126, 16, r.virtual_stages, &r.stage_layers);
+            assert_eq!(
+                (r.virtual_stages, layout.run(0, 0).1, layout.run(15, 7).1),
+                (8, 0, 0),
+                "{}",
+                c.name
+            );
+            let blocks: Vec<usize> = (0..16).map(|s| layout.stage_blocks(s)).collect();
+            assert!(
+                blocks[1..15].iter().all(|&b| b == 8) && (blocks[0], blocks[15]) == (7, 7),
+                "{blocks:?}"
+            );
         }
+        // The 8K runs differ in their microbatches alone (32 and 16 a DP group, so in their
+        // bubbles): per token the model parts them as Table 4's rates do, 430 / 400.
+        let per_token = |c: &PublishedCheck| c.predicted_ms * c.devices as f64;
+        let ratio = per_token(&report.checks[1]) / per_token(&report.checks[0]);
+        assert!((ratio / (430.0 / 400.0) - 1.0).abs() < 0.03, "{ratio}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! that does not parse is refused with its row number, its name, the cell and the fix.
 use crate::ir::{CpOrder, Precision};
 use crate::model::{Attention, Capacity, GptConfig, Moe, Remat};
-use crate::plan::{AxisKind, Mode, Schedule, Zero};
+use crate::plan::{parse_stage_layers, AxisKind, Mode, Schedule, Zero};
 use crate::sharding::Mesh;
 
 /// The table shipped with shardlab.
@@ -93,7 +93,10 @@ pub struct PublishedRun {
     pub schedule: Schedule,
     /// Context parallelism's order (`order=zigzag`).
     pub cp_order: CpOrder,
-    /// Blocks per pipeline stage where they are not equal (`stages=7,8,8,7`; empty: equal).
+    /// A pipeline's virtual stages: chunks of blocks per stage (`virtual=8`; 1 without).
+    pub virtual_stages: usize,
+    /// Blocks per pipeline stage, or per virtual stage, where they are not equal
+    /// (`stages=7,8,8,7`; empty: equal).
     pub stage_layers: Vec<usize>,
     /// Gradient accumulation: the step in this many slices of the batch (a pipeline's
     /// microbatches).
@@ -241,6 +244,7 @@ fn parse_row(row: usize, c: &[String]) -> Result<PublishedRun, String> {
         sequence_parallel: p.sequence_parallel,
         schedule: p.schedule,
         cp_order: p.cp_order,
+        virtual_stages: p.virtual_stages,
         stage_layers: p.stage_layers,
         microbatches,
         published,
@@ -362,11 +366,13 @@ struct ParallelismCell {
     sequence_parallel: bool,
     schedule: Schedule,
     cp_order: CpOrder,
+    virtual_stages: usize,
     stage_layers: Vec<usize>,
 }
 
-/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S] [order=O] [stages=N,N,...]`: a named strategy and its mesh, or a
-/// composition by its mesh alone, then the options that refine its axes.
+/// `[STRATEGY] MESH [mode=M] [zero=1|2] [sp] [schedule=S] [order=O] [virtual=V] [stages=N,N,...]`:
+/// a named strategy and its mesh, or a composition by its mesh alone, then the options that
+/// refine its axes.
 fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
     let words: Vec<&str> = cell.split_whitespace().collect();
     let (strategy, mesh, rest) = match &words[..] {
@@ -387,13 +393,15 @@ fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
         sequence_parallel: false,
         schedule: Schedule::default(),
         cp_order: CpOrder::default(),
+        virtual_stages: 1,
         stage_layers: vec![],
     };
     for w in rest {
         let bad = || {
             format!(
                 "parallelism `{cell}`: `{w}`: write mode=auto|shard_map, zero=1|2, sp, schedule=gpipe|1f1b|zb_h1, \
-                 order=contiguous|zigzag or stages=N,N,... (blocks per pipeline stage) after the mesh"
+                 order=contiguous|zigzag, virtual=V (virtual stages) or stages=N,N,... (blocks per pipeline stage or \
+                 virtual stage) after the mesh"
             )
         };
         match w.split_once('=') {
@@ -403,11 +411,9 @@ fn parse_parallelism(cell: &str) -> Result<ParallelismCell, String> {
             Some(("zero", z)) => p.zero = Zero::parse(z).ok_or_else(bad)?,
             Some(("schedule", s)) => p.schedule = Schedule::parse(s).ok_or_else(bad)?,
             Some(("order", o)) => p.cp_order = CpOrder::ALL.into_iter().find(|c| c.name() == o).ok_or_else(bad)?,
+            Some(("virtual", v)) => p.virtual_stages = v.parse().ok().filter(|&v| v > 0).ok_or_else(bad)?,
             Some(("stages", n)) => {
-                p.stage_layers = n
-                    .split(',')
-                    .map(|k| k.parse().map_err(|_| bad()))
-                    .collect::<Result<_, _>>()?;
+                p.stage_layers = parse_stage_layers(n).map_err(|e| format!("parallelism `{cell}`: stages={n}: {e}"))?;
             }
             None if *w == "sp" => p.sequence_parallel = true,
             _ => return Err(bad()),
@@ -541,7 +547,10 @@ mod tests {
                 "capacity=dropless",
             ),
             (GOOD.replace(" tied", " tied experts=4 imbalance=0.5"), "at least 1"),
-            (GOOD.replace("dp dp=8", "dp dp=8 stages=1,x"), "stages=N,N,..."),
+            (
+                GOOD.replace("dp dp=8", "dp dp=8 stages=1,x"),
+                "stages=1,x: 'x' is no block count",
+            ),
             (GOOD.replace("microbatches=2", "microbatches=3"), "microbatches=3"),
             (GOOD.replace(" here |", " |"), "source: empty"),
             (GOOD.replace("| here |", "| he | re |"), "10 cells"),

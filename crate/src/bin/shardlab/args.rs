@@ -438,7 +438,9 @@ pub struct ParallelArgs {
     #[arg(long = "virtual-stages", value_name = "V")]
     pub virtual_stages: Option<usize>,
     /// With a 'pp' axis: blocks per stage, one count per stage, e.g. 5,6,6,5 (default equal
-    /// stages): a lighter last stage balances the head.
+    /// stages): a lighter last stage balances the head. With virtual stages, one count per
+    /// virtual stage in model order may be given instead (0 for a chunk that only embeds or
+    /// only runs the head).
     #[arg(long = "stage-layers", value_name = "COUNTS")]
     pub stage_layers: Option<String>,
     /// Dropout keys in shard_map mode (default same).
@@ -476,21 +478,13 @@ pub struct SpecOverride {
 }
 
 impl ParallelArgs {
-    /// `--stage-layers 5,6,6,5` as counts (none: equal stages).
+    /// `--stage-layers 5,6,6,5` as counts (none: equal stages); whether they fit the mesh is
+    /// the plan's to check.
     pub fn stage_layers(&self) -> Result<Vec<usize>, String> {
         let Some(text) = &self.stage_layers else {
             return Ok(vec![]);
         };
-        text.split(',')
-            .map(|c| {
-                c.trim().parse::<usize>().map_err(|_| {
-                    format!(
-                        "--stage-layers {text}: '{}' is no block count; give one count per stage, e.g. 5,6,6,5",
-                        c.trim()
-                    )
-                })
-            })
-            .collect()
+        shardlab::plan::parse_stage_layers(text).map_err(|e| format!("--stage-layers {text}: {e}"))
     }
 
     /// `--spec` and `--spec-file` entries, parsed, each with its origin.

@@ -6,7 +6,7 @@ mod layout;
 mod step;
 mod table;
 
-pub use layout::{check, stage_layers_text, StageLayout};
+pub use layout::{check, parse_stage_layers, stage_layers_text, StageLayout};
 pub use step::PipelinePlan;
 pub(super) use step::{check_pipeline, pipeline_train_step};
 pub use table::{Action, Pass, PassTimes, Slot, Table, Timing};

@@ -95,14 +95,20 @@ pub(in crate::plan) fn pipeline_train_step(
         let layout = &layout;
         (0..rows * PER_BLOCK).map(move |i| {
             let (row, kind) = (i / PER_BLOCK, i % PER_BLOCK);
-            Held::Stacked(Stack {
+            let stack = Stack {
                 rows: (0..pp)
                     .map(|s| {
                         let (first, blocks) = layout.run(s, chunk);
                         (row < blocks).then_some(2 + PER_BLOCK * (first + row) + kind)
                     })
                     .collect(),
-            })
+            };
+            Held::Stacked {
+                stack,
+                chunk,
+                row,
+                kind,
+            }
         })
     });
     let held: Vec<Held> = [0, 1]
@@ -176,7 +182,7 @@ pub(in crate::plan) fn pipeline_train_step(
             .zip(&held)
             .map(|(&g, h)| match h {
                 Held::Whole(_) => g,
-                Held::Stacked(_) => {
+                Held::Stacked { .. } => {
                     let shape = b.shape(g);
                     b.reshape(g, &shape[1..])
                 }
@@ -219,7 +225,7 @@ pub(in crate::plan) fn pipeline_train_step(
             // A stage's weights are its own; the replicated ones were used by one stage (the
             // embeddings by the first, the head by the last: tied, by both).
             let extra: &[&str] = match held[i] {
-                Held::Stacked(_) => &[],
+                Held::Stacked { .. } => &[],
                 Held::Whole(_) => &["pp"],
             };
             // ZeRO-2: the microbatches' gradients come out of the passes together, so they are
@@ -264,18 +270,26 @@ pub(in crate::plan) fn pipeline_train_step(
     })
 }
 
-/// What one program input holds: a parameter whole, or a stack of the stages' copies of one.
+/// What one program input holds: a parameter whole, or a stack of the stages' copies of one
+/// (row `row` of chunk `chunk`, block parameter `kind`).
 enum Held {
     Whole(usize),
-    Stacked(Stack),
+    Stacked {
+        stack: Stack,
+        chunk: usize,
+        row: usize,
+        kind: usize,
+    },
 }
 
 impl Held {
-    /// The parameter whose shape and name the input takes (a stack's first real row).
+    /// The parameter whose shape and name the input takes: a stack's first real row, or where
+    /// no stage holds a block at that row of the chunk (counts per virtual stage can leave a
+    /// chunk short on every stage) block 0's, whose shape every block shares.
     fn first(&self) -> usize {
         match self {
             Held::Whole(i) => *i,
-            Held::Stacked(s) => s.params().next().expect("some stage holds every row's block"),
+            Held::Stacked { stack, kind, .. } => stack.params().next().unwrap_or(2 + kind),
         }
     }
 
@@ -291,7 +305,7 @@ impl Held {
         match (self, holder) {
             (Held::Whole(_), Holder::Param) => par.param_layout(cfg, ps, Mode::ShardMap),
             (Held::Whole(_), Holder::State) => par.state_layout(cfg, ps, Mode::ShardMap),
-            (Held::Stacked(_), holder) => par.stacked_layout(cfg, ps, holder),
+            (Held::Stacked { .. }, holder) => par.stacked_layout(cfg, ps, holder),
         }
     }
 
@@ -326,9 +340,16 @@ impl Held {
                 },
                 spec: spec.clone(),
             },
-            Held::Stacked(stack) => Arg {
-                // "stages.h0.w_qkv": block 0 of every stage (its first stage's name).
-                name: format!("stages.{}{suffix}", ps.name),
+            Held::Stacked { stack, chunk, row, .. } => Arg {
+                // "stages.h0.w_qkv": block 0 of every stage (its first stage's name); a stack of
+                // zeros on every stage by its place, "stages.c1.r1.w_qkv".
+                name: match stack.params().next() {
+                    Some(_) => format!("stages.{}{suffix}", ps.name),
+                    None => format!(
+                        "stages.c{chunk}.r{row}.{}{suffix}",
+                        ps.name.split_once('.').map_or(&*ps.name, |n| n.1)
+                    ),
+                },
                 global_shape,
                 dtype: DType::F32,
                 role: match slot {
