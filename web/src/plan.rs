@@ -73,6 +73,47 @@ pub fn refusal(e: &PlanError) -> FieldError {
 }
 
 /// The summary as the page reads it: per-kind totals, random bits and memory per device.
+/// The planned modes' programs and, for each mode that cannot express the settings and does
+/// not run, why (its program pane says so); or every refusal of the settings, one a control.
+/// Automatic and shard_map are always planned, for the inspector to set side by side; explicit
+/// mode when it runs.
+pub fn plan_modes(
+    settings: &Settings,
+    par: &Parallelism,
+) -> Result<(Vec<Plan>, serde_json::Map<String, Value>), Vec<FieldError>> {
+    let (mut plans, mut refused) = (vec![], serde_json::Map::new());
+    // Each refusal with whether its mode runs.
+    let mut errors: Vec<(FieldError, bool)> = vec![];
+    let runs = |m: Mode| settings.modes().contains(&m);
+    for mode in Mode::PARTITIONED
+        .into_iter()
+        .filter(|&m| m != Mode::Explicit || runs(m))
+    {
+        let e = match Plan::build(settings, mode, par) {
+            Ok(plan) => {
+                plans.push(plan);
+                continue;
+            }
+            Err(e) => refusal(&e),
+        };
+        if e.field == "mode" && !runs(mode) {
+            refused.insert(mode.name().into(), json!(e.message));
+            continue;
+        }
+        // Any other refusal is the settings', whichever mode finds it; where two modes refuse
+        // one control in their own words, it shows a running mode's.
+        match errors.iter().position(|(x, _)| x.field == e.field) {
+            None => errors.push((e, runs(mode))),
+            Some(i) if runs(mode) && !errors[i].1 => errors[i] = (e, true),
+            Some(_) => {}
+        }
+    }
+    match errors.is_empty() {
+        true => Ok((plans, refused)),
+        false => Err(errors.into_iter().map(|(e, _)| e).collect()),
+    }
+}
+
 fn summary_json(s: &ProgramSummary) -> Value {
     json!({
         "devices": s.devices,
@@ -212,6 +253,31 @@ mod tests {
             assert!(e.message.contains(words), "{words}: {}", e.message);
         }
         assert!(!e.message.contains("--"), "{}", e.message);
+    }
+
+    #[test]
+    fn where_two_modes_refuse_one_control_it_shows_one_refusal_the_running_modes() {
+        // Unfused attention on a zig-zag ring: automatic mode refuses the reordered queries,
+        // shard_map the ring, both at the attention control.
+        for (mode, words) in [
+            ("auto", "reorders the queries"),
+            ("shard_map", "cannot run ring attention"),
+            ("both", "reorders the queries"),
+        ] {
+            let s = Settings {
+                mode: crate::modes::Modes::parse(mode).unwrap(),
+                cp_order: shardlab::ir::CpOrder::Zigzag,
+                attention: shardlab::model::Attention::Unfused,
+                ..Settings::preset(Preset::Cp)
+            };
+            let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
+            let Err(errors) = plan_modes(&s, &par) else {
+                panic!("{mode}: planned")
+            };
+            assert_eq!(errors.len(), 1, "{mode}: {errors:?}");
+            assert_eq!(errors[0].field, "attention");
+            assert!(errors[0].message.contains(words), "{mode}: {}", errors[0].message);
+        }
     }
 
     #[test]

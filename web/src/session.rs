@@ -215,33 +215,7 @@ impl Inner {
     fn build(&self, settings: Settings) -> Result<Run, Vec<FieldError>> {
         let par = settings.check().map_err(|e| vec![e])?;
         let device = settings.device_profile().map_err(|e| vec![e])?;
-        let (mut plans, mut refused, mut errors) = (vec![], serde_json::Map::new(), vec![]);
-        // Automatic and shard_map are always planned, for the inspector to set side by side;
-        // explicit mode when it runs.
-        let planned = Mode::PARTITIONED
-            .into_iter()
-            .filter(|m| *m != Mode::Explicit || settings.modes().contains(m));
-        for mode in planned {
-            match Plan::build(&settings, mode, &par) {
-                Ok(plan) => plans.push(plan),
-                Err(e) => {
-                    let e = crate::plan::refusal(&e);
-                    // A mode that cannot express the strategy, and does not run: its program
-                    // pane says why. Any other error is the settings', whichever mode finds it.
-                    if e.field == "mode" && !settings.modes().contains(&mode) {
-                        refused.insert(mode.name().into(), json!(e.message));
-                    } else if !errors
-                        .iter()
-                        .any(|x: &FieldError| x.field == e.field && x.message == e.message)
-                    {
-                        errors.push(e);
-                    }
-                }
-            }
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
+        let (plans, refused) = crate::plan::plan_modes(&settings, &par)?;
         check_memory(&settings, &plans).map_err(|e| vec![e])?;
         let prediction = crate::predict::modes(&plans, &device);
         let count = plans.len();
