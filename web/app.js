@@ -264,7 +264,6 @@ function writeFoldFacts(s) {
   };
   for (const span of document.querySelectorAll('.fold-facts')) span.textContent = `· ${facts[span.dataset.facts]}`;
   $('remat-trade').textContent = REMAT_TRADE[s.remat];
-  $('cp-order-note').hidden = !(mesh.hasAxis(s.mesh, 'cp') && s.cp_order === 'zigzag' && runsExplicit(s.mode));
   placePipelineControls(s);
 }
 

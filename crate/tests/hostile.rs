@@ -1086,15 +1086,15 @@ fn long_sequence_settings_that_do_not_split_the_sequence_are_refused_naming_the_
             cp("shard_map", "cp=8", &["--cp-order", "zigzag"]),
             &["zig-zag chunks", "--cp-order contiguous"],
         ),
-        // jit runs zig-zag on its reordered tokens; explicit mode does not reorder them, and
-        // unfused attention's mask cannot follow them.
-        (
-            cp("explicit", "cp=2", &["--cp-order", "zigzag"]),
-            &["--cp-order zigzag", "--mode shard_map", "--mode auto"],
-        ),
+        // jit (automatic and explicit mode) runs zig-zag on its reordered tokens, which
+        // unfused attention's mask cannot follow.
         (
             cp("auto", "cp=2", &["--cp-order", "zigzag", "--attention", "unfused"]),
             &["--attention unfused", "--attention fused"],
+        ),
+        (
+            cp("explicit", "cp=2", &["--cp-order", "zigzag", "--attention", "unfused"]),
+            &["--attention unfused", "--cp-order contiguous"],
         ),
         (
             cp("shard_map", "cp=2", &["--cp-order", "diagonal"]),

@@ -405,9 +405,7 @@ impl Settings {
             parallel,
             combine_all_reduces: self.combine,
             microbatches: self.microbatches,
-            // Explicit mode runs contiguous whatever the control says, and the page says so
-            // beside it (the CLI refuses --cp-order zigzag with --mode explicit alone).
-            cp_order: mode.runs_cp_order(self.cp_order),
+            cp_order: self.cp_order,
             schedule: self.schedule,
             virtual_stages: self.virtual_stages,
             stage_layers: self.stage_layers.clone(),
@@ -583,7 +581,7 @@ mod tests {
     }
 
     #[test]
-    fn zigzag_is_refused_without_a_cp_axis_and_runs_in_shard_map_and_jit_beside_explicits_contiguous_blocks() {
+    fn zigzag_is_refused_without_a_cp_axis_and_runs_in_every_mode() {
         let mut s = Settings::preset(Preset::Dp);
         s.cp_order = CpOrder::Zigzag;
         let par = s.check().unwrap();
@@ -595,14 +593,14 @@ mod tests {
             "{}",
             e.message
         );
-        // Every mode runs: shard_map on the zig-zag ring, jit on its reordered sequence,
-        // explicit on contiguous blocks (its step does not reorder).
+        // Every mode runs: shard_map on the zig-zag ring, jit (automatic and explicit mode) on
+        // its reordered sequence.
         let mut s = Settings::preset(Preset::Cp);
         s.cp_order = CpOrder::Zigzag;
         let par = s.check().unwrap_or_else(|e| panic!("{}", e.message));
         assert_eq!(s.options(Mode::ShardMap, &par).cp_order, CpOrder::Zigzag);
         assert_eq!(s.options(Mode::Auto, &par).cp_order, CpOrder::Zigzag);
-        assert_eq!(s.options(Mode::Explicit, &par).cp_order, CpOrder::Contiguous);
+        assert_eq!(s.options(Mode::Explicit, &par).cp_order, CpOrder::Zigzag);
         for mode in Mode::PARTITIONED {
             shardlab::plan::build(&s.options(mode, &par)).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         }

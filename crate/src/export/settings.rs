@@ -116,11 +116,12 @@ fn setting_list(opts: &TrainerOptions, mesh_axes: &[(String, usize)], steps: u64
         set(
             "ZIGZAG",
             match &opts.parallel {
-                Parallel::Auto { par, .. } => par.zigzag_parts(opts.cp_order),
-                _ => None,
+                Parallel::Auto { par, .. } | Parallel::Explicit { par, .. } => par.zigzag_parts(opts.cp_order),
+                Parallel::None | Parallel::ShardMap { .. } => None,
             }
             .map_or("None".into(), |n| n.to_string()),
-            "--cp-order zigzag under jit: the program holds the sequence in zig-zag order of this many blocks",
+            "--cp-order zigzag under jit (automatic and explicit mode): the program holds the sequence in zig-zag \
+             order of this many blocks",
         ),
     ];
     if let Some(moe) = &cfg.moe {

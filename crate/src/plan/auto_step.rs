@@ -212,16 +212,18 @@ pub fn composition_constraints(
         vec![]
     };
     pins.extend(super::moe_constraints(cfg, par, microbatches));
-    if par.zigzag_parts(order).is_some() {
-        pins.extend(zigzag_constraints(cfg, par));
-    }
+    pins.extend(zigzag_constraints(cfg, par, order));
     pins
 }
 
-/// Zig-zag's constraints: the tokens and targets, reordered inside the program, split as the
-/// rules split (B, T), so jit's contiguous block of the sequence on a "cp" device is its two
-/// zig-zag chunks (without them the reorder's concatenation leaves the sequence whole).
-fn zigzag_constraints(cfg: &GptConfig, par: &Parallelism) -> Vec<(String, PartitionSpec)> {
+/// Zig-zag's constraints (none in contiguous order): the tokens and targets, reordered inside
+/// the program, split as the rules split (B, T), so jit's contiguous block of the sequence on a
+/// "cp" device is its two zig-zag chunks (without them the reorder's concatenation leaves the
+/// sequence whole).
+pub(super) fn zigzag_constraints(cfg: &GptConfig, par: &Parallelism, order: CpOrder) -> Vec<(String, PartitionSpec)> {
+    if par.zigzag_parts(order).is_none() {
+        return vec![];
+    }
     crate::model::ZIGZAG_INPUTS
         .iter()
         .map(|name| (name.to_string(), par.tokens_spec(cfg)))

@@ -131,15 +131,7 @@ pub fn build(opts: &TrainerOptions) -> Result<Planned, PlanError> {
         }
         Parallel::Explicit { par, axis_types, specs } => {
             par.check_cp(cfg, opts.cp_order, Mode::Explicit)?;
-            let (typed, auto, view): (TrainStep, _, ExplicitView) = explicit_train_step(
-                cfg,
-                opts.optimizer,
-                opts.rng_layout,
-                par,
-                axis_types,
-                specs,
-                opts.microbatches,
-            )?;
+            let (typed, auto, view): (TrainStep, _, ExplicitView) = explicit_train_step(opts, par, axis_types, specs)?;
             let auto = if combine { combine_auto_program(&auto) } else { auto };
             let values = value_shardings(&typed, &auto);
             explicit = Some(view);

@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use super::auto_step::step_shardings;
 use super::rules::{Holder, Logical};
 use super::{Parallelism, PlanError};
-use crate::ir::{Op, Program, RngLayout, ValueId};
-use crate::model::{accumulated_train_step, GptConfig, Optimizer, TrainStep};
+use crate::ir::{Op, Program, ValueId};
+use crate::model::{accumulated_train_step_in_order, TrainStep};
 use crate::partition::auto::{dims_of_spec, AutoProgram};
 use crate::partition::explicit::{
     annotate, bits_sites, explicit_only, lower, typed_lines, BitsSite, Choice, Dims, TypedLine, Want, WantDims,
 };
+use crate::plan::TrainerOptions;
 use crate::setting::{Refusal, Setting};
 use crate::sharding::{AxisType, AxisTypes, PartitionSpec};
 
@@ -82,33 +83,26 @@ pub fn explicit_axis_types(par: &Parallelism, given: &[(String, AxisType)]) -> R
         .map_err(|axis| Refusal::named(Setting::AxisType(axis), "names no mesh axis").into())
 }
 
-/// The global step (with gradient accumulation over `microbatches`) typed in explicit mode
-/// and jit's result for it: the typed step (its reshards instructions of their own), the
-/// partitioned program, and the view of the typed program.
+/// `opts`' global step (with gradient accumulation over its microbatches, the sequence in its
+/// cp order: zig-zag's reorder is the program's own, as in automatic mode) typed in explicit
+/// mode on `par` and jit's result for it: the typed step (its reshards instructions of their
+/// own), the partitioned program, and the view of the typed program.
 pub(super) fn explicit_train_step(
-    cfg: &GptConfig,
-    opt: Optimizer,
-    rng_layout: RngLayout,
+    opts: &TrainerOptions,
     par: &Parallelism,
     given_types: &[(String, AxisType)],
     overrides: &[(String, PartitionSpec)],
-    microbatches: usize,
 ) -> Result<(TrainStep, AutoProgram, ExplicitView), PlanError> {
+    let (cfg, opt, microbatches, order) = (&opts.config, opts.optimizer, opts.microbatches, opts.cp_order);
     par.check(cfg, microbatches)?;
     let types = explicit_axis_types(par, given_types)?;
-    let global = accumulated_train_step(cfg, opt, rng_layout, microbatches)?;
+    let global = accumulated_train_step_in_order(cfg, opt, opts.rng_layout, microbatches, par.zigzag_parts(order))?;
     let prog = &global.program;
-    // A mixture's expert buffers laid out as automatic mode lays them out (experts over "ep").
-    let implicit = super::moe_constraints(cfg, par, microbatches);
-    let s = step_shardings(
-        cfg,
-        opt,
-        par,
-        prog,
-        &implicit,
-        overrides,
-        crate::ir::CpOrder::Contiguous,
-    )?;
+    // A mixture's expert buffers laid out as automatic mode lays them out (experts over "ep"),
+    // and zig-zag's reordered tokens split as (B, T) is.
+    let mut implicit = super::moe_constraints(cfg, par, microbatches);
+    implicit.extend(super::auto_step::zigzag_constraints(cfg, par, order));
+    let s = step_shardings(cfg, opt, par, prog, &implicit, overrides, order)?;
     let typed = |v: ValueId, spec: &PartitionSpec| explicit_only(&dims_of_spec(spec, prog.shape(v).len()), &types);
     // A type shows Explicit axes only: a spec giving an intermediate a type cannot name an Auto one.
     for (name, spec) in s.pinned_by.values() {

@@ -161,8 +161,7 @@ impl TrainerOptions {
     /// The same run in each of JAX's three modes on this composition, in
     /// [`Mode::PARTITIONED`]'s order (what `bench compare` races): automatic and explicit mode
     /// keep these options' spec overrides (and explicit mode its axis types), shard_map mode
-    /// their dropout key (else the same key on every device); each mode the cp order it runs
-    /// ([`Mode::runs_cp_order`]). None on one device.
+    /// their dropout key (else the same key on every device). None on one device.
     pub fn in_every_mode(&self) -> Option<[TrainerOptions; 3]> {
         let (par, specs, axis_types, dropout_key) = match &self.parallel {
             Parallel::None => return None,
@@ -171,7 +170,6 @@ impl TrainerOptions {
             Parallel::ShardMap { par, dropout_key } => (par, vec![], vec![], *dropout_key),
         };
         let with = |parallel: Parallel| TrainerOptions {
-            cp_order: parallel.mode().runs_cp_order(self.cp_order),
             parallel,
             ..self.clone()
         };

@@ -357,16 +357,7 @@ impl Parallelism {
         }
         let cp = self.size(AxisKind::Cp);
         if order == CpOrder::Zigzag {
-            if mode == Mode::Explicit {
-                let why = format!(
-                    "reorders the sequence inside the program in automatic mode, and explicit mode's step does not \
-                     reorder it yet: use {} or {}, or {contiguous}",
-                    Setting::Mode.at(Mode::ShardMap.name()),
-                    Setting::Mode.at(Mode::Auto.name())
-                );
-                return Err(Refusal::at(Setting::CpOrder, order.name(), why).into());
-            }
-            if mode == Mode::Auto && cfg.attention == crate::model::Attention::Unfused {
+            if matches!(mode, Mode::Auto | Mode::Explicit) && cfg.attention == crate::model::Attention::Unfused {
                 let why = format!(
                     "reorders the queries, and unfused attention's causal mask compares row and column indices, not \
                      positions: use {}, or {contiguous}",

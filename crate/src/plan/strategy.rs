@@ -313,16 +313,6 @@ impl Mode {
     /// The three ways a step is partitioned over a mesh, as JAX's guide sets them side by side.
     pub const PARTITIONED: [Mode; 3] = [Mode::Auto, Mode::Explicit, Mode::ShardMap];
 
-    /// The order of context parallelism's blocks this mode runs when `order` is asked for where
-    /// every mode runs (the page's modes, `bench compare`): explicit mode's step does not reorder
-    /// the sequence, so its blocks stay contiguous (`--mode explicit` alone refuses zig-zag).
-    pub fn runs_cp_order(self, order: crate::ir::CpOrder) -> crate::ir::CpOrder {
-        match self {
-            Mode::Explicit => crate::ir::CpOrder::Contiguous,
-            _ => order,
-        }
-    }
-
     /// The name the CLI (`--mode`, `--json` lines), the page and the exported scripts use.
     pub fn name(self) -> &'static str {
         match self {

@@ -16,7 +16,7 @@
 use super::space::{candidates, LEVERS};
 use super::{parallel, plan_command};
 use crate::ir::Precision;
-use crate::plan::{closed_memory, mesh_text, MemoryPlan, Mode, Parallel, Parallelism, PlanError, TrainerOptions};
+use crate::plan::{closed_memory, mesh_text, MemoryPlan, Parallel, Parallelism, PlanError, TrainerOptions};
 use crate::profile::{estimate_step, predict, DeviceBytes, DeviceProfile, Placement};
 use crate::setting::{Audience, Setting};
 use crate::sharding::Mesh;
@@ -278,7 +278,6 @@ fn explicit_twins(passed: &[Screened]) -> Vec<Screened> {
                         axis_types: vec![],
                         specs: specs.clone(),
                     },
-                    cp_order: Mode::Explicit.runs_cp_order(s.opts.cp_order),
                     ..s.opts.clone()
                 },
                 estimate_s: s.estimate_s,

@@ -50,6 +50,11 @@ fn parallel(mode: Mode, strategy: Strategy, mesh: &str) -> Parallel {
             par: strategy.compose(&mesh).unwrap(),
             specs: vec![],
         },
+        Mode::Explicit => Parallel::Explicit {
+            par: strategy.compose(&mesh).unwrap(),
+            axis_types: vec![],
+            specs: vec![],
+        },
         _ => Parallel::ShardMap {
             par: strategy.compose(&mesh).unwrap(),
             dropout_key: DropoutKey::Same,
@@ -75,6 +80,8 @@ pub fn matrix() -> Vec<(Mode, Strategy, &'static str, CpOrder)> {
             }
         }
     }
+    // Explicit mode reorders as jit does, its chunks typed as JAX types them.
+    cases.push((Mode::Explicit, Strategy::DpCp, "dp=2,cp=2", CpOrder::Zigzag));
     cases
 }
 

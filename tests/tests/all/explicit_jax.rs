@@ -233,6 +233,16 @@ fn cases() -> Vec<Case> {
             Refused(FixKind::Reshard),
         ),
         case(
+            "zig-zag's reorder: a sequence split into chunks and concatenated back keeps its sharding",
+            vec![(&[8, 8], U, "P('dp', 'tp')")],
+            |b, x| {
+                let c = b.split(x[0], 1, &[2, 2, 2, 2]);
+                b.concat(&[c[0], c[3], c[1], c[2]], 1)
+            },
+            "(lambda c: jnp.concatenate([c[0], c[3], c[1], c[2]], 1))(jax.lax.split(a, (2, 2, 2, 2), axis=1))",
+            Type("u32[8@dp,8@tp]"),
+        ),
+        case(
             "concatenate of operands sharded differently",
             vec![mat("P('dp')"), mat("P()")],
             |b, x| b.concat(&[x[0], x[1]], 0),

@@ -298,22 +298,37 @@ fn exported_long_sequence_scripts_with_dropout_match_shardlab_in_both_modes_and_
 /// K and V back in order, and masks jax.nn.dot_product_attention by the queries' positions;
 /// its losses are shardlab's (and so the one-device run's).
 #[test]
-fn exported_auto_zigzag_script_reorders_the_sequence_inside_jit_and_matches_shardlab() {
+fn exported_zigzag_scripts_reorder_the_sequence_inside_jit_and_match_shardlab_in_both_modes() {
     jax_or_skip!();
-    let mut opts = golden_options(auto(Strategy::DpCp, "dp=2,cp=2"));
-    opts.cp_order = shardlab::ir::CpOrder::Zigzag;
-    let script = jax_script(&opts, STEPS).unwrap();
-    for needle in [
-        "ZIGZAG = 2",
-        "tokens, targets = (constrain(reorder(x, 1), f\"{n}.zigzag\")",
-        "k, v = reorder(k, 2, back=True), reorder(v, 2, back=True)",
-        "mask=seen[None, None]",
-        "\"tokens.zigzag\": P(\"dp\", \"cp\")",
+    // Automatic mode pins the reordered tokens; explicit mode's types carry their split, the
+    // concatenation of the chunks typed as JAX types it.
+    for (name, parallel, pin) in [
+        (
+            "auto_dp_cp_zigzag",
+            auto(Strategy::DpCp, "dp=2,cp=2"),
+            "\"tokens.zigzag\": P(\"dp\", \"cp\")",
+        ),
+        (
+            "explicit_dp_cp_zigzag",
+            explicit(Strategy::DpCp, "dp=2,cp=2"),
+            "MODE = \"explicit\"",
+        ),
     ] {
-        assert!(script.contains(needle), "the script lacks {needle}");
+        let mut opts = golden_options(parallel);
+        opts.cp_order = shardlab::ir::CpOrder::Zigzag;
+        let script = jax_script(&opts, STEPS).unwrap();
+        for needle in [
+            "ZIGZAG = 2",
+            "tokens, targets = (constrain(reorder(x, 1), f\"{n}.zigzag\")",
+            "k, v = reorder(k, 2, back=True), reorder(v, 2, back=True)",
+            "mask=seen[None, None]",
+            pin,
+        ] {
+            assert!(script.contains(needle), "{name}: the script lacks {needle}");
+        }
+        let jax = run_script(name, &script, STEPS);
+        assert_losses_close(name, &jax, &shardlab_losses(&opts, STEPS), 1e-5);
     }
-    let jax = run_script("auto_dp_cp_zigzag", &script, STEPS);
-    assert_losses_close("auto_dp_cp_zigzag", &jax, &shardlab_losses(&opts, STEPS), 1e-5);
 }
 
 /// With dropout, which jax.nn.dot_product_attention lacks, the script's fused attention is

@@ -70,18 +70,6 @@ pub fn run(mut args: Args) -> Result<(), String> {
                 m.all_reduces
             );
         }
-        let order = opts.cp_order;
-        if opts.parallel.parallelism().is_some_and(|p| p.is_cp()) {
-            for m in &c.modes {
-                if m.mode.runs_cp_order(order) != order {
-                    println!(
-                        "({} ran --cp-order {}: its step does not reorder the sequence)",
-                        m.mode.name(),
-                        m.mode.runs_cp_order(order).name()
-                    );
-                }
-            }
-        }
         println!(
             "ratio auto/shard_map: {:.2} (pairs' quartiles {:.2}-{:.2})",
             c.ratio, c.ratio_low, c.ratio_high
