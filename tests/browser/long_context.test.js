@@ -82,6 +82,14 @@ test('zig-zag balances the ring in shard_map mode, runs under jit on the reorder
     await settled(page);
     assert.ok(await stepMs(page, 'explicit') > 0);
     assert.equal(await page.locator('[data-testid="field-error"]').count(), 0);
+    // Unfused attention cannot follow the reordered queries under jit, nor run shard_map's
+    // ring: the control shows one refusal, the running mode's.
+    await setControl(page, 'attention', 'unfused');
+    await fieldError(page, 'attention').first().waitFor({ timeout: 30_000 });
+    assert.equal(await fieldError(page, 'attention').count(), 1);
+    assert.match(await fieldError(page, 'attention').innerText(), /reorders the queries/);
+    await setControl(page, 'attention', 'fused');
+    await configuredWith(page, 'attention', 'fused');
     await setControl(page, 'mode', 'shard_map');
     await configuredWith(page, 'mode', 'shard_map');
 
