@@ -106,8 +106,9 @@ pub fn parse_stage_layers(text: &str) -> Result<Vec<usize>, String> {
 const MAX_COUNTS: usize = 1 << 16;
 
 /// Checks a pipeline's layout and schedule settings against the model and mesh: the stage
-/// counts (one per stage, each at least one block, adding up to the layers), the virtual stages
-/// (dividing every stage's blocks; a schedule that runs chunks), the microbatches a schedule
+/// counts (one per stage or per virtual stage, every stage at least one block, adding up to the
+/// layers), the virtual stages (dividing every stage's blocks where the counts are per stage; a
+/// schedule that runs chunks), the microbatches a schedule
 /// needs. `stage_layers` empty: equal stages, which [`Parallelism::check`] checks.
 pub fn check(
     cfg: &GptConfig,
