@@ -119,6 +119,43 @@ fn automatic_cp_gathers_k_and_v_once_per_attention_and_reduces_their_gradients()
     }
 }
 
+/// Under jit's zig-zag order, explicit mode as automatic: K's and V's cotangents pass the
+/// reorder's split and concatenation as partial sums and are reduce-scattered back, never
+/// all-reduced whole (split and concatenate move elements, and a sum commutes with them).
+#[test]
+fn under_zigzag_both_jit_modes_reduce_scatter_k_and_v_cotangents() {
+    let layers = 2;
+    let mesh = Mesh::parse("cp=2").unwrap();
+    let par = Strategy::Cp.compose(&mesh).unwrap();
+    for parallel in [
+        Parallel::Auto {
+            par: par.clone(),
+            specs: vec![],
+        },
+        Parallel::Explicit {
+            par: par.clone(),
+            axis_types: vec![],
+            specs: vec![],
+        },
+    ] {
+        let mode = parallel.mode_name();
+        let opts = TrainerOptions {
+            cp_order: CpOrder::Zigzag,
+            ..TrainerOptions::new(config(layers), parallel)
+        };
+        let prog = build(&opts).unwrap().step.program;
+        let all = 0..prog.instrs.len();
+        let scatters = count(&prog, all.clone(), |op| matches!(op, Op::PsumScatter { .. }));
+        assert_eq!(scatters, 2 * layers, "{mode}: dK and dV of every attention");
+        let whole_sums = prog
+            .instrs
+            .iter()
+            .filter(|i| matches!(i.op, Op::Psum { .. }) && prog.shape(i.outputs[0]).len() == 4)
+            .count();
+        assert_eq!(whole_sums, 0, "{mode}: no (B, H, T, D) all-reduce");
+    }
+}
+
 /// Activation collectives (rank >= 3) of a program, by kind: (count, bytes over the wire);
 /// `recomputed` picks those the backward recomputes (jax.checkpoint's), or the others.
 fn activation_collectives(prog: &Program, recomputed: bool) -> std::collections::BTreeMap<&'static str, (usize, f64)> {

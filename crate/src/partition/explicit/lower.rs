@@ -87,10 +87,17 @@ fn attribute_reductions(prog: &Program, spmd: &mut AutoProgram) {
 }
 
 /// Whether `reader` passes a partial sum in `v` on (sums are linear): it moves it (reshard,
-/// transpose, reshape), scales it, or adds it to another array of its shape.
+/// transpose, reshape, split, concatenate), scales it, or adds it to another array of its shape.
 fn carries_partial(prog: &Program, reader: &crate::ir::Instr, v: ValueId) -> bool {
     match reader.op {
-        Op::Reshard { .. } | Op::Transpose { .. } | Op::Reshape { .. } | Op::Scale { .. } => true,
+        // Splitting and concatenating move elements, so a sum commutes with them (zig-zag's
+        // chunks of K's and V's cotangents stay partial until the reduce-scatter).
+        Op::Reshard { .. }
+        | Op::Transpose { .. }
+        | Op::Reshape { .. }
+        | Op::Scale { .. }
+        | Op::Split { .. }
+        | Op::Concat { .. } => true,
         Op::Add => reader.inputs.iter().all(|x| prog.shape(*x) == prog.shape(v)),
         _ => false,
     }
