@@ -207,19 +207,27 @@ function markFieldErrors(errors) {
   for (const root of controlRoots()) {
     for (const old of root.querySelectorAll('[data-testid="field-error"]')) old.remove();
     for (const old of root.querySelectorAll('.invalid')) old.classList.remove('invalid');
-    for (const old of root.querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
+    for (const old of root.querySelectorAll('[aria-invalid]')) {
+      old.removeAttribute('aria-invalid');
+      old.removeAttribute('aria-describedby');
+    }
   }
+  const ids = new Map();
   for (const e of errors) {
     // A mesh axis's refusal sits at that axis's size, or the mesh where it has none.
     // An axis type's lands at its axis's select, or the types where the mesh has no such axis.
     const input = e.field && (controlNamed(e.field) || (e.field.startsWith('mesh.') && controlNamed('mesh'))
       || (e.field.startsWith('axis_type.') && controlNamed('axis_types')));
     const label = input ? input.closest('label') : form().querySelector('label');
-    const id = `error-${e.field || 'settings'}`;
+    // Two modes can refuse one control in their own words: each message its own id.
+    const base = `error-${e.field || 'settings'}`;
+    const n = ids.get(base) || 0;
+    ids.set(base, n + 1);
+    const id = n ? `${base}-${n + 1}` : base;
     if (input) {
       input.classList.add('invalid');
       input.setAttribute('aria-invalid', 'true');
-      input.setAttribute('aria-describedby', id);
+      input.setAttribute('aria-describedby', [input.getAttribute('aria-describedby'), id].filter(Boolean).join(' '));
     }
     // A folded part opens to show its error.
     for (let d = label.closest('details'); d; d = d.parentElement.closest('details')) d.open = true;

@@ -72,15 +72,15 @@ pub fn refusal(e: &PlanError) -> FieldError {
     FieldError::plan(e)
 }
 
-/// The summary as the page reads it: per-kind totals, random bits and memory per device.
-/// The planned modes' programs and, for each mode that cannot express the settings and does
-/// not run, why (its program pane says so); or every refusal of the settings, one a control.
-/// Automatic and shard_map are always planned, for the inspector to set side by side; explicit
-/// mode when it runs.
-pub fn plan_modes(
-    settings: &Settings,
-    par: &Parallelism,
-) -> Result<(Vec<Plan>, serde_json::Map<String, Value>), Vec<FieldError>> {
+/// The planned modes' programs, and for each mode that cannot express the settings and does
+/// not run, why (its program pane says so).
+pub type ModePlans = (Vec<Plan>, serde_json::Map<String, Value>);
+
+/// The modes' plans, or the settings' refusals. Automatic and shard_map are always planned, for
+/// the inspector to set side by side; explicit mode when it runs. A control shows the refusals
+/// of the running modes that refuse it, each in its mode's words, or where none does, the first
+/// of a mode planned beside them: two modes' different words for one fault are not two faults.
+pub fn plan_modes(settings: &Settings, par: &Parallelism) -> Result<ModePlans, Vec<FieldError>> {
     let (mut plans, mut refused) = (vec![], serde_json::Map::new());
     // Each refusal with whether its mode runs.
     let mut errors: Vec<(FieldError, bool)> = vec![];
@@ -100,20 +100,26 @@ pub fn plan_modes(
             refused.insert(mode.name().into(), json!(e.message));
             continue;
         }
-        // Any other refusal is the settings', whichever mode finds it; where two modes refuse
-        // one control in their own words, it shows a running mode's.
-        match errors.iter().position(|(x, _)| x.field == e.field) {
-            None => errors.push((e, runs(mode))),
-            Some(i) if runs(mode) && !errors[i].1 => errors[i] = (e, true),
-            Some(_) => {}
+        // Any other refusal is the settings', whichever mode finds it.
+        if !errors.iter().any(|(x, _)| x.field == e.field && x.message == e.message) {
+            errors.push((e, runs(mode)));
         }
     }
-    match errors.is_empty() {
+    let running_at = |field: &str| errors.iter().any(|(x, r)| *r && x.field == field);
+    let first_at = |field: &str| errors.iter().position(|(x, _)| x.field == field);
+    let shown: Vec<FieldError> = errors
+        .iter()
+        .enumerate()
+        .filter(|(i, (e, running))| *running || (!running_at(&e.field) && first_at(&e.field) == Some(*i)))
+        .map(|(_, (e, _))| e.clone())
+        .collect();
+    match shown.is_empty() {
         true => Ok((plans, refused)),
-        false => Err(errors.into_iter().map(|(e, _)| e).collect()),
+        false => Err(shown),
     }
 }
 
+/// The summary as the page reads it: per-kind totals, random bits and memory per device.
 fn summary_json(s: &ProgramSummary) -> Value {
     json!({
         "devices": s.devices,
@@ -256,13 +262,32 @@ mod tests {
     }
 
     #[test]
-    fn where_two_modes_refuse_one_control_it_shows_one_refusal_the_running_modes() {
-        // Unfused attention on a zig-zag ring: automatic mode refuses the reordered queries,
-        // shard_map the ring, both at the attention control.
+    fn a_control_shows_each_running_modes_refusal_in_its_words() {
+        // A pipeline: automatic and explicit mode each refuse it at the mode control, in their
+        // own words; shard_map runs it.
+        let s = Settings {
+            mode: crate::modes::Modes::ALL,
+            ..Settings::preset(Preset::Pp)
+        };
+        let Err(errors) = plan_modes(&s, &s.check().unwrap()) else {
+            panic!("planned")
+        };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["mode", "mode"], "{errors:?}");
+        assert!(errors[0].message.contains("mode auto") && errors[1].message.contains("mode explicit"));
+    }
+
+    #[test]
+    fn where_a_planned_mode_refuses_a_control_beside_a_running_one_only_the_running_modes_shows() {
+        // Unfused attention on a zig-zag ring: automatic (and explicit) mode refuse the
+        // reordered queries, shard_map the ring, each at the attention control. Automatic and
+        // shard_map are planned whatever runs; explicit says what automatic says.
+        let ring = "cannot run ring attention";
         for (mode, words) in [
-            ("auto", "reorders the queries"),
-            ("shard_map", "cannot run ring attention"),
-            ("both", "reorders the queries"),
+            ("auto", vec!["reorders the queries"]),
+            ("shard_map", vec![ring]),
+            ("auto+explicit", vec!["reorders the queries"]),
+            ("both", vec!["reorders the queries", ring]),
         ] {
             let s = Settings {
                 mode: crate::modes::Modes::parse(mode).unwrap(),
@@ -274,9 +299,11 @@ mod tests {
             let Err(errors) = plan_modes(&s, &par) else {
                 panic!("{mode}: planned")
             };
-            assert_eq!(errors.len(), 1, "{mode}: {errors:?}");
-            assert_eq!(errors[0].field, "attention");
-            assert!(errors[0].message.contains(words), "{mode}: {}", errors[0].message);
+            assert_eq!(errors.len(), words.len(), "{mode}: {errors:?}");
+            for (e, words) in errors.iter().zip(words) {
+                assert_eq!(e.field, "attention");
+                assert!(e.message.contains(words), "{mode}: {}", e.message);
+            }
         }
     }
 
