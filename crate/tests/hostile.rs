@@ -1218,3 +1218,52 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
         ),
     ]);
 }
+
+#[test]
+fn stage_layer_counts_that_do_not_parse_or_fit_are_refused_at_the_flag() {
+    let pp = |counts: &str| -> Vec<String> {
+        let args = [
+            "train",
+            "--cpu",
+            "--mode",
+            "shard_map",
+            "--mesh",
+            "pp=2",
+            "--layers",
+            "4",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--seq",
+            "8",
+            "--batch",
+            "4",
+            "--vocab",
+            "16",
+            "--schedule",
+            "1f1b",
+            "--virtual-stages",
+            "2",
+            "--microbatches",
+            "2",
+            "--stage-layers",
+            counts,
+        ];
+        args.iter().map(|s| s.to_string()).collect()
+    };
+    refused(&[
+        (
+            pp("0,1*2,x"),
+            &["--stage-layers 0,1*2,x", "'x' is no block count", "COUNT*TIMES"],
+        ),
+        (pp("1*0"), &["'1*0' is no block count"]),
+        (pp("1*99999999"), &["at most 65536 counts"]),
+        // One count per virtual stage, but stage 0's two chunks are both empty.
+        (pp("0,2,0,2"), &["--stage-layers 0,2,0,2", "gives a stage no blocks"]),
+        (
+            pp("1,1,1"),
+            &["lists 3 stages", "one per virtual stage (4 with --virtual-stages 2)"],
+        ),
+    ]);
+}

@@ -431,12 +431,9 @@ impl Trainer {
 
 /// A global host array laid out as input `pos` of `prog` wants it: `[device, local...]`.
 fn shard(prog: &Program, pos: usize, global: Tensor) -> Result<Tensor, ExecError> {
-    if prog.mesh.is_none() {
+    let Some((sharding, shape)) = input_layout(prog, pos)? else {
         return Ok(global);
-    }
-    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
-    let local = prog.shape(prog.inputs[pos].0);
-    let shape = prog.global_shape(local, &sharding.spec);
+    };
     let err = |e: crate::sharding::ShardingError| ExecError::Input(e.to_string());
     Ok(match global {
         Tensor::F32(v) => Tensor::F32(sharding.shard(&v, &shape).map_err(err)?),
@@ -446,23 +443,28 @@ fn shard(prog: &Program, pos: usize, global: Tensor) -> Result<Tensor, ExecError
 
 /// Elements of input `pos`'s global array.
 fn global_len(prog: &Program, pos: usize) -> Result<usize, ExecError> {
-    let local = prog.shape(prog.inputs[pos].0);
-    if prog.mesh.is_none() {
-        return Ok(local.iter().product());
-    }
-    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
-    Ok(prog.global_shape(local, &sharding.spec).iter().product())
+    Ok(match input_layout(prog, pos)? {
+        Some((_, shape)) => shape.iter().product(),
+        None => prog.shape(prog.inputs[pos].0).iter().product(),
+    })
 }
 
 /// The global array of input `pos` from its devices' blocks.
 fn unshard(prog: &Program, pos: usize, blocks: &[f32]) -> Result<Vec<f32>, ExecError> {
-    if prog.mesh.is_none() {
+    let Some((sharding, shape)) = input_layout(prog, pos)? else {
         return Ok(blocks.to_vec());
-    }
-    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
-    let local = prog.shape(prog.inputs[pos].0);
-    let shape = prog.global_shape(local, &sharding.spec);
+    };
     sharding
         .unshard(blocks, &shape)
         .map_err(|e| ExecError::Input(e.to_string()))
+}
+
+/// Input `pos`'s sharding and global shape; None on one device, where local is global.
+fn input_layout(prog: &Program, pos: usize) -> Result<Option<(crate::sharding::NamedSharding, Vec<usize>)>, ExecError> {
+    if prog.mesh.is_none() {
+        return Ok(None);
+    }
+    let sharding = prog.input_sharding(pos).map_err(|e| ExecError::Input(e.to_string()))?;
+    let shape = prog.global_shape(prog.shape(prog.inputs[pos].0), &sharding.spec);
+    Ok(Some((sharding, shape)))
 }
