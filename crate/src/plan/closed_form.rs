@@ -85,17 +85,6 @@ fn device_blocks(opts: &TrainerOptions, par: &Parallelism) -> usize {
 /// What each device holds of the parameters of `cfg` under `par` in `mode`: the embeddings
 /// and the head whole (split by their specs), and `blocks` blocks.
 fn held(cfg: &GptConfig, par: &Parallelism, mode: Mode, blocks: u64) -> Held {
-    held_where(cfg, par, mode, blocks, |_| true)
-}
-
-/// [`held`] of the parameters `counted` keeps.
-fn held_where(
-    cfg: &GptConfig,
-    par: &Parallelism,
-    mode: Mode,
-    blocks: u64,
-    counted: impl Fn(&ParamSpec) -> bool,
-) -> Held {
     let one = GptConfig {
         layers: 1,
         ..cfg.clone()
@@ -106,7 +95,7 @@ fn held_where(
         state: 0,
         gradients: 0,
     };
-    for ps in specs.iter().filter(|ps| counted(ps)) {
+    for ps in &specs {
         let times = if is_block(ps) { blocks } else { 1 };
         let (shape, spec) = par.param_layout(&one, ps, mode);
         let (_, state) = par.state_layout(&one, ps, mode);
@@ -247,16 +236,14 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
                     probs * if dropout { 2.0 } else { 1.0 }
                 }
             };
-            // What attention's backward reads: q, and the keys and values (jit gathers a
-            // ring's whole and keeps them), and the projection's input, the heads' outputs
-            // laid out by row.
-            let keys_values = match (mode, ring) {
-                (Mode::Auto, true) => 2.0 * s.batch * s.keys * s.d / s.tp,
-                _ => 2.0 * full / s.tp,
+            // jit gathers a ring's keys and values whole and keeps them for the backward pass;
+            // under sequence parallelism it keeps each block's q, k and v as it sliced them.
+            let jit = match (mode, ring, sp) {
+                (Mode::Auto, true, _) => 2.0 * s.batch * s.keys * s.d / s.tp,
+                (Mode::Auto, false, true) => 3.0 * full / s.tp,
+                _ => 0.0,
             };
-            let qkv = full / s.tp + keys_values;
-            let projected = full / s.tp;
-            let floats = norms + 2.0 * res + attention + qkv + projected + 2.0 * hidden + stats + experts;
+            let floats = norms + 2.0 * res + attention + 2.0 * hidden + stats + jit + experts;
             // The residual dropouts' bits (and unfused, the probabilities').
             let bits = match (dropout, cfg.attention) {
                 (false, _) => 0.0,
@@ -269,13 +256,14 @@ fn saved_per_block(cfg: &GptConfig, s: &Sizes, mode: Mode, sp: bool, ring: bool)
 }
 
 /// Elements of the two layer norms' outputs a block holds for its backward pass without remat:
-/// the column-parallel matmuls' weight gradients read them (in a shard_map body under tensor
-/// parallelism through the pcast that views them). Under sequence parallelism a shard_map
-/// body holds a device's rows of them and gathers them again in the backward pass, as Megatron
-/// does (Korthikanti et al. 2022, section 4.2.2); otherwise they are held as the matmul read
-/// them, the whole sequence.
+/// the column-parallel matmuls' weight gradients read them. In a shard_map body under tensor
+/// parallelism they are read through the pcast that aliases them (the plan counts them where
+/// they are made, not held); under sequence parallelism a device holds its rows of them and
+/// gathers them again in the backward pass, as Megatron does (Korthikanti et al. 2022, section
+/// 4.2.2). jit holds them as the partitioner gathered them, the whole sequence.
 fn held_norms(s: &Sizes, mode: Mode, sp: bool) -> f64 {
     match (mode, s.tp > 1.0, sp) {
+        (Mode::ShardMap, true, false) => 0.0,
         (Mode::ShardMap, true, true) => 2.0 * s.rows * s.d,
         _ => 2.0 * s.att_rows * s.d,
     }
@@ -382,9 +370,9 @@ fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u
     let (per_block, per_block_bits) = saved_per_block(cfg, &s, mode, par.sequence_parallel, par.is_cp());
     let res = s.rows * s.d;
     // FSDP: each block's weights, gathered before use, held for its backward pass (a
-    // pipeline's stage gathers its stack once a step). jit under sequence and context
-    // parallelism gathers the row-parallel weights (the projection's and the MLP's output)
-    // whole and holds them.
+    // pipeline's stage gathers its stack once, through a view the plan counts where it is
+    // made). jit under sequence and context parallelism gathers the row-parallel weights
+    // (the projection's and the MLP's output) whole and holds them.
     let ep = par.size(AxisKind::Ep) as f64;
     let block_weights = match &cfg.moe {
         None => 12.0 * s.d * s.d / tp + 13.0 * s.d,
@@ -394,17 +382,10 @@ fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u
             4.0 * s.d * s.d / tp + 8.0 * s.d + s.d * e + 2.0 * e / ep * s.d * f / tp
         }
     };
-    let gathered = match (par.has(AxisKind::Fsdp), mode) {
+    let gathered = match (par.has(AxisKind::Fsdp) && pp == 1, mode) {
         (true, _) => block_weights,
         (false, Mode::Auto) if par.is_cp() && par.sequence_parallel => 5.0 * s.d * s.d,
         _ => 0.0,
-    };
-    // A pipeline's stage gathers the embeddings and the head over "fsdp" once a step, and
-    // holds them for its backward passes.
-    let embeddings = if pp > 1 && par.has(AxisKind::Fsdp) {
-        (if cfg.tied { 1.0 } else { 2.0 } * s.vocab + cfg.seq as f64) * s.d
-    } else {
-        0.0
     };
     // Microbatches whose blocks a stage holds at once: as many as its schedule has forwarded
     // and not yet backed ([`Table::in_flight`]: GPipe all of them, 1F1B at most pp; with
@@ -421,18 +402,7 @@ fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u
         vec![(1, 1)]
     };
     let v = if pp > 1 { opts.virtual_stages.max(1) as f64 } else { 1.0 };
-    // Accumulated microbatches' gradients: a running sum held from the first backward on
-    // (a pipeline's, its values with a transposed copy of each contribution).
-    let sums = match (pp > 1, m > 1) {
-        (true, _) => 1.5 * stage_grads,
-        // ZeRO-2's are scattered as they are made; a mixture's experts' are summed in their
-        // gradients' buffers.
-        (false, true) => {
-            let mode = if mode == Mode::Single { Mode::ShardMap } else { mode };
-            held_where(cfg, par, mode, blocks as u64, |ps| ps.shape.len() < 3).gradients as f64
-        }
-        (false, false) => 0.0,
-    };
+    let sums = if pp > 1 { 1.5 * stage_grads } else { 0.0 };
     // The busiest moment of the backward pass: the last block's (recomputed) values with the
     // gradients of its MLP's hidden units, of a weight and of the residual in flight; or, on
     // the last stage, the head's logits and their gradient beside the final layer norm's
@@ -461,16 +431,12 @@ fn backward_peaks(opts: &TrainerOptions, par: &Parallelism, mode: Mode) -> Vec<u
         .enumerate()
         .map(|(stage, &(before, after))| {
             let sets = before.max(after) as f64 / v;
-            // Weights gathered for the step, held whatever the schedule holds beside them.
-            let weights = blocks * gathered + embeddings;
-            let held = |chunks: usize| chunks as f64 / v * blocks * per_block + weights;
+            let held = |chunks: usize| chunks as f64 / v * blocks * per_block + blocks * gathered;
             let transient = res + if stage == last { busiest.max(head) } else { busiest };
             let floats = match opts.schedule {
-                Schedule::Gpipe if pp > 1 => {
-                    (held(before) + transient).max(sums + transient + blocks * per_block + weights)
-                }
+                Schedule::Gpipe if pp > 1 => (held(before) + transient).max(sums + transient + blocks * per_block),
                 _ if pp > 1 => (held(before) + transient).max(held(after) + transient + sums),
-                _ => held(before) + transient + sums,
+                _ => held(before) + transient,
             };
             let bits = sets * blocks * per_block_bits;
             (floats * width + (bits + ints) * 4.0) as u64
@@ -723,11 +689,10 @@ mod tests {
         let (sbh, t) = (8192.0 * 16384.0, 8.0);
         let korthikanti = 16.0 * sbh / t;
         // The norms' outputs are a device's rows, gathered again in the backward as Megatron
-        // gathers them; the closed form adds the norms' statistics and attention's
-        // log-sum-exp, and the projection's input: attention's output laid out by row, a
-        // buffer of its own beside the output attention's backward reads.
+        // gathers them; the closed form counts no q, k and v apart from attention's output, and
+        // adds the norms' statistics and attention's log-sum-exp.
         let stats = 4.0 * 1024.0 + 8192.0 * 16.0;
-        assert_eq!(floats, korthikanti + sbh / t + stats);
+        assert_eq!(floats, korthikanti - 3.0 * sbh / t + stats);
         assert_eq!(bits, 0.0);
         assert_eq!(gathered_norms(&opts), 0);
     }

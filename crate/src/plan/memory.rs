@@ -426,7 +426,7 @@ impl MemoryPlan {
             pinned[v.index()] = true;
             plan.push(prog, *v, b, "input");
         }
-        let (roots, last) = buffer_lives(prog);
+        let last = prog.last_uses();
         // Bits fused attention draws in its kernels: no buffer holds them.
         let drawn = prog.bits_drawn_in_attention();
         // A pipeline's stages each hold what their own work makes and what every stage makes:
@@ -475,13 +475,13 @@ impl MemoryPlan {
                 }
                 stage_peak = stage_peak.max(live);
                 stage_rest = stage_rest.max(rest);
-                for v in ins.inputs.iter().chain(&ins.outputs).map(|v| roots[v.index()]) {
+                for v in ins.inputs.iter().chain(&ins.outputs) {
                     let dead = match last[v.index()] {
-                        Some(l) => l == i,
-                        None => ins.outputs.contains(&v),
+                        Some(l) => l == i && ins.inputs.contains(v),
+                        None => ins.outputs.contains(v),
                     };
                     if dead && owns[v.index()] && !pinned[v.index()] {
-                        let b = bytes_of(v)?;
+                        let b = bytes_of(*v)?;
                         live -= b;
                         if buffers[v.index()].is_none() {
                             rest -= b;
@@ -606,31 +606,6 @@ impl MemoryPlan {
         }
         Ok(())
     }
-}
-
-/// Per value, the value whose buffer it is (a reshape, a pcast and a reshard view their
-/// operand's, as the executor lays them out: `exec/gpu/packing.rs`), and per buffer the last
-/// instruction that reads it through any of its views (None: never read). Freed at its own last
-/// read, an operand viewed by a matmul's saved input (a pcast of a layer norm's output under
-/// tensor parallelism, q, k and v reshaped for attention) was counted dead from the forward on.
-fn buffer_lives(prog: &Program) -> (Vec<ValueId>, Vec<Option<usize>>) {
-    let mut roots: Vec<ValueId> = (0..prog.values.len()).map(|v| ValueId(v as u32)).collect();
-    for ins in &prog.instrs {
-        if matches!(ins.op, Op::Reshape { .. } | Op::Pcast { .. } | Op::Reshard { .. }) {
-            let root = roots[ins.inputs[0].index()];
-            for o in &ins.outputs {
-                roots[o.index()] = root;
-            }
-        }
-    }
-    let mut last = prog.last_uses();
-    for v in 0..last.len() {
-        let r = roots[v].index();
-        if r != v {
-            last[r] = last[r].max(last[v]);
-        }
-    }
-    (roots, last)
 }
 
 /// Per value, the parameter (by input position among the parameters) whose gradient buffer it

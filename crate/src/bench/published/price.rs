@@ -141,22 +141,6 @@ pub fn run_options(run: &PublishedRun) -> Result<(TrainerOptions, Vec<String>), 
             gathered as f64 / (1u64 << 30) as f64
         ));
     }
-    // Every stage of shardlab's pipeline holds the embeddings and the head, its vocabulary
-    // split over fsdp alone and gathered for the step, where Megatron's first stage holds the
-    // embedding and its last the head, each split over tp.
-    if let Some(p) = opts.parallel.parallelism().filter(|p| p.is_pipeline()) {
-        let cfg = &opts.config;
-        let (d, tp) = (cfg.d_model as f64, p.size(crate::plan::AxisKind::Tp) as f64);
-        let tables = if cfg.tied { 1.0 } else { 2.0 } * cfg.vocab as f64 * d;
-        let width = cfg.precision.compute_bytes(crate::ir::DType::F32) as f64;
-        let beyond = (tables + cfg.seq as f64 * d - tables / tp) * width;
-        assumed.push(format!(
-            "every pipeline stage holds the embeddings and the head whole, gathered over fsdp for the step, where \
-             Megatron's first stage holds the embedding and its last the head, split over tp: {:.1} GiB a GPU more \
-             than such a run",
-            beyond / (1u64 << 30) as f64
-        ));
-    }
     Ok((opts, assumed))
 }
 
@@ -316,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn llama_3s_runs_are_set_as_its_paper_ran_them_and_hold_at_least_korthikantis_activations() {
+    fn llama_3s_runs_are_set_as_its_paper_ran_them_and_fit_their_h100s() {
         let runs: Vec<PublishedRun> = parse_table(TABLE, TABLE_PATH)
             .unwrap()
             .into_iter()
@@ -339,26 +323,12 @@ mod tests {
             let rate = [430e12, 400e12, 380e12][c.row - runs[0].row];
             assert!((c.published_ms / 1e3 / (flops / (rate * r.devices as f64)) - 1.0).abs() < 1e-9);
             // The layer norms' outputs held as Megatron holds them (a device's rows, gathered
-            // again in the backward); what the plan holds beyond the run is said.
+            // again in the backward), each run fits its H100s with nothing assumed.
             let (opts, _) = run_options(r).unwrap();
             assert_eq!(gathered_norms(&opts), 0, "{}", c.name);
-            assert!(
-                c.assumed.len() == 1 && c.assumed[0].contains("embeddings and the head"),
-                "{c:?}"
-            );
-            // The 8K runs' first stage holds 143 one-block chunks before its first backward, at
-            // least Korthikanti's 32 s b h / t bytes each (q, k and v among them): 76.8 GB of an
-            // H100's 80 GiB before the state, the embeddings every stage holds, and the heads'
-            // outputs laid out by row beside attention's. As shardlab lays them out they need
-            // more than an H100; the 128K run, recomputing, fits.
+            assert!(c.assumed.is_empty(), "{c:?}");
             let h100 = device_preset("h100").unwrap().memory_bytes;
-            if long {
-                assert!(c.fits && c.bytes_per_device <= h100, "{c:?}");
-            } else {
-                let korthikanti = 143.0 * 32.0 * 8192.0 * 16384.0 / 8.0;
-                assert!(c.bytes_per_device as f64 > korthikanti, "{c:?}");
-                assert!(!c.fits, "{c:?}");
-            }
+            assert!(c.fits && c.bytes_per_device <= h100, "{c:?}");
             // Interleaved 1F1B in chunks of one block, the first chunk only the embedding and
             // the last only the head (section 3.3.2): V = 8 on 16 stages of 7, 8, ..., 8, 7.
             let layout = StageLayout::new(126, 16, r.virtual_stages, &r.stage_layers);
