@@ -1222,25 +1222,13 @@ fn pipeline_settings_that_cannot_run_are_refused_at_their_flag_naming_the_fix() 
 #[test]
 fn stage_layer_counts_that_do_not_parse_or_fit_are_refused_at_the_flag() {
     let pp = |counts: &str| -> Vec<String> {
-        let args = [
+        let mut args = with_tiny(&[
             "train",
             "--cpu",
             "--mode",
             "shard_map",
             "--mesh",
             "pp=2",
-            "--layers",
-            "4",
-            "--d-model",
-            "16",
-            "--heads",
-            "2",
-            "--seq",
-            "8",
-            "--batch",
-            "4",
-            "--vocab",
-            "16",
             "--schedule",
             "1f1b",
             "--virtual-stages",
@@ -1249,8 +1237,11 @@ fn stage_layer_counts_that_do_not_parse_or_fit_are_refused_at_the_flag() {
             "2",
             "--stage-layers",
             counts,
-        ];
-        args.iter().map(|s| s.to_string()).collect()
+        ]);
+        // Four blocks: two chunks on each of the two stages.
+        let layers = args.iter().position(|a| a == "--layers").expect("TINY gives --layers") + 1;
+        args[layers] = "4".into();
+        args
     };
     refused(&[
         (

@@ -21,7 +21,7 @@ use super::expert_load::Routing;
 use super::price::work_seconds;
 use super::topology::{collective_time_on, MeshLayout};
 use super::work::{DotShape, Work, THREEFRY_INT_OPS};
-use crate::ir::{CpOrder, DType};
+use crate::ir::{CpOrder, DType, Precision};
 use crate::model::{Attention, Remat};
 use crate::plan::{
     regathers_norms, Action, AxisKind, Mode, Parallelism, Pass as PipePass, StageLayout, Table, TrainerOptions, Zero,
@@ -79,6 +79,18 @@ struct Pricer<'a> {
     layout: MeshLayout,
     width: f64,
     by_axes: Vec<(String, f64)>,
+}
+
+impl<'a> Pricer<'a> {
+    /// Prices on `device` (at the step's precision) over `par`'s mesh, no collective yet.
+    fn new(device: &'a DeviceProfile, par: &Parallelism, precision: Precision) -> Self {
+        Pricer {
+            device,
+            layout: MeshLayout::of(&par.mesh, device),
+            width: precision.compute_bytes(DType::F32) as f64,
+            by_axes: vec![],
+        }
+    }
 }
 
 impl Pricer<'_> {
@@ -204,6 +216,35 @@ impl Shapes {
             ]),
         }
         dots
+    }
+}
+
+/// One device's shapes of a microbatch of `opts` under `par`.
+fn shapes(opts: &TrainerOptions, par: &Parallelism) -> Shapes {
+    let cfg = &opts.config;
+    let (tp, cp) = (par.size(AxisKind::Tp) as f64, par.size(AxisKind::Cp) as f64);
+    let b = cfg.batch as f64 / par.batch_split() as f64 / opts.microbatches.max(1) as f64;
+    let seq = cfg.seq as f64;
+    let d = cfg.d_model as f64;
+    Shapes {
+        rows: b * seq / cp,
+        res_rows: b * seq / par.seq_split() as f64,
+        d,
+        heads_d: d / tp,
+        mlp: 4.0 * d / tp,
+        products: b * cfg.heads as f64 / tp,
+        seq_att: seq / cp,
+        dh: d / cfg.heads as f64,
+        pairs: causal_pairs(seq, cp, opts.cp_order),
+        vocab: cfg.vocab as f64,
+        moe: cfg.moe.map(|moe| {
+            let routing = Routing::of(&moe, cfg.seq, par.size(AxisKind::Ep));
+            MoeShapes {
+                experts: moe.experts as f64,
+                width: moe.width as f64 / tp,
+                routed: routing.rows(b * seq / cp),
+            }
+        }),
     }
 }
 
@@ -388,42 +429,11 @@ pub fn estimate_step(opts: &TrainerOptions, device: &DeviceProfile) -> StepEstim
     let device = device.at_precision(cfg.precision);
     let empty = Parallelism::new(Mesh::new(&[]).expect("no axes"), Zero::Off, false).expect("no axes");
     let par = opts.parallel.parallelism().unwrap_or(&empty);
-    let mut p = Pricer {
-        device: &device,
-        layout: MeshLayout::of(&par.mesh, &device),
-        width: cfg.precision.compute_bytes(DType::F32) as f64,
-        by_axes: vec![],
-    };
-    let (tp, cp, pp) = (
-        par.size(AxisKind::Tp) as f64,
-        par.size(AxisKind::Cp) as f64,
-        par.size(AxisKind::Pp),
-    );
+    let mut p = Pricer::new(&device, par, cfg.precision);
+    let pp = par.size(AxisKind::Pp);
     let m = opts.microbatches.max(1) as f64;
-    let b = cfg.batch as f64 / par.batch_split() as f64 / m;
-    let seq = cfg.seq as f64;
-    let d = cfg.d_model as f64;
-    let heads = cfg.heads as f64 / tp;
-    let s = Shapes {
-        rows: b * seq / cp,
-        res_rows: b * seq / par.seq_split() as f64,
-        d,
-        heads_d: d / tp,
-        mlp: 4.0 * d / tp,
-        products: b * heads,
-        seq_att: seq / cp,
-        dh: d / cfg.heads as f64,
-        pairs: causal_pairs(seq, cp, opts.cp_order),
-        vocab: cfg.vocab as f64,
-        moe: cfg.moe.map(|moe| {
-            let routing = Routing::of(&moe, cfg.seq, par.size(AxisKind::Ep));
-            MoeShapes {
-                experts: moe.experts as f64,
-                width: moe.width as f64 / tp,
-                routed: routing.rows(b * seq / cp),
-            }
-        }),
-    };
+    let s = shapes(opts, par);
+    let d = s.d;
     // A pipeline's stages (one stage without): the busiest holds the most blocks.
     let v = opts.virtual_stages.max(1);
     let layout = match pp {
@@ -855,28 +865,11 @@ mod tests {
                 .sum()
         };
         let e = |stage: usize, pass: PipePass| {
-            let mut p = Pricer {
-                device: &device.at_precision(opts.config.precision),
-                layout: MeshLayout::of(&opts.parallel.parallelism().unwrap().mesh, &device),
-                width: 2.0,
-                by_axes: vec![],
-            };
             let par = opts.parallel.parallelism().unwrap();
             let cfg = &opts.config;
-            let b = cfg.batch as f64 / 4.0;
-            let s = Shapes {
-                rows: b * cfg.seq as f64,
-                res_rows: b * cfg.seq as f64,
-                d: cfg.d_model as f64,
-                heads_d: cfg.d_model as f64,
-                mlp: 4.0 * cfg.d_model as f64,
-                products: b * cfg.heads as f64,
-                seq_att: cfg.seq as f64,
-                dh: (cfg.d_model / cfg.heads) as f64,
-                pairs: causal_pairs(cfg.seq as f64, 1.0, opts.cp_order),
-                vocab: cfg.vocab as f64,
-                moe: None,
-            };
+            let device = device.at_precision(cfg.precision);
+            let mut p = Pricer::new(&device, par, cfg.precision);
+            let s = shapes(&opts, par);
             let fwd = block_forward(&mut p, &s, &opts, par);
             let bwd = block_backward(&mut p, &s, &opts, par, fwd);
             let table = Table::new(Schedule::ZbH1, 4, 4, 1);
